@@ -1,0 +1,105 @@
+/*
+ * compiler.h — the public face of the compiler library (libtcccompiler).
+ *
+ * A pure library: no sockets, no SQLite, no logging. The daemon (and the
+ * fuzzer, and the tests) use exactly these entry points:
+ *
+ *   tcc_toolchain_identity()   once at start-up: "who compiles" for the key
+ *   tcc_prepare()              decode + verify + canonicalize + guard hash
+ *   tcc_compile()              lower -> fuse -> emit -> build, on a worker
+ *
+ * tcc_prepare is cheap and runs on the daemon's loop thread for every
+ * request; tcc_compile is expensive and runs on a worker thread. A
+ * tcc_prepared is immutable once returned, so a worker may read it while
+ * the loop thread reads it too.
+ *
+ * Limits (documented in the README; over them: TCC_E_RESOURCE_EXHAUSTED):
+ */
+#ifndef TCC_COMPILER_H
+#define TCC_COMPILER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tcc/v1/tcc.pb-c.h"
+#include "tcc_digest.h"
+#include "tcc_status.h"
+
+#define TCC_MAX_NODES        65536      /* nodes per graph */
+#define TCC_MAX_VALUES       131072     /* tensor values per graph */
+#define TCC_MAX_DIMS         16         /* rank of a tensor */
+#define TCC_MAX_REQUEST_BYTES (256u << 20) /* encoded CompileRequest */
+
+/* Bump whenever generated code or the key encoding changes: every cache
+ * entry made by an older codegen then misses. */
+#define TCC_CODEGEN_VERSION 1
+
+typedef struct tcc_graph tcc_graph;  /* the canonical IR (graph.h) */
+
+/* What the front end produced for one request. Owned by the caller;
+ * free with tcc_prepared_free. Immutable after tcc_prepare returns. */
+typedef struct tcc_prepared {
+  tcc_graph *graph;                       /* canonical graph */
+  uint8_t *key;                           /* canonical key bytes (hashed) */
+  size_t key_len;
+  uint8_t hash[TCC_SHA256_BYTES];         /* SHA-256(key) = guard hash */
+  char hash_hex[TCC_SHA256_HEX];
+  char target[64];                        /* "cpu:x86-64-v2", "cuda:sm_90" */
+  Tcc__V1__DeviceType device;             /* CPU or CUDA */
+  Tcc__V1__Mode mode;
+  int dynamic;
+  size_t nodes;                           /* node count, for logs */
+} tcc_prepared;
+
+/* Describes the toolchain that builds kernels for the key ("tccd-codegen/1
+ * cc=gcc (Debian 12.2.0-14) 12.2.0"), by running `cc --version` once.
+ * Writes at most cap bytes into out. Returns 0 or a TCC_E* code. */
+int tcc_toolchain_identity(const char *cc, char *out, size_t cap, tcc_error *err);
+
+/* Decodes an already-unpacked request, verifies it, canonicalizes the
+ * graph and computes the guard key and hash. `identity` (from
+ * tcc_toolchain_identity) goes into the key.
+ * Returns 0, or TCC_E_INVALID_ARGUMENT / TCC_E_UNIMPLEMENTED /
+ * TCC_E_RESOURCE_EXHAUSTED with a message naming the node and problem. */
+int tcc_prepare(const Tcc__V1__CompileRequest *req, const char *identity,
+                tcc_prepared **out, tcc_error *err);
+
+/* The same from encoded bytes (what arrives on the wire). Garbage or
+ * truncated protobuf is TCC_E_INVALID_ARGUMENT. */
+int tcc_prepare_bytes(const uint8_t *buf, size_t len, const char *identity,
+                      tcc_prepared **out, tcc_error *err);
+
+void tcc_prepared_free(tcc_prepared *p);
+
+/* How to build. Zeroed fields take defaults. */
+typedef struct tcc_build_options {
+  const char *cc;          /* C compiler to run; NULL = "cc" */
+  const char *work_dir;    /* scratch dir for sources/objects; NULL = $TMPDIR */
+  int timeout_ms;          /* kill the compiler after this; 0 = 120000 */
+  int keep_sources;        /* leave generated sources in work_dir */
+} tcc_build_options;
+
+/* What a compile produced. Free with tcc_artifact_free. */
+typedef struct tcc_artifact {
+  Tcc__V1__ArtifactKind kind;            /* SHARED_OBJECT or CUBIN */
+  uint8_t *data;                         /* the .so / cubin bytes */
+  size_t size;
+  uint8_t sha256[TCC_SHA256_BYTES];
+  uint8_t *manifest;                     /* encoded tcc.v1.Manifest */
+  size_t manifest_len;
+  int kernels;                           /* number of generated kernels */
+  char *source;                          /* generated source, NUL-terminated */
+  double compile_ms;                     /* wall time of tcc_compile */
+} tcc_artifact;
+
+/* Lowers, fuses, emits and builds the prepared graph for its target.
+ * Thread-safe: many compiles may run at once on different preparations.
+ * Returns 0, or TCC_E_UNIMPLEMENTED (op/dtype the target cannot do yet),
+ * TCC_E_INTERNAL (the compiler failed: its output is in the message),
+ * TCC_E_DEADLINE_EXCEEDED (timeout). */
+int tcc_compile(const tcc_prepared *p, const tcc_build_options *opts,
+                tcc_artifact *out, tcc_error *err);
+
+void tcc_artifact_free(tcc_artifact *a);
+
+#endif

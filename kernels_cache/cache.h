@@ -1,0 +1,149 @@
+/*
+ * cache.h — the persistent kernel cache (libtcccache), one SQLite file.
+ *
+ * Entries are keyed by guard hash and carry the canonical key bytes, which
+ * are compared on every lookup so a hash collision can never serve the
+ * wrong kernel. Artifacts are content-addressed blobs (SHA-256), verified
+ * on every read: a corrupt blob is removed with the entries that use it
+ * and reported as TCC_E_DATA_LOSS, never returned.
+ *
+ * Not thread-safe: one tcc_cache belongs to one thread (the daemon's loop
+ * thread). Counters and hit bookkeeping are kept in memory and written by
+ * tcc_cache_flush (the daemon's housekeeping timer calls it every second,
+ * and tcc_cache_close calls it last).
+ */
+#ifndef TCC_CACHE_H
+#define TCC_CACHE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tcc_digest.h"
+#include "tcc_status.h"
+
+typedef struct tcc_cache tcc_cache;
+
+typedef struct tcc_cache_options {
+  const char *dir;      /* created if missing; the database is dir/cache.db */
+  int64_t max_bytes;    /* artifact byte budget; 0 = unlimited */
+} tcc_cache_options;
+
+/* One entry's metadata (no artifact bytes). Pointer fields are owned by
+ * the entry: release with tcc_cache_entry_clear. */
+typedef struct tcc_cache_entry {
+  uint8_t hash[TCC_SHA256_BYTES];          /* guard hash */
+  uint8_t *key;                            /* canonical key bytes */
+  size_t key_len;
+  char target[64];                         /* "cpu:x86-64-v2" */
+  int kind;                                /* Tcc__V1__ArtifactKind */
+  uint8_t *manifest;                       /* encoded tcc.v1.Manifest */
+  size_t manifest_len;
+  uint8_t *request_meta;                   /* encoded Target+Options, for `show` */
+  size_t request_meta_len;
+  uint8_t artifact_sha256[TCC_SHA256_BYTES];
+  int64_t size;                            /* artifact bytes */
+  int kernels;
+  double compile_ms;
+  int64_t created;                         /* unix seconds */
+  int64_t last_used;
+  int64_t hits;
+} tcc_cache_entry;
+
+/* Named persistent counters (X(name)). */
+#define TCC_CACHE_COUNTERS(X) \
+  X(hits) X(misses) X(coalesced) X(remote_hits) X(negative_hits) \
+  X(compiles) X(compile_failures) X(evictions) X(corrupt_blobs)  \
+  X(requests) X(invalid_requests)
+
+typedef enum tcc_cache_counter {
+#define TCC_CACHE_COUNTER_ENUM(name) TCC_COUNTER_##name,
+  TCC_CACHE_COUNTERS(TCC_CACHE_COUNTER_ENUM)
+#undef TCC_CACHE_COUNTER_ENUM
+  TCC_COUNTER__COUNT
+} tcc_cache_counter;
+
+typedef struct tcc_cache_stats {
+  int64_t entries;
+  int64_t bytes;                 /* artifact bytes stored */
+  int64_t max_bytes;
+  int64_t counters[TCC_COUNTER__COUNT];
+  double compile_seconds;        /* total spent compiling stored entries */
+  double compile_seconds_saved;  /* sum over hits of the entry's compile time */
+} tcc_cache_stats;
+
+typedef struct tcc_cache_gc_result {
+  int64_t evicted;
+  int64_t freed_bytes;
+  int64_t corrupt_removed;
+} tcc_cache_gc_result;
+
+/* Opens (creating and migrating) dir/cache.db in WAL mode.
+ * Returns 0, or TCC_E_FAILED_PRECONDITION when the directory is unusable
+ * or the file is not a tccd cache / is newer than this build, with a
+ * message naming the path. */
+int tcc_cache_open(const tcc_cache_options *opts, tcc_cache **out, tcc_error *err);
+
+/* Flushes counters and closes. NULL is a no-op. */
+void tcc_cache_close(tcc_cache *c);
+
+/* Looks up a guard hash. On a hit whose stored key equals `key`, fills
+ * *out, records the hit (in memory) and returns 0. Returns
+ * TCC_E_NOT_FOUND on a miss, including a stored entry whose key differs
+ * (a collision: the message says so). */
+int tcc_cache_lookup(tcc_cache *c, const uint8_t hash[TCC_SHA256_BYTES],
+                     const uint8_t *key, size_t key_len,
+                     tcc_cache_entry *out, tcc_error *err);
+
+/* Fetches an entry's metadata by guard hash without counting a hit. */
+int tcc_cache_get(tcc_cache *c, const uint8_t hash[TCC_SHA256_BYTES],
+                  tcc_cache_entry *out, tcc_error *err);
+
+/* Stores an entry and its artifact in one transaction (replacing an entry
+ * with the same hash), then evicts down to the byte budget. `e->hits`,
+ * `created` and `last_used` are set by the cache. */
+int tcc_cache_store(tcc_cache *c, const tcc_cache_entry *e,
+                    const uint8_t *artifact, size_t len, tcc_error *err);
+
+/* Reads an artifact by digest and verifies it. A blob whose digest does
+ * not match is deleted with the entries that reference it, counted in
+ * corrupt_blobs, and reported as TCC_E_DATA_LOSS. Missing: TCC_E_NOT_FOUND.
+ * On success *data is malloc'd; the caller frees it. */
+int tcc_cache_read_artifact(tcc_cache *c, const uint8_t sha256[TCC_SHA256_BYTES],
+                            uint8_t **data, size_t *len, tcc_error *err);
+
+/* Removes one entry (and its blob when no other entry uses it).
+ * Returns 0 or TCC_E_NOT_FOUND. */
+int tcc_cache_evict(tcc_cache *c, const uint8_t hash[TCC_SHA256_BYTES], tcc_error *err);
+
+/* Verifies every blob (removing corrupt ones) and evicts down to
+ * max_bytes (0 = the open budget), least valuable first: the lowest
+ * compile-seconds saved per byte, older last use breaking ties. */
+int tcc_cache_gc(tcc_cache *c, int64_t max_bytes, tcc_cache_gc_result *out, tcc_error *err);
+
+typedef enum tcc_cache_order {
+  TCC_CACHE_ORDER_LAST_USED, TCC_CACHE_ORDER_HITS,
+  TCC_CACHE_ORDER_SIZE, TCC_CACHE_ORDER_CREATED
+} tcc_cache_order;
+
+/* Lists up to limit entries (metadata, key/manifest left NULL) in
+ * descending order. *out is malloc'd; free with tcc_cache_entries_free. */
+int tcc_cache_list(tcc_cache *c, tcc_cache_order order, int limit,
+                   tcc_cache_entry **out, size_t *n, tcc_error *err);
+void tcc_cache_entries_free(tcc_cache_entry *entries, size_t n);
+
+void tcc_cache_entry_clear(tcc_cache_entry *e);
+
+/* Adds delta to a persistent counter (in memory until the next flush). */
+void tcc_cache_count(tcc_cache *c, tcc_cache_counter counter, int64_t delta);
+
+int tcc_cache_stats_get(tcc_cache *c, tcc_cache_stats *out, tcc_error *err);
+
+/* Writes pending counters and hit bookkeeping in one transaction. */
+int tcc_cache_flush(tcc_cache *c, tcc_error *err);
+
+/* PRAGMA integrity_check; 0 when "ok", else TCC_E_DATA_LOSS + SQLite's report. */
+int tcc_cache_integrity_check(tcc_cache *c, tcc_error *err);
+
+const char *tcc_cache_counter_name(tcc_cache_counter counter);
+
+#endif
