@@ -1,0 +1,387 @@
+/*
+ * compile.c — the Compile RPC: front end, cache lookup, single-flight
+ * compile jobs on the worker pool, store, reply.
+ *
+ * DESIGN
+ *
+ *   request ─► unpack ─► tcc_prepare (verify, canonicalize, guard hash)
+ *           ─► cache lookup ──hit──► reply HIT
+ *           ─► job for this hash in flight? ──yes──► wait on it (COALESCED)
+ *           ─► queue full? ──yes──► RESOURCE_EXHAUSTED
+ *           ─► new job ─► uv_queue_work(tcc_compile) ... ─► job_done (loop):
+ *                store entry + blob (one transaction), reply MISS to the
+ *                first caller and COALESCED to the others, or the error
+ *                to all of them.
+ *
+ * A job's state:
+ *
+ *   QUEUED ──worker picks it──► running ──tcc_compile returns──► DONE
+ *     │                         (counted in jobs->running,        ▲
+ *     │                          not stored in job->state)        │
+ *     └──uv_cancel at shutdown (waiters get UNAVAILABLE)──────────┘
+ *
+ * Everything here but job_work runs on the loop thread. job_work reads
+ * only job->prep (immutable) and writes only job->artifact / job->err.
+ * Waiting calls hold their handler reference until the job replies, so a
+ * client that disconnects frees nothing the job still needs, and the
+ * compile runs on for the others (and is stored either way).
+ *
+ * The reply is the packed CompileResponse followed by the manifest as raw
+ * field 4: the manifest is stored encoded and is never decoded on a hit.
+ */
+#include <assert.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "daemon.h"
+#include "tcc/v1/tcc.pb-c.h"
+
+typedef enum job_state { JOB_QUEUED, JOB_DONE } job_state; /* RUNNING: see jobs->running */
+
+typedef struct tccd_job {
+  tccd_state *st;
+  job_state state;
+  tcc_prepared *prep;
+  uint8_t *request_meta;          /* encoded CompileRequest{target, options} */
+  size_t request_meta_len;
+  uv_work_t work;
+  int rc;                         /* tcc_compile's result */
+  tcc_error err;
+  tcc_artifact artifact;
+  tccd_call *waiters;             /* first = the call that started the job */
+  tccd_call **waiters_tail;
+  int nwaiters;
+  struct tccd_job *next;          /* in its hash bucket */
+} tccd_job;
+
+#define JOB_BUCKETS 256
+
+typedef struct tccd_jobs {
+  tccd_job *buckets[JOB_BUCKETS];
+  int64_t in_pool;                /* handed to uv_queue_work, not yet done */
+  _Atomic int64_t running;        /* inside tcc_compile (workers update it) */
+  tcc_build_options build;
+} tccd_jobs;
+
+/* ------------------------------------------------------------ job table */
+
+static tccd_job **bucket_of(tccd_jobs *jobs, const uint8_t hash[TCC_SHA256_BYTES]) {
+  return &jobs->buckets[hash[0]];
+}
+
+static tccd_job *job_find(tccd_jobs *jobs, const uint8_t hash[TCC_SHA256_BYTES]) {
+  for (tccd_job *j = *bucket_of(jobs, hash); j; j = j->next)
+    if (memcmp(j->prep->hash, hash, TCC_SHA256_BYTES) == 0) return j;
+  return NULL;
+}
+
+static void job_unlink(tccd_jobs *jobs, tccd_job *job) {
+  for (tccd_job **p = bucket_of(jobs, job->prep->hash); *p; p = &(*p)->next) {
+    if (*p == job) {
+      *p = job->next;
+      return;
+    }
+  }
+}
+
+static void job_add_waiter(tccd_job *job, tccd_call *c) {
+  c->next_waiter = NULL;
+  *job->waiters_tail = c;
+  job->waiters_tail = &c->next_waiter;
+  job->nwaiters++;
+}
+
+static void job_free(tccd_job *job) {
+  tcc_prepared_free(job->prep);
+  tcc_artifact_free(&job->artifact);
+  free(job->request_meta);
+  free(job);
+}
+
+int tccd_jobs_init(tccd_state *st) {
+  tccd_jobs *jobs = calloc(1, sizeof *jobs);
+  if (!jobs) return -1;
+  jobs->build.cc = st->cfg->cc;
+  jobs->build.timeout_ms = st->cfg->compile_timeout_ms;
+  st->jobs = jobs;
+  return 0;
+}
+
+void tccd_jobs_free(tccd_state *st) {
+  free(st->jobs);
+  st->jobs = NULL;
+}
+
+void tccd_jobs_stats(const tccd_state *st, tccd_job_stats *out) {
+  out->running = atomic_load(&st->jobs->running);
+  out->queued = st->jobs->in_pool - out->running;
+}
+
+/* ------------------------------------------------------------ replies */
+
+static void reply_compiled(tccd_call *c, const uint8_t hash[TCC_SHA256_BYTES],
+                           Tcc__V1__CacheStatus status, int kind,
+                           const uint8_t sha[TCC_SHA256_BYTES], int64_t size,
+                           const uint8_t *manifest, size_t manifest_len,
+                           const Tcc__V1__Timings *timings) {
+  char hash_hex[TCC_SHA256_HEX], sha_hex[TCC_SHA256_HEX];
+  tcc_hex_encode(hash, TCC_SHA256_BYTES, hash_hex);
+  tcc_hex_encode(sha, TCC_SHA256_BYTES, sha_hex);
+
+  Tcc__V1__Artifact artifact = TCC__V1__ARTIFACT__INIT;
+  artifact.kind = (Tcc__V1__ArtifactKind)kind;
+  artifact.sha256 = sha_hex;
+  artifact.size = size;
+  Tcc__V1__Timings t = *timings;
+  t.total_ms = tccd_call_elapsed_ms(c);
+  Tcc__V1__CompileResponse resp = TCC__V1__COMPILE_RESPONSE__INIT;
+  resp.guard_hash = hash_hex;
+  resp.cache = status;
+  resp.artifact = &artifact;
+  resp.timings = &t;
+
+  /* packed response + field 4 (manifest, length-delimited) appended */
+  size_t head = protobuf_c_message_get_packed_size(&resp.base);
+  uint8_t *buf = malloc(head + 11 + manifest_len);
+  if (!buf) {
+    tccd_call_fail(c, TCC_E_RESOURCE_EXHAUSTED, "out of memory building the reply");
+    return;
+  }
+  size_t n = protobuf_c_message_pack(&resp.base, buf);
+  buf[n++] = (4 << 3) | 2;
+  size_t v = manifest_len;
+  do {
+    buf[n++] = (uint8_t)((v & 0x7f) | (v >= 0x80 ? 0x80 : 0));
+    v >>= 7;
+  } while (v);
+  memcpy(buf + n, manifest, manifest_len);
+  n += manifest_len;
+  tccd_call_reply_bytes(c, buf, n);
+  free(buf);
+}
+
+static void reply_error_to_waiters(tccd_job *job, int code, const char *msg) {
+  tccd_call *c = job->waiters;
+  job->waiters = NULL;
+  job->waiters_tail = &job->waiters;
+  while (c) {
+    tccd_call *next = c->next_waiter;
+    tccd_call_fail(c, code, "%s", msg);
+    c = next;
+  }
+}
+
+/* ------------------------------------------------------------ the job */
+
+static void job_work(uv_work_t *w) {
+  tccd_job *job = w->data;
+  tccd_jobs *jobs = job->st->jobs;
+  /* worker thread: touch nothing but the job's own compile fields and the
+   * atomic running count; job->state is the loop's (it reads DONE only
+   * after this returns) */
+  atomic_fetch_add(&jobs->running, 1);
+  job->rc = tcc_compile(job->prep, &jobs->build, &job->artifact, &job->err);
+  atomic_fetch_sub(&jobs->running, 1);
+}
+
+static void job_store(tccd_job *job) {
+  tccd_state *st = job->st;
+  tcc_cache_entry e;
+  memset(&e, 0, sizeof e);
+  memcpy(e.hash, job->prep->hash, TCC_SHA256_BYTES);
+  e.key = job->prep->key;
+  e.key_len = job->prep->key_len;
+  snprintf(e.target, sizeof e.target, "%s", job->prep->target);
+  e.kind = job->artifact.kind;
+  e.manifest = job->artifact.manifest;
+  e.manifest_len = job->artifact.manifest_len;
+  e.request_meta = job->request_meta;
+  e.request_meta_len = job->request_meta_len;
+  memcpy(e.artifact_sha256, job->artifact.sha256, TCC_SHA256_BYTES);
+  e.size = (int64_t)job->artifact.size;
+  e.kernels = job->artifact.kernels;
+  e.compile_ms = job->artifact.compile_ms;
+  tcc_error err;
+  if (tcc_cache_store(st->cache, &e, job->artifact.data, job->artifact.size, &err) != 0) {
+    job->rc = err.code;
+    tcc_error_set(&job->err, err.code, "compiled, but could not store the artifact: %s", err.msg);
+  }
+}
+
+static void job_done(uv_work_t *w, int status) {
+  tccd_job *job = w->data;
+  tccd_state *st = job->st;
+  tccd_jobs *jobs = st->jobs;
+  jobs->in_pool--;
+  job->state = JOB_DONE;
+  job_unlink(jobs, job);
+
+  if (status == UV_ECANCELED) {
+    reply_error_to_waiters(job, TCC_E_UNAVAILABLE, "tccd is shutting down; the compile was not started");
+    job_free(job);
+    return;
+  }
+  if (job->rc == 0) {
+    tcc_cache_count(st->cache, TCC_COUNTER_compiles, 1);
+    job_store(job);
+  }
+  if (job->rc != 0) {
+    tcc_cache_count(st->cache, TCC_COUNTER_compile_failures, 1);
+    log_warn("compile %.12s failed (%s): %s", job->prep->hash_hex, tcc_status_name(job->rc), job->err.msg);
+    reply_error_to_waiters(job, job->rc, job->err.msg);
+    job_free(job);
+    return;
+  }
+  log_info("compile %.12s %s: %d kernel(s), %zu bytes, %.1f ms, %d waiter(s)",
+           job->prep->hash_hex, job->prep->target, job->artifact.kernels, job->artifact.size,
+           job->artifact.compile_ms, job->nwaiters);
+  Tcc__V1__Timings t = TCC__V1__TIMINGS__INIT;
+  t.compile_ms = job->artifact.compile_ms;
+  Tcc__V1__CacheStatus status_of = TCC__V1__CACHE_STATUS__MISS;
+  for (tccd_call *c = job->waiters, *next; c; c = next) {
+    next = c->next_waiter;
+    reply_compiled(c, job->prep->hash, status_of, job->artifact.kind, job->artifact.sha256,
+                   (int64_t)job->artifact.size, job->artifact.manifest, job->artifact.manifest_len, &t);
+    status_of = TCC__V1__CACHE_STATUS__COALESCED;
+  }
+  job_free(job);
+}
+
+/* Hands the job to the pool (--workers threads, UV_THREADPOOL_SIZE). */
+static void job_start(tccd_state *st, tccd_job *job) {
+  tccd_jobs *jobs = st->jobs;
+  job->work.data = job;
+  job->state = JOB_QUEUED;
+  jobs->in_pool++;
+  int rc = uv_queue_work(st->loop, &job->work, job_work, job_done);
+  assert(rc == 0);
+  (void)rc;
+}
+
+void tccd_jobs_cancel_queued(tccd_state *st) {
+  tccd_jobs *jobs = st->jobs;
+  for (int b = 0; b < JOB_BUCKETS; b++)
+    for (tccd_job *j = jobs->buckets[b]; j; j = j->next)
+      uv_cancel((uv_req_t *)&j->work); /* fails for running work; fine */
+}
+
+void tccd_jobs_abandon_waiters(tccd_state *st) {
+  tccd_jobs *jobs = st->jobs;
+  for (int b = 0; b < JOB_BUCKETS; b++)
+    for (tccd_job *j = jobs->buckets[b]; j; j = j->next)
+      reply_error_to_waiters(j, TCC_E_UNAVAILABLE,
+                             "tccd is shutting down; the compile goes on and will be cached");
+}
+
+/* ------------------------------------------------------------ the RPC */
+
+static uint8_t *encode_request_meta(const Tcc__V1__CompileRequest *req, size_t *len) {
+  Tcc__V1__CompileRequest meta = TCC__V1__COMPILE_REQUEST__INIT;
+  meta.target = req->target;
+  meta.options = req->options;
+  *len = protobuf_c_message_get_packed_size(&meta.base);
+  uint8_t *buf = malloc(*len ? *len : 1);
+  if (buf) protobuf_c_message_pack(&meta.base, buf);
+  return buf;
+}
+
+void tccd_rpc_compile(tccd_state *st, tccd_call *c) {
+  uint8_t *bytes;
+  size_t len;
+  if (tccd_call_read_payload(c, &bytes, &len) != 0) return;
+  tcc_cache_count(st->cache, TCC_COUNTER_requests, 1);
+
+  Tcc__V1__Timings t = TCC__V1__TIMINGS__INIT;
+  uint64_t t0 = uv_hrtime();
+  tcc_error err;
+  tcc_error_clear(&err);
+  Tcc__V1__CompileRequest *req = NULL;
+  if (len > TCC_MAX_REQUEST_BYTES) {
+    tcc_error_set(&err, TCC_E_RESOURCE_EXHAUSTED, "request is %zu bytes; the limit is %u", len,
+                  TCC_MAX_REQUEST_BYTES);
+  } else {
+    req = tcc__v1__compile_request__unpack(NULL, len, bytes);
+    if (!req)
+      tcc_error_set(&err, TCC_E_INVALID_ARGUMENT,
+                    "malformed CompileRequest: %zu bytes that do not decode as tcc.v1.CompileRequest", len);
+  }
+  free(bytes);
+  t.decode_ms = tccd_ms_since(t0);
+  tcc_prepared *prep = NULL;
+  if (req) {
+    uint64_t t1 = uv_hrtime();
+    tcc_prepare(req, st->identity, &prep, &err);
+    t.hash_ms = tccd_ms_since(t1);
+  }
+  if (!prep) {
+    tcc_cache_count(st->cache, TCC_COUNTER_invalid_requests, 1);
+    log_info("compile rejected (%s): %s", tcc_status_name(err.code), err.msg);
+    if (req) tcc__v1__compile_request__free_unpacked(req, NULL);
+    tccd_call_fail_error(c, &err);
+    return;
+  }
+
+  uint64_t t2 = uv_hrtime();
+  tcc_cache_entry entry;
+  int rc = tcc_cache_lookup(st->cache, prep->hash, prep->key, prep->key_len, &entry, &err);
+  t.lookup_ms = tccd_ms_since(t2);
+  if (rc == 0) {
+    tcc_cache_count(st->cache, TCC_COUNTER_hits, 1);
+    t.compile_ms = entry.compile_ms;
+    reply_compiled(c, prep->hash, TCC__V1__CACHE_STATUS__HIT, entry.kind, entry.artifact_sha256,
+                   entry.size, entry.manifest, entry.manifest_len, &t);
+    log_debug("compile %.12s hit (%.3f ms)", prep->hash_hex, tccd_call_elapsed_ms(c));
+    tcc_cache_entry_clear(&entry);
+    tcc__v1__compile_request__free_unpacked(req, NULL);
+    tcc_prepared_free(prep);
+    return;
+  }
+  if (rc != TCC_E_NOT_FOUND) log_warn("cache lookup failed, compiling instead: %s", err.msg);
+  else if (err.msg[0]) log_warn("%s", err.msg); /* e.g. a guard hash collision */
+
+  tccd_job *job = job_find(st->jobs, prep->hash);
+  if (job) {
+    tcc_cache_count(st->cache, TCC_COUNTER_coalesced, 1);
+    job_add_waiter(job, c);
+    tcc__v1__compile_request__free_unpacked(req, NULL);
+    tcc_prepared_free(prep);
+    return;
+  }
+  if (st->draining) {
+    tcc__v1__compile_request__free_unpacked(req, NULL);
+    tcc_prepared_free(prep);
+    tccd_call_fail(c, TCC_E_UNAVAILABLE, "tccd is shutting down");
+    return;
+  }
+  tccd_jobs *jobs = st->jobs;
+  if (jobs->in_pool >= (int64_t)st->cfg->workers + st->cfg->queue_max) {
+    tccd_job_stats js;
+    tccd_jobs_stats(st, &js);
+    tcc__v1__compile_request__free_unpacked(req, NULL);
+    tcc_prepared_free(prep);
+    tccd_call_fail(c, TCC_E_RESOURCE_EXHAUSTED,
+                   "compile queue full (%lld queued, %lld running, --queue-max %d); retry later",
+                   (long long)js.queued, (long long)js.running, st->cfg->queue_max);
+    return;
+  }
+  job = calloc(1, sizeof *job);
+  if (!job) {
+    tcc__v1__compile_request__free_unpacked(req, NULL);
+    tcc_prepared_free(prep);
+    tccd_call_fail(c, TCC_E_RESOURCE_EXHAUSTED, "out of memory");
+    return;
+  }
+  tcc_cache_count(st->cache, TCC_COUNTER_misses, 1);
+  job->st = st;
+  job->prep = prep;
+  job->request_meta = encode_request_meta(req, &job->request_meta_len);
+  tcc__v1__compile_request__free_unpacked(req, NULL);
+  job->waiters_tail = &job->waiters;
+  job_add_waiter(job, c);
+  tccd_job **bucket = bucket_of(jobs, prep->hash);
+  job->next = *bucket;
+  *bucket = job;
+  log_debug("compile %.12s miss: queued (%zu nodes, %s)", prep->hash_hex, prep->nodes, prep->target);
+  job_start(st, job);
+}

@@ -1,0 +1,169 @@
+/*
+ * config.c — tccd's flags. Each flag --name also reads TCCD_NAME from the
+ * environment (dashes become underscores, upper case); a flag on the
+ * command line wins over the environment, which wins over the default.
+ * The table below is the single list: parsing, env lookup and --help all
+ * walk it.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "daemon.h"
+#include "tcc_config.h"
+
+typedef enum { OPT_STRING, OPT_INT, OPT_BYTES, OPT_LEVEL } opt_kind;
+
+typedef struct opt_def {
+  const char *name;      /* flag without dashes */
+  opt_kind kind;
+  size_t offset;         /* into tccd_config */
+  size_t cap;            /* for strings */
+  const char *help;
+} opt_def;
+
+#define STR(field) OPT_STRING, offsetof(tccd_config, field), sizeof(((tccd_config *)0)->field)
+#define NUM(kind, field) kind, offsetof(tccd_config, field), 0
+
+static const opt_def options[] = {
+  {"listen", STR(listen), "HOST:PORT to serve gRPC on (default " TCCD_DEFAULT_LISTEN "; port 0 picks one)"},
+  {"cache-dir", STR(cache_dir), "kernel cache directory (default $XDG_CACHE_HOME/tccd or ~/.cache/tccd)"},
+  {"workers", NUM(OPT_INT, workers), "compile worker threads (default: number of cores)"},
+  {"queue-max", NUM(OPT_INT, queue_max), "compiles that may wait for a worker before RESOURCE_EXHAUSTED (default 64)"},
+  {"cache-max-bytes", NUM(OPT_BYTES, cache_max_bytes), "artifact byte budget, e.g. 10G (default 10G; 0 = unlimited)"},
+  {"log-level", NUM(OPT_LEVEL, log_level), "error, warn, info or debug (default info)"},
+  {"cc", STR(cc), "C compiler for CPU kernels (default " TCC_CC_DEFAULT ")"},
+  {"compile-timeout-ms", NUM(OPT_INT, compile_timeout_ms), "per-compile time limit (default 120000)"},
+  {"shutdown-grace-ms", NUM(OPT_INT, shutdown_grace_ms), "on SIGTERM, how long in-flight calls may finish (default 5000)"},
+  {"port-file", STR(port_file), "write the bound port to this file once listening"},
+};
+
+static void config_defaults(tccd_config *cfg) {
+  memset(cfg, 0, sizeof *cfg);
+  snprintf(cfg->listen, sizeof cfg->listen, "%s", TCCD_DEFAULT_LISTEN);
+  const char *xdg = getenv("XDG_CACHE_HOME");
+  const char *home = getenv("HOME");
+  if (xdg && *xdg)
+    snprintf(cfg->cache_dir, sizeof cfg->cache_dir, "%s/tccd", xdg);
+  else
+    snprintf(cfg->cache_dir, sizeof cfg->cache_dir, "%s/.cache/tccd", home && *home ? home : ".");
+  long n = sysconf(_SC_NPROCESSORS_ONLN);
+  cfg->workers = n > 0 ? (int)n : 1;
+  cfg->queue_max = 64;
+  cfg->cache_max_bytes = 10LL << 30;
+  cfg->log_level = TCCD_LOG_INFO;
+  snprintf(cfg->cc, sizeof cfg->cc, "%s", TCC_CC_DEFAULT);
+  cfg->compile_timeout_ms = 120000;
+  cfg->shutdown_grace_ms = 5000;
+}
+
+/* "10G", "512M", "4096", "1.5G" -> bytes. Returns 0 or -1. */
+static int parse_bytes(const char *s, int64_t *out) {
+  char *end;
+  errno = 0;
+  double v = strtod(s, &end);
+  if (end == s || errno || v < 0) return -1;
+  double mult = 1;
+  switch (*end) {
+  case 'k': case 'K': mult = 1024.0; end++; break;
+  case 'm': case 'M': mult = 1024.0 * 1024; end++; break;
+  case 'g': case 'G': mult = 1024.0 * 1024 * 1024; end++; break;
+  case 't': case 'T': mult = 1024.0 * 1024 * 1024 * 1024; end++; break;
+  }
+  if (*end == 'i' || *end == 'B') end++;
+  if (*end == 'B') end++;
+  if (*end) return -1;
+  v *= mult;
+  if (v > (double)INT64_MAX) return -1;
+  *out = (int64_t)v;
+  return 0;
+}
+
+static int set_option(tccd_config *cfg, const opt_def *o, const char *value,
+                      const char *source, tcc_error *err) {
+  char *field = (char *)cfg + o->offset;
+  switch (o->kind) {
+  case OPT_STRING:
+    if (strlen(value) >= o->cap)
+      return tcc_error_set(err, -1, "%s: --%s value too long", source, o->name);
+    memcpy(field, value, strlen(value) + 1);
+    return 0;
+  case OPT_INT: {
+    char *end;
+    errno = 0;
+    long v = strtol(value, &end, 10);
+    if (*value == '\0' || *end || errno || v < 0 || v > INT_MAX)
+      return tcc_error_set(err, -1, "%s: --%s expects a non-negative integer, got '%s'",
+                           source, o->name, value);
+    *(int *)field = (int)v;
+    return 0;
+  }
+  case OPT_BYTES:
+    if (parse_bytes(value, (int64_t *)field) != 0)
+      return tcc_error_set(err, -1, "%s: --%s expects a byte count like 4096, 512M or 10G, got '%s'",
+                           source, o->name, value);
+    return 0;
+  case OPT_LEVEL:
+    if (tccd_log_parse_level(value, (tccd_log_level *)field) != 0)
+      return tcc_error_set(err, -1, "%s: --%s expects error, warn, info or debug, got '%s'",
+                           source, o->name, value);
+    return 0;
+  }
+  return -1;
+}
+
+void tccd_config_usage(FILE *out) {
+  fprintf(out, "usage: tccd [OPTIONS]\n\n"
+               "tccd compiles tensor graphs into kernels and caches them.\n\n"
+               "Options (each also read from the environment as TCCD_<NAME>):\n");
+  for (size_t i = 0; i < sizeof options / sizeof *options; i++)
+    fprintf(out, "  --%-22s %s\n", options[i].name, options[i].help);
+  fprintf(out, "  --%-22s %s\n  --%-22s %s\n", "help", "show this help", "version",
+          "print the version");
+}
+
+int tccd_config_load(tccd_config *cfg, int argc, char **argv, tcc_error *err) {
+  config_defaults(cfg);
+  const size_t n = sizeof options / sizeof *options;
+  for (size_t i = 0; i < n; i++) {
+    char env[64] = "TCCD_";
+    for (const char *p = options[i].name; *p; p++) {
+      size_t len = strlen(env);
+      env[len] = *p == '-' ? '_' : (char)(*p >= 'a' && *p <= 'z' ? *p - 32 : *p);
+      env[len + 1] = '\0';
+    }
+    const char *v = getenv(env);
+    if (v && *v && set_option(cfg, &options[i], v, env, err) != 0) return -1;
+  }
+  for (int a = 1; a < argc; a++) {
+    const char *arg = argv[a];
+    if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
+      tccd_config_usage(stdout);
+      return 1;
+    }
+    if (strcmp(arg, "--version") == 0) {
+      printf("tccd %s\n", TCC_VERSION);
+      return 1;
+    }
+    if (strncmp(arg, "--", 2) != 0)
+      return tcc_error_set(err, -1, "unexpected argument '%s' (see --help)", arg);
+    const char *name = arg + 2, *eq = strchr(name, '=');
+    size_t name_len = eq ? (size_t)(eq - name) : strlen(name);
+    const opt_def *o = NULL;
+    for (size_t i = 0; i < n; i++)
+      if (strlen(options[i].name) == name_len && strncmp(options[i].name, name, name_len) == 0)
+        o = &options[i];
+    if (!o) return tcc_error_set(err, -1, "unknown option '%s' (see --help)", arg);
+    const char *value = eq ? eq + 1 : NULL;
+    if (!value) {
+      if (a + 1 >= argc) return tcc_error_set(err, -1, "option --%s needs a value", o->name);
+      value = argv[++a];
+    }
+    if (set_option(cfg, o, value, "command line", err) != 0) return -1;
+  }
+  if (cfg->workers < 1) return tcc_error_set(err, -1, "--workers must be at least 1");
+  return 0;
+}

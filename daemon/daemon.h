@@ -1,0 +1,202 @@
+/*
+ * daemon.h — tccd's internal table of contents.
+ *
+ * Threads (see server.c for the drawing):
+ *   - the libuv loop thread owns ALL state: calls, jobs, the cache handle,
+ *     counters. Every handler below runs on it.
+ *   - one gRPC thread blocks in grpc_completion_queue_next and hands each
+ *     (tag, ok) to the loop through a mutex-protected queue + uv_async.
+ *   - the worker pool (libuv's thread pool, --workers threads) runs
+ *     tcc_compile and nothing else; results come back to the loop.
+ *
+ * Grouped by defining file, chibicc-style.
+ */
+#ifndef TCCD_DAEMON_H
+#define TCCD_DAEMON_H
+
+#include <grpc/grpc.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "cache.h"
+#include "compiler.h"
+#include "tcc_status.h"
+
+/* ------------------------------------------------------------- log.c */
+
+typedef enum tccd_log_level {
+  TCCD_LOG_ERROR, TCCD_LOG_WARN, TCCD_LOG_INFO, TCCD_LOG_DEBUG
+} tccd_log_level;
+
+/* Parses "error", "warn", "info", "debug". Returns 0 or -1. */
+int tccd_log_parse_level(const char *s, tccd_log_level *out);
+void tccd_log_set_level(tccd_log_level level);
+int tccd_log_enabled(tccd_log_level level);
+void tccd_log(tccd_log_level level, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+#define log_error(...) tccd_log(TCCD_LOG_ERROR, __VA_ARGS__)
+#define log_warn(...)  tccd_log(TCCD_LOG_WARN, __VA_ARGS__)
+#define log_info(...)  tccd_log(TCCD_LOG_INFO, __VA_ARGS__)
+#define log_debug(...) do { if (tccd_log_enabled(TCCD_LOG_DEBUG)) tccd_log(TCCD_LOG_DEBUG, __VA_ARGS__); } while (0)
+
+/* ------------------------------------------------------------- config.c */
+
+#define TCCD_DEFAULT_LISTEN "127.0.0.1:7311"
+
+typedef struct tccd_config {
+  char listen[256];          /* --listen HOST:PORT */
+  char cache_dir[4096];      /* --cache-dir */
+  int workers;               /* --workers (default: number of cores) */
+  int queue_max;             /* --queue-max: queued compiles beyond workers */
+  int64_t cache_max_bytes;   /* --cache-max-bytes (0 = unlimited) */
+  tccd_log_level log_level;  /* --log-level */
+  char cc[1024];             /* --cc: C compiler for CPU kernels */
+  int compile_timeout_ms;    /* --compile-timeout-ms */
+  int shutdown_grace_ms;     /* --shutdown-grace-ms */
+  char port_file[4096];      /* --port-file: write the bound port here */
+} tccd_config;
+
+/* Fills cfg from defaults, then TCCD_<FLAG> environment variables, then
+ * argv. Returns 0 to run, 1 when --help/--version was handled (exit 0),
+ * or -1 with a message in err (exit 2). */
+int tccd_config_load(tccd_config *cfg, int argc, char **argv, tcc_error *err);
+void tccd_config_usage(FILE *out);
+
+/* ------------------------------------------------------------- server.c */
+
+typedef struct tccd_server tccd_server;
+typedef struct tccd_call tccd_call;
+
+/* A completion-queue tag: what to run on the loop when a batch completes. */
+typedef struct tccd_tag {
+  void (*fn)(void *obj, int ok);
+  void *obj;
+} tccd_tag;
+
+/* The registered methods: X(ID, full name, handler). */
+#define TCCD_METHODS(X)                                               \
+  X(COMPILE, "/tcc.v1.Compiler/Compile", tccd_rpc_compile)            \
+  X(FETCH, "/tcc.v1.Compiler/Fetch", tccd_rpc_fetch)                  \
+  X(STATS, "/tcc.v1.Cache/Stats", tccd_rpc_stats)                     \
+  X(LIST, "/tcc.v1.Cache/List", tccd_rpc_list)                        \
+  X(SHOW, "/tcc.v1.Cache/Show", tccd_rpc_show)                        \
+  X(EVICT, "/tcc.v1.Cache/Evict", tccd_rpc_evict)                     \
+  X(GC, "/tcc.v1.Cache/Gc", tccd_rpc_gc)                              \
+  X(HEALTH_CHECK, "/grpc.health.v1.Health/Check", tccd_rpc_health_check)
+
+typedef enum tccd_method_id {
+#define TCCD_METHOD_ENUM(id, name, fn) TCCD_METHOD_##id,
+  TCCD_METHODS(TCCD_METHOD_ENUM)
+#undef TCCD_METHOD_ENUM
+  TCCD_METHOD__COUNT
+} tccd_method_id;
+
+/* One incoming call. Created when gRPC hands us a call, destroyed when its
+ * last outstanding batch has completed (see server.c). */
+struct tccd_call {
+  tccd_server *server;
+  tccd_method_id method;           /* TCCD_METHOD__COUNT: an unknown method */
+  grpc_call *call;
+  grpc_call_details details;       /* unknown methods only */
+  tccd_tag request_tag;            /* gRPC handed us this call */
+  int refs;                        /* batches in flight + 1 until finished */
+  gpr_timespec deadline;
+  grpc_metadata_array request_md;
+  grpc_byte_buffer *payload;       /* the request message, or NULL */
+  uint64_t start_ns;               /* when it arrived (uv_hrtime) */
+  int cancelled;                   /* client went away (RECV_CLOSE says so) */
+  int finished;                    /* status sent or being sent */
+  int close_received;              /* RECV_CLOSE_ON_SERVER completed */
+  tccd_tag close_tag, send_tag;
+  grpc_byte_buffer *send_buf;      /* in flight, destroyed on completion */
+  grpc_slice status_details;
+  int close_cancelled_flag;        /* filled by RECV_CLOSE_ON_SERVER */
+  /* server streaming (Fetch): what is left to send */
+  uint8_t *stream_data;
+  size_t stream_len, stream_off, stream_chunk;
+  char stream_sha[TCC_SHA256_HEX];
+  int stream_kind;
+  int initial_md_sent;
+  /* compile waiters: next call waiting on the same job */
+  tccd_call *next_waiter;
+};
+
+/* Daemon-wide runtime state; lives on the loop thread. */
+typedef struct tccd_state {
+  tccd_config *cfg;
+  tccd_server *server;
+  uv_loop_t *loop;
+  tcc_cache *cache;
+  char identity[512];              /* compiler identity for guard keys */
+  uint64_t started_ns;
+  struct tccd_jobs *jobs;          /* compile.c */
+  int draining;                    /* shutting down: refuse new compiles */
+} tccd_state;
+
+/* Creates the server, binds cfg->listen (refusing a port already in use),
+ * registers the methods and starts the gRPC thread. Returns 0, or -1 with
+ * a message in err. */
+int tccd_server_start(tccd_state *st, tcc_error *err);
+
+/* Begins a graceful shutdown: stop accepting, let in-flight calls finish
+ * for up to grace_ms, then cancel them. `done` runs on the loop once every
+ * call is gone and the gRPC thread has stopped. */
+void tccd_server_shutdown(tccd_server *srv, int grace_ms, void (*done)(tccd_state *));
+
+/* Frees what tccd_server_start made; call after `done` ran. */
+void tccd_server_free(tccd_server *srv);
+
+/* The bound port (after start). */
+int tccd_server_port(const tccd_server *srv);
+
+/* Reply helpers: each finishes the call (exactly one per call). */
+void tccd_call_reply(tccd_call *c, const ProtobufCMessage *msg);
+void tccd_call_reply_bytes(tccd_call *c, const uint8_t *data, size_t len);
+void tccd_call_fail(tccd_call *c, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+void tccd_call_fail_error(tccd_call *c, const tcc_error *err);
+
+/* Server streaming: send `data` as ArtifactChunk messages, then OK.
+ * Takes ownership of data (malloc'd). */
+void tccd_call_stream_artifact(tccd_call *c, uint8_t *data, size_t len,
+                               const char *sha_hex, int kind, size_t chunk);
+
+/* The request payload as one malloc'd buffer (caller frees). Returns 0 or
+ * fails the call itself and returns -1. */
+int tccd_call_read_payload(tccd_call *c, uint8_t **data, size_t *len);
+
+/* Milliseconds since the call arrived. */
+double tccd_call_elapsed_ms(const tccd_call *c);
+
+/* ------------------------------------------------------------- rpc.c */
+
+/* Handlers: each owns the call from here on and must finish it. */
+#define TCCD_HANDLER_DECL(id, name, fn) void fn(tccd_state *st, tccd_call *c);
+TCCD_METHODS(TCCD_HANDLER_DECL)
+#undef TCCD_HANDLER_DECL
+
+/* ------------------------------------------------------------- compile.c */
+
+typedef struct tccd_job_stats {
+  int64_t queued;       /* waiting for a worker */
+  int64_t running;      /* in tcc_compile */
+} tccd_job_stats;
+
+int tccd_jobs_init(tccd_state *st);
+void tccd_jobs_stats(const tccd_state *st, tccd_job_stats *out);
+/* Shutdown, first step: cancels queued jobs (their waiters get
+ * UNAVAILABLE); running ones finish and are still stored. */
+void tccd_jobs_cancel_queued(tccd_state *st);
+/* Shutdown, after the grace period: every call still waiting on a running
+ * compile gets UNAVAILABLE now; the compile's result is still stored. */
+void tccd_jobs_abandon_waiters(tccd_state *st);
+void tccd_jobs_free(tccd_state *st);
+
+/* ------------------------------------------------------------- util */
+
+static inline double tccd_ms_since(uint64_t start_ns) {
+  return (double)(uv_hrtime() - start_ns) / 1e6;
+}
+
+#endif

@@ -1,0 +1,144 @@
+/*
+ * main.c — tccd: start-up, the housekeeping cron, signals, shutdown.
+ *
+ *   load config ─► grpc_init ─► toolchain identity ─► open cache
+ *   ─► start server (bind, gRPC thread) ─► uv_run ... SIGINT/SIGTERM:
+ *   drain (refuse new compiles, cancel queued ones, let in-flight calls
+ *   finish for --shutdown-grace-ms, then cancel) ─► server gone
+ *   ─► close handles ─► uv_run returns once running compiles are stored
+ *   ─► close cache (flushes counters) ─► grpc_shutdown ─► exit 0.
+ *
+ * Housekeeping (one timer, every second, Redis serverCron-style):
+ *   - write pending hit bookkeeping and counters to the cache.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "daemon.h"
+#include "tcc_config.h"
+
+static uv_signal_t sigint_handle, sigterm_handle;
+static uv_timer_t housekeeping_timer;
+
+static void housekeeping(uv_timer_t *t) {
+  tccd_state *st = t->data;
+  tcc_error err;
+  if (tcc_cache_flush(st->cache, &err) != 0) log_warn("cache flush failed: %s", err.msg);
+}
+
+static void on_server_done(tccd_state *st) {
+  (void)st;
+  log_info("server stopped; waiting for running compiles to be stored");
+  uv_timer_stop(&housekeeping_timer);
+  uv_close((uv_handle_t *)&housekeeping_timer, NULL);
+  uv_close((uv_handle_t *)&sigint_handle, NULL);
+  uv_close((uv_handle_t *)&sigterm_handle, NULL);
+}
+
+static void on_signal(uv_signal_t *h, int signum) {
+  tccd_state *st = h->data;
+  if (st->draining) {
+    log_warn("%s again: still shutting down", strsignal(signum));
+    return;
+  }
+  log_info("%s: shutting down (grace %d ms)", strsignal(signum), st->cfg->shutdown_grace_ms);
+  st->draining = 1;
+  tccd_jobs_cancel_queued(st);
+  tccd_server_shutdown(st->server, st->cfg->shutdown_grace_ms, on_server_done);
+}
+
+/* Writes the bound port atomically (tmp + rename) for scripts and tests. */
+static int write_port_file(const char *path, int port) {
+  char tmp[4200];
+  snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
+  FILE *f = fopen(tmp, "w");
+  if (!f) return -1;
+  fprintf(f, "%d\n", port);
+  if (fclose(f) != 0 || rename(tmp, path) != 0) {
+    unlink(tmp);
+    return -1;
+  }
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  tccd_config cfg;
+  tcc_error err;
+  tcc_error_clear(&err);
+  int rc = tccd_config_load(&cfg, argc, argv, &err);
+  if (rc == 1) return 0;
+  if (rc != 0) {
+    fprintf(stderr, "tccd: %s\n", err.msg);
+    return 2;
+  }
+  tccd_log_set_level(cfg.log_level);
+  signal(SIGPIPE, SIG_IGN);
+
+  /* The compile pool is libuv's thread pool: size it before first use. */
+  char pool[16];
+  snprintf(pool, sizeof pool, "%d", cfg.workers);
+  setenv("UV_THREADPOOL_SIZE", pool, 1);
+
+  tccd_state st;
+  memset(&st, 0, sizeof st);
+  st.cfg = &cfg;
+  st.loop = uv_default_loop();
+  st.started_ns = uv_hrtime();
+
+  if (tcc_toolchain_identity(cfg.cc, st.identity, sizeof st.identity, &err) != 0) {
+    log_error("cannot use the C compiler '%s' (--cc): %s", cfg.cc, err.msg);
+    return 1;
+  }
+  tcc_cache_options copts = {.dir = cfg.cache_dir, .max_bytes = cfg.cache_max_bytes};
+  if (tcc_cache_open(&copts, &st.cache, &err) != 0) {
+    log_error("cannot use the cache directory %s (--cache-dir): %s", cfg.cache_dir, err.msg);
+    return 1;
+  }
+  if (tccd_jobs_init(&st) != 0) {
+    log_error("out of memory");
+    tcc_cache_close(st.cache);
+    return 1;
+  }
+
+  grpc_init();
+  if (tccd_server_start(&st, &err) != 0) {
+    log_error("%s", err.msg);
+    tccd_jobs_free(&st);
+    tcc_cache_close(st.cache);
+    grpc_shutdown();
+    return 1;
+  }
+  int port = tccd_server_port(st.server);
+  if (cfg.port_file[0] && write_port_file(cfg.port_file, port) != 0)
+    log_warn("cannot write --port-file %s: %s", cfg.port_file, strerror(errno));
+
+  uv_signal_init(st.loop, &sigint_handle);
+  uv_signal_init(st.loop, &sigterm_handle);
+  sigint_handle.data = sigterm_handle.data = &st;
+  uv_signal_start(&sigint_handle, on_signal, SIGINT);
+  uv_signal_start(&sigterm_handle, on_signal, SIGTERM);
+  uv_timer_init(st.loop, &housekeeping_timer);
+  housekeeping_timer.data = &st;
+  uv_timer_start(&housekeeping_timer, housekeeping, 1000, 1000);
+
+  const char *colon = strrchr(cfg.listen, ':');
+  log_info("tccd %s listening on %.*s:%d (cache %s, %d workers, budget %lld bytes)", TCC_VERSION,
+           colon ? (int)(colon - cfg.listen) : 0, cfg.listen, port, cfg.cache_dir, cfg.workers,
+           (long long)cfg.cache_max_bytes);
+  log_info("compiler: %s", st.identity);
+
+  uv_run(st.loop, UV_RUN_DEFAULT);
+
+  tccd_server_free(st.server);
+  tccd_jobs_free(&st);
+  tcc_cache_close(st.cache); /* flushes counters */
+  grpc_shutdown();
+  if (uv_loop_close(st.loop) != 0) log_warn("libuv loop closed with handles still open");
+  log_info("stopped");
+  return 0;
+}

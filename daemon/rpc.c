@@ -1,0 +1,283 @@
+/*
+ * rpc.c — the small RPCs: Fetch (streamed artifact), Stats, List, Show,
+ * Evict, Gc and grpc.health.v1.Health/Check. Compile lives in compile.c.
+ *
+ * Each handler decodes its request (malformed: INVALID_ARGUMENT), asks the
+ * cache, and finishes the call exactly once. All run on the loop thread.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "daemon.h"
+#include "grpc/health/v1/health.pb-c.h"
+#include "tcc/v1/tcc.pb-c.h"
+#include "tcc_config.h"
+
+/* Unpacks the call's payload as `desc`; on failure fails the call. */
+static ProtobufCMessage *unpack_request(tccd_call *c, const ProtobufCMessageDescriptor *desc) {
+  uint8_t *bytes;
+  size_t len;
+  if (tccd_call_read_payload(c, &bytes, &len) != 0) return NULL;
+  ProtobufCMessage *m = protobuf_c_message_unpack(desc, NULL, len, bytes);
+  free(bytes);
+  if (!m) tccd_call_fail(c, TCC_E_INVALID_ARGUMENT, "malformed %s", desc->name);
+  return m;
+}
+
+/* Parses a 64-digit hex guard hash / digest named `what`. */
+static int parse_hash(tccd_call *c, const char *hex, const char *what, uint8_t out[TCC_SHA256_BYTES]) {
+  if (tcc_hex_decode(hex, out, TCC_SHA256_BYTES) != 0) {
+    tccd_call_fail(c, TCC_E_INVALID_ARGUMENT, "%s must be 64 hex digits, got '%.80s'", what, hex ? hex : "");
+    return -1;
+  }
+  return 0;
+}
+
+/* ------------------------------------------------------------ Fetch */
+
+void tccd_rpc_fetch(tccd_state *st, tccd_call *c) {
+  Tcc__V1__FetchRequest *req =
+      (Tcc__V1__FetchRequest *)unpack_request(c, &tcc__v1__fetch_request__descriptor);
+  if (!req) return;
+  uint8_t sha[TCC_SHA256_BYTES];
+  int kind = TCC__V1__ARTIFACT_KIND__ARTIFACT_KIND_UNSPECIFIED;
+  tcc_error err;
+  size_t chunk = req->chunk_bytes > 0 && req->chunk_bytes < (4 << 20) ? (size_t)req->chunk_bytes : 0;
+  if (req->sha256 && *req->sha256) {
+    if (parse_hash(c, req->sha256, "sha256", sha) != 0) goto out;
+  } else if (req->guard_hash && *req->guard_hash) {
+    uint8_t hash[TCC_SHA256_BYTES];
+    if (parse_hash(c, req->guard_hash, "guard_hash", hash) != 0) goto out;
+    tcc_cache_entry e;
+    if (tcc_cache_get(st->cache, hash, &e, &err) != 0) {
+      tccd_call_fail_error(c, &err);
+      goto out;
+    }
+    memcpy(sha, e.artifact_sha256, TCC_SHA256_BYTES);
+    kind = e.kind;
+    tcc_cache_entry_clear(&e);
+  } else {
+    tccd_call_fail(c, TCC_E_INVALID_ARGUMENT, "FetchRequest needs sha256 or guard_hash");
+    goto out;
+  }
+  uint8_t *data;
+  size_t len;
+  if (tcc_cache_read_artifact(st->cache, sha, &data, &len, &err) != 0) {
+    if (err.code == TCC_E_DATA_LOSS) log_error("%s", err.msg);
+    tccd_call_fail_error(c, &err);
+    goto out;
+  }
+  char hex[TCC_SHA256_HEX];
+  tcc_hex_encode(sha, TCC_SHA256_BYTES, hex);
+  tccd_call_stream_artifact(c, data, len, hex, kind, chunk);
+out:
+  tcc__v1__fetch_request__free_unpacked(req, NULL);
+}
+
+/* ------------------------------------------------------------ Stats */
+
+void tccd_rpc_stats(tccd_state *st, tccd_call *c) {
+  ProtobufCMessage *req = unpack_request(c, &tcc__v1__stats_request__descriptor);
+  if (!req) return;
+  protobuf_c_message_free_unpacked(req, NULL);
+  tcc_cache_stats cs;
+  tcc_error err;
+  if (tcc_cache_stats_get(st->cache, &cs, &err) != 0) {
+    tccd_call_fail_error(c, &err);
+    return;
+  }
+  tccd_job_stats js;
+  tccd_jobs_stats(st, &js);
+  Tcc__V1__StatsResponse r = TCC__V1__STATS_RESPONSE__INIT;
+  r.entries = cs.entries;
+  r.bytes = cs.bytes;
+  r.max_bytes = cs.max_bytes;
+  r.hits = cs.counters[TCC_COUNTER_hits];
+  r.misses = cs.counters[TCC_COUNTER_misses];
+  r.coalesced = cs.counters[TCC_COUNTER_coalesced];
+  r.compiles = cs.counters[TCC_COUNTER_compiles];
+  r.compile_failures = cs.counters[TCC_COUNTER_compile_failures];
+  r.evictions = cs.counters[TCC_COUNTER_evictions];
+  r.corrupt_blobs = cs.counters[TCC_COUNTER_corrupt_blobs];
+  r.remote_hits = cs.counters[TCC_COUNTER_remote_hits];
+  r.negative_hits = cs.counters[TCC_COUNTER_negative_hits];
+  r.requests = cs.counters[TCC_COUNTER_requests];
+  r.invalid_requests = cs.counters[TCC_COUNTER_invalid_requests];
+  r.compile_seconds = cs.compile_seconds;
+  r.compile_seconds_saved = cs.compile_seconds_saved;
+  r.uptime_seconds = (int64_t)((uv_hrtime() - st->started_ns) / 1000000000ull);
+  r.version = (char *)TCC_VERSION;
+  r.queue_depth = js.queued;
+  r.running_jobs = js.running;
+  r.workers = st->cfg->workers;
+  tccd_call_reply(c, &r.base);
+}
+
+/* ------------------------------------------------------------ List / Show */
+
+static void fill_summary(Tcc__V1__EntrySummary *s, const tcc_cache_entry *e,
+                         char hash_hex[TCC_SHA256_HEX], char sha_hex[TCC_SHA256_HEX]) {
+  tcc_hex_encode(e->hash, TCC_SHA256_BYTES, hash_hex);
+  tcc_hex_encode(e->artifact_sha256, TCC_SHA256_BYTES, sha_hex);
+  s->guard_hash = hash_hex;
+  s->target = (char *)e->target;
+  s->kind = (Tcc__V1__ArtifactKind)e->kind;
+  s->size = e->size;
+  s->hits = e->hits;
+  s->compile_ms = e->compile_ms;
+  s->created_unix = e->created;
+  s->last_used_unix = e->last_used;
+  s->kernels = e->kernels;
+  s->artifact_sha256 = sha_hex;
+}
+
+void tccd_rpc_list(tccd_state *st, tccd_call *c) {
+  Tcc__V1__ListRequest *req =
+      (Tcc__V1__ListRequest *)unpack_request(c, &tcc__v1__list_request__descriptor);
+  if (!req) return;
+  tcc_cache_order order = TCC_CACHE_ORDER_LAST_USED;
+  const char *ob = req->order_by ? req->order_by : "";
+  if (!*ob || strcmp(ob, "last_used") == 0) order = TCC_CACHE_ORDER_LAST_USED;
+  else if (strcmp(ob, "hits") == 0) order = TCC_CACHE_ORDER_HITS;
+  else if (strcmp(ob, "size") == 0) order = TCC_CACHE_ORDER_SIZE;
+  else if (strcmp(ob, "created") == 0) order = TCC_CACHE_ORDER_CREATED;
+  else {
+    tccd_call_fail(c, TCC_E_INVALID_ARGUMENT,
+                   "order_by must be last_used, hits, size or created, got '%.40s'", ob);
+    tcc__v1__list_request__free_unpacked(req, NULL);
+    return;
+  }
+  int limit = req->limit > 0 ? req->limit : 100;
+  if (limit > 10000) limit = 10000;
+  tcc__v1__list_request__free_unpacked(req, NULL);
+
+  tcc_cache_entry *entries = NULL;
+  size_t n = 0;
+  tcc_error err;
+  if (tcc_cache_list(st->cache, order, limit, &entries, &n, &err) != 0) {
+    tccd_call_fail_error(c, &err);
+    return;
+  }
+  Tcc__V1__EntrySummary *sums = calloc(n ? n : 1, sizeof *sums);
+  Tcc__V1__EntrySummary **ptrs = calloc(n ? n : 1, sizeof *ptrs);
+  char (*hex)[2][TCC_SHA256_HEX] = calloc(n ? n : 1, sizeof *hex);
+  if (!sums || !ptrs || !hex) {
+    tccd_call_fail(c, TCC_E_RESOURCE_EXHAUSTED, "out of memory listing %zu entries", n);
+  } else {
+    for (size_t i = 0; i < n; i++) {
+      tcc__v1__entry_summary__init(&sums[i]);
+      fill_summary(&sums[i], &entries[i], hex[i][0], hex[i][1]);
+      ptrs[i] = &sums[i];
+    }
+    Tcc__V1__ListResponse r = TCC__V1__LIST_RESPONSE__INIT;
+    r.n_entries = n;
+    r.entries = ptrs;
+    tccd_call_reply(c, &r.base);
+  }
+  free(sums);
+  free(ptrs);
+  free(hex);
+  tcc_cache_entries_free(entries, n);
+}
+
+void tccd_rpc_show(tccd_state *st, tccd_call *c) {
+  Tcc__V1__ShowRequest *req =
+      (Tcc__V1__ShowRequest *)unpack_request(c, &tcc__v1__show_request__descriptor);
+  if (!req) return;
+  uint8_t hash[TCC_SHA256_BYTES];
+  int bad = parse_hash(c, req->guard_hash, "guard_hash", hash);
+  tcc__v1__show_request__free_unpacked(req, NULL);
+  if (bad) return;
+  tcc_cache_entry e;
+  tcc_error err;
+  if (tcc_cache_get(st->cache, hash, &e, &err) != 0) {
+    tccd_call_fail_error(c, &err);
+    return;
+  }
+  char hash_hex[TCC_SHA256_HEX], sha_hex[TCC_SHA256_HEX];
+  Tcc__V1__EntrySummary sum = TCC__V1__ENTRY_SUMMARY__INIT;
+  fill_summary(&sum, &e, hash_hex, sha_hex);
+  Tcc__V1__ShowResponse r = TCC__V1__SHOW_RESPONSE__INIT;
+  r.entry = &sum;
+  Tcc__V1__Manifest *manifest = tcc__v1__manifest__unpack(NULL, e.manifest_len, e.manifest);
+  Tcc__V1__CompileRequest *meta =
+      e.request_meta ? tcc__v1__compile_request__unpack(NULL, e.request_meta_len, e.request_meta) : NULL;
+  r.manifest = manifest;
+  if (meta) {
+    r.options = meta->options;
+    r.target_spec = meta->target;
+  }
+  r.canonical_key.data = e.key;
+  r.canonical_key.len = e.key_len;
+  tccd_call_reply(c, &r.base);
+  if (manifest) tcc__v1__manifest__free_unpacked(manifest, NULL);
+  if (meta) tcc__v1__compile_request__free_unpacked(meta, NULL);
+  tcc_cache_entry_clear(&e);
+}
+
+/* ------------------------------------------------------------ Evict / Gc */
+
+void tccd_rpc_evict(tccd_state *st, tccd_call *c) {
+  Tcc__V1__EvictRequest *req =
+      (Tcc__V1__EvictRequest *)unpack_request(c, &tcc__v1__evict_request__descriptor);
+  if (!req) return;
+  uint8_t hash[TCC_SHA256_BYTES];
+  int bad = parse_hash(c, req->guard_hash, "guard_hash", hash);
+  tcc__v1__evict_request__free_unpacked(req, NULL);
+  if (bad) return;
+  tcc_error err;
+  if (tcc_cache_evict(st->cache, hash, &err) != 0) {
+    tccd_call_fail_error(c, &err);
+    return;
+  }
+  char hex[TCC_SHA256_HEX];
+  tcc_hex_encode(hash, TCC_SHA256_BYTES, hex);
+  log_info("evicted %.12s on request", hex);
+  Tcc__V1__EvictResponse r = TCC__V1__EVICT_RESPONSE__INIT;
+  r.evicted = 1;
+  tccd_call_reply(c, &r.base);
+}
+
+void tccd_rpc_gc(tccd_state *st, tccd_call *c) {
+  Tcc__V1__GcRequest *req = (Tcc__V1__GcRequest *)unpack_request(c, &tcc__v1__gc_request__descriptor);
+  if (!req) return;
+  int64_t max_bytes = req->max_bytes;
+  tcc__v1__gc_request__free_unpacked(req, NULL);
+  if (max_bytes < 0) {
+    tccd_call_fail(c, TCC_E_INVALID_ARGUMENT, "max_bytes must not be negative");
+    return;
+  }
+  tcc_cache_gc_result res;
+  tcc_error err;
+  if (tcc_cache_gc(st->cache, max_bytes, &res, &err) != 0) {
+    tccd_call_fail_error(c, &err);
+    return;
+  }
+  log_info("gc: evicted %lld entries, freed %lld bytes, removed %lld corrupt blobs",
+           (long long)res.evicted, (long long)res.freed_bytes, (long long)res.corrupt_removed);
+  Tcc__V1__GcResponse r = TCC__V1__GC_RESPONSE__INIT;
+  r.evicted = res.evicted;
+  r.freed_bytes = res.freed_bytes;
+  r.corrupt_removed = res.corrupt_removed;
+  tccd_call_reply(c, &r.base);
+}
+
+/* ------------------------------------------------------------ Health */
+
+void tccd_rpc_health_check(tccd_state *st, tccd_call *c) {
+  Grpc__Health__V1__HealthCheckRequest *req = (Grpc__Health__V1__HealthCheckRequest *)unpack_request(
+      c, &grpc__health__v1__health_check_request__descriptor);
+  if (!req) return;
+  const char *svc = req->service ? req->service : "";
+  int known = !*svc || strcmp(svc, "tcc.v1.Compiler") == 0 || strcmp(svc, "tcc.v1.Cache") == 0;
+  if (!known) {
+    tccd_call_fail(c, TCC_E_NOT_FOUND, "unknown service '%.100s'", svc);
+  } else {
+    Grpc__Health__V1__HealthCheckResponse r = GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__INIT;
+    r.status = st->draining ? GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__NOT_SERVING
+                            : GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING;
+    tccd_call_reply(c, &r.base);
+  }
+  grpc__health__v1__health_check_request__free_unpacked(req, NULL);
+}

@@ -1,0 +1,621 @@
+/*
+ * server.c — gRPC C core driven from a libuv loop.
+ *
+ * DESIGN
+ *
+ * gRPC's completion queue is a blocking API; libuv's loop wants file
+ * descriptors. One dedicated thread bridges them and does nothing else:
+ *
+ *   gRPC thread                               loop thread
+ *   -----------                               -----------
+ *   ev = grpc_completion_queue_next()
+ *   lock; events[] += (ev.tag, ev.ok); unlock
+ *   uv_async_send(&wake)  ───────────────►  on_wake(): swap events[] out,
+ *                                              tag->fn(tag->obj, ok) each
+ *   GRPC_QUEUE_SHUTDOWN: push (NULL, 0),
+ *   exit                  ───────────────►  join the thread, finish shutdown
+ *
+ * uv_async_send coalesces wake-ups, hence the vector. Every tag is a
+ * tccd_tag {fn, obj}: completions are plain callbacks on the loop thread,
+ * which owns all state, so nothing below takes a lock except the vector's.
+ *
+ * A call's life (one tccd_call):
+ *
+ *   requested ──(request tag, ok)──► active ──reply/fail──► finishing ──► freed
+ *       │                              │  RECV_CLOSE_ON_SERVER pending      ▲
+ *       └──(request tag, !ok: server shutting down)─────────────────────────┘
+ *
+ *   c->refs counts what still points at the call: each batch in flight,
+ *   plus one held by the handler until it finishes the call (a compile
+ *   waiter keeps that one while it waits). The call is freed when refs
+ *   drops to 0 (call_unref).
+ *
+ * For every registered method a few requests are kept pending (the payload
+ * arrives with the call: GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER), and
+ * one generic request is kept pending so unknown methods get UNIMPLEMENTED
+ * instead of hanging.
+ *
+ * Shutdown (tccd_server_shutdown):
+ *   grpc_server_shutdown_and_notify ─► pending requests fail (freed),
+ *   in-flight calls finish; after grace_ms grpc_server_cancel_all_calls;
+ *   shutdown tag + no live calls ─► grpc_server_destroy,
+ *   completion-queue shutdown ─► gRPC thread exits ─► done(st).
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <grpc/byte_buffer.h>
+#include <grpc/byte_buffer_reader.h>
+#include <grpc/grpc_security.h>
+#include <grpc/slice.h>
+#include <grpc/support/time.h>
+#include <netdb.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "daemon.h"
+#include "tcc/v1/tcc.pb-c.h"
+
+/* How many requests to keep pending per method (hot methods get more). */
+static const int pending_per_method[TCCD_METHOD__COUNT] = {
+    [TCCD_METHOD_COMPILE] = 16, [TCCD_METHOD_FETCH] = 4,
+    [TCCD_METHOD_STATS] = 2,    [TCCD_METHOD_LIST] = 1,
+    [TCCD_METHOD_SHOW] = 1,     [TCCD_METHOD_EVICT] = 1,
+    [TCCD_METHOD_GC] = 1,       [TCCD_METHOD_HEALTH_CHECK] = 2,
+};
+
+static const char *const method_names[TCCD_METHOD__COUNT] = {
+#define TCCD_METHOD_NAME(id, name, fn) [TCCD_METHOD_##id] = name,
+    TCCD_METHODS(TCCD_METHOD_NAME)
+#undef TCCD_METHOD_NAME
+};
+
+typedef void (*tccd_handler)(tccd_state *, tccd_call *);
+static const tccd_handler handlers[TCCD_METHOD__COUNT] = {
+#define TCCD_METHOD_HANDLER(id, name, fn) [TCCD_METHOD_##id] = fn,
+    TCCD_METHODS(TCCD_METHOD_HANDLER)
+#undef TCCD_METHOD_HANDLER
+};
+
+typedef struct cq_event {
+  tccd_tag *tag;
+  int ok;
+} cq_event;
+
+struct tccd_server {
+  tccd_state *st;
+  grpc_server *grpc;
+  grpc_completion_queue *cq;
+  void *registered[TCCD_METHOD__COUNT];
+  int port;
+
+  pthread_t cq_thread;
+  uv_async_t wake;
+  pthread_mutex_t lock;            /* guards events / nevents / cap */
+  cq_event *events;
+  size_t nevents, cap;
+  int cq_thread_exited;            /* set on the loop when the sentinel arrives */
+
+  int64_t live_calls;              /* tccd_call objects, pending ones included */
+  int shutting_down;
+  int shutdown_tag_done;
+  int destroyed;
+  tccd_tag shutdown_tag;
+  uv_timer_t grace_timer;
+  void (*done)(tccd_state *);
+};
+
+/* ------------------------------------------------------------ the bridge */
+
+static void *cq_thread_main(void *arg) {
+  tccd_server *srv = arg;
+  for (;;) {
+    grpc_event ev = grpc_completion_queue_next(srv->cq, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL);
+    if (ev.type == GRPC_QUEUE_TIMEOUT) continue;
+    int last = ev.type == GRPC_QUEUE_SHUTDOWN;
+    pthread_mutex_lock(&srv->lock);
+    if (srv->nevents == srv->cap) {
+      size_t cap = srv->cap ? srv->cap * 2 : 256;
+      cq_event *grown = realloc(srv->events, cap * sizeof *grown);
+      if (!grown) abort(); /* cannot hand the event over: nothing sane to do */
+      srv->events = grown;
+      srv->cap = cap;
+    }
+    srv->events[srv->nevents++] = (cq_event){last ? NULL : ev.tag, last ? 0 : ev.success};
+    pthread_mutex_unlock(&srv->lock);
+    uv_async_send(&srv->wake);
+    if (last) return NULL;
+  }
+}
+
+static void server_finish_shutdown(tccd_server *srv);
+
+static void on_wake(uv_async_t *h) {
+  tccd_server *srv = h->data;
+  cq_event stack_buf[64], *batch = stack_buf;
+  size_t n;
+  pthread_mutex_lock(&srv->lock);
+  n = srv->nevents;
+  if (n > 64) {
+    batch = srv->events; /* take the whole vector; the thread allocates anew */
+    srv->events = NULL;
+    srv->cap = 0;
+  } else {
+    memcpy(stack_buf, srv->events, n * sizeof *batch);
+  }
+  srv->nevents = 0;
+  pthread_mutex_unlock(&srv->lock);
+
+  for (size_t i = 0; i < n; i++) {
+    if (batch[i].tag == NULL) {
+      srv->cq_thread_exited = 1;
+      continue;
+    }
+    batch[i].tag->fn(batch[i].tag->obj, batch[i].ok);
+  }
+  if (batch != stack_buf) free(batch);
+  if (srv->cq_thread_exited) server_finish_shutdown(srv);
+}
+
+/* ------------------------------------------------------------ calls */
+
+static void request_registered(tccd_server *srv, tccd_method_id m);
+static void request_generic(tccd_server *srv);
+
+static void call_free(tccd_call *c) {
+  tccd_server *srv = c->server;
+  if (c->call) grpc_call_unref(c->call);
+  grpc_metadata_array_destroy(&c->request_md);
+  if (c->method == TCCD_METHOD__COUNT) grpc_call_details_destroy(&c->details);
+  if (c->payload) grpc_byte_buffer_destroy(c->payload);
+  if (c->send_buf) grpc_byte_buffer_destroy(c->send_buf);
+  grpc_slice_unref(c->status_details);
+  free(c->stream_data);
+  free(c);
+  srv->live_calls--;
+  if (srv->shutting_down) server_finish_shutdown(srv);
+}
+
+static void call_unref(tccd_call *c) {
+  if (--c->refs == 0) call_free(c);
+}
+
+static tccd_call *call_new(tccd_server *srv, tccd_method_id m) {
+  tccd_call *c = calloc(1, sizeof *c);
+  if (!c) return NULL;
+  c->server = srv;
+  c->method = m;
+  c->refs = 1; /* the pending request */
+  c->status_details = grpc_empty_slice();
+  grpc_metadata_array_init(&c->request_md);
+  if (m == TCCD_METHOD__COUNT) grpc_call_details_init(&c->details);
+  srv->live_calls++;
+  return c;
+}
+
+static void on_close(void *obj, int ok) {
+  tccd_call *c = obj;
+  (void)ok;
+  c->close_received = 1;
+  if (c->close_cancelled_flag) c->cancelled = 1;
+  call_unref(c);
+}
+
+static int start_batch(tccd_call *c, const grpc_op *ops, size_t n, tccd_tag *tag) {
+  c->refs++;
+  grpc_call_error e = grpc_call_start_batch(c->call, ops, n, tag, NULL);
+  if (e != GRPC_CALL_OK) {
+    log_error("grpc_call_start_batch failed (%d) on %s",
+              (int)e, c->method < TCCD_METHOD__COUNT ? method_names[c->method] : "unknown method");
+    c->refs--;
+    return -1;
+  }
+  return 0;
+}
+
+/* Called once a call has arrived: watch for the client going away. */
+static void call_activate(tccd_call *c) {
+  c->start_ns = uv_hrtime();
+  c->close_tag = (tccd_tag){on_close, c};
+  grpc_op op = {0};
+  op.op = GRPC_OP_RECV_CLOSE_ON_SERVER;
+  op.data.recv_close_on_server.cancelled = &c->close_cancelled_flag;
+  start_batch(c, &op, 1, &c->close_tag);
+}
+
+static void on_send_done(void *obj, int ok);
+
+static grpc_byte_buffer *buffer_from(const uint8_t *data, size_t len) {
+  grpc_slice s = grpc_slice_malloc(len);
+  if (len) memcpy(GRPC_SLICE_START_PTR(s), data, len);
+  grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(&s, 1);
+  grpc_slice_unref(s);
+  return bb;
+}
+
+static grpc_byte_buffer *buffer_from_message(const ProtobufCMessage *msg) {
+  size_t len = protobuf_c_message_get_packed_size(msg);
+  grpc_slice s = grpc_slice_malloc(len);
+  protobuf_c_message_pack(msg, GRPC_SLICE_START_PTR(s));
+  grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(&s, 1);
+  grpc_slice_unref(s);
+  return bb;
+}
+
+/* Sends [initial metadata] [message] [status] in one batch and drops the
+ * handler's reference. msg may be NULL (status only). */
+static void call_finish(tccd_call *c, grpc_byte_buffer *msg, grpc_status_code status,
+                        const char *details) {
+  if (c->finished) {
+    if (msg) grpc_byte_buffer_destroy(msg);
+    return;
+  }
+  c->finished = 1;
+  grpc_op ops[3];
+  size_t n = 0;
+  memset(ops, 0, sizeof ops);
+  if (!c->initial_md_sent) {
+    ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
+    c->initial_md_sent = 1;
+  }
+  if (msg) {
+    ops[n].op = GRPC_OP_SEND_MESSAGE;
+    ops[n++].data.send_message.send_message = msg;
+    c->send_buf = msg;
+  }
+  grpc_slice_unref(c->status_details);
+  c->status_details = details && *details ? grpc_slice_from_copied_string(details) : grpc_empty_slice();
+  ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
+  ops[n].data.send_status_from_server.status = status;
+  ops[n++].data.send_status_from_server.status_details = &c->status_details;
+  c->send_tag = (tccd_tag){on_send_done, c};
+  start_batch(c, ops, n, &c->send_tag);
+  call_unref(c); /* the handler's reference */
+}
+
+void tccd_call_reply(tccd_call *c, const ProtobufCMessage *msg) {
+  call_finish(c, buffer_from_message(msg), GRPC_STATUS_OK, NULL);
+}
+
+void tccd_call_reply_bytes(tccd_call *c, const uint8_t *data, size_t len) {
+  call_finish(c, buffer_from(data, len), GRPC_STATUS_OK, NULL);
+}
+
+void tccd_call_fail(tccd_call *c, int code, const char *fmt, ...) {
+  char msg[TCC_ERROR_MSG_MAX];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  grpc_status_code status = code < 0 ? (grpc_status_code)(-code) : GRPC_STATUS_UNKNOWN;
+  call_finish(c, NULL, status, msg);
+}
+
+void tccd_call_fail_error(tccd_call *c, const tcc_error *err) {
+  tccd_call_fail(c, err->code ? err->code : TCC_E_UNKNOWN, "%s", err->msg);
+}
+
+int tccd_call_read_payload(tccd_call *c, uint8_t **data, size_t *len) {
+  *data = NULL;
+  *len = 0;
+  if (!c->payload) {
+    tccd_call_fail(c, TCC_E_INVALID_ARGUMENT, "missing request message");
+    return -1;
+  }
+  grpc_byte_buffer_reader reader;
+  if (!grpc_byte_buffer_reader_init(&reader, c->payload)) {
+    tccd_call_fail(c, TCC_E_INVALID_ARGUMENT, "request message could not be decompressed");
+    return -1;
+  }
+  grpc_slice s = grpc_byte_buffer_reader_readall(&reader);
+  grpc_byte_buffer_reader_destroy(&reader);
+  size_t n = GRPC_SLICE_LENGTH(s);
+  uint8_t *buf = malloc(n ? n : 1);
+  if (!buf) {
+    grpc_slice_unref(s);
+    tccd_call_fail(c, TCC_E_RESOURCE_EXHAUSTED, "out of memory reading a %zu-byte request", n);
+    return -1;
+  }
+  memcpy(buf, GRPC_SLICE_START_PTR(s), n);
+  grpc_slice_unref(s);
+  *data = buf;
+  *len = n;
+  return 0;
+}
+
+double tccd_call_elapsed_ms(const tccd_call *c) { return tccd_ms_since(c->start_ns); }
+
+/* ------------------------------------------------------------ streaming */
+
+static void stream_next(tccd_call *c);
+
+void tccd_call_stream_artifact(tccd_call *c, uint8_t *data, size_t len,
+                               const char *sha_hex, int kind, size_t chunk) {
+  c->stream_data = data;
+  c->stream_len = len;
+  c->stream_off = 0;
+  c->stream_chunk = chunk ? chunk : 64 * 1024;
+  snprintf(c->stream_sha, sizeof c->stream_sha, "%s", sha_hex);
+  c->stream_kind = kind;
+  stream_next(c);
+}
+
+/* Sends the next ArtifactChunk; the first one carries the metadata, the
+ * last one rides with the OK status. */
+static void stream_next(tccd_call *c) {
+  size_t off = c->stream_off;
+  size_t n = c->stream_len - off;
+  if (n > c->stream_chunk) n = c->stream_chunk;
+  int first = off == 0, last = off + n == c->stream_len;
+
+  Tcc__V1__ArtifactChunk chunk = TCC__V1__ARTIFACT_CHUNK__INIT;
+  Tcc__V1__Artifact meta = TCC__V1__ARTIFACT__INIT;
+  if (first) {
+    meta.kind = (Tcc__V1__ArtifactKind)c->stream_kind;
+    meta.sha256 = c->stream_sha;
+    meta.size = (int64_t)c->stream_len;
+    chunk.artifact = &meta;
+  }
+  chunk.offset = (int64_t)off;
+  chunk.data.data = c->stream_data + off;
+  chunk.data.len = n;
+  c->stream_off += n;
+  grpc_byte_buffer *bb = buffer_from_message(&chunk.base);
+  if (last) {
+    call_finish(c, bb, GRPC_STATUS_OK, NULL);
+    return;
+  }
+  grpc_op ops[2];
+  size_t k = 0;
+  memset(ops, 0, sizeof ops);
+  if (!c->initial_md_sent) {
+    ops[k++].op = GRPC_OP_SEND_INITIAL_METADATA;
+    c->initial_md_sent = 1;
+  }
+  ops[k].op = GRPC_OP_SEND_MESSAGE;
+  ops[k++].data.send_message.send_message = bb;
+  c->send_buf = bb;
+  c->send_tag = (tccd_tag){on_send_done, c};
+  if (start_batch(c, ops, k, &c->send_tag) != 0) {
+    grpc_byte_buffer_destroy(bb);
+    c->send_buf = NULL;
+    c->finished = 1;
+    call_unref(c);
+  }
+}
+
+static void on_send_done(void *obj, int ok) {
+  tccd_call *c = obj;
+  if (c->send_buf) {
+    grpc_byte_buffer_destroy(c->send_buf);
+    c->send_buf = NULL;
+  }
+  if (!c->finished) {
+    /* a streaming step completed */
+    if (ok && !c->cancelled) {
+      stream_next(c);
+    } else {
+      c->finished = 1;
+      call_unref(c); /* the handler's reference: the client is gone */
+    }
+  }
+  call_unref(c);
+}
+
+/* ------------------------------------------------------------ requests */
+
+static void on_registered_request(void *obj, int ok) {
+  tccd_call *c = obj;
+  tccd_server *srv = c->server;
+  if (!ok) { /* the server is shutting down */
+    call_unref(c);
+    return;
+  }
+  if (!srv->shutting_down) request_registered(srv, c->method);
+  call_activate(c);
+  handlers[c->method](srv->st, c);
+}
+
+static void on_generic_request(void *obj, int ok) {
+  tccd_call *c = obj;
+  tccd_server *srv = c->server;
+  if (!ok) {
+    call_unref(c);
+    return;
+  }
+  if (!srv->shutting_down) request_generic(srv);
+  call_activate(c);
+  char method[256];
+  size_t mlen = GRPC_SLICE_LENGTH(c->details.method);
+  if (mlen >= sizeof method) mlen = sizeof method - 1;
+  memcpy(method, GRPC_SLICE_START_PTR(c->details.method), mlen);
+  method[mlen] = '\0';
+  log_debug("unknown method %s", method);
+  tccd_call_fail(c, TCC_E_UNIMPLEMENTED, "unknown method %s", method);
+}
+
+static void request_registered(tccd_server *srv, tccd_method_id m) {
+  tccd_call *c = call_new(srv, m);
+  if (!c) {
+    log_error("out of memory: cannot accept more %s calls", method_names[m]);
+    return;
+  }
+  c->request_tag = (tccd_tag){on_registered_request, c};
+  grpc_call_error e = grpc_server_request_registered_call(
+      srv->grpc, srv->registered[m], &c->call, &c->deadline, &c->request_md,
+      &c->payload, srv->cq, srv->cq, &c->request_tag);
+  if (e != GRPC_CALL_OK) {
+    log_error("grpc_server_request_registered_call(%s) failed: %d", method_names[m], (int)e);
+    call_unref(c);
+  }
+}
+
+static void request_generic(tccd_server *srv) {
+  tccd_call *c = call_new(srv, TCCD_METHOD__COUNT);
+  if (!c) return;
+  c->request_tag = (tccd_tag){on_generic_request, c};
+  grpc_call_error e = grpc_server_request_call(srv->grpc, &c->call, &c->details, &c->request_md,
+                                               srv->cq, srv->cq, &c->request_tag);
+  if (e != GRPC_CALL_OK) {
+    log_error("grpc_server_request_call failed: %d", (int)e);
+    call_unref(c);
+  }
+}
+
+/* ------------------------------------------------------------ start */
+
+/* gRPC reports a failed bind only as port 0; bind once ourselves to say why. */
+static void explain_bind_failure(const char *listen, char *why, size_t cap) {
+  snprintf(why, cap, "not a valid HOST:PORT, or the address cannot be bound");
+  char host[256];
+  const char *colon = strrchr(listen, ':');
+  if (!colon || (size_t)(colon - listen) >= sizeof host) return;
+  memcpy(host, listen, (size_t)(colon - listen));
+  host[colon - listen] = '\0';
+  char *h = host;
+  if (h[0] == '[') { /* [::1]:port */
+    h++;
+    char *end = strchr(h, ']');
+    if (end) *end = '\0';
+  }
+  struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE}, *res = NULL;
+  int rc = getaddrinfo(*h ? h : NULL, colon + 1, &hints, &res);
+  if (rc != 0) {
+    snprintf(why, cap, "cannot resolve '%s': %s", host, gai_strerror(rc));
+    return;
+  }
+  int fd = socket(res->ai_family, res->ai_socktype, res->ai_protocol);
+  if (fd >= 0) {
+    if (bind(fd, res->ai_addr, res->ai_addrlen) != 0)
+      snprintf(why, cap, "%s%s", strerror(errno),
+               errno == EADDRINUSE ? " (is another tccd running? choose another --listen port)" : "");
+    close(fd);
+  }
+  freeaddrinfo(res);
+}
+
+int tccd_server_start(tccd_state *st, tcc_error *err) {
+  tccd_server *srv = calloc(1, sizeof *srv);
+  if (!srv) return tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "out of memory");
+  srv->st = st;
+  st->server = srv;
+  pthread_mutex_init(&srv->lock, NULL);
+
+  grpc_arg args[3];
+  args[0].type = GRPC_ARG_INTEGER;
+  args[0].key = (char *)GRPC_ARG_ALLOW_REUSEPORT;
+  args[0].value.integer = 0; /* a second daemon on our port must fail */
+  args[1].type = GRPC_ARG_INTEGER;
+  args[1].key = (char *)GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
+  args[1].value.integer = (int)TCC_MAX_REQUEST_BYTES;
+  args[2].type = GRPC_ARG_INTEGER;
+  args[2].key = (char *)GRPC_ARG_MAX_SEND_MESSAGE_LENGTH;
+  args[2].value.integer = -1;
+  grpc_channel_args chargs = {3, args};
+  srv->grpc = grpc_server_create(&chargs, NULL);
+  srv->cq = grpc_completion_queue_create_for_next(NULL);
+  grpc_server_register_completion_queue(srv->grpc, srv->cq, NULL);
+  for (int m = 0; m < TCCD_METHOD__COUNT; m++) {
+    srv->registered[m] = grpc_server_register_method(
+        srv->grpc, method_names[m], NULL, GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER, 0);
+  }
+
+  grpc_server_credentials *creds = grpc_insecure_server_credentials_create();
+  srv->port = grpc_server_add_http2_port(srv->grpc, st->cfg->listen, creds);
+  grpc_server_credentials_release(creds);
+  if (srv->port == 0) {
+    char why[512];
+    explain_bind_failure(st->cfg->listen, why, sizeof why);
+    tcc_error_set(err, TCC_E_UNAVAILABLE, "cannot listen on %s: %s", st->cfg->listen, why);
+    grpc_server_destroy(srv->grpc);
+    grpc_completion_queue_shutdown(srv->cq);
+    while (grpc_completion_queue_next(srv->cq, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL).type !=
+           GRPC_QUEUE_SHUTDOWN) {
+    }
+    grpc_completion_queue_destroy(srv->cq);
+    pthread_mutex_destroy(&srv->lock);
+    free(srv);
+    st->server = NULL;
+    return err->code;
+  }
+  grpc_server_start(srv->grpc);
+
+  uv_async_init(st->loop, &srv->wake, on_wake);
+  srv->wake.data = srv;
+  uv_timer_init(st->loop, &srv->grace_timer);
+  srv->grace_timer.data = srv;
+  for (int m = 0; m < TCCD_METHOD__COUNT; m++)
+    for (int i = 0; i < pending_per_method[m]; i++) request_registered(srv, (tccd_method_id)m);
+  request_generic(srv);
+
+  if (pthread_create(&srv->cq_thread, NULL, cq_thread_main, srv) != 0)
+    return tcc_error_set(err, TCC_E_INTERNAL, "cannot start the gRPC thread");
+  return 0;
+}
+
+int tccd_server_port(const tccd_server *srv) { return srv->port; }
+
+/* ------------------------------------------------------------ shutdown */
+
+static void on_shutdown_tag(void *obj, int ok) {
+  tccd_server *srv = obj;
+  (void)ok;
+  srv->shutdown_tag_done = 1;
+  server_finish_shutdown(srv);
+}
+
+static void on_grace_expired(uv_timer_t *t) {
+  tccd_server *srv = t->data;
+  if (srv->live_calls > 0) {
+    log_warn("shutdown: cancelling %lld call(s) still in flight after the grace period",
+             (long long)srv->live_calls);
+    tccd_jobs_abandon_waiters(srv->st);
+    grpc_server_cancel_all_calls(srv->grpc);
+  }
+}
+
+/* The wake handle is closed last; its close callback ends the shutdown. */
+static void on_wake_closed(uv_handle_t *h) {
+  tccd_server *srv = h->data;
+  void (*done)(tccd_state *) = srv->done;
+  srv->done = NULL;
+  if (done) done(srv->st);
+}
+
+/* Advances shutdown as far as it can go; safe to call repeatedly. */
+static void server_finish_shutdown(tccd_server *srv) {
+  if (!srv->shutting_down) return;
+  if (!srv->destroyed && srv->shutdown_tag_done && srv->live_calls == 0) {
+    srv->destroyed = 1;
+    uv_timer_stop(&srv->grace_timer);
+    grpc_server_destroy(srv->grpc);
+    srv->grpc = NULL;
+    grpc_completion_queue_shutdown(srv->cq); /* the thread sees SHUTDOWN and exits */
+  }
+  if (srv->destroyed && srv->cq_thread_exited && !uv_is_closing((uv_handle_t *)&srv->wake)) {
+    pthread_join(srv->cq_thread, NULL);
+    grpc_completion_queue_destroy(srv->cq);
+    srv->cq = NULL;
+    uv_close((uv_handle_t *)&srv->grace_timer, NULL);
+    uv_close((uv_handle_t *)&srv->wake, on_wake_closed);
+  }
+}
+
+void tccd_server_shutdown(tccd_server *srv, int grace_ms, void (*done)(tccd_state *)) {
+  if (srv->shutting_down) return;
+  srv->shutting_down = 1;
+  srv->done = done;
+  srv->shutdown_tag = (tccd_tag){on_shutdown_tag, srv};
+  grpc_server_shutdown_and_notify(srv->grpc, srv->cq, &srv->shutdown_tag);
+  uv_timer_start(&srv->grace_timer, on_grace_expired, (uint64_t)(grace_ms > 0 ? grace_ms : 0), 0);
+}
+
+void tccd_server_free(tccd_server *srv) {
+  if (!srv) return;
+  free(srv->events);
+  pthread_mutex_destroy(&srv->lock);
+  free(srv);
+}
