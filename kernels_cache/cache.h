@@ -26,6 +26,11 @@ typedef struct tcc_cache tcc_cache;
 typedef struct tcc_cache_options {
   const char *dir;      /* created if missing; the database is dir/cache.db */
   int64_t max_bytes;    /* artifact byte budget; 0 = unlimited */
+  int busy_timeout_ms;  /* wait for another writer; 0 = 5000 ms */
+  int synchronous_full; /* 1: fsync the WAL at every commit, so stored
+                         * entries survive power loss too (a store then
+                         * costs one fsync); 0: synchronous=NORMAL, which
+                         * survives any process crash (see cache.c) */
 } tcc_cache_options;
 
 /* One entry's metadata (no artifact bytes). Pointer fields are owned by
@@ -80,7 +85,8 @@ typedef struct tcc_cache_gc_result {
 /* Opens (creating and migrating) dir/cache.db in WAL mode.
  * Returns 0, or TCC_E_FAILED_PRECONDITION when the directory is unusable
  * or the file is not a tccd cache / is newer than this build, with a
- * message naming the path. */
+ * message naming the path. TCC_E_INVALID_ARGUMENT for a missing dir or a
+ * negative max_bytes. */
 int tcc_cache_open(const tcc_cache_options *opts, tcc_cache **out, tcc_error *err);
 
 /* Flushes counters and closes. NULL is a no-op. */
@@ -89,18 +95,31 @@ void tcc_cache_close(tcc_cache *c);
 /* Looks up a guard hash. On a hit whose stored key equals `key`, fills
  * *out, records the hit (in memory) and returns 0. Returns
  * TCC_E_NOT_FOUND on a miss, including a stored entry whose key differs
- * (a collision: the message says so). */
+ * (a collision: the message says "guard hash collision").
+ * *out is zeroed first, so tcc_cache_entry_clear is always safe; on a hit
+ * out->hits and out->last_used already include this hit. The named
+ * counters (hits, misses) are NOT touched: the daemon counts requests
+ * (a local miss may still be a remote hit). */
 int tcc_cache_lookup(tcc_cache *c, const uint8_t hash[TCC_SHA256_BYTES],
                      const uint8_t *key, size_t key_len,
                      tcc_cache_entry *out, tcc_error *err);
 
-/* Fetches an entry's metadata by guard hash without counting a hit. */
+/* Fetches an entry (with key, manifest and request_meta) by guard hash
+ * without counting a hit. Returns 0 or TCC_E_NOT_FOUND (or another code
+ * on a database error); *out is zeroed first. */
 int tcc_cache_get(tcc_cache *c, const uint8_t hash[TCC_SHA256_BYTES],
                   tcc_cache_entry *out, tcc_error *err);
 
 /* Stores an entry and its artifact in one transaction (replacing an entry
  * with the same hash), then evicts down to the byte budget. `e->hits`,
- * `created` and `last_used` are set by the cache. */
+ * `created` and `last_used` are set by the cache, and `e->size` is taken
+ * from len. e->artifact_sha256 must be the SHA-256 of the artifact
+ * (else TCC_E_INVALID_ARGUMENT). An artifact larger than the whole budget
+ * is refused with TCC_E_RESOURCE_EXHAUSTED (nothing is evicted for it);
+ * otherwise the new entry itself is never evicted by its own store.
+ * Evictions count in the `evictions` counter. Returns 0, or a TCC_E_*
+ * code with the cache unchanged (TCC_E_UNAVAILABLE when another process
+ * held the write lock for longer than busy_timeout_ms). */
 int tcc_cache_store(tcc_cache *c, const tcc_cache_entry *e,
                     const uint8_t *artifact, size_t len, tcc_error *err);
 
@@ -111,13 +130,17 @@ int tcc_cache_store(tcc_cache *c, const tcc_cache_entry *e,
 int tcc_cache_read_artifact(tcc_cache *c, const uint8_t sha256[TCC_SHA256_BYTES],
                             uint8_t **data, size_t *len, tcc_error *err);
 
-/* Removes one entry (and its blob when no other entry uses it).
+/* Removes one entry (and its blob when no other entry uses it). Not
+ * counted in `evictions` (that counts budget evictions).
  * Returns 0 or TCC_E_NOT_FOUND. */
 int tcc_cache_evict(tcc_cache *c, const uint8_t hash[TCC_SHA256_BYTES], tcc_error *err);
 
-/* Verifies every blob (removing corrupt ones) and evicts down to
- * max_bytes (0 = the open budget), least valuable first: the lowest
- * compile-seconds saved per byte, older last use breaking ties. */
+/* Verifies every blob (removing corrupt ones), removes blobs no entry
+ * uses, and evicts down to max_bytes (0 = the open budget; both 0 = no
+ * eviction), least valuable first: the lowest
+ * compile_ms * (hits + 1) / size, older last use breaking ties. Then
+ * returns freed pages to the file system. Fills *out (may be NULL).
+ * Returns 0 or a TCC_E_* code. */
 int tcc_cache_gc(tcc_cache *c, int64_t max_bytes, tcc_cache_gc_result *out, tcc_error *err);
 
 typedef enum tcc_cache_order {
@@ -125,25 +148,38 @@ typedef enum tcc_cache_order {
   TCC_CACHE_ORDER_SIZE, TCC_CACHE_ORDER_CREATED
 } tcc_cache_order;
 
-/* Lists up to limit entries (metadata, key/manifest left NULL) in
- * descending order. *out is malloc'd; free with tcc_cache_entries_free. */
+/* Lists up to limit entries (limit <= 0: all) (metadata, key/manifest
+ * left NULL) in descending order of the chosen column, ties by hash.
+ * Writes pending hit bookkeeping first, so hits/last_used are current.
+ * *out is malloc'd; free with tcc_cache_entries_free. Returns 0 or a
+ * TCC_E_* code. */
 int tcc_cache_list(tcc_cache *c, tcc_cache_order order, int limit,
                    tcc_cache_entry **out, size_t *n, tcc_error *err);
 void tcc_cache_entries_free(tcc_cache_entry *entries, size_t n);
 
+/* Frees an entry's key/manifest/request_meta and zeroes it. NULL is ok. */
 void tcc_cache_entry_clear(tcc_cache_entry *e);
 
 /* Adds delta to a persistent counter (in memory until the next flush). */
 void tcc_cache_count(tcc_cache *c, tcc_cache_counter counter, int64_t delta);
 
+/* Fills *out: entries, blob bytes (shared blobs counted once), budget,
+ * counters and compile-seconds saved including pending in-memory deltas,
+ * and compile_seconds = the sum of compile_ms over stored entries.
+ * Returns 0 or a TCC_E_* code. */
 int tcc_cache_stats_get(tcc_cache *c, tcc_cache_stats *out, tcc_error *err);
 
-/* Writes pending counters and hit bookkeeping in one transaction. */
+/* Writes pending counters and hit bookkeeping in one transaction.
+ * Returns 0 (also when nothing was pending) or a TCC_E_* code; on
+ * failure the pending deltas are kept for the next try. */
 int tcc_cache_flush(tcc_cache *c, tcc_error *err);
 
-/* PRAGMA integrity_check; 0 when "ok", else TCC_E_DATA_LOSS + SQLite's report. */
+/* PRAGMA integrity_check and foreign_key_check; 0 when both are clean,
+ * else TCC_E_DATA_LOSS + SQLite's report. (Blob digests are checked by
+ * tcc_cache_gc, not here.) */
 int tcc_cache_integrity_check(tcc_cache *c, tcc_error *err);
 
+/* The counter's name as stored ("evictions"); "unknown" when out of range. */
 const char *tcc_cache_counter_name(tcc_cache_counter counter);
 
 #endif
