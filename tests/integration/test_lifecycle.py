@@ -1,0 +1,121 @@
+"""
+Start-up and shutdown: clear refusals (port taken, unusable cache dir, bad
+flags), flags from the environment, clean exit 0 on SIGINT and SIGTERM with
+in-flight calls finished.
+"""
+import os
+import signal
+import socket
+import subprocess
+import threading
+import time
+
+import pytest
+
+from conftest import GRAPHS, TCCD, Daemon, tcctl
+
+SIN_COS = os.path.join(GRAPHS, "sin_cos.json")
+
+
+def run_tccd(*args, env=None, timeout=30):
+    return subprocess.run([TCCD, *args], capture_output=True, text=True, timeout=timeout,
+                          env=dict(os.environ, **(env or {})))
+
+
+def test_refuses_a_port_in_use(daemon, tmp_path):
+    p = run_tccd("--listen", daemon.addr, "--cache-dir", str(tmp_path / "other"))
+    assert p.returncode != 0
+    assert f"cannot listen on {daemon.addr}" in p.stderr
+    assert "in use" in p.stderr
+    # the first daemon is unharmed
+    assert tcctl(daemon.addr, "health", json_out=False, check=False).returncode == 0
+
+
+def test_refuses_a_port_held_by_another_program(tmp_path):
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    s.listen()
+    port = s.getsockname()[1]
+    try:
+        p = run_tccd("--listen", f"127.0.0.1:{port}", "--cache-dir", str(tmp_path / "c"))
+        assert p.returncode != 0 and "in use" in p.stderr
+    finally:
+        s.close()
+
+
+def test_refuses_an_unusable_cache_dir(tmp_path):
+    f = tmp_path / "file"
+    f.write_text("not a directory")
+    p = run_tccd("--listen", "127.0.0.1:0", "--cache-dir", str(f / "cache"))
+    assert p.returncode != 0
+    assert "cache" in p.stderr and str(f) in p.stderr
+
+    garbage = tmp_path / "garbage"
+    garbage.mkdir()
+    (garbage / "cache.db").write_bytes(os.urandom(8192))
+    p = run_tccd("--listen", "127.0.0.1:0", "--cache-dir", str(garbage))
+    assert p.returncode != 0 and "cache" in p.stderr
+
+
+def test_bad_flags_exit_2_with_a_message():
+    p = run_tccd("--no-such-flag")
+    assert p.returncode == 2 and "--no-such-flag" in p.stderr
+    p = run_tccd("--workers", "many")
+    assert p.returncode == 2 and "workers" in p.stderr
+    p = run_tccd("--cache-max-bytes", "lots")
+    assert p.returncode == 2 and "cache-max-bytes" in p.stderr
+    p = run_tccd("--help")
+    assert p.returncode == 0 and "--listen" in p.stdout and "TCCD_" in p.stdout
+
+
+def test_flags_from_environment(tmp_path):
+    port_file = tmp_path / "port"
+    env = {"TCCD_LISTEN": "127.0.0.1:0", "TCCD_CACHE_DIR": str(tmp_path / "envcache"),
+           "TCCD_PORT_FILE": str(port_file), "TCCD_WORKERS": "3"}
+    proc = subprocess.Popen([TCCD], env=dict(os.environ, **env), stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 30
+        while not port_file.exists() and time.time() < deadline:
+            time.sleep(0.02)
+        addr = f"127.0.0.1:{int(port_file.read_text())}"
+        s = tcctl(addr, "stats")
+        assert s["workers"] == 3
+        assert (tmp_path / "envcache" / "cache.db").exists()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_clean_shutdown_on_signal(daemon_factory, sig):
+    d = daemon_factory().start()
+    d.tcctl("compile", SIN_COS)
+    assert d.stop(sig) == 0
+    log = d.read_log()
+    assert "shutting down" in log and "stopped" in log
+
+
+def test_shutdown_finishes_in_flight_compile(daemon_factory, tmp_path):
+    slow = tmp_path / "slow-cc"
+    slow.write_text('#!/bin/sh\ncase "$*" in *--version*) exec cc "$@";; esac\nsleep 1\nexec cc "$@"\n')
+    slow.chmod(0o755)
+    d = daemon_factory(extra_args=["--cc", str(slow)]).start()
+    result = {}
+
+    def compile_it():
+        result["r"] = tcctl(d.addr, "compile", SIN_COS, check=False)
+
+    t = threading.Thread(target=compile_it)
+    t.start()
+    time.sleep(0.4)  # the compile is running
+    d.proc.send_signal(signal.SIGTERM)
+    t.join(60)
+    assert d.proc.wait(60) == 0
+    r = result["r"]
+    assert r.returncode == 0, r.stderr  # finished within the grace period
+    # and it was stored before exit
+    d.start()
+    import json
+    again = d.tcctl("compile", SIN_COS)
+    assert again["cache"] == "hit"
+    assert d.stop() == 0

@@ -1,0 +1,43 @@
+"""
+The daemon under valgrind: a session of misses, hits, fetches, admin calls,
+bad requests and a clean SIGTERM must leak nothing from project code
+(definite and indirect leaks are errors; gRPC/Abseil globals are
+suppressed in valgrind.supp) and make no invalid reads or writes.
+"""
+import os
+import shutil
+
+import grpc
+import pytest
+
+from conftest import GRAPHS
+
+SIN_COS = os.path.join(GRAPHS, "sin_cos.json")
+SUPP = os.path.join(os.path.dirname(__file__), "valgrind.supp")
+
+
+@pytest.mark.skipif(shutil.which("valgrind") is None, reason="valgrind is not installed")
+def test_daemon_session_under_valgrind(daemon_factory, tmp_path):
+    vg_log = tmp_path / "valgrind.log"
+    wrapper = ["valgrind", "--leak-check=full", "--errors-for-leak-kinds=definite,indirect",
+               "--show-leak-kinds=definite,indirect", "--error-exitcode=99",
+               f"--suppressions={SUPP}", f"--log-file={vg_log}"]
+    d = daemon_factory(wrapper=wrapper, extra_args=["--workers", "2"]).start(timeout=180)
+    c = d.tcctl("compile", SIN_COS, timeout=300)
+    assert c["cache"] == "miss"
+    assert d.tcctl("compile", SIN_COS, timeout=300)["cache"] == "hit"
+    d.tcctl("fetch", c["guard_hash"], str(tmp_path / "a.so"), json_out=False, timeout=300)
+    d.tcctl("stats", timeout=300)
+    d.tcctl("ls", timeout=300)
+    d.tcctl("show", c["guard_hash"], timeout=300)
+    d.tcctl("gc", timeout=300)
+    with grpc.insecure_channel(d.addr) as ch:
+        for method, payload in (("/tcc.v1.Compiler/Compile", b"\xff\xfe garbage"),
+                                ("/tcc.v1.Nope/Nope", b"")):
+            with pytest.raises(grpc.RpcError):
+                ch.unary_unary(method, request_serializer=None, response_deserializer=None)(payload, timeout=60)
+    d.tcctl("evict", c["guard_hash"], json_out=False, timeout=300)
+    rc = d.stop(timeout=180)
+    log = vg_log.read_text()
+    assert rc == 0, f"valgrind exit {rc}:\n{log[-6000:]}"
+    assert "ERROR SUMMARY: 0 errors" in log, log[-6000:]
