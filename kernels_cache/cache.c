@@ -196,7 +196,7 @@ _Static_assert(sizeof MIGRATIONS / sizeof MIGRATIONS[0] == TCC_CACHE_SCHEMA_VERS
   X(ENTRIES_BY_ARTIFACT, "SELECT hash FROM entries WHERE artifact_sha256 = ?1") \
   X(EVICT_CANDIDATES, "SELECT hash FROM entries WHERE hash IS NOT ?1"          \
                       " ORDER BY (compile_ms * (hits + 1)) / max(size, 1) ASC,"\
-                      " last_used ASC, created ASC, hash ASC LIMIT ?2")        \
+                      " last_used ASC, rowid ASC LIMIT ?2")        \
   X(LIST_LAST_USED, "SELECT " ENTRY_META_COLS " FROM entries"                  \
                     " ORDER BY last_used DESC, hash ASC LIMIT ?1")             \
   X(LIST_HITS, "SELECT " ENTRY_META_COLS " FROM entries"                       \

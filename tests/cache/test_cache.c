@@ -1,0 +1,868 @@
+/*
+ * test_cache.c — unit tests of libtcccache (kernels_cache/cache.h).
+ *
+ * Every test gets a fresh mkdtemp directory (fixture `dir`), removed
+ * afterwards. Inputs are random (seeded from the clock; the seed is
+ * printed, TCC_TEST_SEED=<n> replays it). Where a test needs to look
+ * under the cache (corrupt a blob, age an entry, inject a fault) it opens
+ * cache.db with its own sqlite3 connection, as another process would.
+ */
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cache.h"
+#include "cache_testutil.h"
+
+static char *dir;       /* this test's scratch directory */
+static char db_path[512];
+
+static void dir_setup(void) {
+  tu_seed("test_cache");
+  dir = tu_tempdir();
+  ck_assert_msg(dir != NULL, "mkdtemp: %s", strerror(errno));
+  snprintf(db_path, sizeof db_path, "%s/cache.db", dir);
+}
+
+static void dir_teardown(void) {
+  if (dir) tu_remove_tree(dir);
+  free(dir);
+  dir = NULL;
+}
+
+/* ---- helpers --------------------------------------------------------- */
+
+static tcc_cache *open_cache(int64_t max_bytes) {
+  tcc_cache_options o = {.dir = dir, .max_bytes = max_bytes};
+  tcc_cache *c = NULL;
+  tcc_error err = {0};
+  int rc = tcc_cache_open(&o, &c, &err);
+  ck_assert_msg(rc == 0, "open: %s", err.msg);
+  ck_assert_ptr_nonnull(c);
+  return c;
+}
+
+/* A stored random entry with its artifact, kept by the test. */
+typedef struct stored {
+  tcc_cache_entry e;
+  uint8_t *artifact;
+  size_t len;
+} stored;
+
+static void store_random(tcc_cache *c, stored *s, size_t len, double compile_ms) {
+  s->len = len;
+  s->artifact = tu_random_artifact(len);
+  ck_assert_ptr_nonnull(s->artifact);
+  ck_assert_int_eq(tu_random_entry(&s->e, s->artifact, len, compile_ms), 0);
+  tcc_error err = {0};
+  int rc = tcc_cache_store(c, &s->e, s->artifact, len, &err);
+  ck_assert_msg(rc == 0, "store: %s", err.msg);
+}
+
+static void stored_free(stored *s) {
+  tcc_cache_entry_clear(&s->e);
+  free(s->artifact);
+  memset(s, 0, sizeof *s);
+}
+
+static sqlite3 *raw_open(void) {
+  sqlite3 *db = NULL;
+  ck_assert_int_eq(sqlite3_open(db_path, &db), SQLITE_OK);
+  sqlite3_busy_timeout(db, 5000);
+  return db;
+}
+
+static void raw_exec(sqlite3 *db, const char *sql) {
+  char *msg = NULL;
+  int rc = sqlite3_exec(db, sql, NULL, NULL, &msg);
+  ck_assert_msg(rc == SQLITE_OK, "%s: %s", sql, msg ? msg : "?");
+  sqlite3_free(msg);
+}
+
+static int64_t raw_int(sqlite3 *db, const char *sql) {
+  sqlite3_stmt *s = NULL;
+  ck_assert_int_eq(sqlite3_prepare_v2(db, sql, -1, &s, NULL), SQLITE_OK);
+  ck_assert_int_eq(sqlite3_step(s), SQLITE_ROW);
+  int64_t v = sqlite3_column_int64(s, 0);
+  sqlite3_finalize(s);
+  return v;
+}
+
+/* Flips one random bit of a blob's data from outside the cache. */
+static void corrupt_blob(const uint8_t sha[TCC_SHA256_BYTES], size_t len) {
+  sqlite3 *db = raw_open();
+  sqlite3_stmt *s = NULL;
+  ck_assert_int_eq(sqlite3_prepare_v2(db, "SELECT data FROM blobs WHERE sha256 = ?1", -1, &s,
+                                      NULL), SQLITE_OK);
+  sqlite3_bind_blob(s, 1, sha, TCC_SHA256_BYTES, SQLITE_STATIC);
+  ck_assert_int_eq(sqlite3_step(s), SQLITE_ROW);
+  ck_assert_int_eq((size_t)sqlite3_column_bytes(s, 0), len);
+  uint8_t *data = malloc(len);
+  memcpy(data, sqlite3_column_blob(s, 0), len);
+  sqlite3_finalize(s);
+  data[tu_rand_range(0, len - 1)] ^= (uint8_t)(1u << tu_rand_range(0, 7));
+  ck_assert_int_eq(sqlite3_prepare_v2(db, "UPDATE blobs SET data = ?2 WHERE sha256 = ?1", -1, &s,
+                                      NULL), SQLITE_OK);
+  sqlite3_bind_blob(s, 1, sha, TCC_SHA256_BYTES, SQLITE_STATIC);
+  sqlite3_bind_blob(s, 2, data, (int)len, SQLITE_STATIC);
+  ck_assert_int_eq(sqlite3_step(s), SQLITE_DONE);
+  ck_assert_int_eq(sqlite3_changes(db), 1);
+  sqlite3_finalize(s);
+  sqlite3_close(db);
+  free(data);
+}
+
+/* Sets an entry column (last_used, created) from outside the cache. */
+static void set_entry_int(const uint8_t hash[TCC_SHA256_BYTES], const char *col, int64_t v) {
+  sqlite3 *db = raw_open();
+  char sql[128];
+  snprintf(sql, sizeof sql, "UPDATE entries SET %s = ?2 WHERE hash = ?1", col);
+  sqlite3_stmt *s = NULL;
+  ck_assert_int_eq(sqlite3_prepare_v2(db, sql, -1, &s, NULL), SQLITE_OK);
+  sqlite3_bind_blob(s, 1, hash, TCC_SHA256_BYTES, SQLITE_STATIC);
+  sqlite3_bind_int64(s, 2, v);
+  ck_assert_int_eq(sqlite3_step(s), SQLITE_DONE);
+  ck_assert_int_eq(sqlite3_changes(db), 1);
+  sqlite3_finalize(s);
+  sqlite3_close(db);
+}
+
+static bool present(tcc_cache *c, const uint8_t hash[TCC_SHA256_BYTES]) {
+  tcc_cache_entry e;
+  tcc_error err = {0};
+  int rc = tcc_cache_get(c, hash, &e, &err);
+  ck_assert_msg(rc == 0 || rc == TCC_E_NOT_FOUND, "get: %s", err.msg);
+  tcc_cache_entry_clear(&e);
+  return rc == 0;
+}
+
+static tcc_cache_stats stats_of(tcc_cache *c) {
+  tcc_cache_stats st;
+  tcc_error err = {0};
+  ck_assert_msg(tcc_cache_stats_get(c, &st, &err) == 0, "stats: %s", err.msg);
+  return st;
+}
+
+static void assert_entry_equal(const tcc_cache_entry *got, const tcc_cache_entry *want) {
+  ck_assert_mem_eq(got->hash, want->hash, TCC_SHA256_BYTES);
+  ck_assert_uint_eq(got->key_len, want->key_len);
+  ck_assert_mem_eq(got->key, want->key, want->key_len);
+  ck_assert_str_eq(got->target, want->target);
+  ck_assert_int_eq(got->kind, want->kind);
+  ck_assert_uint_eq(got->manifest_len, want->manifest_len);
+  ck_assert_mem_eq(got->manifest, want->manifest, want->manifest_len);
+  ck_assert_uint_eq(got->request_meta_len, want->request_meta_len);
+  ck_assert_mem_eq(got->request_meta, want->request_meta, want->request_meta_len);
+  ck_assert_mem_eq(got->artifact_sha256, want->artifact_sha256, TCC_SHA256_BYTES);
+  ck_assert_int_eq(got->size, want->size);
+  ck_assert_int_eq(got->kernels, want->kernels);
+  ck_assert_double_eq(got->compile_ms, want->compile_ms); /* stored as a REAL: exact */
+}
+
+/* ---- tests ----------------------------------------------------------- */
+
+START_TEST(test_store_lookup_reopen) {
+  tcc_cache *c = open_cache(0);
+  stored s;
+  size_t len = (size_t)tu_rand_range(1000, 40000);
+  double ms = (double)tu_rand_range(1, 1000000) / 7.0;
+  int64_t t0 = (int64_t)time(NULL);
+  store_random(c, &s, len, ms);
+  int64_t t1 = (int64_t)time(NULL);
+
+  tcc_cache_entry got;
+  tcc_error err = {0};
+  ck_assert_msg(tcc_cache_lookup(c, s.e.hash, s.e.key, s.e.key_len, &got, &err) == 0, "%s",
+                err.msg);
+  assert_entry_equal(&got, &s.e);
+  ck_assert_int_eq(got.hits, 1);
+  ck_assert_int_ge(got.created, t0);
+  ck_assert_int_le(got.created, t1);
+  ck_assert_int_ge(got.last_used, got.created);
+  tcc_cache_entry_clear(&got);
+
+  int n_hits = (int)tu_rand_range(2, 50);
+  for (int i = 1; i < n_hits; i++) {
+    ck_assert_int_eq(tcc_cache_lookup(c, s.e.hash, s.e.key, s.e.key_len, &got, &err), 0);
+    ck_assert_int_eq(got.hits, i + 1);
+    tcc_cache_entry_clear(&got);
+  }
+  tcc_cache_stats st = stats_of(c);
+  ck_assert_int_eq(st.entries, 1);
+  ck_assert_int_eq(st.bytes, (int64_t)len);
+  ck_assert_double_eq_tol(st.compile_seconds, ms / 1000.0, 1e-9 * ms);
+  ck_assert_double_eq_tol(st.compile_seconds_saved, n_hits * ms / 1000.0, 1e-9 * n_hits * ms);
+  tcc_cache_close(c);
+
+  c = open_cache(0);
+  ck_assert_int_eq(tcc_cache_get(c, s.e.hash, &got, &err), 0);
+  assert_entry_equal(&got, &s.e);
+  ck_assert_int_eq(got.hits, n_hits); /* written by close's flush */
+  tcc_cache_entry_clear(&got);
+  st = stats_of(c);
+  ck_assert_double_eq_tol(st.compile_seconds_saved, n_hits * ms / 1000.0, 1e-9 * n_hits * ms);
+
+  uint8_t *data = NULL;
+  size_t n = 0;
+  ck_assert_int_eq(tcc_cache_read_artifact(c, s.e.artifact_sha256, &data, &n, &err), 0);
+  ck_assert_uint_eq(n, len);
+  ck_assert_mem_eq(data, s.artifact, len);
+  free(data);
+  ck_assert_int_eq(tcc_cache_integrity_check(c, &err), 0);
+  tcc_cache_close(c);
+
+  /* The file is what cache.c documents. */
+  sqlite3 *db = raw_open();
+  ck_assert_int_eq(raw_int(db, "PRAGMA user_version"), 1);
+  ck_assert_int_eq(raw_int(db, "PRAGMA application_id"), 0x54434344);
+  ck_assert_int_eq(raw_int(db, "PRAGMA auto_vacuum"), 2);
+  sqlite3_close(db);
+  stored_free(&s);
+}
+END_TEST
+
+START_TEST(test_key_mismatch_is_miss) {
+  tcc_cache *c = open_cache(0);
+  stored s;
+  store_random(c, &s, 4096, 12.5);
+  tcc_cache_entry got;
+  tcc_error err = {0};
+
+  /* Same length, one byte different. */
+  uint8_t *other = malloc(s.e.key_len);
+  memcpy(other, s.e.key, s.e.key_len);
+  other[tu_rand_range(0, s.e.key_len - 1)] ^= 0x40;
+  ck_assert_int_eq(tcc_cache_lookup(c, s.e.hash, other, s.e.key_len, &got, &err),
+                   TCC_E_NOT_FOUND);
+  ck_assert_ptr_nonnull(strstr(err.msg, "guard hash collision"));
+  ck_assert_ptr_null(got.key);
+  /* A prefix of the key. */
+  ck_assert_int_eq(tcc_cache_lookup(c, s.e.hash, s.e.key, s.e.key_len - 1, &got, &err),
+                   TCC_E_NOT_FOUND);
+  ck_assert_ptr_nonnull(strstr(err.msg, "guard hash collision"));
+  /* An unknown hash is a plain miss. */
+  uint8_t h[TCC_SHA256_BYTES];
+  tu_rand_bytes(h, sizeof h);
+  ck_assert_int_eq(tcc_cache_lookup(c, h, s.e.key, s.e.key_len, &got, &err), TCC_E_NOT_FOUND);
+  ck_assert_ptr_null(strstr(err.msg, "collision"));
+  /* Misses recorded no hit. */
+  ck_assert_int_eq(tcc_cache_get(c, s.e.hash, &got, &err), 0);
+  ck_assert_int_eq(got.hits, 0);
+  tcc_cache_entry_clear(&got);
+  free(other);
+  stored_free(&s);
+  tcc_cache_close(c);
+}
+END_TEST
+
+START_TEST(test_read_artifact_roundtrip) {
+  tcc_cache *c = open_cache(0);
+  tcc_error err = {0};
+  for (int i = 0; i < 8; i++) {
+    stored s;
+    size_t len = (size_t)tu_rand_range(1, 200000);
+    store_random(c, &s, len, 3.0);
+    uint8_t *data = NULL;
+    size_t n = 0;
+    ck_assert_msg(tcc_cache_read_artifact(c, s.e.artifact_sha256, &data, &n, &err) == 0, "%s",
+                  err.msg);
+    ck_assert_uint_eq(n, len);
+    ck_assert_mem_eq(data, s.artifact, len);
+    uint8_t d[TCC_SHA256_BYTES];
+    tcc_sha256(data, n, d);
+    ck_assert_mem_eq(d, s.e.artifact_sha256, TCC_SHA256_BYTES);
+    free(data);
+    stored_free(&s);
+  }
+  uint8_t unknown[TCC_SHA256_BYTES], *data = (uint8_t *)&err;
+  size_t n = 7;
+  tu_rand_bytes(unknown, sizeof unknown);
+  ck_assert_int_eq(tcc_cache_read_artifact(c, unknown, &data, &n, &err), TCC_E_NOT_FOUND);
+  ck_assert_ptr_null(data);
+  ck_assert_uint_eq(n, 0);
+  tcc_cache_close(c);
+}
+END_TEST
+
+START_TEST(test_corrupt_blob) {
+  tcc_cache *c = open_cache(0);
+  stored bad, good;
+  store_random(c, &bad, (size_t)tu_rand_range(100, 50000), 40.0);
+  store_random(c, &good, (size_t)tu_rand_range(100, 50000), 40.0);
+  corrupt_blob(bad.e.artifact_sha256, bad.len);
+
+  tcc_error err = {0};
+  uint8_t *data = NULL;
+  size_t n = 0;
+  ck_assert_int_eq(tcc_cache_read_artifact(c, bad.e.artifact_sha256, &data, &n, &err),
+                   TCC_E_DATA_LOSS);
+  ck_assert_ptr_null(data);
+  char hex[TCC_SHA256_HEX];
+  tcc_hex_encode(bad.e.artifact_sha256, TCC_SHA256_BYTES, hex);
+  ck_assert_msg(strstr(err.msg, hex) != NULL, "message names the digest: %s", err.msg);
+
+  ck_assert(!present(c, bad.e.hash));
+  tcc_cache_entry got;
+  ck_assert_int_eq(tcc_cache_lookup(c, bad.e.hash, bad.e.key, bad.e.key_len, &got, &err),
+                   TCC_E_NOT_FOUND);
+  ck_assert_int_eq(tcc_cache_read_artifact(c, bad.e.artifact_sha256, &data, &n, &err),
+                   TCC_E_NOT_FOUND);
+  tcc_cache_stats st = stats_of(c);
+  ck_assert_int_eq(st.counters[TCC_COUNTER_corrupt_blobs], 1);
+  ck_assert_int_eq(st.entries, 1);
+  ck_assert_int_eq(st.bytes, (int64_t)good.len);
+
+  /* The other entry is untouched. */
+  ck_assert_int_eq(tcc_cache_read_artifact(c, good.e.artifact_sha256, &data, &n, &err), 0);
+  ck_assert_mem_eq(data, good.artifact, good.len);
+  free(data);
+  ck_assert_int_eq(tcc_cache_integrity_check(c, &err), 0);
+  tcc_cache_close(c);
+
+  c = open_cache(0);
+  ck_assert_int_eq(stats_of(c).counters[TCC_COUNTER_corrupt_blobs], 1);
+  tcc_cache_close(c);
+  stored_free(&bad);
+  stored_free(&good);
+}
+END_TEST
+
+START_TEST(test_eviction_by_budget) {
+  enum { N = 24, SLOTS = 10, VALUABLE = 7 };
+  const size_t len = 4096;
+  tcc_cache *c = open_cache((int64_t)(SLOTS * len));
+  stored s[N];
+  bool valuable[N] = {false};
+  /* VALUABLE random positions among the first N-2 (the hot one is 0). */
+  for (int k = 0; k < VALUABLE;) {
+    int i = (int)tu_rand_range(1, N - 2);
+    if (!valuable[i]) valuable[i] = true, k++;
+  }
+  tcc_error err = {0};
+  for (int i = 0; i < N; i++) {
+    double ms = valuable[i] ? tu_rand_range(900, 5000) : tu_rand_range(1, 5);
+    store_random(c, &s[i], len, ms);
+    if (i == 0) { /* a cheap entry made valuable by its hits (pending in memory) */
+      for (int h = 0; h < 6000; h++) {
+        tcc_cache_entry got;
+        ck_assert_int_eq(tcc_cache_lookup(c, s[0].e.hash, s[0].e.key, s[0].e.key_len, &got,
+                                          &err), 0);
+        tcc_cache_entry_clear(&got);
+      }
+    }
+    tcc_cache_stats st = stats_of(c);
+    ck_assert_int_le(st.bytes, SLOTS * (int64_t)len);
+    ck_assert(present(c, s[i].e.hash)); /* never evicted by its own store */
+  }
+  tcc_cache_stats st = stats_of(c);
+  ck_assert_int_eq(st.entries, SLOTS);
+  ck_assert_int_eq(st.bytes, SLOTS * (int64_t)len);
+  ck_assert_int_eq(st.counters[TCC_COUNTER_evictions], N - SLOTS);
+  ck_assert_msg(present(c, s[0].e.hash), "the hot cheap entry survives");
+  for (int i = 0; i < N; i++)
+    if (valuable[i]) ck_assert_msg(present(c, s[i].e.hash), "valuable entry %d survives", i);
+  ck_assert(present(c, s[N - 1].e.hash));
+
+  /* An artifact larger than the whole budget is refused, cache unchanged. */
+  stored big;
+  big.artifact = tu_random_artifact(SLOTS * len + 1);
+  tu_random_entry(&big.e, big.artifact, SLOTS * len + 1, 1e6);
+  ck_assert_int_eq(tcc_cache_store(c, &big.e, big.artifact, SLOTS * len + 1, &err),
+                   TCC_E_RESOURCE_EXHAUSTED);
+  ck_assert_int_eq(stats_of(c).entries, SLOTS);
+  big.len = SLOTS * len + 1;
+  stored_free(&big);
+  tcc_cache_close(c);
+
+  c = open_cache((int64_t)(SLOTS * len));
+  ck_assert_int_eq(stats_of(c).counters[TCC_COUNTER_evictions], N - SLOTS);
+  tcc_cache_close(c);
+  for (int i = 0; i < N; i++) stored_free(&s[i]);
+}
+END_TEST
+
+START_TEST(test_evict_by_hash) {
+  tcc_cache *c = open_cache(0);
+  stored a, b;
+  store_random(c, &a, 3000, 5);
+  store_random(c, &b, 5000, 5);
+  tcc_error err = {0};
+  ck_assert_int_eq(tcc_cache_evict(c, a.e.hash, &err), 0);
+  ck_assert(!present(c, a.e.hash));
+  ck_assert(present(c, b.e.hash));
+  uint8_t *data = NULL;
+  size_t n;
+  ck_assert_int_eq(tcc_cache_read_artifact(c, a.e.artifact_sha256, &data, &n, &err),
+                   TCC_E_NOT_FOUND);
+  ck_assert_int_eq(tcc_cache_evict(c, a.e.hash, &err), TCC_E_NOT_FOUND);
+  tcc_cache_stats st = stats_of(c);
+  ck_assert_int_eq(st.entries, 1);
+  ck_assert_int_eq(st.bytes, 5000);
+  ck_assert_int_eq(st.counters[TCC_COUNTER_evictions], 0); /* manual, not budget */
+  tcc_cache_close(c);
+  stored_free(&a);
+  stored_free(&b);
+}
+END_TEST
+
+START_TEST(test_shared_blob) {
+  tcc_cache *c = open_cache(0);
+  size_t len = (size_t)tu_rand_range(1000, 30000);
+  uint8_t *art = tu_random_artifact(len);
+  tcc_cache_entry e1, e2;
+  tu_random_entry(&e1, art, len, 10);
+  tu_random_entry(&e2, art, len, 20);
+  tcc_error err = {0};
+  ck_assert_int_eq(tcc_cache_store(c, &e1, art, len, &err), 0);
+  ck_assert_int_eq(tcc_cache_store(c, &e2, art, len, &err), 0);
+  tcc_cache_stats st = stats_of(c);
+  ck_assert_int_eq(st.entries, 2);
+  ck_assert_int_eq(st.bytes, (int64_t)len); /* one blob */
+
+  ck_assert_int_eq(tcc_cache_evict(c, e1.hash, &err), 0);
+  uint8_t *data = NULL;
+  size_t n = 0;
+  ck_assert_int_eq(tcc_cache_read_artifact(c, e2.artifact_sha256, &data, &n, &err), 0);
+  ck_assert_mem_eq(data, art, len);
+  free(data);
+  ck_assert_int_eq(stats_of(c).bytes, (int64_t)len);
+
+  ck_assert_int_eq(tcc_cache_evict(c, e2.hash, &err), 0);
+  ck_assert_int_eq(tcc_cache_read_artifact(c, e2.artifact_sha256, &data, &n, &err),
+                   TCC_E_NOT_FOUND);
+  st = stats_of(c);
+  ck_assert_int_eq(st.entries, 0);
+  ck_assert_int_eq(st.bytes, 0);
+  tcc_cache_close(c);
+  tcc_cache_entry_clear(&e1);
+  tcc_cache_entry_clear(&e2);
+  free(art);
+}
+END_TEST
+
+START_TEST(test_replace_entry) {
+  tcc_cache *c = open_cache(0);
+  stored a;
+  store_random(c, &a, 2000, 5);
+  tcc_cache_entry got;
+  tcc_error err = {0};
+  ck_assert_int_eq(tcc_cache_lookup(c, a.e.hash, a.e.key, a.e.key_len, &got, &err), 0);
+  tcc_cache_entry_clear(&got);
+
+  size_t len2 = 3333;
+  uint8_t *art2 = tu_random_artifact(len2);
+  tcc_cache_entry e2 = a.e; /* same hash and key, new artifact */
+  tcc_sha256(art2, len2, e2.artifact_sha256);
+  e2.compile_ms = 77;
+  ck_assert_int_eq(tcc_cache_store(c, &e2, art2, len2, &err), 0);
+  ck_assert_int_eq(tcc_cache_get(c, a.e.hash, &got, &err), 0);
+  ck_assert_mem_eq(got.artifact_sha256, e2.artifact_sha256, TCC_SHA256_BYTES);
+  ck_assert_int_eq(got.size, (int64_t)len2);
+  ck_assert_int_eq(got.hits, 0); /* the old entry's hits went with it */
+  ck_assert_double_eq(got.compile_ms, 77);
+  tcc_cache_entry_clear(&got);
+  uint8_t *data = NULL;
+  size_t n;
+  ck_assert_int_eq(tcc_cache_read_artifact(c, a.e.artifact_sha256, &data, &n, &err),
+                   TCC_E_NOT_FOUND);
+  tcc_cache_stats st = stats_of(c);
+  ck_assert_int_eq(st.entries, 1);
+  ck_assert_int_eq(st.bytes, (int64_t)len2);
+  tcc_cache_close(c);
+  c = open_cache(0);
+  ck_assert_int_eq(tcc_cache_get(c, a.e.hash, &got, &err), 0);
+  ck_assert_int_eq(got.hits, 0);
+  tcc_cache_entry_clear(&got);
+  tcc_cache_close(c);
+  free(art2);
+  stored_free(&a);
+}
+END_TEST
+
+START_TEST(test_store_rejects_bad_digest) {
+  tcc_cache *c = open_cache(0);
+  size_t len = 1000;
+  uint8_t *art = tu_random_artifact(len);
+  tcc_cache_entry e;
+  tu_random_entry(&e, art, len, 1);
+  e.artifact_sha256[tu_rand_range(0, 31)] ^= 1;
+  tcc_error err = {0};
+  ck_assert_int_eq(tcc_cache_store(c, &e, art, len, &err), TCC_E_INVALID_ARGUMENT);
+  ck_assert_ptr_nonnull(strstr(err.msg, "does not match"));
+  ck_assert_int_eq(stats_of(c).entries, 0);
+  tcc_cache_entry_clear(&e);
+  free(art);
+  tcc_cache_close(c);
+}
+END_TEST
+
+START_TEST(test_gc) {
+  enum { N = 8 };
+  const size_t len = 2048;
+  tcc_cache *c = open_cache(0);
+  stored s[N];
+  for (int i = 0; i < N; i++) store_random(c, &s[i], len, 100); /* equal value */
+  /* Distinct ages: entry i last used at base + i; entry 5 corrupt. */
+  int64_t base = (int64_t)time(NULL) - 100000;
+  for (int i = 0; i < N; i++) set_entry_int(s[i].e.hash, "last_used", base + i);
+  corrupt_blob(s[5].e.artifact_sha256, len);
+
+  tcc_cache_gc_result r;
+  tcc_error err = {0};
+  ck_assert_msg(tcc_cache_gc(c, 0, &r, &err) == 0, "%s", err.msg); /* unlimited: verify only */
+  ck_assert_int_eq(r.corrupt_removed, 1);
+  ck_assert_int_eq(r.evicted, 0);
+  ck_assert(!present(c, s[5].e.hash));
+  ck_assert_int_eq(stats_of(c).entries, N - 1);
+
+  /* Budget for 4: the 3 oldest (0, 1, 2) go — equal value, older first. */
+  ck_assert_msg(tcc_cache_gc(c, 4 * (int64_t)len, &r, &err) == 0, "%s", err.msg);
+  ck_assert_int_eq(r.evicted, 3);
+  ck_assert_int_eq(r.freed_bytes, 3 * (int64_t)len);
+  ck_assert_int_eq(r.corrupt_removed, 0);
+  for (int i = 0; i < N; i++)
+    if (i != 5) ck_assert_msg(present(c, s[i].e.hash) == (i >= 3), "entry %d", i);
+
+  /* Value beats age: the oldest survivor (3) gets hits and outlives 4. */
+  tcc_cache_entry got;
+  for (int h = 0; h < 3; h++) {
+    ck_assert_int_eq(tcc_cache_lookup(c, s[3].e.hash, s[3].e.key, s[3].e.key_len, &got, &err), 0);
+    tcc_cache_entry_clear(&got);
+  }
+  ck_assert_int_eq(tcc_cache_flush(c, &err), 0);
+  set_entry_int(s[3].e.hash, "last_used", base); /* oldest again, but hit */
+  ck_assert_int_eq(tcc_cache_gc(c, 3 * (int64_t)len, &r, &err), 0);
+  ck_assert_int_eq(r.evicted, 1);
+  ck_assert(present(c, s[3].e.hash));
+  ck_assert(!present(c, s[4].e.hash));
+  tcc_cache_stats st = stats_of(c);
+  ck_assert_int_le(st.bytes, 3 * (int64_t)len);
+  ck_assert_int_eq(st.counters[TCC_COUNTER_evictions], 4);
+  ck_assert_int_eq(st.counters[TCC_COUNTER_corrupt_blobs], 1);
+  ck_assert_int_eq(tcc_cache_integrity_check(c, &err), 0);
+  tcc_cache_close(c);
+  for (int i = 0; i < N; i++) stored_free(&s[i]);
+}
+END_TEST
+
+START_TEST(test_list_ordering) {
+  enum { N = 6 };
+  tcc_cache *c = open_cache(0);
+  stored s[N];
+  tcc_error err = {0};
+  int64_t base = (int64_t)time(NULL) - 50000;
+  for (int i = 0; i < N; i++) {
+    store_random(c, &s[i], (size_t)tu_rand_range(100, 9000), 1);
+    set_entry_int(s[i].e.hash, "created", base + (int64_t)tu_rand_range(0, 40000));
+    set_entry_int(s[i].e.hash, "last_used", base + (int64_t)tu_rand_range(0, 40000));
+    int hits = (int)tu_rand_range(0, 20);
+    for (int h = 0; h < hits; h++) {
+      tcc_cache_entry got;
+      ck_assert_int_eq(tcc_cache_lookup(c, s[i].e.hash, s[i].e.key, s[i].e.key_len, &got, &err), 0);
+      tcc_cache_entry_clear(&got);
+    }
+  }
+  for (int order = TCC_CACHE_ORDER_LAST_USED; order <= TCC_CACHE_ORDER_CREATED; order++) {
+    tcc_cache_entry *v = NULL;
+    size_t n = 0;
+    ck_assert_msg(tcc_cache_list(c, order, 0, &v, &n, &err) == 0, "%s", err.msg);
+    ck_assert_uint_eq(n, N);
+    for (size_t i = 0; i < n; i++) {
+      ck_assert_ptr_null(v[i].key);
+      ck_assert_ptr_null(v[i].manifest);
+      ck_assert(present(c, v[i].hash));
+      if (i == 0) continue;
+      int64_t a = 0, b = 0;
+      switch (order) {
+      case TCC_CACHE_ORDER_LAST_USED: a = v[i - 1].last_used, b = v[i].last_used; break;
+      case TCC_CACHE_ORDER_HITS: a = v[i - 1].hits, b = v[i].hits; break;
+      case TCC_CACHE_ORDER_SIZE: a = v[i - 1].size, b = v[i].size; break;
+      case TCC_CACHE_ORDER_CREATED: a = v[i - 1].created, b = v[i].created; break;
+      }
+      ck_assert_msg(a >= b, "order %d: row %zu (%lld) after row %zu (%lld)", order, i,
+                    (long long)b, i - 1, (long long)a);
+    }
+    /* The list agrees with get (hits include pending ones). */
+    for (size_t i = 0; i < n; i++) {
+      tcc_cache_entry got;
+      ck_assert_int_eq(tcc_cache_get(c, v[i].hash, &got, &err), 0);
+      ck_assert_int_eq(got.hits, v[i].hits);
+      ck_assert_int_eq(got.size, v[i].size);
+      ck_assert_mem_eq(got.artifact_sha256, v[i].artifact_sha256, TCC_SHA256_BYTES);
+      tcc_cache_entry_clear(&got);
+    }
+    tcc_cache_entries_free(v, n);
+
+    ck_assert_int_eq(tcc_cache_list(c, order, 2, &v, &n, &err), 0);
+    ck_assert_uint_eq(n, 2);
+    tcc_cache_entries_free(v, n);
+  }
+  for (int i = 0; i < N; i++) stored_free(&s[i]);
+  tcc_cache_close(c);
+}
+END_TEST
+
+START_TEST(test_counters_persist) {
+  tcc_cache *c = open_cache(0);
+  int64_t want[TCC_COUNTER__COUNT] = {0};
+  for (int round = 0; round < 3; round++) {
+    for (int i = 0; i < TCC_COUNTER__COUNT; i++) {
+      int64_t d = (int64_t)tu_rand_range(1, 100000);
+      tcc_cache_count(c, (tcc_cache_counter)i, d);
+      want[i] += d;
+    }
+    tcc_cache_stats st = stats_of(c); /* includes pending deltas */
+    for (int i = 0; i < TCC_COUNTER__COUNT; i++) ck_assert_int_eq(st.counters[i], want[i]);
+    if (round == 1) {
+      tcc_error err = {0};
+      ck_assert_int_eq(tcc_cache_flush(c, &err), 0);
+    }
+  }
+  tcc_cache_close(c);
+  c = open_cache(0);
+  tcc_cache_stats st = stats_of(c);
+  for (int i = 0; i < TCC_COUNTER__COUNT; i++)
+    ck_assert_msg(st.counters[i] == want[i], "%s: %lld != %lld",
+                  tcc_cache_counter_name((tcc_cache_counter)i), (long long)st.counters[i],
+                  (long long)want[i]);
+  ck_assert_str_eq(tcc_cache_counter_name(TCC_COUNTER_corrupt_blobs), "corrupt_blobs");
+  tcc_cache_close(c);
+}
+END_TEST
+
+static void expect_open_fails(const char *path, const char *needle) {
+  tcc_cache_options o = {.dir = path};
+  tcc_cache *c = (tcc_cache *)&o;
+  tcc_error err = {0};
+  int rc = tcc_cache_open(&o, &c, &err);
+  ck_assert_msg(rc == TCC_E_FAILED_PRECONDITION, "open %s: %d %s", path, rc, err.msg);
+  ck_assert_ptr_null(c);
+  ck_assert_msg(strstr(err.msg, path) != NULL, "message names %s: %s", path, err.msg);
+  if (needle) ck_assert_msg(strstr(err.msg, needle) != NULL, "'%s' in: %s", needle, err.msg);
+}
+
+START_TEST(test_unusable_dir) {
+  char file[600], under[700];
+  snprintf(file, sizeof file, "%s/plain-file", dir);
+  FILE *f = fopen(file, "w");
+  ck_assert_ptr_nonnull(f);
+  fputs("not a directory\n", f);
+  fclose(f);
+  snprintf(under, sizeof under, "%s/sub/cache", file); /* parent is a file */
+  expect_open_fails(under, NULL);
+  expect_open_fails(file, NULL);
+
+  /* cache.db is a directory. */
+  ck_assert_int_eq(mkdir(db_path, 0700), 0);
+  expect_open_fails(dir, NULL);
+  ck_assert_int_eq(rmdir(db_path), 0);
+
+  if (geteuid() != 0) { /* root writes anywhere */
+    char ro[600];
+    snprintf(ro, sizeof ro, "%s/ro", dir);
+    ck_assert_int_eq(mkdir(ro, 0500), 0);
+    expect_open_fails(ro, "not writable");
+    chmod(ro, 0700);
+  }
+
+  /* A missing nested directory is created, mode 0700. */
+  char nested[600];
+  snprintf(nested, sizeof nested, "%s/a/b/c", dir);
+  tcc_cache_options o = {.dir = nested};
+  tcc_cache *c = NULL;
+  tcc_error err = {0};
+  ck_assert_msg(tcc_cache_open(&o, &c, &err) == 0, "%s", err.msg);
+  tcc_cache_close(c);
+  struct stat st;
+  ck_assert_int_eq(stat(nested, &st), 0);
+  ck_assert_int_eq(st.st_mode & 0777, 0700);
+}
+END_TEST
+
+START_TEST(test_garbage_file) {
+  size_t n = (size_t)tu_rand_range(100, 20000);
+  uint8_t *junk = tu_random_artifact(n);
+  FILE *f = fopen(db_path, "wb");
+  ck_assert_ptr_nonnull(f);
+  ck_assert_uint_eq(fwrite(junk, 1, n, f), n);
+  fclose(f);
+  free(junk);
+  expect_open_fails(dir, "not a SQLite database");
+  /* Left as it was: the cache never overwrites a file it does not own. */
+  struct stat st;
+  ck_assert_int_eq(stat(db_path, &st), 0);
+  ck_assert_int_eq(st.st_size, (off_t)n);
+}
+END_TEST
+
+START_TEST(test_foreign_sqlite_file) {
+  sqlite3 *db = raw_open();
+  raw_exec(db, "CREATE TABLE notes(t TEXT); INSERT INTO notes VALUES ('mine');");
+  sqlite3_close(db);
+  expect_open_fails(dir, "not a tccd cache");
+}
+END_TEST
+
+START_TEST(test_newer_schema) {
+  tcc_cache_close(open_cache(0));
+  sqlite3 *db = raw_open();
+  int v = (int)tu_rand_range(2, 1000);
+  char sql[64];
+  snprintf(sql, sizeof sql, "PRAGMA user_version = %d", v);
+  raw_exec(db, sql);
+  sqlite3_close(db);
+  expect_open_fails(dir, "newer than this build");
+}
+END_TEST
+
+/* A failed store (a fault injected by a trigger after the blob insert)
+ * rolls back: neither the blob nor the entry remain, and an existing
+ * entry being replaced is intact. */
+START_TEST(test_failed_store_rolls_back) {
+  tcc_cache *c = open_cache(0);
+  stored a;
+  store_random(c, &a, 5000, 9);
+  tcc_cache_stats before = stats_of(c);
+
+  sqlite3 *db = raw_open();
+  raw_exec(db, "CREATE TRIGGER fault BEFORE INSERT ON entries"
+               " BEGIN SELECT RAISE(ABORT, 'injected fault'); END;");
+  size_t len = 7000;
+  uint8_t *art = tu_random_artifact(len);
+  tcc_cache_entry e;
+  tu_random_entry(&e, art, len, 1);
+  tcc_error err = {0};
+  int rc = tcc_cache_store(c, &e, art, len, &err);
+  ck_assert_int_lt(rc, 0);
+  ck_assert_msg(strstr(err.msg, "injected fault") != NULL, "sqlite message kept: %s", err.msg);
+  uint8_t *data = NULL;
+  size_t n;
+  ck_assert_int_eq(tcc_cache_read_artifact(c, e.artifact_sha256, &data, &n, &err),
+                   TCC_E_NOT_FOUND);
+
+  /* Replacing `a` fails too and leaves it as it was. */
+  tcc_cache_entry r = a.e;
+  memcpy(r.artifact_sha256, e.artifact_sha256, TCC_SHA256_BYTES);
+  ck_assert_int_lt(tcc_cache_store(c, &r, art, len, &err), 0);
+  tcc_cache_entry got;
+  ck_assert_int_eq(tcc_cache_get(c, a.e.hash, &got, &err), 0);
+  assert_entry_equal(&got, &a.e);
+  tcc_cache_entry_clear(&got);
+  tcc_cache_stats after = stats_of(c);
+  ck_assert_int_eq(after.entries, before.entries);
+  ck_assert_int_eq(after.bytes, before.bytes);
+
+  raw_exec(db, "DROP TRIGGER fault");
+  sqlite3_close(db);
+  ck_assert_msg(tcc_cache_store(c, &e, art, len, &err) == 0, "%s", err.msg);
+  ck_assert(present(c, e.hash));
+  ck_assert_int_eq(tcc_cache_integrity_check(c, &err), 0);
+  tcc_cache_entry_clear(&e);
+  free(art);
+  stored_free(&a);
+  tcc_cache_close(c);
+}
+END_TEST
+
+/* Another process holding the write lock: a store waits busy_timeout_ms,
+ * then fails UNAVAILABLE with nothing written; hits stay pending. */
+START_TEST(test_busy_writer) {
+  tcc_cache_options o = {.dir = dir, .busy_timeout_ms = 50};
+  tcc_cache *c = NULL;
+  tcc_error err = {0};
+  ck_assert_int_eq(tcc_cache_open(&o, &c, &err), 0);
+  stored a;
+  store_random(c, &a, 1000, 2);
+  tcc_cache_entry got;
+  ck_assert_int_eq(tcc_cache_lookup(c, a.e.hash, a.e.key, a.e.key_len, &got, &err), 0);
+  tcc_cache_entry_clear(&got);
+  tcc_cache_count(c, TCC_COUNTER_compiles, 5);
+
+  sqlite3 *db = raw_open();
+  raw_exec(db, "BEGIN IMMEDIATE");
+  stored b;
+  b.len = 1000;
+  b.artifact = tu_random_artifact(b.len);
+  tu_random_entry(&b.e, b.artifact, b.len, 1);
+  ck_assert_int_eq(tcc_cache_store(c, &b.e, b.artifact, b.len, &err), TCC_E_UNAVAILABLE);
+  ck_assert_ptr_nonnull(strstr(err.msg, "locked"));
+  ck_assert_int_eq(tcc_cache_flush(c, &err), TCC_E_UNAVAILABLE);
+  raw_exec(db, "ROLLBACK");
+  sqlite3_close(db);
+
+  ck_assert(!present(c, b.e.hash));
+  ck_assert_int_eq(tcc_cache_flush(c, &err), 0); /* pending survived the failure */
+  tcc_cache_close(c);
+  c = open_cache(0);
+  ck_assert_int_eq(tcc_cache_get(c, a.e.hash, &got, &err), 0);
+  ck_assert_int_eq(got.hits, 1);
+  tcc_cache_entry_clear(&got);
+  ck_assert_int_eq(stats_of(c).counters[TCC_COUNTER_compiles], 5);
+  tcc_cache_close(c);
+  stored_free(&a);
+  stored_free(&b);
+}
+END_TEST
+
+START_TEST(test_bad_arguments) {
+  tcc_error err = {0};
+  tcc_cache *c = NULL;
+  tcc_cache_options o = {.dir = NULL};
+  ck_assert_int_eq(tcc_cache_open(&o, &c, &err), TCC_E_INVALID_ARGUMENT);
+  o.dir = dir;
+  o.max_bytes = -1;
+  ck_assert_int_eq(tcc_cache_open(&o, &c, &err), TCC_E_INVALID_ARGUMENT);
+  tcc_cache_close(NULL);
+  c = open_cache(0);
+  tcc_cache_entry e;
+  ck_assert_int_eq(tcc_cache_store(c, NULL, NULL, 0, &err), TCC_E_INVALID_ARGUMENT);
+  ck_assert_int_eq(tcc_cache_get(c, NULL, &e, &err), TCC_E_INVALID_ARGUMENT);
+  ck_assert_int_eq(tcc_cache_list(c, (tcc_cache_order)99, 0, NULL, NULL, &err),
+                   TCC_E_INVALID_ARGUMENT);
+  tcc_cache_close(c);
+}
+END_TEST
+
+static Suite *cache_suite(void) {
+  Suite *s = suite_create("cache");
+  TCase *t = tcase_create("cache");
+  tcase_add_checked_fixture(t, dir_setup, dir_teardown);
+  tcase_set_timeout(t, 120);
+  tcase_add_test(t, test_store_lookup_reopen);
+  tcase_add_test(t, test_key_mismatch_is_miss);
+  tcase_add_test(t, test_read_artifact_roundtrip);
+  tcase_add_test(t, test_corrupt_blob);
+  tcase_add_test(t, test_eviction_by_budget);
+  tcase_add_test(t, test_evict_by_hash);
+  tcase_add_test(t, test_shared_blob);
+  tcase_add_test(t, test_replace_entry);
+  tcase_add_test(t, test_store_rejects_bad_digest);
+  tcase_add_test(t, test_gc);
+  tcase_add_test(t, test_list_ordering);
+  tcase_add_test(t, test_counters_persist);
+  tcase_add_test(t, test_unusable_dir);
+  tcase_add_test(t, test_garbage_file);
+  tcase_add_test(t, test_foreign_sqlite_file);
+  tcase_add_test(t, test_newer_schema);
+  tcase_add_test(t, test_failed_store_rolls_back);
+  tcase_add_test(t, test_busy_writer);
+  tcase_add_test(t, test_bad_arguments);
+  suite_add_tcase(s, t);
+  return s;
+}
+
+int main(void) {
+  SRunner *sr = srunner_create(cache_suite());
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
