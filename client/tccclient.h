@@ -83,4 +83,104 @@ int tcc_client_get_kernel(tcc_client *c, const Tcc__V1__CompileRequest *req,
                           tcc_kernel **out, Tcc__V1__CompileResponse **resp,
                           tcc_error *err);
 
+/* ------------------------------------------------------------------
+ * Additions beyond the first contract (client.c): the admin calls tcctl
+ * makes, fetch by guard hash, and process-level teardown.
+ * ------------------------------------------------------------------ */
+
+/* The address the client was connected to (owned by the client). */
+const char *tcc_client_addr(const tcc_client *c);
+
+/* Unary call with protobuf-c messages: packs req, calls method, unpacks
+ * the answer as resp_desc into *resp (free with
+ * protobuf_c_message_free_unpacked(*resp, NULL)). A malformed answer is
+ * TCC_E_INTERNAL. deadline_ms 0 = the client's default. */
+int tcc_client_call_message(tcc_client *c, const char *method,
+                            const ProtobufCMessage *req,
+                            const ProtobufCMessageDescriptor *resp_desc,
+                            ProtobufCMessage **resp, int deadline_ms,
+                            tcc_error *err);
+
+/* Fetches the artifact of the cache entry with this guard hash (hex)
+ * (FetchRequest.guard_hash), verifying it against the digest the daemon
+ * announces in the first chunk, which is copied to sha256_hex (optional).
+ * Stores it in the local artifact cache when one is set. *data is
+ * malloc'd (caller frees). */
+int tcc_client_fetch_entry(tcc_client *c, const char *guard_hash_hex,
+                           uint8_t **data, size_t *len,
+                           char sha256_hex[TCC_SHA256_HEX], tcc_error *err);
+
+/* grpc.health.v1.Health/Check of service ("" = the whole daemon);
+ * *serving_status receives the HealthCheckResponse.ServingStatus value
+ * (1 = SERVING). Returns 0 when the call succeeded, whatever the status. */
+int tcc_client_health(tcc_client *c, const char *service,
+                      int *serving_status, tcc_error *err);
+
+/* Cache admin calls. Each *out is a protobuf-c message: free it with its
+ * *__free_unpacked(*out, NULL). */
+int tcc_client_stats(tcc_client *c, Tcc__V1__StatsResponse **out,
+                     tcc_error *err);
+/* limit 0 = the daemon's default (100); order_by NULL or "" = last_used. */
+int tcc_client_list(tcc_client *c, int limit, const char *order_by,
+                    Tcc__V1__ListResponse **out, tcc_error *err);
+int tcc_client_show(tcc_client *c, const char *guard_hash_hex,
+                    Tcc__V1__ShowResponse **out, tcc_error *err);
+/* *evicted (optional) = whether an entry was removed. */
+int tcc_client_evict(tcc_client *c, const char *guard_hash_hex,
+                     int *evicted, tcc_error *err);
+/* max_bytes 0 = the daemon's --cache-max-bytes. */
+int tcc_client_gc(tcc_client *c, int64_t max_bytes, Tcc__V1__GcResponse **out,
+                  tcc_error *err);
+
+/* gRPC is initialised once per process, on the first connect, and stays
+ * up (its threads are reused by later clients). A program that wants a
+ * clean exit (valgrind) may call this after closing every client; a later
+ * connect initialises gRPC again. Never call it while a client is open. */
+void tcc_client_library_shutdown(void);
+
+/* ------------------------------------------------------------------
+ * Byte-level API for FFI callers (ctypes) (ffi.c): no protobuf-c structs
+ * and no struct layouts to mirror. Buffers returned through uint8_t **
+ * are malloc'd: free them with tcc_free.
+ * ------------------------------------------------------------------ */
+
+/* tcc_client_connect with the options spelled out (0 / NULL = default). */
+int tcc_client_open(const char *addr, int deadline_ms, int connect_timeout_ms,
+                    const char *artifact_dir, tcc_client **out,
+                    tcc_error *err);
+
+/* Compile with an encoded tcc.v1.CompileRequest; *resp receives the
+ * encoded tcc.v1.CompileResponse. */
+int tcc_client_compile_bytes(tcc_client *c, const uint8_t *req, size_t req_len,
+                             uint8_t **resp, size_t *resp_len, tcc_error *err);
+
+/* tcc_client_get_kernel with encoded request/response (resp optional). */
+int tcc_client_get_kernel_bytes(tcc_client *c, const uint8_t *req,
+                                size_t req_len, tcc_kernel **out,
+                                uint8_t **resp, size_t *resp_len,
+                                tcc_error *err);
+
+/* tcc_kernel_load with an encoded tcc.v1.Manifest. */
+int tcc_kernel_load_bytes(const uint8_t *data, size_t len,
+                          const char *sha256_hex, const uint8_t *manifest,
+                          size_t manifest_len, tcc_kernel **out,
+                          tcc_error *err);
+
+/* The kernel's manifest, encoded (malloc'd into *out). */
+int tcc_kernel_manifest_bytes(const tcc_kernel *k, uint8_t **out,
+                              size_t *len, tcc_error *err);
+
+/* Frees a buffer this library returned. */
+void tcc_free(void *p);
+
+/* A zeroed tcc_error on the heap, its parts, and its release, so an FFI
+ * caller needs no struct layout. */
+tcc_error *tcc_error_new(void);
+int tcc_error_code(const tcc_error *err);
+const char *tcc_error_message(const tcc_error *err);
+void tcc_error_free(tcc_error *err);
+
+/* The library's version (TCC_VERSION). */
+const char *tcc_client_version(void);
+
 #endif

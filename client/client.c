@@ -1,0 +1,712 @@
+/*
+ * client.c — libtccclient's RPC half: connect, unary calls, the streamed
+ * Fetch, the local artifact cache, and the typed admin calls.
+ *
+ * gRPC C core, synchronously: every call gets its own pluck completion
+ * queue, runs its batches with grpc_call_start_batch and waits for each
+ * with grpc_completion_queue_pluck. The channel is thread-safe, so one
+ * tcc_client serves any number of threads.
+ *
+ *   unary:  [SEND_INITIAL_METADATA SEND_MESSAGE SEND_CLOSE_FROM_CLIENT
+ *            RECV_INITIAL_METADATA RECV_MESSAGE RECV_STATUS_ON_CLIENT]
+ *   Fetch:  [SEND_INITIAL_METADATA SEND_MESSAGE SEND_CLOSE_FROM_CLIENT
+ *            RECV_INITIAL_METADATA], then [RECV_MESSAGE] until it yields
+ *            no message, then [RECV_STATUS_ON_CLIENT]
+ *
+ * Every call has a deadline (gpr monotonic clock), so pluck never waits
+ * forever. A call that fails with UNAVAILABLE before any answer (the
+ * daemon restarted, the channel went idle) waits once for the channel to
+ * become READY, up to the connect timeout, and is retried: every tccd
+ * call is idempotent (Compile deduplicates by guard hash).
+ *
+ * gRPC lifetime: the first connect runs grpc_init() (under a mutex, so
+ * racing first connects are safe) and the library keeps that reference
+ * for the life of the process, so connect/close cycles do not restart
+ * gRPC's threads. tcc_client_library_shutdown() drops it for programs
+ * that want a clean valgrind report; it is only safe once every client is
+ * closed, which is why nothing calls it implicitly (an atexit handler
+ * could run while another thread still uses a client).
+ *
+ * Local artifact cache (options.artifact_dir): one file per artifact,
+ * named by its lowercase hex SHA-256, written to a temporary name and
+ * renamed into place (readers never see a partial file), and verified on
+ * every read: a file whose digest does not match is deleted and fetched
+ * again. Failing to write the cache never fails a fetch.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <grpc/byte_buffer.h>
+#include <grpc/byte_buffer_reader.h>
+#include <grpc/grpc.h>
+#include <grpc/grpc_security.h>
+#include <grpc/slice.h>
+#include <grpc/support/alloc.h>
+#include <grpc/support/time.h>
+
+#include "client_internal.h"
+#include "grpc/health/v1/health.pb-c.h"
+#include "tccclient.h"
+
+#define DEFAULT_DEADLINE_MS 60000
+#define DEFAULT_CONNECT_TIMEOUT_MS 5000
+#define MAX_RECEIVE_BYTES (256 << 20)
+#define MAX_ARTIFACT_BYTES ((int64_t)1 << 31)
+
+struct tcc_client {
+  grpc_channel *channel;
+  char *addr;
+  int deadline_ms;
+  int connect_timeout_ms;
+  char *artifact_dir;        /* NULL = no local artifact cache */
+};
+
+/* ------------------------------------------------------------ gRPC init */
+
+static pthread_mutex_t grpc_mu = PTHREAD_MUTEX_INITIALIZER;
+static int grpc_live;
+
+static void library_init(void) {
+  pthread_mutex_lock(&grpc_mu);
+  if (!grpc_live) {
+    grpc_init();
+    grpc_live = 1;
+  }
+  pthread_mutex_unlock(&grpc_mu);
+}
+
+void tcc_client_library_shutdown(void) {
+  pthread_mutex_lock(&grpc_mu);
+  if (grpc_live) {
+    grpc_shutdown();
+    grpc_live = 0;
+  }
+  pthread_mutex_unlock(&grpc_mu);
+}
+
+/* ------------------------------------------------------------ helpers */
+
+static gpr_timespec deadline_after_ms(int ms) {
+  return gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC), gpr_time_from_millis(ms, GPR_TIMESPAN));
+}
+
+static int effective_deadline_ms(const tcc_client *c, int deadline_ms) {
+  return deadline_ms > 0 ? deadline_ms : c->deadline_ms;
+}
+
+static const char *state_name(grpc_connectivity_state s) {
+  switch (s) {
+  case GRPC_CHANNEL_IDLE: return "IDLE";
+  case GRPC_CHANNEL_CONNECTING: return "CONNECTING";
+  case GRPC_CHANNEL_READY: return "READY";
+  case GRPC_CHANNEL_TRANSIENT_FAILURE: return "TRANSIENT_FAILURE";
+  case GRPC_CHANNEL_SHUTDOWN: return "SHUTDOWN";
+  }
+  return "?";
+}
+
+/* Shuts down and destroys a pluck queue whose every event was plucked. */
+static void cq_destroy(grpc_completion_queue *cq) {
+  grpc_completion_queue_shutdown(cq);
+  grpc_completion_queue_destroy(cq);
+}
+
+/* Copies a byte buffer into a malloc'd array (+1 byte, so an empty message
+ * is still a non-NULL pointer). Returns 0 or -1 when out of memory. */
+static int byte_buffer_copy(grpc_byte_buffer *bb, uint8_t **out, size_t *len) {
+  grpc_byte_buffer_reader reader;
+  if (!grpc_byte_buffer_reader_init(&reader, bb)) return -1;
+  grpc_slice s = grpc_byte_buffer_reader_readall(&reader);
+  grpc_byte_buffer_reader_destroy(&reader);
+  size_t n = GRPC_SLICE_LENGTH(s);
+  uint8_t *buf = malloc(n + 1);
+  if (buf) memcpy(buf, GRPC_SLICE_START_PTR(s), n);
+  grpc_slice_unref(s);
+  if (!buf) return -1;
+  *out = buf;
+  *len = n;
+  return 0;
+}
+
+/* Turns a finished call's status into 0 or -(status) with the daemon's
+ * message; frees details and error_string. */
+static int status_to_error(grpc_status_code status, grpc_slice details, const char *error_string,
+                           const char *method, tcc_error *err) {
+  int rc = 0;
+  if (status != GRPC_STATUS_OK) {
+    int code = status > 0 && status <= 16 ? -(int)status : TCC_E_UNKNOWN;
+    size_t n = GRPC_SLICE_LENGTH(details);
+    if (n)
+      rc = tcc_error_set(err, code, "%.*s", (int)n, (const char *)GRPC_SLICE_START_PTR(details));
+    else
+      rc = tcc_error_set(err, code, "%s failed: %s", method, tcc_strerror(code));
+  }
+  grpc_slice_unref(details);
+  if (error_string) gpr_free((void *)error_string);
+  return rc;
+}
+
+/* Waits up to timeout_ms for the channel to be READY (starting a connect
+ * if idle). Returns 1 when ready, else 0 with *last set to the state. */
+static int wait_ready(tcc_client *c, int timeout_ms, grpc_connectivity_state *last) {
+  gpr_timespec deadline = deadline_after_ms(timeout_ms);
+  grpc_completion_queue *cq = grpc_completion_queue_create_for_pluck(NULL);
+  grpc_connectivity_state s = grpc_channel_check_connectivity_state(c->channel, 1);
+  int ready = 0;
+  for (;;) {
+    if (s == GRPC_CHANNEL_READY) {
+      ready = 1;
+      break;
+    }
+    if (s == GRPC_CHANNEL_SHUTDOWN) break;
+    void *tag = &s;
+    grpc_channel_watch_connectivity_state(c->channel, s, deadline, cq, tag);
+    grpc_event ev = grpc_completion_queue_pluck(cq, tag, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+    if (ev.type != GRPC_OP_COMPLETE || !ev.success) break; /* timed out */
+    s = grpc_channel_check_connectivity_state(c->channel, 1);
+  }
+  cq_destroy(cq);
+  if (last) *last = s;
+  return ready;
+}
+
+/* ------------------------------------------------------------ connect */
+
+int tcc_client_connect(const char *addr, const tcc_client_options *opts, tcc_client **out,
+                       tcc_error *err) {
+  *out = NULL;
+  if (!addr || !*addr) addr = getenv("TCCD_ADDR");
+  if (!addr || !*addr) addr = TCC_DEFAULT_ADDR;
+  tcc_client *c = calloc(1, sizeof *c);
+  if (!c) return tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "out of memory");
+  c->addr = strdup(addr);
+  c->deadline_ms = opts && opts->deadline_ms > 0 ? opts->deadline_ms : DEFAULT_DEADLINE_MS;
+  c->connect_timeout_ms =
+      opts && opts->connect_timeout_ms > 0 ? opts->connect_timeout_ms : DEFAULT_CONNECT_TIMEOUT_MS;
+  if (opts && opts->artifact_dir && *opts->artifact_dir) c->artifact_dir = strdup(opts->artifact_dir);
+  if (!c->addr || (opts && opts->artifact_dir && *opts->artifact_dir && !c->artifact_dir)) {
+    tcc_client_close(c);
+    return tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "out of memory");
+  }
+
+  library_init();
+  grpc_arg args[2];
+  args[0].type = GRPC_ARG_INTEGER;
+  args[0].key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
+  args[0].value.integer = MAX_RECEIVE_BYTES;
+  args[1].type = GRPC_ARG_INTEGER; /* tccd is local or in-cluster: never via $http_proxy */
+  args[1].key = GRPC_ARG_ENABLE_HTTP_PROXY;
+  args[1].value.integer = 0;
+  grpc_channel_args cargs = {2, args};
+  grpc_channel_credentials *creds = grpc_insecure_credentials_create();
+  c->channel = grpc_channel_create(addr, creds, &cargs);
+  grpc_channel_credentials_release(creds);
+  if (!c->channel) {
+    tcc_client_close(c);
+    return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "cannot create a channel to %s", addr);
+  }
+
+  grpc_connectivity_state last;
+  if (!wait_ready(c, c->connect_timeout_ms, &last)) {
+    int ms = c->connect_timeout_ms;
+    tcc_client_close(c);
+    return tcc_error_set(err, TCC_E_UNAVAILABLE,
+                         "cannot reach tccd at %s: not ready after %d ms (channel %s); is tccd running?",
+                         addr, ms, state_name(last));
+  }
+  *out = c;
+  return 0;
+}
+
+void tcc_client_close(tcc_client *c) {
+  if (!c) return;
+  if (c->channel) grpc_channel_destroy(c->channel);
+  free(c->addr);
+  free(c->artifact_dir);
+  free(c);
+}
+
+const char *tcc_client_addr(const tcc_client *c) { return c->addr; }
+
+/* ------------------------------------------------------------ unary */
+
+/* One attempt of a unary call; *answered = whether the server sent any
+ * message (a retry is only safe when it did not). */
+static int unary_once(tcc_client *c, const char *method, const uint8_t *req, size_t req_len,
+                      uint8_t **resp, size_t *resp_len, gpr_timespec deadline, tcc_error *err) {
+  grpc_completion_queue *cq = grpc_completion_queue_create_for_pluck(NULL);
+  grpc_slice mslice = grpc_slice_from_copied_string(method);
+  grpc_call *call = grpc_channel_create_call(c->channel, NULL, GRPC_PROPAGATE_DEFAULTS, cq, mslice,
+                                             NULL, deadline, NULL);
+  grpc_slice_unref(mslice);
+  grpc_slice payload = grpc_slice_from_copied_buffer((const char *)req, req_len);
+  grpc_byte_buffer *send = grpc_raw_byte_buffer_create(&payload, 1);
+  grpc_slice_unref(payload);
+
+  grpc_metadata_array initial_md, trailing_md;
+  grpc_metadata_array_init(&initial_md);
+  grpc_metadata_array_init(&trailing_md);
+  grpc_byte_buffer *recv = NULL;
+  grpc_status_code status = GRPC_STATUS_UNKNOWN;
+  grpc_slice details = grpc_empty_slice();
+  const char *error_string = NULL;
+
+  grpc_op ops[6];
+  memset(ops, 0, sizeof ops);
+  ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+  ops[1].op = GRPC_OP_SEND_MESSAGE;
+  ops[1].data.send_message.send_message = send;
+  ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
+  ops[3].op = GRPC_OP_RECV_INITIAL_METADATA;
+  ops[3].data.recv_initial_metadata.recv_initial_metadata = &initial_md;
+  ops[4].op = GRPC_OP_RECV_MESSAGE;
+  ops[4].data.recv_message.recv_message = &recv;
+  ops[5].op = GRPC_OP_RECV_STATUS_ON_CLIENT;
+  ops[5].data.recv_status_on_client.trailing_metadata = &trailing_md;
+  ops[5].data.recv_status_on_client.status = &status;
+  ops[5].data.recv_status_on_client.status_details = &details;
+  ops[5].data.recv_status_on_client.error_string = &error_string;
+
+  int rc;
+  void *tag = &ops;
+  grpc_call_error ce = grpc_call_start_batch(call, ops, 6, tag, NULL);
+  if (ce != GRPC_CALL_OK) {
+    grpc_slice_unref(details);
+    rc = tcc_error_set(err, TCC_E_INTERNAL, "%s: grpc_call_start_batch failed (%d)", method, (int)ce);
+  } else {
+    grpc_completion_queue_pluck(cq, tag, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+    rc = status_to_error(status, details, error_string, method, err);
+    if (rc == 0) {
+      if (!recv)
+        rc = tcc_error_set(err, TCC_E_INTERNAL, "%s: the daemon answered OK without a message", method);
+      else if (byte_buffer_copy(recv, resp, resp_len) != 0)
+        rc = tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "out of memory");
+    }
+  }
+  if (recv) grpc_byte_buffer_destroy(recv);
+  grpc_byte_buffer_destroy(send);
+  grpc_metadata_array_destroy(&initial_md);
+  grpc_metadata_array_destroy(&trailing_md);
+  grpc_call_unref(call);
+  cq_destroy(cq);
+  return rc;
+}
+
+int tcc_client_call(tcc_client *c, const char *method, const uint8_t *req, size_t req_len,
+                    uint8_t **resp, size_t *resp_len, int deadline_ms, tcc_error *err) {
+  *resp = NULL;
+  *resp_len = 0;
+  int ms = effective_deadline_ms(c, deadline_ms);
+  gpr_timespec deadline = deadline_after_ms(ms);
+  int rc = unary_once(c, method, req, req_len, resp, resp_len, deadline, err);
+  if (rc == TCC_E_UNAVAILABLE) {
+    /* Once: wait for the channel (bounded by the call's own deadline). */
+    int wait_ms = c->connect_timeout_ms < ms ? c->connect_timeout_ms : ms;
+    if (wait_ready(c, wait_ms, NULL) &&
+        gpr_time_cmp(gpr_now(GPR_CLOCK_MONOTONIC), deadline) < 0)
+      rc = unary_once(c, method, req, req_len, resp, resp_len, deadline, err);
+  }
+  return rc;
+}
+
+/* Packs m into a malloc'd buffer (never NULL on success). */
+static int pack_message(const ProtobufCMessage *m, uint8_t **out, size_t *len, tcc_error *err) {
+  size_t n = protobuf_c_message_get_packed_size(m);
+  uint8_t *buf = malloc(n + 1);
+  if (!buf) return tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "out of memory");
+  protobuf_c_message_pack(m, buf);
+  *out = buf;
+  *len = n;
+  return 0;
+}
+
+int tcc_client_call_message(tcc_client *c, const char *method, const ProtobufCMessage *req,
+                            const ProtobufCMessageDescriptor *resp_desc, ProtobufCMessage **resp,
+                            int deadline_ms, tcc_error *err) {
+  *resp = NULL;
+  uint8_t *reqb = NULL, *respb = NULL;
+  size_t reqn = 0, respn = 0;
+  int rc = pack_message(req, &reqb, &reqn, err);
+  if (rc) return rc;
+  rc = tcc_client_call(c, method, reqb, reqn, &respb, &respn, deadline_ms, err);
+  free(reqb);
+  if (rc) return rc;
+  *resp = protobuf_c_message_unpack(resp_desc, NULL, respn, respb);
+  free(respb);
+  if (!*resp)
+    return tcc_error_set(err, TCC_E_INTERNAL, "%s: malformed %s from the daemon", method, resp_desc->name);
+  return 0;
+}
+
+/* ------------------------------------------------------------ compile */
+
+int tcc_client_compile(tcc_client *c, const Tcc__V1__CompileRequest *req,
+                       Tcc__V1__CompileResponse **resp, tcc_error *err) {
+  return tcc_client_call_message(c, TCC_METHOD_COMPILE, &req->base, &tcc__v1__compile_response__descriptor,
+                                 (ProtobufCMessage **)resp, 0, err);
+}
+
+/* ------------------------------------------------------------ local artifact cache */
+
+/* dir/hex into buf; returns 0 or -1 when it does not fit. */
+static int artifact_path(const tcc_client *c, const char *hex, char *buf, size_t size) {
+  int n = snprintf(buf, size, "%s/%s", c->artifact_dir, hex);
+  return n > 0 && (size_t)n < size ? 0 : -1;
+}
+
+/* Reads a verified artifact from the local cache. Returns 0 (hit) or -1
+ * (absent, unreadable, or corrupt: a corrupt file is deleted). */
+static int artifact_dir_read(const tcc_client *c, const char *hex, uint8_t **data, size_t *len) {
+  char path[4096];
+  if (!c->artifact_dir || artifact_path(c, hex, path, sizeof path)) return -1;
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  struct stat st;
+  uint8_t *buf = NULL;
+  size_t got = 0;
+  if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && (buf = malloc((size_t)st.st_size + 1))) {
+    while (got < (size_t)st.st_size) {
+      ssize_t r = read(fd, buf + got, (size_t)st.st_size - got);
+      if (r <= 0) break;
+      got += (size_t)r;
+    }
+  }
+  close(fd);
+  if (!buf) return -1;
+  if (got != (size_t)st.st_size || !tcc_digest_matches_hex(buf, got, hex)) {
+    free(buf);
+    unlink(path); /* corrupt: refetch */
+    return -1;
+  }
+  *data = buf;
+  *len = got;
+  return 0;
+}
+
+/* Stores an artifact (already verified) in the local cache: tmp + rename.
+ * Best effort: failures are ignored. */
+static void artifact_dir_write(const tcc_client *c, const char *hex, const uint8_t *data, size_t len) {
+  static atomic_uint counter;
+  char path[4096], tmp[4096];
+  if (!c->artifact_dir || artifact_path(c, hex, path, sizeof path)) return;
+  int n = snprintf(tmp, sizeof tmp, "%s/.%s.tmp.%ld.%u", c->artifact_dir, hex, (long)getpid(),
+                   atomic_fetch_add(&counter, 1));
+  if (n <= 0 || (size_t)n >= sizeof tmp) return;
+  if (mkdir(c->artifact_dir, 0700) != 0 && errno != EEXIST) return;
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) return;
+  size_t off = 0;
+  while (off < len) {
+    ssize_t w = write(fd, data + off, len - off);
+    if (w <= 0) break;
+    off += (size_t)w;
+  }
+  if (close(fd) != 0 || off != len || rename(tmp, path) != 0) unlink(tmp);
+}
+
+/* ------------------------------------------------------------ fetch */
+
+/* Where a Fetch stream's chunks go. */
+typedef struct fetch_sink {
+  uint8_t *data;
+  size_t size;               /* from the first chunk's Artifact.size */
+  size_t received;
+  int have_meta;
+  char sha256[TCC_SHA256_HEX];
+} fetch_sink;
+
+/* Takes one ArtifactChunk. Returns 0 or TCC_E_DATA_LOSS. */
+static int fetch_take_chunk(fetch_sink *s, const uint8_t *bytes, size_t n, tcc_error *err) {
+  Tcc__V1__ArtifactChunk *ch = tcc__v1__artifact_chunk__unpack(NULL, n, bytes);
+  if (!ch) return tcc_error_set(err, TCC_E_DATA_LOSS, "Fetch: malformed ArtifactChunk");
+  int rc = 0;
+  if (!s->have_meta) {
+    if (!ch->artifact) {
+      rc = tcc_error_set(err, TCC_E_DATA_LOSS, "Fetch: the first chunk carries no artifact metadata");
+      goto out;
+    }
+    if (ch->artifact->size < 0 || ch->artifact->size > MAX_ARTIFACT_BYTES) {
+      rc = tcc_error_set(err, TCC_E_DATA_LOSS, "Fetch: implausible artifact size %lld",
+                         (long long)ch->artifact->size);
+      goto out;
+    }
+    if (!tcc_hex_is_sha256(ch->artifact->sha256)) {
+      rc = tcc_error_set(err, TCC_E_DATA_LOSS, "Fetch: bad artifact digest '%.80s'", ch->artifact->sha256);
+      goto out;
+    }
+    tcc_hex_lower_copy(ch->artifact->sha256, s->sha256);
+    s->size = (size_t)ch->artifact->size;
+    s->data = malloc(s->size + 1);
+    if (!s->data) {
+      rc = tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "out of memory for a %zu-byte artifact", s->size);
+      goto out;
+    }
+    s->have_meta = 1;
+  }
+  if (ch->offset != (int64_t)s->received || ch->data.len > s->size - s->received) {
+    rc = tcc_error_set(err, TCC_E_DATA_LOSS,
+                       "Fetch: chunk of %zu bytes at offset %lld does not continue the %zu of %zu received",
+                       ch->data.len, (long long)ch->offset, s->received, s->size);
+    goto out;
+  }
+  if (ch->data.len) memcpy(s->data + s->received, ch->data.data, ch->data.len);
+  s->received += ch->data.len;
+out:
+  tcc__v1__artifact_chunk__free_unpacked(ch, NULL);
+  return rc;
+}
+
+/* Runs one Fetch call into s. */
+static int fetch_stream(tcc_client *c, const Tcc__V1__FetchRequest *req, fetch_sink *s, tcc_error *err) {
+  uint8_t *reqb = NULL;
+  size_t reqn = 0;
+  int rc = pack_message(&req->base, &reqb, &reqn, err);
+  if (rc) return rc;
+  gpr_timespec deadline = deadline_after_ms(c->deadline_ms);
+  grpc_completion_queue *cq = grpc_completion_queue_create_for_pluck(NULL);
+  grpc_slice mslice = grpc_slice_from_static_string(TCC_METHOD_FETCH);
+  grpc_call *call = grpc_channel_create_call(c->channel, NULL, GRPC_PROPAGATE_DEFAULTS, cq, mslice,
+                                             NULL, deadline, NULL);
+  grpc_slice payload = grpc_slice_from_copied_buffer((const char *)reqb, reqn);
+  free(reqb);
+  grpc_byte_buffer *send = grpc_raw_byte_buffer_create(&payload, 1);
+  grpc_slice_unref(payload);
+  grpc_metadata_array initial_md, trailing_md;
+  grpc_metadata_array_init(&initial_md);
+  grpc_metadata_array_init(&trailing_md);
+  grpc_op ops[4];
+  void *tag = &ops;
+  int stream_rc = 0;
+
+  memset(ops, 0, sizeof ops);
+  ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+  ops[1].op = GRPC_OP_SEND_MESSAGE;
+  ops[1].data.send_message.send_message = send;
+  ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
+  ops[3].op = GRPC_OP_RECV_INITIAL_METADATA;
+  ops[3].data.recv_initial_metadata.recv_initial_metadata = &initial_md;
+  if (grpc_call_start_batch(call, ops, 4, tag, NULL) != GRPC_CALL_OK) {
+    stream_rc = tcc_error_set(err, TCC_E_INTERNAL, "Fetch: grpc_call_start_batch failed");
+    grpc_call_cancel(call, NULL);
+    goto status;
+  }
+  grpc_completion_queue_pluck(cq, tag, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+
+  /* Messages until the stream ends (no message) or a chunk is refused. */
+  for (;;) {
+    grpc_byte_buffer *recv = NULL;
+    memset(ops, 0, sizeof ops);
+    ops[0].op = GRPC_OP_RECV_MESSAGE;
+    ops[0].data.recv_message.recv_message = &recv;
+    if (grpc_call_start_batch(call, ops, 1, tag, NULL) != GRPC_CALL_OK) break;
+    grpc_event ev = grpc_completion_queue_pluck(cq, tag, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+    if (!ev.success || !recv) {
+      if (recv) grpc_byte_buffer_destroy(recv);
+      break;
+    }
+    uint8_t *bytes;
+    size_t n;
+    if (byte_buffer_copy(recv, &bytes, &n) != 0) {
+      stream_rc = tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "out of memory");
+    } else {
+      stream_rc = fetch_take_chunk(s, bytes, n, err);
+      free(bytes);
+    }
+    grpc_byte_buffer_destroy(recv);
+    if (stream_rc) {
+      grpc_call_cancel(call, NULL);
+      break;
+    }
+  }
+
+status:;
+  grpc_status_code status = GRPC_STATUS_UNKNOWN;
+  grpc_slice details = grpc_empty_slice();
+  const char *error_string = NULL;
+  memset(ops, 0, sizeof ops);
+  ops[0].op = GRPC_OP_RECV_STATUS_ON_CLIENT;
+  ops[0].data.recv_status_on_client.trailing_metadata = &trailing_md;
+  ops[0].data.recv_status_on_client.status = &status;
+  ops[0].data.recv_status_on_client.status_details = &details;
+  ops[0].data.recv_status_on_client.error_string = &error_string;
+  if (grpc_call_start_batch(call, ops, 1, tag, NULL) == GRPC_CALL_OK) {
+    grpc_completion_queue_pluck(cq, tag, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+    tcc_error status_err;
+    rc = status_to_error(status, details, error_string, TCC_METHOD_FETCH, &status_err);
+    /* Our own refusal of a chunk wins over the CANCELLED it caused. */
+    if (stream_rc) rc = stream_rc;
+    else if (rc && err) *err = status_err;
+  } else {
+    grpc_slice_unref(details);
+    rc = stream_rc ? stream_rc : tcc_error_set(err, TCC_E_INTERNAL, "Fetch: cannot receive the status");
+  }
+  grpc_byte_buffer_destroy(send);
+  grpc_metadata_array_destroy(&initial_md);
+  grpc_metadata_array_destroy(&trailing_md);
+  grpc_call_unref(call);
+  cq_destroy(cq);
+  if (rc == 0 && !s->have_meta)
+    rc = tcc_error_set(err, TCC_E_DATA_LOSS, "Fetch: the stream ended without any chunk");
+  if (rc == 0 && s->received != s->size)
+    rc = tcc_error_set(err, TCC_E_DATA_LOSS, "Fetch: artifact truncated: %zu of %zu bytes", s->received,
+                       s->size);
+  return rc;
+}
+
+/* Fetch with one retry when the channel was UNAVAILABLE. */
+static int fetch_with_retry(tcc_client *c, const Tcc__V1__FetchRequest *req, fetch_sink *s,
+                            tcc_error *err) {
+  int rc = fetch_stream(c, req, s, err);
+  if (rc == TCC_E_UNAVAILABLE && !s->have_meta && wait_ready(c, c->connect_timeout_ms, NULL)) {
+    free(s->data);
+    memset(s, 0, sizeof *s);
+    rc = fetch_stream(c, req, s, err);
+  }
+  return rc;
+}
+
+int tcc_client_fetch(tcc_client *c, const char *sha256_hex, uint8_t **data, size_t *len, tcc_error *err) {
+  *data = NULL;
+  *len = 0;
+  if (!tcc_hex_is_sha256(sha256_hex))
+    return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "artifact digest must be 64 hex digits, got '%.80s'",
+                         sha256_hex ? sha256_hex : "");
+  char hex[TCC_SHA256_HEX];
+  tcc_hex_lower_copy(sha256_hex, hex);
+  if (artifact_dir_read(c, hex, data, len) == 0) return 0;
+
+  Tcc__V1__FetchRequest req = TCC__V1__FETCH_REQUEST__INIT;
+  req.sha256 = hex;
+  fetch_sink s;
+  memset(&s, 0, sizeof s);
+  int rc = fetch_with_retry(c, &req, &s, err);
+  if (rc == 0 && strcmp(s.sha256, hex) != 0)
+    rc = tcc_error_set(err, TCC_E_DATA_LOSS, "Fetch: asked for artifact %s, the daemon sent %s", hex, s.sha256);
+  if (rc == 0) rc = tcc_digest_check(s.data, s.size, hex, err);
+  if (rc) {
+    free(s.data);
+    return rc;
+  }
+  artifact_dir_write(c, hex, s.data, s.size);
+  *data = s.data;
+  *len = s.size;
+  return 0;
+}
+
+int tcc_client_fetch_entry(tcc_client *c, const char *guard_hash_hex, uint8_t **data, size_t *len,
+                           char sha256_hex[TCC_SHA256_HEX], tcc_error *err) {
+  *data = NULL;
+  *len = 0;
+  if (!tcc_hex_is_sha256(guard_hash_hex))
+    return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "guard hash must be 64 hex digits, got '%.80s'",
+                         guard_hash_hex ? guard_hash_hex : "");
+  char hash[TCC_SHA256_HEX];
+  tcc_hex_lower_copy(guard_hash_hex, hash);
+  Tcc__V1__FetchRequest req = TCC__V1__FETCH_REQUEST__INIT;
+  req.guard_hash = hash;
+  fetch_sink s;
+  memset(&s, 0, sizeof s);
+  int rc = fetch_with_retry(c, &req, &s, err);
+  if (rc == 0) rc = tcc_digest_check(s.data, s.size, s.sha256, err);
+  if (rc) {
+    free(s.data);
+    return rc;
+  }
+  artifact_dir_write(c, s.sha256, s.data, s.size);
+  if (sha256_hex) memcpy(sha256_hex, s.sha256, TCC_SHA256_HEX);
+  *data = s.data;
+  *len = s.size;
+  return 0;
+}
+
+/* ------------------------------------------------------------ get_kernel */
+
+int tcc_client_get_kernel(tcc_client *c, const Tcc__V1__CompileRequest *req, tcc_kernel **out,
+                          Tcc__V1__CompileResponse **resp_out, tcc_error *err) {
+  *out = NULL;
+  if (resp_out) *resp_out = NULL;
+  Tcc__V1__CompileResponse *resp = NULL;
+  int rc = tcc_client_compile(c, req, &resp, err);
+  if (rc) return rc;
+  if (!resp->artifact || !resp->manifest) {
+    rc = tcc_error_set(err, TCC_E_INTERNAL, "Compile: the response has no %s",
+                       resp->artifact ? "manifest" : "artifact");
+  } else if (resp->artifact->kind == TCC__V1__ARTIFACT_KIND__CUBIN) {
+    rc = tcc_error_set(err, TCC_E_UNIMPLEMENTED,
+                       "artifact %.12s is a CUDA cubin; this client loads CPU shared objects only",
+                       resp->artifact->sha256);
+  } else {
+    uint8_t *data;
+    size_t len;
+    rc = tcc_client_fetch(c, resp->artifact->sha256, &data, &len, err);
+    if (rc == 0) {
+      rc = tcc_kernel_load(data, len, resp->artifact->sha256, resp->manifest, out, err);
+      free(data);
+    }
+  }
+  if (rc == 0 && resp_out) *resp_out = resp;
+  else tcc__v1__compile_response__free_unpacked(resp, NULL);
+  return rc;
+}
+
+/* ------------------------------------------------------------ admin */
+
+int tcc_client_health(tcc_client *c, const char *service, int *serving_status, tcc_error *err) {
+  Grpc__Health__V1__HealthCheckRequest req = GRPC__HEALTH__V1__HEALTH_CHECK_REQUEST__INIT;
+  req.service = (char *)(service ? service : "");
+  ProtobufCMessage *resp;
+  int rc = tcc_client_call_message(c, TCC_METHOD_HEALTH_CHECK, &req.base,
+                                   &grpc__health__v1__health_check_response__descriptor, &resp, 0, err);
+  if (rc) return rc;
+  if (serving_status) *serving_status = ((Grpc__Health__V1__HealthCheckResponse *)resp)->status;
+  protobuf_c_message_free_unpacked(resp, NULL);
+  return 0;
+}
+
+int tcc_client_stats(tcc_client *c, Tcc__V1__StatsResponse **out, tcc_error *err) {
+  Tcc__V1__StatsRequest req = TCC__V1__STATS_REQUEST__INIT;
+  return tcc_client_call_message(c, TCC_METHOD_STATS, &req.base, &tcc__v1__stats_response__descriptor,
+                                 (ProtobufCMessage **)out, 0, err);
+}
+
+int tcc_client_list(tcc_client *c, int limit, const char *order_by, Tcc__V1__ListResponse **out,
+                    tcc_error *err) {
+  Tcc__V1__ListRequest req = TCC__V1__LIST_REQUEST__INIT;
+  req.limit = limit;
+  req.order_by = (char *)(order_by ? order_by : "");
+  return tcc_client_call_message(c, TCC_METHOD_LIST, &req.base, &tcc__v1__list_response__descriptor,
+                                 (ProtobufCMessage **)out, 0, err);
+}
+
+int tcc_client_show(tcc_client *c, const char *guard_hash_hex, Tcc__V1__ShowResponse **out, tcc_error *err) {
+  Tcc__V1__ShowRequest req = TCC__V1__SHOW_REQUEST__INIT;
+  req.guard_hash = (char *)(guard_hash_hex ? guard_hash_hex : "");
+  return tcc_client_call_message(c, TCC_METHOD_SHOW, &req.base, &tcc__v1__show_response__descriptor,
+                                 (ProtobufCMessage **)out, 0, err);
+}
+
+int tcc_client_evict(tcc_client *c, const char *guard_hash_hex, int *evicted, tcc_error *err) {
+  Tcc__V1__EvictRequest req = TCC__V1__EVICT_REQUEST__INIT;
+  req.guard_hash = (char *)(guard_hash_hex ? guard_hash_hex : "");
+  ProtobufCMessage *resp;
+  int rc = tcc_client_call_message(c, TCC_METHOD_EVICT, &req.base, &tcc__v1__evict_response__descriptor,
+                                   &resp, 0, err);
+  if (rc) return rc;
+  if (evicted) *evicted = ((Tcc__V1__EvictResponse *)resp)->evicted ? 1 : 0;
+  protobuf_c_message_free_unpacked(resp, NULL);
+  return 0;
+}
+
+int tcc_client_gc(tcc_client *c, int64_t max_bytes, Tcc__V1__GcResponse **out, tcc_error *err) {
+  Tcc__V1__GcRequest req = TCC__V1__GC_REQUEST__INIT;
+  req.max_bytes = max_bytes;
+  return tcc_client_call_message(c, TCC_METHOD_GC, &req.base, &tcc__v1__gc_response__descriptor,
+                                 (ProtobufCMessage **)out, 0, err);
+}

@@ -1,0 +1,195 @@
+/*
+ * kernel.c — loading and running what tccd returns (CPU: a shared object).
+ *
+ * tcc_kernel_load checks, in this order, before any byte of the artifact
+ * is mapped as code:
+ *   1. SHA-256(data) == the digest the caller names   (DATA_LOSS)
+ *   2. manifest.abi_version == 1                        (FAILED_PRECONDITION)
+ *   3. it is a CPU artifact: an ELF that is not a cubin (UNIMPLEMENTED /
+ *      FAILED_PRECONDITION)
+ * then copies the bytes into a memfd, seals it (no shrink, grow or write:
+ * nothing can change the code after the check), dlopens
+ * "/proc/self/fd/N" with RTLD_NOW | RTLD_LOCAL and resolves the manifest's
+ * entry symbol (NOT_FOUND when absent). No file is ever written.
+ *
+ * The memfd stays open while the kernel is loaded. glibc recognises an
+ * already loaded object by its path name, and "/proc/self/fd/N" names a
+ * different file once N is reused; holding N open keeps the name unique,
+ * and before each dlopen the path is probed with RTLD_NOLOAD (an object
+ * that was never unloaded, e.g. one marked NODELETE, still owns its old
+ * name): a taken name moves the memfd to another descriptor number.
+ *
+ * Entry ABI (tcc.proto, Manifest):
+ *   int entry(const void *const *inputs, void *const *outputs, void *workspace)
+ * returning 0 on success. A tcc_kernel is immutable once loaded, so it can
+ * be run from several threads at once (the generated code is reentrant).
+ */
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "client_internal.h"
+#include "tccclient.h"
+
+#define TCC_KERNEL_ABI_VERSION 1
+#define DEFAULT_ENTRY "tcc_entry"
+#define EM_CUDA_MACHINE 190 /* ELF e_machine of a cubin */
+
+typedef int (*tcc_entry_fn)(const void *const *inputs, void *const *outputs, void *workspace);
+
+struct tcc_kernel {
+  void *handle;                  /* dlopen handle */
+  tcc_entry_fn entry;
+  int fd;                        /* the sealed memfd, open while loaded */
+  Tcc__V1__Manifest *manifest;   /* our own copy */
+  char sha256[TCC_SHA256_HEX];
+};
+
+/* A deep copy of a manifest (pack + unpack); NULL when out of memory. */
+static Tcc__V1__Manifest *manifest_copy(const Tcc__V1__Manifest *m) {
+  size_t n = tcc__v1__manifest__get_packed_size(m);
+  uint8_t *buf = malloc(n + 1);
+  if (!buf) return NULL;
+  tcc__v1__manifest__pack(m, buf);
+  Tcc__V1__Manifest *copy = tcc__v1__manifest__unpack(NULL, n, buf);
+  free(buf);
+  return copy;
+}
+
+/* Writes the artifact into a new sealed memfd (*fd). Returns 0 or
+ * TCC_E_INTERNAL. */
+static int sealed_memfd(const uint8_t *data, size_t len, const char *sha, int *fd_out, tcc_error *err) {
+  char name[64];
+  snprintf(name, sizeof name, "tcc-kernel-%.12s", sha);
+  int fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (fd < 0) return tcc_error_set(err, TCC_E_INTERNAL, "memfd_create: %s", strerror(errno));
+  size_t off = 0;
+  while (off < len) {
+    ssize_t w = write(fd, data + off, len - off);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) {
+      int e = errno;
+      close(fd);
+      return tcc_error_set(err, TCC_E_INTERNAL, "writing the artifact to a memfd: %s", strerror(e));
+    }
+    off += (size_t)w;
+  }
+  if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL) != 0) {
+    int e = errno;
+    close(fd);
+    return tcc_error_set(err, TCC_E_INTERNAL, "sealing the artifact memfd: %s", strerror(e));
+  }
+  *fd_out = fd;
+  return 0;
+}
+
+/* dlopens the memfd under a path name no loaded object owns (*handle).
+ * May move *fd to another descriptor number. Returns 0,
+ * FAILED_PRECONDITION (dlopen refused it) or INTERNAL. */
+static int dlopen_memfd(int *fd, void **handle, tcc_error *err) {
+  int stale[8];
+  int n_stale = 0;
+  int rc = 0;
+  char path[64];
+  for (;;) {
+    snprintf(path, sizeof path, "/proc/self/fd/%d", *fd);
+    void *old = dlopen(path, RTLD_LAZY | RTLD_NOLOAD);
+    if (!old) break;
+    dlclose(old);
+    if (n_stale == (int)(sizeof stale / sizeof stale[0])) {
+      rc = tcc_error_set(err, TCC_E_INTERNAL, "no free descriptor name to dlopen the artifact under");
+      goto out;
+    }
+    int moved = fcntl(*fd, F_DUPFD_CLOEXEC, *fd + 1);
+    if (moved < 0) {
+      rc = tcc_error_set(err, TCC_E_INTERNAL, "dup: %s", strerror(errno));
+      goto out;
+    }
+    stale[n_stale++] = *fd; /* keep it open until the new name is taken */
+    *fd = moved;
+  }
+  *handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  if (!*handle) {
+    const char *e = dlerror();
+    rc = tcc_error_set(err, TCC_E_FAILED_PRECONDITION, "dlopen of the artifact failed: %s", e ? e : "?");
+  }
+out:
+  for (int i = 0; i < n_stale; i++) close(stale[i]);
+  return rc;
+}
+
+int tcc_kernel_load(const uint8_t *data, size_t len, const char *sha256_hex, const Tcc__V1__Manifest *manifest,
+                    tcc_kernel **out, tcc_error *err) {
+  *out = NULL;
+  if (!data && len) return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "no artifact data");
+  if (!manifest) return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "no manifest");
+  int rc = tcc_digest_check(data, len, sha256_hex, err);
+  if (rc) return rc;
+  if (manifest->abi_version != TCC_KERNEL_ABI_VERSION)
+    return tcc_error_set(err, TCC_E_FAILED_PRECONDITION,
+                         "kernel ABI version %u is not supported (this client runs version %d)",
+                         manifest->abi_version, TCC_KERNEL_ABI_VERSION);
+  if (len < 20 || memcmp(data, "\x7f" "ELF", 4) != 0)
+    return tcc_error_set(err, TCC_E_FAILED_PRECONDITION, "artifact is not an ELF shared object");
+  int machine = data[18] | data[19] << 8; /* e_machine, little-endian */
+  if (machine == EM_CUDA_MACHINE || (manifest->target && !strncmp(manifest->target, "cuda", 4)))
+    return tcc_error_set(err, TCC_E_UNIMPLEMENTED,
+                         "artifact is a CUDA cubin (%s); this client loads CPU shared objects only",
+                         manifest->target && *manifest->target ? manifest->target : "cuda");
+
+  tcc_kernel *k = calloc(1, sizeof *k);
+  if (!k) return tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "out of memory");
+  k->fd = -1;
+  tcc_hex_lower_copy(sha256_hex, k->sha256);
+  k->manifest = manifest_copy(manifest);
+  if (!k->manifest) {
+    rc = tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "out of memory");
+    goto fail;
+  }
+  if ((rc = sealed_memfd(data, len, k->sha256, &k->fd, err))) goto fail;
+  if ((rc = dlopen_memfd(&k->fd, &k->handle, err))) goto fail;
+  const char *entry = manifest->entry && *manifest->entry ? manifest->entry : DEFAULT_ENTRY;
+  dlerror();
+  void *sym = dlsym(k->handle, entry);
+  if (!sym) {
+    rc = tcc_error_set(err, TCC_E_NOT_FOUND, "the artifact has no entry symbol '%.200s'", entry);
+    goto fail;
+  }
+  /* POSIX guarantees a data pointer from dlsym converts to a function. */
+  memcpy(&k->entry, &sym, sizeof sym);
+  *out = k;
+  return 0;
+fail:
+  tcc_kernel_unload(k);
+  return rc;
+}
+
+int tcc_kernel_run(tcc_kernel *k, const void *const *inputs, void *const *outputs, void *workspace,
+                   tcc_error *err) {
+  if (!k || !k->entry) return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "no kernel loaded");
+  if (k->manifest->workspace_bytes > 0 && !workspace)
+    return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "the kernel needs a workspace of %lld bytes",
+                         (long long)k->manifest->workspace_bytes);
+  if ((k->manifest->n_inputs && !inputs) || (k->manifest->n_outputs && !outputs))
+    return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "the kernel takes %zu inputs and %zu outputs",
+                         k->manifest->n_inputs, k->manifest->n_outputs);
+  int rc = k->entry(inputs, outputs, workspace);
+  if (rc != 0)
+    return tcc_error_set(err, TCC_E_INTERNAL, "kernel %.12s: entry returned %d", k->sha256, rc);
+  return 0;
+}
+
+const Tcc__V1__Manifest *tcc_kernel_manifest(const tcc_kernel *k) { return k ? k->manifest : NULL; }
+
+void tcc_kernel_unload(tcc_kernel *k) {
+  if (!k) return;
+  if (k->handle) dlclose(k->handle);
+  if (k->fd >= 0) close(k->fd); /* after dlclose: the name stays ours while loaded */
+  if (k->manifest) tcc__v1__manifest__free_unpacked(k->manifest, NULL);
+  free(k);
+}
