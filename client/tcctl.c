@@ -1,6 +1,947 @@
-/* tcctl.c — placeholder while the CLI is written (see the next commit). */
+/*
+ * tcctl.c — the operator's command line for tccd, a thin layer over
+ * libtccclient.
+ *
+ *   tcctl [--addr HOST:PORT] [--json] [--deadline-ms N]
+ *         [--connect-timeout-ms N] COMMAND [ARGS]
+ *
+ * Global options may come before or after the command. Output: aligned
+ * human tables by default; with --json, one JSON document on stdout with
+ * snake_case keys, numbers as plain JSON numbers and every field present
+ * (zeros included). Exit status: 0 success, 1 failure (the message
+ * "tcctl: COMMAND: STATUS_NAME: message" on stderr), 2 usage error.
+ *
+ * A HASH argument (show, evict, fetch) may be a unique prefix of at least
+ * 4 hex digits, as `ls` prints 12; it is resolved with a List call.
+ */
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <libgen.h>
+#include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
-int main(void) {
-  fputs("tcctl: not implemented yet\n", stderr);
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "client_internal.h"
+#include "grpc/health/v1/health.pb-c.h"
+#include "pbjson.h"
+#include "tcc_config.h"
+#include "tccclient.h"
+
+#define JSON_FLAGS (TCC_PBJSON_ORIGINAL_NAMES | TCC_PBJSON_INT64_AS_NUMBER | TCC_PBJSON_EMIT_DEFAULTS)
+#define LIST_ALL 100000 /* entries asked for when resolving a hash prefix */
+
+static const char usage_text[] =
+    "usage: tcctl [--addr HOST:PORT] [--json] [--deadline-ms N] [--connect-timeout-ms N]\n"
+    "             COMMAND [ARGS]\n"
+    "\n"
+    "commands:\n"
+    "  health [SERVICE]             is tccd serving? (exit 0 when SERVING)\n"
+    "  stats                        cache and compile counters\n"
+    "  ls [--limit N] [--order last_used|hits|size|created]\n"
+    "                               cache entries, most recent first\n"
+    "  show HASH                    one cache entry, its manifest and kernels\n"
+    "  evict HASH                   remove one cache entry\n"
+    "  gc [--max-bytes N]           evict down to N bytes (K/M/G suffixes;\n"
+    "                               default: the daemon's --cache-max-bytes)\n"
+    "  compile FILE [--target T]    compile a tcc.v1.CompileRequest in protobuf\n"
+    "                               JSON form (FILE - = stdin); T = cpu,\n"
+    "                               cpu:ISA (x86-64-v3, ...) or cuda:sm_XX\n"
+    "  fetch [--digest] HASH OUT    write the verified artifact of an entry\n"
+    "                               (HASH = guard hash; --digest: artifact\n"
+    "                               SHA-256) to OUT (- = stdout)\n"
+    "  help                         this text\n"
+    "\n"
+    "options:\n"
+    "  --addr HOST:PORT             tccd address (default $TCCD_ADDR, else " TCC_DEFAULT_ADDR ")\n"
+    "  --json                       machine-readable JSON on stdout\n"
+    "  --deadline-ms N              per-call deadline (default 60000)\n"
+    "  --connect-timeout-ms N       how long to wait for tccd (default 5000)\n"
+    "  --version                    print the version\n"
+    "\n"
+    "HASH may be a unique prefix (at least 4 hex digits) of a guard hash.\n"
+    "Exit status: 0 ok, 1 failure, 2 usage error.\n";
+
+/* Everything a command needs: the parsed global options and its args. */
+typedef struct tcctl {
+  const char *addr;
+  int json;
+  int deadline_ms;
+  int connect_timeout_ms;
+  const char *command;
+  int argc;          /* the command's own arguments */
+  char **argv;
+  tcc_client *client;
+  tcc_error err;
+} tcctl;
+
+/* ------------------------------------------------------------ exits */
+
+__attribute__((format(printf, 1, 2), noreturn))
+static void usage_error(const char *fmt, ...) {
+  va_list ap;
+  fputs("tcctl: ", stderr);
+  va_start(ap, fmt);
+  vfprintf(stderr, fmt, ap);
+  va_end(ap);
+  fputs("\n\n", stderr);
+  fputs(usage_text, stderr);
+  exit(2);
+}
+
+/* Prints "tcctl: COMMAND: STATUS: message" and returns exit status 1. */
+static int fail(const tcctl *t, int code, const char *msg) {
+  fprintf(stderr, "tcctl: %s: %s: %s\n", t->command, tcc_status_name(code), msg);
   return 1;
+}
+
+static int fail_err(const tcctl *t) { return fail(t, t->err.code ? t->err.code : TCC_E_UNKNOWN, t->err.msg); }
+
+__attribute__((format(printf, 3, 4)))
+static int failf(const tcctl *t, int code, const char *fmt, ...) {
+  char msg[TCC_ERROR_MSG_MAX];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  return fail(t, code, msg);
+}
+
+/* ------------------------------------------------------------ parsing */
+
+/* Parses a non-negative decimal int; exits with a usage error if bad. */
+static long long parse_count(const char *opt, const char *s, long long max) {
+  char *end;
+  errno = 0;
+  long long v = strtoll(s, &end, 10);
+  if (!*s || *end || errno || v < 0 || v > max) usage_error("%s needs a number from 0 to %lld, got '%s'", opt, max, s);
+  return v;
+}
+
+/* Parses a byte count with an optional binary suffix (K, M, G, T; an
+ * optional trailing "iB"/"B"). */
+static int64_t parse_bytes(const char *opt, const char *s) {
+  char *end;
+  errno = 0;
+  double v = strtod(s, &end);
+  if (end == s || errno || v < 0) usage_error("%s needs a byte count like 1073741824 or 1G, got '%s'", opt, s);
+  double mult = 1;
+  switch (*end) {
+  case 'k': case 'K': mult = 1024.0; end++; break;
+  case 'm': case 'M': mult = 1024.0 * 1024; end++; break;
+  case 'g': case 'G': mult = 1024.0 * 1024 * 1024; end++; break;
+  case 't': case 'T': mult = 1024.0 * 1024 * 1024 * 1024; end++; break;
+  }
+  if (mult > 1 && (!strcmp(end, "iB") || !strcmp(end, "B"))) end += strlen(end);
+  else if (mult == 1 && !strcmp(end, "B")) end++;
+  if (*end || v * mult > 9.2e18) usage_error("%s needs a byte count like 1073741824 or 1G, got '%s'", opt, s);
+  return (int64_t)(v * mult);
+}
+
+/* Takes the value of option `name` at argv[*i] ("--name V" or
+ * "--name=V"); returns NULL when argv[*i] is not that option. */
+static const char *option_value(int argc, char **argv, int *i, const char *name) {
+  size_t n = strlen(name);
+  if (strncmp(argv[*i], name, n) != 0) return NULL;
+  if (argv[*i][n] == '=') return argv[*i] + n + 1;
+  if (argv[*i][n] != '\0') return NULL;
+  if (*i + 1 >= argc) usage_error("%s needs a value", name);
+  return argv[++*i];
+}
+
+/* Splits a command's arguments into options (handled by on_option, which
+ * returns 0 when it does not know one) and positionals. */
+typedef int (*option_fn)(tcctl *t, int argc, char **argv, int *i, void *ctx);
+
+static int split_args(tcctl *t, option_fn on_option, void *ctx, char **pos, int max_pos) {
+  int n = 0, options_done = 0;
+  for (int i = 0; i < t->argc; i++) {
+    char *a = t->argv[i];
+    if (!options_done && !strcmp(a, "--")) {
+      options_done = 1;
+      continue;
+    }
+    if (!options_done && a[0] == '-' && a[1] != '\0') {
+      if (!on_option || !on_option(t, t->argc, t->argv, &i, ctx))
+        usage_error("%s: unknown option '%s'", t->command, a);
+      continue;
+    }
+    if (n == max_pos) usage_error("%s: unexpected argument '%s'", t->command, a);
+    pos[n++] = a;
+  }
+  return n;
+}
+
+/* ------------------------------------------------------------ formatting */
+
+/* "0 B", "512 B", "1.5 KiB", "12.3 MiB", ... */
+static const char *human_bytes(int64_t n, char *buf, size_t size) {
+  static const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  double v = (double)n;
+  int u = 0;
+  while (fabs(v) >= 1024 && u < 5) {
+    v /= 1024;
+    u++;
+  }
+  if (u == 0) snprintf(buf, size, "%" PRId64 " B", n);
+  else snprintf(buf, size, "%.1f %s", v, units[u]);
+  return buf;
+}
+
+/* Local time "YYYY-MM-DD HH:MM:SS", or "-" for 0. */
+static const char *human_time(int64_t unix_s, char *buf, size_t size) {
+  if (unix_s <= 0) {
+    snprintf(buf, size, "-");
+    return buf;
+  }
+  time_t tt = (time_t)unix_s;
+  struct tm tm;
+  localtime_r(&tt, &tm);
+  strftime(buf, size, "%Y-%m-%d %H:%M:%S", &tm);
+  return buf;
+}
+
+/* "3d04h05m06s" / "1h02m05s" / "5m03s" / "42s". */
+static const char *human_duration(int64_t s, char *buf, size_t size) {
+  int64_t d = s / 86400, h = s / 3600 % 24, m = s / 60 % 60, sec = s % 60;
+  if (d) snprintf(buf, size, "%" PRId64 "d%02" PRId64 "h%02" PRId64 "m%02" PRId64 "s", d, h, m, sec);
+  else if (h) snprintf(buf, size, "%" PRId64 "h%02" PRId64 "m%02" PRId64 "s", h, m, sec);
+  else if (m) snprintf(buf, size, "%" PRId64 "m%02" PRId64 "s", m, sec);
+  else snprintf(buf, size, "%" PRId64 "s", sec);
+  return buf;
+}
+
+/* An enum value's name from its descriptor ("SHARED_OBJECT"), or its number. */
+static const char *enum_name(const ProtobufCEnumDescriptor *d, int v, char *buf, size_t size) {
+  const ProtobufCEnumValue *ev = protobuf_c_enum_descriptor_get_value(d, v);
+  if (ev) return ev->name;
+  snprintf(buf, size, "%d", v);
+  return buf;
+}
+
+static const char *cache_status_word(Tcc__V1__CacheStatus s) {
+  switch (s) {
+  case TCC__V1__CACHE_STATUS__MISS: return "miss";
+  case TCC__V1__CACHE_STATUS__HIT: return "hit";
+  case TCC__V1__CACHE_STATUS__COALESCED: return "coalesced";
+  case TCC__V1__CACHE_STATUS__REMOTE_HIT: return "remote_hit";
+  default: return "unspecified";
+  }
+}
+
+static void lowercase(char *s) {
+  for (; *s; s++)
+    if (*s >= 'A' && *s <= 'Z') *s = (char)(*s - 'A' + 'a');
+}
+
+/* "float32 [10, 10] strides [10, 1]" (+ " offset N"). */
+static void format_meta(const Tcc__V1__TensorMeta *m, char *buf, size_t size) {
+  char dt[32], num[16];
+  snprintf(dt, sizeof dt, "%s", enum_name(&tcc__v1__dtype__descriptor, m->dtype, num, sizeof num));
+  lowercase(dt);
+  size_t n = (size_t)snprintf(buf, size, "%s [", dt);
+  for (size_t i = 0; i < m->n_sizes && n < size; i++)
+    n += (size_t)snprintf(buf + n, size - n, "%s%" PRId64, i ? ", " : "", m->sizes[i]);
+  if (n < size) n += (size_t)snprintf(buf + n, size - n, "] strides [");
+  for (size_t i = 0; i < m->n_strides && n < size; i++)
+    n += (size_t)snprintf(buf + n, size - n, "%s%" PRId64, i ? ", " : "", m->strides[i]);
+  if (n < size) n += (size_t)snprintf(buf + n, size - n, "]");
+  if (m->storage_offset && n < size) snprintf(buf + n, size - n, " offset %" PRId64, m->storage_offset);
+}
+
+/* One "label  value" line of a key-value listing. */
+__attribute__((format(printf, 2, 3)))
+static void kv(const char *label, const char *fmt, ...) {
+  va_list ap;
+  printf("%-20s ", label);
+  va_start(ap, fmt);
+  vprintf(fmt, ap);
+  va_end(ap);
+  putchar('\n');
+}
+
+/* A table of strings printed with aligned columns (right-aligned where
+ * right[c] is set). */
+#define TABLE_MAX_COLS 8
+typedef struct table {
+  int cols;
+  int right[TABLE_MAX_COLS];
+  char **cells; /* rows * cols, malloc'd strings */
+  int rows, cap;
+} table;
+
+static void table_add(table *tb, const char *const *row) {
+  if (tb->rows == tb->cap) {
+    tb->cap = tb->cap ? tb->cap * 2 : 16;
+    tb->cells = realloc(tb->cells, sizeof(char *) * (size_t)tb->cap * (size_t)tb->cols);
+    if (!tb->cells) {
+      perror("tcctl");
+      exit(1);
+    }
+  }
+  for (int c = 0; c < tb->cols; c++) tb->cells[tb->rows * tb->cols + c] = strdup(row[c]);
+  tb->rows++;
+}
+
+static void table_print(table *tb, const char *indent) {
+  size_t w[TABLE_MAX_COLS] = {0};
+  for (int r = 0; r < tb->rows; r++)
+    for (int c = 0; c < tb->cols; c++) {
+      size_t n = strlen(tb->cells[r * tb->cols + c]);
+      if (n > w[c]) w[c] = n;
+    }
+  for (int r = 0; r < tb->rows; r++) {
+    fputs(indent, stdout);
+    for (int c = 0; c < tb->cols; c++) {
+      const char *cell = tb->cells[r * tb->cols + c];
+      int last = c == tb->cols - 1;
+      if (tb->right[c]) printf("%*s", (int)w[c], cell);
+      else if (last) fputs(cell, stdout);
+      else printf("%-*s", (int)w[c], cell);
+      if (!last) fputs("  ", stdout);
+    }
+    putchar('\n');
+  }
+  for (int i = 0; i < tb->rows * tb->cols; i++) free(tb->cells[i]);
+  free(tb->cells);
+}
+
+/* Prints a cJSON document (pretty) and frees it. Returns 0 or 1. */
+static int print_json(const tcctl *t, cJSON *doc) {
+  char *s = doc ? tcc_pbjson_print_cjson(doc, 1) : NULL;
+  cJSON_Delete(doc);
+  if (!s) return fail(t, TCC_E_RESOURCE_EXHAUSTED, "out of memory");
+  puts(s);
+  free(s);
+  return 0;
+}
+
+/* A message as the --json form (snake_case, numbers, defaults). */
+static cJSON *message_json(const void *m) { return tcc_pbjson_to_cjson(m, JSON_FLAGS); }
+
+/* ------------------------------------------------------------ connection */
+
+static int connect_client(tcctl *t) {
+  tcc_client_options opts = {.deadline_ms = t->deadline_ms, .connect_timeout_ms = t->connect_timeout_ms};
+  return tcc_client_connect(t->addr, &opts, &t->client, &t->err);
+}
+
+/* Resolves a guard hash argument (full, or a unique prefix of >= 4 hex
+ * digits) into out. Returns 0, or the exit status after printing why. */
+static int resolve_hash(tcctl *t, const char *arg, char out[TCC_SHA256_HEX]) {
+  size_t n = strlen(arg);
+  for (size_t i = 0; i < n; i++)
+    if (!isxdigit((unsigned char)arg[i]))
+      return failf(t, TCC_E_INVALID_ARGUMENT, "'%s' is not a hex guard hash", arg);
+  if (n == 2 * TCC_SHA256_BYTES) {
+    tcc_hex_lower_copy(arg, out);
+    return 0;
+  }
+  if (n < 4 || n > 2 * TCC_SHA256_BYTES)
+    return failf(t, TCC_E_INVALID_ARGUMENT, "'%s': give the 64-digit guard hash or a prefix of at least 4 digits",
+                 arg);
+  char prefix[TCC_SHA256_HEX];
+  snprintf(prefix, sizeof prefix, "%s", arg);
+  lowercase(prefix);
+  Tcc__V1__ListResponse *ls;
+  if (tcc_client_list(t->client, LIST_ALL, "last_used", &ls, &t->err)) return fail_err(t);
+  int matches = 0;
+  for (size_t i = 0; i < ls->n_entries; i++) {
+    if (strncmp(ls->entries[i]->guard_hash, prefix, n) == 0) {
+      if (matches++ == 0) tcc_hex_lower_copy(ls->entries[i]->guard_hash, out);
+    }
+  }
+  tcc__v1__list_response__free_unpacked(ls, NULL);
+  if (matches == 0) return failf(t, TCC_E_NOT_FOUND, "no cache entry matches '%s'", arg);
+  if (matches > 1)
+    return failf(t, TCC_E_INVALID_ARGUMENT, "'%s' matches %d cache entries; give more digits", arg, matches);
+  return 0;
+}
+
+/* ------------------------------------------------------------ health */
+
+static int cmd_health(tcctl *t) {
+  char *pos[1];
+  int n = split_args(t, NULL, NULL, pos, 1);
+  const char *service = n ? pos[0] : "";
+  int status = 0;
+  if (connect_client(t) || tcc_client_health(t->client, service, &status, &t->err)) return fail_err(t);
+  char buf[32];
+  const char *name = enum_name(&grpc__health__v1__health_check_response__serving_status__descriptor, status,
+                               buf, sizeof buf);
+  if (t->json) {
+    cJSON *doc = cJSON_CreateObject();
+    cJSON_AddStringToObject(doc, "status", name);
+    cJSON_AddStringToObject(doc, "addr", tcc_client_addr(t->client));
+    if (print_json(t, doc)) return 1;
+  } else {
+    printf("%s\n", name);
+  }
+  return status == GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING ? 0 : 1;
+}
+
+/* ------------------------------------------------------------ stats */
+
+/* (hits + coalesced + remote hits) / all lookups that found or made a
+ * kernel; negative (cached-failure) hits are not counted. <0 = none. */
+static double hit_rate(const Tcc__V1__StatsResponse *s) {
+  double served = (double)(s->hits + s->coalesced + s->remote_hits);
+  double all = served + (double)s->misses;
+  return all > 0 ? served / all : -1;
+}
+
+static int cmd_stats(tcctl *t) {
+  split_args(t, NULL, NULL, NULL, 0);
+  Tcc__V1__StatsResponse *s;
+  if (connect_client(t) || tcc_client_stats(t->client, &s, &t->err)) return fail_err(t);
+  double rate = hit_rate(s);
+  int rc = 0;
+  if (t->json) {
+    cJSON *doc = message_json(s);
+    if (doc) {
+      if (rate >= 0) cJSON_AddNumberToObject(doc, "hit_rate", rate);
+      else cJSON_AddNullToObject(doc, "hit_rate");
+    }
+    rc = print_json(t, doc);
+  } else {
+    char a[64], b[64];
+    kv("version", "%s", s->version && *s->version ? s->version : "-");
+    kv("uptime", "%s", human_duration(s->uptime_seconds, a, sizeof a));
+    kv("entries", "%" PRId64, s->entries);
+    kv("bytes", "%s (%" PRId64 " bytes)", human_bytes(s->bytes, a, sizeof a), s->bytes);
+    if (s->max_bytes > 0)
+      kv("max bytes", "%s (%" PRId64 " bytes, %.1f %% used)", human_bytes(s->max_bytes, b, sizeof b), s->max_bytes,
+         100.0 * (double)s->bytes / (double)s->max_bytes);
+    else
+      kv("max bytes", "unlimited");
+    kv("requests", "%" PRId64, s->requests);
+    kv("invalid requests", "%" PRId64, s->invalid_requests);
+    kv("hits", "%" PRId64, s->hits);
+    kv("misses", "%" PRId64, s->misses);
+    kv("coalesced", "%" PRId64, s->coalesced);
+    kv("remote hits", "%" PRId64, s->remote_hits);
+    kv("negative hits", "%" PRId64, s->negative_hits);
+    if (rate >= 0) kv("hit rate", "%.1f %%", 100.0 * rate);
+    else kv("hit rate", "-");
+    kv("compiles", "%" PRId64, s->compiles);
+    kv("compile failures", "%" PRId64, s->compile_failures);
+    kv("compile time", "%.3f s", s->compile_seconds);
+    kv("compile time saved", "%.3f s", s->compile_seconds_saved);
+    kv("evictions", "%" PRId64, s->evictions);
+    kv("corrupt blobs", "%" PRId64, s->corrupt_blobs);
+    kv("workers", "%" PRId64, s->workers);
+    kv("running jobs", "%" PRId64, s->running_jobs);
+    kv("queue depth", "%" PRId64, s->queue_depth);
+  }
+  tcc__v1__stats_response__free_unpacked(s, NULL);
+  return rc;
+}
+
+/* ------------------------------------------------------------ ls */
+
+typedef struct ls_opts {
+  int limit;
+  const char *order;
+} ls_opts;
+
+static int ls_option(tcctl *t, int argc, char **argv, int *i, void *ctx) {
+  (void)t;
+  ls_opts *o = ctx;
+  const char *v;
+  if ((v = option_value(argc, argv, i, "--limit"))) {
+    o->limit = (int)parse_count("--limit", v, 1 << 30);
+    return 1;
+  }
+  if ((v = option_value(argc, argv, i, "--order"))) {
+    if (strcmp(v, "last_used") && strcmp(v, "hits") && strcmp(v, "size") && strcmp(v, "created"))
+      usage_error("ls: --order must be last_used, hits, size or created, got '%s'", v);
+    o->order = v;
+    return 1;
+  }
+  return 0;
+}
+
+static int cmd_ls(tcctl *t) {
+  ls_opts o = {0, "last_used"};
+  split_args(t, ls_option, &o, NULL, 0);
+  Tcc__V1__ListResponse *ls;
+  if (connect_client(t) || tcc_client_list(t->client, o.limit, o.order, &ls, &t->err)) return fail_err(t);
+  int rc = 0;
+  if (t->json) {
+    rc = print_json(t, message_json(ls));
+  } else {
+    table tb = {.cols = 6, .right = {0, 0, 1, 1, 1, 0}};
+    const char *head[] = {"HASH", "TARGET", "SIZE", "HITS", "COMPILE_MS", "LAST_USED"};
+    table_add(&tb, head);
+    for (size_t i = 0; i < ls->n_entries; i++) {
+      const Tcc__V1__EntrySummary *e = ls->entries[i];
+      char hash[16], size[32], hits[32], ms[32], used[32];
+      snprintf(hash, sizeof hash, "%.12s", e->guard_hash);
+      human_bytes(e->size, size, sizeof size);
+      snprintf(hits, sizeof hits, "%" PRId64, e->hits);
+      snprintf(ms, sizeof ms, "%.1f", e->compile_ms);
+      human_time(e->last_used_unix, used, sizeof used);
+      const char *row[] = {hash, e->target && *e->target ? e->target : "-", size, hits, ms, used};
+      table_add(&tb, row);
+    }
+    table_print(&tb, "");
+  }
+  tcc__v1__list_response__free_unpacked(ls, NULL);
+  return rc;
+}
+
+/* ------------------------------------------------------------ show */
+
+static void print_kernels(const Tcc__V1__Manifest *m) {
+  table tb = {.cols = 6, .right = {0, 0, 1, 0, 0, 1}};
+  const char *head[] = {"NAME", "KIND", "NUMEL", "GRID", "BLOCK", "SHARED_BYTES"};
+  table_add(&tb, head);
+  for (size_t i = 0; i < m->n_kernels; i++) {
+    const Tcc__V1__KernelInfo *k = m->kernels[i];
+    char numel[32], grid[64] = "-", block[64] = "-", shared[32];
+    snprintf(numel, sizeof numel, "%" PRId64, k->numel);
+    for (size_t j = 0, n = 0; j < k->n_grid && n < sizeof grid; j++)
+      n += (size_t)snprintf(grid + n, sizeof grid - n, "%s%" PRId64, j ? "x" : "", k->grid[j]);
+    for (size_t j = 0, n = 0; j < k->n_block && n < sizeof block; j++)
+      n += (size_t)snprintf(block + n, sizeof block - n, "%s%" PRId64, j ? "x" : "", k->block[j]);
+    snprintf(shared, sizeof shared, "%" PRId64, k->shared_bytes);
+    const char *row[] = {k->name, k->kind && *k->kind ? k->kind : "-", numel, grid, block, shared};
+    table_add(&tb, row);
+  }
+  table_print(&tb, "  ");
+}
+
+static void print_metas(const char *label, Tcc__V1__TensorMeta **metas, size_t n) {
+  if (n == 0) kv(label, "-");
+  for (size_t i = 0; i < n; i++) {
+    char buf[512];
+    format_meta(metas[i], buf, sizeof buf);
+    kv(i == 0 ? label : "", "%s", buf);
+  }
+}
+
+static int cmd_show(tcctl *t) {
+  char *pos[1];
+  if (split_args(t, NULL, NULL, pos, 1) != 1) usage_error("show needs a HASH");
+  char hash[TCC_SHA256_HEX];
+  if (connect_client(t)) return fail_err(t);
+  if (resolve_hash(t, pos[0], hash)) return 1;
+  Tcc__V1__ShowResponse *s;
+  if (tcc_client_show(t->client, hash, &s, &t->err)) return fail_err(t);
+  int rc = 0;
+  if (t->json) {
+    rc = print_json(t, message_json(s));
+  } else {
+    char a[64], b[64];
+    const Tcc__V1__EntrySummary *e = s->entry;
+    if (e) {
+      kv("guard hash", "%s", e->guard_hash);
+      kv("artifact sha256", "%s", e->artifact_sha256);
+      kv("kind", "%s", enum_name(&tcc__v1__artifact_kind__descriptor, e->kind, a, sizeof a));
+      kv("target", "%s", e->target && *e->target ? e->target : "-");
+      kv("size", "%s (%" PRId64 " bytes)", human_bytes(e->size, a, sizeof a), e->size);
+      kv("hits", "%" PRId64, e->hits);
+      kv("compile time", "%.1f ms", e->compile_ms);
+      kv("created", "%s", human_time(e->created_unix, a, sizeof a));
+      kv("last used", "%s", human_time(e->last_used_unix, a, sizeof a));
+    }
+    if (s->options)
+      kv("options", "mode=%s dynamic=%s fullgraph=%s",
+         enum_name(&tcc__v1__mode__descriptor, s->options->mode, a, sizeof a),
+         s->options->dynamic ? "true" : "false", s->options->fullgraph ? "true" : "false");
+    if (s->target_spec) {
+      const Tcc__V1__Target *ts = s->target_spec;
+      char feats[256] = "";
+      for (size_t i = 0, n = 0; i < ts->n_cpu_features && n < sizeof feats; i++)
+        n += (size_t)snprintf(feats + n, sizeof feats - n, "%s%s", i ? "," : "", ts->cpu_features[i]);
+      kv("target spec", "device=%s cpu_isa=%s cpu_features=%s cuda_arch=%s",
+         enum_name(&tcc__v1__device_type__descriptor, ts->device, b, sizeof b),
+         *ts->cpu_isa ? ts->cpu_isa : "-", *feats ? feats : "-", *ts->cuda_arch ? ts->cuda_arch : "-");
+    }
+    kv("canonical key", "%zu bytes", s->canonical_key.len);
+    const Tcc__V1__Manifest *m = s->manifest;
+    if (m) {
+      kv("compiler", "%s", m->compiler && *m->compiler ? m->compiler : "-");
+      kv("entry", "%s (abi %u)", m->entry && *m->entry ? m->entry : "-", m->abi_version);
+      kv("workspace", "%s", human_bytes(m->workspace_bytes, a, sizeof a));
+      print_metas("inputs", m->inputs, m->n_inputs);
+      print_metas("outputs", m->outputs, m->n_outputs);
+      kv("kernels", "%zu", m->n_kernels);
+      if (m->n_kernels) print_kernels(m);
+    }
+  }
+  tcc__v1__show_response__free_unpacked(s, NULL);
+  return rc;
+}
+
+/* ------------------------------------------------------------ evict */
+
+static int cmd_evict(tcctl *t) {
+  char *pos[1];
+  if (split_args(t, NULL, NULL, pos, 1) != 1) usage_error("evict needs a HASH");
+  char hash[TCC_SHA256_HEX];
+  if (connect_client(t)) return fail_err(t);
+  if (resolve_hash(t, pos[0], hash)) return 1;
+  int evicted = 0;
+  if (tcc_client_evict(t->client, hash, &evicted, &t->err)) return fail_err(t);
+  if (!evicted) return failf(t, TCC_E_NOT_FOUND, "no cache entry %s", hash);
+  if (t->json) {
+    cJSON *doc = cJSON_CreateObject();
+    cJSON_AddStringToObject(doc, "guard_hash", hash);
+    cJSON_AddBoolToObject(doc, "evicted", 1);
+    return print_json(t, doc);
+  }
+  printf("evicted %s\n", hash);
+  return 0;
+}
+
+/* ------------------------------------------------------------ gc */
+
+static int gc_option(tcctl *t, int argc, char **argv, int *i, void *ctx) {
+  (void)t;
+  const char *v = option_value(argc, argv, i, "--max-bytes");
+  if (!v) return 0;
+  *(int64_t *)ctx = parse_bytes("--max-bytes", v);
+  return 1;
+}
+
+static int cmd_gc(tcctl *t) {
+  int64_t max_bytes = 0;
+  split_args(t, gc_option, &max_bytes, NULL, 0);
+  Tcc__V1__GcResponse *g;
+  if (connect_client(t) || tcc_client_gc(t->client, max_bytes, &g, &t->err)) return fail_err(t);
+  int rc = 0;
+  if (t->json) {
+    rc = print_json(t, message_json(g));
+  } else {
+    char a[64];
+    printf("evicted %" PRId64 " %s, freed %s (%" PRId64 " bytes), removed %" PRId64 " corrupt blob%s\n",
+           g->evicted, g->evicted == 1 ? "entry" : "entries", human_bytes(g->freed_bytes, a, sizeof a),
+           g->freed_bytes, g->corrupt_removed, g->corrupt_removed == 1 ? "" : "s");
+  }
+  tcc__v1__gc_response__free_unpacked(g, NULL);
+  return rc;
+}
+
+/* ------------------------------------------------------------ compile */
+
+/* Reads a whole file ("-" = stdin) into a malloc'd buffer. Returns 0 or
+ * the exit status after printing why. */
+static int read_input(tcctl *t, const char *path, char **out, size_t *len) {
+  FILE *f = strcmp(path, "-") ? fopen(path, "rb") : stdin;
+  if (!f) {
+    int e = errno;
+    return failf(t, e == ENOENT ? TCC_E_NOT_FOUND : e == EACCES ? TCC_E_PERMISSION_DENIED : TCC_E_UNKNOWN,
+                 "cannot read %s: %s", path, strerror(e));
+  }
+  size_t cap = 1 << 16, n = 0;
+  char *buf = malloc(cap);
+  for (;;) {
+    if (!buf) break;
+    size_t r = fread(buf + n, 1, cap - n, f);
+    n += r;
+    if (n < cap) break;
+    char *bigger = realloc(buf, cap *= 2);
+    if (!bigger) {
+      free(buf);
+      buf = NULL;
+    }
+    buf = bigger;
+  }
+  int bad = ferror(f);
+  if (f != stdin) fclose(f);
+  if (!buf) return fail(t, TCC_E_RESOURCE_EXHAUSTED, "out of memory");
+  if (bad) {
+    free(buf);
+    return failf(t, TCC_E_UNKNOWN, "cannot read %s", path);
+  }
+  *out = buf;
+  *len = n;
+  return 0;
+}
+
+/* Replaces req->target with the one `spec` names: cpu, cpu:ISA, cuda:ARCH.
+ * Returns 0 or -1 when spec is malformed. */
+static int override_target(Tcc__V1__CompileRequest *req, const char *spec) {
+  const char *colon = strchr(spec, ':');
+  size_t kind_len = colon ? (size_t)(colon - spec) : strlen(spec);
+  const char *rest = colon ? colon + 1 : "";
+  Tcc__V1__DeviceType dev;
+  if (kind_len == 3 && !strncmp(spec, "cpu", 3)) dev = TCC__V1__DEVICE_TYPE__CPU;
+  else if (kind_len == 4 && !strncmp(spec, "cuda", 4) && *rest) dev = TCC__V1__DEVICE_TYPE__CUDA;
+  else return -1;
+  if (colon && !*rest) return -1;
+  Tcc__V1__Target *tg = malloc(sizeof *tg);
+  char *val = strdup(rest);
+  if (!tg || !val) {
+    free(tg);
+    free(val);
+    return -1;
+  }
+  tcc__v1__target__init(tg);
+  tg->device = dev;
+  if (!*rest) free(val); /* bare "cpu": the daemon's default ISA */
+  else if (dev == TCC__V1__DEVICE_TYPE__CPU) tg->cpu_isa = val;
+  else tg->cuda_arch = val;
+  if (req->target) tcc__v1__target__free_unpacked(req->target, NULL);
+  req->target = tg;
+  return 0;
+}
+
+static int compile_option(tcctl *t, int argc, char **argv, int *i, void *ctx) {
+  (void)t;
+  const char *v = option_value(argc, argv, i, "--target");
+  if (!v) return 0;
+  *(const char **)ctx = v;
+  return 1;
+}
+
+static cJSON *timings_json(const Tcc__V1__Timings *tm) {
+  cJSON *o = cJSON_CreateObject();
+  Tcc__V1__Timings zero = TCC__V1__TIMINGS__INIT;
+  if (!tm) tm = &zero;
+  cJSON_AddNumberToObject(o, "decode_ms", tm->decode_ms);
+  cJSON_AddNumberToObject(o, "hash_ms", tm->hash_ms);
+  cJSON_AddNumberToObject(o, "lookup_ms", tm->lookup_ms);
+  cJSON_AddNumberToObject(o, "compile_ms", tm->compile_ms);
+  cJSON_AddNumberToObject(o, "total_ms", tm->total_ms);
+  return o;
+}
+
+static int cmd_compile(tcctl *t) {
+  const char *target = NULL;
+  char *pos[1];
+  if (split_args(t, compile_option, &target, pos, 1) != 1) usage_error("compile needs a FILE (- = stdin)");
+  char *json = NULL;
+  size_t len = 0;
+  if (read_input(t, pos[0], &json, &len)) return 1;
+  ProtobufCMessage *msg = NULL;
+  int rc = tcc_pbjson_parse(&tcc__v1__compile_request__descriptor, json, len, &msg, &t->err);
+  free(json);
+  if (rc) {
+    tcc_error_prefix(&t->err, "%s", strcmp(pos[0], "-") ? pos[0] : "<stdin>");
+    return fail_err(t);
+  }
+  Tcc__V1__CompileRequest *req = (Tcc__V1__CompileRequest *)msg;
+  if (target && override_target(req, target)) {
+    tcc__v1__compile_request__free_unpacked(req, NULL);
+    usage_error("compile: --target must be cpu, cpu:ISA or cuda:sm_XX, got '%s'", target);
+  }
+  Tcc__V1__CompileResponse *resp = NULL;
+  if (connect_client(t) || tcc_client_compile(t->client, req, &resp, &t->err)) {
+    tcc__v1__compile_request__free_unpacked(req, NULL);
+    return fail_err(t);
+  }
+  tcc__v1__compile_request__free_unpacked(req, NULL);
+
+  const Tcc__V1__Artifact *art = resp->artifact;
+  const Tcc__V1__Manifest *man = resp->manifest;
+  char kind[32] = "-", num[16];
+  if (art) {
+    snprintf(kind, sizeof kind, "%s", enum_name(&tcc__v1__artifact_kind__descriptor, art->kind, num, sizeof num));
+    lowercase(kind);
+  }
+  rc = 0;
+  if (t->json) {
+    cJSON *doc = cJSON_CreateObject();
+    cJSON_AddStringToObject(doc, "guard_hash", resp->guard_hash);
+    cJSON_AddStringToObject(doc, "cache", cache_status_word(resp->cache));
+    cJSON_AddStringToObject(doc, "artifact_sha256", art ? art->sha256 : "");
+    cJSON_AddNumberToObject(doc, "artifact_size", art ? (double)art->size : 0);
+    cJSON_AddStringToObject(doc, "artifact_kind", kind);
+    cJSON_AddStringToObject(doc, "target", man && man->target ? man->target : "");
+    cJSON_AddNumberToObject(doc, "kernels", man ? (double)man->n_kernels : 0);
+    cJSON_AddItemToObject(doc, "timings", timings_json(resp->timings));
+    if (man) cJSON_AddItemToObject(doc, "manifest", message_json(man));
+    rc = print_json(t, doc);
+  } else {
+    char a[64];
+    const Tcc__V1__Timings *tm = resp->timings;
+    kv("guard hash", "%s", resp->guard_hash);
+    kv("cache", "%s", cache_status_word(resp->cache));
+    kv("artifact sha256", "%s", art ? art->sha256 : "-");
+    kv("artifact size", "%s (%" PRId64 " bytes)", human_bytes(art ? art->size : 0, a, sizeof a),
+       art ? art->size : 0);
+    kv("artifact kind", "%s", kind);
+    kv("target", "%s", man && man->target && *man->target ? man->target : "-");
+    kv("kernels", "%zu", man ? man->n_kernels : 0);
+    if (tm)
+      kv("timings", "decode %.3f ms, hash %.3f ms, lookup %.3f ms, compile %.3f ms, total %.3f ms", tm->decode_ms,
+         tm->hash_ms, tm->lookup_ms, tm->compile_ms, tm->total_ms);
+  }
+  tcc__v1__compile_response__free_unpacked(resp, NULL);
+  return rc;
+}
+
+/* ------------------------------------------------------------ fetch */
+
+/* Writes data to path atomically (temporary file in the same directory,
+ * then rename), or to stdout for "-". Returns 0 or the exit status. */
+static int write_output(tcctl *t, const char *path, const uint8_t *data, size_t len) {
+  if (!strcmp(path, "-")) {
+    if (fwrite(data, 1, len, stdout) != len || fflush(stdout) != 0)
+      return failf(t, TCC_E_UNKNOWN, "cannot write to stdout: %s", strerror(errno));
+    return 0;
+  }
+  size_t n = strlen(path) + 32;
+  char *tmp = malloc(n);
+  if (!tmp) return fail(t, TCC_E_RESOURCE_EXHAUSTED, "out of memory");
+  snprintf(tmp, n, "%s.tmp.%ld", path, (long)getpid());
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  int e = 0;
+  if (fd < 0) {
+    e = errno;
+  } else {
+    size_t off = 0;
+    while (off < len) {
+      ssize_t w = write(fd, data + off, len - off);
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) {
+        e = errno ? errno : EIO;
+        break;
+      }
+      off += (size_t)w;
+    }
+    if (close(fd) != 0 && !e) e = errno;
+    if (!e && rename(tmp, path) != 0) e = errno;
+    if (e) unlink(tmp);
+  }
+  free(tmp);
+  if (e)
+    return failf(t, e == EACCES ? TCC_E_PERMISSION_DENIED : e == ENOENT ? TCC_E_NOT_FOUND : TCC_E_UNKNOWN,
+                 "cannot write %s: %s", path, strerror(e));
+  return 0;
+}
+
+static int fetch_option(tcctl *t, int argc, char **argv, int *i, void *ctx) {
+  (void)t;
+  (void)argc;
+  if (strcmp(argv[*i], "--digest")) return 0;
+  *(int *)ctx = 1;
+  return 1;
+}
+
+static int cmd_fetch(tcctl *t) {
+  int by_digest = 0;
+  char *pos[2];
+  if (split_args(t, fetch_option, &by_digest, pos, 2) != 2) usage_error("fetch needs a HASH and an OUTFILE");
+  if (connect_client(t)) return fail_err(t);
+  char hash[TCC_SHA256_HEX] = "", sha[TCC_SHA256_HEX];
+  uint8_t *data = NULL;
+  size_t len = 0;
+  int rc;
+  if (by_digest) {
+    if (!tcc_hex_is_sha256(pos[0]))
+      return failf(t, TCC_E_INVALID_ARGUMENT, "--digest needs the 64-digit artifact SHA-256, got '%s'", pos[0]);
+    tcc_hex_lower_copy(pos[0], sha);
+    rc = tcc_client_fetch(t->client, sha, &data, &len, &t->err);
+  } else {
+    if (resolve_hash(t, pos[0], hash)) return 1;
+    rc = tcc_client_fetch_entry(t->client, hash, &data, &len, sha, &t->err);
+  }
+  if (rc) return fail_err(t);
+  rc = write_output(t, pos[1], data, len);
+  free(data);
+  if (rc) return rc;
+  if (t->json) {
+    cJSON *doc = cJSON_CreateObject();
+    if (*hash) cJSON_AddStringToObject(doc, "guard_hash", hash);
+    cJSON_AddStringToObject(doc, "artifact_sha256", sha);
+    cJSON_AddNumberToObject(doc, "size", (double)len);
+    cJSON_AddStringToObject(doc, "path", pos[1]);
+    if (!strcmp(pos[1], "-")) { /* stdout carries the artifact: report on stderr */
+      char *s = tcc_pbjson_print_cjson(doc, 0);
+      if (s) fprintf(stderr, "%s\n", s);
+      free(s);
+      cJSON_Delete(doc);
+      return 0;
+    }
+    return print_json(t, doc);
+  }
+  char a[64];
+  fprintf(strcmp(pos[1], "-") ? stdout : stderr, "wrote %s: %s (%zu bytes), sha256 %s\n", pos[1],
+          human_bytes((int64_t)len, a, sizeof a), len, sha);
+  return 0;
+}
+
+/* ------------------------------------------------------------ main */
+
+typedef struct command {
+  const char *name;
+  int (*run)(tcctl *t);
+} command;
+
+static const command commands[] = {
+    {"health", cmd_health}, {"stats", cmd_stats}, {"ls", cmd_ls},           {"show", cmd_show},
+    {"evict", cmd_evict},   {"gc", cmd_gc},       {"compile", cmd_compile}, {"fetch", cmd_fetch},
+};
+
+int main(int argc, char **argv) {
+  tcctl t = {0};
+  char **rest = calloc((size_t)argc + 1, sizeof *rest);
+  int nrest = 0, options_done = 0;
+  if (!rest) return 1;
+
+  /* Global options, anywhere on the line; everything else is the command
+   * and its arguments (after "--", nothing is an option). */
+  for (int i = 1; i < argc; i++) {
+    const char *v;
+    if (options_done) {
+      rest[nrest++] = argv[i];
+    } else if (!strcmp(argv[i], "--")) {
+      options_done = 1;
+      if (nrest) rest[nrest++] = argv[i]; /* the command's own "--" */
+    } else if ((v = option_value(argc, argv, &i, "--addr"))) {
+      t.addr = v;
+    } else if (!strcmp(argv[i], "--json")) {
+      t.json = 1;
+    } else if ((v = option_value(argc, argv, &i, "--deadline-ms"))) {
+      t.deadline_ms = (int)parse_count("--deadline-ms", v, 1 << 30);
+    } else if ((v = option_value(argc, argv, &i, "--connect-timeout-ms"))) {
+      t.connect_timeout_ms = (int)parse_count("--connect-timeout-ms", v, 1 << 30);
+    } else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+      fputs(usage_text, stdout);
+      free(rest);
+      return 0;
+    } else if (!strcmp(argv[i], "--version")) {
+      printf("tcctl %s\n", TCC_VERSION);
+      free(rest);
+      return 0;
+    } else {
+      rest[nrest++] = argv[i];
+    }
+  }
+  if (nrest == 0) {
+    free(rest);
+    usage_error("no command given");
+  }
+  if (!strcmp(rest[0], "help")) {
+    fputs(usage_text, stdout);
+    free(rest);
+    return 0;
+  }
+  const command *cmd = NULL;
+  for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+    if (!strcmp(rest[0], commands[i].name)) cmd = &commands[i];
+  if (!cmd) {
+    char name[64];
+    snprintf(name, sizeof name, "%s", rest[0]);
+    free(rest);
+    usage_error("unknown command '%s'", name);
+  }
+  t.command = cmd->name;
+  t.argc = nrest - 1;
+  t.argv = rest + 1;
+  int rc = cmd->run(&t);
+  tcc_client_close(t.client);
+  tcc_client_library_shutdown();
+  free(rest);
+  fflush(stdout);
+  return rc;
 }

@@ -710,12 +710,17 @@ static char *retab(char *s) {
   return out;
 }
 
+char *tcc_pbjson_print_cjson(const cJSON *json, int pretty) {
+  char *s = pretty ? cJSON_Print(json) : cJSON_PrintUnformatted(json);
+  if (s && pretty) s = retab(s);
+  return s;
+}
+
 char *tcc_pbjson_print_flags(const ProtobufCMessage *m, unsigned flags) {
   cJSON *tree = tcc_pbjson_to_cjson(m, flags);
   if (!tree) return NULL;
-  char *s = flags & TCC_PBJSON_PRETTY ? cJSON_Print(tree) : cJSON_PrintUnformatted(tree);
+  char *s = tcc_pbjson_print_cjson(tree, (flags & TCC_PBJSON_PRETTY) != 0);
   cJSON_Delete(tree);
-  if (s && (flags & TCC_PBJSON_PRETTY)) s = retab(s);
   return s;
 }
 

@@ -83,6 +83,10 @@ char *tcc_pbjson_print_flags(const ProtobufCMessage *m, unsigned flags);
  * cJSON_IsRaw()/valuestring to read them. NULL when out of memory. */
 struct cJSON *tcc_pbjson_to_cjson(const ProtobufCMessage *m, unsigned flags);
 
+/* Prints any cJSON tree as pbjson prints messages (pretty: two-space
+ * indent). Returns a malloc'd string (free()), or NULL. */
+char *tcc_pbjson_print_cjson(const struct cJSON *json, int pretty);
+
 /* The proto3 JSON name of a field: snake_case -> lowerCamelCase
  * ("cpu_isa" -> "cpuIsa"). Writes at most size bytes (NUL included) into
  * out; returns out. */
