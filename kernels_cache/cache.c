@@ -866,14 +866,16 @@ static int evict_to_budget(tcc_cache *c, int64_t budget, const uint8_t *keep,
     if (rc != SQLITE_DONE && rc != SQLITE_ROW) return sql_error(c, rc, err, "pick eviction victims");
     if (n == 0) return 0; /* only `keep` is left */
 
+    int deleted = 0;
     for (int i = 0; i < n && bytes > budget; i++) {
       int64_t got = 0;
       code = entry_delete(c, batch[i], &got, err);
       if (code && code != TCC_E_NOT_FOUND) return code;
-      if (!code) ++*evicted;
+      if (!code) ++*evicted, deleted++;
       *freed += got;
       bytes -= got;
     }
+    if (!deleted) return 0; /* cannot happen inside one transaction; never spin */
   }
 }
 
