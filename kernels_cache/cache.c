@@ -382,14 +382,12 @@ static int txn_begin(tcc_cache *c, tcc_error *err) {
   return rc == SQLITE_DONE ? 0 : sql_error(c, rc, err, "begin transaction");
 }
 
-/* Commits; on failure rolls back. Returns 0 or a TCC_E_* code. */
-static int txn_commit(tcc_cache *c, tcc_error *err);
-
 /* Rolls back the open transaction, if SQLite has not already done so. */
 static void txn_rollback(tcc_cache *c) {
   if (!sqlite3_get_autocommit(c->db)) stmt_run(c->st[ST_ROLLBACK]);
 }
 
+/* Commits; on failure rolls back. Returns 0 or a TCC_E_* code. */
 static int txn_commit(tcc_cache *c, tcc_error *err) {
   int rc = stmt_run(c->st[ST_COMMIT]);
   if (rc == SQLITE_DONE) return 0;
@@ -1181,8 +1179,9 @@ int tcc_cache_list(tcc_cache *c, tcc_cache_order order, int limit, tcc_cache_ent
     [TCC_CACHE_ORDER_SIZE] = ST_LIST_SIZE, [TCC_CACHE_ORDER_CREATED] = ST_LIST_CREATED};
   if (!c || !out || !n || (unsigned)order >= sizeof by_order / sizeof by_order[0])
     return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "cache list: bad arguments");
-  int code = tcc_cache_flush(c, err); /* so hits and last_used are current */
-  if (code) return code;
+  /* So hits and last_used are current; when the write lock is busy the
+   * list still answers, with the pending hits not yet counted. */
+  tcc_cache_flush(c, NULL);
 
   sqlite3_stmt *s = c->st[by_order[order]];
   sqlite3_bind_int(s, 1, limit > 0 ? limit : -1);

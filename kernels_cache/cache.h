@@ -150,7 +150,9 @@ typedef enum tcc_cache_order {
 
 /* Lists up to limit entries (limit <= 0: all) (metadata, key/manifest
  * left NULL) in descending order of the chosen column, ties by hash.
- * Writes pending hit bookkeeping first, so hits/last_used are current.
+ * Writes pending hit bookkeeping first, so hits/last_used are current
+ * (if that write fails, e.g. another writer holds the lock, the list is
+ * still returned, without the pending hits).
  * *out is malloc'd; free with tcc_cache_entries_free. Returns 0 or a
  * TCC_E_* code. */
 int tcc_cache_list(tcc_cache *c, tcc_cache_order order, int limit,
