@@ -20,146 +20,17 @@
 
 #include "tcc_config.h"
 #include "tccclient.h"
-
-#define N 257
-
-static char tmpdir[256];
-static unsigned rng_seed;
-
-static double urand(double lo, double hi) {
-  return lo + (hi - lo) * ((double)rand_r(&rng_seed) / RAND_MAX);
-}
-
-/* The test kernels: out0 = sin(x) + cos(y) (or x * 2 with -DDOUBLE_IT). */
-static const char kernel_src[] =
-    "#include <math.h>\n"
-    "#include <stdlib.h>\n"
-    "__attribute__((constructor)) static void on_load(void) { setenv(MARKER, \"1\", 1); }\n"
-    "int tcc_entry(const void *const *in, void *const *out, void *ws) {\n"
-    "  (void)ws;\n"
-    "  const float *x = in[0], *y = in[1];\n"
-    "  float *o = out[0];\n"
-    "  for (int i = 0; i < N; i++) {\n"
-    "#ifdef DOUBLE_IT\n"
-    "    o[i] = x[i] * 2.0f;\n"
-    "#else\n"
-    "    o[i] = sinf(x[i]) + cosf(y[i]);\n"
-    "#endif\n"
-    "  }\n"
-    "  return 0;\n"
-    "}\n"
-    "int tcc_entry_fails(const void *const *in, void *const *out, void *ws) {\n"
-    "  (void)in; (void)out; (void)ws; return 7;\n"
-    "}\n";
-
-/* Runs argv, returns its exit status (or -1). */
-static int run_cmd(char *const argv[]) {
-  pid_t pid = fork();
-  if (pid == 0) {
-    execvp(argv[0], argv);
-    _exit(127);
-  }
-  int st;
-  if (pid < 0 || waitpid(pid, &st, 0) != pid) return -1;
-  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
-/* Builds the kernel with `marker` as its constructor's variable (and
- * extra_define when non-NULL); returns the .so bytes (malloc'd). */
-static uint8_t *build_kernel(const char *marker, const char *extra_define, size_t *len) {
-  char src[512], so[512], mdef[128], ndef[32];
-  snprintf(src, sizeof src, "%s/%s.c", tmpdir, marker);
-  snprintf(so, sizeof so, "%s/%s.so", tmpdir, marker);
-  snprintf(mdef, sizeof mdef, "-DMARKER=\"%s\"", marker);
-  snprintf(ndef, sizeof ndef, "-DN=%d", N);
-  FILE *f = fopen(src, "w");
-  ck_assert_ptr_nonnull(f);
-  fputs(kernel_src, f);
-  fclose(f);
-  char *argv[] = {(char *)TCC_CC_DEFAULT, "-shared", "-fPIC", "-O2", mdef, ndef,
-                  (char *)(extra_define ? extra_define : "-DUNUSED_DEFINE"), "-o", so, src, "-lm", NULL};
-  ck_assert_int_eq(run_cmd(argv), 0);
-  f = fopen(so, "rb");
-  ck_assert_ptr_nonnull(f);
-  fseek(f, 0, SEEK_END);
-  *len = (size_t)ftell(f);
-  fseek(f, 0, SEEK_SET);
-  uint8_t *data = malloc(*len);
-  ck_assert_uint_eq(fread(data, 1, *len, f), *len);
-  fclose(f);
-  unlink(src);
-  unlink(so);
-  return data;
-}
-
-static void digest_hex(const uint8_t *data, size_t len, char out[TCC_SHA256_HEX]) {
-  uint8_t d[TCC_SHA256_BYTES];
-  tcc_sha256(data, len, d);
-  tcc_hex_encode(d, sizeof d, out);
-}
-
-/* A manifest for the kernels above: two float32[N] inputs, one output. */
-typedef struct test_manifest {
-  Tcc__V1__Manifest m;
-  Tcc__V1__TensorMeta metas[3];
-  Tcc__V1__TensorMeta *inputs[2], *outputs[1];
-  int64_t sizes[1], strides[1];
-} test_manifest;
-
-static void manifest_init(test_manifest *t, const char *entry, unsigned abi) {
-  tcc__v1__manifest__init(&t->m);
-  t->sizes[0] = N;
-  t->strides[0] = 1;
-  for (int i = 0; i < 3; i++) {
-    tcc__v1__tensor_meta__init(&t->metas[i]);
-    t->metas[i].dtype = TCC__V1__DTYPE__FLOAT32;
-    t->metas[i].n_sizes = 1;
-    t->metas[i].sizes = t->sizes;
-    t->metas[i].n_strides = 1;
-    t->metas[i].strides = t->strides;
-  }
-  t->inputs[0] = &t->metas[0];
-  t->inputs[1] = &t->metas[1];
-  t->outputs[0] = &t->metas[2];
-  t->m.abi_version = abi;
-  t->m.entry = (char *)entry;
-  t->m.n_inputs = 2;
-  t->m.inputs = t->inputs;
-  t->m.n_outputs = 1;
-  t->m.outputs = t->outputs;
-  t->m.target = (char *)"cpu:test";
-}
-
-/* Runs k on random inputs; checks out0 against sin(x)+cos(y) in float64
- * (or 2x when doubled). */
-static void run_and_check(tcc_kernel *k, int doubled) {
-  float x[N], y[N], out[N];
-  for (int i = 0; i < N; i++) {
-    x[i] = (float)urand(-6, 6);
-    y[i] = (float)urand(-6, 6);
-    out[i] = NAN;
-  }
-  const void *ins[] = {x, y};
-  void *outs[] = {out};
-  tcc_error err = {0};
-  ck_assert_msg(tcc_kernel_run(k, ins, outs, NULL, &err) == 0, "run: %s", err.msg);
-  for (int i = 0; i < N; i++) {
-    double ref = doubled ? 2.0 * x[i] : sin((double)x[i]) + cos((double)y[i]);
-    /* float32 sinf/cosf: a few ulp of values up to 2 in magnitude. */
-    ck_assert_msg(fabs(out[i] - ref) <= 1e-5 + 1e-6 * fabs(ref), "element %d: %.9g vs %.9g (seed %u)", i,
-                  (double)out[i], ref, rng_seed);
-  }
-}
+#include "testutil.h"
 
 /* ------------------------------------------------------------------ */
 
 START_TEST(load_run_unload) {
   size_t len;
-  uint8_t *so = build_kernel("TCC_MARK_LOAD", NULL, &len);
+  uint8_t *so = tu_build_kernel("TCC_MARK_LOAD", NULL, &len);
   char hex[TCC_SHA256_HEX];
-  digest_hex(so, len, hex);
-  test_manifest tm;
-  manifest_init(&tm, "tcc_entry", 1);
+  tu_digest_hex(so, len, hex);
+  tu_manifest tm;
+  tu_manifest_init(&tm, "tcc_entry", 1);
   unsetenv("TCC_MARK_LOAD");
   tcc_kernel *k = NULL;
   tcc_error err = {0};
@@ -173,8 +44,8 @@ START_TEST(load_run_unload) {
   ck_assert_ptr_ne(m, &tm.m);
   ck_assert_str_eq(m->entry, "tcc_entry");
   ck_assert_uint_eq(m->n_inputs, 2);
-  ck_assert_int_eq(m->inputs[1]->sizes[0], N);
-  for (int rep = 0; rep < 3; rep++) run_and_check(k, 0);
+  ck_assert_int_eq(m->inputs[1]->sizes[0], TU_N);
+  for (int rep = 0; rep < 3; rep++) tu_run_and_check(k, 0);
 
   /* The manifest as bytes reads back as the same manifest. */
   uint8_t *mb;
@@ -182,7 +53,7 @@ START_TEST(load_run_unload) {
   ck_assert_int_eq(tcc_kernel_manifest_bytes(k, &mb, &mlen, &err), 0);
   Tcc__V1__Manifest *back = tcc__v1__manifest__unpack(NULL, mlen, mb);
   ck_assert_ptr_nonnull(back);
-  ck_assert_str_eq(back->target, "cpu:test");
+  ck_assert_str_eq(back->target, "cpu:x86-64-v2");
   tcc__v1__manifest__free_unpacked(back, NULL);
   tcc_free(mb);
   tcc_kernel_unload(k);
@@ -191,13 +62,13 @@ END_TEST
 
 START_TEST(digest_mismatch_refused_before_dlopen) {
   size_t len;
-  uint8_t *so = build_kernel("TCC_MARK_DIGEST", NULL, &len);
+  uint8_t *so = tu_build_kernel("TCC_MARK_DIGEST", NULL, &len);
   char hex[TCC_SHA256_HEX], wrong[TCC_SHA256_HEX];
-  digest_hex(so, len, hex);
+  tu_digest_hex(so, len, hex);
   memcpy(wrong, hex, sizeof hex);
   wrong[10] = wrong[10] == '0' ? '1' : '0';
-  test_manifest tm;
-  manifest_init(&tm, "tcc_entry", 1);
+  tu_manifest tm;
+  tu_manifest_init(&tm, "tcc_entry", 1);
   unsetenv("TCC_MARK_DIGEST");
 
   tcc_kernel *k = (tcc_kernel *)0x1;
@@ -223,11 +94,11 @@ END_TEST
 
 START_TEST(wrong_entry_symbol_refused) {
   size_t len;
-  uint8_t *so = build_kernel("TCC_MARK_ENTRY", NULL, &len);
+  uint8_t *so = tu_build_kernel("TCC_MARK_ENTRY", NULL, &len);
   char hex[TCC_SHA256_HEX];
-  digest_hex(so, len, hex);
-  test_manifest tm;
-  manifest_init(&tm, "tcc_entry_nope", 1);
+  tu_digest_hex(so, len, hex);
+  tu_manifest tm;
+  tu_manifest_init(&tm, "tcc_entry_nope", 1);
   tcc_kernel *k = (tcc_kernel *)0x1;
   tcc_error err = {0};
   ck_assert_int_eq(tcc_kernel_load(so, len, hex, &tm.m, &k, &err), TCC_E_NOT_FOUND);
@@ -235,15 +106,15 @@ START_TEST(wrong_entry_symbol_refused) {
   ck_assert_ptr_nonnull(strstr(err.msg, "'tcc_entry_nope'"));
 
   /* An empty entry means the documented default, tcc_entry. */
-  manifest_init(&tm, "", 1);
+  tu_manifest_init(&tm, "", 1);
   ck_assert_msg(tcc_kernel_load(so, len, hex, &tm.m, &k, &err) == 0, "%s", err.msg);
-  run_and_check(k, 0);
+  tu_run_and_check(k, 0);
   tcc_kernel_unload(k);
 
   /* An entry that reports failure: the run fails with its code. */
-  manifest_init(&tm, "tcc_entry_fails", 1);
+  tu_manifest_init(&tm, "tcc_entry_fails", 1);
   ck_assert_int_eq(tcc_kernel_load(so, len, hex, &tm.m, &k, &err), 0);
-  float x[N] = {0}, y[N] = {0}, o[N];
+  float x[TU_N] = {0}, y[TU_N] = {0}, o[TU_N];
   const void *ins[] = {x, y};
   void *outs[] = {o};
   ck_assert_int_eq(tcc_kernel_run(k, ins, outs, NULL, &err), TCC_E_INTERNAL);
@@ -255,14 +126,14 @@ END_TEST
 
 START_TEST(abi_version_mismatch_refused) {
   size_t len;
-  uint8_t *so = build_kernel("TCC_MARK_ABI", NULL, &len);
+  uint8_t *so = tu_build_kernel("TCC_MARK_ABI", NULL, &len);
   char hex[TCC_SHA256_HEX];
-  digest_hex(so, len, hex);
+  tu_digest_hex(so, len, hex);
   unsetenv("TCC_MARK_ABI");
   unsigned versions[] = {0, 2, 99};
   for (int i = 0; i < 3; i++) {
-    test_manifest tm;
-    manifest_init(&tm, "tcc_entry", versions[i]);
+    tu_manifest tm;
+    tu_manifest_init(&tm, "tcc_entry", versions[i]);
     tcc_kernel *k = (tcc_kernel *)0x1;
     tcc_error err = {0};
     ck_assert_int_eq(tcc_kernel_load(so, len, hex, &tm.m, &k, &err), TCC_E_FAILED_PRECONDITION);
@@ -275,13 +146,13 @@ START_TEST(abi_version_mismatch_refused) {
 END_TEST
 
 START_TEST(not_a_shared_object_refused) {
-  test_manifest tm;
-  manifest_init(&tm, "tcc_entry", 1);
+  tu_manifest tm;
+  tu_manifest_init(&tm, "tcc_entry", 1);
   uint8_t junk[200];
-  for (size_t i = 0; i < sizeof junk; i++) junk[i] = (uint8_t)rand_r(&rng_seed);
+  for (size_t i = 0; i < sizeof junk; i++) junk[i] = (uint8_t)rand_r(tu_seed("test_kernel"));
   junk[0] = 'X';
   char hex[TCC_SHA256_HEX];
-  digest_hex(junk, sizeof junk, hex);
+  tu_digest_hex(junk, sizeof junk, hex);
   tcc_kernel *k = NULL;
   tcc_error err = {0};
   ck_assert_int_eq(tcc_kernel_load(junk, sizeof junk, hex, &tm.m, &k, &err), TCC_E_FAILED_PRECONDITION);
@@ -291,13 +162,13 @@ START_TEST(not_a_shared_object_refused) {
   memcpy(junk, "\x7f" "ELF", 4);
   junk[18] = 190;
   junk[19] = 0;
-  digest_hex(junk, sizeof junk, hex);
+  tu_digest_hex(junk, sizeof junk, hex);
   ck_assert_int_eq(tcc_kernel_load(junk, sizeof junk, hex, &tm.m, &k, &err), TCC_E_UNIMPLEMENTED);
   ck_assert_ptr_nonnull(strstr(err.msg, "cubin"));
 
   /* An ELF header but garbage after it: dlopen refuses, we report it. */
   junk[18] = 62; /* EM_X86_64 */
-  digest_hex(junk, sizeof junk, hex);
+  tu_digest_hex(junk, sizeof junk, hex);
   ck_assert_int_eq(tcc_kernel_load(junk, sizeof junk, hex, &tm.m, &k, &err), TCC_E_FAILED_PRECONDITION);
   ck_assert_ptr_nonnull(strstr(err.msg, "dlopen"));
   ck_assert_ptr_null(k);
@@ -308,23 +179,23 @@ START_TEST(distinct_kernels_never_confused) {
   /* glibc matches loaded objects by path name: /proc/self/fd/N must
    * never hand back a previously loaded kernel. */
   size_t la, lb;
-  uint8_t *a = build_kernel("TCC_MARK_A", NULL, &la);
-  uint8_t *b = build_kernel("TCC_MARK_B", "-DDOUBLE_IT", &lb);
+  uint8_t *a = tu_build_kernel("TCC_MARK_A", NULL, &la);
+  uint8_t *b = tu_build_kernel("TCC_MARK_B", "-DDOUBLE_IT", &lb);
   char ha[TCC_SHA256_HEX], hb[TCC_SHA256_HEX];
-  digest_hex(a, la, ha);
-  digest_hex(b, lb, hb);
-  test_manifest tm;
-  manifest_init(&tm, "tcc_entry", 1);
+  tu_digest_hex(a, la, ha);
+  tu_digest_hex(b, lb, hb);
+  tu_manifest tm;
+  tu_manifest_init(&tm, "tcc_entry", 1);
   tcc_error err = {0};
   for (int round = 0; round < 5; round++) {
     tcc_kernel *ka, *kb;
     ck_assert_int_eq(tcc_kernel_load(a, la, ha, &tm.m, &ka, &err), 0);
     tcc_kernel_unload(ka); /* frees its descriptor number for the next load */
     ck_assert_int_eq(tcc_kernel_load(b, lb, hb, &tm.m, &kb, &err), 0);
-    run_and_check(kb, 1);
+    tu_run_and_check(kb, 1);
     ck_assert_int_eq(tcc_kernel_load(a, la, ha, &tm.m, &ka, &err), 0);
-    run_and_check(ka, 0);
-    run_and_check(kb, 1);
+    tu_run_and_check(ka, 0);
+    tu_run_and_check(kb, 1);
     tcc_kernel_unload(kb);
     tcc_kernel_unload(ka);
   }
@@ -335,11 +206,11 @@ END_TEST
 
 START_TEST(bytes_api_and_workspace) {
   size_t len;
-  uint8_t *so = build_kernel("TCC_MARK_BYTES", NULL, &len);
+  uint8_t *so = tu_build_kernel("TCC_MARK_BYTES", NULL, &len);
   char hex[TCC_SHA256_HEX];
-  digest_hex(so, len, hex);
-  test_manifest tm;
-  manifest_init(&tm, "tcc_entry", 1);
+  tu_digest_hex(so, len, hex);
+  tu_manifest tm;
+  tu_manifest_init(&tm, "tcc_entry", 1);
   tm.m.workspace_bytes = 64;
   size_t mlen = tcc__v1__manifest__get_packed_size(&tm.m);
   uint8_t *mb = malloc(mlen);
@@ -352,7 +223,7 @@ START_TEST(bytes_api_and_workspace) {
   ck_assert_int_eq(tcc_error_code(err), TCC_E_INVALID_ARGUMENT);
   ck_assert_ptr_nonnull(strstr(tcc_error_message(err), "Manifest"));
   ck_assert_int_eq(tcc_kernel_load_bytes(so, len, hex, mb, mlen, &k, err), 0);
-  float x[N] = {0}, y[N] = {0}, o[N];
+  float x[TU_N] = {0}, y[TU_N] = {0}, o[TU_N];
   const void *ins[] = {x, y};
   void *outs[] = {o};
   ck_assert_int_eq(tcc_kernel_run(k, ins, outs, NULL, err), TCC_E_INVALID_ARGUMENT);
@@ -384,18 +255,11 @@ static Suite *kernel_suite(void) {
 }
 
 int main(void) {
-  const char *env = getenv("TCC_TEST_SEED");
-  rng_seed = env ? (unsigned)strtoul(env, NULL, 10) : (unsigned)time(NULL);
-  fprintf(stderr, "test_kernel: seed %u (TCC_TEST_SEED to replay)\n", rng_seed);
-  snprintf(tmpdir, sizeof tmpdir, "%s/tcc-test-kernel-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
-  if (!mkdtemp(tmpdir)) {
-    perror("mkdtemp");
-    return 1;
-  }
+  tu_seed("test_kernel");
   SRunner *sr = srunner_create(kernel_suite());
   srunner_run_all(sr, CK_NORMAL);
   int failed = srunner_ntests_failed(sr);
   srunner_free(sr);
-  rmdir(tmpdir);
+  rmdir(tu_tmpdir());
   return failed ? EXIT_FAILURE : EXIT_SUCCESS;
 }

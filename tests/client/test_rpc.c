@@ -1,0 +1,395 @@
+/*
+ * test_rpc.c — libtccclient's calls against the in-process fake tccd
+ * (fake_tccd.h): compile + streamed fetch + verify + load + run, the
+ * local artifact cache (a corrupt file is refetched), digest failures,
+ * the daemon's status and message passed through, deadlines, and the
+ * byte-level FFI functions.
+ */
+#include <check.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "client_internal.h"
+#include "fake_tccd.h"
+#include "tccclient.h"
+#include "testutil.h"
+
+#define GUARD "5eed5eed00112233445566778899aabbccddeeff00112233445566778899aabb"
+#define OTHER "0000000000112233445566778899aabbccddeeff00112233445566778899aabb"
+
+static uint8_t *so;
+static size_t so_len;
+static tu_manifest tm;
+static fake_tccd *fake;
+static tcc_client *client;
+
+static void start_fake(size_t chunk_bytes, const char *artifact_dir) {
+  if (!so) so = tu_build_kernel("TCC_MARK_RPC", NULL, &so_len);
+  tu_manifest_init(&tm, "tcc_entry", 1);
+  fake_tccd_config cfg = {.artifact = so, .artifact_len = so_len, .manifest = &tm.m,
+                          .guard_hash = GUARD, .chunk_bytes = chunk_bytes};
+  fake = fake_tccd_start(&cfg);
+  tcc_client_options opts = {.deadline_ms = 10000, .connect_timeout_ms = 5000, .artifact_dir = artifact_dir};
+  tcc_error err = {0};
+  ck_assert_msg(tcc_client_connect(fake->addr, &opts, &client, &err) == 0, "connect: %s", err.msg);
+  ck_assert_str_eq(tcc_client_addr(client), fake->addr);
+}
+
+static void stop_fake(void) {
+  tcc_client_close(client);
+  client = NULL;
+  fake_tccd_stop(fake);
+  fake = NULL;
+  free(so);
+  so = NULL;
+}
+
+static double now_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + t.tv_nsec / 1e9;
+}
+
+/* A CompileRequest with a little content (the fake does not read it). */
+static void sample_request(Tcc__V1__CompileRequest *req, Tcc__V1__Target *tg) {
+  tcc__v1__compile_request__init(req);
+  tcc__v1__target__init(tg);
+  tg->device = TCC__V1__DEVICE_TYPE__CPU;
+  tg->cpu_isa = (char *)"x86-64-v2";
+  req->target = tg;
+  req->client = (char *)"test_rpc";
+}
+
+/* ------------------------------------------------------------------ */
+
+START_TEST(get_kernel_end_to_end) {
+  start_fake(1000, NULL); /* ~16 KiB artifact: many chunks */
+  ck_assert_uint_gt(so_len, 3000);
+  Tcc__V1__CompileRequest req;
+  Tcc__V1__Target tg;
+  sample_request(&req, &tg);
+  tcc_kernel *k = NULL;
+  Tcc__V1__CompileResponse *resp = NULL;
+  tcc_error err = {0};
+  unsetenv("TCC_MARK_RPC");
+  ck_assert_msg(tcc_client_get_kernel(client, &req, &k, &resp, &err) == 0, "get_kernel: %s", err.msg);
+  ck_assert_ptr_nonnull(getenv("TCC_MARK_RPC"));
+  ck_assert_str_eq(resp->guard_hash, GUARD);
+  ck_assert_int_eq(resp->cache, TCC__V1__CACHE_STATUS__MISS);
+  ck_assert_str_eq(resp->artifact->sha256, fake_tccd_artifact_sha(fake));
+  ck_assert_int_eq(tcc_kernel_manifest(k)->n_kernels, 1);
+  tu_run_and_check(k, 0);
+  tcc_kernel_unload(k);
+  tcc__v1__compile_response__free_unpacked(resp, NULL);
+  ck_assert_int_eq(fake->compile_calls, 1);
+  ck_assert_int_eq(fake->fetch_calls, 1);
+
+  /* Second time: the daemon says HIT; without an artifact dir it refetches. */
+  ck_assert_int_eq(tcc_client_get_kernel(client, &req, &k, NULL, &err), 0);
+  tu_run_and_check(k, 0);
+  tcc_kernel_unload(k);
+  ck_assert_int_eq(fake->fetch_calls, 2);
+  stop_fake();
+}
+END_TEST
+
+START_TEST(fetch_by_digest_and_by_guard_hash) {
+  start_fake(777, NULL); /* a chunk size that does not divide the size */
+  uint8_t *data;
+  size_t len;
+  tcc_error err = {0};
+  const char *sha = fake_tccd_artifact_sha(fake);
+  ck_assert_msg(tcc_client_fetch(client, sha, &data, &len, &err) == 0, "%s", err.msg);
+  ck_assert_uint_eq(len, so_len);
+  ck_assert(memcmp(data, so, len) == 0);
+  free(data);
+
+  /* Upper-case hex is the same digest. */
+  char upper[TCC_SHA256_HEX];
+  for (int i = 0; i < 65; i++) upper[i] = (char)(sha[i] >= 'a' && sha[i] <= 'f' ? sha[i] - 32 : sha[i]);
+  ck_assert_int_eq(tcc_client_fetch(client, upper, &data, &len, &err), 0);
+  free(data);
+
+  char got_sha[TCC_SHA256_HEX];
+  ck_assert_msg(tcc_client_fetch_entry(client, GUARD, &data, &len, got_sha, &err) == 0, "%s", err.msg);
+  ck_assert_str_eq(got_sha, sha);
+  ck_assert(len == so_len && memcmp(data, so, len) == 0);
+  free(data);
+
+  /* Unknown entry: the daemon's NOT_FOUND and message, as they are. */
+  ck_assert_int_eq(tcc_client_fetch_entry(client, OTHER, &data, &len, NULL, &err), TCC_E_NOT_FOUND);
+  ck_assert_str_eq(err.msg, "no such artifact");
+  ck_assert_ptr_null(data);
+  /* Not a digest: refused locally. */
+  ck_assert_int_eq(tcc_client_fetch(client, "xyz", &data, &len, &err), TCC_E_INVALID_ARGUMENT);
+  stop_fake();
+}
+END_TEST
+
+START_TEST(fetch_detects_corruption) {
+  char dir[512];
+  snprintf(dir, sizeof dir, "%s/artifacts-corrupt", tu_tmpdir());
+  start_fake(1000, dir);
+  fake->corrupt_fetch = 1;
+  uint8_t *data = (uint8_t *)0x1;
+  size_t len;
+  tcc_error err = {0};
+  const char *sha = fake_tccd_artifact_sha(fake);
+  ck_assert_int_eq(tcc_client_fetch(client, sha, &data, &len, &err), TCC_E_DATA_LOSS);
+  ck_assert_ptr_null(data);
+  char want[200];
+  snprintf(want, sizeof want, "artifact digest mismatch: expected %s got ", sha);
+  ck_assert_msg(strncmp(err.msg, want, strlen(want)) == 0, "%s", err.msg);
+  /* Nothing bad was stored locally. */
+  char path[1024];
+  snprintf(path, sizeof path, "%s/%s", dir, sha);
+  ck_assert_int_ne(access(path, F_OK), 0);
+
+  /* get_kernel refuses too (and loads nothing). */
+  Tcc__V1__CompileRequest req;
+  Tcc__V1__Target tg;
+  sample_request(&req, &tg);
+  tcc_kernel *k = (tcc_kernel *)0x1;
+  unsetenv("TCC_MARK_RPC");
+  ck_assert_int_eq(tcc_client_get_kernel(client, &req, &k, NULL, &err), TCC_E_DATA_LOSS);
+  ck_assert_ptr_null(k);
+  ck_assert_ptr_null(getenv("TCC_MARK_RPC"));
+  stop_fake();
+  rmdir(dir);
+}
+END_TEST
+
+START_TEST(artifact_dir_serves_and_repairs) {
+  char dir[512], path[1024];
+  snprintf(dir, sizeof dir, "%s/artifacts", tu_tmpdir());
+  start_fake(4096, dir);
+  const char *sha = fake_tccd_artifact_sha(fake);
+  snprintf(path, sizeof path, "%s/%s", dir, sha);
+  uint8_t *data;
+  size_t len;
+  tcc_error err = {0};
+
+  ck_assert_int_eq(tcc_client_fetch(client, sha, &data, &len, &err), 0);
+  free(data);
+  ck_assert_int_eq(fake->fetch_calls, 1);
+  size_t flen;
+  char *file = tu_read_file(path, &flen); /* stored under its digest */
+  ck_assert_ptr_nonnull(file);
+  ck_assert(flen == so_len && memcmp(file, so, flen) == 0);
+  free(file);
+
+  /* Warm: no round trip. */
+  ck_assert_int_eq(tcc_client_fetch(client, sha, &data, &len, &err), 0);
+  ck_assert(len == so_len && memcmp(data, so, len) == 0);
+  free(data);
+  ck_assert_int_eq(fake->fetch_calls, 1);
+
+  /* A corrupt file is deleted, refetched and rewritten. */
+  FILE *f = fopen(path, "r+b");
+  fseek(f, (long)(so_len / 3), SEEK_SET);
+  fputc('!', f);
+  fclose(f);
+  ck_assert_int_eq(tcc_client_fetch(client, sha, &data, &len, &err), 0);
+  ck_assert(len == so_len && memcmp(data, so, len) == 0);
+  free(data);
+  ck_assert_int_eq(fake->fetch_calls, 2);
+  file = tu_read_file(path, &flen);
+  ck_assert(flen == so_len && memcmp(file, so, flen) == 0);
+  free(file);
+
+  /* A truncated file likewise. */
+  ck_assert_int_eq(truncate(path, 10), 0);
+  ck_assert_int_eq(tcc_client_fetch(client, sha, &data, &len, &err), 0);
+  free(data);
+  ck_assert_int_eq(fake->fetch_calls, 3);
+
+  /* Fetch by guard hash fills the cache too; get_kernel then needs no fetch. */
+  unlink(path);
+  ck_assert_int_eq(tcc_client_fetch_entry(client, GUARD, &data, &len, NULL, &err), 0);
+  free(data);
+  ck_assert_int_eq(fake->fetch_calls, 4);
+  ck_assert_int_eq(access(path, R_OK), 0);
+  Tcc__V1__CompileRequest req;
+  Tcc__V1__Target tg;
+  sample_request(&req, &tg);
+  tcc_kernel *k;
+  ck_assert_int_eq(tcc_client_get_kernel(client, &req, &k, NULL, &err), 0);
+  tu_run_and_check(k, 0);
+  tcc_kernel_unload(k);
+  ck_assert_int_eq(fake->fetch_calls, 4);
+  stop_fake();
+  unlink(path);
+  rmdir(dir);
+}
+END_TEST
+
+START_TEST(admin_calls_and_statuses) {
+  start_fake(0, NULL);
+  tcc_error err = {0};
+  int serving = -1;
+  ck_assert_int_eq(tcc_client_health(client, "", &serving, &err), 0);
+  ck_assert_int_eq(serving, 1);
+
+  Tcc__V1__StatsResponse *st;
+  ck_assert_int_eq(tcc_client_stats(client, &st, &err), 0);
+  ck_assert_int_eq(st->hits, 30);
+  ck_assert_str_eq(st->version, "0.1.0-fake");
+  tcc__v1__stats_response__free_unpacked(st, NULL);
+
+  Tcc__V1__ListResponse *ls;
+  ck_assert_int_eq(tcc_client_list(client, 7, "hits", &ls, &err), 0);
+  ck_assert_int_eq(fake->last_list_limit, 7);
+  ck_assert_uint_eq(ls->n_entries, 1);
+  ck_assert_str_eq(ls->entries[0]->guard_hash, GUARD);
+  tcc__v1__list_response__free_unpacked(ls, NULL);
+
+  Tcc__V1__ShowResponse *sh;
+  ck_assert_int_eq(tcc_client_show(client, GUARD, &sh, &err), 0);
+  ck_assert_str_eq(sh->manifest->entry, "tcc_entry");
+  ck_assert_uint_eq(sh->canonical_key.len, 9);
+  tcc__v1__show_response__free_unpacked(sh, NULL);
+
+  /* The daemon's status and message come through unchanged. */
+  char other[] = "0123456789012345678901234567890123456789012345678901234567890123";
+  ck_assert_int_eq(tcc_client_show(client, other, &sh, &err), TCC_E_NOT_FOUND);
+  ck_assert_int_eq(err.code, TCC_E_NOT_FOUND);
+  char want[128];
+  snprintf(want, sizeof want, "no cache entry %s", other);
+  ck_assert_str_eq(err.msg, want);
+  ck_assert_int_eq(tcc_client_show(client, "abc", &sh, &err), TCC_E_INVALID_ARGUMENT);
+  ck_assert_str_eq(err.msg, "guard_hash must be 64 hex digits");
+
+  Tcc__V1__GcResponse *gc;
+  ck_assert_int_eq(tcc_client_gc(client, 123456789, &gc, &err), 0);
+  ck_assert_int_eq(fake->last_gc_max_bytes, 123456789);
+  ck_assert_int_eq(gc->evicted, 2);
+  tcc__v1__gc_response__free_unpacked(gc, NULL);
+
+  int evicted = 0;
+  ck_assert_int_eq(tcc_client_evict(client, GUARD, &evicted, &err), 0);
+  ck_assert_int_eq(evicted, 1);
+  ck_assert_int_eq(tcc_client_evict(client, GUARD, &evicted, &err), TCC_E_NOT_FOUND);
+
+  /* A method the daemon does not have. */
+  uint8_t *resp;
+  size_t resp_len;
+  ck_assert_int_eq(tcc_client_call(client, "/tcc.v1.Nope/Nope", (const uint8_t *)"", 0, &resp, &resp_len, 0, &err),
+                   TCC_E_UNIMPLEMENTED);
+  ck_assert_ptr_null(resp);
+  stop_fake();
+}
+END_TEST
+
+START_TEST(deadline_is_enforced) {
+  start_fake(0, NULL);
+  fake->stall_stats = 1;
+  uint8_t *resp;
+  size_t len;
+  tcc_error err = {0};
+  double t0 = now_s();
+  ck_assert_int_eq(tcc_client_call(client, TCC_METHOD_STATS, (const uint8_t *)"", 0, &resp, &len, 300, &err),
+                   TCC_E_DEADLINE_EXCEEDED);
+  double dt = now_s() - t0;
+  ck_assert_msg(dt >= 0.25 && dt < 3.0, "took %.2f s for a 0.3 s deadline", dt);
+  fake->stall_stats = 0;
+  ck_assert_int_eq(tcc_client_call(client, TCC_METHOD_STATS, (const uint8_t *)"", 0, &resp, &len, 0, &err), 0);
+  free(resp);
+  stop_fake();
+}
+END_TEST
+
+START_TEST(byte_level_api) {
+  start_fake(2048, NULL);
+  Tcc__V1__CompileRequest req;
+  Tcc__V1__Target tg;
+  sample_request(&req, &tg);
+  size_t n = tcc__v1__compile_request__get_packed_size(&req);
+  uint8_t *reqb = malloc(n);
+  tcc__v1__compile_request__pack(&req, reqb);
+  tcc_error *err = tcc_error_new();
+
+  uint8_t *resp;
+  size_t resp_len;
+  ck_assert_int_eq(tcc_client_compile_bytes(client, reqb, n, &resp, &resp_len, err), 0);
+  Tcc__V1__CompileResponse *cr = tcc__v1__compile_response__unpack(NULL, resp_len, resp);
+  ck_assert_ptr_nonnull(cr);
+  ck_assert_str_eq(cr->guard_hash, GUARD);
+  tcc__v1__compile_response__free_unpacked(cr, NULL);
+  tcc_free(resp);
+
+  tcc_kernel *k;
+  ck_assert_int_eq(tcc_client_get_kernel_bytes(client, reqb, n, &k, &resp, &resp_len, err), 0);
+  cr = tcc__v1__compile_response__unpack(NULL, resp_len, resp);
+  ck_assert_int_eq(cr->cache, TCC__V1__CACHE_STATUS__HIT);
+  tcc__v1__compile_response__free_unpacked(cr, NULL);
+  tcc_free(resp);
+  tu_run_and_check(k, 0);
+  tcc_kernel_unload(k);
+
+  ck_assert_int_eq(tcc_client_get_kernel_bytes(client, (const uint8_t *)"\xff\xff\xff", 3, &k, NULL, NULL, err),
+                   TCC_E_INVALID_ARGUMENT);
+  ck_assert_int_eq(tcc_error_code(err), TCC_E_INVALID_ARGUMENT);
+  tcc_error_free(err);
+  free(reqb);
+  stop_fake();
+}
+END_TEST
+
+/* Several threads share one client. */
+static void *hammer(void *arg) {
+  (void)arg;
+  for (int i = 0; i < 10; i++) {
+    uint8_t *data;
+    size_t len;
+    tcc_error err;
+    if (tcc_client_fetch(client, fake_tccd_artifact_sha(fake), &data, &len, &err) != 0) return (void *)1;
+    int bad = len != so_len || memcmp(data, so, len) != 0;
+    free(data);
+    Tcc__V1__StatsResponse *st;
+    if (bad || tcc_client_stats(client, &st, &err) != 0) return (void *)1;
+    tcc__v1__stats_response__free_unpacked(st, NULL);
+  }
+  return NULL;
+}
+
+START_TEST(one_client_many_threads) {
+  start_fake(4096, NULL);
+  pthread_t th[4];
+  for (int i = 0; i < 4; i++) pthread_create(&th[i], NULL, hammer, NULL);
+  for (int i = 0; i < 4; i++) {
+    void *r;
+    pthread_join(th[i], &r);
+    ck_assert_ptr_null(r);
+  }
+  ck_assert_int_eq(fake->fetch_calls, 40);
+  stop_fake();
+}
+END_TEST
+
+int main(void) {
+  tu_seed("test_rpc");
+  Suite *s = suite_create("rpc");
+  TCase *tc = tcase_create("fake tccd");
+  tcase_set_timeout(tc, 120);
+  tcase_add_test(tc, get_kernel_end_to_end);
+  tcase_add_test(tc, fetch_by_digest_and_by_guard_hash);
+  tcase_add_test(tc, fetch_detects_corruption);
+  tcase_add_test(tc, artifact_dir_serves_and_repairs);
+  tcase_add_test(tc, admin_calls_and_statuses);
+  tcase_add_test(tc, deadline_is_enforced);
+  tcase_add_test(tc, byte_level_api);
+  tcase_add_test(tc, one_client_many_threads);
+  suite_add_tcase(s, tc);
+  SRunner *sr = srunner_create(s);
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  tcc_client_library_shutdown();
+  rmdir(tu_tmpdir());
+  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
