@@ -1,0 +1,140 @@
+/*
+ * build.c — C source -> shared object bytes, with the system compiler.
+ *
+ * Requires: C source from emit_c.c.
+ * Produces: the bytes of a .so built as
+ *
+ *   <cc> -std=c11 -O3 -march=<isa> [-m<feature>...] -fPIC -shared
+ *        -ffp-contract=off -fno-math-errno -o kernel.so kernel.c -lm
+ *
+ * in a private directory made with mkdtemp under work_dir (or $TMPDIR, or
+ * /tmp), removed afterwards unless keep_sources is set. -ffp-contract=off
+ * keeps a*b+c two roundings, as PyTorch's scalar kernels round;
+ * -fno-math-errno only drops errno writes, which nothing reads.
+ * -march comes from the verified target (one of four ISA names) and the
+ * features from a fixed list (verify.c), so no request string reaches the
+ * command line unchecked.
+ */
+#include "loop.h"
+#include "tcc_config.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static int write_file(const char *path, const char *data, size_t len) {
+  int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) return -1;
+  while (len) {
+    ssize_t w = write(fd, data, len);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) {
+      close(fd);
+      return -1;
+    }
+    data += w;
+    len -= (size_t)w;
+  }
+  return close(fd);
+}
+
+/* Reads a whole file into *out (malloc'ed). Returns 0 or -1 (errno). */
+static int read_file(const char *path, uint8_t **out, size_t *len) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  struct stat st;
+  if (fstat(fd, &st) || st.st_size < 0) {
+    close(fd);
+    return -1;
+  }
+  size_t n = (size_t)st.st_size, got = 0;
+  uint8_t *buf = malloc(n ? n : 1);
+  if (!buf) {
+    close(fd);
+    errno = ENOMEM;
+    return -1;
+  }
+  while (got < n) {
+    ssize_t r = read(fd, buf + got, n - got);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) break;
+    got += (size_t)r;
+  }
+  close(fd);
+  if (got != n) {
+    free(buf);
+    errno = EIO;
+    return -1;
+  }
+  *out = buf;
+  *len = n;
+  return 0;
+}
+
+int tcc_build_so(const tcc_program *p, const char *src, size_t len,
+                 const tcc_build_options *opts, uint8_t **out, size_t *outlen, tcc_error *err) {
+  const tcc_graph *g = p->graph;
+  const char *cc = opts && opts->cc && opts->cc[0] ? opts->cc : TCC_CC_DEFAULT;
+  const char *base = opts && opts->work_dir && opts->work_dir[0] ? opts->work_dir : getenv("TMPDIR");
+  if (!base || !base[0]) base = "/tmp";
+  int timeout = opts && opts->timeout_ms > 0 ? opts->timeout_ms : 120000;
+  int keep = opts && opts->keep_sources;
+
+  char dir[4096], cfile[4200], sofile[4200], march[64];
+  if ((size_t)snprintf(dir, sizeof dir, "%s/tccd-build-XXXXXX", base) >= sizeof dir)
+    return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "work_dir path too long");
+  if (!mkdtemp(dir))
+    return tcc_error_set(err, TCC_E_INTERNAL, "cannot create a build directory under '%s': %s",
+                         base, strerror(errno));
+  snprintf(cfile, sizeof cfile, "%s/kernel.c", dir);
+  snprintf(sofile, sizeof sofile, "%s/kernel.so", dir);
+  snprintf(march, sizeof march, "-march=%s", g->target.isa);
+
+  int rc;
+  if (write_file(cfile, src, len)) {
+    rc = tcc_error_set(err, TCC_E_INTERNAL, "cannot write %s: %s", cfile, strerror(errno));
+    goto done;
+  }
+  const char *argv[32 + 64];
+  char feat[64][40];
+  int a = 0;
+  argv[a++] = cc;
+  argv[a++] = "-std=c11";
+  argv[a++] = "-O3";
+  argv[a++] = march;
+  for (int i = 0; i < g->target.nfeatures && i < 64; i++) {
+    snprintf(feat[i], sizeof feat[i], "-m%s", g->target.features[i]);
+    argv[a++] = feat[i];
+  }
+  argv[a++] = "-fPIC";
+  argv[a++] = "-shared";
+  argv[a++] = "-ffp-contract=off";
+  argv[a++] = "-fno-math-errno";
+  argv[a++] = "-o";
+  argv[a++] = sofile;
+  argv[a++] = cfile;
+  argv[a++] = "-lm";
+  argv[a] = NULL;
+  char *output = NULL;
+  rc = tcc_run_tool(argv, timeout, &output, err);
+  free(output);
+  if (rc) {
+    tcc_error_prefix(err, "building the kernel");
+    goto done;
+  }
+  if (read_file(sofile, out, outlen)) {
+    rc = tcc_error_set(err, TCC_E_INTERNAL, "cannot read the built %s: %s", sofile, strerror(errno));
+    goto done;
+  }
+done:
+  if (!keep) {
+    unlink(sofile);
+    unlink(cfile);
+    rmdir(dir);
+  }
+  return rc;
+}

@@ -1,0 +1,213 @@
+/*
+ * check.c — IR checkers, run between passes (pipeline.c).
+ *
+ * A failed check is a compiler bug, never a user error: it returns
+ * TCC_E_INTERNAL with the broken invariant, and the pipeline names the
+ * pass that broke it. Checks are cheap (linear in the IR) and always on.
+ */
+#include "loop.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define FAIL(...) return tcc_error_set(err, TCC_E_INTERNAL, __VA_ARGS__)
+
+/* ------------------------------------------------------------ graph */
+
+int tcc_check_graph(const tcc_graph *g, tcc_error *err) {
+  int nv = g->nvalues;
+  for (int i = 0; i < g->ninputs; i++) {
+    int v = g->inputs[i];
+    if (v < 0 || v >= nv) FAIL("graph input %d: value id %d out of range", i, v);
+    if (g->values[v].kind != TCC_VAL_INPUT || g->values[v].def != i)
+      FAIL("graph input %d: value v%d is not input %d", i, v, i);
+  }
+  for (int v = 0; v < nv; v++) {
+    const tcc_value *val = &g->values[v];
+    const tcc_meta *m = &val->meta;
+    if (!tcc_dtype_valid(m->dtype) || m->rank < 0 || m->rank > TCC_MAX_DIMS)
+      FAIL("value v%d: bad dtype or rank", v);
+    switch (val->kind) {
+    case TCC_VAL_INPUT:
+      if (val->def < 0 || val->def >= g->ninputs || g->inputs[val->def] != v)
+        FAIL("value v%d: claims to be input %d", v, val->def);
+      break;
+    case TCC_VAL_CONST:
+      if (val->data_len != (size_t)m->numel * (size_t)tcc_dtype_size(m->dtype))
+        FAIL("constant v%d: %zu data bytes for %lld elements", v, val->data_len,
+             (long long)m->numel);
+      break;
+    case TCC_VAL_NODE:
+      if (val->def < 0 || val->def >= g->nnodes || val->def_out < 0 ||
+          val->def_out >= g->nodes[val->def].nout || g->nodes[val->def].outs[val->def_out] != v)
+        FAIL("value v%d: claims node %d output %d, which is not it", v, val->def, val->def_out);
+      break;
+    default:
+      FAIL("value v%d: undefined in a canonical graph", v);
+    }
+  }
+  for (int k = 0; k < g->nnodes; k++) {
+    const tcc_node *n = &g->nodes[k];
+    if (!n->op || n->nargs != n->op->schema.nparams)
+      FAIL("node %d: %d arguments for a schema of %d", k, n->nargs,
+           n->op ? n->op->schema.nparams : -1);
+    FOR_EACH_TENSOR_ARG(n, v, {
+      if (v < 0 || v >= nv) FAIL("node %d (%s): argument value id %d out of range", k, n->op->name, v);
+      const tcc_value *val = &g->values[v];
+      if (val->kind == TCC_VAL_NODE && val->def >= k)
+        FAIL("node %d (%s): reads v%d before node %d defines it (not topological)", k,
+             n->op->name, v, val->def);
+    })
+    for (int o = 0; o < n->nout; o++) {
+      int v = n->outs[o];
+      if (v < -1 || v >= nv) FAIL("node %d: output id %d out of range", k, v);
+      if (v >= 0 && (g->values[v].kind != TCC_VAL_NODE || g->values[v].def != k))
+        FAIL("node %d: output v%d is defined elsewhere", k, v);
+    }
+  }
+  if (g->noutputs <= 0) FAIL("graph without outputs");
+  for (int i = 0; i < g->noutputs; i++)
+    if (g->outputs[i] < 0 || g->outputs[i] >= nv) FAIL("graph output %d: bad value id", i);
+  return 0;
+}
+
+/* ---------------------------------------------------------- program */
+
+typedef struct pcheck {
+  const tcc_program *p;
+  const tcc_kernel *k;
+  int kno;
+  tcc_ptrmap seen;
+  char *written;        /* per buffer: written by an earlier kernel */
+  tcc_error *err;
+} pcheck;
+
+/* Min and max of an index expression over the kernel's iteration space,
+ * when affine. Returns 0 when not affine (then not checked). */
+static int ix_range(const pcheck *c, const tcc_ix *e, int64_t *lo, int64_t *hi) {
+  int64_t coef[TCC_MAX_DIMS], k0;
+  if (!tcc_ix_affine(e, c->k->rank, coef, &k0)) return 0;
+  __int128 l = k0, h = k0;
+  for (int v = 0; v < c->k->rank; v++) {
+    __int128 ext = (__int128)coef[v] * (c->k->sizes[v] - 1);
+    if (c->k->sizes[v] == 0) return 0;   /* empty space: nothing is accessed */
+    if (ext < 0) l += ext;
+    else h += ext;
+  }
+  if (l < INT64_MIN || h > INT64_MAX) return 0;
+  *lo = (int64_t)l;
+  *hi = (int64_t)h;
+  return 1;
+}
+
+static int check_index(pcheck *c, int buf, int nidx, const tcc_ix *const *idx, const char *what) {
+  tcc_error *err = c->err;
+  const tcc_program *p = c->p;
+  if (buf < 0 || buf >= p->nbufs) FAIL("kernel %d: %s of buffer %d out of range", c->kno, what, buf);
+  const tcc_buffer *B = &p->bufs[buf];
+  if (B->dead) FAIL("kernel %d: %s of dead buffer %d", c->kno, what, buf);
+  if (nidx != B->layout.rank)
+    FAIL("kernel %d: %s of buffer %d with %d indices, rank %d", c->kno, what, buf, nidx,
+         B->layout.rank);
+  for (int d = 0; d < nidx; d++) {
+    int64_t lo, hi;
+    if (!idx[d]) FAIL("kernel %d: %s of buffer %d: missing index %d", c->kno, what, buf, d);
+    if (ix_range(c, idx[d], &lo, &hi) && (lo < 0 || hi >= B->layout.sizes[d]))
+      FAIL("kernel %d: %s of buffer %d: index %d spans [%lld, %lld], size %lld", c->kno, what, buf,
+           d, (long long)lo, (long long)hi, (long long)B->layout.sizes[d]);
+  }
+  return 0;
+}
+
+static int check_vx(pcheck *c, const tcc_vx *e) {
+  tcc_error *err = c->err;
+  if (tcc_ptrmap_get(&c->seen, e)) return 0;
+  if (tcc_ptrmap_put(&c->seen, e, e)) return tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "out of memory");
+  if (e->op <= TCC_PRIM_NONE || e->op >= TCC_PRIM_COUNT) FAIL("kernel %d: bad primitive", c->kno);
+  if (e->depth > TCC_MAX_EXPR_DEPTH + 8) FAIL("kernel %d: expression depth %d", c->kno, e->depth);
+  switch (e->op) {
+  case TCC_PRIM_LOAD: {
+    int rc = check_index(c, e->buf, e->nidx, e->idx, "load");
+    if (rc) return rc;
+    const tcc_buffer *B = &c->p->bufs[e->buf];
+    if (e->dtype != B->layout.dtype) FAIL("kernel %d: load dtype differs from buffer %d", c->kno, e->buf);
+    if ((B->kind == TCC_BUF_TEMP || B->kind == TCC_BUF_OUTPUT) && !c->written[e->buf])
+      FAIL("kernel %d: reads buffer %d before any kernel writes it", c->kno, e->buf);
+    for (int s = 0; s < c->k->nstores; s++)
+      if (c->k->stores[s].buf == e->buf)
+        FAIL("kernel %d: reads buffer %d, which it also writes", c->kno, e->buf);
+    return 0;
+  }
+  case TCC_PRIM_CONST: return 0;
+  case TCC_PRIM_CAST:
+    if (!e->a) FAIL("kernel %d: cast without operand", c->kno);
+    return check_vx(c, e->a);
+  default:
+    break;
+  }
+  int arity = 0;
+#define ARITY(id, n, name) if (e->op == TCC_PRIM_##id) arity = n;
+  TCC_PRIMS(ARITY)
+#undef ARITY
+  const tcc_vx *ops[2] = {e->a, e->b};
+  for (int i = 0; i < arity; i++) {
+    if (!ops[i]) FAIL("kernel %d: %d-ary primitive missing operand %d", c->kno, arity, i);
+    if (ops[i]->dtype != e->dtype) FAIL("kernel %d: operand dtype differs from result", c->kno);
+    int rc = check_vx(c, ops[i]);
+    if (rc) return rc;
+  }
+  if (!tcc_dtype_is_float(e->dtype)) FAIL("kernel %d: arithmetic on a non-float dtype", c->kno);
+  return 0;
+}
+
+int tcc_check_program(const tcc_program *p, tcc_error *err) {
+  pcheck c = {.p = p, .err = err};
+  if (p->oom) return tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "out of memory");
+  c.written = calloc((size_t)p->nbufs + 1, 1);
+  int *stores = calloc((size_t)p->nbufs + 1, sizeof *stores);
+  int rc = 0;
+  if (!c.written || !stores) {
+    rc = tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "out of memory");
+    goto done;
+  }
+  for (int k = 0; k < p->nkernels && !rc; k++) {
+    const tcc_kernel *K = &p->kernels[k];
+    if (K->dead) continue;
+    c.k = K;
+    c.kno = k;
+    if (K->nstores <= 0) {
+      rc = tcc_error_set(err, TCC_E_INTERNAL, "kernel %d: live without stores", k);
+      break;
+    }
+    if (tcc_ptrmap_init(&c.seen, 64)) {
+      tcc_ptrmap_free(&c.seen);
+      rc = tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "out of memory");
+      break;
+    }
+    for (int s = 0; s < K->nstores && !rc; s++) {
+      const tcc_store *st = &K->stores[s];
+      rc = check_index(&c, st->buf, st->buf >= 0 && st->buf < p->nbufs ? p->bufs[st->buf].layout.rank : -1,
+                       st->idx, "store");
+      if (rc) break;
+      const tcc_buffer *B = &p->bufs[st->buf];
+      if (B->kind == TCC_BUF_INPUT || B->kind == TCC_BUF_CONST)
+        rc = tcc_error_set(err, TCC_E_INTERNAL, "kernel %d: stores into read-only buffer %d", k, st->buf);
+      else if (st->value->dtype != B->layout.dtype)
+        rc = tcc_error_set(err, TCC_E_INTERNAL, "kernel %d: stores %s into %s buffer %d", k,
+                           tcc_dtype_name(st->value->dtype), tcc_dtype_name(B->layout.dtype), st->buf);
+      else
+        rc = check_vx(&c, st->value);
+      stores[st->buf]++;
+    }
+    tcc_ptrmap_free(&c.seen);
+    for (int s = 0; s < K->nstores; s++) c.written[K->stores[s].buf] = 1;
+  }
+  for (int b = 0; b < p->nbufs && !rc; b++)
+    if (p->bufs[b].kind == TCC_BUF_OUTPUT && stores[b] != 1)
+      rc = tcc_error_set(err, TCC_E_INTERNAL, "output buffer %d (position %d) stored %d times", b,
+                         p->bufs[b].pos, stores[b]);
+done:
+  free(c.written);
+  free(stores);
+  return rc;
+}

@@ -1,0 +1,286 @@
+/*
+ * loop.h — the compiler's back end: loop IR, its passes, and the targets.
+ *
+ * Reads as a table of contents grouped by defining file; the front end
+ * (op table, graph IR) is in graph.h.
+ *
+ * The loop IR (after TorchInductor)
+ * ---------------------------------
+ * A program is a list of buffers and a list of kernels. A kernel is a loop
+ * nest over an iteration space (sizes[0..rank)) whose body is a list of
+ * stores; a store writes, at each point of the iteration space, an
+ * expression of the loop variables into a buffer element:
+ *
+ *     kernel k0 over [4, 3, 5]:
+ *       store buf2[i0, i1, i2] = add(sin(load buf0[i1, i2]), load buf1[i0, i1, i2])
+ *
+ * A buffer element is addressed by one index expression per buffer dim
+ * (tcc_ix); the buffer's layout (strides, storage offset) turns them into
+ * a storage offset only when code is emitted. So a view is nothing but a
+ * rewrite of index expressions, and a broadcast reads index 0.
+ *
+ * Expressions (tcc_vx for values, tcc_ix for indices) are immutable and
+ * hash-consed: building an expression equal to an existing one returns
+ * the existing pointer. Equal means same pointer, sharing is automatic,
+ * and substitution (tcc_vx_subst) preserves it.
+ *
+ * While lowering, every graph value is a "lowered value" (tcc_lval): its
+ * shape, dtype and `body`, an expression over the loop variables
+ * i0..i{rank-1} of its own shape that yields element [i0, ...]. Reading a
+ * value at another index is substitution of its body.
+ *
+ * Passes (pipeline.c runs them in order, tcc_check_program between):
+ *   lower.c   graph -> program: each node's outputs become a buffer written
+ *             by a kernel of its own (nothing fused yet)
+ *   fuse.c    inline pointwise producers into their consumers, drop
+ *             buffers nothing reads, merge kernels with equal iteration
+ *             spaces into one loop nest
+ *   plan.c    place the remaining temporary buffers in the workspace
+ *   emit_c.c  C source for the CPU target
+ *   build.c   run the C compiler, read back the shared object
+ */
+#ifndef TCC_LOOP_H
+#define TCC_LOOP_H
+
+#include "graph.h"
+
+/* ----------------------------------- expr.c (expressions, the program) */
+
+typedef enum tcc_ix_kind {
+  TCC_IX_CONST,   /* c */
+  TCC_IX_VAR,     /* loop variable i<var> */
+  TCC_IX_ADD,     /* a + b */
+  TCC_IX_MUL,     /* a * c */
+  TCC_IX_DIV,     /* floor(a / c), c > 0 */
+  TCC_IX_MOD,     /* a mod c, c > 0 */
+} tcc_ix_kind;
+
+typedef struct tcc_ix tcc_ix;
+struct tcc_ix {
+  tcc_ix_kind kind;
+  int var;
+  int64_t c;
+  const tcc_ix *a, *b;
+  uint32_t hash;
+};
+
+typedef struct tcc_vx tcc_vx;
+struct tcc_vx {
+  tcc_prim op;
+  tcc_dtype dtype;           /* dtype of the result */
+  const tcc_vx *a, *b, *c;   /* operands (arity from TCC_PRIMS) */
+  int buf;                   /* LOAD: buffer id */
+  int nidx;                  /* LOAD: one index per buffer dim */
+  const tcc_ix *const *idx;
+  double f;                  /* CONST of a float dtype */
+  int64_t i;                 /* CONST of an integer/bool dtype */
+  uint32_t hash;
+  int depth;                 /* 1 + deepest operand (fuse.c bounds it) */
+};
+
+/* A hash-consing table (one for index, one for value expressions per
+ * program) and the pointer map substitution memoizes with. */
+typedef struct tcc_intern {
+  void **slots;
+  size_t cap, count;
+} tcc_intern;
+
+typedef struct tcc_ptrmap {
+  const void **keys;
+  const void **vals;
+  size_t cap, count;
+} tcc_ptrmap;
+
+typedef struct tcc_program tcc_program;
+
+/* Constructors. Each returns the unique expression with these fields, or
+ * NULL when out of memory (NULL operands propagate NULL). Index
+ * constructors fold constants and drop +0, *1. */
+const tcc_ix *tcc_ix_const(tcc_program *p, int64_t c);
+const tcc_ix *tcc_ix_var(tcc_program *p, int var);
+const tcc_ix *tcc_ix_add(tcc_program *p, const tcc_ix *a, const tcc_ix *b);
+const tcc_ix *tcc_ix_mul(tcc_program *p, const tcc_ix *a, int64_t c);
+
+const tcc_vx *tcc_vx_load(tcc_program *p, int buf, int nidx, const tcc_ix *const *idx);
+const tcc_vx *tcc_vx_const(tcc_program *p, tcc_dtype dt, double f, int64_t i);
+const tcc_vx *tcc_vx_cast(tcc_program *p, const tcc_vx *a, tcc_dtype dt);
+const tcc_vx *tcc_vx_unary(tcc_program *p, tcc_prim op, const tcc_vx *a);
+const tcc_vx *tcc_vx_binary(tcc_program *p, tcc_prim op, const tcc_vx *a, const tcc_vx *b);
+
+/* e with its operands replaced (same op, dtype, load indices, literal). */
+const tcc_vx *tcc_vx_with_operands(tcc_program *p, const tcc_vx *e, const tcc_vx *a,
+                                   const tcc_vx *b, const tcc_vx *c);
+
+/* e with loop variable i<k> replaced by idx[k] (k < n). NULL when out of
+ * memory. Shared subexpressions stay shared. */
+const tcc_vx *tcc_vx_subst(tcc_program *p, const tcc_vx *e, int n, const tcc_ix *const *idx);
+const tcc_ix *tcc_ix_subst(tcc_program *p, const tcc_ix *e, int n, const tcc_ix *const *idx);
+
+/* Pointer -> pointer map (memo tables). init returns 0 or -1 (OOM); put
+ * returns 0 or -1; get returns NULL when absent. cap: a power of two. */
+int tcc_ptrmap_init(tcc_ptrmap *m, size_t cap);
+const void *tcc_ptrmap_get(const tcc_ptrmap *m, const void *k);
+int tcc_ptrmap_put(tcc_ptrmap *m, const void *k, const void *v);
+void tcc_ptrmap_free(tcc_ptrmap *m);
+
+/* Affine form of e over variables 0..nvars-1: e == c + sum coef[v]*i<v>.
+ * Returns 1 when e is affine (coef/c filled), 0 when not. */
+int tcc_ix_affine(const tcc_ix *e, int nvars, int64_t *coef, int64_t *c);
+
+/* ----------------------------------------------------- the program */
+
+typedef enum tcc_bufkind {
+  TCC_BUF_INPUT,    /* inputs[pos] of tcc_entry */
+  TCC_BUF_OUTPUT,   /* outputs[pos] */
+  TCC_BUF_CONST,    /* constant data, emitted into the artifact */
+  TCC_BUF_TEMP,     /* intermediate, in the workspace */
+} tcc_bufkind;
+
+typedef struct tcc_buffer {
+  tcc_bufkind kind;
+  int pos;                  /* INPUT/OUTPUT: position; CONST: constant number */
+  tcc_meta layout;          /* dtype, sizes, strides, storage offset */
+  const uint8_t *data;      /* CONST: row-major elements */
+  size_t data_len;
+  int value;                /* graph value held (for dumps), -1 none */
+  int64_t ws_offset;        /* TEMP: byte offset in the workspace (plan.c) */
+  int dead;                 /* removed by a pass */
+} tcc_buffer;
+
+typedef struct tcc_store {
+  int buf;
+  const tcc_ix *const *idx; /* one per buffer dim */
+  const tcc_vx *value;
+} tcc_store;
+
+typedef struct tcc_kernel {
+  tcc_op_kind kind;         /* POINTWISE for now */
+  int rank;
+  int64_t sizes[TCC_MAX_DIMS];  /* iteration space */
+  int nstores, capstores;
+  tcc_store *stores;
+  int dead;                 /* removed by a pass */
+} tcc_kernel;
+
+struct tcc_program {
+  tcc_arena *arena;         /* owns everything (the compile's arena) */
+  const tcc_graph *graph;
+  int nbufs, capbufs;
+  tcc_buffer *bufs;
+  int nkernels, capkernels;
+  tcc_kernel *kernels;
+  int64_t workspace_bytes;
+  tcc_intern ix_intern, vx_intern;
+  int oom;                  /* an allocation failed (sticky) */
+};
+
+/* Initializes an empty program over graph g in arena a. */
+void tcc_program_init(tcc_program *p, tcc_arena *a, const tcc_graph *g);
+/* Frees what the program allocated outside its arena. */
+void tcc_program_free(tcc_program *p);
+/* Appends a buffer / kernel; returns its id, or -1 when out of memory. */
+int tcc_program_add_buffer(tcc_program *p, const tcc_buffer *b);
+int tcc_program_add_kernel(tcc_program *p, int rank, const int64_t *sizes);
+/* Appends a store to kernel k. Returns 0 or -1 (out of memory). */
+int tcc_kernel_add_store(tcc_program *p, int k, int buf, const tcc_ix *const *idx,
+                         const tcc_vx *value);
+/* Live kernels (not dead). */
+int tcc_program_live_kernels(const tcc_program *p);
+
+/* ----------------------------------------------------------- lower.c */
+
+/* A graph value during lowering (see the header comment). */
+typedef struct tcc_lval {
+  int rank;
+  int64_t sizes[TCC_MAX_DIMS];
+  tcc_dtype dtype;
+  const tcc_vx *body;       /* over i0..i{rank-1}; NULL: not lowered */
+} tcc_lval;
+
+struct tcc_lower_ctx {
+  tcc_program *prog;
+  const tcc_graph *g;
+  tcc_lval *vals;           /* per graph value */
+  int *out_buf;             /* per graph output position: its buffer */
+};
+
+/* Lowers the canonical graph into p. Returns 0, TCC_E_UNIMPLEMENTED (a
+ * dtype the backend cannot do yet, naming the node), or
+ * TCC_E_RESOURCE_EXHAUSTED. */
+int tcc_lower(tcc_program *p, tcc_error *err);
+
+/* For lowering functions: the body of tensor argument `a` read at the
+ * output index space (rank, sizes) with broadcasting, cast to dt. */
+const tcc_vx *tcc_lower_operand(tcc_lower_ctx *lc, const tcc_arg *a, int rank,
+                                const int64_t *sizes, tcc_dtype dt);
+/* Realizes `body` as the value of node output o: a buffer and a kernel
+ * that writes it (an output buffer when the value is a graph output). */
+int tcc_lower_realize(tcc_lower_ctx *lc, const tcc_node *n, int o, const tcc_vx *body,
+                      tcc_error *err);
+
+/* ------------------------------------------------------------ fuse.c */
+
+/* Deepest value expression fusion builds; a producer whose inlining would
+ * go deeper stays a buffer. Bounds every recursive walk over expressions. */
+#define TCC_MAX_EXPR_DEPTH 256
+/* How far back (in live kernels) fusion looks for a kernel to merge into. */
+#define TCC_FUSE_WINDOW 256
+
+/* Inlines pointwise producers, removes unread temporaries, merges kernels
+ * over equal iteration spaces. Returns 0 or TCC_E_RESOURCE_EXHAUSTED. */
+int tcc_fuse(tcc_program *p, tcc_error *err);
+
+/* ------------------------------------------------------------ plan.c */
+
+/* Gives live temporaries workspace offsets (64-byte aligned) and sets
+ * workspace_bytes. Returns 0 or TCC_E_RESOURCE_EXHAUSTED (overflow). */
+int tcc_plan_buffers(tcc_program *p, tcc_error *err);
+
+/* ----------------------------------------------------------- check.c */
+
+/* IR checker for programs (what every pass must preserve): ids in range,
+ * index counts match buffer ranks, indices stay in bounds, dtypes agree,
+ * every output written exactly once and never read before, inputs and
+ * constants never written. Returns 0 or TCC_E_INTERNAL. */
+int tcc_check_program(const tcc_program *p, tcc_error *err);
+
+/* ------------------------------------------------------------ dump.c */
+
+void tcc_dump_program(const tcc_program *p, tcc_buf *b);
+void tcc_dump_ix(const tcc_ix *e, tcc_buf *b);
+
+/* ------------------------------------------------------- the targets */
+
+/* One backend per device type, after QBE's Target. */
+typedef struct tcc_backend {
+  const char *name;
+  /* Emits source for the program into src. Returns 0 or a TCC_E_* code. */
+  int (*emit)(const tcc_program *p, tcc_buf *src, tcc_error *err);
+  /* Builds source into the artifact bytes (*out malloc'ed). */
+  int (*build)(const tcc_program *p, const char *src, size_t len,
+               const tcc_build_options *opts, uint8_t **out, size_t *outlen,
+               tcc_error *err);
+} tcc_backend;
+
+/* The backend for a device type, or NULL when none is built. */
+const tcc_backend *tcc_backend_for(int device);
+
+/* emit_c.c: C for the CPU target (tcc_entry ABI: tcc.proto Manifest). */
+int tcc_emit_c(const tcc_program *p, tcc_buf *src, tcc_error *err);
+
+/* build.c: the C compiler -> .so. */
+int tcc_build_so(const tcc_program *p, const char *src, size_t len,
+                 const tcc_build_options *opts, uint8_t **out, size_t *outlen,
+                 tcc_error *err);
+
+/* --------------------------------------------------------- toolchain.c */
+
+/* Runs argv (argv[0] looked up in PATH; no shell) in its own process
+ * group with stdin from /dev/null, collecting stdout+stderr (first 64
+ * KiB) into *output (malloc'ed, NUL-terminated, may be NULL on OOM).
+ * Kills the group after timeout_ms. Returns 0 when it exited 0;
+ * TCC_E_DEADLINE_EXCEEDED on timeout; TCC_E_INTERNAL when it could not
+ * start, died or exited non-zero (message says which). */
+int tcc_run_tool(const char *const *argv, int timeout_ms, char **output, tcc_error *err);
+
+#endif

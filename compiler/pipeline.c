@@ -1,0 +1,296 @@
+/*
+ * pipeline.c — the compiler, top to bottom (after QBE's main.c).
+ *
+ *   tcc_prepare   decode -> verify -> canonicalize -> check -> key + hash
+ *   tcc_compile   lower -> fuse -> plan -> emit -> build -> manifest
+ *
+ * Every pass of tcc_compile is followed by the IR checker; a broken
+ * invariant is TCC_E_INTERNAL "IR check after <pass>: ...". With the
+ * environment variable TCC_DUMP set (non-empty), each stage's IR is
+ * written to <work_dir>/<guard hash>/NN-<stage>.txt (best effort: a dump
+ * that cannot be written is skipped, never an error); the library itself
+ * never prints.
+ *
+ * Thread-safety: tcc_prepare and tcc_compile share nothing but the op
+ * table (parsed once, read-only). A tcc_prepared is immutable, so several
+ * compiles and the loop thread may read one at the same time.
+ */
+#include "loop.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+static double now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+/* ------------------------------------------------------------ prepare */
+
+int tcc_prepare(const Tcc__V1__CompileRequest *req, const char *identity, tcc_prepared **out,
+                tcc_error *err) {
+  tcc_error local;
+  if (!err) err = &local;
+  tcc_error_clear(err);
+  *out = NULL;
+  tcc_arena scratch;
+  tcc_arena_init(&scratch);
+  tcc_graph verified;
+  tcc_prepared *p = calloc(1, sizeof *p);
+  tcc_graph *g = calloc(1, sizeof *g);
+  int rc;
+  if (!p || !g) {
+    rc = tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "out of memory");
+    goto fail;
+  }
+  tcc_arena_init(&g->arena);
+  p->graph = g;
+
+  if ((rc = tcc_verify(req, &scratch, &verified, err))) goto fail;
+  verified.identity = identity ? identity : "";
+  if ((rc = tcc_canonicalize(&verified, g, err))) goto fail;
+  if ((rc = tcc_check_graph(g, err))) {
+    tcc_error_prefix(err, "IR check after canonicalize");
+    goto fail;
+  }
+  if ((rc = tcc_guard_key(g, &p->key, &p->key_len, err))) goto fail;
+  tcc_sha256(p->key, p->key_len, p->hash);
+  tcc_hex_encode(p->hash, sizeof p->hash, p->hash_hex);
+  snprintf(p->target, sizeof p->target, "%s", g->target_label);
+  p->device = (Tcc__V1__DeviceType)g->target.device;
+  p->mode = (Tcc__V1__Mode)g->mode;
+  p->dynamic = g->dynamic;
+  p->nodes = (size_t)g->nnodes;
+  tcc_arena_free(&scratch);
+  *out = p;
+  return 0;
+
+fail:
+  tcc_arena_free(&scratch);
+  tcc_prepared_free(p);
+  if (!p) free(g);
+  return rc;
+}
+
+int tcc_prepare_bytes(const uint8_t *buf, size_t len, const char *identity, tcc_prepared **out,
+                      tcc_error *err) {
+  Tcc__V1__CompileRequest *req;
+  *out = NULL;
+  int rc = tcc_decode_request(buf, len, &req, err);
+  if (rc) return rc;
+  rc = tcc_prepare(req, identity, out, err);
+  tcc__v1__compile_request__free_unpacked(req, NULL);
+  return rc;
+}
+
+void tcc_prepared_free(tcc_prepared *p) {
+  if (!p) return;
+  if (p->graph) {
+    tcc_arena_free(&p->graph->arena);
+    free(p->graph);
+  }
+  free(p->key);
+  free(p);
+}
+
+/* ------------------------------------------------------------- dumps */
+
+typedef struct dumper {
+  char dir[4096];      /* "" when dumps are off */
+  int n;
+} dumper;
+
+static void dump_open(dumper *d, const tcc_prepared *p, const tcc_build_options *opts) {
+  const char *on = getenv("TCC_DUMP");
+  d->dir[0] = '\0';
+  d->n = 0;
+  if (!on || !on[0]) return;
+  const char *base = opts && opts->work_dir && opts->work_dir[0] ? opts->work_dir : getenv("TMPDIR");
+  if (!base || !base[0]) base = "/tmp";
+  if ((size_t)snprintf(d->dir, sizeof d->dir, "%s/%s", base, p->hash_hex) >= sizeof d->dir ||
+      (mkdir(d->dir, 0700) && errno != EEXIST))
+    d->dir[0] = '\0';
+}
+
+static void dump_write(dumper *d, const char *stage, const char *text, size_t len) {
+  if (!d->dir[0]) return;
+  char path[4200];
+  snprintf(path, sizeof path, "%s/%02d-%s", d->dir, d->n++, stage);
+  FILE *f = fopen(path, "we");
+  if (!f) return;
+  fwrite(text, 1, len, f);
+  fclose(f);
+}
+
+static void dump_graph(dumper *d, const char *stage, const tcc_graph *g) {
+  if (!d->dir[0]) return;
+  tcc_buf b = {0};
+  tcc_dump_graph(g, &b);
+  if (!b.failed) dump_write(d, stage, b.data, b.len);
+  tcc_buf_free(&b);
+}
+
+static void dump_prog(dumper *d, const char *stage, const tcc_program *p) {
+  if (!d->dir[0]) return;
+  tcc_buf b = {0};
+  tcc_dump_program(p, &b);
+  if (!b.failed) dump_write(d, stage, b.data, b.len);
+  tcc_buf_free(&b);
+}
+
+/* ---------------------------------------------------------- backends */
+
+static const tcc_backend cpu_backend = {
+  .name = "cpu",
+  .emit = tcc_emit_c,
+  .build = tcc_build_so,
+};
+
+const tcc_backend *tcc_backend_for(int device) {
+  return device == TCC__V1__DEVICE_TYPE__CPU ? &cpu_backend : NULL;
+}
+
+/* ---------------------------------------------------------- manifest */
+
+static Tcc__V1__TensorMeta *manifest_meta(tcc_arena *A, const tcc_meta *m) {
+  Tcc__V1__TensorMeta *tm = tcc_arena_alloc(A, sizeof *tm);
+  Tcc__V1__Device *dev = tcc_arena_alloc(A, sizeof *dev);
+  int64_t *sz = tcc_arena_array(A, (size_t)m->rank + 1, sizeof *sz);
+  int64_t *st = tcc_arena_array(A, (size_t)m->rank + 1, sizeof *st);
+  if (!tm || !dev || !sz || !st) return NULL;
+  tcc__v1__tensor_meta__init(tm);
+  tcc__v1__device__init(dev);
+  dev->type = (Tcc__V1__DeviceType)m->device;
+  tm->dtype = (Tcc__V1__DType)m->dtype;
+  tm->n_sizes = tm->n_strides = (size_t)m->rank;
+  memcpy(sz, m->sizes, sizeof *sz * (size_t)m->rank);
+  memcpy(st, m->strides, sizeof *st * (size_t)m->rank);
+  tm->sizes = sz;
+  tm->strides = st;
+  tm->storage_offset = m->offset;
+  tm->device = dev;
+  return tm;
+}
+
+/* Encodes the tcc.v1.Manifest of a built program into the artifact. */
+static int encode_manifest(const tcc_program *prog, tcc_arena *A, tcc_artifact *out,
+                           tcc_error *err) {
+  const tcc_graph *g = prog->graph;
+  Tcc__V1__Manifest m;
+  tcc__v1__manifest__init(&m);
+  m.abi_version = 1;
+  m.entry = "tcc_entry";
+  m.workspace_bytes = prog->workspace_bytes;
+  m.target = (char *)g->target_label;
+  m.compiler = (char *)(g->identity ? g->identity : "");
+  m.n_inputs = (size_t)g->ninputs;
+  m.n_outputs = (size_t)g->noutputs;
+  m.inputs = tcc_arena_array(A, m.n_inputs + 1, sizeof *m.inputs);
+  m.outputs = tcc_arena_array(A, m.n_outputs + 1, sizeof *m.outputs);
+  int nk = tcc_program_live_kernels(prog);
+  m.n_kernels = (size_t)nk;
+  m.kernels = tcc_arena_array(A, (size_t)nk + 1, sizeof *m.kernels);
+  if (!m.inputs || !m.outputs || !m.kernels) goto oom;
+  for (int i = 0; i < g->ninputs; i++)
+    if (!(m.inputs[i] = manifest_meta(A, &g->values[g->inputs[i]].meta))) goto oom;
+  for (int i = 0; i < g->noutputs; i++)
+    if (!(m.outputs[i] = manifest_meta(A, &g->values[g->outputs[i]].meta))) goto oom;
+  for (int k = 0, j = 0; k < prog->nkernels; k++) {
+    const tcc_kernel *K = &prog->kernels[k];
+    if (K->dead) continue;
+    Tcc__V1__KernelInfo *ki = tcc_arena_alloc(A, sizeof *ki);
+    if (!ki) goto oom;
+    tcc__v1__kernel_info__init(ki);
+    ki->name = tcc_arena_printf(A, "k%d", j);
+    ki->kind = "pointwise";
+    ki->numel = 1;
+    for (int d = 0; d < K->rank; d++) ki->numel *= K->sizes[d];
+    if (!ki->name) goto oom;
+    m.kernels[j++] = ki;
+  }
+  out->manifest_len = tcc__v1__manifest__get_packed_size(&m);
+  out->manifest = malloc(out->manifest_len ? out->manifest_len : 1);
+  if (!out->manifest) goto oom;
+  tcc__v1__manifest__pack(&m, out->manifest);
+  out->kernels = nk;
+  return 0;
+oom:
+  return tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "out of memory encoding the manifest");
+}
+
+/* ----------------------------------------------------------- compile */
+
+/* Runs a pass, then the checker; names the pass on failure. */
+#define PASS(name, call)                                                   \
+  do {                                                                     \
+    if ((rc = (call))) goto done;                                          \
+    if ((rc = tcc_check_program(&prog, err))) {                            \
+      tcc_error_prefix(err, "IR check after %s", name);                    \
+      goto done;                                                           \
+    }                                                                      \
+    dump_prog(&dump, name, &prog);                                         \
+  } while (0)
+
+int tcc_compile(const tcc_prepared *p, const tcc_build_options *opts, tcc_artifact *out,
+                tcc_error *err) {
+  tcc_error local;
+  if (!err) err = &local;
+  tcc_error_clear(err);
+  memset(out, 0, sizeof *out);
+  double t0 = now_ms();
+  if (!p || !p->graph) return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "no prepared graph");
+  const tcc_graph *g = p->graph;
+  const tcc_backend *be = tcc_backend_for(g->target.device);
+  if (!be) return tcc_error_set(err, TCC_E_UNIMPLEMENTED, "CUDA target not built yet");
+
+  int rc;
+  tcc_arena arena;
+  tcc_arena_init(&arena);
+  tcc_program prog;
+  tcc_program_init(&prog, &arena, g);
+  tcc_buf src = {0};
+  dumper dump;
+  dump_open(&dump, p, opts);
+  dump_graph(&dump, "graph.txt", g);
+
+  if ((rc = tcc_check_graph(g, err))) {
+    tcc_error_prefix(err, "IR check before lower");
+    goto done;
+  }
+  PASS("lower.txt", tcc_lower(&prog, err));
+  PASS("fuse.txt", tcc_fuse(&prog, err));
+  PASS("plan.txt", tcc_plan_buffers(&prog, err));
+  if ((rc = be->emit(&prog, &src, err))) goto done;
+  dump_write(&dump, "kernel.c", src.data, src.len);
+  if ((rc = be->build(&prog, src.data, src.len, opts, &out->data, &out->size, err))) goto done;
+  if ((rc = encode_manifest(&prog, &arena, out, err))) goto done;
+
+  out->kind = TCC__V1__ARTIFACT_KIND__SHARED_OBJECT;
+  tcc_sha256(out->data, out->size, out->sha256);
+  out->source = tcc_buf_take(&src, NULL);
+  if (!out->source) {
+    rc = tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "out of memory");
+    goto done;
+  }
+  out->compile_ms = now_ms() - t0;
+
+done:
+  tcc_buf_free(&src);
+  tcc_program_free(&prog);
+  tcc_arena_free(&arena);
+  if (rc) tcc_artifact_free(out);
+  return rc;
+}
+
+void tcc_artifact_free(tcc_artifact *a) {
+  if (!a) return;
+  free(a->data);
+  free(a->manifest);
+  free(a->source);
+  memset(a, 0, sizeof *a);
+}

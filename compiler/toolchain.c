@@ -1,0 +1,170 @@
+/*
+ * toolchain.c — running the C compiler: identity and bounded execution.
+ *
+ * Every external program runs through tcc_run_tool: posix_spawnp with an
+ * argv list (never a shell), stdin from /dev/null, stdout and stderr into
+ * one pipe, in a process group of its own so that a timeout kills the
+ * compiler driver and everything it started (cc1, as, ld, a script's
+ * sleep). Descriptors are close-on-exec, so a compile on another thread
+ * never inherits this one's pipe. Signals the daemon may ignore or block
+ * are reset to their defaults in the child.
+ *
+ * The exit status is collected with waitpid(pid): the caller's process
+ * must not set SIGCHLD to SIG_IGN (then the status is lost and the run
+ * reports INTERNAL).
+ */
+#include "loop.h"
+#include "tcc_config.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+extern char **environ;
+
+#define TOOL_OUTPUT_MAX (64 << 10)
+
+static int64_t now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void sleep_ms(int ms) {
+  struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+  while (nanosleep(&ts, &ts) && errno == EINTR) {
+  }
+}
+
+/* Kills the child's process group (and the child, should the group not
+ * exist), then reaps it. */
+static void kill_and_reap(pid_t pid, int *status) {
+  kill(-pid, SIGKILL);
+  kill(pid, SIGKILL);
+  while (waitpid(pid, status, 0) < 0 && errno == EINTR) {
+  }
+}
+
+int tcc_run_tool(const char *const *argv, int timeout_ms, char **output, tcc_error *err) {
+  *output = NULL;
+  if (timeout_ms <= 0) timeout_ms = 120000;
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC))
+    return tcc_error_set(err, TCC_E_INTERNAL, "pipe: %s", strerror(errno));
+
+  posix_spawn_file_actions_t fa;
+  posix_spawnattr_t attr;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawnattr_init(&attr);
+  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_adddup2(&fa, fds[1], 1);
+  posix_spawn_file_actions_adddup2(&fa, fds[1], 2);
+  sigset_t none, defaults;
+  sigemptyset(&none);
+  sigemptyset(&defaults);
+  sigaddset(&defaults, SIGPIPE);
+  sigaddset(&defaults, SIGINT);
+  sigaddset(&defaults, SIGTERM);
+  sigaddset(&defaults, SIGHUP);
+  sigaddset(&defaults, SIGCHLD);
+  posix_spawnattr_setsigmask(&attr, &none);
+  posix_spawnattr_setsigdefault(&attr, &defaults);
+  posix_spawnattr_setpgroup(&attr, 0);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK |
+                                      POSIX_SPAWN_SETSIGDEF);
+  pid_t pid;
+  int rc = posix_spawnp(&pid, argv[0], &fa, &attr, (char *const *)argv, environ);
+  posix_spawn_file_actions_destroy(&fa);
+  posix_spawnattr_destroy(&attr);
+  close(fds[1]);
+  if (rc) {
+    close(fds[0]);
+    return tcc_error_set(err, TCC_E_INTERNAL, "cannot run '%s': %s", argv[0], strerror(rc));
+  }
+
+  tcc_buf out = {0};
+  int64_t deadline = now_ms() + timeout_ms;
+  int timed_out = 0, status = 0;
+  for (;;) {                                   /* read until EOF or deadline */
+    int64_t left = deadline - now_ms();
+    if (left <= 0) {
+      timed_out = 1;
+      break;
+    }
+    struct pollfd pfd = {.fd = fds[0], .events = POLLIN};
+    int n = poll(&pfd, 1, left > 1000 ? 1000 : (int)left);
+    if (n < 0 && errno != EINTR) break;
+    if (n <= 0) continue;
+    char chunk[4096];
+    ssize_t r = read(fds[0], chunk, sizeof chunk);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) break;                         /* EOF: every writer closed */
+    if (out.len < TOOL_OUTPUT_MAX) tcc_buf_put(&out, chunk, (size_t)r);
+  }
+  close(fds[0]);
+  if (!timed_out) {                            /* wait for exit, still bounded */
+    for (;;) {
+      pid_t w = waitpid(pid, &status, WNOHANG);
+      if (w == pid) break;
+      if (w < 0 && errno != EINTR) {
+        tcc_buf_free(&out);
+        kill(-pid, SIGKILL);
+        return tcc_error_set(err, TCC_E_INTERNAL,
+                             "lost the exit status of '%s' (%s; is SIGCHLD ignored?)", argv[0],
+                             strerror(errno));
+      }
+      if (now_ms() >= deadline) {
+        timed_out = 1;
+        break;
+      }
+      sleep_ms(2);
+    }
+  }
+  if (timed_out) {
+    kill_and_reap(pid, &status);
+    tcc_buf_free(&out);
+    return tcc_error_set(err, TCC_E_DEADLINE_EXCEEDED,
+                         "'%s' did not finish within %d ms and was killed", argv[0], timeout_ms);
+  }
+  *output = tcc_buf_take(&out, NULL);
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return 0;
+  const char *text = *output ? *output : "";
+  if (WIFEXITED(status))
+    return tcc_error_set(err, TCC_E_INTERNAL, "'%s' exited with status %d%s%s", argv[0],
+                         WEXITSTATUS(status), text[0] ? ": " : " (no output)", text);
+  return tcc_error_set(err, TCC_E_INTERNAL, "'%s' was killed by signal %d%s%s", argv[0],
+                       WIFSIGNALED(status) ? WTERMSIG(status) : 0, text[0] ? ": " : "", text);
+}
+
+int tcc_toolchain_identity(const char *cc, char *out, size_t cap, tcc_error *err) {
+  if (!cc || !cc[0]) cc = TCC_CC_DEFAULT;
+  if (cap) out[0] = '\0';
+  const char *argv[] = {cc, "--version", NULL};
+  char *text = NULL;
+  int rc = tcc_run_tool(argv, 30000, &text, err);
+  if (rc) {
+    free(text);
+    return rc;
+  }
+  const char *line = text ? text : "";
+  size_t n = strcspn(line, "\r\n");
+  while (n && (line[n - 1] == ' ' || line[n - 1] == '\t')) n--;
+  if (n == 0) {
+    free(text);
+    return tcc_error_set(err, TCC_E_INTERNAL, "'%s --version' printed nothing", cc);
+  }
+  int w = snprintf(out, cap, "tccd-codegen/%d cc=%.*s", TCC_CODEGEN_VERSION, (int)n, line);
+  free(text);
+  if (w < 0 || (size_t)w >= cap)
+    return tcc_error_set(err, TCC_E_INVALID_ARGUMENT,
+                         "identity buffer too small (%zu bytes, need %d)", cap, w + 1);
+  return 0;
+}
