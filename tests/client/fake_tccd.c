@@ -42,6 +42,8 @@ struct fake_tccd_private {
   char guard_hash[TCC_SHA256_HEX];
   char sha[TCC_SHA256_HEX];
   size_t chunk_bytes;
+  pthread_mutex_t mu;          /* guards last_target */
+  char last_target[128];
 };
 
 static int tag_new, tag_shutdown;
@@ -161,6 +163,14 @@ static void handle(fake_tccd *f, call_ctx *c, const char *method) {
       finish(c, &md_sent, NULL, GRPC_STATUS_INVALID_ARGUMENT, "malformed tcc.v1.CompileRequest");
     } else {
       int n = atomic_fetch_add(&f->compile_calls, 1);
+      pthread_mutex_lock(&p->mu);
+      if (r->target)
+        snprintf(p->last_target, sizeof p->last_target, "%s:%s",
+                 r->target->device == TCC__V1__DEVICE_TYPE__CUDA ? "cuda" : "cpu",
+                 r->target->device == TCC__V1__DEVICE_TYPE__CUDA ? r->target->cuda_arch : r->target->cpu_isa);
+      else
+        snprintf(p->last_target, sizeof p->last_target, "none");
+      pthread_mutex_unlock(&p->mu);
       Tcc__V1__CompileResponse resp = TCC__V1__COMPILE_RESPONSE__INIT;
       Tcc__V1__Artifact art = TCC__V1__ARTIFACT__INIT;
       Tcc__V1__Timings tm = TCC__V1__TIMINGS__INIT;
@@ -360,6 +370,7 @@ fake_tccd *fake_tccd_start(const fake_tccd_config *cfg) {
   tcc_sha256(p->artifact, p->artifact_len, d);
   tcc_hex_encode(d, sizeof d, p->sha);
   p->chunk_bytes = cfg->chunk_bytes ? cfg->chunk_bytes : 1000;
+  pthread_mutex_init(&p->mu, NULL);
 
   grpc_init();
   grpc_arg arg = {.type = GRPC_ARG_INTEGER, .key = (char *)GRPC_ARG_ALLOW_REUSEPORT, .value.integer = 0};
@@ -389,6 +400,7 @@ void fake_tccd_stop(fake_tccd *f) {
   while (ev.type != GRPC_QUEUE_SHUTDOWN);
   grpc_completion_queue_destroy(p->cq);
   grpc_shutdown();
+  pthread_mutex_destroy(&p->mu);
   free(p->artifact);
   free(p->manifest);
   free(p);
@@ -396,3 +408,9 @@ void fake_tccd_stop(fake_tccd *f) {
 }
 
 const char *fake_tccd_artifact_sha(const fake_tccd *f) { return f->p->sha; }
+
+void fake_tccd_last_target(fake_tccd *f, char *buf, size_t size) {
+  pthread_mutex_lock(&f->p->mu);
+  snprintf(buf, size, "%s", f->p->last_target);
+  pthread_mutex_unlock(&f->p->mu);
+}

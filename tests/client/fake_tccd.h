@@ -47,6 +47,10 @@ fake_tccd *fake_tccd_start(const fake_tccd_config *cfg);
 /* Stops (cancelling any call in progress) and frees. */
 void fake_tccd_stop(fake_tccd *f);
 
+/* The target of the last CompileRequest, as "cpu:ISA" or "cuda:ARCH"
+ * (copied into buf). */
+void fake_tccd_last_target(fake_tccd *f, char *buf, size_t size);
+
 /* Lowercase hex SHA-256 of the configured artifact. */
 const char *fake_tccd_artifact_sha(const fake_tccd *f);
 

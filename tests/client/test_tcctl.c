@@ -1,0 +1,414 @@
+/*
+ * test_tcctl.c — the tcctl binary (path in $TCCTL) against the in-process
+ * fake tccd: every command's human and --json output, exit statuses,
+ * error lines ("tcctl: CMD: STATUS: message"), usage errors (exit 2),
+ * hash prefixes, --target overrides, and an unreachable daemon.
+ */
+#include <check.h>
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "fake_tccd.h"
+#include "testutil.h"
+
+#define GUARD "5eed5eed00112233445566778899aabbccddeeff00112233445566778899aabb"
+#define SIN_COS TCC_TEST_GRAPHS_DIR "/sin_cos.json"
+
+static uint8_t *so;
+static size_t so_len;
+static tu_manifest tm;
+static fake_tccd *fake;
+
+/* What one tcctl run produced. */
+typedef struct run_result {
+  int status;
+  char *out, *err;
+} run_result;
+
+static void start_fake(void) {
+  so = tu_build_kernel("TCC_MARK_TCCTL", NULL, &so_len);
+  tu_manifest_init(&tm, "tcc_entry", 1);
+  fake_tccd_config cfg = {.artifact = so, .artifact_len = so_len, .manifest = &tm.m, .guard_hash = GUARD};
+  fake = fake_tccd_start(&cfg);
+}
+
+static void stop_fake(void) {
+  fake_tccd_stop(fake);
+  free(so);
+}
+
+/* Runs tcctl with args (NULL-terminated), --addr first unless addr is
+ * NULL; stdin from stdin_path when given. */
+static run_result tcctl_at(const char *addr, const char *stdin_path, ...) {
+  const char *exe = getenv("TCCTL");
+  ck_assert_msg(exe != NULL, "TCCTL is not set");
+  char *argv[32];
+  int n = 0;
+  argv[n++] = (char *)exe;
+  if (addr) {
+    argv[n++] = (char *)"--addr";
+    argv[n++] = (char *)addr;
+  }
+  va_list ap;
+  va_start(ap, stdin_path);
+  for (char *a; (a = va_arg(ap, char *)) && n < 31;) argv[n++] = a;
+  va_end(ap);
+  argv[n] = NULL;
+  char out[512], err[512];
+  snprintf(out, sizeof out, "%s/tcctl.out", tu_tmpdir());
+  snprintf(err, sizeof err, "%s/tcctl.err", tu_tmpdir());
+  run_result r;
+  r.status = tu_run(argv, stdin_path, out, err);
+  r.out = tu_read_file(out, NULL);
+  r.err = tu_read_file(err, NULL);
+  ck_assert(r.out && r.err);
+  unlink(out);
+  unlink(err);
+  return r;
+}
+
+#define TCCTL(...) tcctl_at(fake->addr, NULL, __VA_ARGS__, (char *)NULL)
+
+static void result_free(run_result *r) {
+  free(r->out);
+  free(r->err);
+}
+
+static void expect_ok(const run_result *r) {
+  ck_assert_msg(r->status == 0, "exit %d, stderr: %s", r->status, r->err);
+  ck_assert_msg(r->err[0] == '\0', "unexpected stderr: %s", r->err);
+}
+
+static cJSON *parse_json(const run_result *r) {
+  cJSON *j = cJSON_Parse(r->out);
+  ck_assert_msg(j != NULL, "not JSON: %s", r->out);
+  return j;
+}
+
+static double num(const cJSON *o, const char *key) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+  ck_assert_msg(cJSON_IsNumber(v), "\"%s\" is not a number", key);
+  return v->valuedouble;
+}
+
+static const char *str(const cJSON *o, const char *key) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+  ck_assert_msg(cJSON_IsString(v), "\"%s\" is not a string", key);
+  return v->valuestring;
+}
+
+/* Does some line of text start with prefix? */
+static int has_line(const char *text, const char *prefix) {
+  size_t n = strlen(prefix);
+  for (const char *l = text; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL)
+    if (!strncmp(l, prefix, n)) return 1;
+  return 0;
+}
+
+/* ------------------------------------------------------------------ */
+
+START_TEST(stats) {
+  start_fake();
+  run_result r = TCCTL("--json", "stats");
+  expect_ok(&r);
+  cJSON *j = parse_json(&r);
+  const char *keys[] = {"entries", "bytes", "max_bytes", "hits", "misses", "coalesced", "compiles",
+                        "compile_failures", "evictions", "corrupt_blobs", "compile_seconds",
+                        "compile_seconds_saved", "requests", "invalid_requests", "uptime_seconds",
+                        "queue_depth", "running_jobs", "workers", "remote_hits", "negative_hits"};
+  for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) num(j, keys[i]);
+  ck_assert(num(j, "hits") == 30 && num(j, "misses") == 8 && num(j, "coalesced") == 2);
+  ck_assert(num(j, "compile_failures") == 1 && num(j, "remote_hits") == 0);
+  ck_assert(num(j, "compile_seconds_saved") == 12.25);
+  ck_assert_str_eq(str(j, "version"), "0.1.0-fake");
+  ck_assert(fabs(num(j, "hit_rate") - 32.0 / 40.0) < 1e-12);
+  cJSON_Delete(j);
+  result_free(&r);
+
+  r = TCCTL("stats");
+  expect_ok(&r);
+  ck_assert_msg(has_line(r.out, "hits                 30\n"), "%s", r.out);
+  ck_assert(has_line(r.out, "entries              1\n"));
+  ck_assert(has_line(r.out, "hit rate             80.0 %\n"));
+  ck_assert(has_line(r.out, "uptime               1h02m05s\n"));
+  ck_assert(has_line(r.out, "max bytes            1.0 GiB (1073741824 bytes, "));
+  ck_assert(has_line(r.out, "compile time saved   12.250 s\n"));
+  result_free(&r);
+
+  /* Global options after the command work too. */
+  r = tcctl_at(NULL, NULL, "stats", "--json", "--addr", fake->addr, (char *)NULL);
+  expect_ok(&r);
+  j = parse_json(&r);
+  ck_assert(num(j, "entries") == 1);
+  cJSON_Delete(j);
+  result_free(&r);
+  stop_fake();
+}
+END_TEST
+
+START_TEST(compile) {
+  start_fake();
+  run_result r = TCCTL("--json", "compile", SIN_COS);
+  expect_ok(&r);
+  cJSON *j = parse_json(&r);
+  ck_assert_str_eq(str(j, "guard_hash"), GUARD);
+  ck_assert_str_eq(str(j, "cache"), "miss");
+  ck_assert_str_eq(str(j, "artifact_sha256"), fake_tccd_artifact_sha(fake));
+  ck_assert(num(j, "artifact_size") == (double)so_len);
+  ck_assert(num(j, "kernels") == 1);
+  ck_assert_str_eq(str(j, "artifact_kind"), "shared_object");
+  const cJSON *t = cJSON_GetObjectItemCaseSensitive(j, "timings");
+  ck_assert(num(t, "compile_ms") == 42.5 && num(t, "total_ms") == 43 && num(t, "hash_ms") == 0);
+  const cJSON *m = cJSON_GetObjectItemCaseSensitive(j, "manifest");
+  ck_assert_str_eq(str(m, "entry"), "tcc_entry");
+  cJSON_Delete(j);
+  result_free(&r);
+  char target[128];
+  fake_tccd_last_target(fake, target, sizeof target);
+  ck_assert_str_eq(target, "cpu:x86-64-v2"); /* from the file */
+
+  /* Human form, from stdin, with the target overridden. */
+  r = tcctl_at(fake->addr, SIN_COS, "compile", "-", "--target", "cpu:x86-64-v3", (char *)NULL);
+  expect_ok(&r);
+  ck_assert(has_line(r.out, "guard hash           " GUARD "\n"));
+  ck_assert(has_line(r.out, "cache                hit\n"));
+  ck_assert(has_line(r.out, "kernels              1\n"));
+  ck_assert(has_line(r.out, "timings              decode 0.250 ms, hash 0.000 ms, lookup 0.000 ms, "
+                            "compile 0.000 ms, total 43.000 ms\n"));
+  result_free(&r);
+  fake_tccd_last_target(fake, target, sizeof target);
+  ck_assert_str_eq(target, "cpu:x86-64-v3");
+  r = TCCTL("--json", "compile", "--target=cuda:sm_90", SIN_COS);
+  expect_ok(&r);
+  result_free(&r);
+  fake_tccd_last_target(fake, target, sizeof target);
+  ck_assert_str_eq(target, "cuda:sm_90");
+
+  /* A bad file: the JSON path in the message, exit 1. */
+  char bad[512];
+  snprintf(bad, sizeof bad, "%s/bad.json", tu_tmpdir());
+  FILE *f = fopen(bad, "w");
+  fputs("{\"graph\": {\"values\": [{}, {}, {\"meta\": {\"sizes\": [2.5]}}]}}", f);
+  fclose(f);
+  r = TCCTL("compile", bad);
+  ck_assert_int_eq(r.status, 1);
+  char want[1024];
+  snprintf(want, sizeof want,
+           "tcctl: compile: INVALID_ARGUMENT: %s: graph.values[2].meta.sizes[0]: not an integer: 2.5\n", bad);
+  ck_assert_str_eq(r.err, want);
+  result_free(&r);
+  unlink(bad);
+  r = TCCTL("compile", "/nonexistent/req.json");
+  ck_assert_int_eq(r.status, 1);
+  ck_assert_str_eq(r.err, "tcctl: compile: NOT_FOUND: cannot read /nonexistent/req.json: No such file or directory\n");
+  result_free(&r);
+  r = TCCTL("compile", SIN_COS, "--target", "tpu");
+  ck_assert_int_eq(r.status, 2);
+  result_free(&r);
+  ck_assert_int_eq(fake->compile_calls, 3);
+  stop_fake();
+}
+END_TEST
+
+START_TEST(ls_show_evict) {
+  start_fake();
+  run_result r = TCCTL("--json", "ls", "--limit", "5", "--order", "hits");
+  expect_ok(&r);
+  ck_assert_int_eq(fake->last_list_limit, 5);
+  cJSON *j = parse_json(&r);
+  const cJSON *entries = cJSON_GetObjectItemCaseSensitive(j, "entries");
+  ck_assert_int_eq(cJSON_GetArraySize(entries), 1);
+  const cJSON *e = cJSON_GetArrayItem(entries, 0);
+  ck_assert_str_eq(str(e, "guard_hash"), GUARD);
+  ck_assert_str_eq(str(e, "kind"), "SHARED_OBJECT");
+  ck_assert(num(e, "hits") == 3 && num(e, "size") == (double)so_len && num(e, "last_used_unix") == 1700000600);
+  cJSON_Delete(j);
+  result_free(&r);
+
+  r = TCCTL("ls");
+  expect_ok(&r);
+  /* Header and one row, columns aligned (numbers to the right). */
+  char size[32], head[256], line[256];
+  snprintf(size, sizeof size, "%.1f KiB", so_len / 1024.0);
+  int w = strlen(size) > 4 ? (int)strlen(size) : 4;
+  snprintf(head, sizeof head, "HASH          TARGET         %*s  HITS  COMPILE_MS  LAST_USED\n", w, "SIZE");
+  snprintf(line, sizeof line, "5eed5eed0011  cpu:x86-64-v2  %*s     3       123.5  ", w, size);
+  ck_assert_msg(has_line(r.out, head), "%s", r.out);
+  ck_assert_msg(has_line(r.out, line), "%s", r.out);
+  const char *row = strchr(r.out, '\n') + 1;
+  ck_assert_int_eq(strstr(row, "  20") + 2 - row, strstr(r.out, "LAST_USED") - r.out);
+  ck_assert(!strchr(strchr(row, '\n') + 1, '\n')); /* exactly one entry */
+  result_free(&r);
+  r = TCCTL("ls", "--order", "size_desc");
+  ck_assert_int_eq(r.status, 2);
+  ck_assert(strstr(r.err, "--order must be") && strstr(r.err, "usage: tcctl"));
+  result_free(&r);
+
+  /* show by a prefix, human and JSON. */
+  r = TCCTL("show", "5eed5eed0011");
+  expect_ok(&r);
+  ck_assert(has_line(r.out, "guard hash           " GUARD "\n"));
+  ck_assert(has_line(r.out, "entry                tcc_entry (abi 1)\n"));
+  ck_assert(has_line(r.out, "inputs               float32 [257] strides [1]\n"));
+  ck_assert(has_line(r.out, "  k0_sin_cos_add  pointwise"));
+  result_free(&r);
+  r = TCCTL("--json", "show", GUARD);
+  expect_ok(&r);
+  j = parse_json(&r);
+  ck_assert_str_eq(str(cJSON_GetObjectItemCaseSensitive(j, "entry"), "guard_hash"), GUARD);
+  ck_assert_str_eq(str(cJSON_GetObjectItemCaseSensitive(j, "manifest"), "entry"), "tcc_entry");
+  ck_assert_str_eq(str(j, "canonical_key"), "Y2Fub25pY2Fs"); /* base64("canonical") */
+  cJSON_Delete(j);
+  result_free(&r);
+  r = TCCTL("show", "beef");
+  ck_assert_int_eq(r.status, 1);
+  ck_assert_str_eq(r.err, "tcctl: show: NOT_FOUND: no cache entry matches 'beef'\n");
+  result_free(&r);
+  r = TCCTL("show", "0000000000112233445566778899aabbccddeeff00112233445566778899aabb");
+  ck_assert_int_eq(r.status, 1);
+  ck_assert_str_eq(r.err, "tcctl: show: NOT_FOUND: no cache entry "
+                          "0000000000112233445566778899aabbccddeeff00112233445566778899aabb\n");
+  result_free(&r);
+  r = TCCTL("show", "xyz!");
+  ck_assert_int_eq(r.status, 1);
+  ck_assert(strstr(r.err, "tcctl: show: INVALID_ARGUMENT: ") == r.err);
+  result_free(&r);
+  r = TCCTL("show");
+  ck_assert_int_eq(r.status, 2);
+  result_free(&r);
+
+  r = TCCTL("evict", "5eed");
+  expect_ok(&r);
+  ck_assert_str_eq(r.out, "evicted " GUARD "\n");
+  result_free(&r);
+  r = TCCTL("evict", GUARD);
+  ck_assert_int_eq(r.status, 1);
+  ck_assert(strstr(r.err, "tcctl: evict: NOT_FOUND: ") == r.err);
+  result_free(&r);
+  stop_fake();
+}
+END_TEST
+
+START_TEST(fetch_gc_health) {
+  start_fake();
+  char out[512];
+  snprintf(out, sizeof out, "%s/kernel.so", tu_tmpdir());
+  run_result r = TCCTL("fetch", "5eed5eed", out);
+  expect_ok(&r);
+  size_t len;
+  char *data = tu_read_file(out, &len);
+  ck_assert(data && len == so_len && memcmp(data, so, len) == 0);
+  free(data);
+  char want[1024];
+  snprintf(want, sizeof want, "wrote %s: ", out);
+  ck_assert(!strncmp(r.out, want, strlen(want)));
+  ck_assert(strstr(r.out, fake_tccd_artifact_sha(fake)) != NULL);
+  result_free(&r);
+  unlink(out);
+
+  r = TCCTL("--json", "fetch", "--digest", fake_tccd_artifact_sha(fake), out);
+  expect_ok(&r);
+  cJSON *j = parse_json(&r);
+  ck_assert(num(j, "size") == (double)so_len);
+  ck_assert_str_eq(str(j, "path"), out);
+  cJSON_Delete(j);
+  result_free(&r);
+  ck_assert_int_eq(access(out, R_OK), 0);
+  unlink(out);
+
+  /* fetch to stdout: the bytes on stdout, the report on stderr. */
+  r = TCCTL("fetch", GUARD, "-");
+  ck_assert_int_eq(r.status, 0);
+  ck_assert(!memcmp(r.out, so, 64)); /* the ELF header at least (the file is binary) */
+  ck_assert(!strncmp(r.err, "wrote -: ", 9));
+  result_free(&r);
+
+  r = TCCTL("gc", "--max-bytes", "1G");
+  expect_ok(&r);
+  ck_assert_int_eq(fake->last_gc_max_bytes, 1073741824);
+  ck_assert_str_eq(r.out, "evicted 2 entries, freed 2.0 KiB (2048 bytes), removed 0 corrupt blobs\n");
+  result_free(&r);
+  r = TCCTL("--json", "gc");
+  expect_ok(&r);
+  ck_assert_int_eq(fake->last_gc_max_bytes, 0);
+  j = parse_json(&r);
+  ck_assert(num(j, "evicted") == 2 && num(j, "freed_bytes") == 2048 && num(j, "corrupt_removed") == 0);
+  cJSON_Delete(j);
+  result_free(&r);
+  r = TCCTL("gc", "--max-bytes", "lots");
+  ck_assert_int_eq(r.status, 2);
+  result_free(&r);
+
+  r = TCCTL("health");
+  expect_ok(&r);
+  ck_assert_str_eq(r.out, "SERVING\n");
+  result_free(&r);
+  r = TCCTL("--json", "health");
+  expect_ok(&r);
+  j = parse_json(&r);
+  ck_assert_str_eq(str(j, "status"), "SERVING");
+  cJSON_Delete(j);
+  result_free(&r);
+  stop_fake();
+}
+END_TEST
+
+START_TEST(usage_and_unreachable) {
+  run_result r = tcctl_at(NULL, NULL, (char *)NULL);
+  ck_assert_int_eq(r.status, 2);
+  ck_assert(strstr(r.err, "usage: tcctl") != NULL);
+  result_free(&r);
+  r = tcctl_at(NULL, NULL, "frobnicate", (char *)NULL);
+  ck_assert_int_eq(r.status, 2);
+  ck_assert(!strncmp(r.err, "tcctl: unknown command 'frobnicate'\n", 36));
+  result_free(&r);
+  r = tcctl_at(NULL, NULL, "--help", (char *)NULL);
+  ck_assert_int_eq(r.status, 0);
+  ck_assert(strstr(r.out, "usage: tcctl") == r.out && strstr(r.out, "fetch [--digest] HASH OUT"));
+  result_free(&r);
+  r = tcctl_at(NULL, NULL, "help", (char *)NULL);
+  ck_assert_int_eq(r.status, 0);
+  result_free(&r);
+  r = tcctl_at(NULL, NULL, "--deadline-ms", "soon", "stats", (char *)NULL);
+  ck_assert_int_eq(r.status, 2);
+  result_free(&r);
+
+  /* Nothing listening: UNAVAILABLE, exit 1, within the connect timeout. */
+  r = tcctl_at("127.0.0.1:1", NULL, "--connect-timeout-ms", "300", "stats", (char *)NULL);
+  ck_assert_int_eq(r.status, 1);
+  ck_assert_msg(!strncmp(r.err, "tcctl: stats: UNAVAILABLE: cannot reach tccd at 127.0.0.1:1: ", 61), "%s", r.err);
+  ck_assert_str_eq(r.out, "");
+  result_free(&r);
+  /* $TCCD_ADDR is the default address. */
+  setenv("TCCD_ADDR", "127.0.0.1:1", 1);
+  r = tcctl_at(NULL, NULL, "--connect-timeout-ms", "200", "health", (char *)NULL);
+  unsetenv("TCCD_ADDR");
+  ck_assert_int_eq(r.status, 1);
+  ck_assert(strstr(r.err, "tcctl: health: UNAVAILABLE: cannot reach tccd at 127.0.0.1:1") == r.err);
+  result_free(&r);
+}
+END_TEST
+
+int main(void) {
+  tu_seed("test_tcctl");
+  Suite *s = suite_create("tcctl");
+  TCase *tc = tcase_create("fake tccd");
+  tcase_set_timeout(tc, 120);
+  tcase_add_test(tc, stats);
+  tcase_add_test(tc, compile);
+  tcase_add_test(tc, ls_show_evict);
+  tcase_add_test(tc, fetch_gc_health);
+  tcase_add_test(tc, usage_and_unreachable);
+  suite_add_tcase(s, tc);
+  SRunner *sr = srunner_create(s);
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  rmdir(tu_tmpdir());
+  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
