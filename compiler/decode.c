@@ -112,8 +112,9 @@ static int wire_check(wire_pos *w, const ProtobufCMessageDescriptor *d, const ui
         return -1;
       }
       if (len > (uint64_t)(end - p)) {
-        snprintf(w->why, sizeof w->why, "field %u at byte %zu claims %llu bytes, only %zu left",
-                 num, at, (unsigned long long)len, (size_t)(end - p));
+        snprintf(w->why, sizeof w->why,
+                 "field '%s' (%u) at byte %zu claims %llu bytes, only %zu left (truncated?)",
+                 f ? f->name : "?", num, at, (unsigned long long)len, (size_t)(end - p));
         return -1;
       }
       if (f && f->type == PROTOBUF_C_TYPE_MESSAGE) {

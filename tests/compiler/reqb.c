@@ -1,0 +1,234 @@
+/* reqb.c — see reqb.h. Fixed capacities; exceeding one aborts the test. */
+#include "reqb.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define RB_VALUES 512
+#define RB_NODES 512
+#define RB_ARGS 8
+#define RB_OUTS 4
+#define RB_STRS 4096
+
+struct reqb {
+  Tcc__V1__CompileRequest req;
+  Tcc__V1__Graph graph;
+  Tcc__V1__Target target;
+  Tcc__V1__Options options;
+  Tcc__V1__TensorValue vals[RB_VALUES];
+  Tcc__V1__TensorValue *valp[RB_VALUES];
+  Tcc__V1__TensorMeta metas[RB_VALUES];
+  Tcc__V1__Device devs[RB_VALUES];
+  int64_t sizes[RB_VALUES][16], strides[RB_VALUES][16];
+  char *inputs[RB_VALUES], *outputs[RB_VALUES];
+  Tcc__V1__Node nodes[RB_NODES];
+  Tcc__V1__Node *nodep[RB_NODES];
+  char *nodeouts[RB_NODES][RB_OUTS];
+  Tcc__V1__NamedArgument nargs[RB_NODES][RB_ARGS];
+  Tcc__V1__NamedArgument *nargp[RB_NODES][RB_ARGS];
+  Tcc__V1__Argument args[RB_NODES][RB_ARGS];
+  Tcc__V1__TensorRef refs[RB_NODES][RB_ARGS];
+  Tcc__V1__Constant consts[RB_VALUES];
+  Tcc__V1__Constant *constp[RB_VALUES];
+  char *strs[RB_STRS];
+  int nstrs;
+};
+
+static void need(int ok, const char *what) {
+  if (!ok) {
+    fprintf(stderr, "reqb: capacity exceeded: %s\n", what);
+    abort();
+  }
+}
+
+char *reqb_str(reqb *b, const char *s) {
+  need(b->nstrs < RB_STRS, "strings");
+  char *c = strdup(s ? s : "");
+  need(c != NULL, "memory");
+  b->strs[b->nstrs++] = c;
+  return c;
+}
+
+reqb *reqb_new(const char *isa) {
+  reqb *b = calloc(1, sizeof *b);
+  need(b != NULL, "memory");
+  tcc__v1__compile_request__init(&b->req);
+  tcc__v1__graph__init(&b->graph);
+  tcc__v1__target__init(&b->target);
+  tcc__v1__options__init(&b->options);
+  b->target.device = TCC__V1__DEVICE_TYPE__CPU;
+  b->target.cpu_isa = reqb_str(b, isa);
+  b->req.graph = &b->graph;
+  b->req.target = &b->target;
+  b->req.options = &b->options;
+  b->req.client = reqb_str(b, "test");
+  b->graph.values = b->valp;
+  b->graph.inputs = b->inputs;
+  b->graph.outputs = b->outputs;
+  b->graph.nodes = b->nodep;
+  b->graph.constants = b->constp;
+  return b;
+}
+
+void reqb_free(reqb *b) {
+  if (!b) return;
+  for (int i = 0; i < b->nstrs; i++) free(b->strs[i]);
+  free(b);
+}
+
+Tcc__V1__TensorMeta *reqb_value(reqb *b, const char *name, Tcc__V1__DType dt, int rank,
+                                const int64_t *sizes, const int64_t *strides, int64_t offset) {
+  size_t i = b->graph.n_values;
+  need(i < RB_VALUES && rank <= 16, "values");
+  Tcc__V1__TensorValue *v = &b->vals[i];
+  Tcc__V1__TensorMeta *m = &b->metas[i];
+  tcc__v1__tensor_value__init(v);
+  tcc__v1__tensor_meta__init(m);
+  tcc__v1__device__init(&b->devs[i]);
+  b->devs[i].type = TCC__V1__DEVICE_TYPE__CPU;
+  v->name = reqb_str(b, name);
+  v->meta = m;
+  m->dtype = dt;
+  m->device = &b->devs[i];
+  m->n_sizes = m->n_strides = (size_t)rank;
+  m->sizes = b->sizes[i];
+  m->strides = b->strides[i];
+  m->storage_offset = offset;
+  int64_t s = 1;
+  for (int d = rank - 1; d >= 0; d--) {
+    b->sizes[i][d] = sizes[d];
+    b->strides[i][d] = strides ? strides[d] : s;
+    s *= sizes[d] > 1 ? sizes[d] : 1;
+  }
+  b->valp[i] = v;
+  b->graph.n_values++;
+  return m;
+}
+
+void reqb_input(reqb *b, const char *name) {
+  need(b->graph.n_inputs < RB_VALUES, "inputs");
+  b->inputs[b->graph.n_inputs++] = reqb_str(b, name);
+}
+
+void reqb_output(reqb *b, const char *name) {
+  need(b->graph.n_outputs < RB_VALUES, "outputs");
+  b->outputs[b->graph.n_outputs++] = reqb_str(b, name);
+}
+
+void reqb_constant(reqb *b, const char *name, const void *data, size_t len) {
+  size_t i = b->graph.n_constants;
+  need(i < RB_VALUES, "constants");
+  Tcc__V1__Constant *c = &b->consts[i];
+  tcc__v1__constant__init(c);
+  c->name = reqb_str(b, name);
+  need(b->nstrs < RB_STRS, "strings");
+  uint8_t *copy = malloc(len ? len : 1);
+  need(copy != NULL, "memory");
+  if (len) memcpy(copy, data, len);
+  b->strs[b->nstrs++] = (char *)copy;
+  c->data.data = copy;
+  c->data.len = len;
+  b->constp[i] = c;
+  b->graph.n_constants++;
+}
+
+static int node_index(reqb *b, Tcc__V1__Node *n) { return (int)(n - b->nodes); }
+
+Tcc__V1__Node *reqb_node(reqb *b, const char *target, const char *out) {
+  size_t i = b->graph.n_nodes;
+  need(i < RB_NODES, "nodes");
+  Tcc__V1__Node *n = &b->nodes[i];
+  tcc__v1__node__init(n);
+  n->target = reqb_str(b, target);
+  n->inputs = b->nargp[i];
+  n->outputs = b->nodeouts[i];
+  if (out) n->outputs[n->n_outputs++] = reqb_str(b, out);
+  b->nodep[i] = n;
+  b->graph.n_nodes++;
+  return n;
+}
+
+void reqb_node_output(reqb *b, Tcc__V1__Node *n, const char *out) {
+  need(n->n_outputs < RB_OUTS, "node outputs");
+  n->outputs[n->n_outputs++] = reqb_str(b, out);
+}
+
+static Tcc__V1__Argument *new_arg(reqb *b, Tcc__V1__Node *n, const char *param) {
+  int i = node_index(b, n);
+  size_t k = n->n_inputs;
+  need(k < RB_ARGS, "arguments");
+  Tcc__V1__NamedArgument *na = &b->nargs[i][k];
+  Tcc__V1__Argument *a = &b->args[i][k];
+  tcc__v1__named_argument__init(na);
+  tcc__v1__argument__init(a);
+  na->name = reqb_str(b, param);
+  na->arg = a;
+  b->nargp[i][k] = na;
+  n->n_inputs++;
+  return a;
+}
+
+Tcc__V1__Argument *reqb_arg_tensor(reqb *b, Tcc__V1__Node *n, const char *param, const char *value) {
+  Tcc__V1__Argument *a = new_arg(b, n, param);
+  Tcc__V1__TensorRef *r = &b->refs[node_index(b, n)][n->n_inputs - 1];
+  tcc__v1__tensor_ref__init(r);
+  r->name = reqb_str(b, value);
+  a->kind_case = TCC__V1__ARGUMENT__KIND_AS_TENSOR;
+  a->as_tensor = r;
+  return a;
+}
+
+Tcc__V1__Argument *reqb_arg_int(reqb *b, Tcc__V1__Node *n, const char *param, int64_t v) {
+  Tcc__V1__Argument *a = new_arg(b, n, param);
+  a->kind_case = TCC__V1__ARGUMENT__KIND_AS_INT;
+  a->as_int = v;
+  return a;
+}
+
+Tcc__V1__Argument *reqb_arg_float(reqb *b, Tcc__V1__Node *n, const char *param, double v) {
+  Tcc__V1__Argument *a = new_arg(b, n, param);
+  a->kind_case = TCC__V1__ARGUMENT__KIND_AS_FLOAT;
+  a->as_float = v;
+  return a;
+}
+
+Tcc__V1__Argument *reqb_arg_bool(reqb *b, Tcc__V1__Node *n, const char *param, int v) {
+  Tcc__V1__Argument *a = new_arg(b, n, param);
+  a->kind_case = TCC__V1__ARGUMENT__KIND_AS_BOOL;
+  a->as_bool = v != 0;
+  return a;
+}
+
+Tcc__V1__Argument *reqb_arg_none(reqb *b, Tcc__V1__Node *n, const char *param) {
+  Tcc__V1__Argument *a = new_arg(b, n, param);
+  a->kind_case = TCC__V1__ARGUMENT__KIND_AS_NONE;
+  a->as_none = 1;
+  return a;
+}
+
+Tcc__V1__Node *reqb_unary(reqb *b, const char *target, const char *x, const char *out) {
+  Tcc__V1__Node *n = reqb_node(b, target, out);
+  reqb_arg_tensor(b, n, "self", x);
+  return n;
+}
+
+Tcc__V1__Node *reqb_binary(reqb *b, const char *target, const char *x, const char *y,
+                           const char *out) {
+  Tcc__V1__Node *n = reqb_node(b, target, out);
+  reqb_arg_tensor(b, n, "self", x);
+  reqb_arg_tensor(b, n, "other", y);
+  return n;
+}
+
+Tcc__V1__CompileRequest *reqb_req(reqb *b) { return &b->req; }
+Tcc__V1__Target *reqb_target(reqb *b) { return &b->target; }
+Tcc__V1__Options *reqb_options(reqb *b) { return &b->options; }
+
+uint8_t *reqb_pack(reqb *b, size_t *len) {
+  *len = tcc__v1__compile_request__get_packed_size(&b->req);
+  uint8_t *buf = malloc(*len ? *len : 1);
+  need(buf != NULL, "memory");
+  tcc__v1__compile_request__pack(&b->req, buf);
+  return buf;
+}
