@@ -179,6 +179,33 @@ static int wait_ready(tcc_client *c, int timeout_ms, grpc_connectivity_state *la
 
 /* ------------------------------------------------------------ connect */
 
+static int unary_once(tcc_client *c, const char *method, const uint8_t *req, size_t req_len,
+                      uint8_t **resp, size_t *resp_len, gpr_timespec deadline, tcc_error *err);
+
+/* Why a channel that never became READY failed ("...: Connection
+ * refused"): a call on a channel in TRANSIENT_FAILURE fails at once with
+ * the transport's last error as its details. Empty when there is none. */
+static void connect_failure_reason(tcc_client *c, char *buf, size_t size) {
+  tcc_error e = {0};
+  uint8_t *resp = NULL;
+  size_t len = 0;
+  buf[0] = '\0';
+  if (unary_once(c, TCC_METHOD_HEALTH_CHECK, (const uint8_t *)"", 0, &resp, &len, deadline_after_ms(100), &e) == 0) {
+    free(resp); /* it answered after all */
+    return;
+  }
+  if (e.code != TCC_E_UNAVAILABLE) return;
+  /* gRPC says "failed to connect to all addresses; last error: UNKNOWN:
+   * ipv4:127.0.0.1:1: Failed to connect to remote host: Connection
+   * refused": keep what follows the last "last error: ". */
+  const char *m = e.msg, *p = strstr(m, "last error: ");
+  if (p) m = p + strlen("last error: ");
+  if (!strncmp(m, "UNKNOWN: ", 9)) m += 9;
+  size_t n = strnlen(m, size - 1);
+  memcpy(buf, m, n);
+  buf[n] = '\0';
+}
+
 int tcc_client_connect(const char *addr, const tcc_client_options *opts, tcc_client **out,
                        tcc_error *err) {
   *out = NULL;
@@ -215,11 +242,14 @@ int tcc_client_connect(const char *addr, const tcc_client_options *opts, tcc_cli
 
   grpc_connectivity_state last;
   if (!wait_ready(c, c->connect_timeout_ms, &last)) {
-    int ms = c->connect_timeout_ms;
+    char why[512];
+    connect_failure_reason(c, why, sizeof why);
+    int rc = *why ? tcc_error_set(err, TCC_E_UNAVAILABLE, "cannot reach tccd at %s: %s (not ready after %d ms)",
+                                  addr, why, c->connect_timeout_ms)
+                  : tcc_error_set(err, TCC_E_UNAVAILABLE, "cannot reach tccd at %s: not ready after %d ms (channel %s)",
+                                  addr, c->connect_timeout_ms, state_name(last));
     tcc_client_close(c);
-    return tcc_error_set(err, TCC_E_UNAVAILABLE,
-                         "cannot reach tccd at %s: not ready after %d ms (channel %s); is tccd running?",
-                         addr, ms, state_name(last));
+    return rc;
   }
   *out = c;
   return 0;

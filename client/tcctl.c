@@ -702,16 +702,11 @@ static int compile_option(tcctl *t, int argc, char **argv, int *i, void *ctx) {
   return 1;
 }
 
+/* The timings as {"decode_ms", "hash_ms", "lookup_ms", "compile_ms",
+ * "total_ms"}, all present (zeros when the daemon sent none). */
 static cJSON *timings_json(const Tcc__V1__Timings *tm) {
-  cJSON *o = cJSON_CreateObject();
   Tcc__V1__Timings zero = TCC__V1__TIMINGS__INIT;
-  if (!tm) tm = &zero;
-  cJSON_AddNumberToObject(o, "decode_ms", tm->decode_ms);
-  cJSON_AddNumberToObject(o, "hash_ms", tm->hash_ms);
-  cJSON_AddNumberToObject(o, "lookup_ms", tm->lookup_ms);
-  cJSON_AddNumberToObject(o, "compile_ms", tm->compile_ms);
-  cJSON_AddNumberToObject(o, "total_ms", tm->total_ms);
-  return o;
+  return message_json(tm ? tm : &zero);
 }
 
 static int cmd_compile(tcctl *t) {
