@@ -170,6 +170,7 @@ char *tcc_buf_take(tcc_buf *b, size_t *len) {
     tcc_buf_free(b);
     return NULL;
   }
+  b->data[b->len] = '\0';
   char *p = b->data;
   if (len) *len = b->len;
   memset(b, 0, sizeof *b);

@@ -137,6 +137,11 @@ int tcc_run_tool(const char *const *argv, int timeout_ms, char **output, tcc_err
   *output = tcc_buf_take(&out, NULL);
   if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return 0;
   const char *text = *output ? *output : "";
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 127 && !text[0])
+    /* exec failed after the fork (posix_spawn reports it this way under
+     * some emulators, e.g. valgrind) */
+    return tcc_error_set(err, TCC_E_INTERNAL,
+                         "cannot run '%s' (exit status 127: not found or not executable)", argv[0]);
   if (WIFEXITED(status))
     return tcc_error_set(err, TCC_E_INTERNAL, "'%s' exited with status %d%s%s", argv[0],
                          WEXITSTATUS(status), text[0] ? ": " : " (no output)", text);
