@@ -333,6 +333,7 @@ int tcc_client_call(tcc_client *c, const char *method, const uint8_t *req, size_
                     uint8_t **resp, size_t *resp_len, int deadline_ms, tcc_error *err) {
   *resp = NULL;
   *resp_len = 0;
+  if (!c) return tcc_error_set(err, TCC_E_FAILED_PRECONDITION, "not connected");
   int ms = effective_deadline_ms(c, deadline_ms);
   gpr_timespec deadline = deadline_after_ms(ms);
   int rc = unary_once(c, method, req, req_len, resp, resp_len, deadline, err);
@@ -605,6 +606,7 @@ static int fetch_with_retry(tcc_client *c, const Tcc__V1__FetchRequest *req, fet
 int tcc_client_fetch(tcc_client *c, const char *sha256_hex, uint8_t **data, size_t *len, tcc_error *err) {
   *data = NULL;
   *len = 0;
+  if (!c) return tcc_error_set(err, TCC_E_FAILED_PRECONDITION, "not connected");
   if (!tcc_hex_is_sha256(sha256_hex))
     return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "artifact digest must be 64 hex digits, got '%.80s'",
                          sha256_hex ? sha256_hex : "");
@@ -634,6 +636,7 @@ int tcc_client_fetch_entry(tcc_client *c, const char *guard_hash_hex, uint8_t **
                            char sha256_hex[TCC_SHA256_HEX], tcc_error *err) {
   *data = NULL;
   *len = 0;
+  if (!c) return tcc_error_set(err, TCC_E_FAILED_PRECONDITION, "not connected");
   if (!tcc_hex_is_sha256(guard_hash_hex))
     return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "guard hash must be 64 hex digits, got '%.80s'",
                          guard_hash_hex ? guard_hash_hex : "");

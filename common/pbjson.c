@@ -481,6 +481,10 @@ static void line_col(const char *text, const char *pos, int *line, int *col) {
 int tcc_pbjson_parse(const ProtobufCMessageDescriptor *d, const char *json, size_t len,
                      ProtobufCMessage **out, tcc_error *err) {
   *out = NULL;
+  if (!json) {
+    json = "";
+    len = 0;
+  }
   char *text = malloc(len + 1);
   if (!text) return tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "out of memory");
   memcpy(text, json, len);

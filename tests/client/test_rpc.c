@@ -340,6 +340,27 @@ START_TEST(byte_level_api) {
 }
 END_TEST
 
+START_TEST(daemon_gone_is_unavailable_not_a_hang) {
+  start_fake(0, NULL);
+  tcc_client_close(client);
+  tcc_client_options opts = {.deadline_ms = 20000, .connect_timeout_ms = 300};
+  tcc_error err = {0};
+  ck_assert_int_eq(tcc_client_connect(fake->addr, &opts, &client, &err), 0);
+  fake_tccd_stop(fake); /* the daemon goes away under a connected client */
+  fake = NULL;
+  Tcc__V1__StatsResponse *st = (Tcc__V1__StatsResponse *)0x1;
+  double t0 = now_s();
+  ck_assert_int_eq(tcc_client_stats(client, &st, &err), TCC_E_UNAVAILABLE);
+  double dt = now_s() - t0;
+  ck_assert_ptr_null(st);
+  ck_assert_msg(dt < 3.0, "took %.2f s; the retry waits at most the 0.3 s connect timeout", dt);
+  tcc_client_close(client);
+  client = NULL;
+  free(so);
+  so = NULL;
+}
+END_TEST
+
 /* Several threads share one client. */
 static void *hammer(void *arg) {
   (void)arg;
@@ -384,6 +405,7 @@ int main(void) {
   tcase_add_test(tc, deadline_is_enforced);
   tcase_add_test(tc, byte_level_api);
   tcase_add_test(tc, one_client_many_threads);
+  tcase_add_test(tc, daemon_gone_is_unavailable_not_a_hang);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);
