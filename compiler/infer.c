@@ -18,6 +18,7 @@
 
 #include <string.h>
 
+/* Requires: the element count of m's sizes fits int64. */
 void tcc_meta_contiguous(tcc_meta *m) {
   int64_t s = 1;
   for (int d = m->rank - 1; d >= 0; d--) {
@@ -118,15 +119,14 @@ static int pointwise_common(const tcc_graph *g, const tcc_node *n, tcc_meta *out
   out->device = g->target.device;
   out->rank = rank;
   memcpy(out->sizes, sizes, sizeof(int64_t) * (size_t)rank);
-  tcc_meta_contiguous(out);
   /* The element count of a broadcast shape can exceed every operand's. */
-  int64_t numel = 1;
+  int64_t numel = 1, bytes;
   for (int d = 0; d < rank; d++)
     if (__builtin_mul_overflow(numel, sizes[d], &numel))
       return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "broadcast element count overflows int64");
-  int64_t bytes;
-  if (__builtin_mul_overflow(numel, (int64_t)tcc_dtype_size(out->dtype), &bytes))
+  if (__builtin_mul_overflow(numel, (int64_t)8, &bytes))   /* widest dtype a result can take */
     return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "broadcast byte size overflows int64");
+  tcc_meta_contiguous(out);
   return 0;
 }
 

@@ -273,6 +273,14 @@ int tcc_build_so(const tcc_program *p, const char *src, size_t len,
                  const tcc_build_options *opts, uint8_t **out, size_t *outlen,
                  tcc_error *err);
 
+/* ---------------------------------------------------------- pipeline.c */
+
+/* tcc_compile without the build: lower, fuse, plan, emit. *source is
+ * malloc'ed; *kernels (may be NULL) gets the kernel count. For the fuzzer
+ * and tests. Returns 0 or a TCC_E_* code. */
+int tcc_generate_source(const tcc_prepared *p, char **source, size_t *len, int *kernels,
+                        tcc_error *err);
+
 /* --------------------------------------------------------- toolchain.c */
 
 /* Runs argv (argv[0] looked up in PATH; no shell) in its own process

@@ -2,7 +2,8 @@
  * pipeline.c — the compiler, top to bottom (after QBE's main.c).
  *
  *   tcc_prepare   decode -> verify -> canonicalize -> check -> key + hash
- *   tcc_compile   lower -> fuse -> plan -> emit -> build -> manifest
+ *   tcc_compile   generate (lower -> fuse -> plan -> emit) -> build
+ *                 -> manifest
  *
  * Every pass of tcc_compile is followed by the IR checker; a broken
  * invariant is TCC_E_INTERNAL "IR check after <pass>: ...". With the
@@ -228,13 +229,55 @@ oom:
 /* Runs a pass, then the checker; names the pass on failure. */
 #define PASS(name, call)                                                   \
   do {                                                                     \
-    if ((rc = (call))) goto done;                                          \
-    if ((rc = tcc_check_program(&prog, err))) {                            \
+    if ((rc = (call))) return rc;                                          \
+    if ((rc = tcc_check_program(prog, err))) {                             \
       tcc_error_prefix(err, "IR check after %s", name);                    \
-      goto done;                                                           \
+      return rc;                                                           \
     }                                                                      \
-    dump_prog(&dump, name, &prog);                                         \
+    dump_prog(dump, name, prog);                                           \
   } while (0)
+
+/* The passes from the canonical graph to source text. */
+static int generate(const tcc_backend *be, tcc_program *prog, tcc_buf *src, dumper *dump,
+                    tcc_error *err) {
+  int rc;
+  if ((rc = tcc_check_graph(prog->graph, err))) {
+    tcc_error_prefix(err, "IR check before lower");
+    return rc;
+  }
+  PASS("lower.txt", tcc_lower(prog, err));
+  PASS("fuse.txt", tcc_fuse(prog, err));
+  PASS("plan.txt", tcc_plan_buffers(prog, err));
+  if ((rc = be->emit(prog, src, err))) return rc;
+  dump_write(dump, "kernel.c", src->data, src->len);
+  return 0;
+}
+
+int tcc_generate_source(const tcc_prepared *p, char **source, size_t *len, int *kernels,
+                        tcc_error *err) {
+  tcc_error local;
+  if (!err) err = &local;
+  *source = NULL;
+  *len = 0;
+  const tcc_backend *be = p && p->graph ? tcc_backend_for(p->graph->target.device) : NULL;
+  if (!be) return tcc_error_set(err, TCC_E_UNIMPLEMENTED, "no backend for this target");
+  tcc_arena arena;
+  tcc_arena_init(&arena);
+  tcc_program prog;
+  tcc_program_init(&prog, &arena, p->graph);
+  tcc_buf src = {0};
+  dumper dump = {.dir = ""};
+  int rc = generate(be, &prog, &src, &dump, err);
+  if (!rc) {
+    if (kernels) *kernels = tcc_program_live_kernels(&prog);
+    *source = tcc_buf_take(&src, len);
+    if (!*source) rc = tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "out of memory");
+  }
+  tcc_buf_free(&src);
+  tcc_program_free(&prog);
+  tcc_arena_free(&arena);
+  return rc;
+}
 
 int tcc_compile(const tcc_prepared *p, const tcc_build_options *opts, tcc_artifact *out,
                 tcc_error *err) {
@@ -258,15 +301,7 @@ int tcc_compile(const tcc_prepared *p, const tcc_build_options *opts, tcc_artifa
   dump_open(&dump, p, opts);
   dump_graph(&dump, "graph.txt", g);
 
-  if ((rc = tcc_check_graph(g, err))) {
-    tcc_error_prefix(err, "IR check before lower");
-    goto done;
-  }
-  PASS("lower.txt", tcc_lower(&prog, err));
-  PASS("fuse.txt", tcc_fuse(&prog, err));
-  PASS("plan.txt", tcc_plan_buffers(&prog, err));
-  if ((rc = be->emit(&prog, &src, err))) goto done;
-  dump_write(&dump, "kernel.c", src.data, src.len);
+  if ((rc = generate(be, &prog, &src, &dump, err))) goto done;
   if ((rc = be->build(&prog, src.data, src.len, opts, &out->data, &out->size, err))) goto done;
   if ((rc = encode_manifest(&prog, &arena, out, err))) goto done;
 

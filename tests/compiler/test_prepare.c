@@ -453,6 +453,16 @@ START_TEST(shape_and_dtype_rules) {
   reqb_output(b, "c");
   EXPECT_ERR(b, TCC_E_INVALID_ARGUMENT, "node 0 (aten.mul.Tensor)", "shapes [3] and [4] cannot broadcast");
 
+  b = reqb_new("");   /* each operand fits, the broadcast does not */
+  reqb_value(b, "a", F32, 1, (int64_t[]){(int64_t)1 << 40}, NULL, 0);
+  reqb_value(b, "b", F32, 2, (int64_t[]){(int64_t)1 << 40, 1}, NULL, 0);
+  reqb_value(b, "c", F32, 1, (int64_t[]){1}, NULL, 0);   /* never reached */
+  reqb_input(b, "a");
+  reqb_input(b, "b");
+  reqb_binary(b, "aten.add.Tensor", "a", "b", "c");
+  reqb_output(b, "a");
+  EXPECT_ERR(b, TCC_E_INVALID_ARGUMENT, "node 0 (aten.add.Tensor)", "broadcast element count overflows");
+
   /* promotion: float32 [2,3] + float64 [] -> float32; float32 + float64 [3] -> float64 */
   b = reqb_new("");
   reqb_value(b, "a", F32, 2, (int64_t[]){2, 3}, NULL, 0);
