@@ -13,6 +13,33 @@
  * tcc_prepared is immutable once returned, so a worker may read it while
  * the loop thread reads it too.
  *
+ * Conventions callers rely on:
+ *   - Errors: functions return 0 or a TCC_E_* code (= -gRPC status) and
+ *     fill err->msg, which says where and what: "node 3 (aten.add.Tensor):
+ *     argument 'other' must be Tensor, got int", "value 'x': negative size
+ *     -2 in dim 0", "graph output 1 ...", "target: ...", "options: ...",
+ *     "malformed CompileRequest: graph.values[0].meta: truncated varint at
+ *     byte 10". An op outside the table is TCC_E_UNIMPLEMENTED
+ *     "unsupported op 'aten.foo.bar' (node 3)". Node numbers are indices
+ *     in the request's Graph.nodes. Client-supplied names are quoted as
+ *     printable ASCII, cut at 64 bytes.
+ *   - Nodes may be listed in any order; they are sorted topologically and
+ *     a cycle is an error naming a node on it.
+ *   - The guard key's byte format is documented (as a table) at the top of
+ *     canon.c; it covers the canonical graph, input/output layouts,
+ *     constants, target, mode, dynamic, the identity string and
+ *     TCC_CODEGEN_VERSION; not names, client, requires_grad, device index
+ *     or fullgraph.
+ *   - Thread-safety: every function is reentrant. The op table is parsed
+ *     once, on first use, under pthread_once.
+ *   - tcc_compile runs the C compiler with posix_spawnp (argv list, no
+ *     shell) in its own process group, collecting its status with
+ *     waitpid(pid): the process must not set SIGCHLD to SIG_IGN.
+ *   - Artifacts (.so) follow the ABI of tcc.proto's Manifest; output
+ *     buffers must not overlap inputs, each other or the workspace.
+ *   - With the environment variable TCC_DUMP set, tcc_compile writes each
+ *     pass's IR to <work_dir>/<guard hash>/NN-<pass>.txt.
+ *
  * Limits (documented in the README; over them: TCC_E_RESOURCE_EXHAUSTED):
  */
 #ifndef TCC_COMPILER_H

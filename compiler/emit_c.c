@@ -394,13 +394,19 @@ static int emit_kernel(const tcc_program *p, const tcc_kernel *k, int kno, tcc_b
   tcc_buf_printf(b, "static void k%d(const void *const *in, void *const *out, char *ws) {\n", kno);
   tcc_buf_puts(b, "  (void)in; (void)out; (void)ws;\n");
   /* buffer pointers, in buffer order */
-  for (int bi = 0; bi < p->nbufs; bi++) {
-    int used = 0, written = 0;
-    for (int a = 0; a < ke.nacc; a++)
-      if (acc[a].buf == bi) used = 1;
+  int used[MAX_ACCESS], nused = 0;
+  for (int a = 0; a < ke.nacc; a++) {
+    int j = nused;
+    while (j > 0 && used[j - 1] > acc[a].buf) j--;   /* insertion into sorted, unique */
+    if (j > 0 && used[j - 1] == acc[a].buf) continue;
+    memmove(&used[j + 1], &used[j], sizeof *used * (size_t)(nused - j));
+    used[j] = acc[a].buf;
+    nused++;
+  }
+  for (int u = 0; u < nused; u++) {
+    int bi = used[u], written = 0;
     for (int s = 0; s < k->nstores; s++)
       if (k->stores[s].buf == bi) written = 1;
-    if (!used) continue;
     const tcc_buffer *B = &p->bufs[bi];
     const char *t = ctype(B->layout.dtype);
     switch (B->kind) {

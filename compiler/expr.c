@@ -147,6 +147,8 @@ static const tcc_vx *vx_intern(tcc_program *p, tcc_vx *cand) {
   if (e->b && e->b->depth > d) d = e->b->depth;
   if (e->c && e->c->depth > d) d = e->c->depth;
   e->depth = d + 1;
+  long ops = 1L + (e->a ? e->a->ops : 0) + (e->b ? e->b->ops : 0) + (e->c ? e->c->ops : 0);
+  e->ops = ops > (1L << 30) ? 1 << 30 : (int)ops;
   *s = e;
   t->count++;
   return e;
@@ -366,6 +368,10 @@ static const tcc_vx *subst_rec(tcc_program *p, tcc_ptrmap *memo, const tcc_vx *e
 }
 
 const tcc_vx *tcc_vx_subst(tcc_program *p, const tcc_vx *e, int n, const tcc_ix *const *idx) {
+  int identity = 1;   /* i<k> -> i<k> for all k: nothing to do (the common case) */
+  for (int k = 0; k < n && identity; k++)
+    identity = idx[k] && idx[k]->kind == TCC_IX_VAR && idx[k]->var == k;
+  if (identity) return e;
   tcc_ptrmap memo;
   if (tcc_ptrmap_init(&memo, 64)) {
     tcc_ptrmap_free(&memo);

@@ -7,9 +7,11 @@
  *   1. inlining: a load of a buffer that one pointwise store writes at the
  *      identity index is replaced by the stored expression, substituted at
  *      the load's index (recompute instead of a round trip through memory;
- *      broadcasting reads become index arithmetic). A producer whose
- *      inlined expression would be deeper than TCC_MAX_EXPR_DEPTH / 2
- *      stays a load, which bounds expression depth.
+ *      broadcasting reads become index arithmetic). A producer stays a
+ *      load when its expression is deeper than TCC_MAX_EXPR_DEPTH / 2
+ *      (which bounds expression depth), or when several kernels read it
+ *      and it has more than TCC_MAX_SHARED_INLINE_OPS operations (compute
+ *      once, read many).
  *   2. dead buffers: stores to temporaries nothing reads any more are
  *      dropped, and kernels left without stores die.
  *   3. merging: a kernel joins the nearest earlier live kernel with the
@@ -28,6 +30,7 @@ typedef struct fuse_ctx {
   tcc_program *p;
   const tcc_vx **producer;   /* per buffer: inlinable stored expression */
   int *writers;              /* per buffer: number of stores writing it */
+  int *readers;              /* per buffer: kernels loading it before fusion */
 } fuse_ctx;
 
 /* Is store s of kernel k an identity write of its whole buffer? */
@@ -48,7 +51,8 @@ static const tcc_vx *inline_rec(fuse_ctx *fc, tcc_ptrmap *memo, const tcc_vx *e)
   if (e->op == TCC_PRIM_LOAD) {
     r = e;
     const tcc_vx *prod = fc->producer[e->buf];
-    if (prod && prod->depth <= TCC_MAX_EXPR_DEPTH / 2) {
+    if (prod && prod->depth <= TCC_MAX_EXPR_DEPTH / 2 &&
+        (fc->readers[e->buf] <= 1 || prod->ops <= TCC_MAX_SHARED_INLINE_OPS)) {
       r = tcc_vx_subst(p, prod, e->nidx, e->idx);
       if (!r) return NULL;
     }
@@ -135,8 +139,15 @@ int tcc_fuse(tcc_program *p, tcc_error *err) {
   int *live = tcc_arena_array(p->arena, (size_t)nk + 1, sizeof *live);
   int *tmp = tcc_arena_array(p->arena, (size_t)nb + 1, sizeof *tmp);
   if (!fc.producer || !fc.writers || !stamp || !reads || !nreads || !live || !tmp) goto oom;
-  for (int k = 0; k < nk; k++)
+  fc.readers = tcc_arena_array(p->arena, (size_t)nb + 1, sizeof *fc.readers);
+  if (!fc.readers) goto oom;
+  for (int b = 0; b < nb; b++) stamp[b] = -1;
+  for (int k = 0; k < nk; k++) {
     for (int s = 0; s < p->kernels[k].nstores; s++) fc.writers[p->kernels[k].stores[s].buf]++;
+    int n;
+    if (kernel_reads(p, &p->kernels[k], stamp, k, tmp, &reads[k], &n)) goto oom;
+    for (int i = 0; i < n; i++) fc.readers[reads[k][i]]++;
+  }
 
   /* 1. inline, in kernel order: producers are rewritten before use */
   for (int k = 0; k < nk; k++) {

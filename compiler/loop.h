@@ -76,6 +76,8 @@ struct tcc_vx {
   int64_t i;                 /* CONST of an integer/bool dtype */
   uint32_t hash;
   int depth;                 /* 1 + deepest operand (fuse.c bounds it) */
+  int ops;                   /* size as a tree (shared operands counted
+                                each time), saturating: recompute cost */
 };
 
 /* A hash-consing table (one for index, one for value expressions per
@@ -223,6 +225,10 @@ int tcc_lower_realize(tcc_lower_ctx *lc, const tcc_node *n, int o, const tcc_vx 
 /* Deepest value expression fusion builds; a producer whose inlining would
  * go deeper stays a buffer. Bounds every recursive walk over expressions. */
 #define TCC_MAX_EXPR_DEPTH 256
+/* A producer read by several kernels is inlined (recomputed in each) only
+ * while its expression has at most this many operations; beyond, it is
+ * computed once into a buffer (TorchInductor's realize heuristics). */
+#define TCC_MAX_SHARED_INLINE_OPS 64
 /* How far back (in live kernels) fusion looks for a kernel to merge into. */
 #define TCC_FUSE_WINDOW 256
 

@@ -56,7 +56,7 @@ static int rng_int(int n) { return (int)(rng_next() % (uint64_t)n); }
 
 /* --------------------------------------------------------- test graph */
 
-#define TG_MAX 96
+#define TG_MAX 400
 #define SENTINEL 12345.0
 
 typedef struct tv {
@@ -630,6 +630,41 @@ START_TEST(constants_and_copies) {
 }
 END_TEST
 
+/* Fusion limits leave intermediates in the workspace: a chain deeper than
+ * TCC_MAX_EXPR_DEPTH / 2 is cut into several kernels, and a large
+ * expression read by two consumers is computed once. */
+START_TEST(workspace_temporaries) {
+  tg *t = tg_new();
+  t->rtol = t->atol = 1e-12;
+  int x = tg_input(t, F64, 2, (int64_t[]){3, 7}, NULL, 0, -2, 2);
+  int v = x;
+  for (int i = 0; i < 150; i++) v = tg_unary(t, i % 2 ? "aten.cos.default" : "aten.sin.default", v);
+  tg_output(t, v, NULL, 0);
+  built bt;
+  build(t, &bt);
+  ck_assert_int_gt(bt.art.kernels, 1);
+  ck_assert_int_gt(bt.manifest->workspace_bytes, 0);
+  run_and_check(t, &bt, 2);
+  unbuild(&bt);
+  tg_free(t);
+
+  t = tg_new();
+  t->rtol = t->atol = 1e-12;
+  x = tg_input(t, F64, 2, (int64_t[]){4, 5}, NULL, 0, -2, 2);
+  int y = tg_input(t, F64, 2, (int64_t[]){4, 5}, NULL, 0, -2, 2);
+  v = x;
+  for (int i = 0; i < 70; i++) v = tg_unary(t, "aten.sin.default", v);
+  tg_output(t, tg_binary(t, "aten.add.Tensor", v, y, NAN), NULL, 0);
+  tg_output(t, tg_binary(t, "aten.mul.Tensor", v, y, NAN), NULL, 0);
+  build(t, &bt);
+  ck_assert_int_eq(bt.art.kernels, 2);                        /* shared, then both outputs */
+  ck_assert_int_eq(bt.manifest->workspace_bytes, 4 * 5 * 8 + 64 - (4 * 5 * 8) % 64);
+  run_and_check(t, &bt, 2);
+  unbuild(&bt);
+  tg_free(t);
+}
+END_TEST
+
 /* Random graphs: random shapes with broadcasting, layouts, offsets, op
  * chains (kept well-conditioned: log/sqrt/div see positive operands). */
 START_TEST(random_graphs) {
@@ -882,6 +917,7 @@ int main(void) {
   tcase_add_test(tc, mixed_dtypes);
   tcase_add_test(tc, special_values);
   tcase_add_test(tc, constants_and_copies);
+  tcase_add_test(tc, workspace_temporaries);
   tcase_add_test(tc, random_graphs);
   tcase_add_test(tc, compiler_timeout);
   tcase_add_test(tc, compiler_failure);
