@@ -49,13 +49,35 @@ static const char *ctype(tcc_dtype d) {
   }
 }
 
+/* v as a C99 hexadecimal literal ("0x1.8p+1", "-0x0p+0"), exact, built
+ * from the bits rather than with printf's %a so that no locale (a ','
+ * decimal point) can change it. v is finite. */
+static void put_hexfloat(tcc_buf *b, double v) {
+  uint64_t u;
+  memcpy(&u, &v, sizeof u);
+  int biased = (int)((u >> 52) & 0x7ff);
+  uint64_t mant = u & ((UINT64_C(1) << 52) - 1);
+  char digits[14];
+  int n = 0;
+  for (int shift = 48; shift >= 0 && mant << (12 + 48 - shift) != 0; shift -= 4)
+    digits[n++] = "0123456789abcdef"[(mant >> shift) & 0xf];
+  digits[n] = '\0';
+  int lead = biased != 0;
+  int exp = biased ? biased - 1023 : (mant ? -1022 : 0);
+  tcc_buf_printf(b, "%s0x%d%s%sp%+d", (u >> 63) ? "-" : "", lead, n ? "." : "", digits, exp);
+}
+
 /* An exact C literal of value v in dtype d. */
 static void put_float(tcc_buf *b, double v, tcc_dtype d) {
   int f32 = d == TCC__V1__DTYPE__FLOAT32;
-  if (isnan(v)) tcc_buf_puts(b, f32 ? "NAN" : "((double)NAN)");
-  else if (isinf(v)) tcc_buf_printf(b, "%s%s", v < 0 ? "-" : "", f32 ? "INFINITY" : "((double)INFINITY)");
-  else if (f32) tcc_buf_printf(b, "%af", (double)(float)v);
-  else tcc_buf_printf(b, "%a", v);
+  if (isnan(v)) {
+    tcc_buf_puts(b, f32 ? "NAN" : "((double)NAN)");
+  } else if (isinf(v)) {
+    tcc_buf_printf(b, "%s%s", v < 0 ? "-" : "", f32 ? "INFINITY" : "((double)INFINITY)");
+  } else {
+    put_hexfloat(b, f32 ? (double)(float)v : v);
+    if (f32) tcc_buf_puts(b, "f");
+  }
 }
 
 static void put_int(tcc_buf *b, int64_t v) {
