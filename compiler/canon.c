@@ -71,7 +71,8 @@
  *
  * Not in the key, on purpose: value names, the client label, requires_grad,
  * device indices, fullgraph, the strides of intermediate values (the
- * compiler chooses those), nodes no output depends on.
+ * compiler chooses those), the declared strides/offset of constants
+ * (their data is row-major by definition), nodes no output depends on.
  */
 #include "graph.h"
 

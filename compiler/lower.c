@@ -196,6 +196,10 @@ int tcc_lower(tcc_program *p, tcc_error *err) {
     if (rc) return rc;
     if ((rc = n->op->lower(lc, n, err))) return rc;
     if (p->oom) return tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "out of memory lowering");
+    for (int o = 0; o < n->nout; o++)
+      if (n->outs[o] >= 0 && !lc->vals[n->outs[o]].body)
+        return tcc_error_set(err, TCC_E_INTERNAL, "node %d (%s): lowering left output %d undefined",
+                             n->src_index, n->op->name, o);
   }
 
   /* Outputs that are inputs or constants: copies. */
