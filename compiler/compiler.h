@@ -36,7 +36,9 @@
  *     shell) in its own process group, collecting its status with
  *     waitpid(pid): the process must not set SIGCHLD to SIG_IGN.
  *   - Artifacts (.so) follow the ABI of tcc.proto's Manifest; output
- *     buffers must not overlap inputs, each other or the workspace.
+ *     buffers must not overlap inputs, each other or the workspace, and
+ *     the workspace (Manifest.workspace_bytes; may be 0) must be 64-byte
+ *     aligned.
  *   - With the environment variable TCC_DUMP set, tcc_compile writes each
  *     pass's IR to <work_dir>/<guard hash>/NN-<pass>.txt.
  *

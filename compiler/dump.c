@@ -181,7 +181,8 @@ void tcc_dump_program(const tcc_program *p, tcc_buf *b) {
     const tcc_buffer *B = &p->bufs[i];
     tcc_buf_printf(b, "  buf%d %s %d ", i, kinds[B->kind], B->pos);
     dump_meta(b, &B->layout, 1);
-    if (B->kind == TCC_BUF_TEMP) tcc_buf_printf(b, " ws+%" PRId64, B->ws_offset);
+    if (B->kind == TCC_BUF_TEMP && p->planned && !B->dead)
+      tcc_buf_printf(b, " ws+%" PRId64, B->ws_offset);
     if (B->value >= 0) tcc_buf_printf(b, "  (v%d)", B->value);
     tcc_buf_puts(b, B->dead ? "  dead\n" : "\n");
   }

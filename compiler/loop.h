@@ -172,6 +172,7 @@ struct tcc_program {
   int nkernels, capkernels;
   tcc_kernel *kernels;
   int64_t workspace_bytes;
+  int planned;              /* plan.c has placed the temporaries */
   tcc_intern ix_intern, vx_intern;
   int oom;                  /* an allocation failed (sticky) */
 };

@@ -25,5 +25,6 @@ int tcc_plan_buffers(tcc_program *p, tcc_error *err) {
     off = end;
   }
   p->workspace_bytes = off;
+  p->planned = 1;
   return 0;
 }
