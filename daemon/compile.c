@@ -49,6 +49,7 @@ typedef struct tccd_job {
   int rc;                         /* tcc_compile's result */
   tcc_error err;
   tcc_artifact artifact;
+  Tcc__V1__Timings timings;       /* the first caller's decode/hash/lookup */
   tccd_call *waiters;             /* first = the call that started the job */
   tccd_call **waiters_tail;
   int nwaiters;
@@ -236,7 +237,7 @@ static void job_done(uv_work_t *w, int status) {
   log_info("compile %.12s %s: %d kernel(s), %zu bytes, %.1f ms, %d waiter(s)",
            job->prep->hash_hex, job->prep->target, job->artifact.kernels, job->artifact.size,
            job->artifact.compile_ms, job->nwaiters);
-  Tcc__V1__Timings t = TCC__V1__TIMINGS__INIT;
+  Tcc__V1__Timings t = job->timings;
   t.compile_ms = job->artifact.compile_ms;
   Tcc__V1__CacheStatus status_of = TCC__V1__CACHE_STATUS__MISS;
   for (tccd_call *c = job->waiters, *next; c; c = next) {
@@ -375,6 +376,7 @@ void tccd_rpc_compile(tccd_state *st, tccd_call *c) {
   tcc_cache_count(st->cache, TCC_COUNTER_misses, 1);
   job->st = st;
   job->prep = prep;
+  job->timings = t;
   job->request_meta = encode_request_meta(req, &job->request_meta_len);
   tcc__v1__compile_request__free_unpacked(req, NULL);
   job->waiters_tail = &job->waiters;

@@ -5,7 +5,7 @@
  *   bench-rpc ADDR REQUEST CLIENTS SECONDS [RATE]
  *
  * REQUEST is a tcc.v1.CompileRequest already in the cache, in protobuf JSON
- * form (tests/graphs/*.json) or encoded.
+ * form (a file under tests/graphs/) or encoded.
  * Each client has its own channel (its own HTTP/2 connection) and at most
  * one call in flight. Without RATE the clients are closed-loop: each sends
  * its next request as soon as the last reply arrives (peak throughput;
