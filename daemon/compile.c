@@ -339,7 +339,7 @@ void tccd_rpc_compile(tccd_state *st, tccd_call *c) {
     return;
   }
   if (rc != TCC_E_NOT_FOUND) log_warn("cache lookup failed, compiling instead: %s", err.msg);
-  else if (err.msg[0]) log_warn("%s", err.msg); /* e.g. a guard hash collision */
+  else if (strstr(err.msg, "collision")) log_warn("%s", err.msg); /* stored key differs */
 
   tccd_job *job = job_find(st->jobs, prep->hash);
   if (job) {

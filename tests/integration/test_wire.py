@@ -72,7 +72,7 @@ def test_unknown_method_is_unimplemented(daemon):
 def test_health_check(daemon):
     # HealthCheckResponse{status: SERVING} is field 1 = 1: b"\x08\x01"
     assert raw_unary(daemon.addr, "/grpc.health.v1.Health/Check", b"") == b"\x08\x01"
-    svc = b"\x0a\x0etcc.v1.Compiler"
+    svc = b"\x0a\x0ftcc.v1.Compiler"
     assert raw_unary(daemon.addr, "/grpc.health.v1.Health/Check", svc) == b"\x08\x01"
     with pytest.raises(grpc.RpcError) as e:
         raw_unary(daemon.addr, "/grpc.health.v1.Health/Check", b"\x0a\x03foo")
