@@ -286,8 +286,9 @@ int tcc_decode_request(const uint8_t *buf, size_t len,
 int tcc_verify(const Tcc__V1__CompileRequest *req, tcc_arena *arena,
                tcc_graph *out, tcc_error *err);
 
-/* Checks one TensorMeta and fills m. `what` names the value in messages.
- * Returns 0 or TCC_E_INVALID_ARGUMENT. */
+/* Checks one TensorMeta and fills m (a missing device reads as
+ * UNSPECIFIED). Returns 0 or TCC_E_INVALID_ARGUMENT with a message that
+ * the caller prefixes with the value's name. */
 int tcc_meta_from_proto(const Tcc__V1__TensorMeta *pm, tcc_meta *m,
                         tcc_error *err);
 
