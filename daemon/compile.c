@@ -6,12 +6,13 @@
  *
  *   request ─► unpack ─► tcc_prepare (verify, canonicalize, guard hash)
  *           ─► cache lookup ──hit──► reply HIT
+ *           ─► recorded failure? ──yes──► the same error (negative cache)
  *           ─► job for this hash in flight? ──yes──► wait on it (COALESCED)
  *           ─► queue full? ──yes──► RESOURCE_EXHAUSTED
  *           ─► new job ─► uv_queue_work(tcc_compile) ... ─► job_done (loop):
  *                store entry + blob (one transaction), reply MISS to the
  *                first caller and COALESCED to the others, or the error
- *                to all of them.
+ *                to all of them (and record it when it would repeat).
  *
  * A job's state:
  *
@@ -210,6 +211,15 @@ static void job_store(tccd_job *job) {
   }
 }
 
+/* Failures that the same graph, compiler and target would meet again
+ * (an op the back end cannot lower, the C compiler rejecting the source)
+ * go to the negative cache; timeouts and resource shortages may not
+ * repeat, so they are retried. */
+static int failure_is_deterministic(int code) {
+  return code == TCC_E_UNIMPLEMENTED || code == TCC_E_INTERNAL || code == TCC_E_INVALID_ARGUMENT ||
+         code == TCC_E_OUT_OF_RANGE;
+}
+
 static void job_done(uv_work_t *w, int status) {
   tccd_job *job = w->data;
   tccd_state *st = job->st;
@@ -230,6 +240,12 @@ static void job_done(uv_work_t *w, int status) {
   if (job->rc != 0) {
     tcc_cache_count(st->cache, TCC_COUNTER_compile_failures, 1);
     log_warn("compile %.12s failed (%s): %s", job->prep->hash_hex, tcc_status_name(job->rc), job->err.msg);
+    if (failure_is_deterministic(job->rc)) {
+      tcc_error serr;
+      if (tcc_cache_store_failure(st->cache, job->prep->hash, job->prep->key, job->prep->key_len,
+                                  job->prep->target, job->rc, job->err.msg, &serr) != 0)
+        log_warn("could not record the failure: %s", serr.msg);
+    }
     reply_error_to_waiters(job, job->rc, job->err.msg);
     job_free(job);
     return;
@@ -340,6 +356,17 @@ void tccd_rpc_compile(tccd_state *st, tccd_call *c) {
   }
   if (rc != TCC_E_NOT_FOUND) log_warn("cache lookup failed, compiling instead: %s", err.msg);
   else if (strstr(err.msg, "collision")) log_warn("%s", err.msg); /* stored key differs */
+
+  tcc_cache_failure failure;
+  if (tcc_cache_lookup_failure(st->cache, prep->hash, prep->key, prep->key_len, &failure, &err) == 0) {
+    tcc_cache_count(st->cache, TCC_COUNTER_negative_hits, 1);
+    log_debug("compile %.12s: recorded failure answered again", prep->hash_hex);
+    tcc__v1__compile_request__free_unpacked(req, NULL);
+    tccd_call_fail(c, failure.code, "%s (recorded failure for guard hash %s; `tcctl evict %s` clears it)",
+                   failure.message, prep->hash_hex, prep->hash_hex);
+    tcc_prepared_free(prep);
+    return;
+  }
 
   tccd_job *job = job_find(st->jobs, prep->hash);
   if (job) {

@@ -105,6 +105,7 @@ void tccd_rpc_stats(tccd_state *st, tccd_call *c) {
   r.requests = cs.counters[TCC_COUNTER_requests];
   r.invalid_requests = cs.counters[TCC_COUNTER_invalid_requests];
   r.compile_seconds = cs.compile_seconds;
+  r.negative_entries = cs.failures;
   r.compile_seconds_saved = cs.compile_seconds_saved;
   r.uptime_seconds = (int64_t)((uv_hrtime() - st->started_ns) / 1000000000ull);
   r.version = (char *)TCC_VERSION;

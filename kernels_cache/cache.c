@@ -43,7 +43,7 @@
  *   flush rewrites stay in memory: 1000 distinct hits flush in ~6 ms
  *   instead of ~15 ms with the default 2 MiB).
  *
- * ON-DISK FORMAT (schema version 1; PRAGMA user_version = 1,
+ * ON-DISK FORMAT (schema version 2; PRAGMA user_version = 2,
  * PRAGMA application_id = 0x54434344 "TCCD", auto_vacuum = INCREMENTAL)
  *
  *   Columns are listed in storage order: the small fixed-size columns come
@@ -90,6 +90,19 @@
  *   |-----------------------|---------------------------------------------|
  *   | blob_bytes            | INTEGER, SUM(blobs.size), trigger-kept      |
  *   | compile_seconds_saved | REAL, sum over hits of the entry compile_ms |
+ *   | compile_seconds       | REAL, sum of compile_ms of every store (v2) |
+ *
+ *   Table failures (v2) — the negative cache: deterministic compile
+ *   failures, answered again without recompiling. The guard key includes
+ *   the compiler identity, so a new compiler never sees an old failure.
+ *   | column  | type    | meaning                                          |
+ *   |---------|---------|--------------------------------------------------|
+ *   | hash    | BLOB PK | guard hash                                       |
+ *   | code    | INTEGER | TCC_E_* code of the failure                      |
+ *   | created | INTEGER | unix seconds                                     |
+ *   | target  | TEXT    | as entries.target                                |
+ *   | message | TEXT    | the error message returned to clients            |
+ *   | key     | BLOB    | canonical key bytes, compared on lookup          |
  *
  *   Invariants: every entries.artifact_sha256 has a blobs row (foreign key,
  *   foreign_keys=ON); a blob with no entry is removed in the transaction
@@ -128,7 +141,7 @@
 #include <unistd.h>
 
 #define TCC_CACHE_APPLICATION_ID 0x54434344 /* "TCCD" */
-#define TCC_CACHE_SCHEMA_VERSION 1
+#define TCC_CACHE_SCHEMA_VERSION 2
 #define TCC_CACHE_DEFAULT_BUSY_MS 5000
 #define TCC_CACHE_EVICT_BATCH 16
 
@@ -180,10 +193,18 @@ static const cache_migration MIGRATIONS[] = {
    "CREATE TRIGGER blobs_resize AFTER UPDATE OF size ON blobs BEGIN"
    "  UPDATE totals SET value = value - OLD.size + NEW.size"
    "   WHERE name = 'blob_bytes'; END;"},
-  /* Version 2 would go here, e.g.
-   * {2, "CREATE TABLE tuning (shape_key BLOB, target TEXT, config BLOB,"
-   *     " PRIMARY KEY (shape_key, target));"},
-   * with TCC_CACHE_SCHEMA_VERSION bumped to 2. */
+  {2,
+   /* the negative cache, and compile time as a running total (it used to
+    * be summed over the entries still stored) */
+   "CREATE TABLE failures ("
+   "  hash    BLOB PRIMARY KEY NOT NULL CHECK (length(hash) = 32),"
+   "  code    INTEGER NOT NULL,"
+   "  created INTEGER NOT NULL,"
+   "  target  TEXT NOT NULL,"
+   "  message TEXT NOT NULL,"
+   "  key     BLOB NOT NULL);"
+   "INSERT INTO totals(name, value)"
+   "  SELECT 'compile_seconds', total(compile_ms) / 1000.0 FROM entries;"},
 };
 
 _Static_assert(sizeof MIGRATIONS / sizeof MIGRATIONS[0] == TCC_CACHE_SCHEMA_VERSION,
@@ -237,6 +258,14 @@ _Static_assert(sizeof MIGRATIONS / sizeof MIGRATIONS[0] == TCC_CACHE_SCHEMA_VERS
   X(SAVED_GET, "SELECT value FROM totals WHERE name = 'compile_seconds_saved'")\
   X(SAVED_ADD, "UPDATE totals SET value = value + ?1"                          \
                " WHERE name = 'compile_seconds_saved'")                        \
+  X(COMPILE_SECONDS_GET, "SELECT value FROM totals WHERE name = 'compile_seconds'") \
+  X(COMPILE_SECONDS_ADD, "UPDATE totals SET value = value + ?1"                \
+                         " WHERE name = 'compile_seconds'")                    \
+  X(FAILURE_GET, "SELECT code, message, created, key FROM failures WHERE hash = ?1") \
+  X(FAILURE_PUT, "INSERT OR REPLACE INTO failures(hash, code, created, target, message, key)" \
+                 " VALUES (?1, ?2, ?3, ?4, ?5, ?6)")                           \
+  X(FAILURE_DELETE, "DELETE FROM failures WHERE hash = ?1")                    \
+  X(FAILURE_COUNT, "SELECT count(*) FROM failures")                            \
   X(COUNTER_GET, "SELECT name, value FROM counters")                           \
   X(COUNTER_ADD, "INSERT INTO counters(name, value) VALUES (?1, ?2)"           \
                  " ON CONFLICT(name) DO UPDATE SET value = value + excluded.value")
@@ -956,6 +985,13 @@ static int store_in_txn(tcc_cache *c, const tcc_cache_entry *e, const uint8_t *a
   bind_bytes(s, 12, e->request_meta, e->request_meta_len);
   if ((rc = stmt_run(s)) != SQLITE_DONE) return sql_error(c, rc, err, "insert entry");
 
+  s = c->st[ST_COMPILE_SECONDS_ADD];
+  sqlite3_bind_double(s, 1, e->compile_ms / 1000.0);
+  if ((rc = stmt_run(s)) != SQLITE_DONE) return sql_error(c, rc, err, "add compile time");
+  s = c->st[ST_FAILURE_DELETE]; /* a success supersedes a recorded failure */
+  sqlite3_bind_blob(s, 1, e->hash, TCC_SHA256_BYTES, SQLITE_STATIC);
+  if ((rc = stmt_run(s)) != SQLITE_DONE) return sql_error(c, rc, err, "drop failure");
+
   if (replaced && memcmp(old_artifact, e->artifact_sha256, TCC_SHA256_BYTES) != 0) {
     s = c->st[ST_BLOB_DELETE_IF_ORPHAN];
     sqlite3_bind_blob(s, 1, old_artifact, TCC_SHA256_BYTES, SQLITE_STATIC);
@@ -1083,6 +1119,13 @@ int tcc_cache_evict(tcc_cache *c, const uint8_t hash[TCC_SHA256_BYTES], tcc_erro
   if (code) return code;
   int64_t freed = 0;
   code = entry_delete(c, hash, &freed, err);
+  if (code == TCC_E_NOT_FOUND || code == 0) { /* a recorded failure goes too */
+    sqlite3_stmt *s = c->st[ST_FAILURE_DELETE];
+    sqlite3_bind_blob(s, 1, hash, TCC_SHA256_BYTES, SQLITE_STATIC);
+    int rc = stmt_run(s);
+    if (rc != SQLITE_DONE) code = sql_error(c, rc, err, "drop failure");
+    else if (sqlite3_changes(c->db) > 0) code = 0;
+  }
   if (code) {
     txn_rollback(c);
     if (code == TCC_E_NOT_FOUND) {
@@ -1235,7 +1278,20 @@ int tcc_cache_stats_get(tcc_cache *c, tcc_cache_stats *out, tcc_error *err) {
   int rc = sqlite3_step(s);
   if (rc == SQLITE_ROW) {
     out->entries = sqlite3_column_int64(s, 0);
-    out->compile_seconds = sqlite3_column_double(s, 1) / 1000.0;
+    rc = SQLITE_DONE;
+  }
+  sqlite3_reset(s);
+
+  s = c->st[ST_COMPILE_SECONDS_GET];
+  if (rc == SQLITE_DONE && (rc = sqlite3_step(s)) == SQLITE_ROW) {
+    out->compile_seconds = sqlite3_column_double(s, 0);
+    rc = SQLITE_DONE;
+  }
+  sqlite3_reset(s);
+
+  s = c->st[ST_FAILURE_COUNT];
+  if (rc == SQLITE_DONE && (rc = sqlite3_step(s)) == SQLITE_ROW) {
+    out->failures = sqlite3_column_int64(s, 0);
     rc = SQLITE_DONE;
   }
   sqlite3_reset(s);
@@ -1260,6 +1316,54 @@ int tcc_cache_stats_get(tcc_cache *c, tcc_cache_stats *out, tcc_error *err) {
 
   for (int i = 0; i < TCC_COUNTER__COUNT; i++) out->counters[i] += c->pending.counters[i];
   out->compile_seconds_saved += c->pending.saved_ms / 1000.0;
+  return 0;
+}
+
+/* ---------------------------------------------------------------------- */
+/* The negative cache                                                      */
+/* ---------------------------------------------------------------------- */
+
+int tcc_cache_store_failure(tcc_cache *c, const uint8_t hash[TCC_SHA256_BYTES],
+                            const uint8_t *key, size_t key_len, const char *target,
+                            int code, const char *message, tcc_error *err) {
+  if (!c || !hash || (!key && key_len) || code >= 0 || !message)
+    return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "cache store failure: bad arguments");
+  sqlite3_stmt *s = c->st[ST_FAILURE_PUT];
+  sqlite3_bind_blob(s, 1, hash, TCC_SHA256_BYTES, SQLITE_STATIC);
+  sqlite3_bind_int(s, 2, code);
+  sqlite3_bind_int64(s, 3, (int64_t)time(NULL));
+  sqlite3_bind_text(s, 4, target ? target : "", -1, SQLITE_STATIC);
+  sqlite3_bind_text(s, 5, message, -1, SQLITE_STATIC);
+  bind_bytes(s, 6, key, key_len);
+  int rc = stmt_run(s); /* one statement: its own transaction */
+  if (rc != SQLITE_DONE) return sql_error(c, rc, err, "store failure");
+  return 0;
+}
+
+int tcc_cache_lookup_failure(tcc_cache *c, const uint8_t hash[TCC_SHA256_BYTES],
+                             const uint8_t *key, size_t key_len, tcc_cache_failure *out,
+                             tcc_error *err) {
+  if (!c || !hash || !out || (!key && key_len))
+    return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "cache lookup failure: bad arguments");
+  memset(out, 0, sizeof *out);
+  sqlite3_stmt *s = c->st[ST_FAILURE_GET];
+  sqlite3_bind_blob(s, 1, hash, TCC_SHA256_BYTES, SQLITE_STATIC);
+  int rc = sqlite3_step(s), found = 0;
+  if (rc == SQLITE_ROW) {
+    const void *stored = sqlite3_column_blob(s, 3);
+    size_t n = (size_t)sqlite3_column_bytes(s, 3);
+    if (n == key_len && (n == 0 || memcmp(stored, key, n) == 0)) {
+      out->code = sqlite3_column_int(s, 0);
+      const unsigned char *msg = sqlite3_column_text(s, 1);
+      snprintf(out->message, sizeof out->message, "%s", msg ? (const char *)msg : "");
+      out->created = sqlite3_column_int64(s, 2);
+      found = 1;
+    }
+    rc = SQLITE_DONE;
+  }
+  sqlite3_reset(s);
+  if (rc != SQLITE_DONE) return sql_error(c, rc, err, "look up failure");
+  if (!found) return tcc_error_set(err, TCC_E_NOT_FOUND, "no recorded failure");
   return 0;
 }
 

@@ -72,7 +72,8 @@ typedef struct tcc_cache_stats {
   int64_t bytes;                 /* artifact bytes stored */
   int64_t max_bytes;
   int64_t counters[TCC_COUNTER__COUNT];
-  double compile_seconds;        /* total spent compiling stored entries */
+  double compile_seconds;        /* total spent compiling, every store counted */
+  int64_t failures;              /* recorded compile failures (negative cache) */
   double compile_seconds_saved;  /* sum over hits of the entry's compile time */
 } tcc_cache_stats;
 
@@ -167,9 +168,30 @@ void tcc_cache_count(tcc_cache *c, tcc_cache_counter counter, int64_t delta);
 
 /* Fills *out: entries, blob bytes (shared blobs counted once), budget,
  * counters and compile-seconds saved including pending in-memory deltas,
- * and compile_seconds = the sum of compile_ms over stored entries.
+ * and compile_seconds = the running total of compile_ms of every store.
  * Returns 0 or a TCC_E_* code. */
 int tcc_cache_stats_get(tcc_cache *c, tcc_cache_stats *out, tcc_error *err);
+
+/* The negative cache: a compile failure that would repeat (the same graph,
+ * compiler and target fail the same way), answered again without
+ * recompiling. tcc_cache_evict removes it; a later successful store of the
+ * same hash replaces it. */
+typedef struct tcc_cache_failure {
+  int code;                              /* TCC_E_* */
+  char message[TCC_ERROR_MSG_MAX];
+  int64_t created;                       /* unix seconds */
+} tcc_cache_failure;
+
+/* Records a failure (code < 0) for hash/key. Returns 0 or a TCC_E_* code. */
+int tcc_cache_store_failure(tcc_cache *c, const uint8_t hash[TCC_SHA256_BYTES],
+                            const uint8_t *key, size_t key_len, const char *target,
+                            int code, const char *message, tcc_error *err);
+
+/* Returns 0 and fills *out when a failure is recorded for hash with this
+ * exact key; TCC_E_NOT_FOUND otherwise. */
+int tcc_cache_lookup_failure(tcc_cache *c, const uint8_t hash[TCC_SHA256_BYTES],
+                             const uint8_t *key, size_t key_len, tcc_cache_failure *out,
+                             tcc_error *err);
 
 /* Writes pending counters and hit bookkeeping in one transaction.
  * Returns 0 (also when nothing was pending) or a TCC_E_* code; on

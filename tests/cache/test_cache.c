@@ -221,7 +221,7 @@ START_TEST(test_store_lookup_reopen) {
 
   /* The file is what cache.c documents. */
   sqlite3 *db = raw_open();
-  ck_assert_int_eq(raw_int(db, "PRAGMA user_version"), 1);
+  ck_assert_int_eq(raw_int(db, "PRAGMA user_version"), 2);
   ck_assert_int_eq(raw_int(db, "PRAGMA application_id"), 0x54434344);
   ck_assert_int_eq(raw_int(db, "PRAGMA auto_vacuum"), 2);
   sqlite3_close(db);
@@ -410,6 +410,75 @@ START_TEST(test_evict_by_hash) {
   tcc_cache_close(c);
   stored_free(&a);
   stored_free(&b);
+}
+END_TEST
+
+/* The negative cache: recorded, found only with the same key, superseded
+ * by a successful store, removed by evict, persistent across reopen. */
+START_TEST(test_negative_cache) {
+  tcc_cache *c = open_cache(0);
+  tcc_error err = {0};
+  uint8_t hash[TCC_SHA256_BYTES], key[40], other_key[40];
+  tu_rand_bytes(hash, sizeof hash);
+  tu_rand_bytes(key, sizeof key);
+  memcpy(other_key, key, sizeof key);
+  other_key[7] ^= 1;
+  tcc_cache_failure f;
+  ck_assert_int_eq(tcc_cache_lookup_failure(c, hash, key, sizeof key, &f, &err), TCC_E_NOT_FOUND);
+  ck_assert_int_eq(tcc_cache_store_failure(c, hash, key, sizeof key, "cpu:x86-64-v2",
+                                           TCC_E_UNIMPLEMENTED, "unsupported op 'aten.x.y'", &err), 0);
+  ck_assert_int_eq(tcc_cache_lookup_failure(c, hash, key, sizeof key, &f, &err), 0);
+  ck_assert_int_eq(f.code, TCC_E_UNIMPLEMENTED);
+  ck_assert_str_eq(f.message, "unsupported op 'aten.x.y'");
+  ck_assert_int_eq(tcc_cache_lookup_failure(c, hash, other_key, sizeof other_key, &f, &err),
+                   TCC_E_NOT_FOUND);
+  ck_assert_int_eq(stats_of(c).failures, 1);
+
+  tcc_cache_close(c); /* persists */
+  c = open_cache(0);
+  ck_assert_int_eq(tcc_cache_lookup_failure(c, hash, key, sizeof key, &f, &err), 0);
+  ck_assert_int_eq(tcc_cache_evict(c, hash, &err), 0); /* evict clears it */
+  ck_assert_int_eq(tcc_cache_lookup_failure(c, hash, key, sizeof key, &f, &err), TCC_E_NOT_FOUND);
+  ck_assert_int_eq(tcc_cache_evict(c, hash, &err), TCC_E_NOT_FOUND);
+
+  stored a; /* a successful store of the same hash supersedes a failure */
+  store_random(c, &a, 1000, 5);
+  ck_assert_int_eq(tcc_cache_store_failure(c, a.e.hash, a.e.key, a.e.key_len, "cpu",
+                                           TCC_E_INTERNAL, "cc failed", &err), 0);
+  ck_assert_int_eq(tcc_cache_store(c, &a.e, a.artifact, a.len, &err), 0);
+  ck_assert_int_eq(tcc_cache_lookup_failure(c, a.e.hash, a.e.key, a.e.key_len, &f, &err),
+                   TCC_E_NOT_FOUND);
+  ck_assert_int_eq(stats_of(c).failures, 0);
+  ck_assert_int_eq(tcc_cache_store_failure(c, hash, key, sizeof key, "cpu", 0, "no code", &err),
+                   TCC_E_INVALID_ARGUMENT);
+  tcc_cache_close(c);
+  stored_free(&a);
+}
+END_TEST
+
+/* A version-1 file (before the negative cache) is migrated on open, its
+ * entries kept, and compile_seconds carried over from them. */
+START_TEST(test_migrate_from_v1) {
+  tcc_cache *c = open_cache(0);
+  stored a;
+  store_random(c, &a, 2000, 1500);
+  tcc_cache_close(c);
+  sqlite3 *db = raw_open();
+  raw_exec(db, "DROP TABLE failures; DELETE FROM totals WHERE name = 'compile_seconds';"
+               "PRAGMA user_version = 1;");
+  sqlite3_close(db);
+  c = open_cache(0);
+  ck_assert(present(c, a.e.hash));
+  tcc_cache_stats st = stats_of(c);
+  ck_assert(st.compile_seconds > 1.49 && st.compile_seconds < 1.51);
+  tcc_error err = {0};
+  ck_assert_int_eq(tcc_cache_store_failure(c, a.e.hash, a.e.key, a.e.key_len, "cpu",
+                                           TCC_E_INTERNAL, "x", &err), 0);
+  tcc_cache_close(c);
+  db = raw_open();
+  ck_assert_int_eq(raw_int(db, "PRAGMA user_version"), 2);
+  sqlite3_close(db);
+  stored_free(&a);
 }
 END_TEST
 
@@ -843,6 +912,8 @@ static Suite *cache_suite(void) {
   tcase_add_test(t, test_eviction_by_budget);
   tcase_add_test(t, test_evict_by_hash);
   tcase_add_test(t, test_shared_blob);
+  tcase_add_test(t, test_negative_cache);
+  tcase_add_test(t, test_migrate_from_v1);
   tcase_add_test(t, test_replace_entry);
   tcase_add_test(t, test_store_rejects_bad_digest);
   tcase_add_test(t, test_gc);
