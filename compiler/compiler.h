@@ -131,4 +131,21 @@ int tcc_compile(const tcc_prepared *p, const tcc_build_options *opts,
 
 void tcc_artifact_free(tcc_artifact *a);
 
+/* One op tcc_compile lowers (for tcc.v1.Compiler.Ops: clients send only
+ * these and run the rest eagerly). Strings are static. */
+typedef struct tcc_op_info {
+  const char *target;   /* "aten.add.Tensor" */
+  const char *schema;   /* "add.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor" */
+  const char *kind;     /* "pointwise", "reduction", "view", "extern" */
+} tcc_op_info;
+
+/* The ops device (Tcc__V1__DeviceType; UNSPECIFIED = CPU) compiles, in op
+ * table order: fills out[0..min(count, cap)) and returns the count (call
+ * with cap 0 to size the array). CUDA lists none yet. Thread-safe. */
+size_t tcc_compiler_ops(int device, tcc_op_info *out, size_t cap);
+
+/* The tensor dtypes device computes in (float32, float64 on CPU), same
+ * calling convention. */
+size_t tcc_compiler_dtypes(int device, Tcc__V1__DType *out, size_t cap);
+
 #endif

@@ -36,6 +36,14 @@ static int compute_dtype_ok(tcc_dtype d) {
   return d == TCC__V1__DTYPE__FLOAT32 || d == TCC__V1__DTYPE__FLOAT64;
 }
 
+size_t tcc_compiler_dtypes(int device, Tcc__V1__DType *out, size_t cap) {
+  static const Tcc__V1__DType cpu[] = {TCC__V1__DTYPE__FLOAT32, TCC__V1__DTYPE__FLOAT64};
+  if (device != TCC__V1__DEVICE_TYPE__DEVICE_TYPE_UNSPECIFIED && device != TCC__V1__DEVICE_TYPE__CPU)
+    return 0;
+  for (size_t i = 0; i < 2 && i < cap; i++) out[i] = cpu[i];
+  return 2;
+}
+
 /* Dtypes the CPU backend can load, convert and store. */
 static int storage_dtype_ok(tcc_dtype d) {
   return d != TCC__V1__DTYPE__FLOAT16 && d != TCC__V1__DTYPE__BFLOAT16 && tcc_dtype_valid(d);

@@ -466,3 +466,17 @@ const tcc_op *tcc_op_find(const char *name) {
 const tcc_op *tcc_op_get(int id) {
   return id >= 0 && id < TCC_OP_COUNT ? &op_table[id] : NULL;
 }
+
+/* ------------------------------------------------ the table, published */
+
+size_t tcc_compiler_ops(int device, tcc_op_info *out, size_t cap) {
+  static const char *const kinds[] = {
+    [TCC_OPK_POINTWISE] = "pointwise", [TCC_OPK_REDUCTION] = "reduction",
+    [TCC_OPK_VIEW] = "view", [TCC_OPK_EXTERN] = "extern"};
+  if (device != TCC__V1__DEVICE_TYPE__DEVICE_TYPE_UNSPECIFIED && device != TCC__V1__DEVICE_TYPE__CPU)
+    return 0;                                   /* no CUDA backend yet */
+  if (tcc_ops_init(NULL)) return 0;
+  for (size_t i = 0; i < TCC_OP_COUNT && i < cap; i++)
+    out[i] = (tcc_op_info){op_table[i].name, op_table[i].schema_text, kinds[op_table[i].kind]};
+  return TCC_OP_COUNT;
+}

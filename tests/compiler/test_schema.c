@@ -207,6 +207,27 @@ START_TEST(promotion) {
 }
 END_TEST
 
+START_TEST(published_ops) {
+  size_t n = tcc_compiler_ops(TCC__V1__DEVICE_TYPE__CPU, NULL, 0);
+  ck_assert_uint_eq(n, TCC_OP_COUNT);
+  tcc_op_info *ops = calloc(n, sizeof *ops);
+  ck_assert_uint_eq(tcc_compiler_ops(0, ops, n), n);
+  ck_assert_str_eq(ops[0].target, "aten.add.Tensor");
+  ck_assert_str_eq(ops[0].schema, "add.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor");
+  ck_assert_str_eq(ops[0].kind, "pointwise");
+  for (size_t i = 0; i < n; i++) ck_assert_ptr_nonnull(tcc_op_find(ops[i].target));
+  free(ops);
+  tcc_op_info one;
+  ck_assert_uint_eq(tcc_compiler_ops(TCC__V1__DEVICE_TYPE__CPU, &one, 1), n);   /* truncated */
+  ck_assert_uint_eq(tcc_compiler_ops(TCC__V1__DEVICE_TYPE__CUDA, NULL, 0), 0);
+  Tcc__V1__DType dts[4];
+  ck_assert_uint_eq(tcc_compiler_dtypes(TCC__V1__DEVICE_TYPE__CPU, dts, 4), 2);
+  ck_assert_int_eq(dts[0], TCC__V1__DTYPE__FLOAT32);
+  ck_assert_int_eq(dts[1], TCC__V1__DTYPE__FLOAT64);
+  ck_assert_uint_eq(tcc_compiler_dtypes(TCC__V1__DEVICE_TYPE__CUDA, dts, 4), 0);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("schema");
   TCase *tc = tcase_create("schema");
@@ -217,6 +238,7 @@ int main(void) {
   tcase_add_test(tc, bad_schemas);
   tcase_add_test(tc, param_type_text);
   tcase_add_test(tc, promotion);
+  tcase_add_test(tc, published_ops);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);
