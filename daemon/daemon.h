@@ -78,6 +78,7 @@ typedef struct tccd_tag {
 #define TCCD_METHODS(X)                                               \
   X(COMPILE, "/tcc.v1.Compiler/Compile", tccd_rpc_compile)            \
   X(FETCH, "/tcc.v1.Compiler/Fetch", tccd_rpc_fetch)                  \
+  X(OPS, "/tcc.v1.Compiler/Ops", tccd_rpc_ops)                        \
   X(STATS, "/tcc.v1.Cache/Stats", tccd_rpc_stats)                     \
   X(LIST, "/tcc.v1.Cache/List", tccd_rpc_list)                        \
   X(SHOW, "/tcc.v1.Cache/Show", tccd_rpc_show)                        \

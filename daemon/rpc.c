@@ -1,5 +1,5 @@
 /*
- * rpc.c — the small RPCs: Fetch (streamed artifact), Stats, List, Show,
+ * rpc.c — the small RPCs: Fetch (streamed artifact), Ops, Stats, List, Show,
  * Evict, Gc and grpc.health.v1.Health/Check. Compile lives in compile.c.
  *
  * Each handler decodes its request (malformed: INVALID_ARGUMENT), asks the
@@ -73,6 +73,45 @@ void tccd_rpc_fetch(tccd_state *st, tccd_call *c) {
   tccd_call_stream_artifact(c, data, len, hex, kind, chunk);
 out:
   tcc__v1__fetch_request__free_unpacked(req, NULL);
+}
+
+/* ------------------------------------------------------------ Ops */
+
+void tccd_rpc_ops(tccd_state *st, tccd_call *c) {
+  Tcc__V1__OpsRequest *req = (Tcc__V1__OpsRequest *)unpack_request(c, &tcc__v1__ops_request__descriptor);
+  if (!req) return;
+  int device = req->device;
+  tcc__v1__ops_request__free_unpacked(req, NULL);
+  size_t nops = tcc_compiler_ops(device, NULL, 0);
+  size_t ndt = tcc_compiler_dtypes(device, NULL, 0);
+  tcc_op_info *info = calloc(nops ? nops : 1, sizeof *info);
+  Tcc__V1__OpInfo *ops = calloc(nops ? nops : 1, sizeof *ops);
+  Tcc__V1__OpInfo **ptrs = calloc(nops ? nops : 1, sizeof *ptrs);
+  Tcc__V1__DType *dtypes = calloc(ndt ? ndt : 1, sizeof *dtypes);
+  if (!info || !ops || !ptrs || !dtypes) {
+    tccd_call_fail(c, TCC_E_RESOURCE_EXHAUSTED, "out of memory");
+  } else {
+    nops = tcc_compiler_ops(device, info, nops);
+    ndt = tcc_compiler_dtypes(device, dtypes, ndt);
+    for (size_t i = 0; i < nops; i++) {
+      tcc__v1__op_info__init(&ops[i]);
+      ops[i].target = (char *)info[i].target;
+      ops[i].schema = (char *)info[i].schema;
+      ops[i].kind = (char *)info[i].kind;
+      ptrs[i] = &ops[i];
+    }
+    Tcc__V1__OpsResponse r = TCC__V1__OPS_RESPONSE__INIT;
+    r.n_ops = nops;
+    r.ops = ptrs;
+    r.n_dtypes = ndt;
+    r.dtypes = dtypes;
+    r.compiler = st->identity;
+    tccd_call_reply(c, &r.base);
+  }
+  free(info);
+  free(ops);
+  free(ptrs);
+  free(dtypes);
 }
 
 /* ------------------------------------------------------------ Stats */

@@ -61,7 +61,7 @@
 
 /* How many requests to keep pending per method (hot methods get more). */
 static const int pending_per_method[TCCD_METHOD__COUNT] = {
-    [TCCD_METHOD_COMPILE] = 16, [TCCD_METHOD_FETCH] = 4,
+    [TCCD_METHOD_COMPILE] = 16, [TCCD_METHOD_FETCH] = 4, [TCCD_METHOD_OPS] = 1,
     [TCCD_METHOD_STATS] = 2,    [TCCD_METHOD_LIST] = 1,
     [TCCD_METHOD_SHOW] = 1,     [TCCD_METHOD_EVICT] = 1,
     [TCCD_METHOD_GC] = 1,       [TCCD_METHOD_HEALTH_CHECK] = 2,

@@ -135,3 +135,18 @@ def test_concurrent_identical_requests_compile_once(daemon_factory, tmp_path, pb
     assert s["compiles"] == 1
     assert s["coalesced"] + s["hits"] == 63
     assert d.stop() == 0
+
+
+def test_ops_lists_what_the_daemon_compiles(daemon, pb):
+    resp = pb.OpsResponse.FromString(raw_unary(daemon.addr, "/tcc.v1.Compiler/Ops",
+                                               pb.OpsRequest(device=pb.CPU).SerializeToString()))
+    targets = {op.target: op for op in resp.ops}
+    for t in ("aten.add.Tensor", "aten.sin.default", "aten.cos.default", "aten.relu.default"):
+        assert t in targets, t
+    assert targets["aten.add.Tensor"].schema.startswith("add.Tensor(Tensor self, Tensor other")
+    assert targets["aten.add.Tensor"].kind == "pointwise"
+    assert pb.FLOAT32 in resp.dtypes and pb.FLOAT64 in resp.dtypes
+    assert resp.compiler.startswith("tccd-codegen/")
+    # every listed op's schema names the op itself
+    for t, op in targets.items():
+        assert op.schema.split("(")[0] == ".".join(t.split(".")[1:]).replace(".default", ""), t
