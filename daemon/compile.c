@@ -14,12 +14,25 @@
  *                first caller and COALESCED to the others, or the error
  *                to all of them (and record it when it would repeat).
  *
- * A job's state:
+ * A job's life is one state machine (job_set_state asserts every move):
  *
- *   QUEUED ──worker picks it──► running ──tcc_compile returns──► DONE
- *     │                         (counted in jobs->running,        ▲
- *     │                          not stored in job->state)        │
- *     └──uv_cancel at shutdown (waiters get UNAVAILABLE)──────────┘
+ *              worker picks it up               tcc_compile returned 0
+ *   QUEUED ───────────────────────► COMPILING ─────────────────────► STORING
+ *     │          (job_work)             │          (job_done)           │
+ *     │                                 │ tcc_compile failed            │ store failed
+ *     │ uv_cancel at shutdown           ▼                               ▼
+ *     └────────────────────────────► FAILED ◄──────────────────────────┘
+ *                                                                        │ stored
+ *                                                              DONE ◄────┘
+ *
+ *   QUEUED     in the pool's queue, waiting for a worker (queue depth)
+ *   COMPILING  on a worker inside tcc_compile (running jobs); the only
+ *              state a worker sets (atomically), all others are the loop's
+ *   STORING    entry + blob written in one transaction (loop)
+ *   DONE       stored; MISS to the first waiter, COALESCED to the rest
+ *   FAILED     the error to every waiter; recorded in the negative cache
+ *              when it would repeat
+ *   (AUTOTUNING, between COMPILING and STORING, comes with max-autotune.)
  *
  * Everything here but job_work runs on the loop thread. job_work reads
  * only job->prep (immutable) and writes only job->artifact / job->err.
@@ -38,11 +51,23 @@
 #include "daemon.h"
 #include "tcc/v1/tcc.pb-c.h"
 
-typedef enum job_state { JOB_QUEUED, JOB_DONE } job_state; /* RUNNING: see jobs->running */
+#define JOB_STATES(X) X(QUEUED) X(COMPILING) X(STORING) X(DONE) X(FAILED)
+
+typedef enum job_state {
+#define JOB_STATE_ENUM(name) JOB_##name,
+  JOB_STATES(JOB_STATE_ENUM)
+#undef JOB_STATE_ENUM
+} job_state;
+
+static const char *const job_state_names[] = {
+#define JOB_STATE_NAME(name) #name,
+    JOB_STATES(JOB_STATE_NAME)
+#undef JOB_STATE_NAME
+};
 
 typedef struct tccd_job {
   tccd_state *st;
-  job_state state;
+  _Atomic int state;              /* job_state; see the drawing above */
   tcc_prepared *prep;
   uint8_t *request_meta;          /* encoded CompileRequest{target, options} */
   size_t request_meta_len;
@@ -62,9 +87,22 @@ typedef struct tccd_job {
 typedef struct tccd_jobs {
   tccd_job *buckets[JOB_BUCKETS];
   int64_t in_pool;                /* handed to uv_queue_work, not yet done */
-  _Atomic int64_t running;        /* inside tcc_compile (workers update it) */
+  _Atomic int64_t running;        /* in COMPILING (workers update it) */
   tcc_build_options build;
 } tccd_jobs;
+
+/* The allowed moves of the drawing; anything else is a bug. */
+static int job_transition_allowed(job_state from, job_state to) {
+  switch (from) {
+  case JOB_QUEUED: return to == JOB_COMPILING || to == JOB_FAILED;
+  case JOB_COMPILING: return to == JOB_STORING || to == JOB_FAILED;
+  case JOB_STORING: return to == JOB_DONE || to == JOB_FAILED;
+  case JOB_DONE: case JOB_FAILED: return 0;
+  }
+  return 0;
+}
+
+static void job_set_state(struct tccd_job *job, job_state to);
 
 /* ------------------------------------------------------------ job table */
 
@@ -92,6 +130,16 @@ static void job_add_waiter(tccd_job *job, tccd_call *c) {
   *job->waiters_tail = c;
   job->waiters_tail = &c->next_waiter;
   job->nwaiters++;
+}
+
+static void job_set_state(tccd_job *job, job_state to) {
+  job_state from = (job_state)atomic_load(&job->state);
+  if (!job_transition_allowed(from, to)) {
+    log_error("compile job %.12s: illegal state change %s -> %s", job->prep->hash_hex,
+              job_state_names[from], job_state_names[to]);
+    assert(!"illegal compile job state change");
+  }
+  atomic_store(&job->state, (int)to);
 }
 
 static void job_free(tccd_job *job) {
@@ -179,9 +227,9 @@ static void reply_error_to_waiters(tccd_job *job, int code, const char *msg) {
 static void job_work(uv_work_t *w) {
   tccd_job *job = w->data;
   tccd_jobs *jobs = job->st->jobs;
-  /* worker thread: touch nothing but the job's own compile fields and the
-   * atomic running count; job->state is the loop's (it reads DONE only
-   * after this returns) */
+  /* worker thread: touch nothing but the job's own compile fields, its
+   * atomic state and the atomic running count */
+  job_set_state(job, JOB_COMPILING);
   atomic_fetch_add(&jobs->running, 1);
   job->rc = tcc_compile(job->prep, &jobs->build, &job->artifact, &job->err);
   atomic_fetch_sub(&jobs->running, 1);
@@ -220,36 +268,24 @@ static int failure_is_deterministic(int code) {
          code == TCC_E_OUT_OF_RANGE;
 }
 
-static void job_done(uv_work_t *w, int status) {
-  tccd_job *job = w->data;
+/* `compiled`: the compile itself failed (not the store after it), so the
+ * failure may be recorded for next time. */
+static void job_fail(tccd_job *job, int compiled) {
   tccd_state *st = job->st;
-  tccd_jobs *jobs = st->jobs;
-  jobs->in_pool--;
-  job->state = JOB_DONE;
-  job_unlink(jobs, job);
+  job_set_state(job, JOB_FAILED);
+  tcc_cache_count(st->cache, TCC_COUNTER_compile_failures, 1);
+  log_warn("compile %.12s failed (%s): %s", job->prep->hash_hex, tcc_status_name(job->rc), job->err.msg);
+  if (compiled && failure_is_deterministic(job->rc)) {
+    tcc_error serr;
+    if (tcc_cache_store_failure(st->cache, job->prep->hash, job->prep->key, job->prep->key_len,
+                                job->prep->target, job->rc, job->err.msg, &serr) != 0)
+      log_warn("could not record the failure: %s", serr.msg);
+  }
+  reply_error_to_waiters(job, job->rc, job->err.msg);
+}
 
-  if (status == UV_ECANCELED) {
-    reply_error_to_waiters(job, TCC_E_UNAVAILABLE, "tccd is shutting down; the compile was not started");
-    job_free(job);
-    return;
-  }
-  if (job->rc == 0) {
-    tcc_cache_count(st->cache, TCC_COUNTER_compiles, 1);
-    job_store(job);
-  }
-  if (job->rc != 0) {
-    tcc_cache_count(st->cache, TCC_COUNTER_compile_failures, 1);
-    log_warn("compile %.12s failed (%s): %s", job->prep->hash_hex, tcc_status_name(job->rc), job->err.msg);
-    if (failure_is_deterministic(job->rc)) {
-      tcc_error serr;
-      if (tcc_cache_store_failure(st->cache, job->prep->hash, job->prep->key, job->prep->key_len,
-                                  job->prep->target, job->rc, job->err.msg, &serr) != 0)
-        log_warn("could not record the failure: %s", serr.msg);
-    }
-    reply_error_to_waiters(job, job->rc, job->err.msg);
-    job_free(job);
-    return;
-  }
+static void job_succeed(tccd_job *job) {
+  job_set_state(job, JOB_DONE);
   log_info("compile %.12s %s: %d kernel(s), %zu bytes, %.1f ms, %d waiter(s)",
            job->prep->hash_hex, job->prep->target, job->artifact.kernels, job->artifact.size,
            job->artifact.compile_ms, job->nwaiters);
@@ -262,6 +298,29 @@ static void job_done(uv_work_t *w, int status) {
                    (int64_t)job->artifact.size, job->artifact.manifest, job->artifact.manifest_len, &t);
     status_of = TCC__V1__CACHE_STATUS__COALESCED;
   }
+}
+
+/* Back on the loop: the worker finished (or the job was cancelled). */
+static void job_done(uv_work_t *w, int status) {
+  tccd_job *job = w->data;
+  tccd_state *st = job->st;
+  tccd_jobs *jobs = st->jobs;
+  jobs->in_pool--;
+  job_unlink(jobs, job);
+
+  if (status == UV_ECANCELED) {
+    job->rc = TCC_E_UNAVAILABLE;
+    job_set_state(job, JOB_FAILED);
+    reply_error_to_waiters(job, TCC_E_UNAVAILABLE, "tccd is shutting down; the compile was not started");
+  } else if (job->rc != 0) {
+    job_fail(job, 1);
+  } else {
+    tcc_cache_count(st->cache, TCC_COUNTER_compiles, 1);
+    job_set_state(job, JOB_STORING);
+    job_store(job);
+    if (job->rc != 0) job_fail(job, 0);
+    else job_succeed(job);
+  }
   job_free(job);
 }
 
@@ -269,7 +328,7 @@ static void job_done(uv_work_t *w, int status) {
 static void job_start(tccd_state *st, tccd_job *job) {
   tccd_jobs *jobs = st->jobs;
   job->work.data = job;
-  job->state = JOB_QUEUED;
+  atomic_store(&job->state, (int)JOB_QUEUED);
   jobs->in_pool++;
   int rc = uv_queue_work(st->loop, &job->work, job_work, job_done);
   assert(rc == 0);
