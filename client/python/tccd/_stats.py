@@ -1,0 +1,63 @@
+"""Process-wide counters behind tccd.stats() and tccd.fallback_ops().
+
+graphs            AOTAutograd graphs handed to tccd (forward, backward, inference)
+eager_graphs      of those, graphs run wholly eagerly (CUDA, daemon down with fallback)
+ops               ATen ops in those graphs (getitem not counted)
+compiled_ops      ops inside partitions that run as tccd kernels
+fallback_ops      ops that run eagerly in PyTorch
+partitions        compiled partitions
+kernels           kernels loaded (one per partition and input signature)
+compile_requests  Compile calls for kernels (trial compiles not included)
+trial_compiles    one-node compiles that verified an op (daemons without Compiler.Ops)
+cache_miss / cache_hit / cache_coalesced / cache_remote_hit
+                  the daemon's CacheStatus of each compile request
+compile_seconds   wall time spent in compile + fetch + load
+setup_seconds     wall time of graph setup (partitioning + compiles)
+"""
+import collections
+import threading
+
+_lock = threading.Lock()
+_ZERO = dict(graphs=0, eager_graphs=0, ops=0, compiled_ops=0, fallback_ops=0, partitions=0,
+             kernels=0, compile_requests=0, trial_compiles=0, cache_miss=0, cache_hit=0,
+             cache_coalesced=0, cache_remote_hit=0, compile_seconds=0.0, setup_seconds=0.0)
+_counters = dict(_ZERO)
+_fallback = collections.Counter()
+_graphs = []
+
+
+def add(**kw):
+    with _lock:
+        for k, v in kw.items():
+            _counters[k] += v
+
+
+def add_fallback(names):
+    """names: {op target: count} of ops that run eagerly."""
+    with _lock:
+        _fallback.update(names)
+
+
+def add_graph(record):
+    with _lock:
+        _graphs.append(dict(record))
+
+
+def snapshot():
+    with _lock:
+        out = dict(_counters)
+        out["graphs_detail"] = [dict(g) for g in _graphs]
+        return out
+
+
+def fallback_ops():
+    with _lock:
+        return dict(_fallback)
+
+
+def reset():
+    with _lock:
+        _counters.clear()
+        _counters.update(_ZERO)
+        _fallback.clear()
+        _graphs.clear()

@@ -1,0 +1,480 @@
+"""The torch.compile backend "tccd".
+
+    torch.compile(model, backend="tccd")                    # entry point, no import
+    torch.compile(model, backend="tccd", mode="max-autotune")
+    torch.compile(model, backend="tccd", options={"fallback": "eager"})
+    torch.compile(model, backend=tccd.backend(mode="max-autotune", fallback="eager"))
+
+Pipeline for one Dynamo graph:
+
+  Dynamo FX graph
+    -> AOTAutograd (core ATen decompositions): forward + backward graphs
+       (or one inference graph), each handed to a _CompiledGraph
+    -> on its first call (_CompiledGraph._setup):
+       op table (Compiler.Ops, or trial compiles) -> verdict per node
+       -> maximal partitions of supported nodes (partition.py)
+       -> each partition becomes a CompiledPartition module; the rest of
+          the graph stays as FX nodes and runs eagerly
+       -> every partition with static shapes is compiled right away, all
+          in parallel (Compile + Fetch + verify + dlopen, libtccclient)
+    -> each call: the graph module runs; a CompiledPartition looks up the
+       kernel for its inputs' signature (dtype, sizes, strides, offset),
+       compiling on a miss, allocates outputs as the manifest says and
+       calls the kernel with data pointers.
+
+Setup happens on the first call, not inside Dynamo, so a daemon that is
+down raises a TccdError from that call (and the next call tries again)
+instead of poisoning Dynamo's cache; with fallback="eager" the graph warns
+once and runs eagerly for good.
+
+Errors: UNAVAILABLE/DEADLINE_EXCEEDED/compile failures raise a TccdError
+subclass (or, with fallback="eager", warn with TccdFallbackWarning and run
+eagerly). UNIMPLEMENTED for a partition means the daemon cannot compile
+it after all: that partition runs eagerly (logged, counted as fallback).
+"""
+import concurrent.futures
+import itertools
+import logging
+import os
+import threading
+import time
+import warnings
+
+import torch
+
+from . import _stats
+from . import graph as G
+from . import partition as P
+from ._proto import tcc_pb2 as pb
+from .client import Client
+from .config import Config
+from .dtypes import dtype_to_pb, mode_to_pb
+from .errors import TccdError, TccdFallbackWarning, TccdUnsupported
+
+log = logging.getLogger("tccd")
+
+MAX_CONSTANT_BYTES = 64 << 10   # get_attr tensors up to this size are baked into the kernel
+_graph_ids = itertools.count(1)
+
+# ------------------------------------------------------------------ clients
+
+_clients = {}
+_clients_lock = threading.Lock()
+
+
+def client_for(cfg):
+    """The process's Client for cfg's address and deadlines (connects once;
+    a failed connect is not cached). Raises TccdError."""
+    key = (os.getpid(), cfg.addr, cfg.deadline_ms, cfg.connect_timeout_ms, cfg.artifact_dir)
+    with _clients_lock:
+        c = _clients.get(key)
+    if c is not None:
+        return c
+    c = Client(cfg.addr, deadline_ms=cfg.deadline_ms, connect_timeout_ms=cfg.connect_timeout_ms,
+               artifact_dir=cfg.artifact_dir)
+    with _clients_lock:
+        return _clients.setdefault(key, c)
+
+
+def request_base(cfg, dynamic, fullgraph, label):
+    """A CompileRequest with target, options and client label (no graph)."""
+    return pb.CompileRequest(
+        target=pb.Target(device=pb.CPU, cpu_isa=cfg.cpu_isa),
+        options=pb.Options(mode=mode_to_pb(cfg.mode), dynamic=bool(dynamic),
+                           fullgraph=bool(fullgraph)),
+        client=label)
+
+
+# ------------------------------------------------------------------ partitions
+
+_EAGER = object()      # kernel-table entry: this signature runs eagerly
+_ALL_EAGER = object()  # _build's answer when the whole graph runs eagerly
+
+
+class CompiledPartition(torch.nn.Module):
+    """A partition of supported nodes, called from the graph module like the
+    submodule it replaces. Keeps one kernel per input signature."""
+
+    def __init__(self, name, sub_gm, constants, owner):
+        super().__init__()
+        self.name = name
+        self.sub_gm = sub_gm
+        self.constants = constants       # {placeholder index: tensor}
+        self.owner = owner
+        self.n_ops = P.count_ops(sub_gm)
+        self.eager_reason = None         # set when the whole partition runs eagerly
+        self._kernels = {}
+        self._lock = threading.Lock()
+
+    def _eager(self, args):
+        if not self.constants:
+            return self.sub_gm(*args)
+        it = iter(args)
+        n = len(self.constants) + len(args)
+        full = [self.constants[i] if i in self.constants else next(it) for i in range(n)]
+        return self.sub_gm(*full)
+
+    def __call__(self, *args):
+        if self.eager_reason is not None:
+            return self._eager(args)
+        key = tuple((a.dtype, a.shape, a.stride(), a.storage_offset(), a.is_cpu) for a in args)
+        k = self._kernels.get(key)
+        if k is None:
+            k = self.kernel_for(key, args)
+        if k is _EAGER:
+            return self._eager(args)
+        return k.run(args, check=False)
+
+    forward = __call__
+
+    def kernel_for(self, key, args=None):
+        """The kernel for a signature key, compiled on a miss (or _EAGER)."""
+        with self._lock:
+            k = self._kernels.get(key)
+            if k is None:
+                k = self.owner.compile_partition(self, key)
+                self._kernels[key] = k
+            return k
+
+    def set_eager(self, reason):
+        self.eager_reason = reason
+
+    @staticmethod
+    def key_of_vals(vals):
+        """The signature key for fake values (None when any is symbolic)."""
+        key = []
+        for v in vals:
+            if not isinstance(v, torch.Tensor) or not G.is_concrete(v):
+                return None
+            key.append((v.dtype, v.shape, v.stride(), v.storage_offset(), v.device.type == "cpu"))
+        return tuple(key)
+
+
+# ------------------------------------------------------------------ graphs
+
+class _CompiledGraph:
+    """The callable AOTAutograd gets for one graph (boxed calling
+    convention). Partitions and compiles on the first call."""
+
+    def __init__(self, gm, kind, cfg, dynamic, fullgraph):
+        self.gm = gm
+        self.kind = kind
+        self.cfg = cfg
+        self.dynamic = dynamic
+        self.fullgraph = fullgraph
+        self.id = next(_graph_ids)
+        self._boxed_call = True
+        self._run = None
+        self._lock = threading.Lock()
+        self.client = None
+        self.base = None
+        self.partitions = []
+        self.record = None
+        self.reasons = {}
+        self.n_ops = 0
+        self._built = None
+
+    def __call__(self, args):
+        run = self._run
+        if run is None:
+            run = self._setup()
+        return run(args)
+
+    # ---------------------------------------------------------------- setup
+
+    def _eager_runner(self):
+        gm = self.gm
+        return lambda args: gm(*args)
+
+    def _setup(self):
+        with self._lock:
+            if self._run is not None:
+                return self._run
+            t0 = time.perf_counter()
+            try:
+                if self._built is None:
+                    self._built = self._build()
+                run = self._built
+                if run is not _ALL_EAGER:
+                    self._precompile()
+                    self._account()
+                else:
+                    run = self._eager_runner()
+            except TccdError as e:
+                if self.cfg.fallback != "eager" or self._built is not None:
+                    raise
+                msg = f"tccd: {e}; graph {self.id} ({self.kind}) runs eagerly"
+                warnings.warn(msg, TccdFallbackWarning, stacklevel=3)
+                log.warning("%s", msg)
+                self._account_eager(f"tccd failed: {e}")
+                run = self._eager_runner()
+            finally:
+                _stats.add(setup_seconds=time.perf_counter() - t0)
+            self._run = run
+            return run
+
+    def _account_eager(self, reason):
+        n = P.count_ops(self.gm)
+        names = P.op_names(self.gm)
+        _stats.add(graphs=1, eager_graphs=1, ops=n, fallback_ops=n)
+        _stats.add_fallback(names)
+        self.record = dict(id=self.id, kind=self.kind, ops=n, compiled_ops=0, fallback_ops=n,
+                           partitions=0, eager=True, reason=reason, fallback=dict(names))
+        _stats.add_graph(self.record)
+        log.info("tccd: graph %d (%s): %d ops run eagerly: %s", self.id, self.kind, n, reason)
+
+    def _build(self):
+        """Partitions the graph and installs CompiledPartitions (nothing is
+        compiled yet). Every daemon call that can fail comes before the
+        graph is changed. Returns the boxed runner, or _ALL_EAGER."""
+        gm = self.gm
+        for n in gm.graph.nodes:
+            if n.op != "placeholder":
+                continue
+            v = G.meta_val(n)
+            if isinstance(v, torch.Tensor) and v.device.type != "cpu":
+                self._account_eager(f"{v.device.type} tensors: tccd has no {v.device.type} "
+                                    "target yet")
+                return _ALL_EAGER
+        self.n_ops = P.count_ops(gm)
+        self.client = client_for(self.cfg)
+        table = P.op_table(self.client, self.cfg)
+        label = f"python pid {os.getpid()} graph {self.id} ({self.kind})"
+        self.base = request_base(self.cfg, self.dynamic, self.fullgraph, label)
+        verdict, trials = P.verdicts(gm, table, self.client, self.base)
+        _stats.add(trial_compiles=trials)
+        parts = P.propose(gm, verdict, table)
+        # from here on the graph changes
+        self.reasons = {}
+        for n, (ok, why) in verdict.items():
+            if not ok and not G.is_getitem(n):
+                self.reasons.setdefault(why, set()).add(str(n.target))
+        for name, sub in P.fuse(gm, parts):
+            self.partitions.append(self._install(name, sub))
+        gm.recompile()
+        return lambda args: gm(*args)
+
+    def _account(self):
+        """Counts and logs the graph once its partitions are compiled."""
+        gm = self.gm
+        compiled = sum(p.n_ops for p in self.partitions if p.eager_reason is None)
+        fallback = self.n_ops - compiled
+        names = P.op_names(gm)
+        reasons = self.reasons
+        for p in self.partitions:
+            if p.eager_reason is not None:
+                sub_names = P.op_names(p.sub_gm)
+                for k, v in sub_names.items():
+                    names[k] = names.get(k, 0) + v
+                reasons.setdefault(p.eager_reason, set()).update(sub_names)
+        live = [p for p in self.partitions if p.eager_reason is None]
+        _stats.add(graphs=1, ops=self.n_ops, compiled_ops=compiled, fallback_ops=fallback,
+                   partitions=len(live))
+        _stats.add_fallback(names)
+        self.record = dict(id=self.id, kind=self.kind, ops=self.n_ops, compiled_ops=compiled,
+                           fallback_ops=fallback, partitions=len(live), eager=False,
+                           fallback=dict(names),
+                           reasons={k: sorted(v) for k, v in reasons.items()})
+        _stats.add_graph(self.record)
+        top = ", ".join(f"{k} x{v}" if v > 1 else k
+                        for k, v in sorted(names.items(), key=lambda kv: (-kv[1], kv[0])))
+        log.info("tccd: graph %d (%s): %d ops, %d compiled in %d partition(s), %d fall back%s",
+                 self.id, self.kind, self.n_ops, compiled, len(live), fallback,
+                 f": {top}" if top else "")
+        for why, ops in sorted(reasons.items()):
+            log.debug("tccd: graph %d: eager because %s: %s", self.id, why, ", ".join(sorted(ops)))
+
+    def _install(self, name, sub):
+        """Swaps the fused submodule `name` for a CompiledPartition; get_attr
+        tensors it reads (small ones) become kernel constants."""
+        gm = self.gm
+        node = next(n for n in gm.graph.nodes if n.op == "call_module" and n.target == name)
+        constants, args = {}, []
+        for i, a in enumerate(node.args):
+            if isinstance(a, torch.fx.Node) and a.op == "get_attr":
+                t = _get_attr(gm, a.target)
+                if (isinstance(t, torch.Tensor) and not t.requires_grad and t.device.type == "cpu"
+                        and t.numel() * t.element_size() <= MAX_CONSTANT_BYTES
+                        and dtype_to_pb(t.dtype) is not None):
+                    constants[i] = t.detach().clone()
+                    continue
+            args.append(a)
+        node.args = tuple(args)
+        cp = CompiledPartition(name, sub, constants, self)
+        setattr(gm, name, cp)
+        return cp
+
+    def _precompile(self):
+        """Compiles every partition whose input shapes are static, in parallel."""
+        jobs = []
+        for p in self.partitions:
+            vals = [G.meta_val(n) for i, n in enumerate(
+                [n for n in p.sub_gm.graph.nodes if n.op == "placeholder"]) if i not in p.constants]
+            key = CompiledPartition.key_of_vals(vals)
+            if key is not None:
+                jobs.append((p, key))
+        if not jobs:
+            return
+        if len(jobs) == 1:
+            p, key = jobs[0]
+            p.kernel_for(key)
+            return
+        with concurrent.futures.ThreadPoolExecutor(max_workers=min(8, len(jobs))) as ex:
+            futs = [ex.submit(p.kernel_for, key) for p, key in jobs]
+            errors = []
+            for f in futs:
+                try:
+                    f.result()
+                except TccdError as e:
+                    errors.append(e)
+            if errors:
+                raise errors[0]
+
+    # ---------------------------------------------------------------- compile
+
+    def compile_partition(self, part, key):
+        """Compiles `part` for signature `key`: a Kernel, or _EAGER when the
+        daemon cannot compile it (UNIMPLEMENTED) or, with fallback="eager",
+        when compiling fails."""
+        if not all(k[4] for k in key):
+            return _EAGER
+        specs = [k[:4] for k in key]
+        try:
+            graph, _ = G.build_graph(part.sub_gm, specs, part.constants)
+        except G.Unsupported as e:
+            self._partition_eager(part, f"cannot encode: {e}")
+            return _EAGER
+        req = pb.CompileRequest()
+        req.CopyFrom(self.base)
+        req.graph.CopyFrom(graph)
+        req.client = f"{self.base.client} {part.name}"
+        t0 = time.perf_counter()
+        try:
+            kernel, resp = self.client.get_kernel(req)
+        except TccdUnsupported as e:
+            self._partition_eager(part, f"{e.status}: {e.message}")
+            return _EAGER
+        except TccdError as e:
+            if self.cfg.fallback != "eager":
+                raise
+            msg = f"tccd: {e}; {part.name} of graph {self.id} ({self.kind}) runs eagerly"
+            warnings.warn(msg, TccdFallbackWarning, stacklevel=2)
+            log.warning("%s", msg)
+            self._partition_eager(part, f"tccd failed: {e}")
+            return _EAGER
+        status = pb.CacheStatus.Name(resp.cache).lower()
+        _stats.add(kernels=1, compile_requests=1, compile_seconds=time.perf_counter() - t0,
+                   **{f"cache_{status}": 1} if status in ("miss", "hit", "coalesced",
+                                                          "remote_hit") else {})
+        log.debug("tccd: graph %d %s: %s %s (%d kernels, %.1f ms in the daemon)", self.id,
+                  part.name, status, resp.guard_hash[:12], len(resp.manifest.kernels),
+                  resp.timings.total_ms)
+        if len(resp.manifest.outputs) != len(part.sub_gm.graph.output_node().args[0]):
+            raise TccdError(f"{part.name}: manifest has {len(resp.manifest.outputs)} outputs, "
+                            "the partition more or fewer", status="INTERNAL", addr=self.cfg.addr)
+        return kernel
+
+    def _partition_eager(self, part, reason):
+        log.info("tccd: graph %d %s (%d ops) runs eagerly: %s", self.id, part.name, part.n_ops,
+                 reason)
+        if self.record is None:          # still in setup: counted there
+            part.set_eager(reason)
+        else:                            # a later signature: only this one falls back
+            _stats.add(fallback_ops=part.n_ops)
+
+
+def _get_attr(gm, target):
+    obj = gm
+    for a in target.split("."):
+        obj = getattr(obj, a)
+    return obj
+
+
+# ------------------------------------------------------------------ backend
+
+def _is_dynamic(example_inputs):
+    for x in example_inputs:
+        if isinstance(x, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+            return True
+        if isinstance(x, torch.Tensor) and not G.is_concrete(x):
+            return True
+    return False
+
+
+def _dynamo_fullgraph():
+    """torch.compile's fullgraph, as Dynamo's current translator knows it."""
+    try:
+        from torch._dynamo.symbolic_convert import InstructionTranslator
+
+        return bool(InstructionTranslator.current_tx().one_graph)
+    except Exception:
+        return False
+
+
+def compile_graph(gm, example_inputs, cfg):
+    """Compiles a Dynamo FX graph with `cfg`: AOTAutograd with core ATen
+    decompositions, forward and backward graphs handed to tccd."""
+    from torch._decomp import core_aten_decompositions
+    from torch._dynamo.backends.common import aot_autograd
+
+    dynamic = cfg.dynamic if cfg.dynamic is not None else _is_dynamic(example_inputs)
+    fullgraph = cfg.fullgraph if cfg.fullgraph is not None else _dynamo_fullgraph()
+
+    def compiler(kind):
+        def compile_one(fx_gm, _example_inputs):
+            return _CompiledGraph(fx_gm, kind, cfg, dynamic, fullgraph)
+        compile_one.__name__ = f"tccd_{kind}"
+        return compile_one
+
+    aot = aot_autograd(fw_compiler=compiler("forward"), bw_compiler=compiler("backward"),
+                       inference_compiler=compiler("inference"),
+                       decompositions=core_aten_decompositions())
+    return aot(gm, example_inputs)
+
+
+def _merge(base, mode=None, options=None):
+    kw = dict(base)
+    if options:
+        kw.update(options)
+    if mode is not None:
+        kw["mode"] = mode
+    return kw
+
+
+def tccd_backend(gm, example_inputs, mode=None, options=None):
+    """The backend registered as "tccd" (entry point torch_dynamo_backends).
+    torch.compile passes `mode` (when not "default") and `options`."""
+    return compile_graph(gm, example_inputs, Config.make(**_merge({}, mode, options)))
+
+
+class Backend:
+    """A configured tccd backend: torch.compile(m, backend=tccd.backend(...)).
+    torch.compile's own mode=/options= override these."""
+
+    def __init__(self, **options):
+        Config.make(**options)           # validate now
+        self.options = dict(options)
+        self.__name__ = "tccd"
+
+    def __call__(self, gm, example_inputs, mode=None, options=None):
+        return compile_graph(gm, example_inputs, Config.make(**_merge(self.options, mode, options)))
+
+    def __eq__(self, other):
+        return isinstance(other, Backend) and other.options == self.options
+
+    def __hash__(self):
+        return hash(tuple(sorted((k, repr(v)) for k, v in self.options.items())))
+
+    def __repr__(self):
+        return f"tccd.backend({', '.join(f'{k}={v!r}' for k, v in self.options.items())})"
+
+
+def backend(*, addr=None, mode=None, dynamic=None, fullgraph=None, fallback=None,
+            deadline_ms=None, connect_timeout_ms=None, artifact_dir=None, cpu_isa=None,
+            ops=None):
+    """A tccd backend with options (see tccd.config for each and its env
+    variable); None = the environment's or the built-in default."""
+    kw = dict(addr=addr, mode=mode, dynamic=dynamic, fullgraph=fullgraph, fallback=fallback,
+              deadline_ms=deadline_ms, connect_timeout_ms=connect_timeout_ms,
+              artifact_dir=artifact_dir, cpu_isa=cpu_isa, ops=ops)
+    return Backend(**{k: v for k, v in kw.items() if v is not None})

@@ -1,0 +1,199 @@
+"""Client and Kernel: thin Python objects over libtccclient.
+
+    c = Client("127.0.0.1:7311")          # connects (tcc_client_open)
+    k, resp = c.get_kernel(request)       # compile + fetch + verify + load
+    outs = k.run([x, y])                  # outputs allocated from the manifest
+
+Everything that talks to the daemon, checks digests or loads code is the C
+library's; this module encodes/decodes tcc.v1 messages (protobuf) and turns
+error codes into TccdError subclasses. Tensors are passed by data pointer
+(pointer to element 0 of the storage, as the CPU ABI wants), never copied.
+"""
+import ctypes
+import os
+
+import torch
+
+from . import _lib
+from ._proto import tcc_pb2 as pb
+from .dtypes import PB_TO_TORCH
+from .errors import TccdCompileError, TccdError, TccdKernelError, error_for
+
+DEFAULT_ADDR = "127.0.0.1:7311"
+
+METHOD_COMPILE = "/tcc.v1.Compiler/Compile"
+METHOD_OPS = "/tcc.v1.Compiler/Ops"
+METHOD_STATS = "/tcc.v1.Cache/Stats"
+METHOD_LIST = "/tcc.v1.Cache/List"
+METHOD_SHOW = "/tcc.v1.Cache/Show"
+
+
+def default_addr():
+    """$TCCD_ADDR, else 127.0.0.1:7311."""
+    return os.environ.get("TCCD_ADDR") or DEFAULT_ADDR
+
+
+class Client:
+    """One connection to tccd (a tcc_client). Safe to share between threads;
+    do not use it in a child after fork()."""
+
+    def __init__(self, addr=None, *, deadline_ms=0, connect_timeout_ms=0, artifact_dir=None):
+        lib = _lib.load()
+        self.addr = addr or default_addr()
+        self.deadline_ms = int(deadline_ms or 0)
+        handle = ctypes.c_void_p()
+        err = _lib.Error()
+        rc = lib.tcc_client_open(self.addr.encode(), self.deadline_ms, int(connect_timeout_ms or 0),
+                                 artifact_dir.encode() if artifact_dir else None,
+                                 ctypes.byref(handle), err.ptr)
+        if rc:
+            raise error_for(rc, err.message, addr=self.addr, what="connect")
+        self._h = handle
+        self._close = lib.tcc_client_close
+        self.pid = os.getpid()
+
+    def close(self):
+        if getattr(self, "_h", None):
+            self._close(self._h)
+            self._h = None
+
+    def __del__(self):
+        # A client inherited through fork() belongs to the parent.
+        if getattr(self, "pid", None) == os.getpid():
+            self.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def _handle(self):
+        if not getattr(self, "_h", None):
+            raise TccdError("client is closed", status="FAILED_PRECONDITION", addr=self.addr)
+        return self._h
+
+    # ---------------------------------------------------------------- calls
+
+    def call(self, method, request, response_cls, *, deadline_ms=0, what=None, default=TccdError):
+        """A unary call: encodes `request`, decodes the answer as
+        `response_cls`. Raises a TccdError subclass on failure."""
+        lib = _lib.load()
+        data = request.SerializeToString()
+        buf, n = _lib._c_u8_p(), ctypes.c_size_t()
+        err = _lib.Error()
+        rc = lib.tcc_client_call(self._handle(), method.encode(), data, len(data),
+                                 ctypes.byref(buf), ctypes.byref(n), int(deadline_ms or 0), err.ptr)
+        if rc:
+            raise error_for(rc, err.message, addr=self.addr, what=what or method, default=default)
+        resp = response_cls()
+        resp.ParseFromString(_lib.take_bytes(buf, n))
+        return resp
+
+    def compile(self, request):
+        """Compile only (no fetch): the CompileResponse."""
+        return self.call(METHOD_COMPILE, request, pb.CompileResponse, what="compile",
+                         default=TccdCompileError)
+
+    def get_kernel(self, request):
+        """Compile + fetch + verify + load: (Kernel, CompileResponse)."""
+        lib = _lib.load()
+        data = request.SerializeToString()
+        kh = ctypes.c_void_p()
+        buf, n = _lib._c_u8_p(), ctypes.c_size_t()
+        err = _lib.Error()
+        rc = lib.tcc_client_get_kernel_bytes(self._handle(), data, len(data), ctypes.byref(kh),
+                                             ctypes.byref(buf), ctypes.byref(n), err.ptr)
+        if rc:
+            raise error_for(rc, err.message, addr=self.addr, what="compile",
+                            default=TccdCompileError)
+        resp = pb.CompileResponse()
+        try:
+            resp.ParseFromString(_lib.take_bytes(buf, n))
+        except Exception:
+            lib.tcc_kernel_unload(kh)
+            raise
+        return Kernel(kh, resp.manifest, addr=self.addr, guard_hash=resp.guard_hash), resp
+
+    def ops(self, device=pb.CPU):
+        """Compiler.Ops: what the daemon compiles for `device`."""
+        return self.call(METHOD_OPS, pb.OpsRequest(device=device), pb.OpsResponse, what="ops")
+
+    def stats(self):
+        return self.call(METHOD_STATS, pb.StatsRequest(), pb.StatsResponse, what="stats")
+
+    def health(self, service=""):
+        """The grpc.health.v1 serving status (1 = SERVING)."""
+        lib = _lib.load()
+        st = ctypes.c_int()
+        err = _lib.Error()
+        rc = lib.tcc_client_health(self._handle(), service.encode(), ctypes.byref(st), err.ptr)
+        if rc:
+            raise error_for(rc, err.message, addr=self.addr, what="health")
+        return st.value
+
+
+class Kernel:
+    """A loaded artifact (tcc_kernel). run() may be called from several
+    threads at once. Unloaded when garbage-collected."""
+
+    def __init__(self, handle, manifest, *, addr=None, guard_hash=""):
+        self._h = handle
+        self._unload = _lib.load().tcc_kernel_unload
+        self._run = _lib.load().tcc_kernel_run
+        self.manifest = manifest
+        self.addr = addr
+        self.guard_hash = guard_hash
+        self.n_inputs = len(manifest.inputs)
+        self.n_outputs = len(manifest.outputs)
+        self.workspace_bytes = int(manifest.workspace_bytes)
+        self._in_t = ctypes.c_void_p * max(self.n_inputs, 1)
+        self._out_t = ctypes.c_void_p * max(self.n_outputs, 1)
+        specs = []
+        for m in manifest.outputs:
+            if m.dtype not in PB_TO_TORCH:
+                raise TccdKernelError(f"manifest output dtype {m.dtype} has no torch dtype",
+                                      status="INVALID_ARGUMENT", addr=addr, what="load")
+            if m.storage_offset != 0:
+                raise TccdKernelError("manifest output with a storage offset",
+                                      status="INVALID_ARGUMENT", addr=addr, what="load")
+            specs.append((tuple(m.sizes), tuple(m.strides), PB_TO_TORCH[m.dtype]))
+        self.output_specs = specs
+        self.input_specs = [(tuple(m.sizes), tuple(m.strides), int(m.storage_offset),
+                             PB_TO_TORCH.get(m.dtype)) for m in manifest.inputs]
+
+    def __del__(self):
+        h = getattr(self, "_h", None)
+        if h:
+            self._unload(h)
+            self._h = None
+
+    def check_inputs(self, inputs):
+        """Raises ValueError unless `inputs` match the manifest's layouts."""
+        if len(inputs) != self.n_inputs:
+            raise ValueError(f"kernel takes {self.n_inputs} inputs, got {len(inputs)}")
+        for i, (t, (sizes, strides, off, dt)) in enumerate(zip(inputs, self.input_specs)):
+            got = (tuple(t.shape), t.stride(), t.storage_offset(), t.dtype)
+            if got != (sizes, strides, off, dt) or t.device.type != "cpu":
+                raise ValueError(f"input {i}: kernel wants sizes {sizes} strides {strides} "
+                                 f"offset {off} {dt} on cpu, got {got[0]} {got[1]} {got[2]} "
+                                 f"{got[3]} on {t.device}")
+
+    def run(self, inputs, check=True):
+        """Runs on CPU tensors laid out as the manifest says; returns the
+        outputs (new tensors, allocated with the manifest's sizes/strides)."""
+        if check:
+            self.check_inputs(inputs)
+        outs = [torch.empty_strided(s, st, dtype=dt) for s, st, dt in self.output_specs]
+        ins = self._in_t(*[t.data_ptr() - t.storage_offset() * t.element_size() for t in inputs])
+        outp = self._out_t(*[o.data_ptr() for o in outs])
+        ws = None
+        wp = None
+        if self.workspace_bytes:
+            ws = torch.empty(self.workspace_bytes + 64, dtype=torch.uint8)
+            wp = (ws.data_ptr() + 63) & ~63
+        err = _lib.thread_error()
+        rc = self._run(self._h, ins, outp, wp, err.ptr)
+        if rc:
+            raise error_for(rc, err.message, addr=self.addr, what="run", default=TccdKernelError)
+        return outs

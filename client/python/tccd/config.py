@@ -1,0 +1,119 @@
+"""Backend options: from tccd.backend(...), torch.compile(mode=/options=)
+and the environment.
+
+| option             | env                      | default          |
+|--------------------|--------------------------|------------------|
+| addr               | TCCD_ADDR                | 127.0.0.1:7311   |
+| mode               |                          | "default"        |
+| dynamic            |                          | None (= what Dynamo traced: symbolic shapes or not) |
+| fullgraph          |                          | None (= torch.compile's fullgraph) |
+| fallback           | TCCD_FALLBACK            | "raise"          |
+| deadline_ms        | TCCD_DEADLINE_MS         | 60000            |
+| connect_timeout_ms | TCCD_CONNECT_TIMEOUT_MS  | min(5000, deadline_ms) |
+| artifact_dir       | TCCD_ARTIFACT_DIR        | none (no local artifact cache) |
+| cpu_isa            | TCCD_CPU_ISA             | "auto" (this host's x86-64 level) |
+| ops                | TCCD_OPS                 | "auto": the Ops RPC, else trial compiles ("probe") |
+
+The environment is read when a backend is made (tccd.backend(...)) or,
+for torch.compile(backend="tccd"), when Dynamo hands over a graph.
+"""
+import dataclasses
+import os
+
+from .client import default_addr
+from .dtypes import MODES
+
+FALLBACKS = ("raise", "eager")
+OPS_SOURCES = ("auto", "rpc", "probe")
+
+
+def _env_int(name, default):
+    v = os.environ.get(name)
+    if v is None or v == "":
+        return default
+    try:
+        n = int(v)
+    except ValueError:
+        raise ValueError(f"tccd: {name}={v!r} is not an integer") from None
+    if n <= 0:
+        raise ValueError(f"tccd: {name}={v!r} must be positive")
+    return n
+
+
+def host_cpu_isa():
+    """The x86-64 micro-architecture level of this host ("x86-64-v2"...),
+    or "" (the daemon's default) when it cannot be told."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    flags = set(line.split(":", 1)[1].split())
+                    break
+            else:
+                return ""
+    except OSError:
+        return ""
+    v2 = {"cx16", "lahf_lm", "popcnt", "sse4_1", "sse4_2", "ssse3"}
+    v3 = {"avx", "avx2", "bmi1", "bmi2", "f16c", "fma", "abm", "movbe", "xsave"}
+    v4 = {"avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl"}
+    if not v2 <= flags:
+        return "x86-64"
+    if not v3 <= flags:
+        return "x86-64-v2"
+    if not v4 <= flags:
+        return "x86-64-v3"
+    return "x86-64-v4"
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    addr: str
+    mode: str = "default"
+    dynamic: object = None
+    fullgraph: object = None
+    fallback: str = "raise"
+    deadline_ms: int = 60000
+    connect_timeout_ms: int = 5000
+    artifact_dir: object = None
+    cpu_isa: str = ""
+    ops: str = "auto"
+
+    @staticmethod
+    def make(**kw):
+        """A Config from keyword options over the environment's defaults.
+        Unknown options or bad values raise ValueError."""
+        fields = {f.name for f in dataclasses.fields(Config)}
+        unknown = sorted(set(kw) - fields)
+        if unknown:
+            raise ValueError(f"tccd: unknown option(s) {', '.join(map(repr, unknown))}; "
+                             f"known: {', '.join(sorted(fields))}")
+        kw = {k: v for k, v in kw.items() if v is not None}
+        deadline = int(kw.pop("deadline_ms", 0) or _env_int("TCCD_DEADLINE_MS", 60000))
+        connect = int(kw.pop("connect_timeout_ms", 0)
+                      or _env_int("TCCD_CONNECT_TIMEOUT_MS", min(5000, deadline)))
+        cfg = Config(
+            addr=kw.pop("addr", None) or default_addr(),
+            mode=kw.pop("mode", "default"),
+            dynamic=kw.pop("dynamic", None),
+            fullgraph=kw.pop("fullgraph", None),
+            fallback=kw.pop("fallback", None) or os.environ.get("TCCD_FALLBACK") or "raise",
+            deadline_ms=deadline,
+            connect_timeout_ms=connect,
+            artifact_dir=kw.pop("artifact_dir", None) or os.environ.get("TCCD_ARTIFACT_DIR") or None,
+            cpu_isa=kw.pop("cpu_isa", None) or os.environ.get("TCCD_CPU_ISA") or "auto",
+            ops=kw.pop("ops", None) or os.environ.get("TCCD_OPS") or "auto",
+        )
+        if cfg.mode not in MODES:
+            raise ValueError(f"tccd: unknown mode {cfg.mode!r}; expected one of {', '.join(MODES)}")
+        if cfg.fallback not in FALLBACKS:
+            raise ValueError(f"tccd: fallback must be one of {FALLBACKS}, got {cfg.fallback!r}")
+        if cfg.ops not in OPS_SOURCES:
+            raise ValueError(f"tccd: ops must be one of {OPS_SOURCES}, got {cfg.ops!r}")
+        if cfg.deadline_ms <= 0 or cfg.connect_timeout_ms <= 0:
+            raise ValueError("tccd: deadline_ms and connect_timeout_ms must be positive")
+        if cfg.cpu_isa == "auto":
+            cfg = dataclasses.replace(cfg, cpu_isa=host_cpu_isa())
+        return cfg
+
+    def replace(self, **kw):
+        return dataclasses.replace(self, **kw)

@@ -1,0 +1,383 @@
+"""FX graph (ATen level) -> tcc.v1.CompileRequest.
+
+A partition of an AOTAutograd graph is a small torch.fx.GraphModule whose
+placeholders are tensors and whose nodes call ATen overloads. It becomes a
+tcc.v1.Graph for one *input signature* (each input's dtype, sizes,
+strides, storage offset): the metadata of every intermediate value comes
+from running the partition on fake tensors with exactly those inputs, so
+the same partition can be compiled again for other layouts or sizes
+(dynamic shapes) without tracing anything twice.
+
+Mapping (see proto/tcc/v1/tcc.proto):
+  placeholder            -> Graph.inputs + TensorValue (the caller's layout)
+  constant tensor        -> Graph.constants (raw little-endian bytes,
+                            contiguous) + TensorValue
+  call_function OpOverload -> Node(target="aten.<op>.<overload>"),
+                            arguments bound by their schema names:
+                            Node (tensor)  -> as_tensor
+                            bool/int/float -> as_bool/as_int/as_float
+                            None           -> as_none
+                            int/float/bool/Tensor lists -> as_ints/...
+                            torch.dtype    -> as_dtype, torch.device -> as_device
+                            a Python number where the schema wants a
+                            Tensor (aten.mul.Tensor(x, 2)) -> the op's
+                            ".Scalar" overload when it has one
+  getitem(node, i)       -> the i-th output name of a multi-output node
+  output                 -> Graph.outputs; their layout is the fake
+                            tensor's when dense, else contiguous
+
+Anything that has no faithful encoding raises Unsupported (a SymInt
+argument, a layout/memory format, an unknown dtype); the partitioner asks
+`check_node` first, so such nodes run eagerly instead.
+"""
+import operator
+
+import torch
+from torch._ops import OpOverload
+
+from ._proto import tcc_pb2 as pb
+from .dtypes import DEVICE_TO_PB, dtype_to_pb
+
+
+class Unsupported(Exception):
+    """A node (or value) the wire format cannot express faithfully."""
+
+
+# ------------------------------------------------------------------ metas
+
+def contiguous_strides(sizes):
+    strides, acc = [], 1
+    for s in reversed(sizes):
+        strides.append(acc)
+        acc *= max(int(s), 1)
+    return tuple(reversed(strides))
+
+
+def is_dense(t):
+    """Non-overlapping and dense (what a fresh allocation can be)."""
+    try:
+        return bool(torch._prims_common.is_non_overlapping_and_dense(t))
+    except Exception:
+        return False
+
+
+def is_concrete(t):
+    """True when a (fake) tensor's sizes/strides/offset are plain ints."""
+    try:
+        return all(isinstance(s, int) for s in (*t.shape, *t.stride(), t.storage_offset()))
+    except Exception:
+        return False
+
+
+def tensor_meta(dtype, sizes, strides, offset=0, device="cpu", requires_grad=False):
+    d = dtype_to_pb(dtype)
+    if d is None:
+        raise Unsupported(f"dtype {dtype} has no tcc.v1.DType")
+    dev = DEVICE_TO_PB.get(device)
+    if dev is None:
+        raise Unsupported(f"device {device!r}")
+    return pb.TensorMeta(dtype=d, sizes=[int(s) for s in sizes], strides=[int(s) for s in strides],
+                         storage_offset=int(offset), device=pb.Device(type=dev, index=0),
+                         requires_grad=bool(requires_grad))
+
+
+def signature_of(t):
+    """The input signature of one tensor: what a compiled kernel is
+    specialised for (and the key of the per-partition kernel table)."""
+    return (t.dtype, tuple(t.shape), t.stride(), t.storage_offset())
+
+
+# ------------------------------------------------------------------ arguments
+
+def _is_tensor_type(schema_arg):
+    return str(schema_arg.type) == "Tensor"
+
+
+def resolve_target(node):
+    """(OpOverload, args, kwargs) to send for an FX call_function node: the
+    node's own overload, or its `.Scalar` overload when a Python number sits
+    in a Tensor parameter. Raises Unsupported."""
+    target = node.target
+    if not isinstance(target, OpOverload):
+        raise Unsupported(f"{target} is not an ATen overload")
+    schema = target._schema
+    bound = bind_arguments(schema, node.args, node.kwargs)
+    scalar_in_tensor = [a.name for a, v in bound
+                        if _is_tensor_type(a) and isinstance(v, (bool, int, float))]
+    if not scalar_in_tensor:
+        return target, bound
+    alt = getattr(target.overloadpacket, "Scalar", None)
+    if alt is None or scalar_in_tensor != ["other"]:
+        raise Unsupported(f"{target}: a Python number in Tensor parameter(s) "
+                          f"{', '.join(scalar_in_tensor)}")
+    alt_args = {a.name: a for a in alt._schema.arguments}
+    if (set(alt_args) != {a.name for a in schema.arguments}
+            or str(alt_args["other"].type) != "Scalar"):
+        raise Unsupported(f"{target}: no matching Scalar overload for a Python number")
+    return alt, [(alt_args[a.name], v) for a, v in bound]
+
+
+def bind_arguments(schema, args, kwargs):
+    """[(schema Argument, value)] for the arguments the node gives (those
+    left out keep their schema defaults on the daemon's side)."""
+    out = []
+    positional = [a for a in schema.arguments if not a.kwarg_only]
+    if len(args) > len(positional):
+        raise Unsupported(f"{schema.name}: {len(args)} positional arguments for "
+                          f"{len(positional)} parameters")
+    seen = set()
+    for a, v in zip(positional, args):
+        out.append((a, v))
+        seen.add(a.name)
+    known = {a.name: a for a in schema.arguments}
+    for k, v in kwargs.items():
+        if k not in known:
+            raise Unsupported(f"{schema.name}: unknown argument {k!r}")
+        if k in seen:
+            raise Unsupported(f"{schema.name}: argument {k!r} given twice")
+        out.append((known[k], v))
+    order = {a.name: i for i, a in enumerate(schema.arguments)}
+    out.sort(key=lambda av: order[av[0].name])
+    return out
+
+
+def _number_kind(v):
+    if isinstance(v, bool):
+        return "bool"
+    if isinstance(v, int):
+        return "int"
+    if isinstance(v, float):
+        return "float"
+    return None
+
+
+def meta_val(node):
+    """A node's traced value (node.meta["val"])."""
+    return node.meta.get("val")
+
+
+def encode_argument(schema_arg, value, name_of, val_of=meta_val):
+    """The pb.Argument for one bound value, or None to leave it out (the
+    schema default). name_of(fx.Node) -> tensor value name; val_of(fx.Node)
+    -> its (fake) value."""
+    typ = str(schema_arg.type)
+    if value is None:
+        return pb.Argument(as_none=True)
+    if isinstance(value, torch.fx.Node):
+        val = val_of(value)
+        if isinstance(val, torch.Tensor):
+            return pb.Argument(as_tensor=pb.TensorRef(name=name_of(value)))
+        raise Unsupported(f"argument {schema_arg.name!r} is a {type(val).__name__} value "
+                          "computed in the graph")
+    if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+        raise Unsupported(f"argument {schema_arg.name!r} is symbolic")
+    kind = _number_kind(value)
+    if kind == "bool":
+        return pb.Argument(as_bool=value)
+    if kind == "int":
+        if typ.startswith("float"):
+            return pb.Argument(as_float=float(value))
+        return pb.Argument(as_int=value)
+    if kind == "float":
+        return pb.Argument(as_float=value)
+    if isinstance(value, torch.dtype):
+        d = dtype_to_pb(value)
+        if d is None:
+            raise Unsupported(f"argument {schema_arg.name!r}: dtype {value}")
+        return pb.Argument(as_dtype=d)
+    if isinstance(value, torch.device):
+        dev = DEVICE_TO_PB.get(value.type)
+        if dev is None:
+            raise Unsupported(f"argument {schema_arg.name!r}: device {value}")
+        return pb.Argument(as_device=pb.Device(type=dev, index=value.index or 0))
+    if isinstance(value, str):
+        return pb.Argument(as_string=value)
+    if isinstance(value, torch.layout):
+        if value == torch.strided and schema_arg.has_default_value():
+            return None
+        raise Unsupported(f"argument {schema_arg.name!r}: layout {value}")
+    if isinstance(value, torch.memory_format):
+        raise Unsupported(f"argument {schema_arg.name!r}: memory format {value}")
+    if isinstance(value, (list, tuple)):
+        return _encode_list(schema_arg, list(value), name_of, val_of)
+    raise Unsupported(f"argument {schema_arg.name!r}: {type(value).__name__} value")
+
+
+def _encode_list(schema_arg, values, name_of, val_of):
+    typ = str(schema_arg.type)
+    if not values:
+        if typ.startswith("Tensor"):
+            return pb.Argument(as_tensors=pb.TensorList())
+        if typ.startswith("float"):
+            return pb.Argument(as_floats=pb.FloatList())
+        if typ.startswith("bool"):
+            return pb.Argument(as_bools=pb.BoolList())
+        return pb.Argument(as_ints=pb.IntList())
+    if all(isinstance(v, torch.fx.Node) for v in values):
+        refs = []
+        for v in values:
+            if not isinstance(val_of(v), torch.Tensor):
+                raise Unsupported(f"argument {schema_arg.name!r}: a non-tensor in a tensor list")
+            refs.append(pb.TensorRef(name=name_of(v)))
+        return pb.Argument(as_tensors=pb.TensorList(values=refs))
+    kinds = {_number_kind(v) for v in values}
+    if None in kinds:
+        bad = next(v for v in values if _number_kind(v) is None)
+        raise Unsupported(f"argument {schema_arg.name!r}: list with a {type(bad).__name__}")
+    if kinds == {"bool"}:
+        return pb.Argument(as_bools=pb.BoolList(values=values))
+    if "float" in kinds or typ.startswith("float"):
+        return pb.Argument(as_floats=pb.FloatList(values=[float(v) for v in values]))
+    if "bool" in kinds:
+        raise Unsupported(f"argument {schema_arg.name!r}: list mixes bools and numbers")
+    return pb.Argument(as_ints=pb.IntList(values=values))
+
+
+def encode_node(node, name_of, output_names, val_of=meta_val):
+    """(pb.Node, overload) for an FX call_function node. Raises Unsupported."""
+    target, bound = resolve_target(node)
+    inputs = []
+    for a, v in bound:
+        arg = encode_argument(a, v, name_of, val_of)
+        if arg is not None:
+            inputs.append(pb.NamedArgument(name=a.name, arg=arg))
+    return pb.Node(target=str(target), inputs=inputs, outputs=output_names), target
+
+
+def check_node(node):
+    """Raises Unsupported unless `node` can be encoded (names don't matter).
+    Returns the overload that would be sent."""
+    _, target = encode_node(node, lambda n: n.name, [node.name])
+    return target
+
+
+def is_getitem(node):
+    return node.op == "call_function" and node.target is operator.getitem
+
+
+# ------------------------------------------------------------------ fake propagation
+
+class _Recorder(torch.fx.Interpreter):
+    def __init__(self, gm):
+        super().__init__(gm, garbage_collect_values=False)
+
+
+def _fake_input(spec):
+    dtype, sizes, strides, offset = spec[:4]
+    if any(s == 0 for s in sizes):
+        span = 0
+    else:
+        span = 1 + sum((s - 1) * abs(st) for s, st in zip(sizes, strides))
+    base = torch.empty(offset + span, dtype=dtype)
+    return base.as_strided(sizes, strides, offset)
+
+
+def propagate(gm, input_specs, constants):
+    """{fx.Node: fake value} for every node of `gm` when its placeholders
+    hold tensors with `input_specs` (signature_of tuples) and constants
+    ({placeholder index: real tensor})."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    mode = FakeTensorMode()
+    with mode:
+        args, it = [], iter(input_specs)
+        placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+        for i, _ in enumerate(placeholders):
+            if i in constants:
+                args.append(mode.from_tensor(constants[i]))
+            else:
+                args.append(_fake_input(next(it)))
+        interp = _Recorder(gm)
+        interp.run(*args)
+    return interp.env
+
+
+# ------------------------------------------------------------------ request
+
+def _out_strides(t):
+    sizes = tuple(int(s) for s in t.shape)
+    if is_dense(t):
+        return tuple(int(s) for s in t.stride())
+    return contiguous_strides(sizes)
+
+
+def _constant_bytes(t):
+    t = t.detach().to("cpu").contiguous()
+    if t.numel() == 0:
+        return b""
+    return t.reshape(-1).view(torch.uint8).numpy().tobytes()
+
+
+def build_graph(gm, input_specs, constants=None):
+    """tcc.v1.Graph for partition `gm` with its non-constant placeholders
+    laid out as `input_specs` ([(dtype, sizes, strides, offset)]) and
+    `constants` ({placeholder index: tensor}) baked in. Returns
+    (graph, output fake values). Raises Unsupported."""
+    constants = constants or {}
+    env = propagate(gm, input_specs, constants)
+    g = pb.Graph()
+    names = {}            # fx.Node -> tensor value name
+    multi = {}            # fx.Node -> [output names] for multi-output nodes
+
+    def name_of(n):
+        if n not in names:
+            raise Unsupported(f"value {n.name!r} is not a tensor of the partition")
+        return names[n]
+
+    def add_value(name, meta):
+        g.values.append(pb.TensorValue(name=name, meta=meta))
+
+    it = iter(input_specs)
+    placeholder_index = 0
+    for n in gm.graph.nodes:
+        if n.op == "placeholder":
+            i = placeholder_index
+            placeholder_index += 1
+            names[n] = n.name
+            if i in constants:
+                c = constants[i]
+                add_value(n.name, tensor_meta(c.dtype, c.shape, contiguous_strides(c.shape)))
+                g.constants.append(pb.Constant(name=n.name, data=_constant_bytes(c)))
+            else:
+                dtype, sizes, strides, offset = next(it)[:4]
+                add_value(n.name, tensor_meta(dtype, sizes, strides, offset))
+                g.inputs.append(n.name)
+        elif n.op == "call_function" and is_getitem(n):
+            src, idx = n.args
+            if src not in multi:
+                raise Unsupported(f"getitem of {src.name!r}, which is not a multi-output op")
+            names[n] = multi[src][idx]
+        elif n.op == "call_function":
+            val = env[n]
+            if isinstance(val, torch.Tensor):
+                outs = [n.name]
+                names[n] = n.name
+                add_value(n.name, tensor_meta(val.dtype, val.shape, _out_strides(val)))
+            elif isinstance(val, (tuple, list)):
+                outs = [""] * len(val)
+                for u in n.users:
+                    if is_getitem(u):
+                        outs[u.args[1]] = u.name
+                    else:
+                        raise Unsupported(f"{n.name}: a multi-output value used whole")
+                for o, v in zip(outs, val):
+                    if o:
+                        if not isinstance(v, torch.Tensor):
+                            raise Unsupported(f"{n.name}: non-tensor output")
+                        add_value(o, tensor_meta(v.dtype, v.shape, _out_strides(v)))
+                multi[n] = outs
+            else:
+                raise Unsupported(f"{n.name} produces a {type(val).__name__}")
+            node_pb, _ = encode_node(n, name_of, outs, env.get)
+            g.nodes.append(node_pb)
+        elif n.op == "output":
+            outs = n.args[0]
+            outs = outs if isinstance(outs, (tuple, list)) else [outs]
+            for o in outs:
+                if not isinstance(o, torch.fx.Node):
+                    raise Unsupported("a partition output that is not a tensor node")
+                g.outputs.append(name_of(o))
+            out_vals = [env[o] for o in outs]
+        else:
+            raise Unsupported(f"{n.op} node {n.name!r}")
+    return g, out_vals

@@ -1,0 +1,304 @@
+"""What the daemon compiles, node by node, and maximal partitions of it.
+
+1. The op table: `Compiler.Ops` tells which ATen overloads (and tensor
+   dtypes) the daemon compiles for a device; the answer is cached per
+   address. A daemon without that RPC answers UNIMPLEMENTED; then each
+   candidate op is verified by a *trial compile*: a one-node graph (for
+   pointwise ops with all sizes 1) is compiled and the op counts as
+   supported when that succeeds. Trial verdicts are cached per address too,
+   and repeat as cache hits on the daemon, so they cost one small compile
+   per op the first time a daemon sees it.
+2. Verdicts: a node is compiled only when it is an ATen overload that
+   neither mutates nor aliases its way out (see 4), every tensor it reads
+   or makes is a CPU tensor of a supported dtype, every argument has a
+   faithful wire encoding (graph.check_node) and the table has its target.
+   Everything else runs eagerly; the reason is kept for the log.
+3. Partitions: torch.fx's CapabilityBasedPartitioner makes maximal
+   acyclic groups of supported nodes (single nodes included); each becomes
+   a submodule `tccd_<i>` of the graph (fuse_by_partitions).
+4. Views: an op that returns an alias of its input (schema `Tensor(a)`,
+   or kind "view" in the table) may live inside a partition, but its
+   result must not leave it: the kernel would hand back a copy where the
+   program expects a view. Such nodes are marked eager and the partitions
+   are proposed again until none escapes.
+"""
+import concurrent.futures
+import logging
+import operator
+import threading
+
+import torch
+from torch._ops import OpOverload
+from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
+from torch.fx.passes.operator_support import OperatorSupportBase
+from torch.fx.passes.utils.fuser_utils import fuse_by_partitions
+
+from . import graph as G
+from ._proto import tcc_pb2 as pb
+from .dtypes import PB_TO_TORCH, dtype_to_pb
+from .errors import TccdCompileError, TccdUnsupported
+
+log = logging.getLogger("tccd")
+
+PREFIX = "tccd_"
+
+
+class OpTable:
+    """The daemon's answer to Compiler.Ops (source "rpc"), or an empty
+    table whose ops are verified by trial compiles (source "probe")."""
+
+    def __init__(self, source, ops=None, dtypes=None, compiler=""):
+        self.source = source
+        self.ops = dict(ops or {})          # target -> kind
+        self.dtypes = set(dtypes or ())     # torch dtypes (rpc only)
+        self.compiler = compiler
+
+    @classmethod
+    def from_response(cls, resp):
+        dtypes = {PB_TO_TORCH[d] for d in resp.dtypes if d in PB_TO_TORCH}
+        return cls("rpc", {o.target: o.kind for o in resp.ops}, dtypes, resp.compiler)
+
+
+_tables = {}
+_tables_lock = threading.Lock()
+
+
+def op_table(client, cfg, device=pb.CPU):
+    """The (cached) OpTable of the daemon at client.addr."""
+    key = (client.addr, device, cfg.ops)
+    with _tables_lock:
+        t = _tables.get(key)
+    if t is not None:
+        return t
+    if cfg.ops == "probe":
+        t = OpTable("probe")
+    else:
+        try:
+            t = OpTable.from_response(client.ops(device))
+        except TccdUnsupported:
+            if cfg.ops == "rpc":
+                raise
+            log.info("tccd at %s has no Compiler.Ops; verifying ops by trial compiles",
+                     client.addr)
+            t = OpTable("probe")
+    with _tables_lock:
+        return _tables.setdefault(key, t)
+
+
+def forget_op_tables():
+    """Drops every cached op table and trial verdict (tests, daemon upgrades)."""
+    with _tables_lock:
+        _tables.clear()
+        _probes.clear()
+
+
+# ------------------------------------------------------------------ trial compiles
+
+_probes = {}   # (addr, target, options, probe key) -> (bool, reason)
+
+
+def _probe_key(node, overload):
+    parts = [str(overload)]
+    for inp in node.all_input_nodes:
+        v = G.meta_val(inp)
+        parts.append((v.dtype, v.dim()))
+    for a in list(node.args) + list(node.kwargs.values()):
+        if not isinstance(a, torch.fx.Node):
+            parts.append(type(a).__name__)
+    return tuple(map(str, parts))
+
+
+def _probe_graph(node):
+    """A GraphModule holding only `node` (its tensor inputs as placeholders)
+    and the input specs to compile it with."""
+    g = torch.fx.Graph()
+    env = {}
+    specs = []
+    pointwise = torch.Tag.pointwise in getattr(node.target, "tags", ())
+    for inp in node.all_input_nodes:
+        v = G.meta_val(inp)
+        p = g.placeholder(inp.name)
+        p.meta["val"] = v
+        env[inp] = p
+        sizes = (1,) * v.dim() if pointwise else tuple(int(s) for s in v.shape)
+        specs.append((v.dtype, sizes, G.contiguous_strides(sizes), 0))
+    new = g.node_copy(node, lambda n: env[n])
+    val = G.meta_val(node)
+    if isinstance(val, (tuple, list)):
+        g.output(tuple(g.call_function(operator.getitem, (new, i)) for i in range(len(val))))
+    else:
+        g.output((new,))
+    return torch.fx.GraphModule(torch.nn.Module(), g), specs
+
+
+def _probe(client, request_base, node, overload):
+    """Trial-compiles one node; returns (ok, reason)."""
+    try:
+        gm, specs = _probe_graph(node)
+        graph, _ = G.build_graph(gm, specs)
+    except (G.Unsupported, RuntimeError, TypeError, ValueError) as e:
+        return False, f"cannot build a trial graph: {e}"
+    req = pb.CompileRequest()
+    req.CopyFrom(request_base)
+    req.graph.CopyFrom(graph)
+    req.client += f" trial {overload}"
+    try:
+        client.compile(req)
+        return True, ""
+    except (TccdUnsupported, TccdCompileError) as e:
+        return False, f"trial compile: {e.status}: {e.message}"
+
+
+# ------------------------------------------------------------------ verdicts
+
+def _tensors(val):
+    if isinstance(val, torch.Tensor):
+        return [val]
+    if isinstance(val, (tuple, list)) and val and all(isinstance(v, torch.Tensor) for v in val):
+        return list(val)
+    return None
+
+
+def returns_alias(overload, table):
+    if table.ops.get(str(overload)) == "view":
+        return True
+    return any(r.alias_info is not None for r in overload._schema.returns)
+
+
+def static_verdict(node, table):
+    """(overload or None, reason): whether `node` may be sent at all."""
+    target = node.target
+    if not isinstance(target, OpOverload):
+        return None, "not an ATen overload"
+    if target._schema.is_mutable:
+        return None, "mutates an input"
+    outs = _tensors(G.meta_val(node))
+    if outs is None:
+        return None, "does not produce tensors"
+    ins = []
+    for inp in node.all_input_nodes:
+        v = G.meta_val(inp)
+        if not isinstance(v, torch.Tensor):
+            return None, f"reads a {type(v).__name__} computed in the graph"
+        ins.append(v)
+    for t in ins + outs:
+        if t.device.type != "cpu":
+            return None, f"{t.device.type} tensors run eagerly (tccd has no {t.device.type} target yet)"
+        if dtype_to_pb(t.dtype) is None:
+            return None, f"dtype {t.dtype}"
+        if table.source == "rpc" and t.dtype not in table.dtypes:
+            return None, f"dtype {t.dtype} not compiled by tccd"
+    try:
+        overload = G.check_node(node)
+    except G.Unsupported as e:
+        return None, str(e)
+    if table.source == "rpc" and str(overload) not in table.ops:
+        return None, "not compiled by tccd"
+    return overload, ""
+
+
+def verdicts(gm, table, client=None, request_base=None):
+    """({node: (ok, reason)} for every call_function node of gm, number of
+    trial compiles made)."""
+    out = {}
+    trials = 0
+    pending = {}   # probe key -> [(node, overload)]
+    for n in gm.graph.nodes:
+        if n.op != "call_function" or G.is_getitem(n):
+            continue
+        overload, reason = static_verdict(n, table)
+        if overload is None:
+            out[n] = (False, reason)
+        elif table.source == "rpc":
+            out[n] = (True, "")
+        else:
+            pending.setdefault(_probe_key(n, overload), []).append((n, overload))
+    if pending:
+        addr = client.addr
+        opt = request_base.SerializeToString()
+        todo = {}
+        for key, nodes in pending.items():
+            pk = (addr, opt, key)
+            with _tables_lock:
+                hit = _probes.get(pk)
+            if hit is None:
+                todo[key] = nodes[0]
+        trials = len(todo)
+        if todo:
+            with concurrent.futures.ThreadPoolExecutor(max_workers=min(8, len(todo))) as ex:
+                futs = {key: ex.submit(_probe, client, request_base, n, ov)
+                        for key, (n, ov) in todo.items()}
+                for key, f in futs.items():
+                    res = f.result()
+                    with _tables_lock:
+                        _probes[(addr, opt, key)] = res
+                    if not res[0]:
+                        log.debug("tccd: %s falls back: %s", todo[key][1], res[1])
+        for key, nodes in pending.items():
+            with _tables_lock:
+                ok, reason = _probes[(addr, opt, key)]
+            for n, _ in nodes:
+                out[n] = (ok, reason or "")
+    for n in gm.graph.nodes:
+        if G.is_getitem(n):
+            src = n.args[0]
+            out[n] = out.get(src, (False, "getitem of an eager value"))
+    return out, trials
+
+
+# ------------------------------------------------------------------ partitions
+
+class _Support(OperatorSupportBase):
+    def __init__(self, ok):
+        self.ok = ok
+
+    def is_node_supported(self, submodules, node):
+        return self.ok.get(node, False)
+
+
+def propose(gm, verdict, table):
+    """Partitions (lists of nodes) of supported nodes; updates `verdict`
+    for views that would escape their partition."""
+    while True:
+        ok = {n: v[0] for n, v in verdict.items()}
+        parts = CapabilityBasedPartitioner(
+            gm, _Support(ok), allows_single_node_partition=True).propose_partitions()
+        escaping = []
+        for p in parts:
+            members = set(p.nodes)
+            for n in members:
+                if G.is_getitem(n) or not isinstance(n.target, OpOverload):
+                    continue
+                if returns_alias(n.target, table) and any(u not in members for u in n.users):
+                    escaping.append(n)
+        if not escaping:
+            return [list(p.nodes) for p in parts]
+        for n in escaping:
+            verdict[n] = (False, "a view whose result leaves the compiled partition")
+
+
+def fuse(gm, parts):
+    """Replaces each partition by a call_module `tccd_<i>` (returns a tuple
+    always); returns [(name, submodule)]."""
+    if not parts:
+        return []
+    fuse_by_partitions(gm, [dict.fromkeys(p) for p in parts], prefix=PREFIX,
+                       always_return_tuple=True)
+    return [(n.target, getattr(gm, n.target)) for n in gm.graph.nodes
+            if n.op == "call_module" and n.target.startswith(PREFIX)]
+
+
+def count_ops(gm):
+    """Call_function nodes (getitem excluded): the graph's ops."""
+    return sum(1 for n in gm.graph.nodes if n.op == "call_function" and not G.is_getitem(n))
+
+
+def op_names(gm):
+    """{target name: count} of gm's ops."""
+    out = {}
+    for n in gm.graph.nodes:
+        if n.op == "call_function" and not G.is_getitem(n):
+            k = str(n.target) if isinstance(n.target, OpOverload) else getattr(
+                n.target, "__name__", str(n.target))
+            out[k] = out.get(k, 0) + 1
+    return out
