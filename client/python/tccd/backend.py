@@ -236,11 +236,12 @@ class _CompiledGraph:
                 self._account_eager(f"{v.device.type} tensors: tccd has no {v.device.type} "
                                     "target yet")
                 return _ALL_EAGER
-        self.n_ops = P.count_ops(gm)
         self.client = client_for(self.cfg)
         table = P.op_table(self.client, self.cfg)
         label = f"python pid {os.getpid()} graph {self.id} ({self.kind})"
         self.base = request_base(self.cfg, self.dynamic, self.fullgraph, label)
+        _read_constants_directly(gm)
+        self.n_ops = P.count_ops(gm)
         verdict, trials = P.verdicts(gm, table, self.client, self.base)
         _stats.add(trial_compiles=trials)
         parts = P.propose(gm, verdict, table)
@@ -381,6 +382,29 @@ class _CompiledGraph:
             part.set_eager(reason)
         else:                            # a later signature: only this one falls back
             _stats.add(fallback_ops=part.n_ops)
+
+
+def _read_constants_directly(gm):
+    """`lift_fresh_copy(<get_attr constant>)` copies a constant the program
+    made (torch.tensor(...) in traced code) before it is used. Ops that only
+    read it (no mutation, no alias returned) are pointed at the constant
+    itself, so a partition can bake it in (Graph.constants); the copy stays
+    for every other use and goes when nothing uses it."""
+    lift = torch.ops.aten.lift_fresh_copy.default
+    for n in list(gm.graph.nodes):
+        if not (n.op == "call_function" and n.target is lift and len(n.args) == 1
+                and isinstance(n.args[0], torch.fx.Node) and n.args[0].op == "get_attr"):
+            continue
+        const = n.args[0]
+        for u in list(n.users):
+            t = u.target
+            if (u.op == "call_function" and isinstance(t, torch._ops.OpOverload)
+                    and not t._schema.is_mutable
+                    and all(r.alias_info is None for r in t._schema.returns)):
+                u.replace_input_with(n, const)
+        if not n.users:
+            gm.graph.erase_node(n)
+    gm.graph.lint()
 
 
 def _get_attr(gm, target):

@@ -94,9 +94,11 @@ def _is_tensor_type(schema_arg):
 
 
 def resolve_target(node):
-    """(OpOverload, args, kwargs) to send for an FX call_function node: the
-    node's own overload, or its `.Scalar` overload when a Python number sits
-    in a Tensor parameter. Raises Unsupported."""
+    """(OpOverload, [(schema Argument, value)]) to send for an FX
+    call_function node: its own overload, or its `.Scalar` overload when a
+    Python number sits in the Tensor parameter `other`. Numbers left in
+    Tensor parameters become 0-dim constants (encode_node). Raises
+    Unsupported."""
     target = node.target
     if not isinstance(target, OpOverload):
         raise Unsupported(f"{target} is not an ATen overload")
@@ -104,17 +106,37 @@ def resolve_target(node):
     bound = bind_arguments(schema, node.args, node.kwargs)
     scalar_in_tensor = [a.name for a, v in bound
                         if _is_tensor_type(a) and isinstance(v, (bool, int, float))]
-    if not scalar_in_tensor:
+    if scalar_in_tensor != ["other"]:
         return target, bound
     alt = getattr(target.overloadpacket, "Scalar", None)
-    if alt is None or scalar_in_tensor != ["other"]:
-        raise Unsupported(f"{target}: a Python number in Tensor parameter(s) "
-                          f"{', '.join(scalar_in_tensor)}")
+    if alt is None:
+        return target, bound
     alt_args = {a.name: a for a in alt._schema.arguments}
     if (set(alt_args) != {a.name for a in schema.arguments}
             or str(alt_args["other"].type) != "Scalar"):
-        raise Unsupported(f"{target}: no matching Scalar overload for a Python number")
+        return target, bound
     return alt, [(alt_args[a.name], v) for a, v in bound]
+
+
+def scalar_constant_dtype(node, val_of=None):
+    """The dtype a Python number in a Tensor parameter of `node` is sent as
+    (a 0-dim constant): the result dtype, when that is what promotion gives
+    for sure (a pointwise op whose tensor inputs and result all share one
+    floating dtype). Raises Unsupported otherwise."""
+    val_of = val_of or meta_val
+    out = val_of(node)
+    if torch.Tag.pointwise not in getattr(node.target, "tags", ()):
+        raise Unsupported(f"{node.target}: a Python number in a Tensor parameter of a "
+                          "non-pointwise op")
+    if not isinstance(out, torch.Tensor) or not out.dtype.is_floating_point:
+        raise Unsupported(f"{node.target}: a Python number in a Tensor parameter and a "
+                          "non-floating result")
+    for inp in node.all_input_nodes:
+        v = val_of(inp)
+        if not isinstance(v, torch.Tensor) or v.dtype != out.dtype:
+            raise Unsupported(f"{node.target}: a Python number in a Tensor parameter "
+                              "with mixed dtypes")
+    return out.dtype
 
 
 def bind_arguments(schema, args, kwargs):
@@ -233,11 +255,22 @@ def _encode_list(schema_arg, values, name_of, val_of):
     return pb.Argument(as_ints=pb.IntList(values=values))
 
 
-def encode_node(node, name_of, output_names, val_of=meta_val):
-    """(pb.Node, overload) for an FX call_function node. Raises Unsupported."""
+def encode_node(node, name_of, output_names, val_of=meta_val, add_constant=None):
+    """(pb.Node, overload) for an FX call_function node. A Python number in
+    a Tensor parameter becomes a 0-dim constant: add_constant(name, tensor)
+    -> value name puts it in the graph. Raises Unsupported."""
     target, bound = resolve_target(node)
     inputs = []
     for a, v in bound:
+        if _is_tensor_type(a) and isinstance(v, (bool, int, float)):
+            dtype = scalar_constant_dtype(node, val_of)
+            t = torch.tensor(v, dtype=dtype)
+            cname = f"{node.name}__{a.name}"
+            if add_constant is not None:
+                cname = add_constant(cname, t)
+            inputs.append(pb.NamedArgument(name=a.name,
+                                           arg=pb.Argument(as_tensor=pb.TensorRef(name=cname))))
+            continue
         arg = encode_argument(a, v, name_of, val_of)
         if arg is not None:
             inputs.append(pb.NamedArgument(name=a.name, arg=arg))
@@ -327,6 +360,11 @@ def build_graph(gm, input_specs, constants=None):
     def add_value(name, meta):
         g.values.append(pb.TensorValue(name=name, meta=meta))
 
+    def add_constant(name, t):
+        add_value(name, tensor_meta(t.dtype, t.shape, contiguous_strides(t.shape)))
+        g.constants.append(pb.Constant(name=name, data=_constant_bytes(t)))
+        return name
+
     it = iter(input_specs)
     placeholder_index = 0
     for n in gm.graph.nodes:
@@ -368,7 +406,7 @@ def build_graph(gm, input_specs, constants=None):
                 multi[n] = outs
             else:
                 raise Unsupported(f"{n.name} produces a {type(val).__name__}")
-            node_pb, _ = encode_node(n, name_of, outs, env.get)
+            node_pb, _ = encode_node(n, name_of, outs, env.get, add_constant)
             g.nodes.append(node_pb)
         elif n.op == "output":
             outs = n.args[0]

@@ -5,7 +5,8 @@
    address. A daemon without that RPC answers UNIMPLEMENTED; then each
    candidate op is verified by a *trial compile*: a one-node graph (for
    pointwise ops with all sizes 1) is compiled and the op counts as
-   supported when that succeeds. Trial verdicts are cached per address too,
+   supported when that succeeds (UNIMPLEMENTED or INVALID_ARGUMENT: not
+   supported; any other failure is raised). Trial verdicts are cached per address too,
    and repeat as cache hits on the daemon, so they cost one small compile
    per op the first time a daemon sees it.
 2. Verdicts: a node is compiled only when it is an ATen overload that
@@ -145,8 +146,15 @@ def _probe(client, request_base, node, overload):
     try:
         client.compile(req)
         return True, ""
-    except (TccdUnsupported, TccdCompileError) as e:
+    except TccdUnsupported as e:
         return False, f"trial compile: {e.status}: {e.message}"
+    except TccdCompileError as e:
+        # The daemon rejects the node (an argument or dtype it does not
+        # take): unsupported. Anything else (the compiler failing,
+        # RESOURCE_EXHAUSTED, ...) is an error for the caller.
+        if e.status == "INVALID_ARGUMENT":
+            return False, f"trial compile: {e.status}: {e.message}"
+        raise
 
 
 # ------------------------------------------------------------------ verdicts

@@ -1,0 +1,329 @@
+"""torch.compile(backend="tccd") on functions: results against float64 (or
+eager) references on fresh random inputs, what gets compiled, what falls
+back, and how real graphs' features (layouts, scalars, aliases, mutation,
+autograd modes, dynamic shapes, options) come through.
+
+Tolerances: float32 results against a float64 reference, rtol 1e-5 atol
+1e-6 (a handful of pointwise ops in float32); against float32 eager, rtol
+1e-4 atol 1e-5."""
+import json
+import logging
+import threading
+
+import pytest
+import torch
+
+import tccd
+from tccd._proto import tcc_pb2 as pb
+
+F64 = dict(rtol=1e-5, atol=1e-6)
+F32 = dict(rtol=1e-4, atol=1e-5)
+
+
+def close64(got, ref_fn, *inputs):
+    ref = ref_fn(*[t.double() if isinstance(t, torch.Tensor) and t.is_floating_point() else t
+                   for t in inputs])
+    torch.testing.assert_close(got.double(), ref, **F64)
+
+
+def foo(x, y):
+    return torch.sin(x) + torch.cos(y)
+
+
+def test_foo_function(daemon):
+    opt = torch.compile(foo, backend="tccd")
+    for _ in range(3):
+        x, y = torch.randn(10, 10), torch.randn(10, 10)
+        close64(opt(x, y), foo, x, y)
+    s = tccd.stats()
+    assert s["graphs"] == 1 and s["ops"] == 3
+    # foo is pure pointwise: nothing falls back
+    assert s["fallback_ops"] == 0, tccd.fallback_ops()
+    assert s["compiled_ops"] == 3 and s["partitions"] == 1 and s["kernels"] == 1
+    assert tccd.fallback_ops() == {}
+
+
+def test_foo_decorator(daemon):
+    @torch.compile(backend="tccd")
+    def foo2(x, y):
+        return torch.sin(x) + torch.cos(y)
+
+    x, y = torch.randn(7, 3), torch.randn(7, 3)
+    close64(foo2(x, y), foo, x, y)
+    assert tccd.stats()["fallback_ops"] == 0
+
+
+def test_linear_relu_module(daemon):
+    torch.manual_seed(torch.initial_seed())
+    m = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU())
+    ref_m = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU())
+    ref_m.load_state_dict(m.state_dict())
+    cm = torch.compile(m, backend="tccd")
+    x = torch.randn(8, 16)
+    out = cm(x)
+    torch.testing.assert_close(out, ref_m(x), **F32)
+    g = torch.randn_like(out)
+    out.backward(g)
+    ref_m(x).backward(g)
+    for (n, p), q in zip(m.named_parameters(), ref_m.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, **F32, msg=lambda s: f"{n}: {s}")
+    s = tccd.stats()
+    assert s["compiled_ops"] >= 1, s   # relu at least
+    print("fallback:", tccd.fallback_ops())
+
+
+def test_data_dependent_control_flow(daemon):
+    def f(x):
+        if x.sum() < 10:
+            return torch.sin(x) * 2
+        return torch.cos(x) - 1
+
+    opt = torch.compile(f, backend="tccd")
+    lo = torch.randn(16) - 3          # sum ~ -48
+    hi = torch.randn(16) + 3          # sum ~ +48
+    assert lo.sum() < 10 < hi.sum()
+    close64(opt(lo), lambda x: torch.sin(x) * 2, lo)
+    close64(opt(hi), lambda x: torch.cos(x) - 1, hi)
+
+
+def bar(a, b):
+    x = a / (torch.abs(a) + 1)
+    if b.sum() < 0:
+        b = b * -1
+    return x * b
+
+
+def test_bar_both_branches(daemon):
+    opt = torch.compile(bar, backend="tccd")
+    a = torch.randn(10)
+    neg = -torch.rand(10) - 0.1
+    pos = torch.rand(10) + 0.1
+    close64(opt(a, neg), bar, a, neg)
+    close64(opt(a, pos), bar, a, pos)
+    # and again, now both branches are compiled
+    a = torch.randn(10)
+    close64(opt(a, neg), bar, a, neg)
+    close64(opt(a, pos), bar, a, pos)
+    assert tccd.stats()["compiled_ops"] > 0
+
+
+def test_fullgraph_raises_on_graph_break(daemon):
+    opt = torch.compile(bar, backend="tccd", fullgraph=True)
+    with pytest.raises(torch._dynamo.exc.Unsupported):
+        opt(torch.randn(10), torch.randn(10))
+
+
+def test_noncontiguous_and_broadcast_inputs(daemon):
+    def f(x, y, z):
+        return torch.sin(x) * y + torch.exp(z)
+
+    opt = torch.compile(f, backend="tccd")
+    base = torch.randn(12, 20)
+    x = base.t()                               # transposed
+    y = torch.randn(20, 24)[:, ::2]            # strided columns
+    z = torch.randn(12).expand(20, 12)         # broadcast (stride 0)
+    w = torch.randn(40, 12)[5:25]              # storage offset
+    assert not x.is_contiguous() and not y.is_contiguous() and z.stride(0) == 0
+    close64(opt(x, y, z), f, x, y, z)
+    close64(opt(w, y, z), f, w, y, z)
+    # broadcasting inside the graph: (20, 12) op (12,) op (20, 1)
+    u, v = torch.randn(12), torch.randn(20, 1)
+    close64(opt(x, u, v), f, x, u, v)
+    assert tccd.stats()["fallback_ops"] == 0
+
+
+def test_python_scalars(daemon):
+    def f(x, s):
+        return torch.tanh(x) * s + 0.5 - s / 3
+
+    opt = torch.compile(f, backend="tccd")
+    for s in (2.5, -1.25, 3):
+        x = torch.randn(6, 5)
+        close64(opt(x, s), f, x, s)
+
+
+def test_multiple_outputs_and_aliases(daemon):
+    def f(x, y):
+        s = torch.sin(x)
+        return s, s.t(), y.view(-1), x, torch.cos(y) * 2
+
+    opt = torch.compile(f, backend="tccd")
+    x, y = torch.randn(3, 4), torch.randn(2, 6)
+    got = opt(x, y)
+    ref = f(x, y)
+    assert len(got) == 5
+    for g, r in zip(got, ref):
+        torch.testing.assert_close(g, r, **F32)
+        assert g.shape == r.shape and g.stride() == r.stride()
+    # aliasing as in eager: the view of an input is still a view of it,
+    # the returned input is the input, the transposed output shares s
+    assert got[2].untyped_storage().data_ptr() == y.untyped_storage().data_ptr()
+    assert got[3] is x
+    assert got[1].untyped_storage().data_ptr() == got[0].untyped_storage().data_ptr()
+
+
+def test_inplace_ops_and_input_mutation(daemon):
+    def f(x, y):
+        y = y.clone()
+        y.add_(x)
+        y.mul_(2)
+        return torch.sin(y)
+
+    def g(x):
+        x.mul_(2)
+        x.add_(1)
+        return torch.cos(x)
+
+    x, y = torch.randn(5, 5), torch.randn(5, 5)
+    close64(torch.compile(f, backend="tccd")(x, y), f, x, y)
+    a = torch.randn(5, 5)
+    a_ref = a.clone().double()
+    out = torch.compile(g, backend="tccd")(a)
+    ref = g(a_ref)
+    torch.testing.assert_close(out.double(), ref, **F64)
+    torch.testing.assert_close(a.double(), a_ref, **F64)   # the input was mutated the same way
+
+
+def test_requires_grad_inputs(daemon):
+    def f(x, y):
+        return (torch.sin(x) * torch.sigmoid(y) + torch.exp(-x * x)).sum()
+
+    opt = torch.compile(f, backend="tccd")
+    x = torch.randn(8, 8, requires_grad=True)
+    y = torch.randn(8, 8, requires_grad=True)
+    xr = x.detach().double().requires_grad_()
+    yr = y.detach().double().requires_grad_()
+    out = opt(x, y)
+    ref = f(xr, yr)
+    torch.testing.assert_close(out.double(), ref, rtol=1e-5, atol=1e-5)
+    out.backward()
+    ref.backward()
+    torch.testing.assert_close(x.grad.double(), xr.grad, **F64)
+    torch.testing.assert_close(y.grad.double(), yr.grad, **F64)
+    kinds = {g["kind"] for g in tccd.stats()["graphs_detail"]}
+    assert kinds == {"forward", "backward"}
+
+
+def test_no_grad_and_inference_mode(daemon):
+    m = torch.nn.Sequential(torch.nn.Linear(6, 6), torch.nn.Tanh())
+    cm = torch.compile(m, backend="tccd")
+    x = torch.randn(4, 6)
+    with torch.no_grad():
+        ref = m(x)
+        torch.testing.assert_close(cm(x), ref, **F32)
+    with torch.inference_mode():
+        x2 = torch.randn(4, 6)
+        torch.testing.assert_close(cm(x2), m(x2), **F32)
+    assert all(g["kind"] == "inference" for g in tccd.stats()["graphs_detail"])
+
+
+def test_dynamic_shapes_compile_per_signature(daemon):
+    opt = torch.compile(foo, backend="tccd", dynamic=True)
+    for n in (5, 7, 9, 7):
+        x, y = torch.randn(n, 3), torch.randn(n, 3)
+        close64(opt(x, y), foo, x, y)
+    s = tccd.stats()
+    assert s["graphs"] == 1            # one symbolic graph
+    assert s["kernels"] == 3           # one kernel per concrete signature
+    assert s["fallback_ops"] == 0
+
+
+def test_float64_compiles_integers_fall_back(daemon):
+    x, y = torch.randn(4, 4, dtype=torch.float64), torch.randn(4, 4, dtype=torch.float64)
+    out = torch.compile(foo, backend="tccd")(x, y)
+    assert out.dtype == torch.float64
+    torch.testing.assert_close(out, foo(x, y), rtol=1e-12, atol=1e-12)
+    assert tccd.stats()["fallback_ops"] == 0
+
+    torch._dynamo.reset()
+    tccd.reset_stats()
+
+    def h(a, b):
+        return (a + b) * 3 - a
+
+    a = torch.randint(-100, 100, (6,))
+    b = torch.randint(-100, 100, (6,))
+    assert torch.equal(torch.compile(h, backend="tccd")(a, b), h(a, b))
+
+
+def test_constant_tensor_in_graph(daemon):
+    def f(x):
+        c = torch.tensor([1.5, -2.0, 3.25])
+        return x * c + torch.sin(c)
+
+    x = torch.randn(4, 3)
+    close64(torch.compile(f, backend="tccd")(x), f, x)
+    assert tccd.stats()["fallback_ops"] == 0
+
+
+def test_threads_share_compiled_function(daemon):
+    opt = torch.compile(foo, backend="tccd")
+    x, y = torch.randn(64, 64), torch.randn(64, 64)
+    close64(opt(x, y), foo, x, y)          # compile once, in this thread
+    errors = []
+
+    def work():
+        try:
+            for _ in range(50):
+                a, b = torch.randn(64, 64), torch.randn(64, 64)
+                torch.testing.assert_close(opt(a, b).double(), foo(a.double(), b.double()), **F64)
+        except Exception as e:  # noqa: BLE001
+            errors.append(e)
+
+    ts = [threading.Thread(target=work) for _ in range(4)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert not errors, errors[0]
+
+
+def test_info_log_once_per_graph(daemon, caplog):
+    caplog.set_level(logging.INFO, logger="tccd")
+
+    def f(x):
+        return torch.sin(x).cumsum(0) * 2
+
+    opt = torch.compile(f, backend="tccd")
+    for _ in range(3):
+        x = torch.randn(9)
+        torch.testing.assert_close(opt(x), f(x), **F32)
+    lines = [r.getMessage() for r in caplog.records
+             if r.name == "tccd" and r.levelno == logging.INFO and "fall back" in r.getMessage()]
+    assert len(lines) == 1, lines
+    assert "aten.cumsum.default" in lines[0] and "1 fall back" in lines[0]
+
+
+def _entries_options(d):
+    out = []
+    for e in d.tcctl("ls", "--limit", "1000")["entries"]:
+        out.append(d.tcctl("show", e["guard_hash"])["options"])
+    return out
+
+
+@pytest.mark.parametrize("route", ["torch_compile_mode", "backend_option", "options_dict"])
+def test_mode_reaches_the_daemon(own_daemon, route):
+    d = own_daemon()
+    if route == "torch_compile_mode":
+        opt = torch.compile(foo, backend="tccd", mode="max-autotune")
+        want = "MAX_AUTOTUNE"
+    elif route == "backend_option":
+        opt = torch.compile(foo, backend=tccd.backend(mode="reduce-overhead"))
+        want = "REDUCE_OVERHEAD"
+    else:
+        opt = torch.compile(foo, backend="tccd", options={"mode": "max-autotune-no-cudagraphs"})
+        want = "MAX_AUTOTUNE_NO_CUDAGRAPHS"
+    x, y = torch.randn(3, 3), torch.randn(3, 3)
+    close64(opt(x, y), foo, x, y)
+    modes = {o["mode"] for o in _entries_options(d)}
+    assert modes == {want}, modes
+
+
+def test_dynamic_and_fullgraph_reach_the_daemon(own_daemon):
+    d = own_daemon()
+    opt = torch.compile(foo, backend="tccd", dynamic=True, fullgraph=True)
+    x, y = torch.randn(3, 3), torch.randn(3, 3)
+    close64(opt(x, y), foo, x, y)
+    opts = _entries_options(d)
+    assert opts and all(o["dynamic"] for o in opts), opts
+    assert all(o["fullgraph"] for o in opts), opts
