@@ -41,7 +41,8 @@ import tccd  # noqa: E402
 class Daemon:
     """One tccd process; start() waits for its port file."""
 
-    def __init__(self, workdir, cache_dir=None, extra_args=()):
+    def __init__(self, workdir, cache_dir=None, extra_args=(), port=0):
+        self.listen_port = port
         self.workdir = str(workdir)
         self.cache_dir = cache_dir or os.path.join(self.workdir, "cache")
         self.extra_args = list(extra_args)
@@ -58,7 +59,7 @@ class Daemon:
         port_file = os.path.join(self.workdir, "port")
         if os.path.exists(port_file):
             os.unlink(port_file)
-        cmd = [TCCD, "--listen", "127.0.0.1:0", "--cache-dir", self.cache_dir,
+        cmd = [TCCD, "--listen", f"127.0.0.1:{self.listen_port}", "--cache-dir", self.cache_dir,
                "--port-file", port_file, "--log-level", "debug"] + self.extra_args
         self.log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT)
