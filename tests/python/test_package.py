@@ -45,8 +45,8 @@ def test_entry_point_registers_backend_without_import():
                        cwd="/", timeout=300)
     assert p.returncode == 0, (f"entry point check failed (is client/python installed? "
                                f"scripts/setup --test does it):\n{p.stdout}\n{p.stderr}")
-    assert "value tccd.backend:tccd_backend" in p.stdout
-    assert "backend tccd.backend tccd_backend" in p.stdout
+    assert "value tccd.dynamo:tccd_backend" in p.stdout
+    assert "backend tccd.dynamo tccd_backend" in p.stdout
 
 
 def test_library_comes_from_env():

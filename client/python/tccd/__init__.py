@@ -14,7 +14,7 @@ tccd.backend for the pipeline and tccd.config for every option.
 from ._stats import fallback_ops as _fallback_ops
 from ._stats import reset as _reset
 from ._stats import snapshot as _snapshot
-from .backend import Backend, backend, tccd_backend
+from .dynamo import Backend, backend, tccd_backend
 from .client import Client, Kernel, default_addr
 from .config import Config
 from .errors import (TccdCompileError, TccdDeadlineExceeded, TccdError, TccdFallbackWarning,

@@ -1,0 +1,104 @@
+"""Small real models shared by test_models.py and scripts/bench-torch:
+an MLP, a CNN of ResNet basic blocks, nn.TransformerEncoderLayer and a
+GPT-style decoder block. Each entry: (constructor, input maker, loss)."""
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class MLP(nn.Module):
+    def __init__(self, d_in=64, hidden=128, d_out=10):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(d_in, hidden), nn.GELU(), nn.Linear(hidden, hidden),
+                                 nn.Tanh(), nn.Linear(hidden, d_out))
+
+    def forward(self, x):
+        return self.net(x)
+
+
+class BasicBlock(nn.Module):
+    """ResNet's basic block: conv-bn-relu-conv-bn + (projected) shortcut, relu."""
+
+    def __init__(self, cin, cout, stride=1):
+        super().__init__()
+        self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(cout)
+        self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(cout)
+        self.short = None
+        if stride != 1 or cin != cout:
+            self.short = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False),
+                                       nn.BatchNorm2d(cout))
+
+    def forward(self, x):
+        out = F.relu(self.bn1(self.conv1(x)))
+        out = self.bn2(self.conv2(out))
+        return F.relu(out + (x if self.short is None else self.short(x)))
+
+
+class ResNetSmall(nn.Module):
+    def __init__(self, classes=10):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 16, 3, 1, 1, bias=False), nn.BatchNorm2d(16),
+                                  nn.ReLU())
+        self.layer1 = BasicBlock(16, 16)
+        self.layer2 = BasicBlock(16, 32, stride=2)
+        self.fc = nn.Linear(32, classes)
+
+    def forward(self, x):
+        x = self.layer2(self.layer1(self.stem(x)))
+        return self.fc(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
+
+
+class GPTBlock(nn.Module):
+    """Pre-LN decoder block: causal self-attention + GELU MLP, residuals."""
+
+    def __init__(self, d=64, heads=4):
+        super().__init__()
+        self.heads = heads
+        self.ln1 = nn.LayerNorm(d)
+        self.qkv = nn.Linear(d, 3 * d)
+        self.proj = nn.Linear(d, d)
+        self.ln2 = nn.LayerNorm(d)
+        self.fc = nn.Linear(d, 4 * d)
+        self.out = nn.Linear(4 * d, d)
+
+    def attention(self, x):
+        b, t, d = x.shape
+        q, k, v = self.qkv(x).split(d, dim=2)
+        q, k, v = (z.view(b, t, self.heads, d // self.heads).transpose(1, 2) for z in (q, k, v))
+        att = (q @ k.transpose(-2, -1)) / math.sqrt(d // self.heads)
+        mask = torch.ones(t, t, dtype=torch.bool, device=x.device).tril()
+        att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
+        y = (att @ v).transpose(1, 2).reshape(b, t, d)
+        return self.proj(y)
+
+    def forward(self, x):
+        x = x + self.attention(self.ln1(x))
+        return x + self.out(F.gelu(self.fc(self.ln2(x)), approximate="tanh"))
+
+
+def _encoder_layer():
+    return nn.TransformerEncoderLayer(d_model=64, nhead=4, dim_feedforward=128, dropout=0.0,
+                                      batch_first=True)
+
+
+def _xent(out, target):
+    return F.cross_entropy(out, target)
+
+
+def _mse(out, target):
+    return F.mse_loss(out, target)
+
+
+# name -> (make model, make (input, target), loss)
+MODELS = {
+    "mlp": (MLP, lambda b=32: (torch.randn(b, 64), torch.randint(0, 10, (b,))), _xent),
+    "resnet": (ResNetSmall, lambda b=8: (torch.randn(b, 3, 16, 16), torch.randint(0, 10, (b,))),
+               _xent),
+    "transformer": (_encoder_layer, lambda b=4: (torch.randn(b, 16, 64), torch.randn(b, 16, 64)),
+                    _mse),
+    "gpt": (GPTBlock, lambda b=4: (torch.randn(b, 16, 64), torch.randn(b, 16, 64)), _mse),
+}
