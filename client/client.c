@@ -32,6 +32,15 @@
  * renamed into place (readers never see a partial file), and verified on
  * every read: a file whose digest does not match is deleted and fetched
  * again. Failing to write the cache never fails a fetch.
+ *
+ * Signatures (tcc_sign.h): with trusted keys (options.trusted_keys or
+ * $TCCD_TRUSTED_KEYS), a CompileResponse is accepted only when its
+ * Artifact.signature verifies, with the key its key_id names, over the
+ * response's guard hash, artifact digest and the manifest's bytes exactly
+ * as they arrived (field 4, found by walking the top-level wire format,
+ * never re-encoded). The artifact's bytes are then held to that digest
+ * by fetch and by tcc_kernel_load, so nothing unsigned or altered is ever
+ * loaded.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -66,6 +75,7 @@ struct tcc_client {
   int deadline_ms;
   int connect_timeout_ms;
   char *artifact_dir;        /* NULL = no local artifact cache */
+  tcc_trusted_keys trusted;  /* signature check before anything loads */
 };
 
 /* ------------------------------------------------------------ gRPC init */
@@ -222,6 +232,13 @@ int tcc_client_connect(const char *addr, const tcc_client_options *opts, tcc_cli
     tcc_client_close(c);
     return tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "out of memory");
   }
+  const char *trusted = opts && opts->trusted_keys ? opts->trusted_keys : getenv("TCCD_TRUSTED_KEYS");
+  int krc = tcc_trusted_keys_load(trusted, &c->trusted, err);
+  if (krc) {
+    tcc_error_prefix(err, "%s", opts && opts->trusted_keys ? "trusted_keys" : "TCCD_TRUSTED_KEYS");
+    tcc_client_close(c);
+    return krc;
+  }
 
   library_init();
   grpc_arg args[2];
@@ -260,10 +277,13 @@ void tcc_client_close(tcc_client *c) {
   if (c->channel) grpc_channel_destroy(c->channel);
   free(c->addr);
   free(c->artifact_dir);
+  tcc_trusted_keys_free(&c->trusted);
   free(c);
 }
 
 const char *tcc_client_addr(const tcc_client *c) { return c->addr; }
+
+size_t tcc_client_trusted_keys(const tcc_client *c) { return c ? c->trusted.n : 0; }
 
 /* ------------------------------------------------------------ unary */
 
@@ -378,10 +398,99 @@ int tcc_client_call_message(tcc_client *c, const char *method, const ProtobufCMe
 
 /* ------------------------------------------------------------ compile */
 
+/* Reads a varint at *p (< end). Returns 0 or -1 when malformed. */
+static int wire_varint(const uint8_t **p, const uint8_t *end, uint64_t *v) {
+  *v = 0;
+  for (int shift = 0; shift < 64 && *p < end; shift += 7) {
+    uint8_t b = *(*p)++;
+    *v |= (uint64_t)(b & 0x7f) << shift;
+    if (!(b & 0x80)) return 0;
+  }
+  return -1;
+}
+
+/* Finds the bytes of the single top-level length-delimited field `field`
+ * of an encoded message. Returns 0 (found, or absent: *len 0 and *out
+ * NULL) or -1 (malformed, or the field occurs more than once). */
+static int wire_field_bytes(const uint8_t *msg, size_t len, uint32_t field, const uint8_t **out,
+                            size_t *out_len) {
+  const uint8_t *p = msg, *end = msg + len;
+  *out = NULL;
+  *out_len = 0;
+  int seen = 0;
+  while (p < end) {
+    uint64_t tag, n;
+    if (wire_varint(&p, end, &tag)) return -1;
+    switch (tag & 7) {
+    case 0: if (wire_varint(&p, end, &n)) return -1; break;
+    case 1: if ((size_t)(end - p) < 8) return -1; p += 8; break;
+    case 5: if ((size_t)(end - p) < 4) return -1; p += 4; break;
+    case 2:
+      if (wire_varint(&p, end, &n) || n > (uint64_t)(end - p)) return -1;
+      if (tag >> 3 == field) {
+        if (seen++) return -1;
+        *out = p;
+        *out_len = (size_t)n;
+      }
+      p += n;
+      break;
+    default: return -1;
+    }
+  }
+  return 0;
+}
+
+/* The signature check of a CompileResponse (its wire bytes and decoded
+ * form) against the client's trusted keys. Returns 0 (verified, or no
+ * trusted keys) or TCC_E_PERMISSION_DENIED / TCC_E_DATA_LOSS. */
+static int verify_compile_response(const tcc_client *c, const uint8_t *bytes, size_t len,
+                                   const Tcc__V1__CompileResponse *resp, tcc_error *err) {
+  if (c->trusted.n == 0) return 0;
+  const Tcc__V1__Artifact *a = resp->artifact;
+  uint8_t guard[TCC_SHA256_BYTES], sha[TCC_SHA256_BYTES];
+  const uint8_t *manifest;
+  size_t manifest_len;
+  if (!a || tcc_hex_decode(resp->guard_hash, guard, sizeof guard) ||
+      tcc_hex_decode(a->sha256, sha, sizeof sha) ||
+      wire_field_bytes(bytes, len, 4, &manifest, &manifest_len))
+    return tcc_error_set(err, TCC_E_DATA_LOSS,
+                         "artifact signature invalid: the response's guard hash, digest or manifest is malformed");
+  if (a->signature.len == 0)
+    return tcc_error_set(err, TCC_E_PERMISSION_DENIED,
+                         "artifact is unsigned and TCCD_TRUSTED_KEYS is set (guard hash %.12s; the daemon "
+                         "runs --no-signing?)",
+                         resp->guard_hash);
+  return tcc_artifact_verify(&c->trusted, a->key_id, guard, sha, manifest, manifest_len, a->signature.data,
+                             a->signature.len, err);
+}
+
+int client_compile_response_decode(const tcc_client *c, const uint8_t *bytes, size_t len,
+                                       Tcc__V1__CompileResponse **resp, tcc_error *err) {
+  *resp = tcc__v1__compile_response__unpack(NULL, len, bytes);
+  if (!*resp)
+    return tcc_error_set(err, TCC_E_INTERNAL, "%s: malformed tcc.v1.CompileResponse from the daemon",
+                         TCC_METHOD_COMPILE);
+  int rc = verify_compile_response(c, bytes, len, *resp, err);
+  if (rc) {
+    tcc__v1__compile_response__free_unpacked(*resp, NULL);
+    *resp = NULL;
+  }
+  return rc;
+}
+
 int tcc_client_compile(tcc_client *c, const Tcc__V1__CompileRequest *req,
                        Tcc__V1__CompileResponse **resp, tcc_error *err) {
-  return tcc_client_call_message(c, TCC_METHOD_COMPILE, &req->base, &tcc__v1__compile_response__descriptor,
-                                 (ProtobufCMessage **)resp, 0, err);
+  *resp = NULL;
+  uint8_t *reqb = NULL, *respb = NULL;
+  size_t reqn = 0, respn = 0;
+  int rc = pack_message(&req->base, &reqb, &reqn, err);
+  if (rc) return rc;
+  rc = tcc_client_call(c, TCC_METHOD_COMPILE, reqb, reqn, &respb, &respn, 0, err);
+  free(reqb);
+  if (rc) return rc;
+  rc = client_compile_response_decode(c, respb, respn, resp, err);
+  free(respb);
+  return rc;
 }
 
 /* ------------------------------------------------------------ local artifact cache */

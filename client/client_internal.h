@@ -11,8 +11,18 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "tcc/v1/tcc.pb-c.h"
 #include "tcc_digest.h"
+#include "tcc_sign.h"
 #include "tcc_status.h"
+
+struct tcc_client;
+
+/* client.c (not exported): decodes an encoded CompileResponse and, when the client has
+ * trusted keys, verifies its artifact signature (see client.c). *resp is
+ * NULL on failure. Returns 0 or a TCC_E_* code. */
+int client_compile_response_decode(const struct tcc_client *c, const uint8_t *bytes, size_t len,
+                                       Tcc__V1__CompileResponse **resp, tcc_error *err);
 
 /* Full gRPC method names (service paths from tcc.proto and health.proto). */
 #define TCC_METHOD_COMPILE "/tcc.v1.Compiler/Compile"

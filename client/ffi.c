@@ -24,7 +24,17 @@ int tcc_client_open(const char *addr, int deadline_ms, int connect_timeout_ms, c
 
 int tcc_client_compile_bytes(tcc_client *c, const uint8_t *req, size_t req_len, uint8_t **resp,
                              size_t *resp_len, tcc_error *err) {
-  return tcc_client_call(c, TCC_METHOD_COMPILE, req, req_len, resp, resp_len, 0, err);
+  int rc = tcc_client_call(c, TCC_METHOD_COMPILE, req, req_len, resp, resp_len, 0, err);
+  if (rc) return rc;
+  Tcc__V1__CompileResponse *r = NULL; /* the same signature check as tcc_client_compile */
+  rc = client_compile_response_decode(c, *resp, *resp_len, &r, err);
+  if (r) tcc__v1__compile_response__free_unpacked(r, NULL);
+  if (rc) {
+    free(*resp);
+    *resp = NULL;
+    *resp_len = 0;
+  }
+  return rc;
 }
 
 /* Packs m into a malloc'd buffer. */

@@ -32,6 +32,12 @@ typedef struct tcc_client_options {
   int deadline_ms;            /* per call; 0 = 60000 */
   int connect_timeout_ms;     /* wait for the channel to be ready; 0 = 5000 */
   const char *artifact_dir;   /* local artifact cache (by digest); NULL = none */
+  /* Comma-separated tccd .pub files (tcctl keygen). With any, every
+   * compiled artifact must carry a valid signature by one of them before
+   * it is loaded (tcc_client_compile refuses it otherwise). NULL =
+   * $TCCD_TRUSTED_KEYS; "" = none (unsigned artifacts load, digests are
+   * still checked). Production sets it. */
+  const char *trusted_keys;
 } tcc_client_options;
 
 /* addr NULL: $TCCD_ADDR, else TCC_DEFAULT_ADDR. opts may be NULL.
@@ -49,7 +55,11 @@ int tcc_client_call(tcc_client *c, const char *method,
                     int deadline_ms, tcc_error *err);
 
 /* Compile. *resp is a protobuf-c message: free with
- * tcc__v1__compile_response__free_unpacked(*resp, NULL). */
+ * tcc__v1__compile_response__free_unpacked(*resp, NULL).
+ * With trusted keys configured, the artifact's signature is verified
+ * against the response's guard hash, digest and manifest bytes first:
+ * TCC_E_PERMISSION_DENIED "artifact is unsigned and TCCD_TRUSTED_KEYS is
+ * set" or "artifact signature invalid: ..." (nothing is returned then). */
 int tcc_client_compile(tcc_client *c, const Tcc__V1__CompileRequest *req,
                        Tcc__V1__CompileResponse **resp, tcc_error *err);
 
@@ -90,6 +100,10 @@ int tcc_client_get_kernel(tcc_client *c, const Tcc__V1__CompileRequest *req,
 
 /* The address the client was connected to (owned by the client). */
 const char *tcc_client_addr(const tcc_client *c);
+
+/* How many trusted public keys the client verifies signatures with
+ * (0: signatures are not checked). */
+size_t tcc_client_trusted_keys(const tcc_client *c);
 
 /* Unary call with protobuf-c messages: packs req, calls method, unpacks
  * the answer as resp_desc into *resp (free with

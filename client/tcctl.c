@@ -56,6 +56,8 @@ static const char usage_text[] =
     "  fetch [--digest] HASH OUT    write the verified artifact of an entry\n"
     "                               (HASH = guard hash; --digest: artifact\n"
     "                               SHA-256) to OUT (- = stdout)\n"
+    "  keygen OUT                   make an Ed25519 signing key pair: OUT\n"
+    "                               (secret, mode 0600) and OUT.pub\n"
     "  help                         this text\n"
     "\n"
     "options:\n"
@@ -63,6 +65,8 @@ static const char usage_text[] =
     "  --json                       machine-readable JSON on stdout\n"
     "  --deadline-ms N              per-call deadline (default 60000)\n"
     "  --connect-timeout-ms N       how long to wait for tccd (default 5000)\n"
+    "  --trusted-keys F1[,F2...]    verify artifact signatures with these .pub\n"
+    "                               files (default $TCCD_TRUSTED_KEYS)\n"
     "  --version                    print the version\n"
     "\n"
     "HASH may be a unique prefix (at least 4 hex digits) of a guard hash.\n"
@@ -74,6 +78,7 @@ typedef struct tcctl {
   int json;
   int deadline_ms;
   int connect_timeout_ms;
+  const char *trusted_keys;   /* NULL: $TCCD_TRUSTED_KEYS */
   const char *command;
   int argc;          /* the command's own arguments */
   char **argv;
@@ -328,7 +333,9 @@ static cJSON *message_json(const void *m) { return tcc_pbjson_to_cjson(m, JSON_F
 /* ------------------------------------------------------------ connection */
 
 static int connect_client(tcctl *t) {
-  tcc_client_options opts = {.deadline_ms = t->deadline_ms, .connect_timeout_ms = t->connect_timeout_ms};
+  tcc_client_options opts = {.deadline_ms = t->deadline_ms,
+                             .connect_timeout_ms = t->connect_timeout_ms,
+                             .trusted_keys = t->trusted_keys};
   return tcc_client_connect(t->addr, &opts, &t->client, &t->err);
 }
 
@@ -737,6 +744,8 @@ static int cmd_compile(tcctl *t) {
 
   const Tcc__V1__Artifact *art = resp->artifact;
   const Tcc__V1__Manifest *man = resp->manifest;
+  /* tcc_client_compile refused it unless it verified (when keys are set) */
+  int verified = art && art->signature.len && tcc_client_trusted_keys(t->client) > 0;
   char kind[32] = "-", num[16];
   if (art) {
     snprintf(kind, sizeof kind, "%s", enum_name(&tcc__v1__artifact_kind__descriptor, art->kind, num, sizeof num));
@@ -753,6 +762,8 @@ static int cmd_compile(tcctl *t) {
     cJSON_AddStringToObject(doc, "target", man && man->target ? man->target : "");
     cJSON_AddNumberToObject(doc, "kernels", man ? (double)man->n_kernels : 0);
     cJSON_AddItemToObject(doc, "timings", timings_json(resp->timings));
+    cJSON_AddStringToObject(doc, "key_id", art && art->key_id ? art->key_id : "");
+    cJSON_AddBoolToObject(doc, "signature_verified", verified);
     if (man) cJSON_AddItemToObject(doc, "manifest", message_json(man));
     rc = print_json(t, doc);
   } else {
@@ -764,6 +775,10 @@ static int cmd_compile(tcctl *t) {
     kv("artifact size", "%s (%" PRId64 " bytes)", human_bytes(art ? art->size : 0, a, sizeof a),
        art ? art->size : 0);
     kv("artifact kind", "%s", kind);
+    if (art && art->signature.len)
+      kv("signature", "key %s, %s", art->key_id, verified ? "verified" : "not verified (no trusted keys)");
+    else
+      kv("signature", "unsigned");
     kv("target", "%s", man && man->target && *man->target ? man->target : "-");
     kv("kernels", "%zu", man ? man->n_kernels : 0);
     if (tm)
@@ -865,6 +880,27 @@ static int cmd_fetch(tcctl *t) {
   return 0;
 }
 
+/* ------------------------------------------------------------ keygen */
+
+static int cmd_keygen(tcctl *t) {
+  char *pos[1];
+  if (split_args(t, NULL, NULL, pos, 1) != 1) usage_error("keygen needs an output file");
+  char id[TCC_SIGN_KEY_ID_HEX];
+  if (tcc_sign_keygen(pos[0], id, &t->err)) return fail_err(t);
+  if (t->json) {
+    cJSON *doc = cJSON_CreateObject();
+    cJSON_AddStringToObject(doc, "secret_key", pos[0]);
+    char pub[4200];
+    snprintf(pub, sizeof pub, "%s.pub", pos[0]);
+    cJSON_AddStringToObject(doc, "public_key", pub);
+    cJSON_AddStringToObject(doc, "key_id", id);
+    return print_json(t, doc);
+  }
+  printf("wrote %s (secret, mode 0600) and %s.pub; key id %s\n", pos[0], pos[0], id);
+  printf("daemon: tccd --signing-key %s    clients: TCCD_TRUSTED_KEYS=%s.pub\n", pos[0], pos[0]);
+  return 0;
+}
+
 /* ------------------------------------------------------------ main */
 
 typedef struct command {
@@ -875,6 +911,7 @@ typedef struct command {
 static const command commands[] = {
     {"health", cmd_health}, {"stats", cmd_stats}, {"ls", cmd_ls},           {"show", cmd_show},
     {"evict", cmd_evict},   {"gc", cmd_gc},       {"compile", cmd_compile}, {"fetch", cmd_fetch},
+    {"keygen", cmd_keygen},
 };
 
 int main(int argc, char **argv) {
@@ -900,6 +937,8 @@ int main(int argc, char **argv) {
       t.deadline_ms = (int)parse_count("--deadline-ms", v, 1 << 30);
     } else if ((v = option_value(argc, argv, &i, "--connect-timeout-ms"))) {
       t.connect_timeout_ms = (int)parse_count("--connect-timeout-ms", v, 1 << 30);
+    } else if ((v = option_value(argc, argv, &i, "--trusted-keys"))) {
+      t.trusted_keys = v;
     } else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
       fputs(usage_text, stdout);
       free(rest);

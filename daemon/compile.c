@@ -75,6 +75,8 @@ typedef struct tccd_job {
   int rc;                         /* tcc_compile's result */
   tcc_error err;
   tcc_artifact artifact;
+  tcc_cache_entry entry;          /* what is stored and replied; its pointers
+                                   * borrow prep, artifact and request_meta */
   Tcc__V1__Timings timings;       /* the first caller's decode/hash/lookup */
   tccd_call *waiters;             /* first = the call that started the job */
   tccd_call **waiters_tail;
@@ -170,19 +172,23 @@ void tccd_jobs_stats(const tccd_state *st, tccd_job_stats *out) {
 
 /* ------------------------------------------------------------ replies */
 
-static void reply_compiled(tccd_call *c, const uint8_t hash[TCC_SHA256_BYTES],
-                           Tcc__V1__CacheStatus status, int kind,
-                           const uint8_t sha[TCC_SHA256_BYTES], int64_t size,
-                           const uint8_t *manifest, size_t manifest_len,
-                           const Tcc__V1__Timings *timings) {
+/* Answers a call with entry e (hash, kind, digest, size, manifest,
+ * signature and key id are used). */
+static void reply_entry(tccd_call *c, const tcc_cache_entry *e, Tcc__V1__CacheStatus status,
+                        const Tcc__V1__Timings *timings) {
   char hash_hex[TCC_SHA256_HEX], sha_hex[TCC_SHA256_HEX];
-  tcc_hex_encode(hash, TCC_SHA256_BYTES, hash_hex);
-  tcc_hex_encode(sha, TCC_SHA256_BYTES, sha_hex);
+  tcc_hex_encode(e->hash, TCC_SHA256_BYTES, hash_hex);
+  tcc_hex_encode(e->artifact_sha256, TCC_SHA256_BYTES, sha_hex);
+  const uint8_t *manifest = e->manifest;
+  size_t manifest_len = e->manifest_len;
 
   Tcc__V1__Artifact artifact = TCC__V1__ARTIFACT__INIT;
-  artifact.kind = (Tcc__V1__ArtifactKind)kind;
+  artifact.kind = (Tcc__V1__ArtifactKind)e->kind;
   artifact.sha256 = sha_hex;
-  artifact.size = size;
+  artifact.size = e->size;
+  artifact.signature.data = (uint8_t *)e->signature;
+  artifact.signature.len = e->signature_len;
+  artifact.key_id = (char *)e->key_id;
   Tcc__V1__Timings t = *timings;
   t.total_ms = tccd_call_elapsed_ms(c);
   Tcc__V1__CompileResponse resp = TCC__V1__COMPILE_RESPONSE__INIT;
@@ -235,25 +241,38 @@ static void job_work(uv_work_t *w) {
   atomic_fetch_sub(&jobs->running, 1);
 }
 
+/* Fills job->entry from the compiled artifact and signs it (when the
+ * daemon has a key). Its pointers borrow the job's buffers. */
+static void job_entry_fill(tccd_job *job) {
+  tccd_state *st = job->st;
+  tcc_cache_entry *e = &job->entry;
+  memset(e, 0, sizeof *e);
+  memcpy(e->hash, job->prep->hash, TCC_SHA256_BYTES);
+  e->key = job->prep->key;
+  e->key_len = job->prep->key_len;
+  snprintf(e->target, sizeof e->target, "%s", job->prep->target);
+  e->kind = job->artifact.kind;
+  e->manifest = job->artifact.manifest;
+  e->manifest_len = job->artifact.manifest_len;
+  e->request_meta = job->request_meta;
+  e->request_meta_len = job->request_meta_len;
+  memcpy(e->artifact_sha256, job->artifact.sha256, TCC_SHA256_BYTES);
+  e->size = (int64_t)job->artifact.size;
+  e->kernels = job->artifact.kernels;
+  e->compile_ms = job->artifact.compile_ms;
+  if (st->signing_key) {
+    tcc_artifact_sign(st->signing_key, e->hash, e->artifact_sha256, e->manifest, e->manifest_len,
+                      e->signature);
+    e->signature_len = TCC_SIGNATURE_BYTES;
+    memcpy(e->key_id, st->signing_key->key_id, sizeof e->key_id);
+  }
+}
+
 static void job_store(tccd_job *job) {
   tccd_state *st = job->st;
-  tcc_cache_entry e;
-  memset(&e, 0, sizeof e);
-  memcpy(e.hash, job->prep->hash, TCC_SHA256_BYTES);
-  e.key = job->prep->key;
-  e.key_len = job->prep->key_len;
-  snprintf(e.target, sizeof e.target, "%s", job->prep->target);
-  e.kind = job->artifact.kind;
-  e.manifest = job->artifact.manifest;
-  e.manifest_len = job->artifact.manifest_len;
-  e.request_meta = job->request_meta;
-  e.request_meta_len = job->request_meta_len;
-  memcpy(e.artifact_sha256, job->artifact.sha256, TCC_SHA256_BYTES);
-  e.size = (int64_t)job->artifact.size;
-  e.kernels = job->artifact.kernels;
-  e.compile_ms = job->artifact.compile_ms;
+  job_entry_fill(job);
   tcc_error err;
-  if (tcc_cache_store(st->cache, &e, job->artifact.data, job->artifact.size, &err) != 0) {
+  if (tcc_cache_store(st->cache, &job->entry, job->artifact.data, job->artifact.size, &err) != 0) {
     job->rc = err.code;
     tcc_error_set(&job->err, err.code, "compiled, but could not store the artifact: %s", err.msg);
   }
@@ -294,8 +313,7 @@ static void job_succeed(tccd_job *job) {
   Tcc__V1__CacheStatus status_of = TCC__V1__CACHE_STATUS__MISS;
   for (tccd_call *c = job->waiters, *next; c; c = next) {
     next = c->next_waiter;
-    reply_compiled(c, job->prep->hash, status_of, job->artifact.kind, job->artifact.sha256,
-                   (int64_t)job->artifact.size, job->artifact.manifest, job->artifact.manifest_len, &t);
+    reply_entry(c, &job->entry, status_of, &t);
     status_of = TCC__V1__CACHE_STATUS__COALESCED;
   }
 }
@@ -352,6 +370,17 @@ void tccd_jobs_abandon_waiters(tccd_state *st) {
 
 /* ------------------------------------------------------------ the RPC */
 
+/* May this daemon serve a stored entry? Without signing, anything; with
+ * it, only entries signed by a key it trusts (its own or --trusted-keys):
+ * unsigned entries (from --no-signing runs or schema v2) are recompiled. */
+static int entry_servable(const tccd_state *st, const tcc_cache_entry *e) {
+  if (!st->signing_key) return 1;
+  if (e->signature_len != TCC_SIGNATURE_BYTES) return 0;
+  for (size_t i = 0; i < st->trusted.n; i++)
+    if (strcmp(st->trusted.keys[i].key_id, e->key_id) == 0) return 1;
+  return 0;
+}
+
 static uint8_t *encode_request_meta(const Tcc__V1__CompileRequest *req, size_t *len) {
   Tcc__V1__CompileRequest meta = TCC__V1__COMPILE_REQUEST__INIT;
   meta.target = req->target;
@@ -402,11 +431,16 @@ void tccd_rpc_compile(tccd_state *st, tccd_call *c) {
   tcc_cache_entry entry;
   int rc = tcc_cache_lookup(st->cache, prep->hash, prep->key, prep->key_len, &entry, &err);
   t.lookup_ms = tccd_ms_since(t2);
+  if (rc == 0 && !entry_servable(st, &entry)) {
+    log_info("cache entry %.12s is %s; compiling it again to serve a signed artifact", prep->hash_hex,
+             entry.signature_len ? "signed by a key this daemon does not trust" : "unsigned");
+    tcc_cache_entry_clear(&entry);
+    rc = tcc_error_set(&err, TCC_E_NOT_FOUND, "unsigned entry");
+  }
   if (rc == 0) {
     tcc_cache_count(st->cache, TCC_COUNTER_hits, 1);
     t.compile_ms = entry.compile_ms;
-    reply_compiled(c, prep->hash, TCC__V1__CACHE_STATUS__HIT, entry.kind, entry.artifact_sha256,
-                   entry.size, entry.manifest, entry.manifest_len, &t);
+    reply_entry(c, &entry, TCC__V1__CACHE_STATUS__HIT, &t);
     log_debug("compile %.12s hit (%.3f ms)", prep->hash_hex, tccd_call_elapsed_ms(c));
     tcc_cache_entry_clear(&entry);
     tcc__v1__compile_request__free_unpacked(req, NULL);

@@ -10,12 +10,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include "daemon.h"
 #include "tcc_config.h"
 
-typedef enum { OPT_STRING, OPT_INT, OPT_BYTES, OPT_LEVEL } opt_kind;
+typedef enum { OPT_STRING, OPT_INT, OPT_BYTES, OPT_LEVEL, OPT_BOOL, OPT_SECONDS } opt_kind;
 
 typedef struct opt_def {
   const char *name;      /* flag without dashes */
@@ -39,6 +40,17 @@ static const opt_def options[] = {
   {"compile-timeout-ms", NUM(OPT_INT, compile_timeout_ms), "per-compile time limit (default 120000)"},
   {"shutdown-grace-ms", NUM(OPT_INT, shutdown_grace_ms), "on SIGTERM, how long in-flight calls may finish (default 5000)"},
   {"port-file", STR(port_file), "write the bound port to this file once listening"},
+  {"signing-key", STR(signing_key), "sign every artifact with this Ed25519 key (make one: tcctl keygen FILE)"},
+  {"no-signing", NUM(OPT_BOOL, no_signing), "serve unsigned artifacts (one of --signing-key / --no-signing is required)"},
+  {"trusted-keys", STR(trusted_keys), "comma-separated .pub files whose signatures are accepted from --redis (own key always)"},
+  {"auth-tokens", STR(auth_tokens), "bearer tokens file, lines 'client TOKEN' / 'admin TOKEN' (default: no auth)"},
+  {"tls-cert", STR(tls_cert), "serve TLS with this PEM certificate chain (needs --tls-key)"},
+  {"tls-key", STR(tls_key), "PEM private key of --tls-cert"},
+  {"tls-client-ca", STR(tls_client_ca), "require client certificates signed by this PEM CA (mTLS)"},
+  {"redis", STR(redis), "shared remote cache tier: redis://[[USER]:PASSWORD@]HOST[:PORT][/DB]"},
+  {"redis-ttl", NUM(OPT_SECONDS, redis_ttl_s), "remote entry lifetime, refreshed on remote hits (default 30d)"},
+  {"redis-timeout-ms", NUM(OPT_INT, redis_timeout_ms), "a remote operation slower than this is skipped (default 1000)"},
+  {"allow-root", NUM(OPT_BOOL, allow_root), "allow running as root (refused by default)"},
 };
 
 static void config_defaults(tccd_config *cfg) {
@@ -58,6 +70,36 @@ static void config_defaults(tccd_config *cfg) {
   snprintf(cfg->cc, sizeof cfg->cc, "%s", TCC_CC_DEFAULT);
   cfg->compile_timeout_ms = 120000;
   cfg->shutdown_grace_ms = 5000;
+  cfg->redis_ttl_s = 30 * 86400;
+  cfg->redis_timeout_ms = 1000;
+}
+
+/* "30d", "12h", "45m", "90s", "3600" -> seconds. Returns 0 or -1. */
+static int parse_seconds(const char *s, int64_t *out) {
+  char *end;
+  errno = 0;
+  long long v = strtoll(s, &end, 10);
+  if (end == s || errno || v < 0) return -1;
+  int64_t mult = 1;
+  switch (*end) {
+  case 'd': mult = 86400; end++; break;
+  case 'h': mult = 3600; end++; break;
+  case 'm': mult = 60; end++; break;
+  case 's': end++; break;
+  }
+  if (*end || v > INT64_MAX / mult / 1000) return -1;
+  *out = (int64_t)v * mult;
+  return 0;
+}
+
+/* "1", "true", "yes", "on" -> 1; "0", "false", "no", "off", "" -> 0. */
+static int parse_bool(const char *s, int *out) {
+  static const char *const yes[] = {"1", "true", "yes", "on"}, *const no[] = {"0", "false", "no", "off", ""};
+  for (size_t i = 0; i < sizeof yes / sizeof *yes; i++)
+    if (strcasecmp(s, yes[i]) == 0) return *out = 1, 0;
+  for (size_t i = 0; i < sizeof no / sizeof *no; i++)
+    if (strcasecmp(s, no[i]) == 0) return *out = 0, 0;
+  return -1;
 }
 
 /* "10G", "512M", "4096", "1.5G" -> bytes. Returns 0 or -1. */
@@ -111,6 +153,16 @@ static int set_option(tccd_config *cfg, const opt_def *o, const char *value,
       return tcc_error_set(err, -1, "%s: --%s expects error, warn, info or debug, got '%s'",
                            source, o->name, value);
     return 0;
+  case OPT_BOOL:
+    if (parse_bool(value, (int *)field) != 0)
+      return tcc_error_set(err, -1, "%s: --%s expects 1/0 (true/false, yes/no), got '%s'", source,
+                           o->name, value);
+    return 0;
+  case OPT_SECONDS:
+    if (parse_seconds(value, (int64_t *)field) != 0)
+      return tcc_error_set(err, -1, "%s: --%s expects a duration like 3600, 90m, 12h or 30d, got '%s'",
+                           source, o->name, value);
+    return 0;
   }
   return -1;
 }
@@ -119,8 +171,11 @@ void tccd_config_usage(FILE *out) {
   fprintf(out, "usage: tccd [OPTIONS]\n\n"
                "tccd compiles tensor graphs into kernels and caches them.\n\n"
                "Options (each also read from the environment as TCCD_<NAME>):\n");
-  for (size_t i = 0; i < sizeof options / sizeof *options; i++)
-    fprintf(out, "  --%-22s %s\n", options[i].name, options[i].help);
+  for (size_t i = 0; i < sizeof options / sizeof *options; i++) {
+    char name[64];
+    snprintf(name, sizeof name, "%s%s", options[i].name, options[i].kind == OPT_BOOL ? "" : " V");
+    fprintf(out, "  --%-22s %s\n", name, options[i].help);
+  }
   fprintf(out, "  --%-22s %s\n  --%-22s %s\n", "help", "show this help", "version",
           "print the version");
 }
@@ -128,6 +183,7 @@ void tccd_config_usage(FILE *out) {
 int tccd_config_load(tccd_config *cfg, int argc, char **argv, tcc_error *err) {
   config_defaults(cfg);
   const size_t n = sizeof options / sizeof *options;
+  int cli_signing = 0; /* bits: 1 --signing-key, 2 --no-signing on the command line */
   for (size_t i = 0; i < n; i++) {
     char env[64] = "TCCD_";
     for (const char *p = options[i].name; *p; p++) {
@@ -158,12 +214,31 @@ int tccd_config_load(tccd_config *cfg, int argc, char **argv, tcc_error *err) {
         o = &options[i];
     if (!o) return tcc_error_set(err, -1, "unknown option '%s' (see --help)", arg);
     const char *value = eq ? eq + 1 : NULL;
+    if (!value && o->kind == OPT_BOOL) value = "1"; /* a bare flag */
     if (!value) {
       if (a + 1 >= argc) return tcc_error_set(err, -1, "option --%s needs a value", o->name);
       value = argv[++a];
     }
     if (set_option(cfg, o, value, "command line", err) != 0) return -1;
+    if (strcmp(o->name, "signing-key") == 0) cli_signing |= 1;
+    if (strcmp(o->name, "no-signing") == 0 && cfg->no_signing) cli_signing |= 2;
   }
   if (cfg->workers < 1) return tcc_error_set(err, -1, "--workers must be at least 1");
+  /* The command line wins over the environment for the signing choice too. */
+  if (cli_signing == 1) cfg->no_signing = 0;
+  if (cli_signing == 2) cfg->signing_key[0] = '\0';
+  if (cli_signing == 3) cfg->no_signing = 1; /* both given: reported below */
+  if (cfg->signing_key[0] && cfg->no_signing)
+    return tcc_error_set(err, -1, "--signing-key and --no-signing contradict each other; pick one");
+  if (!cfg->signing_key[0] && !cfg->no_signing)
+    return tcc_error_set(err, -1,
+                         "no signing key: pass --signing-key FILE (make one with `tcctl keygen FILE`) "
+                         "or run unsigned with --no-signing (env TCCD_SIGNING_KEY / TCCD_NO_SIGNING=1)");
+  if (!cfg->tls_cert[0] != !cfg->tls_key[0])
+    return tcc_error_set(err, -1, "--tls-cert and --tls-key go together");
+  if (cfg->tls_client_ca[0] && !cfg->tls_cert[0])
+    return tcc_error_set(err, -1, "--tls-client-ca needs --tls-cert and --tls-key");
+  if (cfg->redis_ttl_s < 1) return tcc_error_set(err, -1, "--redis-ttl must be at least 1s");
+  if (cfg->redis_timeout_ms < 1) return tcc_error_set(err, -1, "--redis-timeout-ms must be at least 1");
   return 0;
 }

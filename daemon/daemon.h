@@ -21,6 +21,7 @@
 
 #include "cache.h"
 #include "compiler.h"
+#include "tcc_sign.h"
 #include "tcc_status.h"
 
 /* ------------------------------------------------------------- log.c */
@@ -55,6 +56,17 @@ typedef struct tccd_config {
   int compile_timeout_ms;    /* --compile-timeout-ms */
   int shutdown_grace_ms;     /* --shutdown-grace-ms */
   char port_file[4096];      /* --port-file: write the bound port here */
+  char signing_key[4096];    /* --signing-key: Ed25519 secret key file */
+  int no_signing;            /* --no-signing: serve unsigned artifacts */
+  char trusted_keys[8192];   /* --trusted-keys: .pub files accepted from Redis */
+  char auth_tokens[4096];    /* --auth-tokens: "role token" lines */
+  char tls_cert[4096];       /* --tls-cert: PEM chain */
+  char tls_key[4096];        /* --tls-key: PEM key */
+  char tls_client_ca[4096];  /* --tls-client-ca: require client certs (mTLS) */
+  char redis[1024];          /* --redis URL: the remote tier */
+  int64_t redis_ttl_s;       /* --redis-ttl */
+  int redis_timeout_ms;      /* --redis-timeout-ms */
+  int allow_root;            /* --allow-root */
 } tccd_config;
 
 /* Fills cfg from defaults, then TCCD_<FLAG> environment variables, then
@@ -133,6 +145,8 @@ typedef struct tccd_state {
   uint64_t started_ns;
   struct tccd_jobs *jobs;          /* compile.c */
   int draining;                    /* shutting down: refuse new compiles */
+  tcc_sign_key *signing_key;       /* --signing-key; NULL with --no-signing */
+  tcc_trusted_keys trusted;        /* own public key + --trusted-keys */
 } tccd_state;
 
 /* Creates the server, binds cfg->listen (refusing a port already in use),
@@ -193,6 +207,14 @@ void tccd_jobs_cancel_queued(tccd_state *st);
  * compile gets UNAVAILABLE now; the compile's result is still stored. */
 void tccd_jobs_abandon_waiters(tccd_state *st);
 void tccd_jobs_free(tccd_state *st);
+
+/* ------------------------------------------------------------- security.c */
+
+/* Refuses root (unless --allow-root), loads the signing key and the
+ * trusted keys (and the auth tokens). Returns 0, or a TCC_E_* code with a
+ * message in err. tccd_security_free releases (and wipes) what it loaded. */
+int tccd_security_init(tccd_state *st, tcc_error *err);
+void tccd_security_free(tccd_state *st);
 
 /* ------------------------------------------------------------- util */
 

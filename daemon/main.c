@@ -90,18 +90,26 @@ int main(int argc, char **argv) {
   st.loop = uv_default_loop();
   st.started_ns = uv_hrtime();
 
+  if (tccd_security_init(&st, &err) != 0) {
+    log_error("%s", err.msg);
+    tccd_security_free(&st);
+    return 2;
+  }
   if (tcc_toolchain_identity(cfg.cc, st.identity, sizeof st.identity, &err) != 0) {
     log_error("cannot use the C compiler '%s' (--cc): %s", cfg.cc, err.msg);
+    tccd_security_free(&st);
     return 1;
   }
   tcc_cache_options copts = {.dir = cfg.cache_dir, .max_bytes = cfg.cache_max_bytes};
   if (tcc_cache_open(&copts, &st.cache, &err) != 0) {
     log_error("cannot use the cache directory %s (--cache-dir): %s", cfg.cache_dir, err.msg);
+    tccd_security_free(&st);
     return 1;
   }
   if (tccd_jobs_init(&st) != 0) {
     log_error("out of memory");
     tcc_cache_close(st.cache);
+    tccd_security_free(&st);
     return 1;
   }
 
@@ -110,6 +118,7 @@ int main(int argc, char **argv) {
     log_error("%s", err.msg);
     tccd_jobs_free(&st);
     tcc_cache_close(st.cache);
+    tccd_security_free(&st);
     grpc_shutdown();
     return 1;
   }
@@ -131,12 +140,18 @@ int main(int argc, char **argv) {
            colon ? (int)(colon - cfg.listen) : 0, cfg.listen, port, cfg.cache_dir, cfg.workers,
            (long long)cfg.cache_max_bytes);
   log_info("compiler: %s", st.identity);
+  if (st.signing_key)
+    log_info("signing artifacts with key %s (%zu trusted key%s)", st.signing_key->key_id, st.trusted.n,
+             st.trusted.n == 1 ? "" : "s");
+  else
+    log_warn("--no-signing: artifacts are served unsigned; clients with TCCD_TRUSTED_KEYS will refuse them");
 
   uv_run(st.loop, UV_RUN_DEFAULT);
 
   tccd_server_free(st.server);
   tccd_jobs_free(&st);
   tcc_cache_close(st.cache); /* flushes counters */
+  tccd_security_free(&st);
   grpc_shutdown();
   if (uv_loop_close(st.loop) != 0) log_warn("libuv loop closed with handles still open");
   log_info("stopped");

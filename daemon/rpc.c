@@ -151,6 +151,12 @@ void tccd_rpc_stats(tccd_state *st, tccd_call *c) {
   r.queue_depth = js.queued;
   r.running_jobs = js.running;
   r.workers = st->cfg->workers;
+  r.remote_errors = cs.counters[TCC_COUNTER_remote_errors];
+  r.remote_stores = cs.counters[TCC_COUNTER_remote_stores];
+  r.remote_lock_waits = cs.counters[TCC_COUNTER_remote_lock_waits];
+  r.remote_rejected = cs.counters[TCC_COUNTER_remote_rejected];
+  r.auth_failures = cs.counters[TCC_COUNTER_auth_failures];
+  r.signing_key_id = st->signing_key ? st->signing_key->key_id : (char *)"";
   tccd_call_reply(c, &r.base);
 }
 
@@ -170,6 +176,7 @@ static void fill_summary(Tcc__V1__EntrySummary *s, const tcc_cache_entry *e,
   s->last_used_unix = e->last_used;
   s->kernels = e->kernels;
   s->artifact_sha256 = sha_hex;
+  s->key_id = (char *)e->key_id;
 }
 
 void tccd_rpc_list(tccd_state *st, tccd_call *c) {

@@ -43,7 +43,7 @@
  *   flush rewrites stay in memory: 1000 distinct hits flush in ~6 ms
  *   instead of ~15 ms with the default 2 MiB).
  *
- * ON-DISK FORMAT (schema version 2; PRAGMA user_version = 2,
+ * ON-DISK FORMAT (schema version 3; PRAGMA user_version = 3,
  * PRAGMA application_id = 0x54434344 "TCCD", auto_vacuum = INCREMENTAL)
  *
  *   Columns are listed in storage order: the small fixed-size columns come
@@ -66,6 +66,8 @@
  *   | key             | BLOB    | canonical key bytes, compared on lookup   |
  *   | manifest        | BLOB    | encoded tcc.v1.Manifest                   |
  *   | request_meta    | BLOB    | encoded Target+Options (for `show`)       |
+ *   | signature       | BLOB    | (v3) Ed25519 signature, x'' = unsigned    |
+ *   | key_id          | TEXT    | (v3) signing key id, '' = unsigned        |
  *   Index entries_by_artifact(artifact_sha256): the FK child index.
  *   Index entries_by_value((compile_ms * (hits + 1)) / max(size, 1),
  *   last_used): the eviction order (lowest value first, older last use,
@@ -120,6 +122,10 @@
  *   MIGRATIONS, bump TCC_CACHE_SCHEMA_VERSION, extend the table above and
  *   add a test that opens a version-1 file.
  *
+ *   Version 3 adds entries.signature and entries.key_id (see tcc_sign.h
+ *   for what is signed); entries migrated from version 2 are unsigned
+ *   (x'' and ''), which a signing daemon treats as a miss and replaces.
+ *
  * ERRORS
  *
  *   Every SQLite failure becomes a TCC_E_* code (sqlite_code_to_status)
@@ -141,7 +147,7 @@
 #include <unistd.h>
 
 #define TCC_CACHE_APPLICATION_ID 0x54434344 /* "TCCD" */
-#define TCC_CACHE_SCHEMA_VERSION 2
+#define TCC_CACHE_SCHEMA_VERSION 3
 #define TCC_CACHE_DEFAULT_BUSY_MS 5000
 #define TCC_CACHE_EVICT_BATCH 16
 
@@ -205,6 +211,10 @@ static const cache_migration MIGRATIONS[] = {
    "  key     BLOB NOT NULL);"
    "INSERT INTO totals(name, value)"
    "  SELECT 'compile_seconds', total(compile_ms) / 1000.0 FROM entries;"},
+  {3,
+   /* signed artifacts: the daemon's signature and key id per entry */
+   "ALTER TABLE entries ADD COLUMN signature BLOB NOT NULL DEFAULT x'';"
+   "ALTER TABLE entries ADD COLUMN key_id TEXT NOT NULL DEFAULT '';"},
 };
 
 _Static_assert(sizeof MIGRATIONS / sizeof MIGRATIONS[0] == TCC_CACHE_SCHEMA_VERSION,
@@ -215,17 +225,17 @@ _Static_assert(sizeof MIGRATIONS / sizeof MIGRATIONS[0] == TCC_CACHE_SCHEMA_VERS
 /* ---------------------------------------------------------------------- */
 
 #define ENTRY_META_COLS \
-  "hash, target, kind, artifact_sha256, size, kernels, compile_ms, created, last_used, hits"
+  "hash, target, kind, artifact_sha256, size, kernels, compile_ms, created, last_used, hits, key_id"
 
 #define STATEMENTS(X)                                                          \
   X(BEGIN, "BEGIN IMMEDIATE")                                                  \
   X(COMMIT, "COMMIT")                                                          \
   X(ROLLBACK, "ROLLBACK")                                                      \
-  X(ENTRY_GET, "SELECT " ENTRY_META_COLS ", key, manifest, request_meta"       \
-               " FROM entries WHERE hash = ?1")                                \
+  X(ENTRY_GET, "SELECT " ENTRY_META_COLS ", key, manifest, request_meta,"      \
+               " signature FROM entries WHERE hash = ?1")                      \
   X(ENTRY_INSERT, "INSERT INTO entries(" ENTRY_META_COLS                       \
-                  ", key, manifest, request_meta)"                             \
-                  " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, 0, ?10, ?11, ?12)") \
+                  ", key, manifest, request_meta, signature)"                  \
+                  " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, 0, ?13, ?10, ?11, ?12, ?14)") \
   X(ENTRY_DELETE, "DELETE FROM entries WHERE hash = ?1 RETURNING artifact_sha256") \
   X(ENTRY_HIT, "UPDATE entries SET hits = hits + ?2,"                          \
                " last_used = max(last_used, ?3) WHERE hash = ?1")              \
@@ -389,7 +399,7 @@ static bool column_digest(sqlite3_stmt *s, int col, uint8_t out[TCC_SHA256_BYTES
   return true;
 }
 
-/* Reads the ENTRY_META_COLS prefix of a row (columns 0..9) into e. */
+/* Reads the ENTRY_META_COLS prefix of a row (columns 0..10) into e. */
 static void row_to_meta(sqlite3_stmt *s, tcc_cache_entry *e) {
   column_digest(s, 0, e->hash);
   const char *t = (const char *)sqlite3_column_text(s, 1);
@@ -402,6 +412,8 @@ static void row_to_meta(sqlite3_stmt *s, tcc_cache_entry *e) {
   e->created = sqlite3_column_int64(s, 7);
   e->last_used = sqlite3_column_int64(s, 8);
   e->hits = sqlite3_column_int64(s, 9);
+  const char *id = (const char *)sqlite3_column_text(s, 10);
+  snprintf(e->key_id, sizeof e->key_id, "%s", id ? id : "");
 }
 
 /* Starts a write transaction (waiting up to busy_timeout for other
@@ -795,8 +807,8 @@ static int entry_read(tcc_cache *c, const uint8_t hash[TCC_SHA256_BYTES], const 
     return tcc_error_set(err, TCC_E_NOT_FOUND, "no cache entry for %s", hex);
   }
   if (check_key) {
-    const void *stored = sqlite3_column_blob(s, 10);
-    size_t n = (size_t)sqlite3_column_bytes(s, 10);
+    const void *stored = sqlite3_column_blob(s, 11);
+    size_t n = (size_t)sqlite3_column_bytes(s, 11);
     if (n != key_len || (n && memcmp(stored, key, n) != 0)) {
       sqlite3_reset(s);
       tcc_hex_encode(hash, TCC_SHA256_BYTES, hex);
@@ -807,9 +819,14 @@ static int entry_read(tcc_cache *c, const uint8_t hash[TCC_SHA256_BYTES], const 
     }
   }
   row_to_meta(s, out);
-  int oom = column_dup(s, 10, &out->key, &out->key_len) |
-            column_dup(s, 11, &out->manifest, &out->manifest_len) |
-            column_dup(s, 12, &out->request_meta, &out->request_meta_len);
+  int oom = column_dup(s, 11, &out->key, &out->key_len) |
+            column_dup(s, 12, &out->manifest, &out->manifest_len) |
+            column_dup(s, 13, &out->request_meta, &out->request_meta_len);
+  size_t sig_len = (size_t)sqlite3_column_bytes(s, 14);
+  if (sig_len > 0 && sig_len <= sizeof out->signature) {
+    memcpy(out->signature, sqlite3_column_blob(s, 14), sig_len);
+    out->signature_len = sig_len;
+  }
   sqlite3_reset(s);
   if (oom) {
     tcc_cache_entry_clear(out);
@@ -919,6 +936,9 @@ static int store_check(tcc_cache *c, const tcc_cache_entry *e, const uint8_t *ar
     return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "cache store: bad arguments");
   if (strnlen(e->target, sizeof e->target) == sizeof e->target)
     return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "cache store: target not terminated");
+  if (strnlen(e->key_id, sizeof e->key_id) == sizeof e->key_id ||
+      e->signature_len > sizeof e->signature)
+    return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "cache store: bad signature or key id");
   if (len > (size_t)INT64_MAX / 2)
     return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "cache store: artifact too large");
   uint8_t digest[TCC_SHA256_BYTES];
@@ -983,10 +1003,12 @@ static int store_in_txn(tcc_cache *c, const tcc_cache_entry *e, const uint8_t *a
   bind_bytes(s, 10, e->key, e->key_len);
   bind_bytes(s, 11, e->manifest, e->manifest_len);
   bind_bytes(s, 12, e->request_meta, e->request_meta_len);
+  sqlite3_bind_text(s, 13, e->key_id, -1, SQLITE_STATIC);
+  bind_bytes(s, 14, e->signature, e->signature_len);
   if ((rc = stmt_run(s)) != SQLITE_DONE) return sql_error(c, rc, err, "insert entry");
 
   s = c->st[ST_COMPILE_SECONDS_ADD];
-  sqlite3_bind_double(s, 1, e->compile_ms / 1000.0);
+  sqlite3_bind_double(s, 1, e->imported ? 0.0 : e->compile_ms / 1000.0);
   if ((rc = stmt_run(s)) != SQLITE_DONE) return sql_error(c, rc, err, "add compile time");
   s = c->st[ST_FAILURE_DELETE]; /* a success supersedes a recorded failure */
   sqlite3_bind_blob(s, 1, e->hash, TCC_SHA256_BYTES, SQLITE_STATIC);

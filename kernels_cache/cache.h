@@ -33,6 +33,9 @@ typedef struct tcc_cache_options {
                          * survives any process crash (see cache.c) */
 } tcc_cache_options;
 
+#define TCC_CACHE_SIGNATURE_MAX 64         /* an Ed25519 signature */
+#define TCC_CACHE_KEY_ID_MAX 17            /* 16 hex digits + NUL */
+
 /* One entry's metadata (no artifact bytes). Pointer fields are owned by
  * the entry: release with tcc_cache_entry_clear. */
 typedef struct tcc_cache_entry {
@@ -52,13 +55,24 @@ typedef struct tcc_cache_entry {
   int64_t created;                         /* unix seconds */
   int64_t last_used;
   int64_t hits;
+  /* v3: the daemon's Ed25519 signature over (hash, artifact_sha256,
+   * SHA-256(manifest)) (tcc_sign.h) and the signing key's id; length 0
+   * and "" for an unsigned entry. */
+  uint8_t signature[TCC_CACHE_SIGNATURE_MAX];
+  size_t signature_len;
+  char key_id[TCC_CACHE_KEY_ID_MAX];
+  /* Store only: the entry was compiled elsewhere (the remote tier), so
+   * its compile_ms is not added to the compile_seconds total. */
+  int imported;
 } tcc_cache_entry;
 
 /* Named persistent counters (X(name)). */
 #define TCC_CACHE_COUNTERS(X) \
   X(hits) X(misses) X(coalesced) X(remote_hits) X(negative_hits) \
   X(compiles) X(compile_failures) X(evictions) X(corrupt_blobs)  \
-  X(requests) X(invalid_requests)
+  X(requests) X(invalid_requests)                                \
+  X(remote_errors) X(remote_stores) X(remote_lock_waits)         \
+  X(remote_rejected) X(auth_failures)
 
 typedef enum tcc_cache_counter {
 #define TCC_CACHE_COUNTER_ENUM(name) TCC_COUNTER_##name,

@@ -97,5 +97,10 @@ int tu_random_entry(tcc_cache_entry *e, const uint8_t *artifact, size_t len, dou
   e->compile_ms = compile_ms;
   e->size = (int64_t)len;
   tcc_sha256(artifact, len, e->artifact_sha256);
+  if (tu_rand() & 1) { /* signed (v3): a random 64-byte signature and key id */
+    tu_rand_bytes(e->signature, sizeof e->signature);
+    e->signature_len = sizeof e->signature;
+    snprintf(e->key_id, sizeof e->key_id, "%016llx", (unsigned long long)tu_rand());
+  }
   return 0;
 }

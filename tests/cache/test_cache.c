@@ -165,6 +165,9 @@ static void assert_entry_equal(const tcc_cache_entry *got, const tcc_cache_entry
   ck_assert_int_eq(got->size, want->size);
   ck_assert_int_eq(got->kernels, want->kernels);
   ck_assert_double_eq(got->compile_ms, want->compile_ms); /* stored as a REAL: exact */
+  ck_assert_uint_eq(got->signature_len, want->signature_len);
+  ck_assert_mem_eq(got->signature, want->signature, want->signature_len);
+  ck_assert_str_eq(got->key_id, want->key_id);
 }
 
 /* ---- tests ----------------------------------------------------------- */
@@ -221,7 +224,7 @@ START_TEST(test_store_lookup_reopen) {
 
   /* The file is what cache.c documents. */
   sqlite3 *db = raw_open();
-  ck_assert_int_eq(raw_int(db, "PRAGMA user_version"), 2);
+  ck_assert_int_eq(raw_int(db, "PRAGMA user_version"), 3);
   ck_assert_int_eq(raw_int(db, "PRAGMA application_id"), 0x54434344);
   ck_assert_int_eq(raw_int(db, "PRAGMA auto_vacuum"), 2);
   sqlite3_close(db);
@@ -465,6 +468,7 @@ START_TEST(test_migrate_from_v1) {
   tcc_cache_close(c);
   sqlite3 *db = raw_open();
   raw_exec(db, "DROP TABLE failures; DELETE FROM totals WHERE name = 'compile_seconds';"
+               "ALTER TABLE entries DROP COLUMN signature; ALTER TABLE entries DROP COLUMN key_id;"
                "PRAGMA user_version = 1;");
   sqlite3_close(db);
   c = open_cache(0);
@@ -476,8 +480,89 @@ START_TEST(test_migrate_from_v1) {
                                            TCC_E_INTERNAL, "x", &err), 0);
   tcc_cache_close(c);
   db = raw_open();
-  ck_assert_int_eq(raw_int(db, "PRAGMA user_version"), 2);
+  ck_assert_int_eq(raw_int(db, "PRAGMA user_version"), 3);
   sqlite3_close(db);
+  stored_free(&a);
+}
+END_TEST
+
+/* A version-2 file (before signatures) is migrated on open: its entries
+ * are kept, unsigned; signatures stored afterwards round-trip, also in
+ * lists. */
+START_TEST(test_migrate_from_v2) {
+  tcc_cache *c = open_cache(0);
+  stored a;
+  store_random(c, &a, 1500, 20);
+  tcc_cache_close(c);
+  sqlite3 *db = raw_open();
+  raw_exec(db, "ALTER TABLE entries DROP COLUMN signature; ALTER TABLE entries DROP COLUMN key_id;"
+               "PRAGMA user_version = 2;");
+  sqlite3_close(db);
+  c = open_cache(0);
+  tcc_error err = {0};
+  tcc_cache_entry got;
+  ck_assert_int_eq(tcc_cache_lookup(c, a.e.hash, a.e.key, a.e.key_len, &got, &err), 0);
+  ck_assert_uint_eq(got.signature_len, 0); /* migrated entries are unsigned */
+  ck_assert_str_eq(got.key_id, "");
+  ck_assert_mem_eq(got.manifest, a.e.manifest, a.e.manifest_len);
+  tcc_cache_entry_clear(&got);
+
+  stored b; /* a signed entry stored after the migration */
+  store_random(c, &b, 900, 7);
+  tu_rand_bytes(b.e.signature, sizeof b.e.signature);
+  b.e.signature_len = sizeof b.e.signature;
+  snprintf(b.e.key_id, sizeof b.e.key_id, "%016llx", (unsigned long long)tu_rand());
+  ck_assert_int_eq(tcc_cache_store(c, &b.e, b.artifact, b.len, &err), 0);
+  tcc_cache_close(c);
+  c = open_cache(0);
+  ck_assert_int_eq(tcc_cache_get(c, b.e.hash, &got, &err), 0);
+  assert_entry_equal(&got, &b.e);
+  tcc_cache_entry_clear(&got);
+  tcc_cache_entry *list = NULL;
+  size_t n = 0;
+  ck_assert_int_eq(tcc_cache_list(c, TCC_CACHE_ORDER_CREATED, 0, &list, &n, &err), 0);
+  ck_assert_uint_eq(n, 2);
+  int seen = 0;
+  for (size_t i = 0; i < n; i++) {
+    int is_b = !memcmp(list[i].hash, b.e.hash, TCC_SHA256_BYTES);
+    seen += is_b;
+    ck_assert_str_eq(list[i].key_id, is_b ? b.e.key_id : "");
+  }
+  ck_assert_int_eq(seen, 1);
+  tcc_cache_entries_free(list, n);
+  /* a key id that is not terminated, or an oversized signature, is refused */
+  memset(b.e.key_id, 'a', sizeof b.e.key_id);
+  ck_assert_int_eq(tcc_cache_store(c, &b.e, b.artifact, b.len, &err), TCC_E_INVALID_ARGUMENT);
+  tcc_cache_close(c);
+  db = raw_open();
+  ck_assert_int_eq(raw_int(db, "PRAGMA user_version"), 3);
+  sqlite3_close(db);
+  stored_free(&a);
+  stored_free(&b);
+}
+END_TEST
+
+/* An entry imported from the remote tier was compiled elsewhere: its
+ * compile time is not added to this cache's compile_seconds. */
+START_TEST(test_imported_store) {
+  tcc_cache *c = open_cache(0);
+  stored a;
+  double ms = (double)tu_rand_range(1000, 9000);
+  store_random(c, &a, 700, ms);
+  double before = stats_of(c).compile_seconds;
+  ck_assert(before > ms / 1000.0 - 1e-9 && before < ms / 1000.0 + 1e-9);
+  uint8_t *art = tu_random_artifact(800);
+  tcc_cache_entry e;
+  ck_assert_int_eq(tu_random_entry(&e, art, 800, ms), 0);
+  e.imported = 1;
+  tcc_error err = {0};
+  ck_assert_int_eq(tcc_cache_store(c, &e, art, 800, &err), 0);
+  tcc_cache_stats st = stats_of(c);
+  ck_assert_int_eq(st.entries, 2);
+  ck_assert_double_eq(st.compile_seconds, before);
+  tcc_cache_close(c);
+  tcc_cache_entry_clear(&e);
+  free(art);
   stored_free(&a);
 }
 END_TEST
@@ -914,6 +999,8 @@ static Suite *cache_suite(void) {
   tcase_add_test(t, test_shared_blob);
   tcase_add_test(t, test_negative_cache);
   tcase_add_test(t, test_migrate_from_v1);
+  tcase_add_test(t, test_migrate_from_v2);
+  tcase_add_test(t, test_imported_store);
   tcase_add_test(t, test_replace_entry);
   tcase_add_test(t, test_store_rejects_bad_digest);
   tcase_add_test(t, test_gc);

@@ -42,6 +42,9 @@ struct fake_tccd_private {
   char guard_hash[TCC_SHA256_HEX];
   char sha[TCC_SHA256_HEX];
   size_t chunk_bytes;
+  int signed_;                 /* signature/key_id below are set */
+  uint8_t signature[TCC_SIGNATURE_BYTES];
+  char key_id[TCC_SIGN_KEY_ID_HEX];
   pthread_mutex_t mu;          /* guards last_target */
   char last_target[128];
 };
@@ -182,10 +185,21 @@ static void handle(fake_tccd *f, call_ctx *c, const char *method) {
       tm.decode_ms = 0.25;
       tm.compile_ms = n == 0 ? 42.5 : 0;
       tm.total_ms = 43;
+      uint8_t sig[TCC_SIGNATURE_BYTES];
+      if (p->signed_) {
+        memcpy(sig, p->signature, sizeof sig);
+        if (f->tamper_signature) sig[5] ^= 0x10;
+        art.signature.data = sig;
+        art.signature.len = sizeof sig;
+        art.key_id = p->key_id;
+      }
+      char *own_target = manifest->target; /* restored before the free below */
+      if (f->tamper_manifest) manifest->target = (char *)"cpu:x86-64-v4";
       resp.artifact = &art;
       resp.manifest = manifest;
       resp.timings = &tm;
       finish(c, &md_sent, &resp.base, GRPC_STATUS_OK, NULL);
+      manifest->target = own_target;
       tcc__v1__compile_request__free_unpacked(r, NULL);
     }
   } else if (!strcmp(method, "/tcc.v1.Compiler/Fetch")) {
@@ -370,6 +384,13 @@ fake_tccd *fake_tccd_start(const fake_tccd_config *cfg) {
   tcc_sha256(p->artifact, p->artifact_len, d);
   tcc_hex_encode(d, sizeof d, p->sha);
   p->chunk_bytes = cfg->chunk_bytes ? cfg->chunk_bytes : 1000;
+  if (cfg->signing_key) { /* exactly what tccd signs: hash, digest, manifest bytes */
+    uint8_t guard[TCC_SHA256_BYTES];
+    CHECK(tcc_hex_decode(p->guard_hash, guard, sizeof guard) == 0);
+    tcc_artifact_sign(cfg->signing_key, guard, d, p->manifest, p->manifest_len, p->signature);
+    memcpy(p->key_id, cfg->signing_key->key_id, sizeof p->key_id);
+    p->signed_ = 1;
+  }
   pthread_mutex_init(&p->mu, NULL);
 
   grpc_init();

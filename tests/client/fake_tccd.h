@@ -18,6 +18,7 @@
 #include <stdint.h>
 
 #include "tcc/v1/tcc.pb-c.h"
+#include "tcc_sign.h"
 
 typedef struct fake_tccd_config {
   const uint8_t *artifact;            /* copied */
@@ -25,6 +26,7 @@ typedef struct fake_tccd_config {
   const Tcc__V1__Manifest *manifest;  /* packed and copied */
   const char *guard_hash;             /* 64 hex digits */
   size_t chunk_bytes;                 /* 0 = 1000 */
+  const tcc_sign_key *signing_key;    /* sign Compile answers as tccd does; NULL = unsigned */
 } fake_tccd_config;
 
 typedef struct fake_tccd {
@@ -32,6 +34,8 @@ typedef struct fake_tccd {
   /* toggles (set by tests at any time) */
   atomic_int corrupt_fetch;           /* flip one byte of the streamed data */
   atomic_int stall_stats;             /* Stats waits for the client to give up */
+  atomic_int tamper_signature;        /* flip a bit of Compile's signature */
+  atomic_int tamper_manifest;         /* Compile sends another target than it signed */
   /* what it saw */
   atomic_int compile_calls;
   atomic_int fetch_calls;

@@ -28,16 +28,24 @@ static tu_manifest tm;
 static fake_tccd *fake;
 static tcc_client *client;
 
-static void start_fake(size_t chunk_bytes, const char *artifact_dir) {
+/* The fake signs with key (NULL: unsigned); the client trusts the .pub
+ * files in trusted ("" = none; never $TCCD_TRUSTED_KEYS). */
+static void start_fake_signed(size_t chunk_bytes, const char *artifact_dir, const tcc_sign_key *key,
+                              const char *trusted) {
   if (!so) so = tu_build_kernel("TCC_MARK_RPC", NULL, &so_len);
   tu_manifest_init(&tm, "tcc_entry", 1);
   fake_tccd_config cfg = {.artifact = so, .artifact_len = so_len, .manifest = &tm.m,
-                          .guard_hash = GUARD, .chunk_bytes = chunk_bytes};
+                          .guard_hash = GUARD, .chunk_bytes = chunk_bytes, .signing_key = key};
   fake = fake_tccd_start(&cfg);
-  tcc_client_options opts = {.deadline_ms = 10000, .connect_timeout_ms = 5000, .artifact_dir = artifact_dir};
+  tcc_client_options opts = {.deadline_ms = 10000, .connect_timeout_ms = 5000, .artifact_dir = artifact_dir,
+                             .trusted_keys = trusted};
   tcc_error err = {0};
   ck_assert_msg(tcc_client_connect(fake->addr, &opts, &client, &err) == 0, "connect: %s", err.msg);
   ck_assert_str_eq(tcc_client_addr(client), fake->addr);
+}
+
+static void start_fake(size_t chunk_bytes, const char *artifact_dir) {
+  start_fake_signed(chunk_bytes, artifact_dir, NULL, "");
 }
 
 static void stop_fake(void) {
@@ -340,6 +348,192 @@ START_TEST(byte_level_api) {
 }
 END_TEST
 
+/* A fresh key pair under the test's temporary directory: *pub gets the
+ * .pub path (static buffer), key the loaded secret key. */
+static void make_key(const char *name, tcc_sign_key *key, char pub[512]) {
+  char path[400];
+  snprintf(path, sizeof path, "%s/%s-%d-%ld", tu_tmpdir(), name, (int)getpid(), (long)random());
+  tcc_error err = {0};
+  ck_assert_msg(tcc_sign_keygen(path, NULL, &err) == 0, "keygen: %s", err.msg);
+  ck_assert_msg(tcc_sign_key_load(path, key, &err) == 0, "load: %s", err.msg);
+  snprintf(pub, 512, "%s.pub", path);
+}
+
+/* get_kernel with the marker kernel: returns the status; asserts that a
+ * refused artifact was never dlopen'ed (its constructor sets the marker). */
+static int get_kernel_checked(tcc_error *err) {
+  Tcc__V1__CompileRequest req;
+  Tcc__V1__Target tg;
+  sample_request(&req, &tg);
+  tcc_kernel *k = NULL;
+  unsetenv("TCC_MARK_RPC");
+  int rc = tcc_client_get_kernel(client, &req, &k, NULL, err);
+  if (rc) {
+    ck_assert_ptr_null(k);
+    ck_assert_msg(getenv("TCC_MARK_RPC") == NULL, "a refused artifact was loaded");
+    return rc;
+  }
+  ck_assert_ptr_nonnull(getenv("TCC_MARK_RPC"));
+  tu_run_and_check(k, 0);
+  tcc_kernel_unload(k);
+  return 0;
+}
+
+START_TEST(signatures_are_checked_before_loading) {
+  tcc_sign_key key, other;
+  char pub[512], other_pub[512], both[1100];
+  make_key("sign", &key, pub);
+  make_key("other", &other, other_pub);
+  snprintf(both, sizeof both, "%s,%s", other_pub, pub);
+  tcc_error err = {0};
+
+  /* signed and trusted: verified, loaded, correct */
+  start_fake_signed(1000, NULL, &key, pub);
+  ck_assert_uint_eq(tcc_client_trusted_keys(client), 1);
+  ck_assert_msg(get_kernel_checked(&err) == 0, "%s", err.msg);
+  Tcc__V1__CompileRequest req;
+  Tcc__V1__Target tg;
+  sample_request(&req, &tg);
+  Tcc__V1__CompileResponse *resp = NULL;
+  ck_assert_int_eq(tcc_client_compile(client, &req, &resp, &err), 0);
+  ck_assert_str_eq(resp->artifact->key_id, key.key_id);
+  ck_assert_uint_eq(resp->artifact->signature.len, TCC_SIGNATURE_BYTES);
+  tcc__v1__compile_response__free_unpacked(resp, NULL);
+
+  /* a flipped signature bit */
+  fake->tamper_signature = 1;
+  ck_assert_int_eq(get_kernel_checked(&err), TCC_E_PERMISSION_DENIED);
+  ck_assert_msg(strstr(err.msg, "artifact signature invalid"), "%s", err.msg);
+  fake->tamper_signature = 0;
+  /* a manifest other than the one signed (same artifact, same digest) */
+  fake->tamper_manifest = 1;
+  ck_assert_int_eq(get_kernel_checked(&err), TCC_E_PERMISSION_DENIED);
+  ck_assert_msg(strstr(err.msg, "does not verify"), "%s", err.msg);
+  ck_assert_int_eq(tcc_client_compile(client, &req, &resp, &err), TCC_E_PERMISSION_DENIED);
+  ck_assert_ptr_null(resp);
+  fake->tamper_manifest = 0;
+  /* the artifact's bytes altered on the way: the digest check refuses it */
+  fake->corrupt_fetch = 1;
+  ck_assert_int_eq(get_kernel_checked(&err), TCC_E_DATA_LOSS);
+  fake->corrupt_fetch = 0;
+  ck_assert_int_eq(get_kernel_checked(&err), 0);
+  stop_fake();
+
+  /* signed by a key the client does not trust; then trusted among two */
+  start_fake_signed(1000, NULL, &key, other_pub);
+  ck_assert_int_eq(get_kernel_checked(&err), TCC_E_PERMISSION_DENIED);
+  ck_assert_msg(strstr(err.msg, "not trusted") && strstr(err.msg, key.key_id), "%s", err.msg);
+  stop_fake();
+  start_fake_signed(1000, NULL, &key, both);
+  ck_assert_uint_eq(tcc_client_trusted_keys(client), 2);
+  ck_assert_int_eq(get_kernel_checked(&err), 0);
+  stop_fake();
+
+  /* unsigned: refused with trusted keys, loaded without (digest checked) */
+  start_fake_signed(1000, NULL, NULL, pub);
+  ck_assert_int_eq(get_kernel_checked(&err), TCC_E_PERMISSION_DENIED);
+  ck_assert_msg(strstr(err.msg, "artifact is unsigned and TCCD_TRUSTED_KEYS is set"), "%s", err.msg);
+  /* the byte-level API refuses it the same way */
+  size_t n = tcc__v1__compile_request__get_packed_size(&req);
+  uint8_t *reqb = malloc(n), *rb = NULL;
+  size_t rn = 0;
+  tcc__v1__compile_request__pack(&req, reqb);
+  ck_assert_int_eq(tcc_client_compile_bytes(client, reqb, n, &rb, &rn, &err), TCC_E_PERMISSION_DENIED);
+  ck_assert_ptr_null(rb);
+  free(reqb);
+  stop_fake();
+  start_fake_signed(1000, NULL, NULL, "");
+  ck_assert_uint_eq(tcc_client_trusted_keys(client), 0);
+  ck_assert_int_eq(get_kernel_checked(&err), 0);
+  stop_fake();
+
+  /* TCCD_TRUSTED_KEYS is read when the option is NULL; a bad file fails
+   * the connect, naming it */
+  start_fake_signed(1000, NULL, &key, "");
+  tcc_client *c2 = NULL;
+  setenv("TCCD_TRUSTED_KEYS", other_pub, 1);
+  ck_assert_int_eq(tcc_client_connect(fake->addr, NULL, &c2, &err), 0);
+  ck_assert_uint_eq(tcc_client_trusted_keys(c2), 1);
+  tcc_client_close(c2);
+  setenv("TCCD_TRUSTED_KEYS", "/nonexistent/k.pub", 1);
+  ck_assert_int_eq(tcc_client_connect(fake->addr, NULL, &c2, &err), TCC_E_NOT_FOUND);
+  ck_assert_msg(strstr(err.msg, "TCCD_TRUSTED_KEYS") && strstr(err.msg, "/nonexistent/k.pub"), "%s", err.msg);
+  unsetenv("TCCD_TRUSTED_KEYS");
+  stop_fake();
+  tcc_sign_key_wipe(&key);
+  tcc_sign_key_wipe(&other);
+}
+END_TEST
+
+/* The signing primitives themselves: each signed field matters, key
+ * files round-trip, and bad files are refused with their name. */
+START_TEST(sign_and_verify_primitives) {
+  tcc_sign_key key;
+  char pub[512];
+  make_key("prim", &key, pub);
+  tcc_error err = {0};
+  tcc_trusted_keys keys;
+  ck_assert_int_eq(tcc_trusted_keys_load(pub, &keys, &err), 0);
+  ck_assert_uint_eq(keys.n, 1);
+  ck_assert_str_eq(keys.keys[0].key_id, key.key_id);
+  ck_assert_uint_eq(strlen(key.key_id), 16);
+
+  unsigned *seed = tu_seed("sign_and_verify_primitives");
+  uint8_t guard[32], sha[32], manifest[300], sig[64];
+  for (size_t i = 0; i < 32; i++) guard[i] = (uint8_t)rand_r(seed), sha[i] = (uint8_t)rand_r(seed);
+  for (size_t i = 0; i < sizeof manifest; i++) manifest[i] = (uint8_t)rand_r(seed);
+  tcc_artifact_sign(&key, guard, sha, manifest, sizeof manifest, sig);
+  ck_assert_int_eq(tcc_artifact_verify(&keys, key.key_id, guard, sha, manifest, sizeof manifest, sig, 64, &err), 0);
+  uint8_t *fields[] = {guard, sha, manifest, sig};
+  size_t lens[] = {32, 32, sizeof manifest, 64};
+  for (int f = 0; f < 4; f++) { /* any one bit anywhere breaks it */
+    size_t at = (size_t)rand_r(seed) % lens[f];
+    fields[f][at] ^= (uint8_t)(1u << (rand_r(seed) % 8));
+    ck_assert_int_eq(tcc_artifact_verify(&keys, key.key_id, guard, sha, manifest, sizeof manifest, sig, 64, &err),
+                     TCC_E_PERMISSION_DENIED);
+    ck_assert_msg(strstr(err.msg, "artifact signature invalid"), "%s", err.msg);
+    tcc_artifact_sign(&key, guard, sha, manifest, sizeof manifest, sig); /* re-sign the new content */
+  }
+  ck_assert_int_eq(tcc_artifact_verify(&keys, key.key_id, guard, sha, manifest, sizeof manifest, sig, 64, &err), 0);
+  ck_assert_int_eq(tcc_artifact_verify(&keys, key.key_id, guard, sha, manifest, sizeof manifest, sig, 0, &err),
+                   TCC_E_PERMISSION_DENIED);
+  ck_assert_str_eq(err.msg, "artifact is unsigned");
+  ck_assert_int_eq(tcc_artifact_verify(&keys, key.key_id, guard, sha, manifest, sizeof manifest, sig, 63, &err),
+                   TCC_E_PERMISSION_DENIED);
+  ck_assert_int_eq(tcc_artifact_verify(&keys, "0123456789abcdef", guard, sha, manifest, sizeof manifest, sig, 64,
+                                       &err), TCC_E_PERMISSION_DENIED);
+  ck_assert_msg(strstr(err.msg, "not trusted"), "%s", err.msg);
+
+  /* keygen never overwrites; a loose secret key file is refused */
+  char secret[512];
+  snprintf(secret, sizeof secret, "%.*s", (int)(strlen(pub) - 4), pub);
+  ck_assert_int_eq(tcc_sign_keygen(secret, NULL, &err), TCC_E_ALREADY_EXISTS);
+  struct stat st;
+  ck_assert_int_eq(stat(secret, &st), 0);
+  ck_assert_int_eq(st.st_mode & 0777, 0600);
+  chmod(secret, 0640);
+  tcc_sign_key k2;
+  ck_assert_int_eq(tcc_sign_key_load(secret, &k2, &err), TCC_E_PERMISSION_DENIED);
+  ck_assert_msg(strstr(err.msg, secret) && strstr(err.msg, "chmod 600"), "%s", err.msg);
+  chmod(secret, 0600);
+  ck_assert_int_eq(tcc_sign_key_load(secret, &k2, &err), 0);
+  ck_assert_mem_eq(k2.pk, key.pk, 32);
+  /* a public key file is not a secret key, and vice versa */
+  ck_assert_int_eq(tcc_sign_key_load(pub, &k2, &err), TCC_E_PERMISSION_DENIED); /* 0644 */
+  tcc_trusted_key tk;
+  ck_assert_int_eq(tcc_trusted_key_load(secret, &tk, &err), TCC_E_INVALID_ARGUMENT);
+  ck_assert_msg(strstr(err.msg, "not a tccd public key"), "%s", err.msg);
+  tcc_trusted_keys none;
+  ck_assert_int_eq(tcc_trusted_keys_load("", &none, &err), 0);
+  ck_assert_uint_eq(none.n, 0);
+  ck_assert_int_eq(tcc_trusted_keys_load(",,", &none, &err), 0);
+  ck_assert_uint_eq(none.n, 0);
+  tcc_trusted_keys_free(&keys);
+  tcc_sign_key_wipe(&key);
+  tcc_sign_key_wipe(&k2);
+}
+END_TEST
+
 START_TEST(daemon_gone_is_unavailable_not_a_hang) {
   start_fake(0, NULL);
   tcc_client_close(client);
@@ -406,6 +600,8 @@ int main(void) {
   tcase_add_test(tc, byte_level_api);
   tcase_add_test(tc, one_client_many_threads);
   tcase_add_test(tc, daemon_gone_is_unavailable_not_a_hang);
+  tcase_add_test(tc, signatures_are_checked_before_loading);
+  tcase_add_test(tc, sign_and_verify_primitives);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);

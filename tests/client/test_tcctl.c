@@ -30,12 +30,15 @@ typedef struct run_result {
   char *out, *err;
 } run_result;
 
-static void start_fake(void) {
+static void start_fake_signed(const tcc_sign_key *key) {
   so = tu_build_kernel("TCC_MARK_TCCTL", NULL, &so_len);
   tu_manifest_init(&tm, "tcc_entry", 1);
-  fake_tccd_config cfg = {.artifact = so, .artifact_len = so_len, .manifest = &tm.m, .guard_hash = GUARD};
+  fake_tccd_config cfg = {.artifact = so, .artifact_len = so_len, .manifest = &tm.m, .guard_hash = GUARD,
+                          .signing_key = key};
   fake = fake_tccd_start(&cfg);
 }
+
+static void start_fake(void) { start_fake_signed(NULL); }
 
 static void stop_fake(void) {
   fake_tccd_stop(fake);
@@ -358,6 +361,57 @@ START_TEST(fetch_gc_health) {
 }
 END_TEST
 
+/* keygen writes a key pair once; compile reports the signature, verified
+ * with --trusted-keys, refused with a key that did not sign it. */
+START_TEST(keygen_and_signatures) {
+  char key[512], pub[520], other[512], other_pub[520];
+  snprintf(key, sizeof key, "%s/k-%d", tu_tmpdir(), (int)getpid());
+  snprintf(pub, sizeof pub, "%s.pub", key);
+  snprintf(other, sizeof other, "%s/o-%d", tu_tmpdir(), (int)getpid());
+  snprintf(other_pub, sizeof other_pub, "%s.pub", other);
+  run_result r = tcctl_at(NULL, NULL, "keygen", key, (char *)NULL);
+  expect_ok(&r);
+  ck_assert_msg(strstr(r.out, "key id ") && strstr(r.out, "--signing-key"), "%s", r.out);
+  result_free(&r);
+  r = tcctl_at(NULL, NULL, "--json", "keygen", other, (char *)NULL);
+  expect_ok(&r);
+  cJSON *j = parse_json(&r);
+  ck_assert_str_eq(str(j, "public_key"), other_pub);
+  ck_assert_uint_eq(strlen(str(j, "key_id")), 16);
+  cJSON_Delete(j);
+  result_free(&r);
+  r = tcctl_at(NULL, NULL, "keygen", key, (char *)NULL); /* never overwrites */
+  ck_assert_int_eq(r.status, 1);
+  ck_assert_msg(strstr(r.err, "tcctl: keygen: ALREADY_EXISTS: "), "%s", r.err);
+  result_free(&r);
+
+  tcc_sign_key k;
+  tcc_error err = {0};
+  ck_assert_int_eq(tcc_sign_key_load(key, &k, &err), 0);
+  start_fake_signed(&k);
+  r = TCCTL("--json", "compile", SIN_COS, "--trusted-keys", pub);
+  expect_ok(&r);
+  j = parse_json(&r);
+  ck_assert_str_eq(str(j, "key_id"), k.key_id);
+  ck_assert(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "signature_verified")));
+  cJSON_Delete(j);
+  result_free(&r);
+  r = TCCTL("compile", SIN_COS);
+  expect_ok(&r);
+  char want[128];
+  snprintf(want, sizeof want, "signature            key %s, not verified (no trusted keys)\n", k.key_id);
+  ck_assert_msg(has_line(r.out, want), "%s", r.out);
+  result_free(&r);
+  r = TCCTL("compile", SIN_COS, "--trusted-keys", other_pub);
+  ck_assert_int_eq(r.status, 1);
+  ck_assert_msg(strstr(r.err, "tcctl: compile: PERMISSION_DENIED: artifact signature invalid: "), "%s", r.err);
+  ck_assert_str_eq(r.out, "");
+  result_free(&r);
+  stop_fake();
+  tcc_sign_key_wipe(&k);
+}
+END_TEST
+
 START_TEST(usage_and_unreachable) {
   run_result r = tcctl_at(NULL, NULL, (char *)NULL);
   ck_assert_int_eq(r.status, 2);
@@ -404,6 +458,7 @@ int main(void) {
   tcase_add_test(tc, ls_show_evict);
   tcase_add_test(tc, fetch_gc_health);
   tcase_add_test(tc, usage_and_unreachable);
+  tcase_add_test(tc, keygen_and_signatures);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);

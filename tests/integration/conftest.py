@@ -6,6 +6,10 @@ client.
 
 Paths come from meson (TCCD_BUILD_DIR, TCCD_SOURCE_DIR); run the tests with
 `meson test -C build --suite integration` or scripts/test.
+
+Every daemon signs with a key made once per session by `tcctl keygen`
+(Daemon(signing_key=None) runs it with --no-signing instead), and gets
+--allow-root when the tests run as root (CI containers do).
 """
 import json
 import os
@@ -29,8 +33,10 @@ class Daemon:
     """One tccd process. start() waits until it listens; stop() signals it
     and returns its exit code; the log is kept in self.log_path."""
 
-    def __init__(self, cache_dir, extra_args=(), wrapper=(), env=None, workdir=None):
+    def __init__(self, cache_dir, extra_args=(), wrapper=(), env=None, workdir=None,
+                 signing_key=None):
         self.cache_dir = cache_dir
+        self.signing_key = signing_key
         self.extra_args = list(extra_args)
         self.wrapper = list(wrapper)
         self.env = dict(os.environ, **(env or {}))
@@ -50,7 +56,7 @@ class Daemon:
             os.unlink(port_file)
         cmd = self.wrapper + [TCCD, "--listen", f"127.0.0.1:{self.listen_port}",
                               "--cache-dir", self.cache_dir, "--port-file", port_file,
-                              "--log-level", "debug"] + self.extra_args
+                              "--log-level", "debug"] + self.security_args() + self.extra_args
         self.log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env=self.env)
         deadline = time.time() + timeout
@@ -63,6 +69,14 @@ class Daemon:
                 raise RuntimeError(f"tccd exited with {self.proc.returncode}:\n{self.read_log()}")
             time.sleep(0.02)
         raise RuntimeError(f"tccd did not start in {timeout}s:\n{self.read_log()}")
+
+    def security_args(self):
+        args = ["--allow-root"] if os.geteuid() == 0 else []
+        if self.signing_key:
+            args += ["--signing-key", self.signing_key]
+        else:
+            args += ["--no-signing"]
+        return args
 
     def stop(self, sig=signal.SIGTERM, timeout=60):
         if self.proc is None or self.proc.poll() is not None:
@@ -111,15 +125,32 @@ def cache_dir(tmp_path):
     return str(d)
 
 
+def keygen(path):
+    """A signing key pair: path (secret) and path.pub, made by tcctl keygen."""
+    p = subprocess.run([TCCTL, "keygen", str(path)], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    return str(path)
+
+
+@pytest.fixture(scope="session")
+def signing_key(tmp_path_factory):
+    return keygen(tmp_path_factory.mktemp("keys") / "signing.key")
+
+
+_DEFAULT = object()
+
+
 @pytest.fixture
-def daemon_factory(tmp_path):
+def daemon_factory(tmp_path, signing_key):
     started = []
 
-    def make(cache_dir=None, **kw):
-        d = Daemon(cache_dir or str(tmp_path / "cache"), workdir=str(tmp_path), **kw)
+    def make(cache_dir=None, signing_key=_DEFAULT, **kw):
+        key = signing_key_default if signing_key is _DEFAULT else signing_key
+        d = Daemon(cache_dir or str(tmp_path / "cache"), workdir=str(tmp_path), signing_key=key, **kw)
         started.append(d)
         return d
 
+    signing_key_default = signing_key
     yield make
     for d in started:
         if d.proc and d.proc.poll() is None:

@@ -17,8 +17,13 @@ from conftest import GRAPHS, TCCD, Daemon, tcctl
 SIN_COS = os.path.join(GRAPHS, "sin_cos.json")
 
 
-def run_tccd(*args, env=None, timeout=30):
-    return subprocess.run([TCCD, *args], capture_output=True, text=True, timeout=timeout,
+ROOT_ARGS = ["--allow-root"] if os.geteuid() == 0 else []
+
+
+def run_tccd(*args, env=None, timeout=30, security=True):
+    """tccd with args; security adds --no-signing (and --allow-root as root)."""
+    extra = ROOT_ARGS + ["--no-signing"] if security else []
+    return subprocess.run([TCCD, *extra, *args], capture_output=True, text=True, timeout=timeout,
                           env=dict(os.environ, **(env or {})))
 
 
@@ -71,7 +76,9 @@ def test_bad_flags_exit_2_with_a_message():
 def test_flags_from_environment(tmp_path):
     port_file = tmp_path / "port"
     env = {"TCCD_LISTEN": "127.0.0.1:0", "TCCD_CACHE_DIR": str(tmp_path / "envcache"),
-           "TCCD_PORT_FILE": str(port_file), "TCCD_WORKERS": "3"}
+           "TCCD_PORT_FILE": str(port_file), "TCCD_WORKERS": "3", "TCCD_NO_SIGNING": "1"}
+    if os.geteuid() == 0:
+        env["TCCD_ALLOW_ROOT"] = "1"
     proc = subprocess.Popen([TCCD], env=dict(os.environ, **env), stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.time() + 30
@@ -119,3 +126,32 @@ def test_shutdown_finishes_in_flight_compile(daemon_factory, tmp_path):
     again = d.tcctl("compile", SIN_COS)
     assert again["cache"] == "hit"
     assert d.stop() == 0
+
+
+def test_signing_choice_is_required(tmp_path, signing_key):
+    base = ["--listen", "127.0.0.1:0", "--cache-dir", str(tmp_path / "c")]
+    p = run_tccd(*ROOT_ARGS, *base, security=False, env={"TCCD_NO_SIGNING": "", "TCCD_SIGNING_KEY": ""})
+    assert p.returncode == 2
+    assert "--signing-key" in p.stderr and "--no-signing" in p.stderr and "tcctl keygen" in p.stderr
+    p = run_tccd(*ROOT_ARGS, *base, "--signing-key", signing_key, "--no-signing", security=False)
+    assert p.returncode == 2 and "contradict" in p.stderr
+    # a secret key file others may read is refused, naming it
+    loose = tmp_path / "loose.key"
+    loose.write_bytes(open(signing_key, "rb").read())
+    loose.chmod(0o644)
+    p = run_tccd(*ROOT_ARGS, *base, "--signing-key", str(loose), security=False)
+    assert p.returncode != 0 and "loose.key" in p.stderr and "chmod 600" in p.stderr
+    bad = tmp_path / "bad.key"
+    bad.write_text("not a key\n")
+    bad.chmod(0o600)
+    p = run_tccd(*ROOT_ARGS, *base, "--signing-key", str(bad), security=False)
+    assert p.returncode != 0 and "not a tccd secret key" in p.stderr
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to check the root refusal")
+def test_refuses_root_without_allow_root(tmp_path, signing_key):
+    p = run_tccd("--listen", "127.0.0.1:0", "--cache-dir", str(tmp_path / "c"),
+                 "--signing-key", signing_key, security=False, env={"TCCD_ALLOW_ROOT": ""})
+    assert p.returncode != 0
+    assert "refusing to run as root" in p.stderr and "--allow-root" in p.stderr
+    assert not (tmp_path / "c").exists(), "nothing is touched before the refusal"
