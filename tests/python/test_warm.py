@@ -1,0 +1,47 @@
+"""Warm start: a second process compiling the same models against the same
+daemon is served entirely from the daemon's cache (zero new compiles)."""
+import json
+import os
+import subprocess
+import sys
+
+from conftest import HERE, SOURCE
+
+NAMES = ["mlp", "gpt"]
+
+
+def _child(addr):
+    env = dict(os.environ, TCCD_ADDR=addr,
+               PYTHONPATH=os.pathsep.join([HERE, os.path.join(SOURCE, "client", "python")]))
+    p = subprocess.run([sys.executable, os.path.join(HERE, "warm_child.py")] + NAMES,
+                       capture_output=True, text=True, env=env, timeout=600)
+    assert p.returncode == 0, f"child failed:\n{p.stdout}\n{p.stderr}"
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def test_second_process_compiles_nothing(own_daemon):
+    d = own_daemon()
+    cold = _child(d.addr)
+    after_cold = d.stats()
+    print("cold child:", cold)
+    print("daemon after cold:", after_cold)
+    assert cold["kernels"] > 0 and cold["cache_miss"] > 0
+    assert after_cold["compiles"] > 0
+
+    warm = _child(d.addr)
+    after_warm = d.stats()
+    print("warm child:", warm)
+    print("daemon after warm:", after_warm)
+    # the daemon compiled nothing new and stored nothing new
+    assert after_warm["compiles"] == after_cold["compiles"]
+    assert after_warm["entries"] == after_cold["entries"]
+    assert after_warm["hits"] > after_cold["hits"]
+    # the only misses are trial compiles of ops the daemon already failed
+    # to build (e.g. int64 arithmetic), which it answers from its negative
+    # cache without compiling; no kernel request missed
+    assert (after_warm["misses"] - after_cold["misses"]
+            == after_warm["compile_failures"] - after_cold["compile_failures"])
+    # every kernel of the warm process was a hit
+    assert warm["cache_miss"] == 0 and warm["cache_coalesced"] == 0
+    assert warm["cache_hit"] == warm["kernels"] == cold["kernels"]
+    assert warm["compiled_ops"] == cold["compiled_ops"]
