@@ -6,6 +6,10 @@
  *
  *   <cc> -std=c11 -O3 -march=<isa> [-m<feature>...] -fPIC -shared
  *        -ffp-contract=off -fno-math-errno -o kernel.so kernel.c -lm
+ *        [-fopenmp] [-L<openblas libdir> -Wl,-rpath,<libdir> -lopenblas]
+ *
+ * -fopenmp when the source has OpenMP pragmas (parallel loops, simd
+ * reductions); OpenBLAS when the program has extern (GEMM) kernels.
  *
  * in a private directory made with mkdtemp under work_dir (or $TMPDIR, or
  * /tmp), removed afterwards unless keep_sources is set. -ffp-contract=off
@@ -118,6 +122,17 @@ int tcc_build_so(const tcc_program *p, const char *src, size_t len,
   argv[a++] = sofile;
   argv[a++] = cfile;
   argv[a++] = "-lm";
+  if (strstr(src, "#pragma omp")) argv[a++] = "-fopenmp";
+  int blas = 0;
+  for (int k = 0; k < p->nkernels; k++)
+    if (!p->kernels[k].dead && p->kernels[k].kind == TCC_OPK_EXTERN) blas = 1;
+  if (blas) {
+#ifdef TCC_OPENBLAS_LIBDIR
+    argv[a++] = "-L" TCC_OPENBLAS_LIBDIR;
+    argv[a++] = "-Wl,-rpath," TCC_OPENBLAS_LIBDIR;
+#endif
+    argv[a++] = "-lopenblas";
+  }
   argv[a] = NULL;
   char *output = NULL;
   rc = tcc_run_tool(argv, timeout, &output, err);

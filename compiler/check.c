@@ -119,16 +119,45 @@ static int check_index(pcheck *c, int buf, int nidx, const tcc_ix *const *idx, c
   return 0;
 }
 
+static int check_vx(pcheck *c, const tcc_vx *e);
+
+/* Checks the expressions inside an index (VALUE parts). */
+static int check_ix_values(pcheck *c, const tcc_ix *x) {
+  tcc_error *err = c->err;
+  if (!x) return 0;
+  if (x->kind == TCC_IX_VALUE) {
+    if (!x->v || x->v->dtype != TCC__V1__DTYPE__INT64 || x->c <= 0)
+      FAIL("kernel %d: index value must be int64 into a non-empty dim", c->kno);
+    return check_vx(c, x->v);
+  }
+  int rc = check_ix_values(c, x->a);
+  return rc ? rc : check_ix_values(c, x->b);
+}
+
+static int is_pred(tcc_prim op) {
+  switch (op) {
+  case TCC_PRIM_EQ: case TCC_PRIM_NE: case TCC_PRIM_LT: case TCC_PRIM_LE: case TCC_PRIM_GT:
+  case TCC_PRIM_GE: case TCC_PRIM_AND: case TCC_PRIM_OR: case TCC_PRIM_XOR: case TCC_PRIM_NOT:
+  case TCC_PRIM_ISNAN: case TCC_PRIM_ISINF:
+    return 1;
+  default:
+    return 0;
+  }
+}
+
 static int check_vx(pcheck *c, const tcc_vx *e) {
   tcc_error *err = c->err;
   if (tcc_ptrmap_get(&c->seen, e)) return 0;
   if (tcc_ptrmap_put(&c->seen, e, e)) return tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "out of memory");
   if (e->op <= TCC_PRIM_NONE || e->op >= TCC_PRIM_COUNT) FAIL("kernel %d: bad primitive", c->kno);
   if (e->depth > TCC_MAX_EXPR_DEPTH + 8) FAIL("kernel %d: expression depth %d", c->kno, e->depth);
+  if (!tcc_dtype_valid(e->dtype)) FAIL("kernel %d: expression of invalid dtype", c->kno);
   switch (e->op) {
   case TCC_PRIM_LOAD: {
     int rc = check_index(c, e->buf, e->nidx, e->idx, "load");
     if (rc) return rc;
+    for (int d = 0; d < e->nidx; d++)
+      if ((rc = check_ix_values(c, e->idx[d]))) return rc;
     const tcc_buffer *B = &c->p->bufs[e->buf];
     if (e->dtype != B->layout.dtype) FAIL("kernel %d: load dtype differs from buffer %d", c->kno, e->buf);
     if ((B->kind == TCC_BUF_TEMP || B->kind == TCC_BUF_OUTPUT) && !c->written[e->buf])
@@ -139,24 +168,73 @@ static int check_vx(pcheck *c, const tcc_vx *e) {
     return 0;
   }
   case TCC_PRIM_CONST: return 0;
+  case TCC_PRIM_INDEX:
+    if (e->nidx != 1 || !e->idx[0] || e->dtype != TCC__V1__DTYPE__INT64)
+      FAIL("kernel %d: malformed index value", c->kno);
+    return check_ix_values(c, e->idx[0]);
   case TCC_PRIM_CAST:
     if (!e->a) FAIL("kernel %d: cast without operand", c->kno);
     return check_vx(c, e->a);
+  case TCC_PRIM_REDUCE:
+    if (!e->a || e->nidx < 0 || e->nidx > TCC_MAX_DIMS || e->buf < TCC_FIRST_BOUND_VAR)
+      FAIL("kernel %d: malformed reduction", c->kno);
+    if (e->i < TCC_RED_SUM || e->i > TCC_RED_ARGMIN) FAIL("kernel %d: bad reduction kind", c->kno);
+    if ((e->i == TCC_RED_ARGMAX || e->i == TCC_RED_ARGMIN) ? e->dtype != TCC__V1__DTYPE__INT64
+                                                           : e->a->dtype != e->dtype)
+      FAIL("kernel %d: reduction dtype differs from its body", c->kno);
+    if (!tcc_dtype_is_float(e->a->dtype) && e->a->dtype != TCC__V1__DTYPE__INT64 &&
+        e->a->dtype != TCC__V1__DTYPE__BOOL && e->i != TCC_RED_ARGMAX && e->i != TCC_RED_ARGMIN &&
+        e->i != TCC_RED_MAX && e->i != TCC_RED_MIN)
+      FAIL("kernel %d: %s reduction", c->kno, tcc_dtype_name(e->a->dtype));
+    if (e->a->dtype == TCC__V1__DTYPE__FLOAT16 || e->a->dtype == TCC__V1__DTYPE__BFLOAT16)
+      FAIL("kernel %d: reduction over a storage-only dtype", c->kno);
+    return check_vx(c, e->a);
+  case TCC_PRIM_EXTERN:
+    if (c->k->kind != TCC_OPK_EXTERN || c->k->nstores != 1)
+      FAIL("kernel %d: library call outside an extern kernel", c->kno);
+    if (!e->a || !e->b || e->a->op != TCC_PRIM_LOAD || e->b->op != TCC_PRIM_LOAD ||
+        e->a->dtype != e->dtype || e->b->dtype != e->dtype || e->nidx != 4)
+      FAIL("kernel %d: extern operands must be loads of its dtype", c->kno);
+    if (e->dtype != TCC__V1__DTYPE__FLOAT32 && e->dtype != TCC__V1__DTYPE__FLOAT64)
+      FAIL("kernel %d: extern call in %s", c->kno, tcc_dtype_name(e->dtype));
+    {
+      const tcc_buffer *A = &c->p->bufs[e->a->buf], *B = &c->p->bufs[e->b->buf];
+      if (A->dead || B->dead || ((A->kind == TCC_BUF_TEMP || A->kind == TCC_BUF_OUTPUT) && !c->written[e->a->buf]) ||
+          ((B->kind == TCC_BUF_TEMP || B->kind == TCC_BUF_OUTPUT) && !c->written[e->b->buf]))
+        FAIL("kernel %d: extern reads a buffer before it is written", c->kno);
+    }
+    return 0;
   default:
     break;
   }
+  if (c->k->kind == TCC_OPK_EXTERN) FAIL("kernel %d: extern kernel with arithmetic", c->kno);
   int arity = 0;
 #define ARITY(id, n, name) if (e->op == TCC_PRIM_##id) arity = n;
   TCC_PRIMS(ARITY)
 #undef ARITY
-  const tcc_vx *ops[2] = {e->a, e->b};
+  const tcc_vx *ops[3] = {e->a, e->b, e->c};
   for (int i = 0; i < arity; i++) {
     if (!ops[i]) FAIL("kernel %d: %d-ary primitive missing operand %d", c->kno, arity, i);
-    if (ops[i]->dtype != e->dtype) FAIL("kernel %d: operand dtype differs from result", c->kno);
     int rc = check_vx(c, ops[i]);
     if (rc) return rc;
   }
-  if (!tcc_dtype_is_float(e->dtype)) FAIL("kernel %d: arithmetic on a non-float dtype", c->kno);
+  if (e->dtype == TCC__V1__DTYPE__FLOAT16 || e->dtype == TCC__V1__DTYPE__BFLOAT16)
+    FAIL("kernel %d: arithmetic in a storage-only dtype", c->kno);
+  if (is_pred(e->op)) {
+    if (e->dtype != TCC__V1__DTYPE__BOOL) FAIL("kernel %d: predicate not bool", c->kno);
+    if (arity == 2 && ops[0]->dtype != ops[1]->dtype) FAIL("kernel %d: comparing different dtypes", c->kno);
+    if ((e->op == TCC_PRIM_AND || e->op == TCC_PRIM_OR || e->op == TCC_PRIM_XOR || e->op == TCC_PRIM_NOT) &&
+        ops[0]->dtype != TCC__V1__DTYPE__BOOL)
+      FAIL("kernel %d: logical op on a non-bool", c->kno);
+    return 0;
+  }
+  if (e->op == TCC_PRIM_WHERE) {
+    if (ops[0]->dtype != TCC__V1__DTYPE__BOOL || ops[1]->dtype != e->dtype || ops[2]->dtype != e->dtype)
+      FAIL("kernel %d: where operand dtypes", c->kno);
+    return 0;
+  }
+  for (int i = 0; i < arity; i++)
+    if (ops[i]->dtype != e->dtype) FAIL("kernel %d: operand dtype differs from result", c->kno);
   return 0;
 }
 

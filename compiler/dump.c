@@ -106,25 +106,43 @@ void tcc_dump_graph(const tcc_graph *g, tcc_buf *b) {
 
 /* ---------------------------------------------------------- program */
 
-void tcc_dump_ix(const tcc_ix *e, tcc_buf *b) {
+typedef struct vdump vdump;
+static int dump_vx(vdump *d, const tcc_vx *e);
+
+/* Index text; VALUE parts name the value's number when d is given. */
+static void dump_ix(const tcc_ix *e, tcc_buf *b, const tcc_ptrmap *ids) {
   switch (e->kind) {
   case TCC_IX_CONST: tcc_buf_printf(b, "%" PRId64, e->c); break;
   case TCC_IX_VAR: tcc_buf_printf(b, "i%d", e->var); break;
   case TCC_IX_ADD:
-    tcc_dump_ix(e->a, b);
+    dump_ix(e->a, b, ids);
     tcc_buf_puts(b, " + ");
-    tcc_dump_ix(e->b, b);
+    dump_ix(e->b, b, ids);
     break;
   case TCC_IX_MUL:
   case TCC_IX_DIV:
   case TCC_IX_MOD:
     tcc_buf_puts(b, "(");
-    tcc_dump_ix(e->a, b);
+    dump_ix(e->a, b, ids);
     tcc_buf_printf(b, ")%s%" PRId64,
                    e->kind == TCC_IX_MUL ? "*" : e->kind == TCC_IX_DIV ? "//" : "%", e->c);
     break;
+  case TCC_IX_MIN:
+  case TCC_IX_MAX:
+    tcc_buf_printf(b, "%s(", e->kind == TCC_IX_MIN ? "min" : "max");
+    dump_ix(e->a, b, ids);
+    tcc_buf_printf(b, ", %" PRId64 ")", e->c);
+    break;
+  case TCC_IX_VALUE: {
+    intptr_t id = ids ? (intptr_t)tcc_ptrmap_get(ids, e->v) : 0;
+    if (id) tcc_buf_printf(b, "checked(%%%d < %" PRId64 ")", (int)id - 1, e->c);
+    else tcc_buf_printf(b, "checked(value < %" PRId64 ")", e->c);
+    break;
+  }
   }
 }
+
+void tcc_dump_ix(const tcc_ix *e, tcc_buf *b) { dump_ix(e, b, NULL); }
 
 static const char *prim_name(tcc_prim op) {
   switch (op) {
@@ -135,39 +153,65 @@ static const char *prim_name(tcc_prim op) {
   }
 }
 
-static void dump_index(tcc_buf *b, int buf, int n, const tcc_ix *const *idx) {
+static void dump_index(tcc_buf *b, int buf, int n, const tcc_ix *const *idx,
+                       const tcc_ptrmap *ids) {
   tcc_buf_printf(b, "buf%d[", buf);
   for (int d = 0; d < n; d++) {
     if (d) tcc_buf_puts(b, ", ");
-    tcc_dump_ix(idx[d], b);
+    dump_ix(idx[d], b, ids);
   }
   tcc_buf_puts(b, "]");
 }
 
-typedef struct vdump {
+struct vdump {
   tcc_buf *b;
   tcc_ptrmap ids;
   int next;
-} vdump;
+};
+
+/* Numbers the values inside an index's VALUE parts first. */
+static int dump_ix_values(vdump *d, const tcc_ix *x) {
+  if (!x) return 0;
+  if (x->kind == TCC_IX_VALUE) return dump_vx(d, x->v) < 0 ? -1 : 0;
+  if (dump_ix_values(d, x->a)) return -1;
+  return dump_ix_values(d, x->b);
+}
+
+static const char *const red_names[] = {"sum", "prod", "max", "min", "argmax", "argmin"};
 
 /* Prints e's operands first; returns e's number (or -1 for OOM). */
 static int dump_vx(vdump *d, const tcc_vx *e) {
   intptr_t have = (intptr_t)tcc_ptrmap_get(&d->ids, e);
   if (have) return (int)have - 1;
+  if (e->op == TCC_PRIM_LOAD || e->op == TCC_PRIM_INDEX)
+    for (int k = 0; k < e->nidx; k++)
+      if (dump_ix_values(d, e->idx[k])) return -1;
   int a = e->a ? dump_vx(d, e->a) : 0, bb = e->b ? dump_vx(d, e->b) : 0;
-  if (a < 0 || bb < 0) return -1;
+  int cc = e->c ? dump_vx(d, e->c) : 0;
+  if (a < 0 || bb < 0 || cc < 0) return -1;
   int id = d->next++;
   if (tcc_ptrmap_put(&d->ids, e, (void *)(intptr_t)(id + 1))) return -1;
   tcc_buf_printf(d->b, "    %%%d = %s ", id, tcc_dtype_name(e->dtype));
   if (e->op == TCC_PRIM_LOAD) {
     tcc_buf_puts(d->b, "load ");
-    dump_index(d->b, e->buf, e->nidx, e->idx);
+    dump_index(d->b, e->buf, e->nidx, e->idx, &d->ids);
+  } else if (e->op == TCC_PRIM_INDEX) {
+    tcc_buf_puts(d->b, "index ");
+    dump_ix(e->idx[0], d->b, &d->ids);
   } else if (e->op == TCC_PRIM_CONST) {
     if (tcc_dtype_is_float(e->dtype)) tcc_buf_printf(d->b, "const %.17g", e->f);
     else tcc_buf_printf(d->b, "const %" PRId64, e->i);
+  } else if (e->op == TCC_PRIM_REDUCE) {
+    tcc_buf_printf(d->b, "reduce %s %%%d over", e->i >= 0 && e->i < 6 ? red_names[e->i] : "?", a);
+    for (int r = 0; r < e->nidx; r++)
+      tcc_buf_printf(d->b, "%s i%d < %" PRId64, r ? "," : "", e->buf + r, e->idx[r]->c);
+  } else if (e->op == TCC_PRIM_EXTERN) {
+    tcc_buf_printf(d->b, "extern gemm %%%d, %%%d [b %" PRId64 ", m %" PRId64 ", n %" PRId64
+                   ", k %" PRId64 "]", a, bb, e->idx[0]->c, e->idx[1]->c, e->idx[2]->c, e->idx[3]->c);
   } else {
     tcc_buf_printf(d->b, "%s %%%d", prim_name(e->op), a);
     if (e->b) tcc_buf_printf(d->b, ", %%%d", bb);
+    if (e->c) tcc_buf_printf(d->b, ", %%%d", cc);
   }
   tcc_buf_puts(d->b, "\n");
   return id;
@@ -189,7 +233,7 @@ void tcc_dump_program(const tcc_program *p, tcc_buf *b) {
   for (int k = 0; k < p->nkernels; k++) {
     const tcc_kernel *K = &p->kernels[k];
     if (K->dead) continue;
-    tcc_buf_printf(b, "  kernel %d pointwise over [", k);
+    tcc_buf_printf(b, "  kernel %d %s over [", k, K->kind == TCC_OPK_EXTERN ? "extern" : "pointwise");
     for (int d = 0; d < K->rank; d++) tcc_buf_printf(b, "%s%" PRId64, d ? ", " : "", K->sizes[d]);
     tcc_buf_puts(b, "]\n");
     vdump vd = {.b = b};
@@ -201,7 +245,8 @@ void tcc_dump_program(const tcc_program *p, tcc_buf *b) {
     for (int s = 0; s < K->nstores; s++) {
       int id = dump_vx(&vd, K->stores[s].value);
       tcc_buf_puts(b, "    store ");
-      dump_index(b, K->stores[s].buf, p->bufs[K->stores[s].buf].layout.rank, K->stores[s].idx);
+      dump_index(b, K->stores[s].buf, p->bufs[K->stores[s].buf].layout.rank, K->stores[s].idx,
+                 &vd.ids);
       tcc_buf_printf(b, " = %%%d\n", id);
     }
     tcc_ptrmap_free(&vd.ids);

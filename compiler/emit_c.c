@@ -12,7 +12,23 @@
  * order; the kernels apply storage offsets and strides, and write outputs
  * with the strides their meta declares. Outputs must not overlap inputs,
  * each other or the workspace (the pointers are declared restrict).
- * Returns 0.
+ * Returns 0, or 1 when an index read from a tensor (gather, embedding,
+ * index_select) was out of range or an integer division by zero
+ * happened (PyTorch raises there; the outputs are then unspecified).
+ *
+ * Loop nests. A kernel whose accesses are all affine, with no reduction
+ * and no index value, is planned into flat loops (below). Any other
+ * kernel runs its dims in order, i0 outermost, and every value is
+ * computed in the outermost loop where all its variables are bound
+ * (loop-invariant code motion): a row statistic (REDUCE over bound
+ * variables) is computed once per row, its own loop nest placed where it
+ * is first needed. Reductions of the same extents that are ready at the
+ * same point share one loop (sibling fusion: var and mean, max and
+ * argmax). Reduction loops carry `#pragma omp simd reduction(...)` so
+ * the C compiler vectorizes them (reassociating float sums); the
+ * outermost loop of size > 1 runs `#pragma omp parallel for` when the
+ * kernel's work passes TCC_PARALLEL_WORK. float16 values are _Float16,
+ * bfloat16 values their bits (uint16_t) converted through float.
  *
  * Each live kernel becomes a static function with one loop nest. When
  * every access of a kernel is affine in the loop variables, the nest is
@@ -20,7 +36,8 @@
  * (largest outermost), and neighbouring loops merge when every access
  * strides through them as one (coef[outer] == coef[inner] * size[inner]),
  * so contiguous tensors run as one flat unit-stride loop the C compiler
- * vectorizes. Indices are int64_t.
+ * vectorizes. Indices are int64_t (tensors past 2^31 elements index
+ * correctly).
  *
  * Hygiene: nothing from the request reaches the source but numbers.
  * Identifiers are generated (k<n> kernels, b<n> buffers, c<n> constants,
@@ -45,6 +62,8 @@ static const char *ctype(tcc_dtype d) {
   case TCC__V1__DTYPE__INT64: return "int64_t";
   case TCC__V1__DTYPE__UINT8:
   case TCC__V1__DTYPE__BOOL: return "uint8_t";
+  case TCC__V1__DTYPE__FLOAT16: return "_Float16";
+  case TCC__V1__DTYPE__BFLOAT16: return "uint16_t";   /* bits; tcc_bf16_to_f32 */
   default: return NULL;
   }
 }
@@ -134,6 +153,21 @@ static void emit_constant(tcc_buf *b, const tcc_buffer *B, int id) {
       put_int(b, v);
       break;
     }
+    case TCC__V1__DTYPE__FLOAT16: {   /* exact: every half is a float */
+      uint16_t h;
+      memcpy(&h, p, 2);
+      int e = (h >> 10) & 0x1f, m = h & 0x3ff;
+      double v = e == 0 ? ldexp(m, -24) : e == 31 ? (m ? NAN : INFINITY) : ldexp(m + 1024, e - 25);
+      if (h & 0x8000) v = -v;
+      put_float(b, v, TCC__V1__DTYPE__FLOAT32);
+      break;
+    }
+    case TCC__V1__DTYPE__BFLOAT16: {
+      uint16_t h;
+      memcpy(&h, p, 2);
+      tcc_buf_printf(b, "%u", (unsigned)h);
+      break;
+    }
     default: tcc_buf_printf(b, "%u", (unsigned)*p); break;
     }
   }
@@ -152,41 +186,45 @@ typedef struct access {
 } access;
 
 typedef struct loop_plan {
-  int affine;                /* loops planned, accesses affine */
+  int affine;                /* loops planned (merged), accesses affine */
   int nloops;
   int64_t size[TCC_MAX_DIMS];
   int dims[TCC_MAX_DIMS][TCC_MAX_DIMS];  /* kernel dims merged into loop j, outer first */
   int ndims[TCC_MAX_DIMS];
 } loop_plan;
 
+/* Free variables of an expression (sorted, unique). */
+typedef struct varset {
+  int n;
+  int v[];
+} varset;
+
 typedef struct kernel_emit {
   const tcc_program *p;
   const tcc_kernel *k;
   tcc_buf *b;
-  tcc_ptrmap temps;          /* vx -> temp number + 1 */
+  tcc_ptrmap temps;          /* vx (or VALUE ix) -> temp number + 1; NULL: none */
   int ntemps;
   loop_plan plan;
   access *acc;
   int nacc;
   int overflow;              /* too many distinct accesses: unplanned */
+  tcc_ptrmap fv;             /* vx -> varset* */
+  char *bound;               /* per var id: bound at this point of the code */
+  int nvars;
+  const void **scoped;       /* temps defined inside open reduction loops */
+  int nscoped, capscoped;
+  const char *vname[3];      /* extern: names of vars 0..2 (NULL: i<n>) */
+  int naccs;                 /* accumulators */
+  int oom;
 } kernel_emit;
 
 /* Linear storage index of access a as affine form; 0 when not affine. */
 static int access_affine(const tcc_program *p, const tcc_kernel *k, access *a) {
   const tcc_meta *m = &p->bufs[a->buf].layout;
-  for (int v = 0; v < k->rank; v++) a->coef[v] = 0;
-  a->c = m->offset;
-  for (int d = 0; d < m->rank; d++) {
-    int64_t cf[TCC_MAX_DIMS], c0, t;
-    if (!tcc_ix_affine(a->idx[d], k->rank, cf, &c0)) return 0;
-    for (int v = 0; v < k->rank; v++)
-      if (__builtin_mul_overflow(cf[v], m->strides[d], &t) ||
-          __builtin_add_overflow(a->coef[v], t, &a->coef[v]))
-        return 0;
-    if (__builtin_mul_overflow(c0, m->strides[d], &t) || __builtin_add_overflow(a->c, t, &a->c))
-      return 0;
-  }
-  return 1;
+  int64_t c;
+  if (!tcc_linear_affine(m->rank, a->idx, m->strides, k->rank, a->coef, &c)) return 0;
+  return !__builtin_add_overflow(c, m->offset, &a->c);
 }
 
 static void add_access(kernel_emit *ke, int buf, const tcc_ix *const *idx) {
@@ -201,13 +239,16 @@ static void add_access(kernel_emit *ke, int buf, const tcc_ix *const *idx) {
   ke->nacc++;
 }
 
-static int gather_loads(kernel_emit *ke, tcc_ptrmap *seen, const tcc_vx *e) {
+/* Gathers loads; *simple stays 1 while the kernel has no reduction, no
+ * index value and no data-dependent index (what flat loops allow). */
+static int gather_loads(kernel_emit *ke, tcc_ptrmap *seen, const tcc_vx *e, int *simple) {
   if (tcc_ptrmap_get(seen, e)) return 0;
   if (tcc_ptrmap_put(seen, e, e)) return -1;
   if (e->op == TCC_PRIM_LOAD) add_access(ke, e->buf, e->idx);
-  if (e->a && gather_loads(ke, seen, e->a)) return -1;
-  if (e->b && gather_loads(ke, seen, e->b)) return -1;
-  if (e->c && gather_loads(ke, seen, e->c)) return -1;
+  if (e->op == TCC_PRIM_REDUCE || e->op == TCC_PRIM_INDEX) *simple = 0;
+  if (e->a && gather_loads(ke, seen, e->a, simple)) return -1;
+  if (e->b && gather_loads(ke, seen, e->b, simple)) return -1;
+  if (e->c && gather_loads(ke, seen, e->c, simple)) return -1;
   return 0;
 }
 
@@ -221,14 +262,25 @@ static int plan_loops(kernel_emit *ke) {
     tcc_ptrmap_free(&seen);
     return -1;
   }
+  int simple = 1;
   for (int s = 0; s < k->nstores; s++) add_access(ke, k->stores[s].buf, k->stores[s].idx);
   for (int s = 0; s < k->nstores; s++)
-    if (gather_loads(ke, &seen, k->stores[s].value)) {
+    if (gather_loads(ke, &seen, k->stores[s].value, &simple)) {
       tcc_ptrmap_free(&seen);
       return -1;
     }
   tcc_ptrmap_free(&seen);
-  pl->affine = !ke->overflow;
+  /* every store must write a distinct element per iteration */
+  uint32_t need = 0;
+  for (int d = 0; d < k->rank; d++)
+    if (k->sizes[d] != 1) need |= 1u << d;
+  for (int s = 0; s < k->nstores && simple; s++) {
+    uint32_t have = 0;
+    const tcc_meta *m = &ke->p->bufs[k->stores[s].buf].layout;
+    for (int d = 0; d < m->rank; d++) have |= tcc_ix_kernel_vars(k->stores[s].idx[d]);
+    simple = (have & need) == need;
+  }
+  pl->affine = !ke->overflow && simple;
   for (int i = 0; i < ke->nacc && pl->affine; i++)
     pl->affine = access_affine(ke->p, k, &ke->acc[i]);
   if (!pl->affine) {                           /* natural order, no merging */
@@ -252,17 +304,12 @@ static int plan_loops(kernel_emit *ke) {
       order[j] = order[j - 1];
       order[j - 1] = t;
     }
-  /* Merge neighbours, inner to outer. A loop is represented by its
-   * innermost kernel dim's coefficients. */
   for (int i = 0; i < n; i++) {
     int d = order[i];
     if (pl->nloops > 0) {
       int j = pl->nloops - 1;
       int inner = pl->dims[j][pl->ndims[j] - 1];  /* last merged = innermost */
       int ok = 1;
-      /* loop j (outer) then d (inner): d merges under j when every access
-       * has coef[outer part] == coef[d] * size[d]. j's effective coef is
-       * its innermost dim's coef. */
       for (int a = 0; a < ke->nacc && ok; a++) {
         int64_t want;
         ok = !__builtin_mul_overflow(ke->acc[a].coef[d], k->sizes[d], &want) &&
@@ -285,26 +332,47 @@ static int plan_loops(kernel_emit *ke) {
 
 /* --------------------------------------------------------- indices */
 
-static void put_ix(tcc_buf *b, const tcc_ix *e) {
+static void put_var(kernel_emit *ke, int v) {
+  if (v < 3 && ke->vname[v]) tcc_buf_puts(ke->b, ke->vname[v]);
+  else tcc_buf_printf(ke->b, "i%d", v);
+}
+
+/* Index expressions are non-negative wherever DIV and MOD appear, so C's
+ * truncating / and % are floor division and modulo there. */
+static void put_ix(kernel_emit *ke, const tcc_ix *e) {
+  tcc_buf *b = ke->b;
   switch (e->kind) {
   case TCC_IX_CONST: put_int(b, e->c); break;
-  case TCC_IX_VAR: tcc_buf_printf(b, "i%d", e->var); break;
+  case TCC_IX_VAR: put_var(ke, e->var); break;
   case TCC_IX_ADD:
     tcc_buf_puts(b, "(");
-    put_ix(b, e->a);
+    put_ix(ke, e->a);
     tcc_buf_puts(b, " + ");
-    put_ix(b, e->b);
+    put_ix(ke, e->b);
     tcc_buf_puts(b, ")");
     break;
   case TCC_IX_MUL:
   case TCC_IX_DIV:
   case TCC_IX_MOD:
     tcc_buf_puts(b, "(");
-    put_ix(b, e->a);
+    put_ix(ke, e->a);
     tcc_buf_printf(b, " %s ", e->kind == TCC_IX_MUL ? "*" : e->kind == TCC_IX_DIV ? "/" : "%");
     put_int(b, e->c);
     tcc_buf_puts(b, ")");
     break;
+  case TCC_IX_MIN:
+  case TCC_IX_MAX:
+    tcc_buf_printf(b, "tcc_%s64(", e->kind == TCC_IX_MIN ? "min" : "max");
+    put_ix(ke, e->a);
+    tcc_buf_puts(b, ", ");
+    put_int(b, e->c);
+    tcc_buf_puts(b, ")");
+    break;
+  case TCC_IX_VALUE: {
+    intptr_t t = (intptr_t)tcc_ptrmap_get(&ke->temps, e);
+    tcc_buf_printf(b, "t%d", (int)(t - 1));
+    break;
+  }
   }
 }
 
@@ -335,34 +403,127 @@ static void put_index(kernel_emit *ke, int buf, const tcc_ix *const *idx) {
   const tcc_meta *m = &ke->p->bufs[buf].layout;
   tcc_buf_printf(b, "%" PRId64, m->offset);
   for (int d = 0; d < m->rank; d++) {
+    if (idx[d]->kind == TCC_IX_CONST && idx[d]->c == 0) continue;
     tcc_buf_printf(b, " + %" PRId64 " * ", m->strides[d]);
-    put_ix(b, idx[d]);
+    put_ix(ke, idx[d]);
   }
 }
 
 /* ------------------------------------------------------------ body */
 
-/* C for a unary/binary primitive over operand texts x, y. */
-static void put_prim(tcc_buf *b, tcc_prim op, tcc_dtype d, const char *x, const char *y) {
-  const char *f = d == TCC__V1__DTYPE__FLOAT32 ? "f" : "";
-  const char *one = d == TCC__V1__DTYPE__FLOAT32 ? "1.0f" : "1.0";
-  const char *zero = d == TCC__V1__DTYPE__FLOAT32 ? "0.0f" : "0.0";
+static const char *utype(tcc_dtype d) {
+  return d == TCC__V1__DTYPE__INT64 ? "uint64_t" : "uint32_t";
+}
+
+/* C for a primitive of result dtype d over operand texts x, y, z whose
+ * operand dtype is od. */
+static void put_prim(tcc_buf *b, tcc_prim op, tcc_dtype d, tcc_dtype od, const char *x,
+                     const char *y, const char *z) {
+  int fl = tcc_dtype_is_float(od);
+  const char *f = od == TCC__V1__DTYPE__FLOAT32 ? "f" : "";
+  const char *T = ctype(d), *U = utype(d);
+  int isint = !fl;
   switch (op) {
-  case TCC_PRIM_NEG: tcc_buf_printf(b, "-%s", x); break;
-  case TCC_PRIM_ABS: tcc_buf_printf(b, "fabs%s(%s)", f, x); break;
+  case TCC_PRIM_NEG:
+    if (isint) tcc_buf_printf(b, "(%s)(0 - (%s)%s)", T, U, x);
+    else tcc_buf_printf(b, "-%s", x);
+    break;
+  case TCC_PRIM_ABS:
+    if (isint) tcc_buf_printf(b, "(%s < 0 ? (%s)(0 - (%s)%s) : %s)", x, T, U, x, x);
+    else tcc_buf_printf(b, "fabs%s(%s)", f, x);
+    break;
   case TCC_PRIM_EXP: tcc_buf_printf(b, "exp%s(%s)", f, x); break;
+  case TCC_PRIM_EXP2: tcc_buf_printf(b, "exp2%s(%s)", f, x); break;
+  case TCC_PRIM_EXPM1: tcc_buf_printf(b, "expm1%s(%s)", f, x); break;
   case TCC_PRIM_LOG: tcc_buf_printf(b, "log%s(%s)", f, x); break;
+  case TCC_PRIM_LOG1P: tcc_buf_printf(b, "log1p%s(%s)", f, x); break;
+  case TCC_PRIM_LOG2: tcc_buf_printf(b, "log2%s(%s)", f, x); break;
   case TCC_PRIM_SQRT: tcc_buf_printf(b, "sqrt%s(%s)", f, x); break;
+  case TCC_PRIM_RSQRT: tcc_buf_printf(b, "(%s)1 / sqrt%s(%s)", T, f, x); break;
+  case TCC_PRIM_RECIP: tcc_buf_printf(b, "(%s)1 / %s", T, x); break;
   case TCC_PRIM_SIN: tcc_buf_printf(b, "sin%s(%s)", f, x); break;
   case TCC_PRIM_COS: tcc_buf_printf(b, "cos%s(%s)", f, x); break;
+  case TCC_PRIM_TAN: tcc_buf_printf(b, "tan%s(%s)", f, x); break;
   case TCC_PRIM_TANH: tcc_buf_printf(b, "tanh%s(%s)", f, x); break;
-  case TCC_PRIM_SIGMOID: tcc_buf_printf(b, "%s / (%s + exp%s(-%s))", one, one, f, x); break;
-  case TCC_PRIM_RELU: tcc_buf_printf(b, "(%s < %s ? %s : %s)", x, zero, zero, x); break;
-  case TCC_PRIM_ADD: tcc_buf_printf(b, "%s + %s", x, y); break;
-  case TCC_PRIM_SUB: tcc_buf_printf(b, "%s - %s", x, y); break;
-  case TCC_PRIM_MUL: tcc_buf_printf(b, "%s * %s", x, y); break;
-  case TCC_PRIM_DIV: tcc_buf_printf(b, "%s / %s", x, y); break;
+  case TCC_PRIM_ERF: tcc_buf_printf(b, "erf%s(%s)", f, x); break;
+  case TCC_PRIM_SIGMOID: tcc_buf_printf(b, "(%s)1 / ((%s)1 + exp%s(-%s))", T, T, f, x); break;
+  case TCC_PRIM_RELU: tcc_buf_printf(b, "(%s < 0 ? (%s)0 : %s)", x, T, x); break;
+  case TCC_PRIM_FLOOR: tcc_buf_printf(b, "floor%s(%s)", f, x); break;
+  case TCC_PRIM_CEIL: tcc_buf_printf(b, "ceil%s(%s)", f, x); break;
+  case TCC_PRIM_ROUND: tcc_buf_printf(b, "nearbyint%s(%s)", f, x); break;
+  case TCC_PRIM_TRUNC: tcc_buf_printf(b, "trunc%s(%s)", f, x); break;
+  case TCC_PRIM_SIGN: tcc_buf_printf(b, "(%s)((%s > 0) - (%s < 0))", T, x, x); break;
+  case TCC_PRIM_NOT: tcc_buf_printf(b, "(uint8_t)!%s", x); break;
+  case TCC_PRIM_BITNOT: tcc_buf_printf(b, "(%s)~%s", T, x); break;
+  case TCC_PRIM_ISNAN: tcc_buf_printf(b, "(uint8_t)(%s != %s)", x, x); break;
+  case TCC_PRIM_ISINF: tcc_buf_printf(b, fl ? "(uint8_t)(isinf(%s) != 0)" : "(uint8_t)0", x); break;
+  case TCC_PRIM_ADD:
+  case TCC_PRIM_SUB:
+  case TCC_PRIM_MUL: {
+    const char *o = op == TCC_PRIM_ADD ? "+" : op == TCC_PRIM_SUB ? "-" : "*";
+    if (isint) tcc_buf_printf(b, "(%s)((%s)%s %s (%s)%s)", T, U, x, o, U, y);
+    else tcc_buf_printf(b, "%s %s %s", x, o, y);
+    break;
+  }
+  case TCC_PRIM_DIV:
+    if (isint) tcc_buf_printf(b, "(%s)tcc_truncdiv_i64(%s, %s, &bad)", T, x, y);
+    else tcc_buf_printf(b, "%s / %s", x, y);
+    break;
+  case TCC_PRIM_TRUNCDIV:
+    if (isint) tcc_buf_printf(b, "(%s)tcc_truncdiv_i64(%s, %s, &bad)", T, x, y);
+    else tcc_buf_printf(b, "trunc%s(%s / %s)", f, x, y);
+    break;
+  case TCC_PRIM_FLOORDIV:
+    if (isint) tcc_buf_printf(b, "(%s)tcc_floordiv_i64(%s, %s, &bad)", T, x, y);
+    else tcc_buf_printf(b, "tcc_floordiv_f%s(%s, %s)", *f ? "32" : "64", x, y);
+    break;
+  case TCC_PRIM_POW:
+    if (isint) tcc_buf_printf(b, "(%s)tcc_pow_i64(%s, %s)", T, x, y);
+    else tcc_buf_printf(b, "pow%s(%s, %s)", f, x, y);
+    break;
+  case TCC_PRIM_MAX:
+    tcc_buf_printf(b, "((%s > %s || %s != %s) ? %s : %s)", x, y, x, x, x, y);
+    break;
+  case TCC_PRIM_MIN:
+    tcc_buf_printf(b, "((%s < %s || %s != %s) ? %s : %s)", x, y, x, x, x, y);
+    break;
+  case TCC_PRIM_FMOD:
+    if (isint) tcc_buf_printf(b, "(%s)tcc_fmod_i64(%s, %s, &bad)", T, x, y);
+    else tcc_buf_printf(b, "fmod%s(%s, %s)", f, x, y);
+    break;
+  case TCC_PRIM_REM:
+    if (isint) tcc_buf_printf(b, "(%s)tcc_rem_i64(%s, %s, &bad)", T, x, y);
+    else tcc_buf_printf(b, "tcc_rem_f%s(%s, %s)", *f ? "32" : "64", x, y);
+    break;
+  case TCC_PRIM_ATAN2: tcc_buf_printf(b, "atan2%s(%s, %s)", f, x, y); break;
+  case TCC_PRIM_EQ: tcc_buf_printf(b, "(uint8_t)(%s == %s)", x, y); break;
+  case TCC_PRIM_NE: tcc_buf_printf(b, "(uint8_t)(%s != %s)", x, y); break;
+  case TCC_PRIM_LT: tcc_buf_printf(b, "(uint8_t)(%s < %s)", x, y); break;
+  case TCC_PRIM_LE: tcc_buf_printf(b, "(uint8_t)(%s <= %s)", x, y); break;
+  case TCC_PRIM_GT: tcc_buf_printf(b, "(uint8_t)(%s > %s)", x, y); break;
+  case TCC_PRIM_GE: tcc_buf_printf(b, "(uint8_t)(%s >= %s)", x, y); break;
+  case TCC_PRIM_AND: tcc_buf_printf(b, "(uint8_t)(%s && %s)", x, y); break;
+  case TCC_PRIM_OR: tcc_buf_printf(b, "(uint8_t)(%s || %s)", x, y); break;
+  case TCC_PRIM_XOR: tcc_buf_printf(b, "(uint8_t)((%s != 0) != (%s != 0))", x, y); break;
+  case TCC_PRIM_BITAND: tcc_buf_printf(b, "(%s)(%s & %s)", T, x, y); break;
+  case TCC_PRIM_BITOR: tcc_buf_printf(b, "(%s)(%s | %s)", T, x, y); break;
+  case TCC_PRIM_BITXOR: tcc_buf_printf(b, "(%s)(%s ^ %s)", T, x, y); break;
+  case TCC_PRIM_WHERE: tcc_buf_printf(b, "(%s ? %s : %s)", x, y, z); break;
   default: tcc_buf_printf(b, "/* bad prim %d */ 0", (int)op); break;
+  }
+}
+
+/* A conversion of text x from dtype from to dtype to. */
+static void put_cast(tcc_buf *b, tcc_dtype from, tcc_dtype to, const char *x) {
+  if (to == TCC__V1__DTYPE__BOOL) {
+    if (from == TCC__V1__DTYPE__BFLOAT16) tcc_buf_printf(b, "(uint8_t)(tcc_bf16_to_f32(%s) != 0)", x);
+    else tcc_buf_printf(b, "(uint8_t)(%s != 0)", x);
+  } else if (to == TCC__V1__DTYPE__BFLOAT16) {
+    tcc_buf_printf(b, "tcc_f32_to_bf16((float)%s)", x);
+  } else if (from == TCC__V1__DTYPE__BFLOAT16) {
+    tcc_buf_printf(b, "(%s)tcc_bf16_to_f32(%s)", ctype(to), x);
+  } else {
+    tcc_buf_printf(b, "(%s)%s", ctype(to), x);
   }
 }
 
@@ -380,53 +541,441 @@ static void operand_text(kernel_emit *ke, const tcc_vx *e, char *out, size_t cap
   snprintf(out, cap, "t%d", (int)(t - 1));
 }
 
-/* Emits temporaries for e and its operands (post-order, once each). */
-static int emit_value(kernel_emit *ke, const tcc_vx *e, int indent) {
+/* ------------------------------------------------- free variables */
+
+static const varset empty_set = {0};
+
+static const varset *vs_make(kernel_emit *ke, const int *v, int n) {
+  if (!n) return &empty_set;
+  varset *s = tcc_arena_alloc(ke->p->arena, sizeof *s + sizeof(int) * (size_t)n);
+  if (!s) {
+    ke->oom = 1;
+    return &empty_set;
+  }
+  s->n = n;
+  memcpy(s->v, v, sizeof(int) * (size_t)n);
+  return s;
+}
+
+/* Sorted union of up to a few sets into buf (cap entries); drops vars in
+ * [lo, hi). Returns the count, or -1 when over cap. */
+static int vs_union(const varset *const *sets, int nsets, int lo, int hi, int *buf, int cap) {
+  int n = 0;
+  for (int s = 0; s < nsets; s++) {
+    if (!sets[s]) continue;
+    for (int i = 0; i < sets[s]->n; i++) {
+      int v = sets[s]->v[i];
+      if (v >= lo && v < hi) continue;
+      int j = n;
+      while (j > 0 && buf[j - 1] > v) j--;
+      if (j > 0 && buf[j - 1] == v) continue;
+      if (n == cap) return -1;
+      memmove(&buf[j + 1], &buf[j], sizeof(int) * (size_t)(n - j));
+      buf[j] = v;
+      n++;
+    }
+  }
+  return n;
+}
+
+static const varset *fv_vx(kernel_emit *ke, const tcc_vx *e);
+
+static const varset *fv_ix(kernel_emit *ke, const tcc_ix *e) {
+  if (!e) return &empty_set;
+  switch (e->kind) {
+  case TCC_IX_CONST: return &empty_set;
+  case TCC_IX_VAR: return vs_make(ke, &e->var, 1);
+  case TCC_IX_VALUE: return fv_vx(ke, e->v);
+  default: {
+    const varset *s[2] = {fv_ix(ke, e->a), fv_ix(ke, e->b)};
+    int buf[256];
+    int n = vs_union(s, 2, 0, 0, buf, 256);
+    if (n < 0) {
+      ke->oom = 1;
+      return &empty_set;
+    }
+    return vs_make(ke, buf, n);
+  }
+  }
+}
+
+static const varset *fv_vx(kernel_emit *ke, const tcc_vx *e) {
+  const varset *hit = tcc_ptrmap_get(&ke->fv, e);
+  if (hit) return hit;
+  const varset *s[TCC_MAX_DIMS + 3];
+  int ns = 0, lo = 0, hi = 0;
+  if (e->op == TCC_PRIM_LOAD || e->op == TCC_PRIM_INDEX)
+    for (int d = 0; d < e->nidx; d++) s[ns++] = fv_ix(ke, e->idx[d]);
+  if (e->op != TCC_PRIM_EXTERN) {
+    if (e->a) s[ns++] = fv_vx(ke, e->a);
+    if (e->b) s[ns++] = fv_vx(ke, e->b);
+    if (e->c) s[ns++] = fv_vx(ke, e->c);
+  }
+  if (e->op == TCC_PRIM_REDUCE) {
+    lo = e->buf;
+    hi = e->buf + e->nidx;
+  }
+  int buf[256];
+  int n = vs_union(s, ns, lo, hi, buf, 256);
+  const varset *r = n < 0 ? (ke->oom = 1, &empty_set) : vs_make(ke, buf, n);
+  if (tcc_ptrmap_put(&ke->fv, e, r)) ke->oom = 1;
+  return r;
+}
+
+/* Are all free vars of e bound at this point of the code? */
+static int all_bound(kernel_emit *ke, const tcc_vx *e) {
+  const varset *s = fv_vx(ke, e);
+  for (int i = 0; i < s->n; i++)
+    if (s->v[i] >= ke->nvars || !ke->bound[s->v[i]]) return 0;
+  return 1;
+}
+
+/* Loop level of e: 0 when it reads no loop variable, else 1 + the
+ * innermost loop it reads (planned loops: everything varying is
+ * innermost). */
+static int level_of(kernel_emit *ke, const varset *s) {
+  int lv = 0;
+  for (int i = 0; i < s->n; i++) {
+    int v = s->v[i];
+    if (v >= TCC_MAX_DIMS) return ke->plan.nloops + 1;   /* bound: never at kernel level */
+    if (ke->k->sizes[v] == 1 && !ke->plan.affine) {
+      if (lv < v + 1) lv = v + 1;
+      continue;
+    }
+    int l = ke->plan.affine ? ke->plan.nloops : v + 1;
+    if (l > lv) lv = l;
+  }
+  return lv;
+}
+
+/* ------------------------------------------------------- emission */
+
+static int emit_node(kernel_emit *ke, const tcc_vx *e, int indent);
+
+static int define_temp(kernel_emit *ke, const void *key, int *t) {
+  *t = ke->ntemps++;
+  if (tcc_ptrmap_put(&ke->temps, key, (void *)(intptr_t)(*t + 1))) return -1;
+  if (ke->nscoped >= 0 && ke->capscoped) {
+    if (ke->nscoped == ke->capscoped) {
+      int nc = ke->capscoped * 2;
+      const void **ns = realloc(ke->scoped, sizeof *ns * (size_t)nc);
+      if (!ns) return -1;
+      ke->scoped = ns;
+      ke->capscoped = nc;
+    }
+    ke->scoped[ke->nscoped++] = key;
+  }
+  return 0;
+}
+
+/* Temporaries for the index values inside an index. */
+static int emit_ix_values(kernel_emit *ke, const tcc_ix *x, int indent) {
+  if (!x) return 0;
+  if (x->kind != TCC_IX_VALUE) {
+    if (emit_ix_values(ke, x->a, indent)) return -1;
+    return emit_ix_values(ke, x->b, indent);
+  }
+  if (tcc_ptrmap_get(&ke->temps, x)) return 0;
+  if (emit_node(ke, x->v, indent)) return -1;
+  char v[96];
+  operand_text(ke, x->v, v, sizeof v);
+  int t;
+  if (define_temp(ke, x, &t)) return -1;
+  tcc_buf_printf(ke->b, "%*sint64_t t%d = %s;\n%*sif (t%d < 0 || t%d >= %" PRId64 ") { bad = 1; t%d = 0; }\n",
+                 indent, "", t, v, indent, "", t, t, x->c, t);
+  return 0;
+}
+
+static const char *red_init(const tcc_vx *r) {
+  int fl = tcc_dtype_is_float(r->dtype);
+  switch ((tcc_reduce_kind)r->i) {
+  case TCC_RED_SUM: return "0";
+  case TCC_RED_PROD: return "1";
+  case TCC_RED_MAX: return fl ? "-INFINITY" : "tcc_lowest";
+  case TCC_RED_MIN: return fl ? "INFINITY" : "tcc_highest";
+  default: return "0";
+  }
+}
+
+static const char *int_limit(tcc_dtype d, int high) {
+  switch (d) {
+  case TCC__V1__DTYPE__INT8: return high ? "INT8_MAX" : "INT8_MIN";
+  case TCC__V1__DTYPE__INT16: return high ? "INT16_MAX" : "INT16_MIN";
+  case TCC__V1__DTYPE__INT32: return high ? "INT32_MAX" : "INT32_MIN";
+  case TCC__V1__DTYPE__INT64: return high ? "INT64_MAX" : "INT64_MIN";
+  default: return high ? "255" : "0";
+  }
+}
+
+/* Emits (once) every part of e that can be computed at this point,
+ * i.e. whose free vars are all bound: what a reduction loop hoists. */
+static int emit_hoistable(kernel_emit *ke, const tcc_vx *e, tcc_ptrmap *seen, int indent) {
+  if (e->op == TCC_PRIM_CONST || tcc_ptrmap_get(&ke->temps, e) || tcc_ptrmap_get(seen, e)) return 0;
+  if (tcc_ptrmap_put(seen, e, e)) return -1;
+  if (all_bound(ke, e)) return emit_node(ke, e, indent);
+  if (e->op == TCC_PRIM_LOAD || e->op == TCC_PRIM_INDEX)
+    for (int d = 0; d < e->nidx; d++) {
+      const tcc_ix *x = e->idx[d];
+      /* values inside indices: hoist their hoistable parts */
+      const tcc_ix *stack[64];
+      int sp = 0;
+      stack[sp++] = x;
+      while (sp) {
+        const tcc_ix *y = stack[--sp];
+        if (!y) continue;
+        if (y->kind == TCC_IX_VALUE) {
+          if (emit_hoistable(ke, y->v, seen, indent)) return -1;
+        } else if (sp < 62) {
+          stack[sp++] = y->a;
+          stack[sp++] = y->b;
+        }
+      }
+    }
+  if (e->a && emit_hoistable(ke, e->a, seen, indent)) return -1;
+  if (e->b && emit_hoistable(ke, e->b, seen, indent)) return -1;
+  if (e->c && emit_hoistable(ke, e->c, seen, indent)) return -1;
+  return 0;
+}
+
+/* One reduction loop nest computing every REDUCE of group[0..ng) (same
+ * extents), then their results as temporaries. */
+static int emit_reduce_group(kernel_emit *ke, const tcc_vx *const *group, int ng, int indent) {
+  tcc_buf *b = ke->b;
+  const tcc_vx *r0 = group[0];
+  tcc_ptrmap seen;
+  if (tcc_ptrmap_init(&seen, 64)) {
+    tcc_ptrmap_free(&seen);
+    return -1;
+  }
+  for (int g = 0; g < ng; g++)
+    if (emit_hoistable(ke, group[g]->a, &seen, indent)) {
+      tcc_ptrmap_free(&seen);
+      return -1;
+    }
+  tcc_ptrmap_free(&seen);
+  int acc[64], simd = 1;
+  for (int g = 0; g < ng; g++) {
+    const tcc_vx *r = group[g];
+    acc[g] = ke->naccs++;
+    const char *init = red_init(r);
+    if (!strcmp(init, "tcc_lowest") || !strcmp(init, "tcc_highest"))
+      init = int_limit(r->dtype, init[5] == 'h');
+    if (r->i == TCC_RED_ARGMAX || r->i == TCC_RED_ARGMIN) {
+      const char *vt = ctype(r->a->dtype);
+      int fl = tcc_dtype_is_float(r->a->dtype);
+      tcc_buf_printf(b, "%*s%s a%dv = %s; int64_t a%d = 0;\n", indent, "", vt, acc[g],
+                     fl ? (r->i == TCC_RED_ARGMAX ? "-INFINITY" : "INFINITY")
+                        : int_limit(r->a->dtype, r->i == TCC_RED_ARGMIN),
+                     acc[g]);
+      simd = 0;
+    } else {
+      tcc_buf_printf(b, "%*s%s a%d = %s;\n", indent, "", ctype(r->dtype), acc[g], init);
+      if ((r->i == TCC_RED_MAX || r->i == TCC_RED_MIN) && tcc_dtype_is_float(r->dtype))
+        tcc_buf_printf(b, "%*sint a%dn = 0;\n", indent, "", acc[g]);
+    }
+  }
+  int ind = indent;
+  int64_t total = 1;
+  for (int r = 0; r < r0->nidx; r++) total *= r0->idx[r]->c;
+  for (int r = 0; r < r0->nidx; r++) {
+    if (r == r0->nidx - 1 && simd && total > 1) {
+      tcc_buf_printf(b, "%*s#pragma omp simd reduction(|:bad)", ind, "");
+      for (int g = 0; g < ng; g++) {
+        const tcc_vx *q = group[g];
+        const char *op = q->i == TCC_RED_SUM ? "+" : q->i == TCC_RED_PROD ? "*"
+                       : q->i == TCC_RED_MAX ? "max" : "min";
+        tcc_buf_printf(b, " reduction(%s:a%d)", op, acc[g]);
+        if ((q->i == TCC_RED_MAX || q->i == TCC_RED_MIN) && tcc_dtype_is_float(q->dtype))
+          tcc_buf_printf(b, " reduction(|:a%dn)", acc[g]);
+      }
+      tcc_buf_puts(b, "\n");
+    }
+    int v = r0->buf + r;
+    tcc_buf_printf(b, "%*sfor (int64_t i%d = 0; i%d < %" PRId64 "; i%d++) {\n", ind, "", v, v,
+                   r0->idx[r]->c, v);
+    ind += 2;
+  }
+  for (int g = 0; g < ng; g++)
+    for (int r = 0; r < group[g]->nidx; r++) {
+      int v = group[g]->buf + r;
+      if (g) tcc_buf_printf(b, "%*sconst int64_t i%d = i%d;\n", ind, "", v, r0->buf + r);
+      if (v < ke->nvars) ke->bound[v] = 1;
+    }
+  int mark = ke->nscoped;
+  for (int g = 0; g < ng; g++) {
+    const tcc_vx *q = group[g];
+    if (emit_node(ke, q->a, ind)) return -1;
+    char t[96];
+    operand_text(ke, q->a, t, sizeof t);
+    int a = acc[g];
+    switch ((tcc_reduce_kind)q->i) {
+    case TCC_RED_SUM:
+      if (q->dtype == TCC__V1__DTYPE__BOOL) tcc_buf_printf(b, "%*sa%d |= %s;\n", ind, "", a, t);
+      else if (tcc_dtype_is_float(q->dtype)) tcc_buf_printf(b, "%*sa%d += %s;\n", ind, "", a, t);
+      else tcc_buf_printf(b, "%*sa%d = (%s)((%s)a%d + (%s)%s);\n", ind, "", a, ctype(q->dtype), utype(q->dtype), a, utype(q->dtype), t);
+      break;
+    case TCC_RED_PROD:
+      if (tcc_dtype_is_float(q->dtype)) tcc_buf_printf(b, "%*sa%d *= %s;\n", ind, "", a, t);
+      else tcc_buf_printf(b, "%*sa%d = (%s)((%s)a%d * (%s)%s);\n", ind, "", a, ctype(q->dtype), utype(q->dtype), a, utype(q->dtype), t);
+      break;
+    case TCC_RED_MAX:
+    case TCC_RED_MIN: {
+      const char *cmp = q->i == TCC_RED_MAX ? ">" : "<";
+      tcc_buf_printf(b, "%*sa%d = %s %s a%d ? %s : a%d;\n", ind, "", a, t, cmp, a, t, a);
+      if (tcc_dtype_is_float(q->dtype)) tcc_buf_printf(b, "%*sa%dn |= %s != %s;\n", ind, "", a, t, t);
+      break;
+    }
+    case TCC_RED_ARGMAX:
+    case TCC_RED_ARGMIN: {
+      const char *cmp = q->i == TCC_RED_ARGMAX ? ">" : "<";
+      tcc_buf_printf(b, "%*sif (%s %s a%dv || (%s != %s && a%dv == a%dv)) { a%dv = %s; a%d = ", ind, "",
+                     t, cmp, a, t, t, a, a, a, t, a);
+      for (int r = 0; r < q->nidx; r++) tcc_buf_puts(b, "(");
+      tcc_buf_puts(b, "0");
+      for (int r = 0; r < q->nidx; r++)
+        tcc_buf_printf(b, " * %" PRId64 " + i%d)", q->idx[r]->c, q->buf + r);
+      tcc_buf_puts(b, "; }\n");
+      break;
+    }
+    }
+  }
+  /* temporaries of the loop body go out of scope */
+  for (int i = mark; i < ke->nscoped; i++) tcc_ptrmap_put(&ke->temps, ke->scoped[i], NULL);
+  ke->nscoped = mark;
+  for (int g = 0; g < ng; g++)
+    for (int r = 0; r < group[g]->nidx; r++)
+      if (group[g]->buf + r < ke->nvars) ke->bound[group[g]->buf + r] = 0;
+  for (int r = r0->nidx - 1; r >= 0; r--) {
+    ind -= 2;
+    tcc_buf_printf(b, "%*s}\n", ind, "");
+  }
+  for (int g = 0; g < ng; g++) {
+    const tcc_vx *q = group[g];
+    int t;
+    if (define_temp(ke, q, &t)) return -1;
+    if ((q->i == TCC_RED_MAX || q->i == TCC_RED_MIN) && tcc_dtype_is_float(q->dtype))
+      tcc_buf_printf(b, "%*sconst %s t%d = a%dn ? (%s)NAN : a%d;\n", indent, "", ctype(q->dtype), t,
+                     acc[g], ctype(q->dtype), acc[g]);
+    else
+      tcc_buf_printf(b, "%*sconst %s t%d = a%d;\n", indent, "", ctype(q->dtype), t, acc[g]);
+  }
+  return 0;
+}
+
+/* Pending reductions at kernel level, for sibling grouping. */
+typedef struct pending {
+  const tcc_vx **list;
+  int n;
+  int level;
+  const int *levels;
+} pending;
+
+static pending *cur_pending;
+
+static int same_extent(const tcc_vx *a, const tcc_vx *b) {
+  if (a->nidx != b->nidx) return 0;
+  for (int r = 0; r < a->nidx; r++)
+    if (a->idx[r] != b->idx[r]) return 0;
+  return 1;
+}
+
+/* Does e (not looking past bound-var-free parts that are already
+ * emitted) contain a REDUCE without a temporary? */
+static int needs_unemitted_reduce(kernel_emit *ke, const tcc_vx *e, tcc_ptrmap *seen) {
+  if (tcc_ptrmap_get(&ke->temps, e) || tcc_ptrmap_get(seen, e)) return 0;
+  tcc_ptrmap_put(seen, e, e);
+  if (e->op == TCC_PRIM_REDUCE) return 1;
+  return (e->a && needs_unemitted_reduce(ke, e->a, seen)) ||
+         (e->b && needs_unemitted_reduce(ke, e->b, seen)) ||
+         (e->c && needs_unemitted_reduce(ke, e->c, seen));
+}
+
+static int emit_node(kernel_emit *ke, const tcc_vx *e, int indent) {
+  if (ke->oom) return -1;
   if (e->op == TCC_PRIM_CONST || tcc_ptrmap_get(&ke->temps, e)) return 0;
-  if (e->a && emit_value(ke, e->a, indent)) return -1;
-  if (e->b && emit_value(ke, e->b, indent)) return -1;
-  if (e->c && emit_value(ke, e->c, indent)) return -1;
-  int t = ke->ntemps++;
-  if (tcc_ptrmap_put(&ke->temps, e, (void *)(intptr_t)(t + 1))) return -1;
+  if (e->op == TCC_PRIM_REDUCE) {
+    const tcc_vx *group[64];
+    int ng = 0;
+    group[ng++] = e;
+    /* siblings: other pending kernel-level reductions of the same
+     * extents whose inputs are ready, folded in the same loop */
+    if (cur_pending && ke->nscoped == 0 && e->i != TCC_RED_ARGMAX && e->i != TCC_RED_ARGMIN) {
+      for (int i = 0; i < cur_pending->n && ng < 64; i++) {
+        const tcc_vx *q = cur_pending->list[i];
+        if (q == e || q->op != TCC_PRIM_REDUCE || cur_pending->levels[i] != cur_pending->level ||
+            tcc_ptrmap_get(&ke->temps, q) || !same_extent(q, e) || q->i == TCC_RED_ARGMAX ||
+            q->i == TCC_RED_ARGMIN)
+          continue;
+        tcc_ptrmap seen;
+        if (tcc_ptrmap_init(&seen, 64)) {
+          tcc_ptrmap_free(&seen);
+          return -1;
+        }
+        int blocked = needs_unemitted_reduce(ke, q->a, &seen);
+        tcc_ptrmap_free(&seen);
+        if (!blocked) group[ng++] = q;
+      }
+    }
+    return emit_reduce_group(ke, group, ng, indent);
+  }
+  if (e->op == TCC_PRIM_LOAD || e->op == TCC_PRIM_INDEX)
+    for (int d = 0; d < e->nidx; d++)
+      if (emit_ix_values(ke, e->idx[d], indent)) return -1;
+  if (e->a && emit_node(ke, e->a, indent)) return -1;
+  if (e->b && emit_node(ke, e->b, indent)) return -1;
+  if (e->c && emit_node(ke, e->c, indent)) return -1;
+  int t;
+  if (define_temp(ke, e, &t)) return -1;
   tcc_buf *b = ke->b;
   tcc_buf_printf(b, "%*sconst %s t%d = ", indent, "", ctype(e->dtype), t);
-  char x[96] = "", y[96] = "";
+  char x[96] = "", y[96] = "", z[96] = "";
   if (e->a) operand_text(ke, e->a, x, sizeof x);
   if (e->b) operand_text(ke, e->b, y, sizeof y);
+  if (e->c) operand_text(ke, e->c, z, sizeof z);
   if (e->op == TCC_PRIM_LOAD) {
     tcc_buf_printf(b, "b%d[", e->buf);
     put_index(ke, e->buf, e->idx);
     tcc_buf_puts(b, "]");
+  } else if (e->op == TCC_PRIM_INDEX) {
+    put_ix(ke, e->idx[0]);
   } else if (e->op == TCC_PRIM_CAST) {
-    tcc_buf_printf(b, "(%s)%s", ctype(e->dtype), x);
+    put_cast(b, e->a->dtype, e->dtype, x);
   } else {
-    put_prim(b, e->op, e->dtype, x, y);
+    tcc_dtype od = e->op == TCC_PRIM_WHERE ? e->b->dtype : e->a ? e->a->dtype : e->dtype;
+    put_prim(b, e->op, e->dtype, od, x, y, z);
   }
   tcc_buf_puts(b, ";\n");
   return 0;
 }
 
-static int emit_kernel(const tcc_program *p, const tcc_kernel *k, int kno, tcc_buf *b,
-                       access *acc) {
-  kernel_emit ke = {.p = p, .k = k, .b = b, .acc = acc};
-  if (plan_loops(&ke)) return -1;
-  tcc_buf_printf(b, "\n/* k%d: pointwise over [", kno);
-  for (int d = 0; d < k->rank; d++) tcc_buf_printf(b, "%s%" PRId64, d ? ", " : "", k->sizes[d]);
-  tcc_buf_printf(b, "], %d loop%s */\n", ke.plan.nloops, ke.plan.nloops == 1 ? "" : "s");
-  tcc_buf_printf(b, "static void k%d(const void *const *in, void *const *out, char *ws) {\n", kno);
-  tcc_buf_puts(b, "  (void)in; (void)out; (void)ws;\n");
-  /* buffer pointers, in buffer order */
-  int used[MAX_ACCESS], nused = 0;
-  for (int a = 0; a < ke.nacc; a++) {
-    int j = nused;
-    while (j > 0 && used[j - 1] > acc[a].buf) j--;   /* insertion into sorted, unique */
-    if (j > 0 && used[j - 1] == acc[a].buf) continue;
-    memmove(&used[j + 1], &used[j], sizeof *used * (size_t)(nused - j));
-    used[j] = acc[a].buf;
-    nused++;
+/* Post-order list of the kernel-level nodes (not inside reductions). */
+static int collect_nodes(kernel_emit *ke, const tcc_vx *e, tcc_ptrmap *seen, const tcc_vx ***list,
+                         int *n, int *cap) {
+  if (e->op == TCC_PRIM_CONST || tcc_ptrmap_get(seen, e)) return 0;
+  if (tcc_ptrmap_put(seen, e, e)) return -1;
+  if (e->op != TCC_PRIM_REDUCE) {
+    if (e->a && collect_nodes(ke, e->a, seen, list, n, cap)) return -1;
+    if (e->b && collect_nodes(ke, e->b, seen, list, n, cap)) return -1;
+    if (e->c && collect_nodes(ke, e->c, seen, list, n, cap)) return -1;
   }
-  for (int u = 0; u < nused; u++) {
-    int bi = used[u], written = 0;
+  if (*n == *cap) {
+    int nc = *cap ? *cap * 2 : 64;
+    const tcc_vx **nl = realloc(*list, sizeof *nl * (size_t)nc);
+    if (!nl) return -1;
+    *list = nl;
+    *cap = nc;
+  }
+  (*list)[(*n)++] = e;
+  return 0;
+}
+
+/* Declares the kernel's buffer pointers, in buffer order. */
+static void declare_buffers(kernel_emit *ke, const int *bufs, int nb) {
+  const tcc_program *p = ke->p;
+  const tcc_kernel *k = ke->k;
+  tcc_buf *b = ke->b;
+  for (int u = 0; u < nb; u++) {
+    int bi = bufs[u], written = 0;
     for (int s = 0; s < k->nstores; s++)
       if (k->stores[s].buf == bi) written = 1;
     const tcc_buffer *B = &p->bufs[bi];
@@ -436,7 +985,7 @@ static int emit_kernel(const tcc_program *p, const tcc_kernel *k, int kno, tcc_b
       tcc_buf_printf(b, "  const %s *restrict b%d = (const %s *)in[%d];\n", t, bi, t, B->pos);
       break;
     case TCC_BUF_CONST:
-      tcc_buf_printf(b, "  const %s *restrict b%d = b%d_data;\n", t, bi, bi);
+      tcc_buf_printf(b, "  const %s *restrict b%d = b%d_data;\n", t, bi, B->value >= 0 ? bi : bi);
       break;
     case TCC_BUF_OUTPUT:
       tcc_buf_printf(b, "  %s%s *restrict b%d = (%s *)out[%d];\n", written ? "" : "const ", t, bi,
@@ -448,42 +997,297 @@ static int emit_kernel(const tcc_program *p, const tcc_kernel *k, int kno, tcc_b
       break;
     }
   }
+}
+
+static void add_buf(int *used, int *nused, int buf) {
+  int j = *nused;
+  while (j > 0 && used[j - 1] > buf) j--;
+  if (j > 0 && used[j - 1] == buf) return;
+  memmove(&used[j + 1], &used[j], sizeof *used * (size_t)(*nused - j));
+  used[j] = buf;
+  (*nused)++;
+}
+
+/* Every buffer a kernel touches (loads anywhere, including inside
+ * reductions and index values, and stores). */
+static int used_buffers(const tcc_vx *e, tcc_ptrmap *seen, int *used, int *nused) {
+  if (tcc_ptrmap_get(seen, e)) return 0;
+  if (tcc_ptrmap_put(seen, e, e)) return -1;
+  if (e->op == TCC_PRIM_LOAD) add_buf(used, nused, e->buf);
+  if (e->op == TCC_PRIM_LOAD || e->op == TCC_PRIM_INDEX)
+    for (int d = 0; d < e->nidx; d++) {
+      const tcc_ix *stack[64];
+      int sp = 0;
+      stack[sp++] = e->idx[d];
+      while (sp) {
+        const tcc_ix *y = stack[--sp];
+        if (!y) continue;
+        if (y->kind == TCC_IX_VALUE) {
+          if (used_buffers(y->v, seen, used, nused)) return -1;
+        } else if (sp < 62) {
+          stack[sp++] = y->a;
+          stack[sp++] = y->b;
+        }
+      }
+    }
+  if (e->a && used_buffers(e->a, seen, used, nused)) return -1;
+  if (e->b && used_buffers(e->b, seen, used, nused)) return -1;
+  if (e->c && used_buffers(e->c, seen, used, nused)) return -1;
+  return 0;
+}
+
+/* Work estimate: elements times (1 + reduction extents). */
+static double kernel_work(const tcc_kernel *k, const tcc_vx *const *nodes, int n) {
+  double numel = 1, red = 0;
+  for (int d = 0; d < k->rank; d++) numel *= (double)k->sizes[d];
+  for (int i = 0; i < n; i++)
+    if (nodes[i]->op == TCC_PRIM_REDUCE) {
+      double e = 1;
+      for (int r = 0; r < nodes[i]->nidx; r++) e *= (double)nodes[i]->idx[r]->c;
+      red += e;
+    }
+  return numel * (1 + red);
+}
+
+/* Parallelize the outermost loop of size > 1 above this much work. */
+#define TCC_PARALLEL_WORK 65536.0
+
+/* An EXTERN kernel: C[b] = A[b] . B[b] through cblas_?gemm. */
+static int emit_extern(kernel_emit *ke, int kno) {
+  const tcc_program *p = ke->p;
+  const tcc_kernel *k = ke->k;
+  tcc_buf *b = ke->b;
+  const tcc_store *st = &k->stores[0];
+  const tcc_vx *call = st->value, *A = call->a, *B = call->b;
+  int64_t Bt = call->idx[0]->c, M = call->idx[1]->c, N = call->idx[2]->c, K = call->idx[3]->c;
+  int used[3] = {A->buf, B->buf, st->buf}, nu = 0, sorted[3];
+  for (int i = 0; i < 3; i++) add_buf(sorted, &nu, used[i]);
+  tcc_buf_printf(b, "\n/* k%d: extern gemm [%" PRId64 " x %" PRId64 " x %" PRId64 "] x %" PRId64 " */\n",
+                 kno, M, N, K, Bt);
+  tcc_buf_printf(b, "static int k%d(const void *const *in, void *const *out, char *ws) {\n", kno);
+  tcc_buf_puts(b, "  (void)in; (void)out; (void)ws;\n");
+  declare_buffers(ke, sorted, nu);
+  const char *T = ctype(call->dtype);
+  if (M == 0 || N == 0 || Bt == 0) {
+    tcc_buf_puts(b, "  return 0;\n}\n");
+    return 0;
+  }
+  if (K == 0) {
+    tcc_buf_printf(b, "  for (int64_t i = 0; i < %" PRId64 "; i++) b%d[i] = 0;\n  return 0;\n}\n",
+                   Bt * M * N, st->buf);
+    return 0;
+  }
+  /* layout of each operand over (b, row, col) */
+  const tcc_vx *ops[2] = {A, B};
+  int64_t rows[2] = {M, K}, cols[2] = {K, N};
+  int trans[2];
+  int64_t ld[2];
+  for (int o = 0; o < 2; o++) {
+    const tcc_vx *e = ops[o];
+    const tcc_meta *L = &p->bufs[e->buf].layout;
+    const tcc_ix *idx[TCC_MAX_DIMS];
+    int64_t strd[TCC_MAX_DIMS], coef[3], c0;
+    int n = 0;
+    for (int d = 0; d < e->nidx; d++) {
+      if (tcc_ix_kernel_vars(e->idx[d]) & 1u) continue;
+      idx[n] = e->idx[d];
+      strd[n++] = L->strides[d];
+    }
+    tcc_linear_affine(n, idx, strd, 3, coef, &c0);
+    int64_t R = rows[o], C = cols[o], cr = coef[1], cc = coef[2];
+    int64_t mc = C > 1 ? C : 1, mr = R > 1 ? R : 1;
+    if ((cc == 1 || C == 1) && (R == 1 || cr >= mc)) {
+      trans[o] = 0;
+      ld[o] = R == 1 ? mc : cr;
+    } else {
+      trans[o] = 1;
+      ld[o] = C == 1 ? mr : cc;
+    }
+  }
+  const char *fn = call->dtype == TCC__V1__DTYPE__FLOAT32 ? "cblas_sgemm" : "cblas_dgemm";
+  tcc_buf_printf(b, "  for (int64_t ib = 0; ib < %" PRId64 "; ib++) {\n", Bt);
+  ke->vname[0] = "ib";
+  ke->vname[1] = ke->vname[2] = "0";
+  tcc_buf_printf(b, "    const %s *pa = b%d + (", T, A->buf);
+  put_index(ke, A->buf, A->idx);
+  tcc_buf_printf(b, ");\n    const %s *pb = b%d + (", T, B->buf);
+  put_index(ke, B->buf, B->idx);
+  tcc_buf_puts(b, ");\n");
+  tcc_buf_printf(b, "    %s(101, %d, %d, %" PRId64 ", %" PRId64 ", %" PRId64 ", 1, pa, %" PRId64
+                    ", pb, %" PRId64 ", 0, b%d + ib * %" PRId64 ", %" PRId64 ");\n  }\n",
+                 fn, trans[0] ? 112 : 111, trans[1] ? 112 : 111, M, N, K, ld[0], ld[1], st->buf,
+                 M * N, N);
+  tcc_buf_puts(b, "  return 0;\n}\n");
+  return 0;
+}
+
+static int emit_kernel(const tcc_program *p, const tcc_kernel *k, int kno, tcc_buf *b,
+                       access *acc) {
+  kernel_emit ke = {.p = p, .k = k, .b = b, .acc = acc};
+  int rc = -1;
+  const tcc_vx **nodes = NULL;
+  int nn = 0, capn = 0, *levels = NULL, *slevels = NULL;
+  int *used = NULL;
+  if (tcc_ptrmap_init(&ke.temps, 64) || tcc_ptrmap_init(&ke.fv, 64)) goto done;
+  ke.nvars = p->next_var > TCC_MAX_DIMS ? p->next_var : TCC_MAX_DIMS;
+  ke.bound = calloc((size_t)ke.nvars + 1, 1);
+  ke.capscoped = 64;
+  ke.scoped = malloc(sizeof *ke.scoped * (size_t)ke.capscoped);
+  used = malloc(sizeof *used * ((size_t)p->nbufs + 1));
+  if (!ke.bound || !ke.scoped || !used) goto done;
+  if (k->kind == TCC_OPK_EXTERN) {
+    rc = emit_extern(&ke, kno);
+    goto done;
+  }
+  if (plan_loops(&ke)) goto done;
+  /* the nodes outside reductions, their loop levels, the stores' levels */
+  tcc_ptrmap seen;
+  if (tcc_ptrmap_init(&seen, 64)) {
+    tcc_ptrmap_free(&seen);
+    goto done;
+  }
+  int nused = 0, fail = 0;
+  for (int s = 0; s < k->nstores && !fail; s++) {
+    fail = collect_nodes(&ke, k->stores[s].value, &seen, &nodes, &nn, &capn);
+    add_buf(used, &nused, k->stores[s].buf);
+  }
+  tcc_ptrmap_free(&seen);
+  if (fail || tcc_ptrmap_init(&seen, 64)) goto done;
+  for (int s = 0; s < k->nstores && !fail; s++) fail = used_buffers(k->stores[s].value, &seen, used, &nused);
+  tcc_ptrmap_free(&seen);
+  if (fail) goto done;
+  levels = malloc(sizeof *levels * ((size_t)nn + 1));
+  slevels = malloc(sizeof *slevels * ((size_t)k->nstores + 1));
+  if (!levels || !slevels) goto done;
+  for (int i = 0; i < nn; i++) levels[i] = level_of(&ke, fv_vx(&ke, nodes[i]));
+  for (int s = 0; s < k->nstores; s++) {
+    const tcc_store *st = &k->stores[s];
+    int lv = level_of(&ke, fv_vx(&ke, st->value));
+    const tcc_meta *m = &p->bufs[st->buf].layout;
+    for (int d = 0; d < m->rank; d++) {
+      int l = level_of(&ke, fv_ix(&ke, st->idx[d]));
+      if (l > lv) lv = l;
+    }
+    slevels[s] = lv;
+  }
+  if (ke.oom) goto done;
+
+  int has_red = 0;
+  for (int i = 0; i < nn; i++) has_red |= nodes[i]->op == TCC_PRIM_REDUCE;
+  tcc_buf_printf(b, "\n/* k%d: %s over [", kno, has_red ? "reduction" : "pointwise");
+  for (int d = 0; d < k->rank; d++) tcc_buf_printf(b, "%s%" PRId64, d ? ", " : "", k->sizes[d]);
+  tcc_buf_printf(b, "], %d loop%s%s */\n", ke.plan.nloops, ke.plan.nloops == 1 ? "" : "s",
+                 ke.plan.affine ? "" : " in dim order");
+  tcc_buf_printf(b, "static int k%d(const void *const *in, void *const *out, char *ws) {\n", kno);
+  tcc_buf_puts(b, "  (void)in; (void)out; (void)ws;\n  int bad = 0;\n");
+  declare_buffers(&ke, used, nused);
   int64_t numel = 1;
   for (int d = 0; d < k->rank; d++) numel *= k->sizes[d];   /* checked in prepare */
   if (numel == 0) {
-    tcc_buf_puts(b, "  /* no elements */\n}\n");
-    return 0;
+    tcc_buf_puts(b, "  /* no elements */\n  return bad;\n}\n");
+    rc = 0;
+    goto done;
   }
+  int par = -1;
+  if (kernel_work(k, nodes, nn) >= TCC_PARALLEL_WORK)
+    for (int j = 0; j < ke.plan.nloops && par < 0; j++)
+      if (ke.plan.size[j] > 1) par = j;
+  pending pend = {.list = nodes, .n = nn, .levels = levels};
+  cur_pending = &pend;
+  ke.nscoped = 0;
   int indent = 2;
-  for (int j = 0; j < ke.plan.nloops; j++) {
-    tcc_buf_printf(b, "%*sfor (int64_t i%d = 0; i%d < %" PRId64 "; i%d++) {\n", indent, "", j, j,
-                   ke.plan.size[j], j);
-    indent += 2;
-  }
-  if (tcc_ptrmap_init(&ke.temps, 64)) {
-    tcc_ptrmap_free(&ke.temps);
-    return -1;
-  }
-  for (int s = 0; s < k->nstores; s++) {
-    const tcc_store *st = &k->stores[s];
-    if (emit_value(&ke, st->value, indent)) {
-      tcc_ptrmap_free(&ke.temps);
-      return -1;
+  for (int lv = 0; lv <= ke.plan.nloops; lv++) {
+    if (lv > 0) {
+      int j = lv - 1;
+      if (j == par)
+        tcc_buf_printf(b, "%*s#pragma omp parallel for schedule(static) reduction(|:bad)\n", indent, "");
+      tcc_buf_printf(b, "%*sfor (int64_t i%d = 0; i%d < %" PRId64 "; i%d++) {\n", indent, "", j, j,
+                     ke.plan.size[j], j);
+      if (!ke.plan.affine) ke.bound[j] = 1;
+      else
+        for (int d = 0; d < ke.plan.ndims[j]; d++) ke.bound[ke.plan.dims[j][d]] = 1;
+      indent += 2;
     }
-    char x[96];
-    operand_text(&ke, st->value, x, sizeof x);
-    tcc_buf_printf(b, "%*sb%d[", indent, "", st->buf);
-    put_index(&ke, st->buf, st->idx);
-    tcc_buf_printf(b, "] = %s;\n", x);
+    if (lv == 0 && ke.plan.affine)
+      for (int d = 0; d < k->rank; d++)
+        if (k->sizes[d] == 1) ke.bound[d] = 1;
+    pend.level = lv;
+    for (int i = 0; i < nn; i++)
+      if (levels[i] == lv && emit_node(&ke, nodes[i], indent)) goto done_pending;
+    for (int s = 0; s < k->nstores; s++) {
+      if (slevels[s] != lv) continue;
+      const tcc_store *st = &k->stores[s];
+      char x[96];
+      if (emit_node(&ke, st->value, indent)) goto done_pending;
+      const tcc_meta *m = &p->bufs[st->buf].layout;
+      for (int d = 0; d < m->rank; d++)
+        if (emit_ix_values(&ke, st->idx[d], indent)) goto done_pending;
+      operand_text(&ke, st->value, x, sizeof x);
+      tcc_buf_printf(b, "%*sb%d[", indent, "", st->buf);
+      put_index(&ke, st->buf, st->idx);
+      tcc_buf_printf(b, "] = %s;\n", x);
+    }
   }
-  tcc_ptrmap_free(&ke.temps);
   for (int j = ke.plan.nloops - 1; j >= 0; j--) {
     indent -= 2;
     tcc_buf_printf(b, "%*s}\n", indent, "");
   }
-  tcc_buf_puts(b, "}\n");
-  return 0;
+  tcc_buf_puts(b, "  return bad;\n}\n");
+  rc = ke.oom ? -1 : 0;
+done_pending:
+  cur_pending = NULL;
+done:
+  tcc_ptrmap_free(&ke.temps);
+  tcc_ptrmap_free(&ke.fv);
+  free(ke.bound);
+  free(ke.scoped);
+  free(nodes);
+  free(levels);
+  free(slevels);
+  free(used);
+  return rc;
 }
+
+static const char prelude[] =
+  "#include <math.h>\n#include <stdint.h>\n"
+  "static inline int64_t tcc_min64(int64_t a, int64_t b) { return a < b ? a : b; }\n"
+  "static inline int64_t tcc_max64(int64_t a, int64_t b) { return a > b ? a : b; }\n"
+  "static inline float tcc_bf16_to_f32(uint16_t x) {\n"
+  "  uint32_t u = (uint32_t)x << 16; float f; __builtin_memcpy(&f, &u, 4); return f;\n}\n"
+  "static inline uint16_t tcc_f32_to_bf16(float f) {\n"
+  "  uint32_t u; __builtin_memcpy(&u, &f, 4);\n"
+  "  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);\n"
+  "  u += 0x7fffu + ((u >> 16) & 1u); return (uint16_t)(u >> 16);\n}\n"
+  "static inline int64_t tcc_truncdiv_i64(int64_t a, int64_t b, int *bad) {\n"
+  "  if (b == 0) { *bad = 1; return 0; }\n"
+  "  if (b == -1) return (int64_t)(0 - (uint64_t)a);\n  return a / b;\n}\n"
+  "static inline int64_t tcc_floordiv_i64(int64_t a, int64_t b, int *bad) {\n"
+  "  if (b == 0) { *bad = 1; return 0; }\n"
+  "  if (b == -1) return (int64_t)(0 - (uint64_t)a);\n"
+  "  int64_t q = a / b; if ((a % b != 0) && ((a < 0) != (b < 0))) q--; return q;\n}\n"
+  "static inline int64_t tcc_fmod_i64(int64_t a, int64_t b, int *bad) {\n"
+  "  if (b == 0) { *bad = 1; return 0; }\n  if (b == -1) return 0;\n  return a % b;\n}\n"
+  "static inline int64_t tcc_rem_i64(int64_t a, int64_t b, int *bad) {\n"
+  "  if (b == 0) { *bad = 1; return 0; }\n  if (b == -1) return 0;\n"
+  "  int64_t r = a % b; if (r != 0 && ((r < 0) != (b < 0))) r += b; return r;\n}\n"
+  "static inline int64_t tcc_pow_i64(int64_t b, int64_t e) {\n"
+  "  if (e < 0) return b == 1 ? 1 : b == -1 ? ((e & 1) ? -1 : 1) : 0;\n"
+  "  uint64_t r = 1, x = (uint64_t)b;\n"
+  "  while (e) { if (e & 1) r *= x; x *= x; e >>= 1; }\n  return (int64_t)r;\n}\n"
+  "static inline double tcc_floordiv_f64(double a, double b) {\n"
+  "  if (b == 0) return a / b;\n  double m = fmod(a, b), d = (a - m) / b;\n"
+  "  if (m != 0 && ((b < 0) != (m < 0))) d -= 1;\n"
+  "  if (d == 0) return copysign(0.0, a / b);\n"
+  "  double f = floor(d); if (d - f > 0.5) f += 1; return f;\n}\n"
+  "static inline float tcc_floordiv_f32(float a, float b) {\n"
+  "  if (b == 0) return a / b;\n  float m = fmodf(a, b), d = (a - m) / b;\n"
+  "  if (m != 0 && ((b < 0) != (m < 0))) d -= 1;\n"
+  "  if (d == 0) return copysignf(0.0f, a / b);\n"
+  "  float f = floorf(d); if (d - f > 0.5f) f += 1; return f;\n}\n"
+  "static inline double tcc_rem_f64(double a, double b) {\n"
+  "  double m = fmod(a, b); if (m != 0 && ((b < 0) != (m < 0))) m += b; return m;\n}\n"
+  "static inline float tcc_rem_f32(float a, float b) {\n"
+  "  float m = fmodf(a, b); if (m != 0 && ((b < 0) != (m < 0))) m += b; return m;\n}\n";
 
 int tcc_emit_c(const tcc_program *p, tcc_buf *b, tcc_error *err) {
   const tcc_graph *g = p->graph;
@@ -491,16 +1295,29 @@ int tcc_emit_c(const tcc_program *p, tcc_buf *b, tcc_error *err) {
     if (!p->bufs[bi].dead && !ctype(p->bufs[bi].layout.dtype))
       return tcc_error_set(err, TCC_E_UNIMPLEMENTED, "%s tensors are not supported by the CPU "
                            "backend yet", tcc_dtype_name(p->bufs[bi].layout.dtype));
+  int has_extern = 0;
+  for (int k = 0; k < p->nkernels; k++)
+    if (!p->kernels[k].dead && p->kernels[k].kind == TCC_OPK_EXTERN) has_extern = 1;
   tcc_buf_printf(b,
                  "/* Generated by tccd (codegen %d) for %s.\n"
                  " * int tcc_entry(const void *const *inputs, void *const *outputs, void *workspace)\n"
-                 " * %d inputs, %d outputs, %" PRId64 " workspace bytes. */\n"
-                 "#include <math.h>\n#include <stdint.h>\n",
+                 " * %d inputs, %d outputs, %" PRId64 " workspace bytes. */\n",
                  TCC_CODEGEN_VERSION, g->target_label, g->ninputs, g->noutputs,
                  p->workspace_bytes);
+  tcc_buf_puts(b, prelude);
+  if (has_extern)
+    tcc_buf_puts(b, "void cblas_sgemm(int, int, int, int, int, int, float, const float *, int,\n"
+                    "                 const float *, int, float, float *, int);\n"
+                    "void cblas_dgemm(int, int, int, int, int, int, double, const double *, int,\n"
+                    "                 const double *, int, double, double *, int);\n");
   for (int bi = 0; bi < p->nbufs; bi++)
     if (p->bufs[bi].kind == TCC_BUF_CONST && !p->bufs[bi].dead) {
       /* only constants some live kernel reads get emitted (fuse keeps them) */
+      int first = 1;   /* aliases (as_strided) share the first buffer's data */
+      for (int bj = 0; bj < bi; bj++)
+        if (p->bufs[bj].kind == TCC_BUF_CONST && p->bufs[bj].data == p->bufs[bi].data && !p->bufs[bj].dead)
+          first = 0;
+      (void)first;
       emit_constant(b, &p->bufs[bi], bi);
     }
   access *acc = malloc(sizeof *acc * MAX_ACCESS);
@@ -515,9 +1332,11 @@ int tcc_emit_c(const tcc_program *p, tcc_buf *b, tcc_error *err) {
   }
   free(acc);
   tcc_buf_puts(b, "\n__attribute__((visibility(\"default\")))\n"
-                  "int tcc_entry(const void *const *inputs, void *const *outputs, void *workspace) {\n");
-  for (int k = 0; k < kno; k++) tcc_buf_printf(b, "  k%d(inputs, outputs, (char *)workspace);\n", k);
-  tcc_buf_puts(b, "  (void)inputs; (void)outputs; (void)workspace;\n  return 0;\n}\n");
+                  "int tcc_entry(const void *const *inputs, void *const *outputs, void *workspace) {\n"
+                  "  int bad = 0;\n");
+  for (int k = 0; k < kno; k++)
+    tcc_buf_printf(b, "  bad |= k%d(inputs, outputs, (char *)workspace);\n", k);
+  tcc_buf_puts(b, "  (void)inputs; (void)outputs; (void)workspace;\n  return bad;\n}\n");
   if (b->failed) return tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "out of memory emitting C");
   return 0;
 }

@@ -14,6 +14,7 @@
  */
 #include "loop.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -31,11 +32,13 @@ static uint32_t ix_hash(const tcc_ix *e) {
   h = mix(h, (uint64_t)e->c);
   h = mix(h, e->a ? e->a->hash : 0);
   h = mix(h, e->b ? e->b->hash : 0);
+  h = mix(h, e->v ? e->v->hash : 0);
   return h;
 }
 
 static int ix_equal(const tcc_ix *x, const tcc_ix *y) {
-  return x->kind == y->kind && x->var == y->var && x->c == y->c && x->a == y->a && x->b == y->b;
+  return x->kind == y->kind && x->var == y->var && x->c == y->c && x->a == y->a && x->b == y->b &&
+         x->v == y->v;
 }
 
 static uint32_t vx_hash(const tcc_vx *e) {
@@ -195,6 +198,52 @@ const tcc_ix *tcc_ix_mul(tcc_program *p, const tcc_ix *a, int64_t c) {
   return ix_intern(p, &e);
 }
 
+/* floor division of a constant (c > 0) */
+static int64_t floordiv64(int64_t a, int64_t c) {
+  int64_t q = a / c;
+  return (a % c != 0 && a < 0) ? q - 1 : q;
+}
+
+const tcc_ix *tcc_ix_div(tcc_program *p, const tcc_ix *a, int64_t c) {
+  if (!a) return NULL;
+  if (c == 1) return a;
+  if (a->kind == TCC_IX_CONST) return tcc_ix_const(p, floordiv64(a->c, c));
+  tcc_ix e = {.kind = TCC_IX_DIV, .a = a, .c = c};
+  return ix_intern(p, &e);
+}
+
+const tcc_ix *tcc_ix_mod(tcc_program *p, const tcc_ix *a, int64_t c) {
+  if (!a) return NULL;
+  if (c == 1) return tcc_ix_const(p, 0);
+  if (a->kind == TCC_IX_CONST) return tcc_ix_const(p, a->c - floordiv64(a->c, c) * c);
+  tcc_ix e = {.kind = TCC_IX_MOD, .a = a, .c = c};
+  return ix_intern(p, &e);
+}
+
+const tcc_ix *tcc_ix_min(tcc_program *p, const tcc_ix *a, int64_t c) {
+  if (!a) return NULL;
+  if (a->kind == TCC_IX_CONST) return tcc_ix_const(p, a->c < c ? a->c : c);
+  tcc_ix e = {.kind = TCC_IX_MIN, .a = a, .c = c};
+  return ix_intern(p, &e);
+}
+
+const tcc_ix *tcc_ix_max(tcc_program *p, const tcc_ix *a, int64_t c) {
+  if (!a) return NULL;
+  if (a->kind == TCC_IX_CONST) return tcc_ix_const(p, a->c > c ? a->c : c);
+  tcc_ix e = {.kind = TCC_IX_MAX, .a = a, .c = c};
+  return ix_intern(p, &e);
+}
+
+const tcc_ix *tcc_ix_clamp(tcc_program *p, const tcc_ix *a, int64_t n) {
+  return tcc_ix_min(p, tcc_ix_max(p, a, 0), n - 1);
+}
+
+const tcc_ix *tcc_ix_value(tcc_program *p, const tcc_vx *v, int64_t n) {
+  if (!v) return NULL;
+  tcc_ix e = {.kind = TCC_IX_VALUE, .v = v, .c = n};
+  return ix_intern(p, &e);
+}
+
 int tcc_ix_affine(const tcc_ix *e, int nvars, int64_t *coef, int64_t *c) {
   int64_t ca[TCC_MAX_DIMS], cb[TCC_MAX_DIMS], ka, kb;
   switch (e->kind) {
@@ -230,6 +279,11 @@ const tcc_ix *tcc_ix_subst(tcc_program *p, const tcc_ix *e, int n, const tcc_ix 
   case TCC_IX_ADD:
     return tcc_ix_add(p, tcc_ix_subst(p, e->a, n, idx), tcc_ix_subst(p, e->b, n, idx));
   case TCC_IX_MUL: return tcc_ix_mul(p, tcc_ix_subst(p, e->a, n, idx), e->c);
+  case TCC_IX_DIV: return tcc_ix_div(p, tcc_ix_subst(p, e->a, n, idx), e->c);
+  case TCC_IX_MOD: return tcc_ix_mod(p, tcc_ix_subst(p, e->a, n, idx), e->c);
+  case TCC_IX_MIN: return tcc_ix_min(p, tcc_ix_subst(p, e->a, n, idx), e->c);
+  case TCC_IX_MAX: return tcc_ix_max(p, tcc_ix_subst(p, e->a, n, idx), e->c);
+  case TCC_IX_VALUE: return tcc_ix_value(p, tcc_vx_subst(p, e->v, n, idx), e->c);
   default: {
     const tcc_ix *a = tcc_ix_subst(p, e->a, n, idx);
     if (!a) return NULL;
@@ -260,8 +314,23 @@ const tcc_vx *tcc_vx_const(tcc_program *p, tcc_dtype dt, double f, int64_t i) {
 const tcc_vx *tcc_vx_cast(tcc_program *p, const tcc_vx *a, tcc_dtype dt) {
   if (!a) return NULL;
   if (a->dtype == dt) return a;
-  if (a->op == TCC_PRIM_CONST && tcc_dtype_is_float(dt))   /* fold to a float literal */
-    return tcc_vx_const(p, dt, tcc_dtype_is_float(a->dtype) ? a->f : (double)a->i, 0);
+  if (a->op == TCC_PRIM_CONST) {                  /* fold literals */
+    double f = tcc_dtype_is_float(a->dtype) ? a->f : (double)a->i;
+    if (tcc_dtype_is_float(dt)) return tcc_vx_const(p, dt, f, 0);
+    if (dt == TCC__V1__DTYPE__BOOL)
+      return tcc_vx_const(p, dt, 0, tcc_dtype_is_float(a->dtype) ? a->f != 0 : a->i != 0);
+    if (!tcc_dtype_is_float(a->dtype) || (isfinite(f) && fabs(f) < 9.2e18)) {
+      int64_t i = tcc_dtype_is_float(a->dtype) ? (int64_t)f : a->i;
+      switch (dt) {   /* wrap to the width, as a C conversion does */
+      case TCC__V1__DTYPE__INT8: i = (int8_t)i; break;
+      case TCC__V1__DTYPE__INT16: i = (int16_t)i; break;
+      case TCC__V1__DTYPE__INT32: i = (int32_t)i; break;
+      case TCC__V1__DTYPE__UINT8: i = (uint8_t)i; break;
+      default: break;
+      }
+      return tcc_vx_const(p, dt, (double)i, i);
+    }
+  }
   tcc_vx e = {.op = TCC_PRIM_CAST, .dtype = dt, .a = a, .buf = -1};
   return vx_intern(p, &e);
 }
@@ -276,6 +345,186 @@ const tcc_vx *tcc_vx_binary(tcc_program *p, tcc_prim op, const tcc_vx *a, const 
   if (!a || !b) return NULL;
   tcc_vx e = {.op = op, .dtype = a->dtype, .a = a, .b = b, .buf = -1};
   return vx_intern(p, &e);
+}
+
+const tcc_vx *tcc_vx_pred(tcc_program *p, tcc_prim op, const tcc_vx *a, const tcc_vx *b) {
+  if (!a || (!b && op != TCC_PRIM_ISNAN && op != TCC_PRIM_ISINF && op != TCC_PRIM_NOT)) return NULL;
+  tcc_vx e = {.op = op, .dtype = TCC__V1__DTYPE__BOOL, .a = a, .b = b, .buf = -1};
+  return vx_intern(p, &e);
+}
+
+const tcc_vx *tcc_vx_where(tcc_program *p, const tcc_vx *cond, const tcc_vx *a, const tcc_vx *b) {
+  if (!cond || !a || !b) return NULL;
+  if (cond->op == TCC_PRIM_CONST) return cond->i ? a : b;
+  if (a == b) return a;
+  tcc_vx e = {.op = TCC_PRIM_WHERE, .dtype = a->dtype, .a = cond, .b = a, .c = b, .buf = -1};
+  return vx_intern(p, &e);
+}
+
+const tcc_vx *tcc_vx_index(tcc_program *p, const tcc_ix *ix) {
+  if (!ix) return NULL;
+  if (ix->kind == TCC_IX_CONST) return tcc_vx_const(p, TCC__V1__DTYPE__INT64, (double)ix->c, ix->c);
+  const tcc_ix *one[1] = {ix};
+  tcc_vx e = {.op = TCC_PRIM_INDEX, .dtype = TCC__V1__DTYPE__INT64, .buf = -1, .nidx = 1,
+              .idx = one};
+  return vx_intern(p, &e);
+}
+
+const tcc_vx *tcc_vx_reduce(tcc_program *p, tcc_reduce_kind kind, tcc_dtype dt,
+                            const tcc_vx *body, int first_var, int nred, const int64_t *sizes) {
+  if (!body || nred > TCC_MAX_DIMS) return NULL;
+  const tcc_ix *ext[TCC_MAX_DIMS];
+  for (int r = 0; r < nred; r++)
+    if (!(ext[r] = tcc_ix_const(p, sizes[r]))) return NULL;
+  tcc_vx e = {.op = TCC_PRIM_REDUCE, .dtype = dt, .a = body, .buf = first_var, .nidx = nred,
+              .idx = ext, .i = kind};
+  return vx_intern(p, &e);
+}
+
+const tcc_vx *tcc_vx_extern(tcc_program *p, tcc_extern_kind kind, tcc_dtype dt,
+                            const tcc_vx *a, const tcc_vx *b, const int64_t *dims) {
+  if (!a || !b) return NULL;
+  const tcc_ix *d[4];
+  for (int k = 0; k < 4; k++)
+    if (!(d[k] = tcc_ix_const(p, dims[k]))) return NULL;
+  tcc_vx e = {.op = TCC_PRIM_EXTERN, .dtype = dt, .a = a, .b = b, .buf = -1, .nidx = 4,
+              .idx = d, .i = kind};
+  return vx_intern(p, &e);
+}
+
+int tcc_program_fresh_vars(tcc_program *p, int n) {
+  if (p->next_var < TCC_FIRST_BOUND_VAR) p->next_var = TCC_FIRST_BOUND_VAR;
+  int v = p->next_var;
+  p->next_var += n;
+  return v;
+}
+
+uint32_t tcc_ix_kernel_vars(const tcc_ix *e) {
+  if (!e) return 0;
+  switch (e->kind) {
+  case TCC_IX_CONST: return 0;
+  case TCC_IX_VAR: return e->var < TCC_MAX_DIMS ? 1u << e->var : 0;
+  case TCC_IX_VALUE: return tcc_vx_kernel_vars(e->v);
+  default: return tcc_ix_kernel_vars(e->a) | tcc_ix_kernel_vars(e->b);
+  }
+}
+
+/* Kernel variables are never bound by a REDUCE, so a REDUCE's free
+ * kernel variables are its body's. Expressions are DAGs of bounded depth
+ * (TCC_MAX_EXPR_DEPTH) but may share heavily: memoize per call. */
+static uint32_t kvars_rec(const tcc_vx *e, tcc_ptrmap *memo) {
+  const void *hit = tcc_ptrmap_get(memo, e);
+  if (hit) return (uint32_t)((uintptr_t)hit - 1);
+  uint32_t m = 0;
+  if (e->op == TCC_PRIM_LOAD || e->op == TCC_PRIM_INDEX)
+    for (int k = 0; k < e->nidx; k++) m |= tcc_ix_kernel_vars(e->idx[k]);
+  if (e->op != TCC_PRIM_EXTERN) {
+    if (e->a) m |= kvars_rec(e->a, memo);
+    if (e->b) m |= kvars_rec(e->b, memo);
+    if (e->c) m |= kvars_rec(e->c, memo);
+  }
+  tcc_ptrmap_put(memo, e, (const void *)((uintptr_t)m + 1));
+  return m;
+}
+
+uint32_t tcc_vx_kernel_vars(const tcc_vx *e) {
+  if (!e) return 0;
+  tcc_ptrmap memo;
+  if (tcc_ptrmap_init(&memo, 64)) {
+    tcc_ptrmap_free(&memo);
+    return (1u << TCC_MAX_DIMS) - 1;   /* conservative: depends on all */
+  }
+  uint32_t m = kvars_rec(e, &memo);
+  tcc_ptrmap_free(&memo);
+  return m;
+}
+
+static int has_reduce_rec(const tcc_vx *e, tcc_ptrmap *seen) {
+  if (e->op == TCC_PRIM_REDUCE) return 1;
+  if (tcc_ptrmap_get(seen, e)) return 0;
+  tcc_ptrmap_put(seen, e, e);
+  return (e->a && has_reduce_rec(e->a, seen)) || (e->b && has_reduce_rec(e->b, seen)) ||
+         (e->c && has_reduce_rec(e->c, seen));
+}
+
+int tcc_vx_has_reduce(const tcc_vx *e) {
+  if (!e) return 0;
+  tcc_ptrmap seen;
+  if (tcc_ptrmap_init(&seen, 64)) {
+    tcc_ptrmap_free(&seen);
+    return 1;
+  }
+  int r = has_reduce_rec(e, &seen);
+  tcc_ptrmap_free(&seen);
+  return r;
+}
+
+/* ------------------------------------------------ storage offsets */
+
+typedef struct lin_term {
+  const tcc_ix *atom;   /* VAR, DIV or MOD (or other non-affine kinds) */
+  int64_t coef;
+} lin_term;
+
+#define MAX_LIN_TERMS 64
+
+/* Adds coef * e to the term list (expanding sums, products, constants). */
+static int lin_add(lin_term *t, int *n, int64_t *c, const tcc_ix *e, int64_t coef) {
+  int64_t x;
+  switch (e->kind) {
+  case TCC_IX_CONST:
+    if (__builtin_mul_overflow(e->c, coef, &x) || __builtin_add_overflow(*c, x, c)) return 0;
+    return 1;
+  case TCC_IX_ADD: return lin_add(t, n, c, e->a, coef) && lin_add(t, n, c, e->b, coef);
+  case TCC_IX_MUL:
+    if (__builtin_mul_overflow(e->c, coef, &x)) return 0;
+    return lin_add(t, n, c, e->a, x);
+  default:
+    if (coef == 0) return 1;
+    for (int i = 0; i < *n; i++)
+      if (t[i].atom == e) return !__builtin_add_overflow(t[i].coef, coef, &t[i].coef);
+    if (*n == MAX_LIN_TERMS) return 0;
+    t[*n].atom = e;
+    t[*n].coef = coef;
+    (*n)++;
+    return 1;
+  }
+}
+
+int tcc_linear_affine(int n, const tcc_ix *const *idx, const int64_t *strides, int nvars,
+                      int64_t *coef, int64_t *c) {
+  lin_term t[MAX_LIN_TERMS];
+  int nt = 0;
+  *c = 0;
+  for (int d = 0; d < n; d++)
+    if (!lin_add(t, &nt, c, idx[d], strides[d])) return 0;
+  /* combine s*(e/q) + u*(e mod q) with s == q*u into u*e, repeatedly */
+  for (int changed = 1; changed;) {
+    changed = 0;
+    for (int i = 0; i < nt && !changed; i++) {
+      if (t[i].atom->kind != TCC_IX_DIV || t[i].coef == 0) continue;
+      for (int j = 0; j < nt; j++) {
+        const tcc_ix *m = t[j].atom;
+        int64_t want;
+        if (m->kind != TCC_IX_MOD || m->a != t[i].atom->a || m->c != t[i].atom->c ||
+            __builtin_mul_overflow(t[j].coef, m->c, &want) || want != t[i].coef)
+          continue;
+        int64_t u = t[j].coef;
+        const tcc_ix *e = m->a;
+        t[i].coef = t[j].coef = 0;
+        if (!lin_add(t, &nt, c, e, u)) return 0;
+        changed = 1;
+        break;
+      }
+    }
+  }
+  for (int v = 0; v < nvars; v++) coef[v] = 0;
+  for (int i = 0; i < nt; i++) {
+    if (t[i].coef == 0) continue;
+    if (t[i].atom->kind != TCC_IX_VAR || t[i].atom->var < 0 || t[i].atom->var >= nvars) return 0;
+    if (__builtin_add_overflow(coef[t[i].atom->var], t[i].coef, &coef[t[i].atom->var])) return 0;
+  }
+  return 1;
 }
 
 const tcc_vx *tcc_vx_with_operands(tcc_program *p, const tcc_vx *e, const tcc_vx *a,
@@ -349,16 +598,20 @@ static const tcc_vx *subst_rec(tcc_program *p, tcc_ptrmap *memo, const tcc_vx *e
   if (hit) return hit;
   tcc_vx c = *e;
   const tcc_ix *tmp[TCC_MAX_DIMS];
-  if (e->op == TCC_PRIM_LOAD) {
+  if (e->op == TCC_PRIM_LOAD || e->op == TCC_PRIM_INDEX) {
     for (int k = 0; k < e->nidx; k++) {
       tmp[k] = tcc_ix_subst(p, e->idx[k], n, idx);
       if (!tmp[k]) return NULL;
     }
     c.idx = tmp;
   }
-  if (e->a && !(c.a = subst_rec(p, memo, e->a, n, idx))) return NULL;
-  if (e->b && !(c.b = subst_rec(p, memo, e->b, n, idx))) return NULL;
-  if (e->c && !(c.c = subst_rec(p, memo, e->c, n, idx))) return NULL;
+  if (e->op != TCC_PRIM_EXTERN) {  /* extern operands live in their own index space */
+    if (e->a && !(c.a = subst_rec(p, memo, e->a, n, idx))) return NULL;
+    if (e->b && !(c.b = subst_rec(p, memo, e->b, n, idx))) return NULL;
+    if (e->c && !(c.c = subst_rec(p, memo, e->c, n, idx))) return NULL;
+  }
+  if (e->op == TCC_PRIM_INDEX && c.idx[0]->kind == TCC_IX_CONST)
+    return tcc_vx_index(p, c.idx[0]);
   const tcc_vx *r = vx_intern(p, &c);
   if (r && tcc_ptrmap_put(memo, e, r)) {
     p->oom = 1;

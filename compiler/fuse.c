@@ -12,13 +12,23 @@
  *      (which bounds expression depth), or when several kernels read it
  *      and it has more than TCC_MAX_SHARED_INLINE_OPS operations (compute
  *      once, read many).
+ *      A producer holding a reduction (REDUCE) is inlined only where the
+ *      reduction stays computed once per element of its own result: the
+ *      load reads it at plain loop variables of the consumer that form a
+ *      prefix of the consumer's loop nest (emit_c.c runs loops in dim
+ *      order and hoists each value out of the loops it does not depend
+ *      on), never at a reduction's bound variables. So softmax's max and
+ *      sum end inside the one kernel that writes the result, computed
+ *      once per row.
  *   2. dead buffers: stores to temporaries nothing reads any more are
  *      dropped, and kernels left without stores die.
- *   3. merging: a kernel joins the nearest earlier live kernel with the
- *      same iteration space when no kernel in between (the target
- *      included) writes what it reads, reads what it writes or writes what
- *      it writes. Pointwise graphs whose outputs share a shape end as one
- *      loop nest.
+ *   3. merging: a kernel joins the nearest earlier live kernel whose
+ *      iteration space equals its own, or extends it or is extended by it
+ *      in the prefix sense (the sizes other than 1 of the smaller space
+ *      lead those of the larger: [N, 1] merges into [N, D], a row
+ *      statistic stored once per row), when no kernel in between (the
+ *      target included) writes what it reads, reads what it writes or
+ *      writes what it writes. EXTERN kernels never merge.
  * Outputs stay stored exactly once.
  */
 #include "loop.h"
@@ -28,6 +38,7 @@
 
 typedef struct fuse_ctx {
   tcc_program *p;
+  const tcc_kernel *k;       /* the consumer being rewritten */
   const tcc_vx **producer;   /* per buffer: inlinable stored expression */
   int *writers;              /* per buffer: number of stores writing it */
   int *readers;              /* per buffer: kernels loading it before fusion */
@@ -43,17 +54,106 @@ static int identity_store(const tcc_program *p, const tcc_kernel *k, const tcc_s
   return 1;
 }
 
+/* Kernel variables the top-level REDUCEs of e depend on (bit mask). */
+static int reduce_vars(const tcc_vx *e, tcc_ptrmap *seen, uint32_t *mask) {
+  if (tcc_ptrmap_get(seen, e)) return 0;
+  if (tcc_ptrmap_put(seen, e, e)) return -1;
+  if (e->op == TCC_PRIM_REDUCE) {
+    *mask |= tcc_vx_kernel_vars(e);
+    return 0;
+  }
+  if (e->op == TCC_PRIM_EXTERN) return 0;
+  if (e->a && reduce_vars(e->a, seen, mask)) return -1;
+  if (e->b && reduce_vars(e->b, seen, mask)) return -1;
+  if (e->c && reduce_vars(e->c, seen, mask)) return -1;
+  return 0;
+}
+
+/* May producer `prod` (holding REDUCEs) be inlined at `load` in the
+ * current consumer without recomputing its reductions (file header)? */
+static int reduce_inline_ok(fuse_ctx *fc, const tcc_vx *prod, const tcc_vx *load) {
+  if (!tcc_vx_has_reduce(prod)) return 1;
+  tcc_ptrmap seen;
+  uint32_t pm = 0, cm = 0;
+  if (tcc_ptrmap_init(&seen, 64) || reduce_vars(prod, &seen, &pm)) {
+    tcc_ptrmap_free(&seen);
+    return 0;
+  }
+  tcc_ptrmap_free(&seen);
+  for (int d = 0; d < load->nidx; d++) {
+    if (!(pm & (1u << d))) continue;
+    const tcc_ix *x = load->idx[d];
+    if (x->kind == TCC_IX_CONST) continue;
+    if (x->kind != TCC_IX_VAR || x->var >= fc->k->rank) return 0;
+    cm |= 1u << x->var;
+  }
+  int top = -1;
+  for (int d = 0; d < fc->k->rank; d++)
+    if (cm & (1u << d)) top = d;
+  for (int d = 0; d < top; d++)
+    if (fc->k->sizes[d] != 1 && !(cm & (1u << d))) return 0;
+  return 1;
+}
+
+static const tcc_vx *inline_rec(fuse_ctx *fc, tcc_ptrmap *memo, const tcc_vx *e);
+
+/* Index e with the expressions inside its VALUE parts inlined. */
+static const tcc_ix *inline_ix(fuse_ctx *fc, tcc_ptrmap *memo, const tcc_ix *e) {
+  tcc_program *p = fc->p;
+  switch (e->kind) {
+  case TCC_IX_CONST:
+  case TCC_IX_VAR: return e;
+  case TCC_IX_VALUE: {
+    const tcc_vx *v = inline_rec(fc, memo, e->v);
+    return v == e->v ? e : tcc_ix_value(p, v, e->c);
+  }
+  case TCC_IX_ADD: {
+    const tcc_ix *a = inline_ix(fc, memo, e->a), *b = inline_ix(fc, memo, e->b);
+    return a == e->a && b == e->b ? e : tcc_ix_add(p, a, b);
+  }
+  default: {
+    const tcc_ix *a = inline_ix(fc, memo, e->a);
+    if (a == e->a || !a) return a ? e : NULL;
+    switch (e->kind) {
+    case TCC_IX_MUL: return tcc_ix_mul(p, a, e->c);
+    case TCC_IX_DIV: return tcc_ix_div(p, a, e->c);
+    case TCC_IX_MOD: return tcc_ix_mod(p, a, e->c);
+    case TCC_IX_MIN: return tcc_ix_min(p, a, e->c);
+    default: return tcc_ix_max(p, a, e->c);
+    }
+  }
+  }
+}
+
+static int has_value_ix(const tcc_ix *e) {
+  if (!e) return 0;
+  if (e->kind == TCC_IX_VALUE) return 1;
+  return has_value_ix(e->a) || has_value_ix(e->b);
+}
+
 static const tcc_vx *inline_rec(fuse_ctx *fc, tcc_ptrmap *memo, const tcc_vx *e) {
   tcc_program *p = fc->p;
   const tcc_vx *hit = tcc_ptrmap_get(memo, e);
   if (hit) return hit;
   const tcc_vx *r;
-  if (e->op == TCC_PRIM_LOAD) {
+  if (e->op == TCC_PRIM_EXTERN) {
+    r = e;                     /* operands are the library's: never inlined */
+  } else if (e->op == TCC_PRIM_LOAD || e->op == TCC_PRIM_INDEX) {
     r = e;
-    const tcc_vx *prod = fc->producer[e->buf];
+    int dyn = 0;
+    for (int d = 0; d < e->nidx; d++) dyn |= has_value_ix(e->idx[d]);
+    if (dyn) {                 /* inline into index values first */
+      const tcc_ix *ni[TCC_MAX_DIMS];
+      for (int d = 0; d < e->nidx; d++)
+        if (!(ni[d] = inline_ix(fc, memo, e->idx[d]))) return NULL;
+      r = e->op == TCC_PRIM_LOAD ? tcc_vx_load(p, e->buf, e->nidx, ni) : tcc_vx_index(p, ni[0]);
+      if (!r) return NULL;
+    }
+    const tcc_vx *prod = e->op == TCC_PRIM_LOAD ? fc->producer[e->buf] : NULL;
     if (prod && prod->depth <= TCC_MAX_EXPR_DEPTH / 2 &&
-        (fc->readers[e->buf] <= 1 || prod->ops <= TCC_MAX_SHARED_INLINE_OPS)) {
-      r = tcc_vx_subst(p, prod, e->nidx, e->idx);
+        (fc->readers[e->buf] <= 1 || prod->ops <= TCC_MAX_SHARED_INLINE_OPS) &&
+        reduce_inline_ok(fc, prod, r)) {
+      r = tcc_vx_subst(p, prod, r->nidx, r->idx);
       if (!r) return NULL;
     }
   } else {
@@ -70,6 +170,17 @@ static const tcc_vx *inline_rec(fuse_ctx *fc, tcc_ptrmap *memo, const tcc_vx *e)
   return r;
 }
 
+static int collect_reads(const tcc_vx *e, tcc_ptrmap *seen, int *stamp, int mark, int *list,
+                         int *n);
+
+static int collect_ix_reads(const tcc_ix *x, tcc_ptrmap *seen, int *stamp, int mark, int *list,
+                            int *n) {
+  if (!x) return 0;
+  if (x->kind == TCC_IX_VALUE) return collect_reads(x->v, seen, stamp, mark, list, n);
+  if (collect_ix_reads(x->a, seen, stamp, mark, list, n)) return -1;
+  return collect_ix_reads(x->b, seen, stamp, mark, list, n);
+}
+
 /* Adds the buffers e reads to the set (stamp[buf] == mark). */
 static int collect_reads(const tcc_vx *e, tcc_ptrmap *seen, int *stamp, int mark, int *list,
                          int *n) {
@@ -79,6 +190,9 @@ static int collect_reads(const tcc_vx *e, tcc_ptrmap *seen, int *stamp, int mark
     stamp[e->buf] = mark;
     list[(*n)++] = e->buf;
   }
+  if (e->op == TCC_PRIM_LOAD || e->op == TCC_PRIM_INDEX)
+    for (int d = 0; d < e->nidx; d++)
+      if (collect_ix_reads(e->idx[d], seen, stamp, mark, list, n)) return -1;
   if (e->a && collect_reads(e->a, seen, stamp, mark, list, n)) return -1;
   if (e->b && collect_reads(e->b, seen, stamp, mark, list, n)) return -1;
   if (e->c && collect_reads(e->c, seen, stamp, mark, list, n)) return -1;
@@ -128,6 +242,67 @@ static int writes_same(const tcc_kernel *A, const tcc_kernel *B) {
   return 0;
 }
 
+/* Dims of size other than 1, in order. */
+static int nonunit(const tcc_kernel *K, int *dims) {
+  int n = 0;
+  for (int d = 0; d < K->rank; d++)
+    if (K->sizes[d] != 1) dims[n++] = d;
+  return n;
+}
+
+static int64_t space_numel(const tcc_kernel *K) {
+  int64_t n = 1;
+  for (int d = 0; d < K->rank; d++) n *= K->sizes[d];
+  return n;
+}
+
+/* Is one space's non-unit sizes a prefix of the other's? (Empty spaces
+ * only merge with equal ones.) */
+static int prefix_compatible(const tcc_kernel *A, const tcc_kernel *B) {
+  int da[TCC_MAX_DIMS], db[TCC_MAX_DIMS];
+  int na = nonunit(A, da), nb = nonunit(B, db);
+  if (space_numel(A) == 0 || space_numel(B) == 0) {
+    if (A->rank != B->rank) return 0;
+    for (int d = 0; d < A->rank; d++)
+      if (A->sizes[d] != B->sizes[d]) return 0;
+    return 1;
+  }
+  int m = na < nb ? na : nb;
+  for (int i = 0; i < m; i++)
+    if (A->sizes[da[i]] != B->sizes[db[i]]) return 0;
+  return 1;
+}
+
+/* Rewrites the stores of S (a space prefix-compatible with L's) into L's
+ * loop variables: S's non-unit dims become L's leading non-unit dims,
+ * its unit dims index 0. Returns 0 or -1 (out of memory). */
+static int remap_stores(tcc_program *p, tcc_kernel *S, const tcc_kernel *L) {
+  int ds[TCC_MAX_DIMS], dl[TCC_MAX_DIMS];
+  int ns = nonunit(S, ds);
+  nonunit(L, dl);
+  const tcc_ix *map[TCC_MAX_DIMS];
+  int identity = S->rank <= L->rank;
+  for (int d = 0; d < S->rank; d++) map[d] = tcc_ix_const(p, 0);
+  for (int i = 0; i < ns; i++) {
+    map[ds[i]] = tcc_ix_var(p, dl[i]);
+    if (ds[i] != dl[i]) identity = 0;
+  }
+  for (int d = 0; d < S->rank && identity; d++)
+    if (S->sizes[d] == 1 && !(d < L->rank && L->sizes[d] == 1)) identity = 0;
+  if (identity) return 0;
+  for (int s = 0; s < S->nstores; s++) {
+    tcc_store *st = &S->stores[s];
+    int r = p->bufs[st->buf].layout.rank;
+    const tcc_ix **ni = tcc_arena_array(p->arena, (size_t)r + 1, sizeof *ni);
+    if (!ni) return -1;
+    for (int d = 0; d < r; d++)
+      if (!(ni[d] = tcc_ix_subst(p, st->idx[d], S->rank, map))) return -1;
+    st->idx = ni;
+    if (!(st->value = tcc_vx_subst(p, st->value, S->rank, map))) return -1;
+  }
+  return 0;
+}
+
 int tcc_fuse(tcc_program *p, tcc_error *err) {
   fuse_ctx fc = {.p = p};
   int nb = p->nbufs, nk = p->nkernels;
@@ -153,6 +328,7 @@ int tcc_fuse(tcc_program *p, tcc_error *err) {
   for (int k = 0; k < nk; k++) {
     tcc_kernel *K = &p->kernels[k];
     if (K->dead) continue;
+    fc.k = K;
     tcc_ptrmap memo;
     if (tcc_ptrmap_init(&memo, 64)) {
       tcc_ptrmap_free(&memo);
@@ -207,9 +383,8 @@ int tcc_fuse(tcc_program *p, tcc_error *err) {
       if (writes_any(I, reads[k], nreads[k]) || writes_any(J, reads[live[li]], nreads[live[li]]) ||
           writes_same(I, J))
         break;                                /* cannot move past it */
-      int same = I->kind == J->kind && I->rank == J->rank;
-      for (int d = 0; same && d < I->rank; d++) same = I->sizes[d] == J->sizes[d];
-      if (same) {
+      if (I->kind == TCC_OPK_POINTWISE && J->kind == TCC_OPK_POINTWISE &&
+          prefix_compatible(I, J)) {
         target = li;
         break;
       }
@@ -219,6 +394,14 @@ int tcc_fuse(tcc_program *p, tcc_error *err) {
       continue;
     }
     int ti = live[target];
+    tcc_kernel *I = &p->kernels[ti];
+    if (space_numel(J) > space_numel(I) || (space_numel(J) == space_numel(I) && J->rank > I->rank)) {
+      /* the target grows to J's space: move its stores over */
+      if (remap_stores(p, I, J)) goto oom;
+      I->rank = J->rank;
+      memcpy(I->sizes, J->sizes, sizeof I->sizes);
+    }
+    if (remap_stores(p, J, I)) goto oom;
     for (int s = 0; s < J->nstores; s++) {
       const tcc_store *st = &J->stores[s];
       if (tcc_kernel_add_store(p, ti, st->buf, st->idx, st->value)) goto oom;

@@ -312,6 +312,27 @@ void tcc_meta_contiguous(tcc_meta *m);
 int tcc_broadcast(const int64_t *a, int ra, const int64_t *b, int rb,
                   int64_t *out, int *rout, tcc_error *err);
 
+/* Helpers the infer and lower rules share (infer.c). */
+const tcc_arg *tcc_node_arg(const tcc_node *n, const char *name);  /* NULL: no such param */
+/* Normalizes dim d (negative counts from the end) for a tensor of rank
+ * `rank` (a 0-dim tensor accepts 0 and -1). Returns 0 or INVALID_ARGUMENT. */
+int tcc_norm_dim(int64_t d, int rank, int *out, tcc_error *err);
+/* torch.result_type of a pointwise node's operands (not condition, not alpha). */
+tcc_dtype tcc_operands_result_type(const tcc_graph *g, const tcc_node *n);
+int tcc_reshape_sizes(const tcc_meta *m, const int64_t *shape, int n, int64_t *out,
+                      tcc_error *err);
+int tcc_transpose_dims(const tcc_graph *g, const tcc_node *n, int *d0, int *d1, tcc_error *err);
+uint32_t tcc_squeeze_mask(const tcc_graph *g, const tcc_node *n);
+int tcc_slice_params(const tcc_graph *g, const tcc_node *n, int *dim, int64_t *start,
+                     int64_t *len, int64_t *step, tcc_error *err);
+int tcc_select_params(const tcc_graph *g, const tcc_node *n, int *dim, int64_t *index,
+                      tcc_error *err);
+/* Reduced dims of a reduction node as a bit mask, and keepdim. */
+int tcc_reduce_dims(const tcc_graph *g, const tcc_node *n, uint32_t *mask, int *keepdim,
+                    tcc_error *err);
+/* First normalized dim of a layer norm, or -1 with err set. */
+int tcc_norm_axis(const tcc_meta *m, const tcc_arg *shape, tcc_error *err);
+
 /* --------------------------------------------------------- canon.c */
 
 /* Builds the canonical graph of a verified one into `out` (which owns a

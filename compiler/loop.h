@@ -51,29 +51,59 @@ typedef enum tcc_ix_kind {
   TCC_IX_VAR,     /* loop variable i<var> */
   TCC_IX_ADD,     /* a + b */
   TCC_IX_MUL,     /* a * c */
-  TCC_IX_DIV,     /* floor(a / c), c > 0 */
-  TCC_IX_MOD,     /* a mod c, c > 0 */
+  TCC_IX_DIV,     /* floor(a / c), c > 0; a >= 0 wherever it is built */
+  TCC_IX_MOD,     /* a mod c, c > 0; a >= 0 wherever it is built */
+  TCC_IX_MIN,     /* min(a, c) */
+  TCC_IX_MAX,     /* max(a, c) */
+  TCC_IX_VALUE,   /* the int64 value of expression v, checked to lie in
+                     [0, c): an index read from a tensor (gather,
+                     index_select, embedding). Out of range sets the
+                     kernel's error flag and reads index 0. */
 } tcc_ix_kind;
 
 typedef struct tcc_ix tcc_ix;
+typedef struct tcc_vx tcc_vx;
 struct tcc_ix {
   tcc_ix_kind kind;
   int var;
   int64_t c;
   const tcc_ix *a, *b;
+  const tcc_vx *v;           /* VALUE */
   uint32_t hash;
 };
 
-typedef struct tcc_vx tcc_vx;
+/* What a REDUCE folds with (tcc_vx.i). ANY/ALL are MAX/MIN over bool. */
+typedef enum tcc_reduce_kind {
+  TCC_RED_SUM,
+  TCC_RED_PROD,
+  TCC_RED_MAX,      /* NaN wins */
+  TCC_RED_MIN,      /* NaN wins */
+  TCC_RED_ARGMAX,   /* int64 flat index over the bound vars, first max; NaN wins */
+  TCC_RED_ARGMIN,
+} tcc_reduce_kind;
+
+/* Library calls an EXTERN expression makes (tcc_vx.i). */
+typedef enum tcc_extern_kind {
+  TCC_EXT_GEMM,     /* C[b, m, n] = sum_k A[b, m, k] * B[b, k, n] */
+} tcc_extern_kind;
+
+/* Loop variables i0..i15 are a kernel's (or a lowered value's) own dims;
+ * REDUCE binds fresh variables numbered from TCC_FIRST_BOUND_VAR up. */
+#define TCC_FIRST_BOUND_VAR TCC_MAX_DIMS
+
 struct tcc_vx {
   tcc_prim op;
   tcc_dtype dtype;           /* dtype of the result */
   const tcc_vx *a, *b, *c;   /* operands (arity from TCC_PRIMS) */
-  int buf;                   /* LOAD: buffer id */
-  int nidx;                  /* LOAD: one index per buffer dim */
-  const tcc_ix *const *idx;
+  int buf;                   /* LOAD: buffer id; REDUCE: first bound var */
+  int nidx;                  /* LOAD: one index per buffer dim; INDEX: 1;
+                                REDUCE: bound vars; EXTERN: 4 */
+  const tcc_ix *const *idx;  /* LOAD/INDEX: indices; REDUCE: constant
+                                extent of each bound var; EXTERN: constant
+                                [batch, M, N, K] */
   double f;                  /* CONST of a float dtype */
-  int64_t i;                 /* CONST of an integer/bool dtype */
+  int64_t i;                 /* CONST of an integer/bool dtype; REDUCE:
+                                tcc_reduce_kind; EXTERN: tcc_extern_kind */
   uint32_t hash;
   int depth;                 /* 1 + deepest operand (fuse.c bounds it) */
   int ops;                   /* size as a tree (shared operands counted
@@ -102,12 +132,40 @@ const tcc_ix *tcc_ix_const(tcc_program *p, int64_t c);
 const tcc_ix *tcc_ix_var(tcc_program *p, int var);
 const tcc_ix *tcc_ix_add(tcc_program *p, const tcc_ix *a, const tcc_ix *b);
 const tcc_ix *tcc_ix_mul(tcc_program *p, const tcc_ix *a, int64_t c);
+const tcc_ix *tcc_ix_div(tcc_program *p, const tcc_ix *a, int64_t c);   /* c > 0 */
+const tcc_ix *tcc_ix_mod(tcc_program *p, const tcc_ix *a, int64_t c);   /* c > 0 */
+const tcc_ix *tcc_ix_min(tcc_program *p, const tcc_ix *a, int64_t c);
+const tcc_ix *tcc_ix_max(tcc_program *p, const tcc_ix *a, int64_t c);
+/* a clamped into [0, n-1] (n >= 1): a read that a select discards. */
+const tcc_ix *tcc_ix_clamp(tcc_program *p, const tcc_ix *a, int64_t n);
+/* The int64 value of v as an index into a dim of size n (checked). */
+const tcc_ix *tcc_ix_value(tcc_program *p, const tcc_vx *v, int64_t n);
 
 const tcc_vx *tcc_vx_load(tcc_program *p, int buf, int nidx, const tcc_ix *const *idx);
 const tcc_vx *tcc_vx_const(tcc_program *p, tcc_dtype dt, double f, int64_t i);
 const tcc_vx *tcc_vx_cast(tcc_program *p, const tcc_vx *a, tcc_dtype dt);
 const tcc_vx *tcc_vx_unary(tcc_program *p, tcc_prim op, const tcc_vx *a);
 const tcc_vx *tcc_vx_binary(tcc_program *p, tcc_prim op, const tcc_vx *a, const tcc_vx *b);
+/* Comparisons / ISNAN / ISINF / logical ops: a bool result. */
+const tcc_vx *tcc_vx_pred(tcc_program *p, tcc_prim op, const tcc_vx *a, const tcc_vx *b);
+/* cond ? a : b (cond bool, a and b of one dtype). */
+const tcc_vx *tcc_vx_where(tcc_program *p, const tcc_vx *cond, const tcc_vx *a, const tcc_vx *b);
+/* The value of index expression e (int64). */
+const tcc_vx *tcc_vx_index(tcc_program *p, const tcc_ix *e);
+/* Folds body over nred bound variables first_var.. with extents sizes;
+ * result dtype dt (int64 for ARGMAX/ARGMIN). */
+const tcc_vx *tcc_vx_reduce(tcc_program *p, tcc_reduce_kind kind, tcc_dtype dt,
+                            const tcc_vx *body, int first_var, int nred, const int64_t *sizes);
+/* EXTERN call: a over (b, m, k), b over (b, k, n), dims [batch, M, N, K]. */
+const tcc_vx *tcc_vx_extern(tcc_program *p, tcc_extern_kind kind, tcc_dtype dt,
+                            const tcc_vx *a, const tcc_vx *b, const int64_t *dims);
+/* n fresh bound variables; returns the first. */
+int tcc_program_fresh_vars(tcc_program *p, int n);
+/* Bit d set when e reads kernel variable i<d> (d < TCC_MAX_DIMS) free. */
+uint32_t tcc_vx_kernel_vars(const tcc_vx *e);
+uint32_t tcc_ix_kernel_vars(const tcc_ix *e);
+/* Does e contain a REDUCE (outside index values)? */
+int tcc_vx_has_reduce(const tcc_vx *e);
 
 /* e with its operands replaced (same op, dtype, load indices, literal). */
 const tcc_vx *tcc_vx_with_operands(tcc_program *p, const tcc_vx *e, const tcc_vx *a,
@@ -128,6 +186,13 @@ void tcc_ptrmap_free(tcc_ptrmap *m);
 /* Affine form of e over variables 0..nvars-1: e == c + sum coef[v]*i<v>.
  * Returns 1 when e is affine (coef/c filled), 0 when not. */
 int tcc_ix_affine(const tcc_ix *e, int nvars, int64_t *coef, int64_t *c);
+
+/* Affine form of the storage offset sum_d strides[d] * idx[d] over
+ * variables 0..nvars-1, seeing through the floor-div/mod pairs a reshape
+ * makes (s*(e/c) + t*(e mod c) with s == c*t is t*e). Returns 1 when
+ * affine (coef, c filled), 0 when not. */
+int tcc_linear_affine(int n, const tcc_ix *const *idx, const int64_t *strides, int nvars,
+                      int64_t *coef, int64_t *c);
 
 /* ----------------------------------------------------- the program */
 
@@ -156,7 +221,8 @@ typedef struct tcc_store {
 } tcc_store;
 
 typedef struct tcc_kernel {
-  tcc_op_kind kind;         /* POINTWISE for now */
+  tcc_op_kind kind;         /* POINTWISE (which may hold REDUCEs) or EXTERN
+                               (one store of an EXTERN expression) */
   int rank;
   int64_t sizes[TCC_MAX_DIMS];  /* iteration space */
   int nstores, capstores;
@@ -174,6 +240,7 @@ struct tcc_program {
   int64_t workspace_bytes;
   int planned;              /* plan.c has placed the temporaries */
   tcc_intern ix_intern, vx_intern;
+  int next_var;             /* next fresh bound variable (REDUCE) */
   int oom;                  /* an allocation failed (sticky) */
 };
 

@@ -208,7 +208,9 @@ static int encode_manifest(const tcc_program *prog, tcc_arena *A, tcc_artifact *
     if (!ki) goto oom;
     tcc__v1__kernel_info__init(ki);
     ki->name = tcc_arena_printf(A, "k%d", j);
-    ki->kind = "pointwise";
+    ki->kind = K->kind == TCC_OPK_EXTERN ? "extern" : "pointwise";
+    for (int s = 0; s < K->nstores && K->kind != TCC_OPK_EXTERN; s++)
+      if (tcc_vx_has_reduce(K->stores[s].value)) ki->kind = "reduction";
     ki->numel = 1;
     for (int d = 0; d < K->rank; d++) ki->numel *= K->sizes[d];
     if (!ki->name) goto oom;

@@ -832,15 +832,19 @@ END_TEST
 
 START_TEST(unsupported_dtype) {
   tg *t = tg_new();
-  int a = tg_input(t, I32, 1, (int64_t[]){4}, NULL, 0, -3, 3);
-  tg_output(t, tg_binary(t, "aten.add.Tensor", a, a, NAN), NULL, 0);
+  int a = tg_input(t, I32, 2, (int64_t[]){4, 4}, NULL, 0, -3, 3);
+  int o = tg_value(t, I32, 2, (int64_t[]){4, 4}, NULL, 0);
+  Tcc__V1__Node *n = reqb_node(t->b, "aten.mm.default", t->v[o].name);
+  reqb_arg_tensor(t->b, n, "self", t->v[a].name);
+  reqb_arg_tensor(t->b, n, "mat2", t->v[a].name);
+  reqb_output(t->b, t->v[o].name);
   tcc_prepared *p;
   tcc_error err;
   ck_assert_int_eq(tcc_prepare(reqb_req(t->b), identity, &p, &err), 0);
   tcc_artifact art;
   ck_assert_int_eq(tcc_compile(p, NULL, &art, &err), TCC_E_UNIMPLEMENTED);
   ck_assert_str_eq(err.msg,
-                   "node 0 (aten.add.Tensor): int32 results are not supported by the CPU backend yet");
+                   "node 0 (aten.mm.default): int32 matmul is not supported by the CPU backend");
   tcc_prepared_free(p);
   tg_free(t);
 }

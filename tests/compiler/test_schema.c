@@ -23,7 +23,7 @@ START_TEST(table_parses) {
     ck_assert_ptr_nonnull(op->infer);
     ck_assert_ptr_nonnull(op->lower);
     ck_assert_int_ge(op->schema.nparams, 1);
-    ck_assert_int_eq(op->schema.nreturns, 1);
+    ck_assert_int_ge(op->schema.nreturns, 1);
   }
   ck_assert_ptr_null(tcc_op_find("aten.foo.bar"));
   ck_assert_ptr_null(tcc_op_find(""));
@@ -221,7 +221,7 @@ START_TEST(published_ops) {
   ck_assert_uint_eq(tcc_compiler_ops(TCC__V1__DEVICE_TYPE__CPU, &one, 1), n);   /* truncated */
   ck_assert_uint_eq(tcc_compiler_ops(TCC__V1__DEVICE_TYPE__CUDA, NULL, 0), 0);
   Tcc__V1__DType dts[4];
-  ck_assert_uint_eq(tcc_compiler_dtypes(TCC__V1__DEVICE_TYPE__CPU, dts, 4), 2);
+  ck_assert_uint_eq(tcc_compiler_dtypes(TCC__V1__DEVICE_TYPE__CPU, dts, 4), 10);
   ck_assert_int_eq(dts[0], TCC__V1__DTYPE__FLOAT32);
   ck_assert_int_eq(dts[1], TCC__V1__DTYPE__FLOAT64);
   ck_assert_uint_eq(tcc_compiler_dtypes(TCC__V1__DEVICE_TYPE__CUDA, dts, 4), 0);
