@@ -76,6 +76,8 @@ struct tcc_client {
   int connect_timeout_ms;
   char *artifact_dir;        /* NULL = no local artifact cache */
   tcc_trusted_keys trusted;  /* signature check before anything loads */
+  grpc_slice auth_value;     /* "Bearer TOKEN", or empty: no token */
+  grpc_slice auth_key;       /* "authorization" */
 };
 
 /* ------------------------------------------------------------ gRPC init */
@@ -232,6 +234,27 @@ int tcc_client_connect(const char *addr, const tcc_client_options *opts, tcc_cli
     tcc_client_close(c);
     return tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "out of memory");
   }
+  c->auth_key = grpc_slice_from_static_string("authorization");
+  c->auth_value = grpc_empty_slice();
+  const char *token = opts && opts->token ? opts->token : getenv("TCCD_TOKEN");
+  if (token && *token) {
+    for (const char *p = token; *p; p++)
+      if (*p < 0x21 || *p > 0x7e) {
+        tcc_client_close(c);
+        return tcc_error_set(err, TCC_E_INVALID_ARGUMENT,
+                             "the bearer token must be visible ASCII without spaces");
+      }
+    size_t n = strlen(token) + 8;
+    char *bearer = malloc(n);
+    if (!bearer) {
+      tcc_client_close(c);
+      return tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "out of memory");
+    }
+    snprintf(bearer, n, "Bearer %s", token);
+    c->auth_value = grpc_slice_from_copied_string(bearer);
+    memset(bearer, 0, n);
+    free(bearer);
+  }
   const char *trusted = opts && opts->trusted_keys ? opts->trusted_keys : getenv("TCCD_TRUSTED_KEYS");
   int krc = tcc_trusted_keys_load(trusted, &c->trusted, err);
   if (krc) {
@@ -278,6 +301,7 @@ void tcc_client_close(tcc_client *c) {
   free(c->addr);
   free(c->artifact_dir);
   tcc_trusted_keys_free(&c->trusted);
+  grpc_slice_unref(c->auth_value);
   free(c);
 }
 
@@ -286,6 +310,17 @@ const char *tcc_client_addr(const tcc_client *c) { return c->addr; }
 size_t tcc_client_trusted_keys(const tcc_client *c) { return c ? c->trusted.n : 0; }
 
 /* ------------------------------------------------------------ unary */
+
+/* Puts the bearer token (if any) on a SEND_INITIAL_METADATA op; md is the
+ * caller's storage, alive until the batch is started. */
+static void attach_token(const tcc_client *c, grpc_op *op, grpc_metadata *md) {
+  if (GRPC_SLICE_LENGTH(c->auth_value) == 0) return;
+  memset(md, 0, sizeof *md);
+  md->key = c->auth_key;
+  md->value = c->auth_value;
+  op->data.send_initial_metadata.count = 1;
+  op->data.send_initial_metadata.metadata = md;
+}
 
 /* One attempt of a unary call; *answered = whether the server sent any
  * message (a retry is only safe when it did not). */
@@ -310,7 +345,9 @@ static int unary_once(tcc_client *c, const char *method, const uint8_t *req, siz
 
   grpc_op ops[6];
   memset(ops, 0, sizeof ops);
+  grpc_metadata auth;
   ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+  attach_token(c, &ops[0], &auth);
   ops[1].op = GRPC_OP_SEND_MESSAGE;
   ops[1].data.send_message.send_message = send;
   ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
@@ -626,7 +663,9 @@ static int fetch_stream(tcc_client *c, const Tcc__V1__FetchRequest *req, fetch_s
   int stream_rc = 0;
 
   memset(ops, 0, sizeof ops);
+  grpc_metadata auth;
   ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+  attach_token(c, &ops[0], &auth);
   ops[1].op = GRPC_OP_SEND_MESSAGE;
   ops[1].data.send_message.send_message = send;
   ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;

@@ -38,6 +38,9 @@ typedef struct tcc_client_options {
    * $TCCD_TRUSTED_KEYS; "" = none (unsigned artifacts load, digests are
    * still checked). Production sets it. */
   const char *trusted_keys;
+  /* Bearer token sent with every call (`authorization: Bearer TOKEN`),
+   * for a tccd started with --auth-tokens. NULL = $TCCD_TOKEN; "" = none. */
+  const char *token;
 } tcc_client_options;
 
 /* addr NULL: $TCCD_ADDR, else TCC_DEFAULT_ADDR. opts may be NULL.

@@ -67,6 +67,8 @@ static const char usage_text[] =
     "  --connect-timeout-ms N       how long to wait for tccd (default 5000)\n"
     "  --trusted-keys F1[,F2...]    verify artifact signatures with these .pub\n"
     "                               files (default $TCCD_TRUSTED_KEYS)\n"
+    "  --token-file FILE            send the bearer token in FILE (default\n"
+    "                               $TCCD_TOKEN)\n"
     "  --version                    print the version\n"
     "\n"
     "HASH may be a unique prefix (at least 4 hex digits) of a guard hash.\n"
@@ -79,6 +81,7 @@ typedef struct tcctl {
   int deadline_ms;
   int connect_timeout_ms;
   const char *trusted_keys;   /* NULL: $TCCD_TRUSTED_KEYS */
+  const char *token_file;     /* NULL: $TCCD_TOKEN */
   const char *command;
   int argc;          /* the command's own arguments */
   char **argv;
@@ -332,11 +335,37 @@ static cJSON *message_json(const void *m) { return tcc_pbjson_to_cjson(m, JSON_F
 
 /* ------------------------------------------------------------ connection */
 
+/* Reads the token of --token-file (its first line, surrounding blanks
+ * removed) into buf. Returns 0 or a TCC_E_* code in t->err. */
+static int read_token_file(tcctl *t, char *buf, size_t size) {
+  FILE *f = fopen(t->token_file, "r");
+  if (!f)
+    return tcc_error_set(&t->err, errno == ENOENT ? TCC_E_NOT_FOUND : TCC_E_PERMISSION_DENIED,
+                         "--token-file %s: %s", t->token_file, strerror(errno));
+  char *line = fgets(buf, (int)size, f);
+  fclose(f);
+  if (!line) buf[0] = '\0';
+  size_t start = strspn(buf, " \t");
+  memmove(buf, buf + start, strlen(buf + start) + 1);
+  size_t n = strcspn(buf, " \t\r\n");
+  buf[n] = '\0';
+  if (n == 0) return tcc_error_set(&t->err, TCC_E_INVALID_ARGUMENT, "--token-file %s is empty", t->token_file);
+  return 0;
+}
+
 static int connect_client(tcctl *t) {
   tcc_client_options opts = {.deadline_ms = t->deadline_ms,
                              .connect_timeout_ms = t->connect_timeout_ms,
                              .trusted_keys = t->trusted_keys};
-  return tcc_client_connect(t->addr, &opts, &t->client, &t->err);
+  char token[1024];
+  if (t->token_file) {
+    int rc = read_token_file(t, token, sizeof token);
+    if (rc) return rc;
+    opts.token = token;
+  }
+  int rc = tcc_client_connect(t->addr, &opts, &t->client, &t->err);
+  memset(token, 0, sizeof token);
+  return rc;
 }
 
 /* Resolves a guard hash argument (full, or a unique prefix of >= 4 hex
@@ -939,6 +968,8 @@ int main(int argc, char **argv) {
       t.connect_timeout_ms = (int)parse_count("--connect-timeout-ms", v, 1 << 30);
     } else if ((v = option_value(argc, argv, &i, "--trusted-keys"))) {
       t.trusted_keys = v;
+    } else if ((v = option_value(argc, argv, &i, "--token-file"))) {
+      t.token_file = v;
     } else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
       fputs(usage_text, stdout);
       free(rest);

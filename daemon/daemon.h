@@ -86,20 +86,24 @@ typedef struct tccd_tag {
   void *obj;
 } tccd_tag;
 
-/* The registered methods: X(ID, full name, handler). */
-#define TCCD_METHODS(X)                                               \
-  X(COMPILE, "/tcc.v1.Compiler/Compile", tccd_rpc_compile)            \
-  X(FETCH, "/tcc.v1.Compiler/Fetch", tccd_rpc_fetch)                  \
-  X(OPS, "/tcc.v1.Compiler/Ops", tccd_rpc_ops)                        \
-  X(STATS, "/tcc.v1.Cache/Stats", tccd_rpc_stats)                     \
-  X(LIST, "/tcc.v1.Cache/List", tccd_rpc_list)                        \
-  X(SHOW, "/tcc.v1.Cache/Show", tccd_rpc_show)                        \
-  X(EVICT, "/tcc.v1.Cache/Evict", tccd_rpc_evict)                     \
-  X(GC, "/tcc.v1.Cache/Gc", tccd_rpc_gc)                              \
-  X(HEALTH_CHECK, "/grpc.health.v1.Health/Check", tccd_rpc_health_check)
+/* Who may call a method when --auth-tokens is set: OPEN needs no token,
+ * CLIENT a client or admin token, ADMIN an admin token. */
+typedef enum tccd_role { TCCD_ROLE_OPEN, TCCD_ROLE_CLIENT, TCCD_ROLE_ADMIN } tccd_role;
+
+/* The registered methods: X(ID, full name, handler, role). */
+#define TCCD_METHODS(X)                                                                  \
+  X(COMPILE, "/tcc.v1.Compiler/Compile", tccd_rpc_compile, TCCD_ROLE_CLIENT)             \
+  X(FETCH, "/tcc.v1.Compiler/Fetch", tccd_rpc_fetch, TCCD_ROLE_CLIENT)                   \
+  X(OPS, "/tcc.v1.Compiler/Ops", tccd_rpc_ops, TCCD_ROLE_CLIENT)                         \
+  X(STATS, "/tcc.v1.Cache/Stats", tccd_rpc_stats, TCCD_ROLE_CLIENT)                      \
+  X(LIST, "/tcc.v1.Cache/List", tccd_rpc_list, TCCD_ROLE_CLIENT)                         \
+  X(SHOW, "/tcc.v1.Cache/Show", tccd_rpc_show, TCCD_ROLE_CLIENT)                         \
+  X(EVICT, "/tcc.v1.Cache/Evict", tccd_rpc_evict, TCCD_ROLE_ADMIN)                       \
+  X(GC, "/tcc.v1.Cache/Gc", tccd_rpc_gc, TCCD_ROLE_ADMIN)                                \
+  X(HEALTH_CHECK, "/grpc.health.v1.Health/Check", tccd_rpc_health_check, TCCD_ROLE_OPEN)
 
 typedef enum tccd_method_id {
-#define TCCD_METHOD_ENUM(id, name, fn) TCCD_METHOD_##id,
+#define TCCD_METHOD_ENUM(id, name, fn, role) TCCD_METHOD_##id,
   TCCD_METHODS(TCCD_METHOD_ENUM)
 #undef TCCD_METHOD_ENUM
   TCCD_METHOD__COUNT
@@ -147,6 +151,7 @@ typedef struct tccd_state {
   int draining;                    /* shutting down: refuse new compiles */
   tcc_sign_key *signing_key;       /* --signing-key; NULL with --no-signing */
   tcc_trusted_keys trusted;        /* own public key + --trusted-keys */
+  struct tccd_auth *auth;          /* --auth-tokens; NULL = every call is open */
 } tccd_state;
 
 /* Creates the server, binds cfg->listen (refusing a port already in use),
@@ -187,7 +192,7 @@ double tccd_call_elapsed_ms(const tccd_call *c);
 /* ------------------------------------------------------------- rpc.c */
 
 /* Handlers: each owns the call from here on and must finish it. */
-#define TCCD_HANDLER_DECL(id, name, fn) void fn(tccd_state *st, tccd_call *c);
+#define TCCD_HANDLER_DECL(id, name, fn, role) void fn(tccd_state *st, tccd_call *c);
 TCCD_METHODS(TCCD_HANDLER_DECL)
 #undef TCCD_HANDLER_DECL
 
@@ -215,6 +220,14 @@ void tccd_jobs_free(tccd_state *st);
  * message in err. tccd_security_free releases (and wipes) what it loaded. */
 int tccd_security_init(tccd_state *st, tcc_error *err);
 void tccd_security_free(tccd_state *st);
+
+/* Checks the call's `authorization: Bearer <token>` metadata against the
+ * method's role (st->auth NULL or the role OPEN: always 0). Returns 0,
+ * TCC_E_UNAUTHENTICATED (no or unknown token) or TCC_E_PERMISSION_DENIED
+ * (a client token on an admin method), with a message that never
+ * contains the token. */
+int tccd_auth_check(const tccd_state *st, const grpc_metadata_array *md, tccd_role need,
+                    tcc_error *err);
 
 /* ------------------------------------------------------------- util */
 

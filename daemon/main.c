@@ -140,6 +140,7 @@ int main(int argc, char **argv) {
            colon ? (int)(colon - cfg.listen) : 0, cfg.listen, port, cfg.cache_dir, cfg.workers,
            (long long)cfg.cache_max_bytes);
   log_info("compiler: %s", st.identity);
+  if (st.auth) log_info("bearer-token auth on (--auth-tokens %s); Health/Check stays open", cfg.auth_tokens);
   if (st.signing_key)
     log_info("signing artifacts with key %s (%zu trusted key%s)", st.signing_key->key_id, st.trusted.n,
              st.trusted.n == 1 ? "" : "s");

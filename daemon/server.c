@@ -19,6 +19,11 @@
  * tccd_tag {fn, obj}: completions are plain callbacks on the loop thread,
  * which owns all state, so nothing below takes a lock except the vector's.
  *
+ * Before a registered call reaches its handler, tccd_auth_check
+ * (security.c) holds its bearer token against the method's role in
+ * TCCD_METHODS (only with --auth-tokens): UNAUTHENTICATED or
+ * PERMISSION_DENIED ends it there.
+ *
  * A call's life (one tccd_call):
  *
  *   requested ──(request tag, ok)──► active ──reply/fail──► finishing ──► freed
@@ -68,16 +73,22 @@ static const int pending_per_method[TCCD_METHOD__COUNT] = {
 };
 
 static const char *const method_names[TCCD_METHOD__COUNT] = {
-#define TCCD_METHOD_NAME(id, name, fn) [TCCD_METHOD_##id] = name,
+#define TCCD_METHOD_NAME(id, name, fn, role) [TCCD_METHOD_##id] = name,
     TCCD_METHODS(TCCD_METHOD_NAME)
 #undef TCCD_METHOD_NAME
 };
 
 typedef void (*tccd_handler)(tccd_state *, tccd_call *);
 static const tccd_handler handlers[TCCD_METHOD__COUNT] = {
-#define TCCD_METHOD_HANDLER(id, name, fn) [TCCD_METHOD_##id] = fn,
+#define TCCD_METHOD_HANDLER(id, name, fn, role) [TCCD_METHOD_##id] = fn,
     TCCD_METHODS(TCCD_METHOD_HANDLER)
 #undef TCCD_METHOD_HANDLER
+};
+
+static const tccd_role method_roles[TCCD_METHOD__COUNT] = {
+#define TCCD_METHOD_ROLE(id, name, fn, role) [TCCD_METHOD_##id] = role,
+    TCCD_METHODS(TCCD_METHOD_ROLE)
+#undef TCCD_METHOD_ROLE
 };
 
 typedef struct cq_event {
@@ -416,6 +427,13 @@ static void on_registered_request(void *obj, int ok) {
   }
   if (!srv->shutting_down) request_registered(srv, c->method);
   call_activate(c);
+  tcc_error err;
+  if (tccd_auth_check(srv->st, &c->request_md, method_roles[c->method], &err) != 0) {
+    tcc_cache_count(srv->st->cache, TCC_COUNTER_auth_failures, 1);
+    log_info("%s refused: %s: %s", method_names[c->method], tcc_status_name(err.code), err.msg);
+    tccd_call_fail_error(c, &err);
+    return;
+  }
   handlers[c->method](srv->st, c);
 }
 
