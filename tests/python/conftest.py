@@ -6,6 +6,11 @@ to this build's libtccclient.so (TCCD_CLIENT_LIB).
 Paths come from meson (TCCD_BUILD_DIR, TCCD_SOURCE_DIR); run with
 `meson test -C <build> --suite python` (or scripts/test). Every numerical
 test draws fresh random inputs from a seed printed in its output.
+
+Daemons sign their artifacts with a key made once per session (`tcctl
+keygen`), and the package verifies them: TCCD_TRUSTED_KEYS names the
+public key, as production would. They get --allow-root when the tests run
+as root (CI containers do).
 """
 import json
 import os
@@ -25,7 +30,7 @@ CLIENT_LIB = os.path.join(BUILD, "client", "libtccclient.so")
 
 # Bind the package to this build before anything imports it.
 os.environ["TCCD_CLIENT_LIB"] = CLIENT_LIB
-for var in ("TCCD_ADDR", "TCCD_FALLBACK", "TCCD_DEADLINE_MS", "TCCD_CONNECT_TIMEOUT_MS",
+for var in ("TCCD_ADDR", "TCCD_FALLBACK", "TCCD_TRUSTED_KEYS", "TCCD_TOKEN", "TCCD_DEADLINE_MS", "TCCD_CONNECT_TIMEOUT_MS",
             "TCCD_OPS", "TCCD_ARTIFACT_DIR", "TCCD_CPU_ISA"):
     os.environ.pop(var, None)
 sys.path.insert(0, HERE)
@@ -43,6 +48,7 @@ class Daemon:
 
     def __init__(self, workdir, cache_dir=None, extra_args=(), port=0):
         self.listen_port = port
+        self.signing_key = signing_key()
         self.workdir = str(workdir)
         self.cache_dir = cache_dir or os.path.join(self.workdir, "cache")
         self.extra_args = list(extra_args)
@@ -60,7 +66,10 @@ class Daemon:
         if os.path.exists(port_file):
             os.unlink(port_file)
         cmd = [TCCD, "--listen", f"127.0.0.1:{self.listen_port}", "--cache-dir", self.cache_dir,
-               "--port-file", port_file, "--log-level", "debug"] + self.extra_args
+               "--port-file", port_file, "--log-level", "debug",
+               "--signing-key", self.signing_key] + self.extra_args
+        if os.geteuid() == 0:
+            cmd.append("--allow-root")
         self.log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.time() + timeout
@@ -103,6 +112,24 @@ class Daemon:
 
     def stats(self):
         return self.tcctl("stats")
+
+
+_KEY = None
+
+
+def signing_key():
+    """The session's signing key (made on first use); its .pub is trusted."""
+    global _KEY
+    if _KEY is None:
+        import tempfile
+
+        d = tempfile.mkdtemp(prefix="tccd-keys-")
+        path = os.path.join(d, "signing.key")
+        p = subprocess.run([TCCTL, "keygen", path], capture_output=True, text=True, timeout=60)
+        assert p.returncode == 0, f"tcctl keygen failed: {p.stderr}"
+        os.environ["TCCD_TRUSTED_KEYS"] = path + ".pub"
+        _KEY = path
+    return _KEY
 
 
 def _start(tmp, **kw):

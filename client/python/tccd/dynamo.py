@@ -29,8 +29,9 @@ once and runs eagerly for good.
 
 Errors: UNAVAILABLE/DEADLINE_EXCEEDED/compile failures raise a TccdError
 subclass (or, with fallback="eager", warn with TccdFallbackWarning and run
-eagerly). UNIMPLEMENTED for a partition means the daemon cannot compile
-it after all: that partition runs eagerly (logged, counted as fallback).
+eagerly). UNIMPLEMENTED or INVALID_ARGUMENT for a partition means the
+daemon does not take it after all (an op, dtype or argument form it lacks):
+that partition runs eagerly (logged, counted as fallback).
 """
 import concurrent.futures
 import itertools
@@ -49,7 +50,7 @@ from ._proto import tcc_pb2 as pb
 from .client import Client
 from .config import Config
 from .dtypes import dtype_to_pb, mode_to_pb
-from .errors import TccdError, TccdFallbackWarning, TccdUnsupported
+from .errors import TccdCompileError, TccdError, TccdFallbackWarning, TccdUnsupported
 
 log = logging.getLogger("tccd")
 
@@ -370,14 +371,21 @@ class _CompiledGraph:
         except TccdUnsupported as e:
             self._partition_eager(part, f"{e.status}: {e.message}")
             return _EAGER
+        except TccdCompileError as e:
+            if e.status != "INVALID_ARGUMENT":
+                if self.cfg.fallback != "eager":
+                    raise
+                return self._compile_failed(part, e)
+            # The daemon does not take this graph as we encode it (an op's
+            # arguments it reads differently): not ours to run, so eager.
+            log.warning("tccd: graph %d %s: the daemon rejects the partition (%s); it runs "
+                        "eagerly", self.id, part.name, e.message)
+            self._partition_eager(part, f"{e.status}: {e.message}")
+            return _EAGER
         except TccdError as e:
             if self.cfg.fallback != "eager":
                 raise
-            msg = f"tccd: {e}; {part.name} of graph {self.id} ({self.kind}) runs eagerly"
-            warnings.warn(msg, TccdFallbackWarning, stacklevel=2)
-            log.warning("%s", msg)
-            self._partition_eager(part, f"tccd failed: {e}")
-            return _EAGER
+            return self._compile_failed(part, e)
         status = pb.CacheStatus.Name(resp.cache).lower()
         _stats.add(kernels=1, compile_requests=1, compile_seconds=time.perf_counter() - t0,
                    **{f"cache_{status}": 1} if status in ("miss", "hit", "coalesced",
@@ -389,6 +397,14 @@ class _CompiledGraph:
             raise TccdError(f"{part.name}: manifest has {len(resp.manifest.outputs)} outputs, "
                             "the partition more or fewer", status="INTERNAL", addr=self.cfg.addr)
         return kernel
+
+    def _compile_failed(self, part, e):
+        """fallback="eager": a failed compile warns and runs the partition eagerly."""
+        msg = f"tccd: {e}; {part.name} of graph {self.id} ({self.kind}) runs eagerly"
+        warnings.warn(msg, TccdFallbackWarning, stacklevel=3)
+        log.warning("%s", msg)
+        self._partition_eager(part, f"tccd failed: {e}")
+        return _EAGER
 
     def _partition_eager(self, part, reason):
         log.info("tccd: graph %d %s (%d ops) runs eagerly: %s", self.id, part.name, part.n_ops,

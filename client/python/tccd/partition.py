@@ -104,7 +104,9 @@ def _probe_key(node, overload):
         v = G.meta_val(inp)
         parts.append((v.dtype, v.dim()))
     for a in list(node.args) + list(node.kwargs.values()):
-        if not isinstance(a, torch.fx.Node):
+        if isinstance(a, (list, tuple)):
+            parts.append(f"{type(a).__name__}[{len(a)}]")
+        elif not isinstance(a, torch.fx.Node):
             parts.append(type(a).__name__)
     return tuple(map(str, parts))
 
