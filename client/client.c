@@ -218,6 +218,69 @@ static void connect_failure_reason(tcc_client *c, char *buf, size_t size) {
   buf[n] = '\0';
 }
 
+/* An option, else its environment variable; NULL when both are unset/"". */
+static const char *opt_or_env(const char *opt, const char *env) {
+  const char *v = opt ? opt : getenv(env);
+  return v && *v ? v : NULL;
+}
+
+/* Reads a PEM file into a malloc'd string. Returns 0 or
+ * TCC_E_INVALID_ARGUMENT / TCC_E_NOT_FOUND naming it. */
+static int read_pem(const char *path, const char *what, char **out, tcc_error *err) {
+  *out = NULL;
+  FILE *f = fopen(path, "rb");
+  if (!f)
+    return tcc_error_set(err, errno == ENOENT ? TCC_E_NOT_FOUND : TCC_E_PERMISSION_DENIED, "%s %s: %s", what,
+                         path, strerror(errno));
+  size_t cap = 1 << 16, len = 0;
+  char *buf = malloc(cap + 1);
+  if (buf) len = fread(buf, 1, cap, f);
+  int more = buf && len == cap && fgetc(f) != EOF;
+  fclose(f);
+  if (!buf) return tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "out of memory");
+  buf[len] = '\0';
+  if (more || !strstr(buf, "-----BEGIN ")) {
+    free(buf);
+    return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "%s %s is not a PEM file", what, path);
+  }
+  *out = buf;
+  return 0;
+}
+
+/* Plaintext, or TLS from the options / $TCCD_TLS_*. Returns 0 with
+ * *creds set, or a TCC_E_* code naming the unusable file. */
+static int channel_credentials(const tcc_client_options *opts, grpc_channel_credentials **creds,
+                               tcc_error *err) {
+  const char *ca = opt_or_env(opts ? opts->tls_ca : NULL, "TCCD_TLS_CA");
+  const char *cert = opt_or_env(opts ? opts->tls_cert : NULL, "TCCD_TLS_CERT");
+  const char *key = opt_or_env(opts ? opts->tls_key : NULL, "TCCD_TLS_KEY");
+  const char *tls_env = getenv("TCCD_TLS");
+  int tls = (opts && opts->tls) || (tls_env && !strcmp(tls_env, "1")) || ca || cert || key;
+  *creds = NULL;
+  if (!tls) {
+    *creds = grpc_insecure_credentials_create();
+    return 0;
+  }
+  if (!cert != !key)
+    return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "a TLS client certificate needs its key (tls_cert and tls_key, "
+                                                      "TCCD_TLS_CERT and TCCD_TLS_KEY) and the other way round");
+  char *ca_pem = NULL, *cert_pem = NULL, *key_pem = NULL;
+  int rc = 0;
+  if (ca) rc = read_pem(ca, "TLS CA", &ca_pem, err);
+  if (!rc && cert) rc = read_pem(cert, "TLS certificate", &cert_pem, err);
+  if (!rc && key) rc = read_pem(key, "TLS key", &key_pem, err);
+  if (!rc) {
+    grpc_ssl_pem_key_cert_pair pair = {.private_key = key_pem, .cert_chain = cert_pem};
+    *creds = grpc_ssl_credentials_create(ca_pem, cert ? &pair : NULL, NULL, NULL);
+    if (!*creds) rc = tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "gRPC refused the TLS settings");
+  }
+  if (key_pem) memset(key_pem, 0, strlen(key_pem));
+  free(ca_pem);
+  free(cert_pem);
+  free(key_pem);
+  return rc;
+}
+
 int tcc_client_connect(const char *addr, const tcc_client_options *opts, tcc_client **out,
                        tcc_error *err) {
   *out = NULL;
@@ -272,7 +335,12 @@ int tcc_client_connect(const char *addr, const tcc_client_options *opts, tcc_cli
   args[1].key = GRPC_ARG_ENABLE_HTTP_PROXY;
   args[1].value.integer = 0;
   grpc_channel_args cargs = {2, args};
-  grpc_channel_credentials *creds = grpc_insecure_credentials_create();
+  grpc_channel_credentials *creds = NULL;
+  int crc = channel_credentials(opts, &creds, err);
+  if (crc) {
+    tcc_client_close(c);
+    return crc;
+  }
   c->channel = grpc_channel_create(addr, creds, &cargs);
   grpc_channel_credentials_release(creds);
   if (!c->channel) {

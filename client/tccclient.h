@@ -41,6 +41,17 @@ typedef struct tcc_client_options {
   /* Bearer token sent with every call (`authorization: Bearer TOKEN`),
    * for a tccd started with --auth-tokens. NULL = $TCCD_TOKEN; "" = none. */
   const char *token;
+  /* TLS (a tccd started with --tls-cert). tls_ca: PEM file of the CA that
+   * signed the daemon's certificate (NULL = $TCCD_TLS_CA). tls_cert and
+   * tls_key: this client's certificate and key for a daemon that
+   * requires them (--tls-client-ca) (NULL = $TCCD_TLS_CERT,
+   * $TCCD_TLS_KEY). tls = 1 (or $TCCD_TLS=1) uses TLS with the system's
+   * roots when no CA is named. Any of them set means TLS; none means a
+   * plaintext channel. "" counts as unset. */
+  const char *tls_ca;
+  const char *tls_cert;
+  const char *tls_key;
+  int tls;
 } tcc_client_options;
 
 /* addr NULL: $TCCD_ADDR, else TCC_DEFAULT_ADDR. opts may be NULL.

@@ -69,6 +69,10 @@ static const char usage_text[] =
     "                               files (default $TCCD_TRUSTED_KEYS)\n"
     "  --token-file FILE            send the bearer token in FILE (default\n"
     "                               $TCCD_TOKEN)\n"
+    "  --tls-ca FILE                use TLS, trusting this PEM CA ($TCCD_TLS_CA)\n"
+    "  --tls-cert FILE --tls-key FILE\n"
+    "                               client certificate for mTLS ($TCCD_TLS_CERT,\n"
+    "                               $TCCD_TLS_KEY)\n"
     "  --version                    print the version\n"
     "\n"
     "HASH may be a unique prefix (at least 4 hex digits) of a guard hash.\n"
@@ -82,6 +86,7 @@ typedef struct tcctl {
   int connect_timeout_ms;
   const char *trusted_keys;   /* NULL: $TCCD_TRUSTED_KEYS */
   const char *token_file;     /* NULL: $TCCD_TOKEN */
+  const char *tls_ca, *tls_cert, *tls_key; /* NULL: $TCCD_TLS_* */
   const char *command;
   int argc;          /* the command's own arguments */
   char **argv;
@@ -356,7 +361,10 @@ static int read_token_file(tcctl *t, char *buf, size_t size) {
 static int connect_client(tcctl *t) {
   tcc_client_options opts = {.deadline_ms = t->deadline_ms,
                              .connect_timeout_ms = t->connect_timeout_ms,
-                             .trusted_keys = t->trusted_keys};
+                             .trusted_keys = t->trusted_keys,
+                             .tls_ca = t->tls_ca,
+                             .tls_cert = t->tls_cert,
+                             .tls_key = t->tls_key};
   char token[1024];
   if (t->token_file) {
     int rc = read_token_file(t, token, sizeof token);
@@ -970,6 +978,12 @@ int main(int argc, char **argv) {
       t.trusted_keys = v;
     } else if ((v = option_value(argc, argv, &i, "--token-file"))) {
       t.token_file = v;
+    } else if ((v = option_value(argc, argv, &i, "--tls-ca"))) {
+      t.tls_ca = v;
+    } else if ((v = option_value(argc, argv, &i, "--tls-cert"))) {
+      t.tls_cert = v;
+    } else if ((v = option_value(argc, argv, &i, "--tls-key"))) {
+      t.tls_key = v;
     } else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
       fputs(usage_text, stdout);
       free(rest);

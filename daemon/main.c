@@ -66,6 +66,15 @@ static int write_port_file(const char *path, int port) {
   return 0;
 }
 
+/* Is the HOST of HOST:PORT a loopback address (127.0.0.0/8, ::1,
+ * localhost)? Unix sockets count as local too. */
+static int listen_is_loopback(const char *listen) {
+  if (!strncmp(listen, "unix:", 5)) return 1;
+  if (!strncmp(listen, "127.", 4) || !strncmp(listen, "[::1]", 5) || !strncmp(listen, "localhost:", 10))
+    return 1;
+  return 0;
+}
+
 int main(int argc, char **argv) {
   tccd_config cfg;
   tcc_error err;
@@ -141,6 +150,11 @@ int main(int argc, char **argv) {
            (long long)cfg.cache_max_bytes);
   log_info("compiler: %s", st.identity);
   if (st.auth) log_info("bearer-token auth on (--auth-tokens %s); Health/Check stays open", cfg.auth_tokens);
+  if (cfg.tls_cert[0])
+    log_info("TLS on (%s)", cfg.tls_client_ca[0] ? "client certificates required and verified" : "server certificate only");
+  else if (!listen_is_loopback(cfg.listen))
+    log_warn("listening on %s without TLS: %s travel in clear text (see --tls-cert)", cfg.listen,
+             st.auth ? "bearer tokens and artifacts" : "artifacts");
   if (st.signing_key)
     log_info("signing artifacts with key %s (%zu trusted key%s)", st.signing_key->key_id, st.trusted.n,
              st.trusted.n == 1 ? "" : "s");

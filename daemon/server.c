@@ -485,6 +485,69 @@ static void request_generic(tccd_server *srv) {
 
 /* ------------------------------------------------------------ start */
 
+/* Reads a whole PEM file (NUL-terminated, malloc'd) for --flag. Returns
+ * NULL with a message in err when unreadable or not PEM. */
+static char *read_pem(const char *path, const char *flag, tcc_error *err) {
+  FILE *f = fopen(path, "rb");
+  if (!f) {
+    tcc_error_set(err, TCC_E_FAILED_PRECONDITION, "%s %s: %s", flag, path, strerror(errno));
+    return NULL;
+  }
+  char *buf = NULL;
+  size_t len = 0, cap = 0;
+  for (;;) {
+    if (len + 4096 + 1 > cap) {
+      cap = cap ? cap * 2 : 8192;
+      char *grown = cap <= (1 << 20) ? realloc(buf, cap) : NULL;
+      if (!grown) {
+        free(buf);
+        fclose(f);
+        tcc_error_set(err, TCC_E_FAILED_PRECONDITION, "%s %s: too large for a PEM file", flag, path);
+        return NULL;
+      }
+      buf = grown;
+    }
+    size_t n = fread(buf + len, 1, 4096, f);
+    len += n;
+    if (n < 4096) break;
+  }
+  fclose(f);
+  buf[len] = '\0';
+  if (!strstr(buf, "-----BEGIN ")) {
+    free(buf);
+    tcc_error_set(err, TCC_E_FAILED_PRECONDITION, "%s %s is not a PEM file", flag, path);
+    return NULL;
+  }
+  return buf;
+}
+
+/* Insecure credentials, or TLS from --tls-cert/--tls-key (and mTLS with
+ * --tls-client-ca: clients must present a certificate that CA signed).
+ * Returns NULL with err set when a file is unusable. */
+static grpc_server_credentials *server_credentials(const tccd_config *cfg, tcc_error *err) {
+  if (!cfg->tls_cert[0]) return grpc_insecure_server_credentials_create();
+  char *cert = read_pem(cfg->tls_cert, "--tls-cert", err);
+  char *key = cert ? read_pem(cfg->tls_key, "--tls-key", err) : NULL;
+  char *ca = key && cfg->tls_client_ca[0] ? read_pem(cfg->tls_client_ca, "--tls-client-ca", err) : NULL;
+  grpc_server_credentials *creds = NULL;
+  if (cert && key && (ca || !cfg->tls_client_ca[0])) {
+    grpc_ssl_pem_key_cert_pair pair = {.private_key = key, .cert_chain = cert};
+    creds = grpc_ssl_server_credentials_create_ex(
+        ca, &pair, 1,
+        ca ? GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY
+           : GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE,
+        NULL);
+    if (!creds) tcc_error_set(err, TCC_E_FAILED_PRECONDITION, "--tls-cert/--tls-key: gRPC refused them");
+  }
+  if (key) {
+    memset(key, 0, strlen(key));
+    free(key);
+  }
+  free(cert);
+  free(ca);
+  return creds;
+}
+
 /* gRPC reports a failed bind only as port 0; bind once ourselves to say why. */
 static void explain_bind_failure(const char *listen, char *why, size_t cap) {
   snprintf(why, cap, "not a valid HOST:PORT, or the address cannot be bound");
@@ -541,13 +604,13 @@ int tccd_server_start(tccd_state *st, tcc_error *err) {
         srv->grpc, method_names[m], NULL, GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER, 0);
   }
 
-  grpc_server_credentials *creds = grpc_insecure_server_credentials_create();
-  srv->port = grpc_server_add_http2_port(srv->grpc, st->cfg->listen, creds);
-  grpc_server_credentials_release(creds);
+  grpc_server_credentials *creds = server_credentials(st->cfg, err);
+  srv->port = creds ? grpc_server_add_http2_port(srv->grpc, st->cfg->listen, creds) : 0;
+  if (creds) grpc_server_credentials_release(creds);
   if (srv->port == 0) {
     char why[512];
     explain_bind_failure(st->cfg->listen, why, sizeof why);
-    tcc_error_set(err, TCC_E_UNAVAILABLE, "cannot listen on %s: %s", st->cfg->listen, why);
+    if (creds) tcc_error_set(err, TCC_E_UNAVAILABLE, "cannot listen on %s: %s", st->cfg->listen, why);
     grpc_server_destroy(srv->grpc);
     grpc_completion_queue_shutdown(srv->cq);
     while (grpc_completion_queue_next(srv->cq, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL).type !=
