@@ -759,7 +759,7 @@ static int emit_reduce_group(kernel_emit *ke, const tcc_vx *const *group, int ng
     acc[g] = ke->naccs++;
     const char *init = red_init(r);
     if (!strcmp(init, "tcc_lowest") || !strcmp(init, "tcc_highest"))
-      init = int_limit(r->dtype, init[5] == 'h');
+      init = int_limit(r->dtype, !strcmp(init, "tcc_highest"));
     if (r->i == TCC_RED_ARGMAX || r->i == TCC_RED_ARGMIN) {
       const char *vt = ctype(r->a->dtype);
       int fl = tcc_dtype_is_float(r->a->dtype);
@@ -798,7 +798,7 @@ static int emit_reduce_group(kernel_emit *ke, const tcc_vx *const *group, int ng
   for (int g = 0; g < ng; g++)
     for (int r = 0; r < group[g]->nidx; r++) {
       int v = group[g]->buf + r;
-      if (g) tcc_buf_printf(b, "%*sconst int64_t i%d = i%d;\n", ind, "", v, r0->buf + r);
+      if (g && v != r0->buf + r) tcc_buf_printf(b, "%*sconst int64_t i%d = i%d;\n", ind, "", v, r0->buf + r);
       if (v < ke->nvars) ke->bound[v] = 1;
     }
   int mark = ke->nscoped;

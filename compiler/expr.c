@@ -316,7 +316,12 @@ const tcc_vx *tcc_vx_cast(tcc_program *p, const tcc_vx *a, tcc_dtype dt) {
   if (a->dtype == dt) return a;
   if (a->op == TCC_PRIM_CONST) {                  /* fold literals */
     double f = tcc_dtype_is_float(a->dtype) ? a->f : (double)a->i;
-    if (tcc_dtype_is_float(dt)) return tcc_vx_const(p, dt, f, 0);
+    if (dt == TCC__V1__DTYPE__FLOAT32 || dt == TCC__V1__DTYPE__FLOAT64) return tcc_vx_const(p, dt, f, 0);
+    if (tcc_dtype_is_float(dt)) {   /* half literals: a conversion of a float one */
+      if (a->dtype != TCC__V1__DTYPE__FLOAT32) a = tcc_vx_const(p, TCC__V1__DTYPE__FLOAT32, f, 0);
+      tcc_vx e = {.op = TCC_PRIM_CAST, .dtype = dt, .a = a, .buf = -1};
+      return vx_intern(p, &e);
+    }
     if (dt == TCC__V1__DTYPE__BOOL)
       return tcc_vx_const(p, dt, 0, tcc_dtype_is_float(a->dtype) ? a->f != 0 : a->i != 0);
     if (!tcc_dtype_is_float(a->dtype) || (isfinite(f) && fabs(f) < 9.2e18)) {

@@ -76,10 +76,12 @@ const tcc_vx *tcc_lower_operand(tcc_lower_ctx *lc, const tcc_arg *a, int rank,
       idx[k] = v->sizes[k] == 1 ? tcc_ix_const(p, 0) : tcc_ix_var(p, k + rank - v->rank);
     return tcc_vx_cast(p, tcc_vx_subst(p, v->body, v->rank, idx), dt);
   }
-  case TCC_ARG_INT: return tcc_vx_const(p, dt, (double)a->i, a->i);
+  case TCC_ARG_INT:
+    return tcc_vx_cast(p, tcc_vx_const(p, TCC__V1__DTYPE__INT64, (double)a->i, a->i), dt);
   case TCC_ARG_FLOAT:
     return tcc_vx_cast(p, tcc_vx_const(p, TCC__V1__DTYPE__FLOAT64, a->f, 0), dt);
-  case TCC_ARG_BOOL: return tcc_vx_const(p, dt, a->i ? 1.0 : 0.0, a->i != 0);
+  case TCC_ARG_BOOL:
+    return tcc_vx_cast(p, tcc_vx_const(p, TCC__V1__DTYPE__BOOL, a->i ? 1.0 : 0.0, a->i != 0), dt);
   default: return NULL;
   }
 }
@@ -874,7 +876,9 @@ int tcc_lower_reduce(tcc_lower_ctx *lc, const tcc_node *n, tcc_error *err) {
     const tcc_arg *c = ARG("correction");
     double corr = c->kind == TCC_ARG_NONE ? 1.0 : c->kind == TCC_ARG_FLOAT ? c->f : (double)c->i;
     const tcc_vx *mean = mean_of(p, body, &rs, xd);
-    const tcc_vx *var = var_of(p, body, mean, &rs, xd, corr);
+    red_space r2;   /* a second pass over fresh bound vars */
+    const tcc_vx *body2 = red_body(lc, n->args[0].v, mask, keepdim, &r2);
+    const tcc_vx *var = var_of(p, body2, mean, &r2, xd, corr);
     if (id == TCC_OP_STD) var = UN(SQRT, var);
     rc = result(lc, n, 0, var, err);
     if (!rc && id == TCC_OP_VAR_MEAN) rc = result(lc, n, 1, mean, err);

@@ -353,7 +353,8 @@ static int resolve_tensor(verify_ctx *vc, const char *pname, const char *vname, 
 /* Checks list length against T[N]; a single element is repeated. */
 static int list_len_ok(verify_ctx *vc, const tcc_param *q, size_t n, size_t *len) {
   *len = n;
-  if (q->list_len && n != (size_t)q->list_len) {
+  /* int[1] is PyTorch's "an int list, or one int": any length */
+  if (q->list_len > 1 && n != (size_t)q->list_len) {
     if (n == 1) *len = (size_t)q->list_len;
     else
       return tcc_error_set(vc->err, TCC_E_INVALID_ARGUMENT,

@@ -1,0 +1,619 @@
+"""Every op of the compiler's table against PyTorch eager, on fresh random
+inputs (seed printed; TCC_TEST_SEED replays), across dtypes, broadcast
+shapes and non-contiguous layouts (transposed, sliced with a storage
+offset, expanded). Kernels are compiled by the library itself
+(tcc-compile-file) and called through ctypes.
+
+Tolerances (|got - want| <= atol + rtol * |want|, NaNs equal):
+  float64 1e-10/1e-12, float32 1e-5/1e-5 (reductions over rows 1e-4),
+  float16 2e-3/2e-3, bfloat16 1.6e-2/1e-2, integers and bool exact.
+"""
+import os
+import sys
+import time
+
+import pytest
+import torch
+
+sys.path.insert(0, os.path.dirname(__file__))
+import tcckern as tk  # noqa: E402
+
+A = torch.ops.aten
+SEED = int(os.environ.get("TCC_TEST_SEED", time.time_ns() % (1 << 31)))
+print(f"test_ops: seed {SEED} (TCC_TEST_SEED={SEED} replays)")
+
+TOL = {torch.float64: (1e-10, 1e-12), torch.float32: (1e-5, 1e-5), torch.float16: (2e-3, 2e-3),
+       torch.bfloat16: (1.6e-2, 1e-2)}
+FLOATS = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
+INTS = [torch.int32, torch.int64, torch.int8, torch.uint8, torch.int16]
+
+
+def gen(case_seed):
+    g = torch.Generator().manual_seed(SEED ^ case_seed)
+    return g
+
+
+def rnd(shape, dtype, g, lo=-3.0, hi=3.0, layout="contig"):
+    """A random tensor of `shape` in a given layout (same values whatever
+    the layout): contig, t (stored transposed), slice (every other
+    element of a bigger buffer, storage offset 3), expand (broadcast from
+    size 1 in dim 0)."""
+    def values(s):
+        if dtype.is_floating_point:
+            return (torch.rand(s, generator=g, dtype=torch.float64) * (hi - lo) + lo).to(dtype)
+        if dtype == torch.bool:
+            return torch.rand(s, generator=g) < 0.5
+        l, h = (0, 20) if dtype == torch.uint8 else (int(lo * 3) - 1, int(hi * 3) + 2)
+        return torch.randint(l, h, s, generator=g, dtype=torch.int64).to(dtype)
+    shape = tuple(shape)
+    if layout == "contig" or len(shape) == 0:
+        return values(shape)
+    if layout == "t":
+        base = values(shape[::-1])
+        return base.permute(*reversed(range(len(shape))))
+    if layout == "slice":
+        big = values((shape[0] * 2 + 1,) + shape[1:])
+        flat = torch.empty(big.numel() + 3, dtype=dtype)
+        flat[3:] = big.reshape(-1)
+        return flat[3:].view(big.shape)[1::2]
+    if layout == "expand":
+        return values((1,) + shape[1:]).expand(shape)
+    raise ValueError(layout)
+
+
+def check(out, want, dtype=None, tol=None):
+    dtype = dtype or want.dtype
+    if tol is None:
+        tol = TOL.get(dtype, (0, 0))
+    rtol, atol = tol
+    assert out.shape == want.shape, (out.shape, want.shape)
+    assert out.dtype == want.dtype, (out.dtype, want.dtype)
+    torch.testing.assert_close(out, want, rtol=rtol, atol=atol, equal_nan=True, check_stride=False)
+
+
+def run_op(op, args, kwargs=None, nout=None, tol=None, take=None):
+    kwargs = kwargs or {}
+    gm, ins = tk.op_graph(op, args, kwargs, nout, take)
+    k = tk.compile_fx(gm, ins)
+    outs = k(*ins)
+    want = op(*args, **kwargs)
+    want = list(want) if nout else [want]
+    if take is not None:
+        want = [want[i] for i in take]
+    for i, (o, w) in enumerate(zip(outs, want)):
+        check(o, w, tol=tol)
+    return k
+
+
+# ------------------------------------------------------------ unary
+
+UNARY_FLOAT = ["exp", "exp2", "expm1", "log", "log1p", "log2", "sqrt", "rsqrt", "reciprocal", "sin",
+               "cos", "tan", "tanh", "sigmoid", "erf", "silu", "floor", "ceil", "round", "trunc"]
+UNARY_ANY = ["abs", "neg", "relu", "sign"]
+POSITIVE = {"log", "log1p", "log2", "sqrt", "rsqrt", "reciprocal"}
+
+
+@pytest.mark.parametrize("name", UNARY_FLOAT + UNARY_ANY)
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_unary_float(name, dtype):
+    g = gen(hash((name, str(dtype))) & 0xffff)
+    lo, hi = (0.1, 4.0) if name in POSITIVE else (-4.0, 4.0)
+    if name == "tan":
+        lo, hi = -1.4, 1.4
+    layout = ["contig", "t", "slice", "expand"][hash(name) % 4]
+    x = rnd((5, 7), dtype, g, lo, hi, layout)
+    run_op(getattr(A, name).default, (x,))
+
+
+@pytest.mark.parametrize("name", UNARY_ANY + ["bitwise_not", "floor", "trunc"])
+@pytest.mark.parametrize("dtype", INTS)
+def test_unary_int(name, dtype):
+    if dtype == torch.uint8 and name == "neg":
+        pytest.skip("neg of uint8 wraps in both; covered by int8")
+    g = gen(hash((name, str(dtype))) & 0xffff)
+    x = rnd((4, 6), dtype, g, layout="t")
+    run_op(getattr(A, name).default, (x,))
+
+
+@pytest.mark.parametrize("name", ["logical_not", "isnan", "isinf", "bitwise_not", "abs"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64, torch.bool])
+def test_predicates(name, dtype):
+    if name == "bitwise_not" and dtype.is_floating_point:
+        pytest.skip("bitwise_not of a float raises in PyTorch")
+    if name == "abs" and dtype == torch.bool:
+        pytest.skip("abs of bool raises in PyTorch")
+    g = gen(7)
+    x = rnd((6, 5), dtype, g)
+    if dtype.is_floating_point:
+        x[0, 0] = float("nan")
+        x[1, 1] = float("inf")
+        x[2, 2] = -float("inf")
+        x[3, 3] = 0
+    run_op(getattr(A, name).default, (x,))
+
+
+@pytest.mark.parametrize("approx", ["none", "tanh"])
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_gelu(approx, dtype):
+    x = rnd((8, 9), dtype, gen(11), -5, 5, "slice")
+    run_op(A.gelu.default, (x,), {"approximate": approx})
+    gout = rnd((8, 9), dtype, gen(12))
+    run_op(A.gelu_backward.default, (gout, x), {"approximate": approx},
+           tol=(1e-4, 1e-5) if dtype == torch.float32 else None)
+
+
+def test_special_values():
+    x = torch.tensor([0.0, -0.0, float("inf"), -float("inf"), float("nan"), 1e-40, -1e30, 88.0, -88.0])
+    for name in UNARY_FLOAT + UNARY_ANY:
+        if name in POSITIVE or name in ("tan",):
+            continue
+        run_op(getattr(A, name).default, (x,))
+
+
+# ----------------------------------------------------------- binary
+
+BINARY = [("add", "Tensor"), ("sub", "Tensor"), ("mul", "Tensor"), ("div", "Tensor"),
+          ("maximum", "default"), ("minimum", "default"), ("fmod", "Tensor"),
+          ("remainder", "Tensor"), ("atan2", "default"), ("pow", "Tensor_Tensor")]
+COMPARE = ["eq", "ne", "lt", "le", "gt", "ge"]
+SHAPES = [((4, 5), (4, 5)), ((3, 1, 5), (4, 1)), ((), (2, 3)), ((6,), (2, 1, 6))]
+
+
+@pytest.mark.parametrize("name,ov", BINARY)
+@pytest.mark.parametrize("dtypes", [(torch.float32, torch.float32), (torch.float64, torch.float32),
+                                    (torch.float16, torch.float16), (torch.bfloat16, torch.float32),
+                                    (torch.int32, torch.float32), (torch.int64, torch.int64),
+                                    (torch.int8, torch.uint8)])
+@pytest.mark.parametrize("shapes", SHAPES)
+def test_binary(name, ov, dtypes, shapes):
+    g = gen(hash((name, str(dtypes), shapes)) & 0xffff)
+    a = rnd(shapes[0], dtypes[0], g, -3, 3, "t" if len(shapes[0]) > 1 else "contig")
+    b = rnd(shapes[1], dtypes[1], g, -3, 3)
+    if name in ("fmod", "remainder", "div", "pow") and not (dtypes[0].is_floating_point or dtypes[1].is_floating_point):
+        b = torch.where(b == 0, torch.ones_like(b), b)
+        if name == "pow":
+            b = b.abs() % 4
+        if name == "div":
+            pytest.skip("true division of ints: covered by float cases")
+    if name == "pow" and (dtypes[0].is_floating_point or dtypes[1].is_floating_point):
+        a = a.abs() + 0.5 if a.dtype.is_floating_point else a.abs() + 1
+    tol = (1e-4, 1e-5) if name == "pow" and torch.float32 in dtypes else None
+    run_op(getattr(getattr(A, name), ov), (a, b), tol=tol)
+
+
+@pytest.mark.parametrize("alpha", [1, 2, -0.5])
+def test_add_sub_alpha(alpha):
+    a = rnd((3, 4), torch.float32, gen(3))
+    b = rnd((4,), torch.float32, gen(4))
+    run_op(A.add.Tensor, (a, b), {"alpha": alpha})
+    run_op(A.sub.Tensor, (a, b), {"alpha": alpha})
+    run_op(A.add.Scalar, (a, 2.5), {"alpha": alpha})
+    ai = rnd((3, 4), torch.int64, gen(5))
+    run_op(A.add.Tensor, (ai, ai), {"alpha": 3})
+
+
+@pytest.mark.parametrize("mode", [None, "trunc", "floor"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.int32, torch.int64, torch.int8])
+def test_div_mode(mode, dtype):
+    g = gen(21)
+    a = rnd((5, 6), dtype, g, -20, 20)
+    b = rnd((5, 6), dtype, g, -6, 6)
+    b = torch.where(b == 0, torch.full_like(b, 3), b)
+    run_op(A.div.Tensor_mode, (a, b), {"rounding_mode": mode})
+    run_op(A.div.Scalar_mode, (a, -3), {"rounding_mode": mode})
+
+
+def test_integer_division_by_zero_is_an_error():
+    a = torch.tensor([1, 2, 3])
+    b = torch.tensor([1, 0, 2])
+    gm, ins = tk.op_graph(A.div.Tensor_mode, (a, b), {"rounding_mode": "floor"})
+    k = tk.compile_fx(gm, ins)
+    with pytest.raises(RuntimeError):
+        k(*ins)
+
+
+@pytest.mark.parametrize("name", COMPARE)
+@pytest.mark.parametrize("dtypes", [(torch.float32, torch.float32), (torch.int64, torch.float32),
+                                    (torch.bool, torch.bool), (torch.bfloat16, torch.float16)])
+def test_compare(name, dtypes):
+    g = gen(hash((name, str(dtypes))) & 0xffff)
+    a = rnd((3, 1, 5), dtypes[0], g, -2, 2)
+    b = rnd((4, 5), dtypes[1], g, -2, 2)
+    if a.dtype.is_floating_point:
+        a = a.round()
+        b = b.round() if b.dtype.is_floating_point else b
+    run_op(getattr(A, name).Tensor, (a, b))
+    run_op(getattr(A, name).Scalar, (a, 1))
+    run_op(getattr(A, name).Scalar, (a, 0.5))
+
+
+@pytest.mark.parametrize("name", ["logical_and", "logical_or", "logical_xor"])
+def test_logical(name):
+    g = gen(31)
+    a = rnd((4, 5), torch.float32, g).round()
+    b = rnd((5,), torch.bool, g)
+    run_op(getattr(A, name).default, (a, b))
+
+
+@pytest.mark.parametrize("name", ["bitwise_and", "bitwise_or", "bitwise_xor"])
+@pytest.mark.parametrize("dtype", [torch.int32, torch.uint8, torch.bool, torch.int64])
+def test_bitwise(name, dtype):
+    g = gen(41)
+    a = rnd((4, 5), dtype, g)
+    b = rnd((4, 5), dtype, g, layout="t")
+    run_op(getattr(A, name).Tensor, (a, b))
+    if dtype != torch.bool:
+        run_op(getattr(A, name).Scalar, (a, 6))
+
+
+def test_scalar_forms_and_promotion():
+    g = gen(51)
+    x = rnd((4, 5), torch.float16, g)
+    i = rnd((4, 5), torch.int32, g)
+    for op, s in [(A.add.Scalar, 2), (A.sub.Scalar, 1.5), (A.mul.Scalar, 3), (A.div.Scalar, 4),
+                  (A.pow.Tensor_Scalar, 2), (A.fmod.Scalar, 1.5), (A.remainder.Scalar, 2),
+                  (A.clamp_min.default, -1), (A.clamp_max.default, 0.5)]:
+        run_op(op, (x, s))
+        run_op(op, (i, s) if op not in (A.fmod.Scalar, A.remainder.Scalar) else (i, 3))
+    run_op(A.pow.Scalar, (2.0, x))
+    z = torch.tensor(2.5, dtype=torch.float64)   # zero-dim does not promote
+    run_op(A.mul.Tensor, (x, z))
+    run_op(A.add.Tensor, (i, z))
+
+
+def test_where_and_clamp():
+    g = gen(61)
+    c = rnd((4, 1), torch.bool, g)
+    a = rnd((4, 5), torch.float32, g)
+    b = rnd((5,), torch.float64, g)
+    run_op(A.where.self, (c, a, b))
+    run_op(A.where.ScalarSelf, (c, 1.5, a))
+    run_op(A.where.ScalarOther, (c, a, 0))
+    run_op(A.where.Scalar, (c, 1.0, 0.0))
+    run_op(A.clamp.default, (a, -1, 1))
+    run_op(A.clamp.default, (a, None, 0.2))
+    run_op(A.clamp.Tensor, (a, b, None))
+    run_op(A.clamp_min.Tensor, (a, b))
+    run_op(A.clamp_max.Tensor, (a, b))
+    ai = rnd((4, 5), torch.int64, g)
+    run_op(A.clamp.default, (ai, -2, 3))
+
+
+@pytest.mark.parametrize("src", FLOATS + INTS + [torch.bool])
+@pytest.mark.parametrize("dst", FLOATS + INTS + [torch.bool])
+def test_to_copy(src, dst):
+    g = gen(hash((str(src), str(dst))) & 0xffff)
+    lo, hi = (0, 100) if dst == torch.uint8 or src == torch.uint8 else (-100, 100)
+    if dst in (torch.int8,):
+        lo, hi = -100, 100
+    x = rnd((3, 7), src, g, lo, hi, "slice")
+    if src.is_floating_point and not dst.is_floating_point and dst != torch.bool:
+        x = x.trunc()   # float->int of fractions is exact either way; keep in range
+        if dst == torch.int8:
+            x = x.clamp(-120, 120)
+        if dst == torch.uint8:
+            x = x.clamp(0, 250)
+    run_op(A._to_copy.default, (x,), {"dtype": dst})
+
+
+def test_clone_and_copies():
+    x = rnd((4, 6), torch.float32, gen(71), layout="t")
+    run_op(A.clone.default, (x,))
+    run_op(A.lift_fresh_copy.default, (x,))
+    run_op(A.dropout.default, (x, 0.3, False))
+
+
+def test_backward_pointwise():
+    g = gen(81)
+    go = rnd((5, 6), torch.float32, g)
+    x = rnd((5, 6), torch.float32, g)
+    run_op(A.threshold_backward.default, (go, x, 0.0))
+    y = torch.sigmoid(x)
+    run_op(A.sigmoid_backward.default, (go, y))
+    run_op(A.tanh_backward.default, (go, torch.tanh(x)))
+
+
+# ------------------------------------------------------------ views
+
+VIEW_CASES = [
+    (A.view.default, lambda x: (x, [6, 4])),
+    (A.view.default, lambda x: (x, [-1])),
+    (A._unsafe_view.default, lambda x: (x, [2, 3, 4])),
+    (A.reshape.default, lambda x: (x, [3, 8])),
+    (A.permute.default, lambda x: (x, [1, 0])),
+    (A.transpose.int, lambda x: (x, 0, -1)),
+    (A.t.default, lambda x: (x,)),
+    (A.expand.default, lambda x: (x.reshape(4, 1, 6), [4, 5, 6])),
+    (A.expand.default, lambda x: (x, [2, 4, 6])),
+    (A.squeeze.default, lambda x: (x.reshape(4, 1, 6),)),
+    (A.squeeze.dim, lambda x: (x.reshape(1, 4, 6), 0)),
+    (A.squeeze.dims, lambda x: (x.reshape(1, 4, 1, 6), [0, 2])),
+    (A.unsqueeze.default, lambda x: (x, 1)),
+    (A.unsqueeze.default, lambda x: (x, -1)),
+    (A.slice.Tensor, lambda x: (x, 1, 1, 5, 2)),
+    (A.slice.Tensor, lambda x: (x, 0, -3, None)),
+    (A.slice.Tensor, lambda x: (x, 1, 0, 100)),
+    (A.select.int, lambda x: (x, 0, -1)),
+    (A.select.int, lambda x: (x, 1, 2)),
+    (A.alias.default, lambda x: (x,)),
+]
+
+
+@pytest.mark.parametrize("i", range(len(VIEW_CASES)))
+@pytest.mark.parametrize("layout", ["contig", "t", "slice"])
+def test_views(i, layout):
+    op, mk = VIEW_CASES[i]
+    x = rnd((4, 6), torch.float32, gen(i), layout=layout)
+    args = mk(x)
+    if op in (A.view.default, A._unsafe_view.default) and not args[0].is_contiguous():
+        pytest.skip("view of a non-viewable layout raises in PyTorch")
+    run_op(op, args)
+
+
+def test_view_chain_feeds_pointwise():
+    x = rnd((2, 3, 4), torch.float32, gen(91), layout="slice")
+    def f(x):
+        y = A.permute.default(x, [2, 0, 1])              # [4, 2, 3]
+        y = A.slice.Tensor(y, 0, 1, 4)                   # [3, 2, 3]
+        y = A.select.int(y, 1, 1)                        # [3, 3]
+        y = A.expand.default(A.unsqueeze.default(y, 0), [2, 3, 3])
+        y = A.mul.Tensor(A.transpose.int(y, 1, 2), 2.0)
+        return A.add.Tensor(A.view.default(A.clone.default(y), [6, 3]), 1)
+    gm = tk.aten_graph(f, [x], decompose=False)
+    k = tk.compile_fx(gm, [x])
+    check(k(x)[0], f(x))
+
+
+def test_as_strided():
+    base = rnd((24,), torch.float32, gen(92))
+    run_op(A.as_strided.default, (base, [3, 4], [1, 3], 2))
+    run_op(A.as_strided.default, (base, [2, 2, 3], [8, 0, 2]))
+
+
+def test_cat_pad_index():
+    g = gen(101)
+    a = rnd((2, 3), torch.float32, g)
+    b = rnd((2, 5), torch.float64, g, layout="slice")
+    c = rnd((2, 1), torch.float32, g)
+    run_op(A.cat.default, ([a, b, c], 1))
+    run_op(A.cat.default, ([a, a], 0))
+    run_op(A.cat.default, ([a, torch.empty(0), a], -1))
+    x = rnd((3, 4), torch.float32, g, layout="t")
+    run_op(A.constant_pad_nd.default, (x, [1, 2]))
+    run_op(A.constant_pad_nd.default, (x, [0, 1, 2, 0], 1.5))
+    run_op(A.constant_pad_nd.default, (x, [-1, 1]))
+    idx = torch.tensor([2, 0, 2, 1])
+    run_op(A.index_select.default, (x, 0, idx))
+    run_op(A.index_select.default, (x, 1, idx.to(torch.int32)))
+    gi = torch.randint(0, 4, (3, 5), generator=g)
+    run_op(A.gather.default, (x, 1, gi))
+    gi0 = torch.randint(0, 3, (2, 4), generator=g)
+    run_op(A.gather.default, (x, 0, gi0))
+    w = rnd((10, 6), torch.float32, g)
+    ids = torch.randint(0, 10, (4, 7), generator=g)
+    run_op(A.embedding.default, (w, ids))
+
+
+def test_out_of_range_index_is_an_error():
+    x = torch.randn(3, 4)
+    gm, ins = tk.op_graph(A.index_select.default, (x, 0, torch.tensor([0, 3])))
+    k = tk.compile_fx(gm, ins)
+    with pytest.raises(RuntimeError):
+        k(*ins)
+
+
+def test_factories():
+    for op, args, kw in [(A.full.default, ([2, 3], 1.5), {}), (A.full.default, ([4], 7), {}),
+                         (A.full.default, ([2, 2], True), {}),
+                         (A.zeros.default, ([3, 2],), {"dtype": torch.float64}),
+                         (A.ones.default, ([5],), {"dtype": torch.int32}),
+                         (A.arange.default, (10,), {}), (A.arange.start, (2, 9), {}),
+                         (A.arange.start_step, (0, 1, 0.125), {}),
+                         (A.arange.start_step, (10, -3, -3), {"dtype": torch.float32}),
+                         (A.scalar_tensor.default, (3.25,), {})]:
+        run_op(op, args, kw)
+    x = rnd((3, 4), torch.bfloat16, gen(2))
+    run_op(A.full_like.default, (x, 2.0))
+    run_op(A.zeros_like.default, (x,))
+    run_op(A.ones_like.default, (x,), {"dtype": torch.int64})
+
+
+# ------------------------------------------------------- reductions
+
+RED_TOL = {torch.float32: (1e-4, 1e-4), torch.float64: (1e-10, 1e-10), torch.float16: (5e-3, 5e-3),
+           torch.bfloat16: (3e-2, 3e-2)}
+
+
+@pytest.mark.parametrize("dims", [None, [0], [1], [-1, 0], [0, 2]])
+@pytest.mark.parametrize("keepdim", [False, True])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_reductions(dims, keepdim, dtype):
+    g = gen(hash((str(dims), keepdim, str(dtype))) & 0xffff)
+    x = rnd((3, 5, 7), dtype, g, -2, 2, layout="t")
+    tol = RED_TOL[dtype]
+    d = dims if dims is not None else []
+    run_op(A.sum.dim_IntList, (x, dims, keepdim), tol=tol)
+    run_op(A.mean.dim, (x, dims, keepdim), tol=tol)
+    run_op(A.amax.default, (x, d, keepdim), tol=tol)
+    run_op(A.amin.default, (x, d, keepdim), tol=tol)
+    run_op(A.var.correction, (x, dims), {"correction": 1, "keepdim": keepdim}, tol=tol)
+    run_op(A.std.correction, (x, dims), {"correction": 0, "keepdim": keepdim}, tol=tol)
+    run_op(A.var_mean.correction, (x, dims), {"keepdim": keepdim}, nout=2, tol=tol)
+    if dims:
+        run_op(A.logsumexp.default, (x, dims, keepdim), tol=tol)
+    run_op(A.any.dims, ((x > 1), dims, keepdim))
+    run_op(A.all.dims, ((x > -1.5), dims, keepdim))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64, torch.int32, torch.bool, torch.float16])
+def test_reductions_whole_and_int(dtype):
+    x = rnd((4, 6), dtype, gen(111), -2, 2, layout="slice")
+    tol = RED_TOL.get(dtype)
+    run_op(A.sum.default, (x,), tol=tol)
+    run_op(A.sum.dim_IntList, (x, [1]), {"dtype": torch.float64}, tol=(1e-6, 1e-6))
+    if dtype != torch.bool:
+        run_op(A.prod.default, (x,), tol=tol)
+        run_op(A.prod.dim_int, (x, 0), tol=tol)
+    run_op(A.max.default, (x,))
+    run_op(A.min.default, (x,))
+    if dtype != torch.bool:
+        run_op(A.argmax.default, (x,))
+        run_op(A.argmin.default, (x, 1, True))
+    run_op(A.any.default, (x,))
+    run_op(A.all.dim, (x, 0))
+    run_op(A.any.dim, (x, 1, True))
+    if dtype != torch.bool:
+        run_op(A.max.dim, (x, 1), nout=2)
+        run_op(A.min.dim, (x, 0, True), nout=2)
+
+
+def test_reductions_nan_and_ties():
+    x = torch.tensor([[1.0, 3.0, 3.0, 2.0], [float("nan"), 1.0, 5.0, float("nan")],
+                      [-float("inf"), -float("inf"), -float("inf"), -float("inf")]])
+    run_op(A.amax.default, (x, [1]))
+    run_op(A.argmax.default, (x, 1))
+    run_op(A.argmin.default, (x, 1))
+    run_op(A.max.dim, (x, 1), nout=2)
+    run_op(A.logsumexp.default, (x[2:], [1]))
+    run_op(A._softmax.default, (x[:1], 1, False))
+
+
+def test_reduction_empty_dims():
+    x = torch.randn(0, 5)
+    run_op(A.sum.dim_IntList, (x, [0]))
+    run_op(A.mean.dim, (torch.randn(3, 0), [0]))
+
+
+# ------------------------------------------------------- composites
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("dim", [-1, 0, 1])
+def test_softmax(dtype, dim):
+    g = gen(hash((str(dtype), dim)) & 0xffff)
+    x = rnd((6, 9, 5), dtype, g, -6, 6, layout="slice")
+    tol = RED_TOL[dtype]
+    run_op(A._softmax.default, (x, dim, False), tol=tol)
+    run_op(A._log_softmax.default, (x, dim, False), tol=tol)
+    run_op(A.softmax.int, (x, dim), tol=tol)
+    run_op(A.log_softmax.int, (x, dim, torch.float64), tol=(1e-6, 1e-6) if dtype != torch.float64 else None)
+    y = torch.softmax(x.float(), dim).to(dtype)
+    go = rnd((6, 9, 5), dtype, g)
+    run_op(A._softmax_backward_data.default, (go, y, dim, dtype), tol=tol)
+    ly = torch.log_softmax(x.float(), dim).to(dtype)
+    run_op(A._log_softmax_backward_data.default, (go, ly, dim, dtype), tol=tol)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+@pytest.mark.parametrize("affine", [True, False])
+def test_layer_norm(dtype, affine):
+    g = gen(hash((str(dtype), affine)) & 0xffff)
+    x = rnd((4, 3, 16), dtype, g, -2, 2, layout="t")
+    w = rnd((16,), dtype, g) if affine else None
+    b = rnd((16,), dtype, g) if affine else None
+    tol = RED_TOL[dtype]
+    run_op(A.native_layer_norm.default, (x, [16], w, b, 1e-5), nout=3, tol=tol)
+    run_op(A.layer_norm.default, (x, [3, 16], None, None, 1e-6), tol=tol)
+    run_op(A.rms_norm.default, (x, [16], w, 1e-6), tol=tol)
+    run_op(A.rms_norm.default, (x, [16]), tol=tol)
+    # backward
+    out, mean, rstd = A.native_layer_norm.default(x, [16], w, b, 1e-5)
+    go = rnd((4, 3, 16), dtype, g)
+    mask = [True, affine, affine]
+    run_op(A.native_layer_norm_backward.default, (go, x, [16], mean, rstd, w, b, mask), nout=3,
+           take=[0, 1, 2] if affine else [0], tol=(RED_TOL[dtype][0] * 10, RED_TOL[dtype][1] * 10))
+
+
+def test_batch_norm_inference():
+    g = gen(121)
+    x = rnd((2, 3, 4, 5), torch.float32, g)
+    w, b = rnd((3,), torch.float32, g), rnd((3,), torch.float32, g)
+    rm, rv = rnd((3,), torch.float32, g), rnd((3,), torch.float32, g, 0.5, 2)
+    run_op(A._native_batch_norm_legit_no_training.default, (x, w, b, rm, rv, 0.1, 1e-5), nout=3)
+    run_op(A._native_batch_norm_legit_no_training.default, (x, None, None, rm, rv, 0.1, 1e-3), nout=3)
+
+
+@pytest.mark.parametrize("scale", [False, True])
+def test_embedding_backward(scale):
+    g = gen(131)
+    ids = torch.randint(0, 9, (3, 5), generator=g)
+    go = rnd((3, 5, 4), torch.float32, g)
+    run_op(A.embedding_dense_backward.default, (go, ids, 9, 2, scale))
+    run_op(A.embedding_dense_backward.default, (go, ids, 9, -1, scale))
+
+
+# ------------------------------------------------------------ matmul
+
+MM_TOL = {torch.float32: (1e-4, 1e-4), torch.float64: (1e-10, 1e-10), torch.bfloat16: (3e-2, 3e-2),
+          torch.float16: (5e-3, 5e-3)}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+@pytest.mark.parametrize("la,lb", [("contig", "contig"), ("t", "contig"), ("contig", "t"),
+                                   ("slice", "t"), ("expand", "contig")])
+def test_mm_family(dtype, la, lb):
+    g = gen(hash((str(dtype), la, lb)) & 0xffff)
+    a = rnd((6, 5), dtype, g, layout=la)
+    b = rnd((5, 7), dtype, g, layout=lb)
+    bias = rnd((7,), dtype, g)
+    tol = MM_TOL[dtype]
+    run_op(A.mm.default, (a, b), tol=tol)
+    run_op(A.addmm.default, (bias, a, b), tol=tol)
+    run_op(A.addmm.default, (bias.reshape(1, 7), a, b), {"beta": 0.5, "alpha": 2}, tol=tol)
+    x3 = rnd((3, 6, 5), dtype, g, layout=la)
+    y3 = rnd((3, 5, 4), dtype, g, layout=lb)
+    run_op(A.bmm.default, (x3, y3), tol=tol)
+    w = rnd((7, 5), dtype, g, layout=lb)
+    run_op(A.linear.default, (x3, w, bias), tol=tol)
+    run_op(A.linear.default, (a, w), tol=tol)
+
+
+def test_matmul_shapes():
+    g = gen(141)
+    for sa, sb in [((5,), (5,)), ((3, 5), (5,)), ((5,), (5, 4)), ((2, 3, 5), (5, 4)),
+                   ((2, 1, 3, 5), (4, 5, 6)), ((3, 5), (2, 5, 4))]:
+        a = rnd(sa, torch.float32, g)
+        b = rnd(sb, torch.float32, g)
+        run_op(A.matmul.default, (a, b), tol=(1e-4, 1e-4))
+
+
+def test_empty_matmul():
+    run_op(A.mm.default, (torch.randn(3, 0), torch.randn(0, 4)))
+    run_op(A.mm.default, (torch.randn(0, 3), torch.randn(3, 4)))
+
+
+# ------------------------------------------------------ bad graphs
+
+def test_bad_graphs_get_clear_errors():
+    x = torch.randn(2, 3)
+    # a shape the op cannot produce
+    gm, ins = tk.op_graph(A.sum.dim_IntList, (x, [1]))
+    req = tk.request_for(gm, ins)
+    out = [v for v in req.graph.values if v.name == req.graph.outputs[0]][0]
+    out.meta.sizes[:] = [3]
+    with pytest.raises(tk.CompileError) as e:
+        tk.compile_request(req)
+    assert "declared with shape [3]" in e.value.message
+    # dims out of range
+    gm, ins = tk.op_graph(A.sum.dim_IntList, (x, [1]))
+    req = tk.request_for(gm, ins)
+    req.graph.nodes[0].inputs[1].arg.as_ints.values[:] = [5]
+    with pytest.raises(tk.CompileError) as e:
+        tk.compile_request(req)
+    assert "dim 5 out of range" in e.value.message
+    # dropout in training is refused, not run wrongly
+    gm, ins = tk.op_graph(A.dropout.default, (x, 0.5, True))
+    with pytest.raises(tk.CompileError) as e:
+        tk.compile_fx(gm, ins)
+    assert "training mode" in e.value.message and e.value.code == -12
+
+
+# ------------------------------------------------ 64-bit indexing
+
+def test_large_offsets_use_64bit_indexing():
+    # a strided view whose storage index passes 2^31 (a 2-element tensor
+    # at a huge storage offset would need that much memory; instead check
+    # the generated code indexes with int64_t)
+    x = torch.randn(4, 8)
+    gm, ins = tk.op_graph(A.add.Tensor, (x, x))
+    k = tk.compile_fx(gm, ins, keep_source=True)
+    assert "int64_t i0" in k.source and "int32_t i" not in k.source
