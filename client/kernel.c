@@ -19,6 +19,13 @@
  * that was never unloaded, e.g. one marked NODELETE, still owns its old
  * name): a taken name moves the memfd to another descriptor number.
  *
+ * CUDA artifacts (manifest target "cuda:ARCH" and a cubin: ELF machine
+ * 190) go to the Driver API loader (cuda.h) after checks 1-2: loaded into
+ * the calling thread's current context, else device 0's primary context;
+ * tcc_kernel_run launches the plan on the legacy default stream, and
+ * tcc_kernel_cuda() hands out the CUDA kernel for streams and graphs. A
+ * cubin whose manifest does not say cuda (or the reverse) is refused.
+ *
  * Entry ABI (tcc.proto, Manifest):
  *   int entry(const void *const *inputs, void *const *outputs, void *workspace)
  * returning 0 on success. A tcc_kernel is immutable once loaded, so it can
@@ -34,6 +41,7 @@
 #include <unistd.h>
 
 #include "client_internal.h"
+#include "cuda.h"
 #include "tccclient.h"
 
 #define TCC_KERNEL_ABI_VERSION 1
@@ -48,6 +56,7 @@ struct tcc_kernel {
   int fd;                        /* the sealed memfd, open while loaded */
   Tcc__V1__Manifest *manifest;   /* our own copy */
   char sha256[TCC_SHA256_HEX];
+  tcc_cuda_kernel *cuda;         /* a CUDA artifact's loader state, else NULL */
 };
 
 /* A deep copy of a manifest (pack + unpack); NULL when out of memory. */
@@ -123,6 +132,29 @@ out:
   return rc;
 }
 
+/* A CUDA artifact: the Driver API loader (cuda.c) does the rest. */
+static int load_cuda(const uint8_t *data, size_t len, const char *sha256_hex, const Tcc__V1__Manifest *manifest,
+                     tcc_kernel **out, tcc_error *err) {
+  tcc_kernel *k = calloc(1, sizeof *k);
+  if (!k) return tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "out of memory");
+  k->fd = -1;
+  tcc_hex_lower_copy(sha256_hex, k->sha256);
+  k->manifest = manifest_copy(manifest);
+  if (!k->manifest) {
+    tcc_kernel_unload(k);
+    return tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "out of memory");
+  }
+  tcc_cuda_options opts = {.context = TCC_CUDA_CURRENT_OR_PRIMARY};
+  int rc = tcc_cuda_kernel_load_manifest(data, len, k->sha256, manifest, &opts, &k->cuda, err);
+  if (rc) {
+    tcc_error_prefix(err, "CUDA artifact %.12s (%.64s)", k->sha256, manifest->target);
+    tcc_kernel_unload(k);
+    return rc;
+  }
+  *out = k;
+  return 0;
+}
+
 int tcc_kernel_load(const uint8_t *data, size_t len, const char *sha256_hex, const Tcc__V1__Manifest *manifest,
                     tcc_kernel **out, tcc_error *err) {
   *out = NULL;
@@ -137,10 +169,14 @@ int tcc_kernel_load(const uint8_t *data, size_t len, const char *sha256_hex, con
   if (len < 20 || memcmp(data, "\x7f" "ELF", 4) != 0)
     return tcc_error_set(err, TCC_E_FAILED_PRECONDITION, "artifact is not an ELF shared object");
   int machine = data[18] | data[19] << 8; /* e_machine, little-endian */
-  if (machine == EM_CUDA_MACHINE || (manifest->target && !strncmp(manifest->target, "cuda", 4)))
+  int cuda_target = manifest->target && !strncmp(manifest->target, "cuda:", 5);
+  if (machine == EM_CUDA_MACHINE && cuda_target) return load_cuda(data, len, sha256_hex, manifest, out, err);
+  if (machine == EM_CUDA_MACHINE || cuda_target)
     return tcc_error_set(err, TCC_E_UNIMPLEMENTED,
-                         "artifact is a CUDA cubin (%s); this client loads CPU shared objects only",
-                         manifest->target && *manifest->target ? manifest->target : "cuda");
+                         machine == EM_CUDA_MACHINE
+                             ? "artifact is a CUDA cubin but the manifest's target '%.64s' is not cuda:ARCH"
+                             : "the manifest's target is %.64s but the artifact is not a cubin",
+                         manifest->target ? manifest->target : "");
 
   tcc_kernel *k = calloc(1, sizeof *k);
   if (!k) return tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "out of memory");
@@ -171,6 +207,7 @@ fail:
 
 int tcc_kernel_run(tcc_kernel *k, const void *const *inputs, void *const *outputs, void *workspace,
                    tcc_error *err) {
+  if (k && k->cuda) return tcc_cuda_kernel_launch(k->cuda, NULL, inputs, outputs, workspace, err);
   if (!k || !k->entry) return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "no kernel loaded");
   if (k->manifest->workspace_bytes > 0 && !workspace)
     return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "the kernel needs a workspace of %lld bytes",
@@ -186,8 +223,11 @@ int tcc_kernel_run(tcc_kernel *k, const void *const *inputs, void *const *output
 
 const Tcc__V1__Manifest *tcc_kernel_manifest(const tcc_kernel *k) { return k ? k->manifest : NULL; }
 
+tcc_cuda_kernel *tcc_kernel_cuda(tcc_kernel *k) { return k ? k->cuda : NULL; }
+
 void tcc_kernel_unload(tcc_kernel *k) {
   if (!k) return;
+  tcc_cuda_kernel_unload(k->cuda);
   if (k->handle) dlclose(k->handle);
   if (k->fd >= 0) close(k->fd); /* after dlclose: the name stays ours while loaded */
   if (k->manifest) tcc__v1__manifest__free_unpacked(k->manifest, NULL);

@@ -1,0 +1,231 @@
+/*
+ * cuda.h — libtccclient's CUDA loader: cubins from tccd, run through the
+ * CUDA Driver API.
+ *
+ * libcuda is never linked: it is dlopen'ed ("libcuda.so.1", or
+ * $TCC_CUDA_LIBRARY) on first use, so libtccclient loads and works on
+ * machines without a GPU or driver; only the calls that need a device fail
+ * there, with TCC_E_FAILED_PRECONDITION "libcuda.so.1 not found: no NVIDIA
+ * driver on this machine (...)". No CUDA header is needed to build it.
+ *
+ *   tcc_cuda_available                 is there a driver and a device?
+ *   tcc_cuda_kernel_load[_manifest]    cubin (or PTX) -> module -> functions
+ *   tcc_cuda_kernel_launch             run the launch plan on a stream
+ *   tcc_cuda_kernel_unload
+ *
+ * The generic tcc_kernel_load (tccclient.h) sends an artifact here when
+ * its manifest's target is "cuda:ARCH" and the bytes are a cubin;
+ * tcc_kernel_run then launches on the default stream of the kernel's
+ * context, and tcc_kernel_cuda() gives the tcc_cuda_kernel for stream and
+ * CUDA-graph control.
+ *
+ * Contexts. A kernel belongs to one CUDA context, chosen at load
+ * (tcc_cuda_options.context): the primary context of a device index (what
+ * the CUDA runtime and PyTorch use), or the calling thread's current
+ * context. Primary contexts this library retains stay retained for the
+ * life of the process. Launches make the kernel's context current for
+ * their duration (push/pop) when it is not already.
+ *
+ * Module cache. One CUmodule per (context, artifact digest), shared by
+ * every kernel loaded from the same artifact in that context and unloaded
+ * with the last of them. The digest is the caller's word that the bytes
+ * hash to it (tcc_kernel_load checks it before it gets here).
+ *
+ * Cubin or PTX. A cubin for sm_XY runs on devices of compute capability
+ * X.Z with Z >= Y; an "a" cubin (sm_90a) only on X.Y exactly. Otherwise
+ * (another major arch: an sm_80 artifact on an H100), the PTX of the same
+ * compile (tcc_nvrtc_result.ptx; compute_XY) is JIT-compiled by the
+ * driver, which works on every device of capability >= X.Y (not for "a"
+ * PTX). Without PTX that is TCC_E_FAILED_PRECONDITION "arch mismatch:
+ * artifact sm_90, device sm_80 (...)". A driver older than the NVRTC that
+ * made the PTX refuses it (CUDA_ERROR_UNSUPPORTED_PTX_VERSION, reported).
+ *
+ * The launch plan and argument binding (ABI version 1, as on CPU). Each
+ * launch runs one __global__ with its grid, block and dynamic shared
+ * bytes, in plan order, on the caller's stream. EVERY kernel takes the
+ * same parameters, all 8-byte device pointers:
+ *
+ *   (inputs[0..n_inputs), outputs[0..n_outputs), workspace)
+ *
+ * inputs in Graph.inputs order, outputs in Graph.outputs order, each
+ * pointing at element 0 of the tensor's storage (the kernel applies
+ * storage_offset and strides, which it was specialised for); workspace
+ * is NULL when workspace_bytes is 0, else at least that many bytes,
+ * 256-byte aligned (cudaMalloc's alignment); intermediates between the
+ * plan's kernels live in it at offsets compiled into the code. Outputs
+ * must not overlap inputs, each other or the workspace. When the driver
+ * has cuFuncGetParamInfo (CUDA 12.4+), load checks every kernel takes
+ * exactly that many 8-byte parameters.
+ *
+ * CUDA graphs (mode reduce-overhead: tcc_cuda_options.graphs or
+ * tcc_cuda_kernel_set_graphs). The first launch with a given set of
+ * pointers (inputs, outputs, workspace) captures the plan on the caller's
+ * stream (cuStreamBeginCapture/EndCapture, thread-local mode) and
+ * instantiates it; later launches with the same pointers replay it with
+ * one cuGraphLaunch. Up to graph_cache_max executable graphs are kept per
+ * kernel (least recently used dropped). The plan is launched directly,
+ * without a graph, on the legacy default stream (NULL: it cannot be
+ * captured) and when the stream is already being captured (the caller's
+ * own graph then records the launches). tcc_cuda_kernel_stats counts each
+ * path.
+ *
+ * Thread-safety: every function may be called from several threads; one
+ * kernel may be launched from several threads at once (graph capture for
+ * one kernel is serialised by a lock).
+ */
+#ifndef TCC_CLIENT_CUDA_H
+#define TCC_CLIENT_CUDA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tcc_status.h"
+
+/* (tcc/v1/tcc.pb-c.h declares it; the loader itself needs no protobuf.) */
+struct Tcc__V1__Manifest;
+
+typedef struct tcc_cuda_kernel tcc_cuda_kernel;
+typedef struct tcc_kernel tcc_kernel;   /* tccclient.h */
+
+/* One launch of the plan. */
+typedef struct tcc_cuda_launch {
+  const char *name;            /* the __global__'s symbol (lowered name) */
+  uint32_t grid[3];            /* blocks; 0 counts as 1 */
+  uint32_t block[3];           /* threads per block; 0 counts as 1 */
+  uint32_t shared_bytes;       /* dynamic shared memory per block */
+} tcc_cuda_launch;
+
+/* How to run an artifact: the plan and the ABI's argument counts. */
+typedef struct tcc_cuda_plan {
+  const char *arch;            /* what the cubin was built for: "sm_90a";
+                                  NULL = read the SM from the cubin (no suffix) */
+  const tcc_cuda_launch *launches;
+  size_t n_launches;
+  size_t n_inputs;
+  size_t n_outputs;
+  uint64_t workspace_bytes;
+} tcc_cuda_plan;
+
+/* Which context a kernel is loaded into. */
+typedef enum tcc_cuda_context_kind {
+  TCC_CUDA_PRIMARY = 0,             /* the primary context of .device */
+  TCC_CUDA_CURRENT = 1,             /* the calling thread's current context
+                                       (FAILED_PRECONDITION when none) */
+  TCC_CUDA_CURRENT_OR_PRIMARY = 2,  /* the current one, else .device's primary */
+} tcc_cuda_context_kind;
+
+/* Load options; a zeroed struct (or NULL) = device 0's primary context,
+ * no graphs, no PTX. */
+typedef struct tcc_cuda_options {
+  int device;                  /* device index for TCC_CUDA_PRIMARY */
+  tcc_cuda_context_kind context;
+  int graphs;                  /* 1 = capture + replay CUDA graphs */
+  size_t graph_cache_max;      /* executable graphs kept; 0 = 16 */
+  const char *ptx;             /* PTX of the same compile (NUL-terminated),
+                                  for the JIT fallback; NULL = none */
+} tcc_cuda_options;
+
+/* What a kernel did so far. */
+typedef struct tcc_cuda_stats {
+  uint64_t direct_launches;    /* plans launched kernel by kernel */
+  uint64_t graph_captures;     /* graphs captured + instantiated */
+  uint64_t graph_replays;      /* plans run as one cuGraphLaunch */
+  int from_ptx;                /* the module was JIT-compiled from PTX */
+  int device;                  /* the context's device index */
+  char device_arch[16];        /* "sm_90" */
+} tcc_cuda_stats;
+
+/* ---------------------------------------------------------------- driver */
+
+/* Loads libcuda and runs cuInit once per process; 0 when a driver and at
+ * least one device are there. Otherwise TCC_E_FAILED_PRECONDITION with
+ * the reason: "libcuda.so.1 not found: no NVIDIA driver on this machine
+ * (...)", "cuInit failed: CUDA_ERROR_NO_DEVICE (...)". */
+int tcc_cuda_available(tcc_error *err);
+
+/* The driver's CUDA version (13000 = 13.0). Returns 0 or the error of
+ * tcc_cuda_available. */
+int tcc_cuda_driver_version(int *version, tcc_error *err);
+
+/* Number of CUDA devices. Returns 0 or tcc_cuda_available's error. */
+int tcc_cuda_device_count(int *count, tcc_error *err);
+
+/* A device's arch ("sm_90") and name ("NVIDIA H100 80GB HBM3"; name may
+ * be NULL). Returns 0, INVALID_ARGUMENT (no such device) or
+ * tcc_cuda_available's error. */
+int tcc_cuda_device_arch(int device, char arch[16], char *name, size_t name_cap,
+                         tcc_error *err);
+
+/* ---------------------------------------------------------------- kernels */
+
+/* Loads a cubin (len bytes; digest_hex = its SHA-256, the module cache
+ * key; NULL = do not share the module) into the context opts selects and
+ * resolves every launch's function. Falls back to opts->ptx when the
+ * cubin cannot run on the device (see the top of this file). Returns 0,
+ *   TCC_E_INVALID_ARGUMENT   not a cubin, an empty plan, a zero or
+ *                            oversized grid/block, a kernel whose
+ *                            parameters do not match the ABI
+ *   TCC_E_NOT_FOUND          a launch names a kernel the module lacks
+ *   TCC_E_FAILED_PRECONDITION no driver/device, no current context,
+ *                            "arch mismatch: artifact sm_90, device sm_80"
+ *   TCC_E_INTERNAL           the driver refused the module (its JIT log
+ *                            included)
+ *   TCC_E_RESOURCE_EXHAUSTED out of memory */
+int tcc_cuda_kernel_load(const uint8_t *cubin, size_t len, const char *digest_hex,
+                         const tcc_cuda_plan *plan, const tcc_cuda_options *opts,
+                         tcc_cuda_kernel **out, tcc_error *err);
+
+/* The same with the plan taken from a tcc.v1.Manifest (cuda_manifest.c):
+ * arch from manifest->target ("cuda:sm_90a"), one launch per
+ * manifest->kernels[i] (name, grid, block: 1 to 3 entries each, required;
+ * shared_bytes), the input/output counts and workspace_bytes.
+ * INVALID_ARGUMENT names the kernel and field that is missing or out of
+ * range. */
+int tcc_cuda_kernel_load_manifest(const uint8_t *cubin, size_t len,
+                                  const char *digest_hex,
+                                  const struct Tcc__V1__Manifest *manifest,
+                                  const tcc_cuda_options *opts,
+                                  tcc_cuda_kernel **out, tcc_error *err);
+
+/* Runs the plan on stream (a CUstream / cudaStream_t; NULL = the legacy
+ * default stream). Asynchronous, like any CUDA launch: errors of the
+ * kernels themselves show at the next synchronisation. Pointers are
+ * device pointers as the ABI above says. Returns 0,
+ * TCC_E_INVALID_ARGUMENT (missing pointers) or TCC_E_INTERNAL "kernel
+ * 'k1_sum' (launch 2 of 3): cuLaunchKernel: CUDA_ERROR_... (...)". */
+int tcc_cuda_kernel_launch(tcc_cuda_kernel *k, void *stream,
+                           const void *const *inputs, void *const *outputs,
+                           void *workspace, tcc_error *err);
+
+/* Turns graph capture + replay on or off for later launches (off drops
+ * the captured graphs). */
+void tcc_cuda_kernel_set_graphs(tcc_cuda_kernel *k, int on);
+
+/* Copies the counters and facts of a kernel into *out. */
+void tcc_cuda_kernel_stats(tcc_cuda_kernel *k, tcc_cuda_stats *out);
+
+/* Unloads (the module goes with its last kernel). NULL is fine. */
+void tcc_cuda_kernel_unload(tcc_cuda_kernel *k);
+
+/* The CUDA part of a generic kernel (tcc_kernel_load of a CUDA artifact),
+ * or NULL for a CPU kernel. Owned by k. (kernel.c) */
+tcc_cuda_kernel *tcc_kernel_cuda(tcc_kernel *k);
+
+/* ---------------------------------------------------------------- memory
+ * Small helpers for callers without a CUDA runtime of their own (tests,
+ * tools): each runs in the primary context of `device`. */
+
+int tcc_cuda_malloc(int device, size_t bytes, void **dptr, tcc_error *err);
+int tcc_cuda_free(int device, void *dptr, tcc_error *err);
+int tcc_cuda_memcpy_htod(int device, void *dst, const void *src, size_t bytes,
+                         tcc_error *err);
+int tcc_cuda_memcpy_dtoh(int device, void *dst, const void *src, size_t bytes,
+                         tcc_error *err);
+/* A non-blocking stream (*stream) of the device's primary context. */
+int tcc_cuda_stream_create(int device, void **stream, tcc_error *err);
+int tcc_cuda_stream_destroy(int device, void *stream, tcc_error *err);
+/* Waits for the stream (NULL: the whole context); reports a kernel's
+ * failure ("CUDA_ERROR_ILLEGAL_ADDRESS ..."). */
+int tcc_cuda_synchronize(int device, void *stream, tcc_error *err);
+
+#endif
