@@ -30,6 +30,10 @@
  *      target included) writes what it reads, reads what it writes or
  *      writes what it writes. EXTERN kernels never merge.
  * Outputs stay stored exactly once.
+ *
+ * With the environment variable TCC_NO_FUSION set (benchmarks: each op
+ * its own kernel), steps 1 and 3 are skipped. It is not part of the
+ * guard key: use it with a private cache.
  */
 #include "loop.h"
 
@@ -324,8 +328,10 @@ int tcc_fuse(tcc_program *p, tcc_error *err) {
     for (int i = 0; i < n; i++) fc.readers[reads[k][i]]++;
   }
 
+  const char *nf = getenv("TCC_NO_FUSION");
+  int fuse_on = !(nf && nf[0] && strcmp(nf, "0") != 0);
   /* 1. inline, in kernel order: producers are rewritten before use */
-  for (int k = 0; k < nk; k++) {
+  for (int k = 0; k < nk && fuse_on; k++) {
     tcc_kernel *K = &p->kernels[k];
     if (K->dead) continue;
     fc.k = K;
@@ -378,6 +384,10 @@ int tcc_fuse(tcc_program *p, tcc_error *err) {
     tcc_kernel *J = &p->kernels[k];
     if (J->dead) continue;
     int target = -1;
+    if (!fuse_on) {
+      live[nlive++] = k;
+      continue;
+    }
     for (int li = nlive - 1, steps = 0; li >= 0 && steps < TCC_FUSE_WINDOW; li--, steps++) {
       tcc_kernel *I = &p->kernels[live[li]];
       if (writes_any(I, reads[k], nreads[k]) || writes_any(J, reads[live[li]], nreads[live[li]]) ||

@@ -50,6 +50,7 @@ class Kernel:
         self.kinds = info["kinds"]
         self.compile_ms = info["compile_ms"]
         self.workspace = info["workspace"]
+        self.groups = info.get("groups", [])
         self.out_metas = out_metas
         self.ws = torch.empty(max(self.workspace, 1) + 64, dtype=torch.uint8)
         self.source = None
@@ -132,3 +133,32 @@ def aten_graph(fn, inputs, decompose=True):
     from torch._decomp import core_aten_decompositions
     decomp = core_aten_decompositions() if decompose else None
     return make_fx(fn, decomposition_table=decomp)(*inputs)
+
+
+def sanitize(gm):
+    """A copy of an AOTAutograd graph the converter takes whole (it
+    refuses memory_format arguments): preserve_format is dropped,
+    clone(memory_format=contiguous_format) becomes cat([x]) (also a
+    contiguous copy), None outputs are dropped.
+    Returns (gm, positions of the kept outputs)."""
+    import copy
+    gm = copy.deepcopy(gm)
+    keep = None
+    for n in gm.graph.nodes:
+        if n.op == "call_function" and "memory_format" in n.kwargs:
+            kw = dict(n.kwargs)
+            if kw["memory_format"] == torch.preserve_format:
+                del kw["memory_format"]
+                n.kwargs = kw
+            elif kw["memory_format"] == torch.contiguous_format and n.target == torch.ops.aten.clone.default:
+                # a contiguous copy without the argument: cat of one tensor
+                n.target = torch.ops.aten.cat.default
+                n.args = ([n.args[0]], 0)
+                n.kwargs = {}
+        if n.op == "output":
+            outs = n.args[0]
+            outs = outs if isinstance(outs, (tuple, list)) else [outs]
+            keep = [i for i, o in enumerate(outs) if isinstance(o, torch.fx.Node)]
+            n.args = (tuple(outs[i] for i in keep),)
+    gm.recompile()
+    return gm, keep
