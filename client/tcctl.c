@@ -482,6 +482,18 @@ static int cmd_stats(tcctl *t) {
     kv("workers", "%" PRId64, s->workers);
     kv("running jobs", "%" PRId64, s->running_jobs);
     kv("queue depth", "%" PRId64, s->queue_depth);
+    /* the remote (cluster) tier, then security */
+    if (s->remote_enabled)
+      kv("remote tier", "redis %s (%s)", s->remote_address && *s->remote_address ? s->remote_address : "?",
+         s->remote_connected ? "connected" : "DISCONNECTED");
+    else
+      kv("remote tier", "off");
+    kv("remote stores", "%" PRId64, s->remote_stores);
+    kv("remote lock waits", "%" PRId64, s->remote_lock_waits);
+    kv("remote rejected", "%" PRId64, s->remote_rejected);
+    kv("remote errors", "%" PRId64, s->remote_errors);
+    kv("signing key", "%s", s->signing_key_id && *s->signing_key_id ? s->signing_key_id : "none (--no-signing)");
+    kv("auth failures", "%" PRId64, s->auth_failures);
   }
   tcc__v1__stats_response__free_unpacked(s, NULL);
   return rc;

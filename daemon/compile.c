@@ -9,27 +9,36 @@
  *           ─► recorded failure? ──yes──► the same error (negative cache)
  *           ─► job for this hash in flight? ──yes──► wait on it (COALESCED)
  *           ─► queue full? ──yes──► RESOURCE_EXHAUSTED
- *           ─► new job ─► uv_queue_work(tcc_compile) ... ─► job_done (loop):
+ *           ─► new job ─► [--redis: the remote tier (remote.c): its entry,
+ *                or the cluster lock, or a wait on the daemon compiling it]
+ *           ─► uv_queue_work(tcc_compile) ... ─► job_done (loop):
  *                store entry + blob (one transaction), reply MISS to the
  *                first caller and COALESCED to the others, or the error
- *                to all of them (and record it when it would repeat).
+ *                to all of them (and record it when it would repeat);
+ *                write entry + artifact through to Redis, drop the lock.
  *
  * A job's life is one state machine (job_set_state asserts every move):
  *
- *              worker picks it up               tcc_compile returned 0
+ *   REMOTE ─────── verified remote entry (job_remote_done) ─────────┐
+ *     │  compile here (miss, lock taken, Redis down or slow)         │
+ *     ▼         worker picks it up               tcc_compile returned 0
  *   QUEUED ───────────────────────► COMPILING ─────────────────────► STORING
  *     │          (job_work)             │          (job_done)           │
  *     │                                 │ tcc_compile failed            │ store failed
  *     │ uv_cancel at shutdown           ▼                               ▼
  *     └────────────────────────────► FAILED ◄──────────────────────────┘
- *                                                                        │ stored
+ *   REMOTE ── shutdown / queue full ──►  ▲                               │ stored
  *                                                              DONE ◄────┘
  *
+ *   REMOTE     (--redis only) asking the cluster tier; no worker is used.
+ *              Its outcome: a verified entry (stored locally, REMOTE_HIT
+ *              to the first waiter) or "compile here" (QUEUED)
  *   QUEUED     in the pool's queue, waiting for a worker (queue depth)
  *   COMPILING  on a worker inside tcc_compile (running jobs); the only
  *              state a worker sets (atomically), all others are the loop's
  *   STORING    entry + blob written in one transaction (loop)
- *   DONE       stored; MISS to the first waiter, COALESCED to the rest
+ *   DONE       stored; MISS (REMOTE_HIT) to the first waiter, COALESCED to
+ *              the rest
  *   FAILED     the error to every waiter; recorded in the negative cache
  *              when it would repeat
  *   (AUTOTUNING, between COMPILING and STORING, comes with max-autotune.)
@@ -51,7 +60,7 @@
 #include "daemon.h"
 #include "tcc/v1/tcc.pb-c.h"
 
-#define JOB_STATES(X) X(QUEUED) X(COMPILING) X(STORING) X(DONE) X(FAILED)
+#define JOB_STATES(X) X(REMOTE) X(QUEUED) X(COMPILING) X(STORING) X(DONE) X(FAILED)
 
 typedef enum job_state {
 #define JOB_STATE_ENUM(name) JOB_##name,
@@ -76,7 +85,14 @@ typedef struct tccd_job {
   tcc_error err;
   tcc_artifact artifact;
   tcc_cache_entry entry;          /* what is stored and replied; its pointers
-                                   * borrow prep, artifact and request_meta */
+                                   * borrow prep, artifact and request_meta,
+                                   * or are owned (entry_owned: a remote hit) */
+  int entry_owned;
+  uint8_t *remote_artifact;       /* a remote hit's artifact bytes */
+  size_t remote_artifact_len;
+  tccd_remote_flight *flight;     /* REMOTE: the cluster lookup */
+  int remote_locked;              /* compiling under the cluster lock */
+  char remote_token[33];
   Tcc__V1__Timings timings;       /* the first caller's decode/hash/lookup */
   tccd_call *waiters;             /* first = the call that started the job */
   tccd_call **waiters_tail;
@@ -96,6 +112,7 @@ typedef struct tccd_jobs {
 /* The allowed moves of the drawing; anything else is a bug. */
 static int job_transition_allowed(job_state from, job_state to) {
   switch (from) {
+  case JOB_REMOTE: return to == JOB_QUEUED || to == JOB_STORING || to == JOB_FAILED;
   case JOB_QUEUED: return to == JOB_COMPILING || to == JOB_FAILED;
   case JOB_COMPILING: return to == JOB_STORING || to == JOB_FAILED;
   case JOB_STORING: return to == JOB_DONE || to == JOB_FAILED;
@@ -145,6 +162,8 @@ static void job_set_state(tccd_job *job, job_state to) {
 }
 
 static void job_free(tccd_job *job) {
+  if (job->entry_owned) tcc_cache_entry_clear(&job->entry);
+  free(job->remote_artifact);
   tcc_prepared_free(job->prep);
   tcc_artifact_free(&job->artifact);
   free(job->request_meta);
@@ -287,6 +306,14 @@ static int failure_is_deterministic(int code) {
          code == TCC_E_OUT_OF_RANGE;
 }
 
+/* Drops the cluster lock this job holds (a compile that failed or never
+ * ran), so another daemon may try. */
+static void job_release_lock(tccd_job *job) {
+  if (!job->remote_locked) return;
+  tccd_remote_release(job->st, job->prep->hash, job->remote_token);
+  job->remote_locked = 0;
+}
+
 /* `compiled`: the compile itself failed (not the store after it), so the
  * failure may be recorded for next time. */
 static void job_fail(tccd_job *job, int compiled) {
@@ -301,6 +328,7 @@ static void job_fail(tccd_job *job, int compiled) {
       log_warn("could not record the failure: %s", serr.msg);
   }
   reply_error_to_waiters(job, job->rc, job->err.msg);
+  job_release_lock(job);
 }
 
 static void job_succeed(tccd_job *job) {
@@ -316,6 +344,10 @@ static void job_succeed(tccd_job *job) {
     reply_entry(c, &job->entry, status_of, &t);
     status_of = TCC__V1__CACHE_STATUS__COALESCED;
   }
+  /* write through: entry + artifact, dropping the cluster lock if ours */
+  tccd_remote_publish(job->st, &job->entry, job->artifact.data, job->artifact.size,
+                      job->remote_locked ? job->remote_token : NULL);
+  job->remote_locked = 0;
 }
 
 /* Back on the loop: the worker finished (or the job was cancelled). */
@@ -330,6 +362,7 @@ static void job_done(uv_work_t *w, int status) {
     job->rc = TCC_E_UNAVAILABLE;
     job_set_state(job, JOB_FAILED);
     reply_error_to_waiters(job, TCC_E_UNAVAILABLE, "tccd is shutting down; the compile was not started");
+    job_release_lock(job);
   } else if (job->rc != 0) {
     job_fail(job, 1);
   } else {
@@ -342,22 +375,93 @@ static void job_done(uv_work_t *w, int status) {
   job_free(job);
 }
 
-/* Hands the job to the pool (--workers threads, UV_THREADPOOL_SIZE). */
+/* Hands the job to the pool (--workers threads, UV_THREADPOOL_SIZE): a
+ * miss, counted here (a remote hit is not one). */
 static void job_start(tccd_state *st, tccd_job *job) {
   tccd_jobs *jobs = st->jobs;
   job->work.data = job;
-  atomic_store(&job->state, (int)JOB_QUEUED);
+  if (atomic_load(&job->state) == JOB_REMOTE) job_set_state(job, JOB_QUEUED);
   jobs->in_pool++;
+  tcc_cache_count(st->cache, TCC_COUNTER_misses, 1);
   int rc = uv_queue_work(st->loop, &job->work, job_work, job_done);
   assert(rc == 0);
   (void)rc;
 }
 
+/* Ends a job that never reached the pool (REMOTE): unlinks and frees it. */
+static void job_end_early(tccd_job *job, int code, const char *msg) {
+  job_unlink(job->st->jobs, job);
+  job->rc = code;
+  job_set_state(job, JOB_FAILED);
+  reply_error_to_waiters(job, code, msg);
+  job_release_lock(job);
+  job_free(job);
+}
+
+/* The remote tier answered a REMOTE job (remote.c): a verified entry is
+ * stored locally and answered (REMOTE_HIT, then COALESCED); otherwise the
+ * job is compiled here. */
+static void job_remote_done(void *arg, tccd_remote_result *res) {
+  tccd_job *job = arg;
+  tccd_state *st = job->st;
+  job->flight = NULL;
+  if (!res->hit) {
+    job->remote_locked = res->locked;
+    memcpy(job->remote_token, res->token, sizeof job->remote_token);
+    if (st->jobs->in_pool >= (int64_t)st->cfg->workers + st->cfg->queue_max) {
+      job_end_early(job, TCC_E_RESOURCE_EXHAUSTED, "compile queue full; retry later");
+      return;
+    }
+    log_debug("compile %.12s: not in the remote tier%s; compiling here", job->prep->hash_hex,
+              res->locked ? " (cluster lock taken)" : "");
+    job_start(st, job);
+    return;
+  }
+  job->entry = res->entry; /* ownership moves to the job */
+  job->entry_owned = 1;
+  job->entry.imported = 1;
+  job->remote_artifact = res->artifact;
+  job->remote_artifact_len = res->artifact_len;
+  job_set_state(job, JOB_STORING);
+  tcc_error err;
+  if (tcc_cache_store(st->cache, &job->entry, job->remote_artifact, job->remote_artifact_len, &err) != 0) {
+    log_warn("compile %.12s: could not store the remote entry: %s", job->prep->hash_hex, err.msg);
+    job_end_early(job, err.code, err.msg);
+    return;
+  }
+  tccd_remote_touch(st, job->prep->hash);
+  tcc_cache_count(st->cache, TCC_COUNTER_remote_hits, 1);
+  job_unlink(st->jobs, job);
+  job_set_state(job, JOB_DONE);
+  log_info("compile %.12s %s: remote hit%s (signed by %s), %d waiter(s)", job->prep->hash_hex,
+           job->prep->target, res->waited ? " after waiting on another daemon" : "",
+           job->entry.signature_len ? job->entry.key_id : "nobody", job->nwaiters);
+  Tcc__V1__Timings t = job->timings;
+  t.compile_ms = job->entry.compile_ms;
+  Tcc__V1__CacheStatus status_of = TCC__V1__CACHE_STATUS__REMOTE_HIT;
+  for (tccd_call *c = job->waiters, *next; c; c = next) {
+    next = c->next_waiter;
+    reply_entry(c, &job->entry, status_of, &t);
+    status_of = TCC__V1__CACHE_STATUS__COALESCED;
+  }
+  job->waiters = NULL;
+  job_free(job);
+}
+
 void tccd_jobs_cancel_queued(tccd_state *st) {
   tccd_jobs *jobs = st->jobs;
-  for (int b = 0; b < JOB_BUCKETS; b++)
-    for (tccd_job *j = jobs->buckets[b]; j; j = j->next)
-      uv_cancel((uv_req_t *)&j->work); /* fails for running work; fine */
+  for (int b = 0; b < JOB_BUCKETS; b++) {
+    for (tccd_job *j = jobs->buckets[b], *next; j; j = next) {
+      next = j->next;
+      if (atomic_load(&j->state) == JOB_REMOTE) { /* asking Redis: never reached the pool */
+        tccd_remote_cancel(j->flight);
+        j->flight = NULL;
+        job_end_early(j, TCC_E_UNAVAILABLE, "tccd is shutting down; the compile was not started");
+      } else {
+        uv_cancel((uv_req_t *)&j->work); /* fails for running work; fine */
+      }
+    }
+  }
 }
 
 void tccd_jobs_abandon_waiters(tccd_state *st) {
@@ -493,7 +597,6 @@ void tccd_rpc_compile(tccd_state *st, tccd_call *c) {
     tccd_call_fail(c, TCC_E_RESOURCE_EXHAUSTED, "out of memory");
     return;
   }
-  tcc_cache_count(st->cache, TCC_COUNTER_misses, 1);
   job->st = st;
   job->prep = prep;
   job->timings = t;
@@ -504,6 +607,16 @@ void tccd_rpc_compile(tccd_state *st, tccd_call *c) {
   tccd_job **bucket = bucket_of(jobs, prep->hash);
   job->next = *bucket;
   *bucket = job;
+  if (st->remote) {
+    atomic_store(&job->state, (int)JOB_REMOTE);
+    job->flight = tccd_remote_begin(st, prep->hash, prep->key, prep->key_len, job_remote_done, job);
+    if (job->flight) {
+      log_debug("compile %.12s local miss: asking the remote tier", prep->hash_hex);
+      return;
+    }
+  } else {
+    atomic_store(&job->state, (int)JOB_QUEUED); /* a new job's first state */
+  }
   log_debug("compile %.12s miss: queued (%zu nodes, %s)", prep->hash_hex, prep->nodes, prep->target);
   job_start(st, job);
 }

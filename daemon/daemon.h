@@ -152,6 +152,7 @@ typedef struct tccd_state {
   tcc_sign_key *signing_key;       /* --signing-key; NULL with --no-signing */
   tcc_trusted_keys trusted;        /* own public key + --trusted-keys */
   struct tccd_auth *auth;          /* --auth-tokens; NULL = every call is open */
+  struct tccd_remote *remote;      /* --redis; NULL = no remote tier */
 } tccd_state;
 
 /* Creates the server, binds cfg->listen (refusing a port already in use),
@@ -228,6 +229,54 @@ void tccd_security_free(tccd_state *st);
  * contains the token. */
 int tccd_auth_check(const tccd_state *st, const grpc_metadata_array *md, tccd_role need,
                     tcc_error *err);
+
+/* ------------------------------------------------------------- remote.c */
+
+typedef struct tccd_remote tccd_remote;
+typedef struct tccd_remote_flight tccd_remote_flight;
+
+/* How a cluster-wide lookup ended (see remote.c's drawing). */
+typedef struct tccd_remote_result {
+  int hit;                 /* 1: entry + artifact below, verified */
+  int locked;              /* compile here holding the cluster lock (token) */
+  int waited;              /* it waited on another daemon's compile */
+  char token[33];          /* the lock's token when locked */
+  tcc_cache_entry entry;   /* hit: owned by the receiver (tcc_cache_entry_clear) */
+  uint8_t *artifact;       /* hit: malloc'd, owned by the receiver */
+  size_t artifact_len;
+} tccd_remote_result;
+
+typedef void (*tccd_remote_done)(void *arg, tccd_remote_result *res);
+
+/* With --redis: parses the URL and starts connecting (never blocks; a
+ * Redis that is down is retried in the background). Returns 0, or
+ * TCC_E_INVALID_ARGUMENT for a malformed URL. */
+int tccd_remote_init(tccd_state *st, tcc_error *err);
+
+/* Drops the connection and frees the tier (on shutdown). */
+void tccd_remote_close(tccd_state *st);
+
+/* Starts the cluster-wide lookup of a local miss: the entry from Redis,
+ * or the lock to compile it, or a wait on the daemon that holds it.
+ * done(arg, res) runs later on the loop, exactly once unless cancelled.
+ * Returns NULL (done never runs) when there is no remote tier or no
+ * connection: compile locally at once. */
+tccd_remote_flight *tccd_remote_begin(tccd_state *st, const uint8_t hash[TCC_SHA256_BYTES],
+                                      const uint8_t *key, size_t key_len, tccd_remote_done done,
+                                      void *arg);
+/* Forgets a flight; its done never runs. */
+void tccd_remote_cancel(tccd_remote_flight *f);
+
+/* Writes an entry and its artifact through to Redis (with the TTL) and
+ * drops the cluster lock when token (may be NULL) still holds it. */
+void tccd_remote_publish(tccd_state *st, const tcc_cache_entry *e, const uint8_t *artifact, size_t len,
+                         const char *token);
+/* Drops the cluster lock if token still holds it (a failed compile). */
+void tccd_remote_release(tccd_state *st, const uint8_t hash[TCC_SHA256_BYTES], const char *token);
+/* Refreshes the TTL of an entry and its artifact. */
+void tccd_remote_touch(tccd_state *st, const uint8_t hash[TCC_SHA256_BYTES]);
+/* For Stats: enabled, connected, "host:port/db". */
+void tccd_remote_info(const tccd_state *st, int *enabled, int *connected, const char **address);
 
 /* ------------------------------------------------------------- util */
 

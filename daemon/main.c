@@ -10,6 +10,8 @@
  *
  * Housekeeping (one timer, every second, Redis serverCron-style):
  *   - write pending hit bookkeeping and counters to the cache.
+ * (The remote tier has its own 10 ms timer for command timeouts, polls
+ * and reconnects: remote.c.)
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -32,8 +34,8 @@ static void housekeeping(uv_timer_t *t) {
 }
 
 static void on_server_done(tccd_state *st) {
-  (void)st;
   log_info("server stopped; waiting for running compiles to be stored");
+  tccd_remote_close(st); /* compiles that finish from here on are stored locally only */
   uv_timer_stop(&housekeeping_timer);
   uv_close((uv_handle_t *)&housekeeping_timer, NULL);
   uv_close((uv_handle_t *)&sigint_handle, NULL);
@@ -122,9 +124,19 @@ int main(int argc, char **argv) {
     return 1;
   }
 
+  if (tccd_remote_init(&st, &err) != 0) {
+    log_error("%s", err.msg);
+    tccd_jobs_free(&st);
+    tcc_cache_close(st.cache);
+    tccd_security_free(&st);
+    return 2;
+  }
+
   grpc_init();
   if (tccd_server_start(&st, &err) != 0) {
     log_error("%s", err.msg);
+    tccd_remote_close(&st);
+    uv_run(st.loop, UV_RUN_NOWAIT); /* let the remote tier's handles close */
     tccd_jobs_free(&st);
     tcc_cache_close(st.cache);
     tccd_security_free(&st);
@@ -149,6 +161,13 @@ int main(int argc, char **argv) {
            colon ? (int)(colon - cfg.listen) : 0, cfg.listen, port, cfg.cache_dir, cfg.workers,
            (long long)cfg.cache_max_bytes);
   log_info("compiler: %s", st.identity);
+  if (st.remote) {
+    int on, connected;
+    const char *where;
+    tccd_remote_info(&st, &on, &connected, &where);
+    log_info("remote tier: redis %s (ttl %llds, timeout %d ms)", where, (long long)cfg.redis_ttl_s,
+             cfg.redis_timeout_ms);
+  }
   if (st.auth) log_info("bearer-token auth on (--auth-tokens %s); Health/Check stays open", cfg.auth_tokens);
   if (cfg.tls_cert[0])
     log_info("TLS on (%s)", cfg.tls_client_ca[0] ? "client certificates required and verified" : "server certificate only");

@@ -157,6 +157,12 @@ void tccd_rpc_stats(tccd_state *st, tccd_call *c) {
   r.remote_rejected = cs.counters[TCC_COUNTER_remote_rejected];
   r.auth_failures = cs.counters[TCC_COUNTER_auth_failures];
   r.signing_key_id = st->signing_key ? st->signing_key->key_id : (char *)"";
+  int remote_on = 0, remote_connected = 0;
+  const char *remote_address = "";
+  tccd_remote_info(st, &remote_on, &remote_connected, &remote_address);
+  r.remote_enabled = remote_on;
+  r.remote_connected = remote_connected;
+  r.remote_address = (char *)remote_address;
   tccd_call_reply(c, &r.base);
 }
 

@@ -14,6 +14,7 @@ Every daemon signs with a key made once per session by `tcctl keygen`
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -187,3 +188,89 @@ def pb(tmp_path_factory):
 def load_request_json(name):
     with open(os.path.join(GRAPHS, name)) as f:
         return json.load(f)
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+class Redis:
+    """A redis-server on 127.0.0.1:<port>, and a tiny RESP client."""
+
+    def __init__(self, workdir, args=()):
+        self.dir = workdir
+        self.port = free_port()
+        self.args = list(args)
+        self.proc = None
+
+    def start(self):
+        self.proc = subprocess.Popen(
+            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+             "--appendonly", "no", "--dir", self.dir, *self.args],
+            stdout=open(os.path.join(self.dir, "redis.log"), "ab"), stderr=subprocess.STDOUT)
+        deadline = time.time() + 20
+        while time.time() < deadline:
+            try:
+                if self.cmd("PING") == "PONG":
+                    return self
+            except OSError:
+                time.sleep(0.05)
+            except RuntimeError as e:  # --requirepass: it answers, so it is up
+                if "NOAUTH" in str(e):
+                    return self
+                raise
+        raise RuntimeError("redis-server did not start")
+
+    def kill(self):
+        self.proc.kill()
+        self.proc.wait()
+
+    def stop(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(20)
+
+    @property
+    def url(self):
+        return f"redis://127.0.0.1:{self.port}"
+
+    def cmd(self, *args, password=None):
+        with socket.create_connection(("127.0.0.1", self.port), timeout=5) as s:
+            f = s.makefile("rb")
+            if password:
+                s.sendall(self._encode(["AUTH", password]))
+                self._read(f)
+            s.sendall(self._encode(args))
+            return self._read(f)
+
+    @staticmethod
+    def _encode(args):
+        out = [b"*%d\r\n" % len(args)]
+        for a in args:
+            b = a if isinstance(a, bytes) else str(a).encode()
+            out.append(b"$%d\r\n%s\r\n" % (len(b), b))
+        return b"".join(out)
+
+    def _read(self, f):
+        line = f.readline()
+        kind, rest = line[:1], line[1:-2]
+        if kind == b"+":
+            return rest.decode()
+        if kind == b"-":
+            raise RuntimeError(rest.decode())
+        if kind == b":":
+            return int(rest)
+        if kind == b"$":
+            n = int(rest)
+            if n < 0:
+                return None
+            data = f.read(n + 2)
+            return data[:-2]
+        if kind == b"*":
+            n = int(rest)
+            return None if n < 0 else [self._read(f) for _ in range(n)]
+        raise RuntimeError(f"bad RESP line {line!r}")

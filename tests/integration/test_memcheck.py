@@ -6,11 +6,12 @@ suppressed in valgrind.supp) and make no invalid reads or writes.
 """
 import os
 import shutil
+import time
 
 import grpc
 import pytest
 
-from conftest import GRAPHS
+from conftest import GRAPHS, Redis
 
 SIN_COS = os.path.join(GRAPHS, "sin_cos.json")
 SUPP = os.path.join(os.path.dirname(__file__), "valgrind.supp")
@@ -38,6 +39,41 @@ def test_daemon_session_under_valgrind(daemon_factory, tmp_path):
                 ch.unary_unary(method, request_serializer=None, response_deserializer=None)(payload, timeout=60)
     d.tcctl("evict", c["guard_hash"], json_out=False, timeout=300)
     rc = d.stop(timeout=180)
+    log = vg_log.read_text()
+    assert rc == 0, f"valgrind exit {rc}:\n{log[-6000:]}"
+    assert "ERROR SUMMARY: 0 errors" in log, log[-6000:]
+
+
+@pytest.mark.skipif(shutil.which("valgrind") is None or shutil.which("redis-server") is None,
+                    reason="valgrind or redis-server is not installed")
+def test_daemon_with_redis_under_valgrind(daemon_factory, tmp_path):
+    """The remote tier under valgrind: write-through, a remote hit (the
+    local entry evicted), Redis killed mid-run (errors, local compiles,
+    reconnect attempts), a clean SIGTERM while disconnected."""
+    rdir = tmp_path / "redis"
+    rdir.mkdir()
+    r = Redis(str(rdir)).start()
+    vg_log = tmp_path / "valgrind-redis.log"
+    wrapper = ["valgrind", "--leak-check=full", "--errors-for-leak-kinds=definite,indirect",
+               "--show-leak-kinds=definite,indirect", "--error-exitcode=99",
+               f"--suppressions={SUPP}", f"--log-file={vg_log}"]
+    try:
+        d = daemon_factory(wrapper=wrapper, extra_args=["--workers", "2", "--redis", r.url,
+                                                        "--redis-timeout-ms", "2000"]).start(timeout=180)
+        c = d.tcctl("compile", SIN_COS, timeout=300)
+        assert c["cache"] == "miss"
+        deadline = time.time() + 60
+        while d.stats()["remote_stores"] < 1 and time.time() < deadline:
+            time.sleep(0.1)
+        d.tcctl("evict", c["guard_hash"], json_out=False, timeout=300)
+        assert d.tcctl("compile", SIN_COS, timeout=300)["cache"] == "remote_hit"
+        r.kill()
+        d.tcctl("evict", c["guard_hash"], json_out=False, timeout=300)
+        assert d.tcctl("compile", SIN_COS, timeout=300)["cache"] == "miss"
+        assert d.stats()["remote_errors"] >= 1
+        rc = d.stop(timeout=180)
+    finally:
+        r.stop()
     log = vg_log.read_text()
     assert rc == 0, f"valgrind exit {rc}:\n{log[-6000:]}"
     assert "ERROR SUMMARY: 0 errors" in log, log[-6000:]

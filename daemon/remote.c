@@ -1,0 +1,860 @@
+/*
+ * remote.c — the cluster tier: one Redis shared by every tccd, behind each
+ * daemon's local SQLite cache (--redis URL). hiredis's async API on the
+ * daemon's own libuv loop (an adapter below, after hiredis's
+ * adapters/libuv.h): nothing here ever blocks the loop thread, and a Redis that is down, slow or full only costs the
+ * cluster-wide sharing, never an answer.
+ *
+ * DESIGN
+ *
+ * Keys (Redis Cluster hash tags: the three keys of one guard hash live in
+ * one slot, so MGET and the scripts below work on a cluster too):
+ *
+ *   tccd:{<guard hash hex>}:entry     tcc.v1.RemoteEntry (tcc.proto): key
+ *                                     bytes, manifest, digest, signature...
+ *   tccd:{<guard hash hex>}:artifact  the artifact bytes
+ *   tccd:{<guard hash hex>}:lock      "<random token>" while one daemon
+ *                                     compiles it (SET NX PX)
+ *
+ * Entry and artifact carry a TTL (--redis-ttl, default 30 days), set when
+ * written and refreshed (PEXPIRE) whenever a daemon takes the entry from
+ * Redis. Size policy is Redis's own: run it with a maxmemory and an
+ * eviction policy (volatile-lru or allkeys-lru); every key tccd writes
+ * has a TTL. A write refused for memory (OOM) is a remote error.
+ *
+ * One cluster-wide compile per guard hash. A local miss that no local job
+ * is compiling starts a flight (compile.c holds its job in state REMOTE
+ * meanwhile; later identical requests on this daemon wait on that job):
+ *
+ *              MGET entry artifact lock
+ *   PROBE ─────────────────────────────┬─ entry + artifact ── verify ─► HIT
+ *     ▲                                │   (digest, key,       │ bad: COMPILE
+ *     │                                │    signature)         ▼ (rejected)
+ *     │                                ├─ no entry, no lock ─► LOCK
+ *     │ next poll                      └─ no entry, locked ──► WAIT
+ *     │ (20 ms, doubling to 500)
+ *   WAIT ◄── SET lock NX PX fails ── LOCK ── OK ─► COMPILE (locked: the
+ *     │                                            daemon compiles, then
+ *     │ waited longer than the compile             publishes entry +
+ *     │ timeout + 10 s                             artifact and drops its
+ *     └──────────────────────────────────────────► lock in one script)
+ *                                                  COMPILE (not locked)
+ *
+ *   Every arrow that talks to Redis may instead fail — no connection, an
+ *   error reply, or no reply within --redis-timeout-ms — and then the
+ *   flight ends in COMPILE (not locked): the daemon compiles locally.
+ *   The lock expires after the compile timeout + 5 s, so a daemon that
+ *   dies holding it delays the others by at most that.
+ *
+ * Connection: connected ─(error, EOF)─► down ─(retry 100 ms, doubling to
+ * 5 s)─► connecting ─► connected. Commands are queued while connecting;
+ * while down they fail at once. A connection with commands unanswered for
+ * max(5 s, 5 × --redis-timeout-ms) is dropped and reconnected (a hung
+ * Redis). The first failure of an outage is logged as a warning, the
+ * rest at debug, and recovery once at info; every failure counts in
+ * remote_errors.
+ *
+ * One timer (`tick`, every 10 ms while there is anything to watch) runs
+ * the command timeouts, the WAIT polls and the reconnects.
+ *
+ * Trust: an entry from Redis is used only when its artifact hashes to the
+ * entry's digest, its canonical key equals the requester's (no hash
+ * collisions across daemons) and, whenever the daemon has trusted keys
+ * (its own signing key and --trusted-keys), its signature verifies.
+ * Otherwise it counts in remote_rejected and the daemon compiles the
+ * graph itself (and its write-through replaces the bad entry).
+ */
+#include <hiredis/async.h>
+#include <hiredis/hiredis.h>
+#include <sodium.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "daemon.h"
+#include "tcc/v1/tcc.pb-c.h"
+
+#define REMOTE_TICK_MS 10
+#define REMOTE_POLL_FIRST_MS 20
+#define REMOTE_POLL_MAX_MS 500
+#define REMOTE_RECONNECT_FIRST_MS 100
+#define REMOTE_RECONNECT_MAX_MS 5000
+#define REMOTE_LOCK_MARGIN_MS 5000
+#define REMOTE_WAIT_MARGIN_MS 10000
+#define REMOTE_STUCK_MIN_MS 5000
+#define REMOTE_KEY_MAX 96
+
+/* Publish: artifact and entry with a TTL, then the lock dropped if it is
+ * still ours. KEYS entry, artifact, lock; ARGV entry, artifact, ttl ms,
+ * token ("" = none). */
+static const char PUBLISH_SCRIPT[] =
+    "redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3]) "
+    "redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[3]) "
+    "if ARGV[4] ~= '' and redis.call('GET', KEYS[3]) == ARGV[4] then redis.call('DEL', KEYS[3]) end "
+    "return 1";
+
+/* Drops the lock only if it is still ours. KEYS lock; ARGV token. */
+static const char RELEASE_SCRIPT[] =
+    "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0";
+
+typedef enum flight_state { FLIGHT_PROBE, FLIGHT_LOCK, FLIGHT_WAIT } flight_state;
+
+struct tccd_remote_flight {
+  tccd_remote *r;
+  flight_state state;
+  uint8_t hash[TCC_SHA256_BYTES];
+  char hex[TCC_SHA256_HEX];
+  uint8_t *key;                   /* the requester's canonical key (copy) */
+  size_t key_len;
+  tccd_remote_done done;
+  void *arg;
+  struct remote_op *op;           /* the command in flight, or NULL */
+  uint64_t op_deadline_ns;
+  uint64_t next_poll_ns;          /* WAIT: when to probe again */
+  uint64_t give_up_ns;            /* WAIT: when to stop waiting */
+  unsigned poll_ms;
+  int waited;
+  char token[33];
+  struct tccd_remote_flight *prev, *next;
+};
+
+/* One command sent to Redis; freed by its reply callback (hiredis calls it
+ * with a NULL reply when the connection goes away). */
+typedef struct remote_op {
+  tccd_remote *r;
+  tccd_remote_flight *flight;     /* NULL: fire-and-forget, or abandoned */
+  tcc_cache_counter ok_counter;   /* counted on success (fire-and-forget) */
+  const char *what;
+} remote_op;
+
+struct tccd_remote {
+  tccd_state *st;
+  char host[256];
+  int port, db;
+  char user[128], password[256];
+  char display[300];              /* host:port/db, never the password */
+  redisAsyncContext *ac;          /* NULL while down */
+  int connected;                  /* the connect callback said OK */
+  uv_timer_t tick;
+  uint64_t reconnect_at_ns;       /* while down */
+  uint64_t connect_started_ns;    /* while connecting */
+  unsigned reconnect_ms;
+  int64_t pending;                /* commands without a reply yet */
+  uint64_t waiting_since_ns;      /* when pending last went 0 -> 1 or a reply came */
+  int warned;                     /* the current trouble was logged */
+  tccd_remote_flight *flights;
+  int closing;
+};
+
+static uint64_t now_ns(void) { return uv_hrtime(); }
+
+/* ------------------------------------------------------------ URL */
+
+/* Decodes %XX escapes in place. Returns 0 or -1. */
+static int percent_decode(char *s) {
+  char *w = s;
+  for (char *p = s; *p; p++) {
+    if (*p == '%') {
+      unsigned v;
+      if (!p[1] || !p[2] || sscanf(p + 1, "%2x", &v) != 1) return -1;
+      *w++ = (char)v;
+      p += 2;
+    } else {
+      *w++ = *p;
+    }
+  }
+  *w = '\0';
+  return 0;
+}
+
+/* redis://[[USER]:PASSWORD@]HOST[:PORT][/DB]. Returns 0 or a message. */
+static int parse_url(tccd_remote *r, const char *url, tcc_error *err) {
+  const char *p = url;
+  if (strncmp(p, "redis://", 8) != 0)
+    return tcc_error_set(err, TCC_E_INVALID_ARGUMENT,
+                         "--redis must look like redis://[[USER]:PASSWORD@]HOST[:PORT][/DB]");
+  p += 8;
+  r->port = 6379;
+  const char *at = strrchr(p, '@');
+  if (at) {
+    const char *colon = memchr(p, ':', (size_t)(at - p));
+    if (!colon || (size_t)(colon - p) >= sizeof r->user || (size_t)(at - colon - 1) >= sizeof r->password)
+      return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "--redis: credentials must be [USER]:PASSWORD@");
+    memcpy(r->user, p, (size_t)(colon - p));
+    memcpy(r->password, colon + 1, (size_t)(at - colon - 1));
+    if (percent_decode(r->user) || percent_decode(r->password))
+      return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "--redis: bad %% escape in the credentials");
+    p = at + 1;
+  }
+  const char *host_end;
+  if (*p == '[') { /* [ipv6] */
+    host_end = strchr(p, ']');
+    if (!host_end) return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "--redis: unterminated [");
+    p++;
+  } else {
+    host_end = p + strcspn(p, ":/");
+  }
+  size_t hl = (size_t)(host_end - p);
+  if (hl == 0 || hl >= sizeof r->host) return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "--redis: no host");
+  memcpy(r->host, p, hl);
+  r->host[hl] = '\0';
+  p = host_end + (*host_end == ']');
+  if (*p == ':') {
+    char *end;
+    long port = strtol(p + 1, &end, 10);
+    if (end == p + 1 || port < 1 || port > 65535)
+      return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "--redis: bad port");
+    r->port = (int)port;
+    p = end;
+  }
+  if (*p == '/' && p[1]) {
+    char *end;
+    long db = strtol(p + 1, &end, 10);
+    if (end == p + 1 || *end || db < 0 || db > 1000000)
+      return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "--redis: bad database number");
+    r->db = (int)db;
+  } else if (*p && strcmp(p, "/") != 0) {
+    return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "--redis: unexpected '%.40s' after the host", p);
+  }
+  snprintf(r->display, sizeof r->display, "%s:%d/%d", r->host, r->port, r->db);
+  return 0;
+}
+
+/* ------------------------------------------------------------ trouble */
+
+/* Logs a failure: at warn for the first of an outage, then at debug. */
+static void remote_trouble(tccd_remote *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void remote_trouble(tccd_remote *r, const char *fmt, ...) {
+  char msg[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  if (!r->warned)
+    log_warn("redis %s: %s; serving from the local cache and compiling locally meanwhile", r->display, msg);
+  else
+    log_debug("redis %s: %s", r->display, msg);
+  r->warned = 1;
+}
+
+static void remote_healthy(tccd_remote *r) {
+  if (r->warned) log_info("redis %s: working again", r->display);
+  r->warned = 0;
+}
+
+static void count(tccd_remote *r, tcc_cache_counter c) { tcc_cache_count(r->st->cache, c, 1); }
+
+/* ------------------------------------------------------------ libuv adapter */
+
+/* hiredis's own adapters/libuv.h, with one fix: libuv reports a socket
+ * error (POLLERR: a reset, a refused connect) as a poll status < 0 and
+ * stops the handle, and the shipped adapter ignores that status, so
+ * hiredis never learns the connection is gone (a killed Redis then hangs
+ * every command until its timeout, and a refused connect forever). Here
+ * an error status is handed to hiredis as a read, which finds the error
+ * and disconnects. */
+typedef struct remote_events {
+  redisAsyncContext *ac;
+  uv_poll_t handle;
+  int events;
+} remote_events;
+
+static void ev_poll(uv_poll_t *h, int status, int events) {
+  remote_events *p = h->data;
+  if (!p->ac) return;
+  if (status < 0) {
+    redisAsyncHandleRead(p->ac); /* reads the error, disconnects */
+    return;
+  }
+  if (events & UV_READABLE) redisAsyncHandleRead(p->ac);
+  if (p->ac && (events & UV_WRITABLE)) redisAsyncHandleWrite(p->ac);
+}
+
+static void ev_update(remote_events *p, int add, int ev) {
+  p->events = add ? p->events | ev : p->events & ~ev;
+  if (p->events) uv_poll_start(&p->handle, p->events, ev_poll);
+  else uv_poll_stop(&p->handle);
+}
+
+static void ev_add_read(void *d) { ev_update(d, 1, UV_READABLE); }
+static void ev_del_read(void *d) { ev_update(d, 0, UV_READABLE); }
+static void ev_add_write(void *d) { ev_update(d, 1, UV_WRITABLE); }
+static void ev_del_write(void *d) { ev_update(d, 0, UV_WRITABLE); }
+
+static void ev_closed(uv_handle_t *h) { free(h->data); }
+
+static void ev_cleanup(void *d) {
+  remote_events *p = d;
+  p->ac = NULL; /* the context is being freed */
+  uv_close((uv_handle_t *)&p->handle, ev_closed);
+}
+
+/* Attaches a context to the loop. Returns 0 or -1. */
+static int ev_attach(redisAsyncContext *ac, uv_loop_t *loop) {
+  if (ac->ev.data) return -1;
+  remote_events *p = calloc(1, sizeof *p);
+  if (!p) return -1;
+  if (uv_poll_init(loop, &p->handle, ac->c.fd) != 0) {
+    free(p);
+    return -1;
+  }
+  p->ac = ac;
+  p->handle.data = p;
+  ac->ev.data = p;
+  ac->ev.addRead = ev_add_read;
+  ac->ev.delRead = ev_del_read;
+  ac->ev.addWrite = ev_add_write;
+  ac->ev.delWrite = ev_del_write;
+  ac->ev.cleanup = ev_cleanup;
+  return 0;
+}
+
+/* ------------------------------------------------------------ connection */
+
+static void on_tick(uv_timer_t *t);
+
+static void arm_tick(tccd_remote *r) {
+  if (!r->closing && !uv_is_active((uv_handle_t *)&r->tick))
+    uv_timer_start(&r->tick, on_tick, REMOTE_TICK_MS, REMOTE_TICK_MS);
+}
+
+static void schedule_reconnect(tccd_remote *r) {
+  r->reconnect_ms = r->reconnect_ms ? r->reconnect_ms * 2 : REMOTE_RECONNECT_FIRST_MS;
+  if (r->reconnect_ms > REMOTE_RECONNECT_MAX_MS) r->reconnect_ms = REMOTE_RECONNECT_MAX_MS;
+  r->reconnect_at_ns = now_ns() + (uint64_t)r->reconnect_ms * 1000000ull;
+  arm_tick(r);
+}
+
+static void on_connect(const redisAsyncContext *ac, int status) {
+  tccd_remote *r = ac->data;
+  if (status != REDIS_OK) { /* hiredis frees the context after this */
+    remote_trouble(r, "cannot connect: %s", ac->errstr[0] ? ac->errstr : "error");
+    count(r, TCC_COUNTER_remote_errors);
+    r->ac = NULL;
+    r->connected = 0;
+    r->pending = 0;
+    schedule_reconnect(r);
+    return;
+  }
+  r->connected = 1;
+  r->reconnect_ms = 0;
+  log_info("redis %s: connected", r->display);
+  remote_healthy(r);
+}
+
+static void on_disconnect(const redisAsyncContext *ac, int status) {
+  tccd_remote *r = ac->data;
+  r->ac = NULL;
+  r->connected = 0;
+  r->pending = 0;
+  if (r->closing) return;
+  if (status != REDIS_OK) {
+    remote_trouble(r, "connection lost: %s", ac->errstr[0] ? ac->errstr : "closed");
+    count(r, TCC_COUNTER_remote_errors);
+  }
+  schedule_reconnect(r);
+}
+
+static void on_reply(redisAsyncContext *ac, void *reply, void *privdata);
+
+/* Sends argv (binary-safe); with flight set, the reply goes to it.
+ * Returns 0, or -1 when there is no connection (nothing was sent). */
+static int remote_send(tccd_remote *r, tccd_remote_flight *flight, tcc_cache_counter ok_counter,
+                       const char *what, int argc, const char **argv, const size_t *lens) {
+  if (!r->ac || r->closing) return -1;
+  remote_op *op = calloc(1, sizeof *op);
+  if (!op) return -1;
+  op->r = r;
+  op->flight = flight;
+  op->ok_counter = ok_counter;
+  op->what = what;
+  if (redisAsyncCommandArgv(r->ac, on_reply, op, argc, argv, lens) != REDIS_OK) {
+    free(op);
+    return -1;
+  }
+  if (r->pending++ == 0) r->waiting_since_ns = now_ns();
+  if (flight) {
+    flight->op = op;
+    flight->op_deadline_ns = now_ns() + (uint64_t)r->st->cfg->redis_timeout_ms * 1000000ull;
+  }
+  arm_tick(r);
+  return 0;
+}
+
+static void remote_connect(tccd_remote *r) {
+  log_debug("redis %s: connecting", r->display);
+  redisAsyncContext *ac = redisAsyncConnect(r->host, r->port);
+  if (!ac || ac->err) {
+    remote_trouble(r, "cannot connect: %s", ac ? ac->errstr : "out of memory");
+    count(r, TCC_COUNTER_remote_errors);
+    if (ac) redisAsyncFree(ac);
+    schedule_reconnect(r);
+    return;
+  }
+  ac->data = r;
+  if (ev_attach(ac, r->st->loop) != 0) {
+    remote_trouble(r, "cannot attach to the event loop");
+    redisAsyncFree(ac);
+    schedule_reconnect(r);
+    return;
+  }
+  redisAsyncSetConnectCallback(ac, on_connect);
+  redisAsyncSetDisconnectCallback(ac, on_disconnect);
+  r->ac = ac;
+  r->connected = 0;
+  r->connect_started_ns = now_ns();
+  r->pending = 0;
+  /* queued before anything else, sent once connected */
+  if (r->password[0]) {
+    const char *argv[3] = {"AUTH", r->user, r->password};
+    int with_user = r->user[0] != '\0';
+    if (with_user) {
+      remote_send(r, NULL, TCC_COUNTER__COUNT, "AUTH", 3, argv, NULL);
+    } else {
+      argv[1] = r->password;
+      remote_send(r, NULL, TCC_COUNTER__COUNT, "AUTH", 2, argv, NULL);
+    }
+  }
+  if (r->db) {
+    char db[16];
+    snprintf(db, sizeof db, "%d", r->db);
+    const char *argv[2] = {"SELECT", db};
+    remote_send(r, NULL, TCC_COUNTER__COUNT, "SELECT", 2, argv, NULL);
+  }
+}
+
+/* ------------------------------------------------------------ entries */
+
+static void key_name(char out[REMOTE_KEY_MAX], const char *hex, const char *part) {
+  snprintf(out, REMOTE_KEY_MAX, "tccd:{%s}:%s", hex, part);
+}
+
+/* Encodes e as a tcc.v1.RemoteEntry (malloc'd). NULL when out of memory. */
+static uint8_t *entry_encode(const tcc_cache_entry *e, size_t *len) {
+  Tcc__V1__RemoteEntry m = TCC__V1__REMOTE_ENTRY__INIT;
+  m.format = 1;
+  m.guard_hash.data = (uint8_t *)e->hash;
+  m.guard_hash.len = TCC_SHA256_BYTES;
+  m.canonical_key.data = e->key;
+  m.canonical_key.len = e->key_len;
+  m.target = (char *)e->target;
+  m.kind = (Tcc__V1__ArtifactKind)e->kind;
+  m.manifest.data = e->manifest;
+  m.manifest.len = e->manifest_len;
+  m.request_meta.data = e->request_meta;
+  m.request_meta.len = e->request_meta_len;
+  m.artifact_sha256.data = (uint8_t *)e->artifact_sha256;
+  m.artifact_sha256.len = TCC_SHA256_BYTES;
+  m.size = e->size;
+  m.kernels = e->kernels;
+  m.compile_ms = e->compile_ms;
+  m.signature.data = (uint8_t *)e->signature;
+  m.signature.len = e->signature_len;
+  m.key_id = (char *)e->key_id;
+  m.created_unix = (int64_t)time(NULL);
+  *len = tcc__v1__remote_entry__get_packed_size(&m);
+  uint8_t *buf = malloc(*len ? *len : 1);
+  if (buf) tcc__v1__remote_entry__pack(&m, buf);
+  return buf;
+}
+
+/* Copies n bytes into a fresh allocation (NULL for n == 0). Returns 0 or -1. */
+static int dup_bytes(const uint8_t *p, size_t n, uint8_t **out, size_t *len) {
+  *out = NULL;
+  *len = 0;
+  if (!n) return 0;
+  if (!(*out = malloc(n))) return -1;
+  memcpy(*out, p, n);
+  *len = n;
+  return 0;
+}
+
+/* Decodes a RemoteEntry into e (owned buffers). Returns 0 or -1 (malformed). */
+static int entry_decode(const uint8_t *bytes, size_t len, tcc_cache_entry *e) {
+  memset(e, 0, sizeof *e);
+  Tcc__V1__RemoteEntry *m = tcc__v1__remote_entry__unpack(NULL, len, bytes);
+  if (!m) return -1;
+  int rc = -1;
+  if (m->format != 1 || m->guard_hash.len != TCC_SHA256_BYTES || m->artifact_sha256.len != TCC_SHA256_BYTES ||
+      m->signature.len > sizeof e->signature || strlen(m->key_id) >= sizeof e->key_id ||
+      strlen(m->target) >= sizeof e->target || m->size < 0)
+    goto out;
+  memcpy(e->hash, m->guard_hash.data, TCC_SHA256_BYTES);
+  memcpy(e->artifact_sha256, m->artifact_sha256.data, TCC_SHA256_BYTES);
+  snprintf(e->target, sizeof e->target, "%s", m->target);
+  snprintf(e->key_id, sizeof e->key_id, "%s", m->key_id);
+  memcpy(e->signature, m->signature.data, m->signature.len);
+  e->signature_len = m->signature.len;
+  e->kind = m->kind;
+  e->size = m->size;
+  e->kernels = m->kernels;
+  e->compile_ms = m->compile_ms;
+  if (dup_bytes(m->canonical_key.data, m->canonical_key.len, &e->key, &e->key_len) ||
+      dup_bytes(m->manifest.data, m->manifest.len, &e->manifest, &e->manifest_len) ||
+      dup_bytes(m->request_meta.data, m->request_meta.len, &e->request_meta, &e->request_meta_len)) {
+    tcc_cache_entry_clear(e);
+    goto out;
+  }
+  rc = 0;
+out:
+  tcc__v1__remote_entry__free_unpacked(m, NULL);
+  return rc;
+}
+
+/* Is a remote entry safe to use for this flight? Returns 0 or a code with
+ * the reason in err. */
+static int entry_verify(const tccd_remote_flight *f, const tcc_cache_entry *e, const uint8_t *art,
+                        size_t len, tcc_error *err) {
+  const tccd_state *st = f->r->st;
+  if (memcmp(e->hash, f->hash, TCC_SHA256_BYTES) != 0)
+    return tcc_error_set(err, TCC_E_DATA_LOSS, "the entry names another guard hash");
+  if (e->key_len != f->key_len || (f->key_len && memcmp(e->key, f->key, f->key_len) != 0))
+    return tcc_error_set(err, TCC_E_DATA_LOSS, "guard hash collision: the entry's canonical key differs");
+  uint8_t got[TCC_SHA256_BYTES];
+  tcc_sha256(art, len, got);
+  if ((int64_t)len != e->size || memcmp(got, e->artifact_sha256, TCC_SHA256_BYTES) != 0)
+    return tcc_error_set(err, TCC_E_DATA_LOSS, "the artifact (%zu bytes) does not match the entry's digest", len);
+  if (st->trusted.n > 0) {
+    if (e->signature_len == 0)
+      return tcc_error_set(err, TCC_E_PERMISSION_DENIED, "the entry is unsigned and this daemon verifies");
+    return tcc_artifact_verify(&st->trusted, e->key_id, e->hash, e->artifact_sha256, e->manifest,
+                               e->manifest_len, e->signature, e->signature_len, err);
+  }
+  return 0;
+}
+
+/* ------------------------------------------------------------ flights */
+
+static void flight_unlink(tccd_remote_flight *f) {
+  tccd_remote *r = f->r;
+  if (f->prev) f->prev->next = f->next;
+  else r->flights = f->next;
+  if (f->next) f->next->prev = f->prev;
+  f->prev = f->next = NULL;
+  if (f->op) f->op->flight = NULL; /* its reply will be dropped */
+  f->op = NULL;
+}
+
+static void flight_free(tccd_remote_flight *f) {
+  free(f->key);
+  free(f);
+}
+
+/* Ends a flight: the receiver gets res (and owns what it holds). */
+static void flight_finish(tccd_remote_flight *f, tccd_remote_result *res) {
+  flight_unlink(f);
+  res->waited = f->waited;
+  if (res->locked) memcpy(res->token, f->token, sizeof res->token);
+  tccd_remote_done done = f->done;
+  void *arg = f->arg;
+  flight_free(f);
+  done(arg, res);
+}
+
+static void flight_compile_here(tccd_remote_flight *f, int locked) {
+  tccd_remote_result res;
+  memset(&res, 0, sizeof res);
+  res.locked = locked;
+  flight_finish(f, &res);
+}
+
+/* Sends the probe. Returns 0 or -1 (not sent). */
+static int flight_send_probe(tccd_remote_flight *f) {
+  char k1[REMOTE_KEY_MAX], k2[REMOTE_KEY_MAX], k3[REMOTE_KEY_MAX];
+  key_name(k1, f->hex, "entry");
+  key_name(k2, f->hex, "artifact");
+  key_name(k3, f->hex, "lock");
+  const char *argv[4] = {"MGET", k1, k2, k3};
+  if (f->state != FLIGHT_WAIT) f->state = FLIGHT_PROBE;
+  return remote_send(f->r, f, TCC_COUNTER__COUNT, "MGET", 4, argv, NULL);
+}
+
+static void flight_probe(tccd_remote_flight *f) {
+  if (flight_send_probe(f) != 0) {
+    count(f->r, TCC_COUNTER_remote_errors);
+    remote_trouble(f->r, "not connected");
+    flight_compile_here(f, 0);
+  }
+}
+
+static void flight_lock(tccd_remote_flight *f) {
+  char k[REMOTE_KEY_MAX], px[32];
+  key_name(k, f->hex, "lock");
+  snprintf(px, sizeof px, "%d", f->r->st->cfg->compile_timeout_ms + REMOTE_LOCK_MARGIN_MS);
+  const char *argv[6] = {"SET", k, f->token, "NX", "PX", px};
+  f->state = FLIGHT_LOCK;
+  if (remote_send(f->r, f, TCC_COUNTER__COUNT, "SET NX", 6, argv, NULL) != 0) {
+    count(f->r, TCC_COUNTER_remote_errors);
+    flight_compile_here(f, 0);
+  }
+}
+
+/* Another daemon holds the lock: probe again later (backing off). */
+static void flight_wait(tccd_remote_flight *f) {
+  uint64_t now = now_ns();
+  if (!f->waited) {
+    f->waited = 1;
+    count(f->r, TCC_COUNTER_remote_lock_waits);
+    f->give_up_ns =
+        now + (uint64_t)(f->r->st->cfg->compile_timeout_ms + REMOTE_WAIT_MARGIN_MS) * 1000000ull;
+    f->poll_ms = REMOTE_POLL_FIRST_MS;
+    log_debug("compile %.12s: another daemon is compiling it; waiting", f->hex);
+  } else {
+    f->poll_ms = f->poll_ms * 2 > REMOTE_POLL_MAX_MS ? REMOTE_POLL_MAX_MS : f->poll_ms * 2;
+  }
+  f->state = FLIGHT_WAIT;
+  f->next_poll_ns = now + (uint64_t)f->poll_ms * 1000000ull;
+  arm_tick(f->r);
+}
+
+/* The MGET answer: [entry, artifact, lock]. */
+static void flight_on_probe(tccd_remote_flight *f, redisReply *rep) {
+  if (rep->type != REDIS_REPLY_ARRAY || rep->elements != 3) {
+    count(f->r, TCC_COUNTER_remote_errors);
+    remote_trouble(f->r, "unexpected MGET reply");
+    flight_compile_here(f, 0);
+    return;
+  }
+  redisReply *entry = rep->element[0], *art = rep->element[1], *lock = rep->element[2];
+  if (entry->type == REDIS_REPLY_STRING && art->type == REDIS_REPLY_STRING) {
+    tccd_remote_result res;
+    memset(&res, 0, sizeof res);
+    tcc_error err;
+    int rc = entry_decode((const uint8_t *)entry->str, entry->len, &res.entry)
+                 ? tcc_error_set(&err, TCC_E_DATA_LOSS, "the entry does not decode")
+                 : entry_verify(f, &res.entry, (const uint8_t *)art->str, art->len, &err);
+    if (rc == 0 && dup_bytes((const uint8_t *)art->str, art->len, &res.artifact, &res.artifact_len) != 0)
+      rc = tcc_error_set(&err, TCC_E_RESOURCE_EXHAUSTED, "out of memory");
+    if (rc == 0) {
+      res.hit = 1;
+      flight_finish(f, &res);
+      return;
+    }
+    tcc_cache_entry_clear(&res.entry);
+    count(f->r, TCC_COUNTER_remote_rejected);
+    log_warn("redis %s: refused the remote entry for %.12s: %s; compiling it here", f->r->display, f->hex,
+             err.msg);
+    flight_compile_here(f, 0);
+    return;
+  }
+  if (lock->type == REDIS_REPLY_STRING) flight_wait(f);
+  else flight_lock(f);
+}
+
+static void flight_on_lock(tccd_remote_flight *f, redisReply *rep) {
+  if (rep->type == REDIS_REPLY_STATUS) flight_compile_here(f, 1); /* OK: ours */
+  else flight_wait(f);                                              /* nil: taken */
+}
+
+static void on_reply(redisAsyncContext *ac, void *reply, void *privdata) {
+  (void)ac;
+  remote_op *op = privdata;
+  tccd_remote *r = op->r;
+  redisReply *rep = reply;
+  if (r->pending > 0) r->pending--;
+  r->waiting_since_ns = now_ns();
+  tccd_remote_flight *f = op->flight;
+  if (f) f->op = NULL;
+  if (!rep || rep->type == REDIS_REPLY_ERROR) {
+    if (!r->closing) {
+      count(r, TCC_COUNTER_remote_errors);
+      remote_trouble(r, "%s failed: %s", op->what, rep ? rep->str : "connection closed");
+    }
+    free(op);
+    if (f) flight_compile_here(f, 0);
+    return;
+  }
+  remote_healthy(r);
+  if (op->ok_counter != TCC_COUNTER__COUNT) count(r, op->ok_counter);
+  free(op);
+  if (!f) return;
+  if (f->state == FLIGHT_LOCK) flight_on_lock(f, rep);
+  else flight_on_probe(f, rep);
+}
+
+/* Every 10 ms while needed: reconnects, command timeouts, WAIT polls,
+ * and a hung connection's reset. */
+static void on_tick(uv_timer_t *t) {
+  tccd_remote *r = t->data;
+  uint64_t now = now_ns();
+  if (!r->ac && now >= r->reconnect_at_ns) remote_connect(r);
+  /* hiredis's libuv adapter drops poll errors, so a refused or hung
+   * connect may never call on_connect: give it --redis-timeout-ms */
+  if (r->ac && !r->connected && now > r->connect_started_ns &&
+      now - r->connect_started_ns > (uint64_t)r->st->cfg->redis_timeout_ms * 1000000ull) {
+    remote_trouble(r, "cannot connect: no answer within %d ms", r->st->cfg->redis_timeout_ms);
+    count(r, TCC_COUNTER_remote_errors);
+    redisAsyncContext *ac = r->ac;
+    r->ac = NULL;
+    r->pending = 0;
+    redisAsyncFree(ac); /* pending commands get NULL replies */
+    schedule_reconnect(r);
+  }
+  uint64_t stuck_ms = (uint64_t)r->st->cfg->redis_timeout_ms * 5;
+  if (stuck_ms < REMOTE_STUCK_MIN_MS) stuck_ms = REMOTE_STUCK_MIN_MS;
+  if (r->ac && r->pending > 0 && now > r->waiting_since_ns &&
+      now - r->waiting_since_ns > stuck_ms * 1000000ull) {
+    remote_trouble(r, "no reply for %llu ms; reconnecting", (unsigned long long)stuck_ms);
+    count(r, TCC_COUNTER_remote_errors);
+    redisAsyncContext *ac = r->ac;
+    redisAsyncFree(ac); /* replies NULL to every pending command; on_disconnect runs */
+    r->ac = NULL;
+    r->connected = 0;
+    r->pending = 0;
+    if (r->reconnect_at_ns <= now) schedule_reconnect(r);
+  }
+  for (tccd_remote_flight *f = r->flights, *next; f; f = next) {
+    next = f->next;
+    if (f->op && now >= f->op_deadline_ns) {
+      count(r, TCC_COUNTER_remote_errors);
+      remote_trouble(r, "%s for %.12s timed out after %d ms", f->op->what, f->hex, r->st->cfg->redis_timeout_ms);
+      flight_compile_here(f, 0);
+    } else if (f->state == FLIGHT_WAIT && !f->op) {
+      if (now >= f->give_up_ns) {
+        log_warn("compile %.12s: waited %d ms for another daemon's compile; compiling it here", f->hex,
+                 r->st->cfg->compile_timeout_ms + REMOTE_WAIT_MARGIN_MS);
+        flight_compile_here(f, 0);
+      } else if (now >= f->next_poll_ns) {
+        flight_probe(f);
+      }
+    }
+  }
+  if (!r->flights && r->pending == 0 && r->ac && r->connected) uv_timer_stop(t);
+}
+
+/* ------------------------------------------------------------ API */
+
+int tccd_remote_init(tccd_state *st, tcc_error *err) {
+  if (!st->cfg->redis[0]) return 0;
+  tccd_remote *r = calloc(1, sizeof *r);
+  if (!r) return tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "out of memory");
+  r->st = st;
+  int rc = parse_url(r, st->cfg->redis, err);
+  if (rc) {
+    sodium_memzero(r->password, sizeof r->password);
+    free(r);
+    return rc;
+  }
+  uv_timer_init(st->loop, &r->tick);
+  r->tick.data = r;
+  uv_timer_start(&r->tick, on_tick, REMOTE_TICK_MS, REMOTE_TICK_MS);
+  st->remote = r;
+  remote_connect(r);
+  return 0;
+}
+
+static void on_tick_closed(uv_handle_t *h) {
+  tccd_remote *r = h->data;
+  sodium_memzero(r->password, sizeof r->password);
+  free(r);
+}
+
+void tccd_remote_close(tccd_state *st) {
+  tccd_remote *r = st->remote;
+  if (!r) return;
+  st->remote = NULL;
+  while (r->flights) flight_compile_here(r->flights, 0); /* compile.c cancelled them already */
+  r->closing = 1;
+  if (r->ac) redisAsyncFree(r->ac); /* never waits on a hung Redis */
+  r->ac = NULL;
+  uv_timer_stop(&r->tick);
+  uv_close((uv_handle_t *)&r->tick, on_tick_closed);
+}
+
+tccd_remote_flight *tccd_remote_begin(tccd_state *st, const uint8_t hash[TCC_SHA256_BYTES],
+                                      const uint8_t *key, size_t key_len, tccd_remote_done done, void *arg) {
+  tccd_remote *r = st->remote;
+  if (!r || r->closing || !r->ac) {
+    if (r && !r->closing) count(r, TCC_COUNTER_remote_errors);
+    return NULL;
+  }
+  tccd_remote_flight *f = calloc(1, sizeof *f);
+  if (!f || (key_len && !(f->key = malloc(key_len)))) {
+    free(f);
+    return NULL;
+  }
+  f->r = r;
+  memcpy(f->hash, hash, TCC_SHA256_BYTES);
+  tcc_hex_encode(hash, TCC_SHA256_BYTES, f->hex);
+  if (key_len) memcpy(f->key, key, key_len);
+  f->key_len = key_len;
+  f->done = done;
+  f->arg = arg;
+  uint8_t tok[16];
+  randombytes_buf(tok, sizeof tok);
+  tcc_hex_encode(tok, sizeof tok, f->token);
+  f->next = r->flights;
+  if (r->flights) r->flights->prev = f;
+  r->flights = f;
+  if (flight_send_probe(f) != 0) { /* done is never called from here */
+    count(r, TCC_COUNTER_remote_errors);
+    flight_unlink(f);
+    flight_free(f);
+    return NULL;
+  }
+  return f;
+}
+
+void tccd_remote_cancel(tccd_remote_flight *f) {
+  if (!f) return;
+  flight_unlink(f);
+  flight_free(f);
+}
+
+void tccd_remote_publish(tccd_state *st, const tcc_cache_entry *e, const uint8_t *artifact, size_t len,
+                         const char *token) {
+  tccd_remote *r = st->remote;
+  if (!r) return;
+  size_t elen;
+  uint8_t *enc = entry_encode(e, &elen);
+  if (!enc) return;
+  char hex[TCC_SHA256_HEX], k1[REMOTE_KEY_MAX], k2[REMOTE_KEY_MAX], k3[REMOTE_KEY_MAX], ttl[32];
+  tcc_hex_encode(e->hash, TCC_SHA256_BYTES, hex);
+  key_name(k1, hex, "entry");
+  key_name(k2, hex, "artifact");
+  key_name(k3, hex, "lock");
+  snprintf(ttl, sizeof ttl, "%lld", (long long)st->cfg->redis_ttl_s * 1000);
+  const char *tok = token ? token : "";
+  const char *argv[10] = {"EVAL", PUBLISH_SCRIPT, "3", k1, k2, k3, (const char *)enc,
+                          (const char *)(artifact ? artifact : (const uint8_t *)""), ttl, tok};
+  size_t lens[10] = {4, strlen(PUBLISH_SCRIPT), 1, strlen(k1), strlen(k2), strlen(k3), elen, len,
+                     strlen(ttl), strlen(tok)};
+  if (remote_send(r, NULL, TCC_COUNTER_remote_stores, "publish", 10, argv, lens) != 0) {
+    count(r, TCC_COUNTER_remote_errors);
+    remote_trouble(r, "not connected; %.12s not written through", hex);
+  }
+  free(enc);
+}
+
+void tccd_remote_release(tccd_state *st, const uint8_t hash[TCC_SHA256_BYTES], const char *token) {
+  tccd_remote *r = st->remote;
+  if (!r || !token || !*token) return;
+  char hex[TCC_SHA256_HEX], k[REMOTE_KEY_MAX];
+  tcc_hex_encode(hash, TCC_SHA256_BYTES, hex);
+  key_name(k, hex, "lock");
+  const char *argv[5] = {"EVAL", RELEASE_SCRIPT, "1", k, token};
+  if (remote_send(r, NULL, TCC_COUNTER__COUNT, "release", 5, argv, NULL) != 0)
+    count(r, TCC_COUNTER_remote_errors); /* the lock expires by itself */
+}
+
+void tccd_remote_touch(tccd_state *st, const uint8_t hash[TCC_SHA256_BYTES]) {
+  tccd_remote *r = st->remote;
+  if (!r) return;
+  char hex[TCC_SHA256_HEX], k[REMOTE_KEY_MAX], ttl[32];
+  tcc_hex_encode(hash, TCC_SHA256_BYTES, hex);
+  snprintf(ttl, sizeof ttl, "%lld", (long long)st->cfg->redis_ttl_s * 1000);
+  static const char *const parts[] = {"entry", "artifact"};
+  for (int i = 0; i < 2; i++) {
+    key_name(k, hex, parts[i]);
+    const char *argv[3] = {"PEXPIRE", k, ttl};
+    if (remote_send(r, NULL, TCC_COUNTER__COUNT, "PEXPIRE", 3, argv, NULL) != 0) return;
+  }
+}
+
+void tccd_remote_info(const tccd_state *st, int *enabled, int *connected, const char **address) {
+  const tccd_remote *r = st->remote;
+  *enabled = r != NULL;
+  *connected = r && r->ac && r->connected;
+  *address = r ? r->display : "";
+}
