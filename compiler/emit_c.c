@@ -1248,8 +1248,27 @@ done:
   return rc;
 }
 
+/* The glibc vector math library (libmvec, linked through libm.so's
+ * AS_NEEDED) has SIMD variants of these; declaring the simd clones lets
+ * gcc vectorize loops that call them (as glibc's own headers do under
+ * -ffast-math). Its results are within 4 ulp. */
 static const char prelude[] =
   "#include <math.h>\n#include <stdint.h>\n"
+  "#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)\n"
+  "#define TCC_SIMD __attribute__((__simd__(\"notinbranch\")))\n"
+  "extern float expf(float) TCC_SIMD; extern float exp2f(float) TCC_SIMD;\n"
+  "extern float expm1f(float) TCC_SIMD; extern float logf(float) TCC_SIMD;\n"
+  "extern float log1pf(float) TCC_SIMD; extern float log2f(float) TCC_SIMD;\n"
+  "extern float sinf(float) TCC_SIMD; extern float cosf(float) TCC_SIMD;\n"
+  "extern float tanf(float) TCC_SIMD; extern float tanhf(float) TCC_SIMD;\n"
+  "extern float erff(float) TCC_SIMD;\n"
+  "extern double exp(double) TCC_SIMD; extern double exp2(double) TCC_SIMD;\n"
+  "extern double expm1(double) TCC_SIMD; extern double log(double) TCC_SIMD;\n"
+  "extern double log1p(double) TCC_SIMD; extern double log2(double) TCC_SIMD;\n"
+  "extern double sin(double) TCC_SIMD; extern double cos(double) TCC_SIMD;\n"
+  "extern double tan(double) TCC_SIMD; extern double tanh(double) TCC_SIMD;\n"
+  "extern double erf(double) TCC_SIMD;\n"
+  "#endif\n"
   "static inline int64_t tcc_min64(int64_t a, int64_t b) { return a < b ? a : b; }\n"
   "static inline int64_t tcc_max64(int64_t a, int64_t b) { return a > b ? a : b; }\n"
   "static inline float tcc_bf16_to_f32(uint16_t x) {\n"

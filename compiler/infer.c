@@ -957,3 +957,22 @@ int tcc_infer_matmul(const tcc_graph *g, const tcc_node *n, tcc_meta *out, tcc_e
   }
   return finish(g, out, err);
 }
+
+int tcc_infer_batch_norm_train(const tcc_graph *g, const tcc_node *n, tcc_meta *out,
+                               tcc_error *err) {
+  int rc = tcc_infer_batch_norm(g, n, out, err);
+  if (rc) return rc;
+  const tcc_meta *x = tensor_meta(g, ARG("input")), *rm = tensor_meta(g, ARG("running_mean"));
+  int training = (int)ARG("training")->i;
+  tcc_dtype acc = x->dtype;   /* what PyTorch's meta function declares */
+  for (int o = 1; o < n->nout && o < 5; o++) {
+    out[o] = *rm;
+    out[o].dtype = tcc_dtype_promote(rm->dtype, x->dtype);
+    if (o < 3) {
+      out[o].dtype = training ? acc : x->dtype;
+      if (!training) out[o].sizes[0] = 0;
+    }
+    if ((rc = finish(g, &out[o], err))) return rc;
+  }
+  return 0;
+}

@@ -35,6 +35,7 @@
  */
 #include "loop.h"
 
+#include <math.h>
 #include <string.h>
 
 /* Loop variables i0..i{rank-1}, the identity index of a shape. */
@@ -123,6 +124,9 @@ int tcc_lower_realize(tcc_lower_ctx *lc, const tcc_node *n, int o, const tcc_vx 
 }
 
 /* ------------------------------------------------------------ helpers */
+
+static const tcc_vx *materialize(tcc_lower_ctx *lc, const tcc_vx *body, int rank,
+                                 const int64_t *sizes, tcc_dtype dt);
 
 #define OOM() tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "out of memory lowering")
 #define ARG(name) tcc_node_arg(n, name)
@@ -1113,6 +1117,74 @@ int tcc_lower_batch_norm(tcc_lower_ctx *lc, const tcc_node *n, tcc_error *err) {
   int rc = result(lc, n, 0, y, err);
   for (int o = 1; o < n->nout && !rc; o++) rc = result(lc, n, o, cst(p, cd, 0), err);
   return rc;
+}
+
+/* A per-channel statistic (over output index i0 = channel) as a value
+ * the big kernel can read: node output o when it is kept, else a
+ * temporary. Returns its body read at channel index `c`. */
+static const tcc_vx *channel_stat(tcc_lower_ctx *lc, const tcc_node *n, int o, const tcc_vx *body,
+                                  int64_t C, tcc_dtype dt, const tcc_ix *c, tcc_error *err) {
+  tcc_program *p = lc->prog;
+  const tcc_ix *idx[1] = {c};
+  if (o >= 0 && o < n->nout && n->outs[o] >= 0 && lc->g->values[n->outs[o]].meta.numel == C) {
+    if (result(lc, n, o, body, err)) return NULL;
+    return tcc_vx_cast(p, body_at(lc, n->outs[o], idx), dt);
+  }
+  int64_t sz[1] = {C};
+  const tcc_vx *ld = materialize(lc, body, 1, sz, dt);
+  return ld ? tcc_vx_subst(p, ld, 1, idx) : NULL;
+}
+
+/* Training batch norm (functional): batch statistics over every dim but
+ * 1, the normalized output, saved mean / inverse std and the updated
+ * running statistics (unbiased variance). With training false it is the
+ * inference form with running statistics passed through. */
+int tcc_lower_batch_norm_train(tcc_lower_ctx *lc, const tcc_node *n, tcc_error *err) {
+  tcc_program *p = lc->prog;
+  const tcc_arg *xa = ARG("input");
+  const tcc_meta *x = arg_meta(lc, xa);
+  int64_t C = x->sizes[1];
+  tcc_dtype cd = compute_dt(x->dtype);
+  const tcc_ix *id[TCC_MAX_DIMS], *c0[1];
+  if (ident(p, x->rank, id)) return OOM();
+  c0[0] = tcc_ix_var(p, 0);
+  const tcc_vx *rm = tcc_vx_cast(p, body_at(lc, ARG("running_mean")->v, c0), cd);
+  const tcc_vx *rv = tcc_vx_cast(p, body_at(lc, ARG("running_var")->v, c0), cd);
+  double mom = ARG("momentum")->f, eps = ARG("eps")->f;
+  const tcc_vx *mean_c, *rstd_c;
+  int rc = 0;
+  if (ARG("training")->i) {
+    uint32_t mask = 0;
+    for (int d = 0; d < x->rank; d++)
+      if (d != 1) mask |= 1u << d;
+    red_space r1, r2;
+    const tcc_vx *mean = mean_of(p, red_body(lc, xa->v, mask, 0, &r1), &r1, cd);
+    const tcc_vx *var = var_of(p, red_body(lc, xa->v, mask, 0, &r2), mean, &r2, cd, 0);
+    const tcc_vx *rstd = UN(RSQRT, BIN(ADD, var, cst(p, cd, eps)));
+    double cnt = (double)r1.count;
+    const tcc_vx *m = cst(p, cd, mom), *one_m = cst(p, cd, 1 - mom);
+    const tcc_vx *unbiased = BIN(MUL, var, cst(p, cd, cnt > 1 ? cnt / (cnt - 1) : INFINITY));
+    if (n->nout > 3 && (rc = result(lc, n, 3, BIN(ADD, BIN(MUL, one_m, rm), BIN(MUL, m, mean)), err))) return rc;
+    if (n->nout > 4 && (rc = result(lc, n, 4, BIN(ADD, BIN(MUL, one_m, rv), BIN(MUL, m, unbiased)), err))) return rc;
+    mean_c = channel_stat(lc, n, 1, mean, C, cd, id[1], err);
+    if (!mean_c) return err->code ? err->code : OOM();
+    rstd_c = channel_stat(lc, n, 2, rstd, C, cd, id[1], err);
+    if (!rstd_c) return err->code ? err->code : OOM();
+  } else {
+    const tcc_ix *c1[1] = {id[1]};
+    mean_c = tcc_vx_cast(p, body_at(lc, ARG("running_mean")->v, c1), cd);
+    rstd_c = UN(RSQRT, BIN(ADD, tcc_vx_cast(p, body_at(lc, ARG("running_var")->v, c1), cd), cst(p, cd, eps)));
+    for (int o = 1; o < 3 && o < n->nout && !rc; o++) rc = result(lc, n, o, cst(p, cd, 0), err);
+    if (!rc && n->nout > 3) rc = result(lc, n, 3, rm, err);
+    if (!rc && n->nout > 4) rc = result(lc, n, 4, rv, err);
+    if (rc) return rc;
+  }
+  const tcc_ix *c1[1] = {id[1]};
+  const tcc_vx *y = BIN(MUL, BIN(SUB, tcc_vx_cast(p, body_at(lc, xa->v, id), cd), mean_c), rstd_c);
+  const tcc_arg *w = ARG("weight"), *b = ARG("bias");
+  if (w->kind == TCC_ARG_TENSOR) y = BIN(MUL, y, tcc_vx_cast(p, body_at(lc, w->v, c1), cd));
+  if (b->kind == TCC_ARG_TENSOR) y = BIN(ADD, y, tcc_vx_cast(p, body_at(lc, b->v, c1), cd));
+  return result(lc, n, 0, y, err);
 }
 
 /* grad_weight[w, d] = sum over positions p with indices[p] == w (and w

@@ -495,6 +495,9 @@
   X(BATCH_NORM_NO_TRAINING, "aten._native_batch_norm_legit_no_training.default",        \
     "_native_batch_norm_legit_no_training(Tensor input, Tensor? weight, Tensor? bias, Tensor running_mean, Tensor running_var, float momentum, float eps) -> (Tensor, Tensor, Tensor)", \
     POINTWISE, batch_norm, batch_norm, NONE)                                            \
+  X(BATCH_NORM_FUNCTIONAL, "aten._native_batch_norm_legit_functional.default",               \
+    "_native_batch_norm_legit_functional(Tensor input, Tensor? weight, Tensor? bias, Tensor running_mean, Tensor running_var, bool training, float momentum, float eps) -> (Tensor, Tensor, Tensor, Tensor running_mean_out, Tensor running_var_out)",\
+    REDUCTION, batch_norm_train, batch_norm_train, NONE)                                \
   X(DROPOUT, "aten.dropout.default",                                                    \
     "dropout(Tensor input, float p, bool train) -> Tensor",                             \
     POINTWISE, same, dropout, NONE)                                                     \

@@ -139,7 +139,8 @@ def sanitize(gm):
     """A copy of an AOTAutograd graph the converter takes whole (it
     refuses memory_format arguments): preserve_format is dropped,
     clone(memory_format=contiguous_format) becomes cat([x]) (also a
-    contiguous copy), None outputs are dropped.
+    contiguous copy), a Python number in a .Tensor overload's `other`
+    uses the .Scalar overload, None outputs are dropped.
     Returns (gm, positions of the kept outputs)."""
     import copy
     gm = copy.deepcopy(gm)
@@ -155,6 +156,12 @@ def sanitize(gm):
                 n.target = torch.ops.aten.cat.default
                 n.args = ([n.args[0]], 0)
                 n.kwargs = {}
+        if (n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload)
+                and n.target._overloadname == "Tensor" and len(n.args) == 2
+                and isinstance(n.args[1], (int, float)) and not isinstance(n.args[1], bool)):
+            alt = getattr(n.target.overloadpacket, "Scalar", None)
+            if alt is not None:   # x + 1 on an int tensor (num_batches_tracked)
+                n.target = alt
         if n.op == "output":
             outs = n.args[0]
             outs = outs if isinstance(outs, (tuple, list)) else [outs]

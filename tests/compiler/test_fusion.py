@@ -282,8 +282,6 @@ MODELS = {
 @pytest.mark.parametrize("name", sorted(MODELS))
 @pytest.mark.parametrize("train", [False, True])
 def test_model_graphs(name, train):
-    if name == "normblock" and train:
-        pytest.skip("training batch norm (_native_batch_norm_legit_functional) is not in the table")
     make, inputs = MODELS[name]
     torch.manual_seed(SEED)
     graphs = aot_graphs(make(), inputs(), train)

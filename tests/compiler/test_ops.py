@@ -532,6 +532,21 @@ def test_batch_norm_inference():
     run_op(A._native_batch_norm_legit_no_training.default, (x, None, None, rm, rv, 0.1, 1e-3), nout=3)
 
 
+@pytest.mark.parametrize("training", [True, False])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_batch_norm_functional(training, dtype):
+    g = gen(122)
+    x = rnd((4, 3, 5, 2), dtype, g)
+    w, b = rnd((3,), dtype, g), rnd((3,), dtype, g)
+    sd = torch.float32 if dtype == torch.bfloat16 else dtype   # eager refuses other mixes
+    rm, rv = rnd((3,), sd, g), rnd((3,), sd, g, 0.5, 2)
+    tol = RED_TOL[dtype]
+    run_op(A._native_batch_norm_legit_functional.default, (x, w, b, rm, rv, training, 0.1, 1e-5),
+           nout=5, tol=tol)
+    run_op(A._native_batch_norm_legit_functional.default, (x, None, None, rm, rv, training, 0.3, 1e-3),
+           nout=5, take=[0, 3, 4], tol=tol)
+
+
 @pytest.mark.parametrize("scale", [False, True])
 def test_embedding_backward(scale):
     g = gen(131)
