@@ -98,24 +98,28 @@ def test_table_dtypes_limit_what_is_sent(daemon, rpc_table):
     assert any("float64" in why for why in reasons), reasons
 
 
-def test_partition_the_daemon_refuses_runs_eagerly(daemon, rpc_table, caplog):
-    """A table that claims an op the daemon then refuses (UNIMPLEMENTED):
-    that partition runs eagerly, is logged and counted; the rest compiles."""
+def test_nodes_the_daemon_refuses_are_learned(daemon, rpc_table, caplog):
+    """A table that claims an op the daemon then refuses (UNIMPLEMENTED,
+    naming the node): setup partitions again without that node, so the
+    ops around it still compile; the answer is right and the op counted."""
     import logging
 
     caplog.set_level(logging.INFO, logger="tccd")
     rpc_table(dict(POINTWISE, **{"aten.cumsum.default": "reduction"}))
 
     def f(x):
-        a = torch.cumsum(torch.sin(x), 0)   # sin + cumsum: one partition, refused
-        return torch.exp(a)                 # exp alone after it: compiled? (same partition)
+        a = torch.cumsum(torch.sin(x) * 2, 0)   # first proposed as one partition
+        return torch.exp(a) - 1
 
     x = torch.randn(7, 3)
     torch.testing.assert_close(torch.compile(f, backend="tccd")(x).double(),
                                f(x.double()), **F64)
     s = tccd.stats()
-    assert s["fallback_ops"] >= 1, s
-    assert any("UNIMPLEMENTED" in r.getMessage() for r in caplog.records if r.name == "tccd")
+    assert s["fallback_ops"] == 1 and s["compiled_ops"] == 4, s
+    assert tccd.fallback_ops() == {"aten.cumsum.default": 1}
+    assert any("partitioning again" in r.getMessage() for r in caplog.records if r.name == "tccd")
+    reasons = s["graphs_detail"][0]["reasons"]
+    assert any("refused by the daemon" in why for why in reasons), reasons
 
 
 def _fx(f, *args):

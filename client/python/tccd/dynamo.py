@@ -34,6 +34,7 @@ daemon does not take it after all (an op, dtype or argument form it lacks):
 that partition runs eagerly (logged, counted as fallback).
 """
 import concurrent.futures
+import copy
 import itertools
 import logging
 import os
@@ -54,6 +55,7 @@ from .errors import TccdCompileError, TccdError, TccdFallbackWarning, TccdUnsupp
 
 log = logging.getLogger("tccd")
 
+MAX_REPARTITIONS = 8            # setup rounds that learn which nodes the daemon refuses
 MAX_CONSTANT_BYTES = 64 << 10   # get_attr tensors up to this size are baked into the kernel
 _graph_ids = itertools.count(1)
 _CHECK = os.environ.get("TCCD_CHECK", "") not in ("", "0")   # debug: compare with eager
@@ -189,6 +191,8 @@ class _CompiledGraph:
         self.reasons = {}
         self.n_ops = 0
         self._built = None
+        self._pristine = None
+        self._learned = False
 
     def __call__(self, args):
         run = self._run
@@ -212,7 +216,16 @@ class _CompiledGraph:
                     self._built = self._build()
                 run = self._built
                 if run is not _ALL_EAGER:
-                    self._precompile()
+                    for _ in range(MAX_REPARTITIONS):
+                        self._learned = False
+                        self._precompile()
+                        if not self._learned:
+                            break
+                        # The daemon refused nodes it named: partition again
+                        # without them, from the graph as AOTAutograd gave it.
+                        self.gm = copy.deepcopy(self._pristine)
+                        self.partitions = []
+                        run = self._built = self._build()
                     self._account()
                 else:
                     run = self._eager_runner()
@@ -261,6 +274,7 @@ class _CompiledGraph:
         verdict, trials = P.verdicts(gm, table, self.client, self.base)
         _stats.add(trial_compiles=trials)
         parts = P.propose(gm, verdict, table)
+        self._pristine = copy.deepcopy(gm)
         # from here on the graph changes
         self.reasons = {}
         for n, (ok, why) in verdict.items():
@@ -357,7 +371,7 @@ class _CompiledGraph:
             return _EAGER
         specs = [k[:4] for k in key]
         try:
-            graph, _ = G.build_graph(part.sub_gm, specs, part.constants)
+            graph, _, fx_nodes = G.build_graph(part.sub_gm, specs, part.constants)
         except G.Unsupported as e:
             self._partition_eager(part, f"cannot encode: {e}")
             return _EAGER
@@ -368,18 +382,21 @@ class _CompiledGraph:
         t0 = time.perf_counter()
         try:
             kernel, resp = self.client.get_kernel(req)
-        except TccdUnsupported as e:
-            self._partition_eager(part, f"{e.status}: {e.message}")
-            return _EAGER
-        except TccdCompileError as e:
-            if e.status != "INVALID_ARGUMENT":
+        except (TccdUnsupported, TccdCompileError) as e:
+            if e.status not in ("UNIMPLEMENTED", "INVALID_ARGUMENT"):
                 if self.cfg.fallback != "eager":
                     raise
                 return self._compile_failed(part, e)
-            # The daemon does not take this graph as we encode it (an op's
-            # arguments it reads differently): not ours to run, so eager.
-            log.warning("tccd: graph %d %s: the daemon rejects the partition (%s); it runs "
-                        "eagerly", self.id, part.name, e.message)
+            # The daemon does not take this graph (an op, dtype or argument
+            # form it lacks): eager. When it names the node, setup partitions
+            # again without that node's form.
+            if self.record is None and P.learn_rejection(self.cfg.addr, e.message, fx_nodes):
+                self._learned = True
+                log.info("tccd: graph %d %s: the daemon refuses %s; partitioning again",
+                         self.id, part.name, e.message)
+            elif e.status == "INVALID_ARGUMENT":
+                log.warning("tccd: graph %d %s: the daemon rejects the partition (%s); it runs "
+                            "eagerly", self.id, part.name, e.message)
             self._partition_eager(part, f"{e.status}: {e.message}")
             return _EAGER
         except TccdError as e:

@@ -19,6 +19,8 @@ Mapping (see proto/tcc/v1/tcc.proto):
                             None           -> as_none
                             int/float/bool/Tensor lists -> as_ints/...
                             torch.dtype    -> as_dtype, torch.device -> as_device
+                            layout=strided / memory_format -> left out
+                            (each value's layout is explicit)
                             a Python number where the schema wants a
                             Tensor (aten.mul.Tensor(x, 2)) -> the op's
                             ".Scalar" overload when it has one
@@ -219,6 +221,10 @@ def encode_argument(schema_arg, value, name_of, val_of=meta_val):
             return None
         raise Unsupported(f"argument {schema_arg.name!r}: layout {value}")
     if isinstance(value, torch.memory_format):
+        # Every value's layout is spelled out in the graph (graph outputs
+        # get the traced strides), so the format only restates it.
+        if schema_arg.has_default_value():
+            return None
         raise Unsupported(f"argument {schema_arg.name!r}: memory format {value}")
     if isinstance(value, (list, tuple)):
         return _encode_list(schema_arg, list(value), name_of, val_of)
@@ -345,10 +351,12 @@ def build_graph(gm, input_specs, constants=None):
     """tcc.v1.Graph for partition `gm` with its non-constant placeholders
     laid out as `input_specs` ([(dtype, sizes, strides, offset)]) and
     `constants` ({placeholder index: tensor}) baked in. Returns
-    (graph, output fake values). Raises Unsupported."""
+    (graph, output fake values, the fx node of each Graph.nodes entry).
+    Raises Unsupported."""
     constants = constants or {}
     env = propagate(gm, input_specs, constants)
     g = pb.Graph()
+    fx_nodes = []         # the fx node behind each g.nodes entry
     names = {}            # fx.Node -> tensor value name
     multi = {}            # fx.Node -> [output names] for multi-output nodes
 
@@ -408,6 +416,7 @@ def build_graph(gm, input_specs, constants=None):
                 raise Unsupported(f"{n.name} produces a {type(val).__name__}")
             node_pb, _ = encode_node(n, name_of, outs, env.get, add_constant)
             g.nodes.append(node_pb)
+            fx_nodes.append(n)
         elif n.op == "output":
             outs = n.args[0]
             outs = outs if isinstance(outs, (tuple, list)) else [outs]
@@ -418,4 +427,4 @@ def build_graph(gm, input_specs, constants=None):
             out_vals = [env[o] for o in outs]
         else:
             raise Unsupported(f"{n.op} node {n.name!r}")
-    return g, out_vals
+    return g, out_vals, fx_nodes

@@ -26,6 +26,7 @@
 import concurrent.futures
 import logging
 import operator
+import re
 import threading
 
 import torch
@@ -87,10 +88,56 @@ def op_table(client, cfg, device=pb.CPU):
 
 
 def forget_op_tables():
-    """Drops every cached op table and trial verdict (tests, daemon upgrades)."""
+    """Drops every cached op table, trial verdict and learned rejection
+    (tests, daemon upgrades)."""
     with _tables_lock:
         _tables.clear()
         _probes.clear()
+        _rejected.clear()
+
+
+# ------------------------------------------------------------------ learned rejections
+
+_rejected = {}   # (addr, probe key) -> reason
+_NODE_RE = re.compile(r"^node (\d+) \(([^)]*)\)")                   # INVALID_ARGUMENT
+_UNSUPPORTED_RE = re.compile(r"unsupported op '([^']*)' \(node (\d+)\)")  # UNIMPLEMENTED
+
+
+def learn_rejection(addr, message, fx_nodes):
+    """A partition compile was refused with a message naming a node
+    ("node 7 (aten.sum.dim_IntList): ..."): remember that node's form so the
+    next partitioning leaves it out. Returns True when the node's form is
+    now known to be refused (the partitioning made before this round could
+    not know it)."""
+    m = _NODE_RE.match(message or "")
+    if m:
+        i, target_name = int(m.group(1)), m.group(2)
+    else:
+        m = _UNSUPPORTED_RE.search(message or "")
+        if not m:
+            return False
+        i, target_name = int(m.group(2)), m.group(1)
+    if not 0 <= i < len(fx_nodes):
+        return False
+    n = fx_nodes[i]
+    if not isinstance(n.target, OpOverload) or str(n.target) != target_name:
+        # the daemon names the overload it was sent (maybe the .Scalar one)
+        try:
+            target = G.resolve_target(n)[0]
+        except G.Unsupported:
+            return False
+        if str(target) != target_name:
+            return False
+    key = (addr, _probe_key(n, n.target))
+    with _tables_lock:
+        _rejected.setdefault(key, f"refused by the daemon: {message}")
+    return True
+
+
+def rejected(addr, node, overload):
+    """The reason a node of this form was refused before, or None."""
+    with _tables_lock:
+        return _rejected.get((addr, _probe_key(node, node.target)))
 
 
 # ------------------------------------------------------------------ trial compiles
@@ -138,7 +185,7 @@ def _probe(client, request_base, node, overload):
     """Trial-compiles one node; returns (ok, reason)."""
     try:
         gm, specs = _probe_graph(node)
-        graph, _ = G.build_graph(gm, specs)
+        graph = G.build_graph(gm, specs)[0]
     except (G.Unsupported, RuntimeError, TypeError, ValueError) as e:
         return False, f"cannot build a trial graph: {e}"
     req = pb.CompileRequest()
@@ -217,6 +264,10 @@ def verdicts(gm, table, client=None, request_base=None):
         if n.op != "call_function" or G.is_getitem(n):
             continue
         overload, reason = static_verdict(n, table)
+        if overload is not None and client is not None:
+            why = rejected(client.addr, n, overload)
+            if why is not None:
+                overload, reason = None, why
         if overload is None:
             out[n] = (False, reason)
         elif table.source == "rpc":
