@@ -472,7 +472,7 @@ int main(void) {
   if (tcc_cuda_available(&err) != 0) cutest_skip("no CUDA device (%s)", err.msg);
   char name[128] = "";
   if (tcc_cuda_device_arch(0, dev_arch, name, sizeof name, &err) != 0) cutest_skip("no CUDA device (%s)", err.msg);
-  if (tcc_nvrtc_available(&err) != 0) cutest_skip("NVRTC not available (%s)", err.msg);
+  if (tcc_nvrtc_available(&err) != 0) cutest_skip("%s", err.msg); /* "NVRTC not available: why" */
   if (tcc_nvrtc_check_arch(dev_arch, &err) != 0) cutest_skip("NVRTC cannot build for this device (%s)", err.msg);
   dev_major = atoi(dev_arch + 3) / 10; /* "sm_86" -> 8.6, "sm_120" -> 12.0 */
   dev_minor = atoi(dev_arch + 3) % 10;
