@@ -124,7 +124,7 @@ class CompiledPartition(torch.nn.Module):
         key = tuple((a.dtype, a.shape, a.stride(), a.storage_offset(), a.is_cpu) for a in args)
         k = self._kernels.get(key)
         if k is None:
-            k = self.kernel_for(key, args)
+            k = self.kernel_for(key)
         if k is _EAGER:
             return self._eager(args)
         if _CHECK:
@@ -145,7 +145,7 @@ class CompiledPartition(torch.nn.Module):
 
     forward = __call__
 
-    def kernel_for(self, key, args=None):
+    def kernel_for(self, key):
         """The kernel for a signature key, compiled on a miss (or _EAGER)."""
         with self._lock:
             k = self._kernels.get(key)
