@@ -38,7 +38,14 @@
  *   - Artifacts (.so) follow the ABI of tcc.proto's Manifest; output
  *     buffers must not overlap inputs, each other or the workspace, and
  *     the workspace (Manifest.workspace_bytes; may be 0) must be 64-byte
- *     aligned.
+ *     aligned. tcc_entry returns 0, or 1 when an index read from a
+ *     tensor (gather, index_select, embedding) was out of range or an
+ *     integer division by zero happened: PyTorch raises there, so a
+ *     caller should too. Kernels may run OpenMP threads (libgomp) and
+ *     call OpenBLAS (linked into the .so); Manifest.kernels[].kind is
+ *     "pointwise", "reduction" or "extern" (a GEMM step).
+ *   - With TCC_NO_FUSION set, tcc_compile fuses nothing (one kernel per
+ *     op, for benchmarks); it is not in the guard key.
  *   - With the environment variable TCC_DUMP set, tcc_compile writes each
  *     pass's IR to <work_dir>/<guard hash>/NN-<pass>.txt.
  *
@@ -61,7 +68,7 @@
 
 /* Bump whenever generated code or the key encoding changes: every cache
  * entry made by an older codegen then misses. */
-#define TCC_CODEGEN_VERSION 1
+#define TCC_CODEGEN_VERSION 2
 
 typedef struct tcc_graph tcc_graph;  /* the canonical IR (graph.h) */
 
@@ -144,8 +151,9 @@ typedef struct tcc_op_info {
  * with cap 0 to size the array). CUDA lists none yet. Thread-safe. */
 size_t tcc_compiler_ops(int device, tcc_op_info *out, size_t cap);
 
-/* The tensor dtypes device computes in (float32, float64 on CPU), same
- * calling convention. */
+/* The tensor dtypes device computes in (on CPU: float32, float64,
+ * float16 and bfloat16 (computed in float32), int8/16/32/64, uint8,
+ * bool), same calling convention. */
 size_t tcc_compiler_dtypes(int device, Tcc__V1__DType *out, size_t cap);
 
 #endif

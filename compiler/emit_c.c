@@ -193,6 +193,15 @@ typedef struct loop_plan {
   int ndims[TCC_MAX_DIMS];
 } loop_plan;
 
+/* Kernel-level nodes in emission order with their loop levels: the
+ * candidates for sibling grouping of reductions. */
+typedef struct pending {
+  const tcc_vx **list;
+  int n;
+  int level;
+  const int *levels;
+} pending;
+
 /* Free variables of an expression (sorted, unique). */
 typedef struct varset {
   int n;
@@ -216,6 +225,7 @@ typedef struct kernel_emit {
   int nscoped, capscoped;
   const char *vname[3];      /* extern: names of vars 0..2 (NULL: i<n>) */
   int naccs;                 /* accumulators */
+  pending *pend;             /* NULL outside the kernel-level walk */
   int oom;
 } kernel_emit;
 
@@ -862,16 +872,6 @@ static int emit_reduce_group(kernel_emit *ke, const tcc_vx *const *group, int ng
   return 0;
 }
 
-/* Pending reductions at kernel level, for sibling grouping. */
-typedef struct pending {
-  const tcc_vx **list;
-  int n;
-  int level;
-  const int *levels;
-} pending;
-
-static pending *cur_pending;
-
 static int same_extent(const tcc_vx *a, const tcc_vx *b) {
   if (a->nidx != b->nidx) return 0;
   for (int r = 0; r < a->nidx; r++)
@@ -899,10 +899,10 @@ static int emit_node(kernel_emit *ke, const tcc_vx *e, int indent) {
     group[ng++] = e;
     /* siblings: other pending kernel-level reductions of the same
      * extents whose inputs are ready, folded in the same loop */
-    if (cur_pending && ke->nscoped == 0 && e->i != TCC_RED_ARGMAX && e->i != TCC_RED_ARGMIN) {
-      for (int i = 0; i < cur_pending->n && ng < 64; i++) {
-        const tcc_vx *q = cur_pending->list[i];
-        if (q == e || q->op != TCC_PRIM_REDUCE || cur_pending->levels[i] != cur_pending->level ||
+    if (ke->pend && ke->nscoped == 0 && e->i != TCC_RED_ARGMAX && e->i != TCC_RED_ARGMIN) {
+      for (int i = 0; i < ke->pend->n && ng < 64; i++) {
+        const tcc_vx *q = ke->pend->list[i];
+        if (q == e || q->op != TCC_PRIM_REDUCE || ke->pend->levels[i] != ke->pend->level ||
             tcc_ptrmap_get(&ke->temps, q) || !same_extent(q, e) || q->i == TCC_RED_ARGMAX ||
             q->i == TCC_RED_ARGMIN)
           continue;
@@ -1193,7 +1193,7 @@ static int emit_kernel(const tcc_program *p, const tcc_kernel *k, int kno, tcc_b
     for (int j = 0; j < ke.plan.nloops && par < 0; j++)
       if (ke.plan.size[j] > 1) par = j;
   pending pend = {.list = nodes, .n = nn, .levels = levels};
-  cur_pending = &pend;
+  ke.pend = &pend;
   ke.nscoped = 0;
   int indent = 2;
   for (int lv = 0; lv <= ke.plan.nloops; lv++) {
@@ -1235,7 +1235,7 @@ static int emit_kernel(const tcc_program *p, const tcc_kernel *k, int kno, tcc_b
   tcc_buf_puts(b, "  return bad;\n}\n");
   rc = ke.oom ? -1 : 0;
 done_pending:
-  cur_pending = NULL;
+  ke.pend = NULL;
 done:
   tcc_ptrmap_free(&ke.temps);
   tcc_ptrmap_free(&ke.fv);

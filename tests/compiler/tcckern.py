@@ -73,7 +73,7 @@ class Kernel:
 
 def request_for(gm, inputs, isa="x86-64-v3", constants=None):
     specs = [tg.signature_of(t) for t in inputs]
-    g, _ = tg.build_graph(gm, specs, constants or {})
+    g = tg.build_graph(gm, specs, constants or {})[0]   # (graph, outputs, ...)
     req = pb.CompileRequest(graph=g, target=pb.Target(device=pb.CPU, cpu_isa=isa),
                             options=pb.Options(mode=pb.DEFAULT))
     return req
@@ -131,8 +131,11 @@ def aten_graph(fn, inputs, decompose=True):
     """fn traced to an ATen graph (core ATen decompositions when decompose)."""
     from torch.fx.experimental.proxy_tensor import make_fx
     from torch._decomp import core_aten_decompositions
-    decomp = core_aten_decompositions() if decompose else None
-    return make_fx(fn, decomposition_table=decomp)(*inputs)
+    if not decompose:
+        return make_fx(fn)(*inputs)
+    from torch.func import functionalize   # core ATen has no in-place ops
+    return make_fx(functionalize(fn, remove="mutations_and_views"),
+                   decomposition_table=core_aten_decompositions())(*inputs)
 
 
 def sanitize(gm):
