@@ -222,7 +222,9 @@ class Redis:
             except RuntimeError as e:  # --requirepass: it answers, so it is up
                 if "NOAUTH" in str(e):
                     return self
+                self.kill()
                 raise
+        self.kill()
         raise RuntimeError("redis-server did not start")
 
     def kill(self):
