@@ -41,7 +41,7 @@ static const opt_def options[] = {
   {"shutdown-grace-ms", NUM(OPT_INT, shutdown_grace_ms), "on SIGTERM, how long in-flight calls may finish (default 5000)"},
   {"port-file", STR(port_file), "write the bound port to this file once listening"},
   {"signing-key", STR(signing_key), "sign every artifact with this Ed25519 key (make one: tcctl keygen FILE)"},
-  {"no-signing", NUM(OPT_BOOL, no_signing), "serve unsigned artifacts (one of --signing-key / --no-signing is required)"},
+  {"no-signing", NUM(OPT_BOOL, no_signing), "serve unsigned artifacts (default: sign with --signing-key, or with CACHE_DIR/signing.key, made on first start)"},
   {"trusted-keys", STR(trusted_keys), "comma-separated .pub files whose signatures are accepted from --redis (own key always)"},
   {"auth-tokens", STR(auth_tokens), "bearer tokens file, lines 'client TOKEN' / 'admin TOKEN' (default: no auth)"},
   {"tls-cert", STR(tls_cert), "serve TLS with this PEM certificate chain (needs --tls-key)"},
@@ -230,10 +230,7 @@ int tccd_config_load(tccd_config *cfg, int argc, char **argv, tcc_error *err) {
   if (cli_signing == 3) cfg->no_signing = 1; /* both given: reported below */
   if (cfg->signing_key[0] && cfg->no_signing)
     return tcc_error_set(err, -1, "--signing-key and --no-signing contradict each other; pick one");
-  if (!cfg->signing_key[0] && !cfg->no_signing)
-    return tcc_error_set(err, -1,
-                         "no signing key: pass --signing-key FILE (make one with `tcctl keygen FILE`) "
-                         "or run unsigned with --no-signing (env TCCD_SIGNING_KEY / TCCD_NO_SIGNING=1)");
+  /* Neither: the daemon's own key in the cache dir (made on first start). */
   if (!cfg->tls_cert[0] != !cfg->tls_key[0])
     return tcc_error_set(err, -1, "--tls-cert and --tls-key go together");
   if (cfg->tls_client_ca[0] && !cfg->tls_cert[0])

@@ -220,6 +220,9 @@ void tccd_jobs_free(tccd_state *st);
  * trusted keys (and the auth tokens). Returns 0, or a TCC_E_* code with a
  * message in err. tccd_security_free releases (and wipes) what it loaded. */
 int tccd_security_init(tccd_state *st, tcc_error *err);
+/* After the cache dir exists: with neither --signing-key nor --no-signing,
+ * loads CACHE_DIR/signing.key, generating it on first start. */
+int tccd_security_default_key(tccd_state *st, tcc_error *err);
 void tccd_security_free(tccd_state *st);
 
 /* Checks the call's `authorization: Bearer <token>` metadata against the

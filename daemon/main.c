@@ -117,6 +117,12 @@ int main(int argc, char **argv) {
     tccd_security_free(&st);
     return 1;
   }
+  if (tccd_security_default_key(&st, &err) != 0) {
+    log_error("%s", err.msg);
+    tcc_cache_close(st.cache);
+    tccd_security_free(&st);
+    return 1;
+  }
   if (tccd_jobs_init(&st) != 0) {
     log_error("out of memory");
     tcc_cache_close(st.cache);

@@ -5,8 +5,11 @@
  *     compiler; as root a compiler or codegen bug becomes root for every
  *     user who can reach the port (loopback included: any local user).
  *     So it refuses uid 0 unless --allow-root (env TCCD_ALLOW_ROOT=1).
- *   - Signing: --signing-key FILE (tcc_sign.h) signs every artifact the
- *     daemon stores; --no-signing must be said explicitly. The trusted set
+ *   - Signing: every artifact the daemon stores is signed (tcc_sign.h):
+ *     with --signing-key FILE, or else with the daemon's own key
+ *     CACHE_DIR/signing.key, generated on first start (like an SSH host
+ *     key; clients trust CACHE_DIR/signing.key.pub). Serving unsigned
+ *     artifacts must be asked for with --no-signing. The trusted set
  *     (own public key + --trusted-keys) decides which signed entries the
  *     daemon serves from its cache and accepts from the remote tier.
  *   - Tokens: --auth-tokens FILE holds lines "client TOKEN" / "admin
@@ -200,6 +203,31 @@ int tccd_security_init(tccd_state *st, tcc_error *err) {
     tcc_error_prefix(err, "--auth-tokens");
     return rc;
   }
+  return 0;
+}
+
+int tccd_security_default_key(tccd_state *st, tcc_error *err) {
+  const tccd_config *cfg = st->cfg;
+  if (cfg->no_signing || st->signing_key) return 0;
+  char path[sizeof cfg->cache_dir + 32];
+  snprintf(path, sizeof path, "%s/signing.key", cfg->cache_dir);
+  char key_id[TCC_SIGN_KEY_ID_HEX];
+  int rc = tcc_sign_keygen(path, key_id, err);
+  if (rc == 0)
+    log_info("generated the signing key %s; clients verify with TCCD_TRUSTED_KEYS=%s.pub (key id %s)",
+             path, path, key_id);
+  else if (rc != TCC_E_ALREADY_EXISTS)
+    return rc;
+  st->signing_key = malloc(sizeof *st->signing_key);
+  if (!st->signing_key) return tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "out of memory");
+  if ((rc = tcc_sign_key_load(path, st->signing_key, err)) != 0) {
+    free(st->signing_key);
+    st->signing_key = NULL;
+    tcc_error_prefix(err, "signing key %s", path);
+    return rc;
+  }
+  if (tcc_trusted_keys_add(&st->trusted, st->signing_key->pk) != 0)
+    return tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "out of memory");
   return 0;
 }
 

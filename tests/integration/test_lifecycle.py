@@ -128,11 +128,41 @@ def test_shutdown_finishes_in_flight_compile(daemon_factory, tmp_path):
     assert d.stop() == 0
 
 
-def test_signing_choice_is_required(tmp_path, signing_key):
+def test_default_signing_key_is_made_once(tmp_path):
+    """Without --signing-key or --no-signing the daemon signs with its own
+    key, CACHE_DIR/signing.key, generated on first start and reused."""
+    cache = tmp_path / "c"
+    env = {"TCCD_NO_SIGNING": "", "TCCD_SIGNING_KEY": ""}
+    port_file = tmp_path / "port"
+
+    def start_and_stop():
+        proc = subprocess.Popen([TCCD, *ROOT_ARGS, "--listen", "127.0.0.1:0", "--cache-dir", str(cache),
+                                 "--port-file", str(port_file)], stderr=subprocess.PIPE, text=True,
+                                env=dict(os.environ, **env))
+        deadline = time.time() + 30
+        while not port_file.exists() and time.time() < deadline and proc.poll() is None:
+            time.sleep(0.02)
+        stats = tcctl(f"127.0.0.1:{int(port_file.read_text())}", "stats")
+        port_file.unlink()
+        proc.send_signal(signal.SIGTERM)
+        _, log = proc.communicate(timeout=30)
+        assert proc.returncode == 0, log
+        return stats, log
+
+    stats, log = start_and_stop()
+    key = cache / "signing.key"
+    assert "generated the signing key" in log and str(key) in log
+    assert key.stat().st_mode & 0o077 == 0, "the secret key is private"
+    assert (cache / "signing.key.pub").read_text().startswith("tccd-ed25519-public ")
+    assert stats["signing_key_id"] and stats["signing_key_id"] in (cache / "signing.key.pub").read_text()
+    first = key.read_bytes()
+    stats2, log2 = start_and_stop()
+    assert "generated" not in log2 and key.read_bytes() == first
+    assert stats2["signing_key_id"] == stats["signing_key_id"]
+
+
+def test_signing_flags(tmp_path, signing_key):
     base = ["--listen", "127.0.0.1:0", "--cache-dir", str(tmp_path / "c")]
-    p = run_tccd(*ROOT_ARGS, *base, security=False, env={"TCCD_NO_SIGNING": "", "TCCD_SIGNING_KEY": ""})
-    assert p.returncode == 2
-    assert "--signing-key" in p.stderr and "--no-signing" in p.stderr and "tcctl keygen" in p.stderr
     p = run_tccd(*ROOT_ARGS, *base, "--signing-key", signing_key, "--no-signing", security=False)
     assert p.returncode == 2 and "contradict" in p.stderr
     # a secret key file others may read is refused, naming it
