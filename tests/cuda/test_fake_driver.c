@@ -1,0 +1,493 @@
+/*
+ * test_fake_driver.c — the CUDA loader against fake_libcuda.so (a
+ * recording stand-in for libcuda.so.1; TCC_CUDA_LIBRARY points at it), so
+ * its decisions are checked on machines without a GPU: argument binding
+ * (inputs, outputs, workspace), grid/block/shared per launch and their
+ * order, context push/pop balance, cubin vs PTX vs "arch mismatch" by
+ * compute capability, the module cache, CUDA graph capture/replay/LRU,
+ * launches inside a caller's capture, the manifest path and the generic
+ * tcc_kernel_load/run, and the error messages. Real kernels run in
+ * test_gpu on a GPU machine.
+ *
+ * With FAKE_CUDA_INIT_ERROR=100 (a second registration) only the cuInit
+ * failure is checked.
+ */
+#include <check.h>
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda.h"
+#include "cutest.h"
+#include "tccclient.h"
+
+static const char *(*fake_events)(void);
+static void (*fake_reset)(void);
+static int (*fake_depth)(void);
+static int (*fake_begin_capture)(void *stream, int mode);
+static int (*fake_end_capture)(void *stream, void **graph);
+static int (*fake_graph_destroy)(void *graph);
+static int (*fake_push)(void *ctx);
+static int (*fake_pop)(void **ctx);
+
+/* A cubin header for sm_NN (CUDA 13 ELF ABI 8), random bytes after it. */
+static void fake_cubin(uint8_t b[256], int sm) {
+  unsigned seed = cutest_seed("test_fake_driver");
+  for (int i = 0; i < 256; i++) b[i] = (uint8_t)rand_r(&seed);
+  memcpy(b, "\x7f" "ELF\x02\x01\x01\x41\x08", 9);
+  b[18] = 190, b[19] = 0;
+  b[0x30] = 0x04, b[0x31] = (uint8_t)sm, b[0x32] = 0x00, b[0x33] = 0x06;
+}
+
+/* Whether the event log has these lines, in this order (each a prefix
+ * of a line, others may come between). */
+static int log_has_seq(const char *const *want, size_t n) {
+  const char *p = fake_events();
+  for (size_t i = 0; i < n; i++) {
+    const char *hit = NULL;
+    for (const char *line = p; *line;) {
+      if (!strncmp(line, want[i], strlen(want[i]))) {
+        hit = line;
+        break;
+      }
+      const char *nl = strchr(line, '\n');
+      if (!nl) break;
+      line = nl + 1;
+    }
+    if (!hit) return 0;
+    p = strchr(hit, '\n') ? strchr(hit, '\n') + 1 : hit + strlen(hit);
+  }
+  return 1;
+}
+#define EXPECT_SEQ(...)                                                                   \
+  do {                                                                                    \
+    const char *const want_[] = {__VA_ARGS__};                                            \
+    ck_assert_msg(log_has_seq(want_, sizeof want_ / sizeof want_[0]), "events:\n%s", fake_events()); \
+  } while (0)
+
+static int log_count(const char *prefix) {
+  int n = 0;
+  for (const char *line = fake_events(); *line;) {
+    if (!strncmp(line, prefix, strlen(prefix))) n++;
+    const char *nl = strchr(line, '\n');
+    if (!nl) break;
+    line = nl + 1;
+  }
+  return n;
+}
+
+#define P(x) ((void *)(uintptr_t)(x))
+
+static tcc_cuda_kernel *load(int sm, const tcc_cuda_launch *l, size_t n, size_t n_in, size_t n_out, uint64_t ws,
+                             const char *arch, const tcc_cuda_options *o, const char *digest) {
+  uint8_t cubin[256];
+  fake_cubin(cubin, sm);
+  tcc_cuda_plan plan = {.arch = arch, .launches = l, .n_launches = n, .n_inputs = n_in, .n_outputs = n_out,
+                        .workspace_bytes = ws};
+  tcc_cuda_kernel *k = NULL;
+  tcc_error err = {0};
+  ck_assert_msg(tcc_cuda_kernel_load(cubin, sizeof cubin, digest, &plan, o, &k, &err) == 0, "%s", err.msg);
+  ck_assert_int_eq(fake_depth(), 0);
+  return k;
+}
+
+START_TEST(launches_bind_inputs_outputs_workspace) {
+  fake_reset();
+  tcc_cuda_launch l = {.name = "k0_pointwise", .grid = {40}, .block = {256}};
+  tcc_cuda_kernel *k = load(90, &l, 1, 2, 1, 0, "sm_90", NULL, NULL);
+  EXPECT_SEQ("push", "load cubin", "pop");
+  fake_reset();
+  tcc_error err = {0};
+  const void *in[2] = {P(0x1000), P(0x2000)};
+  void *out[1] = {P(0x3000)};
+  ck_assert_int_eq(tcc_cuda_kernel_launch(k, NULL, in, out, NULL, &err), 0);
+  EXPECT_SEQ("push", "launch k0_pointwise g=40,1,1 b=256,1,1 s=0 stream=0 p=1000,2000,3000,0", "pop");
+  ck_assert_int_eq(fake_depth(), 0);
+  ck_assert_int_eq(tcc_cuda_kernel_launch(k, NULL, NULL, out, NULL, &err), TCC_E_INVALID_ARGUMENT);
+  ck_assert_msg(strstr(err.msg, "takes 2 inputs and 1 outputs"), "%s", err.msg);
+  tcc_cuda_stats st;
+  tcc_cuda_kernel_stats(k, &st);
+  ck_assert_uint_eq(st.direct_launches, 1);
+  ck_assert_str_eq(st.device_arch, "sm_90");
+  fake_reset();
+  tcc_cuda_kernel_unload(k);
+  EXPECT_SEQ("push", "unload", "pop");
+}
+END_TEST
+
+START_TEST(plans_run_in_order_with_workspace_and_shared) {
+  setenv("FAKE_CUDA_NPARAMS", "3", 1);
+  tcc_cuda_launch l[2] = {
+      {.name = "k0_row_sumsq", .grid = {37}, .block = {256}, .shared_bytes = 64 * 1024},
+      {.name = "k1_sqrt", .grid = {1, 2}, .block = {128, 1, 1}},
+  };
+  fake_reset();
+  tcc_cuda_kernel *k = load(90, l, 2, 1, 1, 148, "sm_90", NULL, NULL);
+  EXPECT_SEQ("load cubin", "set_attr k0_row_sumsq 8 65536");
+  ck_assert_int_eq(log_count("set_attr k1_sqrt"), 0);
+  tcc_error err = {0};
+  const void *in[1] = {P(0xa0)};
+  void *out[1] = {P(0xb0)};
+  ck_assert_int_eq(tcc_cuda_kernel_launch(k, NULL, in, out, NULL, &err), TCC_E_INVALID_ARGUMENT);
+  ck_assert_msg(strstr(err.msg, "workspace of 148 bytes"), "%s", err.msg);
+  fake_reset();
+  ck_assert_int_eq(tcc_cuda_kernel_launch(k, NULL, in, out, P(0xc0), &err), 0);
+  EXPECT_SEQ("launch k0_row_sumsq g=37,1,1 b=256,1,1 s=65536 stream=0 p=a0,b0,c0",
+             "launch k1_sqrt g=1,2,1 b=128,1,1 s=0 stream=0 p=a0,b0,c0");
+  tcc_cuda_kernel_unload(k);
+  unsetenv("FAKE_CUDA_NPARAMS");
+}
+END_TEST
+
+START_TEST(arch_decides_cubin_ptx_or_mismatch) {
+  tcc_cuda_launch l = {.name = "k0", .grid = {1}, .block = {32}};
+  uint8_t cubin[256];
+  tcc_cuda_plan plan = {.launches = &l, .n_launches = 1, .n_inputs = 2, .n_outputs = 1};
+  tcc_cuda_kernel *k = NULL;
+  tcc_error err = {0};
+  const char *ptx = "//\n.version 9.0\n.target sm_80\n";
+  struct {
+    int cc, sm;
+    const char *arch;
+    int with_ptx;
+    const char *expect; /* "cubin", "ptx" or an error substring */
+  } cases[] = {
+      {90, 90, "sm_90", 0, "cubin"},
+      {90, 90, "sm_90a", 0, "cubin"},
+      {86, 80, "sm_80", 0, "cubin"},   /* same major, newer minor */
+      {89, 86, "sm_86", 1, "cubin"},
+      {90, 80, "sm_80", 0, "arch mismatch: artifact sm_80, device sm_90 (no PTX to JIT-compile"},
+      {90, 80, "sm_80", 1, "ptx"},     /* another major: the PTX */
+      {100, 90, "sm_90", 1, "ptx"},
+      {80, 86, "sm_86", 1, "arch mismatch: artifact sm_86, device sm_80 (the PTX cannot run there either"},
+      {80, 90, "sm_90", 1, "arch mismatch: artifact sm_90, device sm_80"},
+      {100, 90, "sm_90a", 1, "arch mismatch: artifact sm_90a, device sm_100"}, /* 'a' PTX is not portable */
+      {103, 100, "sm_100f", 0, "cubin"},                                     /* family */
+      {120, 100, "sm_100a", 1, "arch mismatch: artifact sm_100a, device sm_120"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char cc[8];
+    snprintf(cc, sizeof cc, "%d", cases[i].cc);
+    setenv("FAKE_CUDA_CC", cc, 1);
+    fake_cubin(cubin, cases[i].sm);
+    plan.arch = cases[i].arch;
+    tcc_cuda_options o = {.ptx = cases[i].with_ptx ? ptx : NULL};
+    fake_reset();
+    int rc = tcc_cuda_kernel_load(cubin, sizeof cubin, NULL, &plan, &o, &k, &err);
+    if (!strcmp(cases[i].expect, "cubin") || !strcmp(cases[i].expect, "ptx")) {
+      ck_assert_msg(rc == 0, "case %zu: %s", i, err.msg);
+      int ptx_loaded = log_count("load ptx") == 1;
+      ck_assert_msg(ptx_loaded == !strcmp(cases[i].expect, "ptx"), "case %zu: events\n%s", i, fake_events());
+      tcc_cuda_stats st;
+      tcc_cuda_kernel_stats(k, &st);
+      ck_assert_int_eq(st.from_ptx, ptx_loaded);
+      tcc_cuda_kernel_unload(k);
+    } else {
+      ck_assert_msg(rc == TCC_E_FAILED_PRECONDITION, "case %zu: rc %d %s", i, rc, err.msg);
+      ck_assert_msg(strstr(err.msg, cases[i].expect), "case %zu: expected '%s' in: %s", i, cases[i].expect, err.msg);
+      ck_assert_ptr_null(k);
+      ck_assert_int_eq(log_count("load"), 0);
+    }
+    ck_assert_int_eq(fake_depth(), 0);
+  }
+  unsetenv("FAKE_CUDA_CC");
+}
+END_TEST
+
+START_TEST(graphs_capture_replay_and_evict) {
+  tcc_cuda_launch l[2] = {{.name = "k0", .grid = {4}, .block = {64}}, {.name = "k1", .grid = {2}, .block = {32}}};
+  tcc_cuda_options o = {.graphs = 1, .graph_cache_max = 2};
+  tcc_cuda_kernel *k = load(90, l, 2, 2, 1, 0, "sm_90", &o, NULL);
+  void *stream = NULL;
+  tcc_error err = {0};
+  ck_assert_int_eq(tcc_cuda_stream_create(0, &stream, &err), 0);
+  const void *in[2] = {P(0x10), P(0x20)};
+  void *out_a[1] = {P(0x30)}, *out_b[1] = {P(0x40)}, *out_c[1] = {P(0x50)};
+
+  fake_reset();
+  for (int i = 0; i < 3; i++) ck_assert_int_eq(tcc_cuda_kernel_launch(k, stream, in, out_a, NULL, &err), 0);
+  ck_assert_int_eq(log_count("capture"), 1);
+  ck_assert_int_eq(log_count("instantiate"), 1);
+  ck_assert_int_eq(log_count("replay"), 3);
+  ck_assert_int_eq(log_count("launch"), 0); /* everything went through the graph */
+  EXPECT_SEQ("capture", "end", "instantiate", "replay", "  k0 g=4,1,1 b=64,1,1 s=0", "  k1 g=2,1,1 b=32,1,1 s=0");
+  ck_assert_msg(strstr(fake_events(), "p=10,20,30,0"), "%s", fake_events());
+
+  fake_reset();
+  ck_assert_int_eq(tcc_cuda_kernel_launch(k, stream, in, out_b, NULL, &err), 0); /* second set */
+  ck_assert_int_eq(tcc_cuda_kernel_launch(k, stream, in, out_a, NULL, &err), 0); /* hit: a is newest */
+  ck_assert_int_eq(tcc_cuda_kernel_launch(k, stream, in, out_c, NULL, &err), 0); /* evicts b */
+  ck_assert_int_eq(log_count("capture"), 2);
+  ck_assert_int_eq(log_count("destroy"), 1);
+  ck_assert_msg(strstr(fake_events(), "p=10,20,50,0"), "%s", fake_events());
+  fake_reset();
+  ck_assert_int_eq(tcc_cuda_kernel_launch(k, stream, in, out_a, NULL, &err), 0); /* still cached */
+  ck_assert_int_eq(log_count("capture"), 0);
+  ck_assert_int_eq(tcc_cuda_kernel_launch(k, stream, in, out_b, NULL, &err), 0); /* was evicted */
+  ck_assert_int_eq(log_count("capture"), 1);
+
+  tcc_cuda_stats st;
+  tcc_cuda_kernel_stats(k, &st);
+  ck_assert_uint_eq(st.graph_captures, 4);
+  ck_assert_uint_eq(st.graph_replays, 8);
+  ck_assert_uint_eq(st.direct_launches, 0);
+
+  /* The legacy default stream: direct. */
+  fake_reset();
+  ck_assert_int_eq(tcc_cuda_kernel_launch(k, NULL, in, out_a, NULL, &err), 0);
+  ck_assert_int_eq(log_count("launch"), 2);
+  ck_assert_int_eq(log_count("capture"), 0);
+
+  /* A stream the caller is capturing: our launches join its graph. */
+  fake_reset();
+  ck_assert_int_eq(fake_begin_capture(stream, 1), 0);
+  ck_assert_int_eq(tcc_cuda_kernel_launch(k, stream, in, out_a, NULL, &err), 0);
+  void *g = NULL;
+  ck_assert_int_eq(fake_end_capture(stream, &g), 0);
+  fake_graph_destroy(g);
+  ck_assert_int_eq(log_count("capture"), 1); /* the caller's own */
+  ck_assert_int_eq(log_count("replay"), 0);
+  tcc_cuda_kernel_stats(k, &st);
+  ck_assert_uint_eq(st.direct_launches, 2);
+
+  /* Off: the cached graphs are destroyed, launches are direct. */
+  fake_reset();
+  tcc_cuda_kernel_set_graphs(k, 0);
+  ck_assert_int_eq(log_count("destroy"), 2);
+  ck_assert_int_eq(tcc_cuda_kernel_launch(k, stream, in, out_a, NULL, &err), 0);
+  ck_assert_int_eq(log_count("launch"), 2);
+  tcc_cuda_kernel_set_graphs(k, 1);
+  ck_assert_int_eq(tcc_cuda_kernel_launch(k, stream, in, out_a, NULL, &err), 0);
+  fake_reset();
+  tcc_cuda_kernel_unload(k); /* destroys the graph it captured again */
+  ck_assert_int_eq(log_count("destroy"), 1);
+  ck_assert_int_eq(log_count("unload"), 1);
+  ck_assert_int_eq(tcc_cuda_stream_destroy(0, stream, &err), 0);
+  ck_assert_int_eq(fake_depth(), 0);
+}
+END_TEST
+
+START_TEST(modules_are_cached_by_context_and_digest) {
+  tcc_cuda_launch l = {.name = "k0", .grid = {1}, .block = {32}};
+  const char *d1 = "1111111111111111111111111111111111111111111111111111111111111111";
+  const char *d2 = "2222222222222222222222222222222222222222222222222222222222222222";
+  fake_reset();
+  tcc_cuda_kernel *a = load(90, &l, 1, 2, 1, 0, NULL, NULL, d1);
+  tcc_cuda_kernel *b = load(90, &l, 1, 2, 1, 0, NULL, NULL, d1);
+  tcc_cuda_kernel *c = load(90, &l, 1, 2, 1, 0, NULL, NULL, d2);
+  tcc_cuda_kernel *d = load(90, &l, 1, 2, 1, 0, NULL, NULL, NULL);
+  ck_assert_int_eq(log_count("load cubin"), 3);
+  fake_reset();
+  tcc_cuda_kernel_unload(a);
+  ck_assert_int_eq(log_count("unload"), 0);
+  tcc_cuda_kernel_unload(b);
+  ck_assert_int_eq(log_count("unload"), 1);
+  tcc_cuda_kernel_unload(c);
+  tcc_cuda_kernel_unload(d);
+  ck_assert_int_eq(log_count("unload"), 3);
+  ck_assert_int_eq(log_count("unload (no context!)"), 0);
+}
+END_TEST
+
+START_TEST(errors_name_the_kernel) {
+  tcc_error err = {0};
+  tcc_cuda_kernel *k = NULL;
+  uint8_t cubin[256];
+  fake_cubin(cubin, 90);
+  tcc_cuda_launch l[2] = {{.name = "k0", .grid = {1}, .block = {32}}, {.name = "missing_k1", .grid = {1}, .block = {32}}};
+  tcc_cuda_plan plan = {.launches = l, .n_launches = 2, .n_inputs = 2, .n_outputs = 1};
+  ck_assert_int_eq(tcc_cuda_kernel_load(cubin, sizeof cubin, NULL, &plan, NULL, &k, &err), TCC_E_NOT_FOUND);
+  ck_assert_msg(strstr(err.msg, "kernel 'missing_k1' (launch 2 of 2) is not in the module: CUDA_ERROR_NOT_FOUND"),
+                "%s", err.msg);
+  ck_assert_int_eq(fake_depth(), 0);
+
+  plan.n_launches = 1;
+  plan.n_inputs = 3; /* the fake kernels take 4 parameters */
+  ck_assert_int_eq(tcc_cuda_kernel_load(cubin, sizeof cubin, NULL, &plan, NULL, &k, &err), TCC_E_INVALID_ARGUMENT);
+  ck_assert_msg(strstr(err.msg, "kernel 'k0' takes 4 parameters; the tccd ABI passes 5 (3 inputs, 1 outputs, workspace)"),
+                "%s", err.msg);
+  plan.n_inputs = 2;
+
+  l[0].block[0] = 1025;
+  ck_assert_int_eq(tcc_cuda_kernel_load(cubin, sizeof cubin, NULL, &plan, NULL, &k, &err), TCC_E_INVALID_ARGUMENT);
+  ck_assert_msg(strstr(err.msg, "1025 threads"), "%s", err.msg);
+  l[0].block[0] = 32;
+  l[0].shared_bytes = 300000;
+  ck_assert_int_eq(tcc_cuda_kernel_load(cubin, sizeof cubin, NULL, &plan, NULL, &k, &err), TCC_E_INVALID_ARGUMENT);
+  ck_assert_msg(strstr(err.msg, "300000 bytes of dynamic"), "%s", err.msg);
+  l[0].shared_bytes = 0;
+
+  l[0].grid[1] = 70000;
+  ck_assert_int_eq(tcc_cuda_kernel_load(cubin, sizeof cubin, NULL, &plan, NULL, &k, &err), 0);
+  const void *in[2] = {P(1), P(2)};
+  void *out[1] = {P(3)};
+  ck_assert_int_eq(tcc_cuda_kernel_launch(k, NULL, in, out, NULL, &err), TCC_E_INTERNAL);
+  ck_assert_msg(strstr(err.msg, "kernel 'k0' (launch 1 of 1): cuLaunchKernel: CUDA_ERROR_INVALID_VALUE (invalid argument)"),
+                "%s", err.msg);
+  ck_assert_int_eq(fake_depth(), 0);
+  tcc_cuda_kernel_unload(k);
+
+  tcc_cuda_options cur = {.context = TCC_CUDA_CURRENT};
+  ck_assert_int_eq(tcc_cuda_kernel_load(cubin, sizeof cubin, NULL, &plan, &cur, &k, &err), TCC_E_FAILED_PRECONDITION);
+  ck_assert_msg(strstr(err.msg, "no current CUDA context on this thread"), "%s", err.msg);
+  tcc_cuda_options dev = {.device = 3};
+  ck_assert_int_eq(tcc_cuda_kernel_load(cubin, sizeof cubin, NULL, &plan, &dev, &k, &err), TCC_E_INVALID_ARGUMENT);
+  ck_assert_msg(strstr(err.msg, "no CUDA device 3 (this machine has 1)"), "%s", err.msg);
+}
+END_TEST
+
+START_TEST(the_callers_current_context_is_used_as_is) {
+  static int callers_ctx;
+  ck_assert_int_eq(fake_push(&callers_ctx), 0);
+  tcc_cuda_launch l = {.name = "k0", .grid = {1}, .block = {32}};
+  tcc_cuda_options o = {.context = TCC_CUDA_CURRENT_OR_PRIMARY};
+  fake_reset();
+  uint8_t cubin[256];
+  fake_cubin(cubin, 90);
+  tcc_cuda_plan plan = {.launches = &l, .n_launches = 1, .n_inputs = 2, .n_outputs = 1};
+  tcc_cuda_kernel *k = NULL;
+  tcc_error err = {0};
+  ck_assert_int_eq(tcc_cuda_kernel_load(cubin, sizeof cubin, NULL, &plan, &o, &k, &err), 0);
+  const void *in[2] = {P(1), P(2)};
+  void *out[1] = {P(3)};
+  ck_assert_int_eq(tcc_cuda_kernel_launch(k, NULL, in, out, NULL, &err), 0);
+  ck_assert_int_eq(log_count("push"), 0); /* already current: nothing pushed */
+  ck_assert_int_eq(log_count("retain"), 0);
+  ck_assert_int_eq(log_count("launch k0"), 1);
+  tcc_cuda_kernel_unload(k);
+  void *popped = NULL;
+  ck_assert_int_eq(fake_pop(&popped), 0);
+  ck_assert_ptr_eq(popped, &callers_ctx);
+  ck_assert_int_eq(fake_depth(), 0);
+}
+END_TEST
+
+START_TEST(memory_helpers_round_trip) {
+  tcc_error err = {0};
+  float host[64], back[64];
+  unsigned seed = cutest_seed("test_fake_driver");
+  cutest_fill(host, 64, &seed, -1.0f, 1.0f);
+  void *d = NULL;
+  ck_assert_int_eq(tcc_cuda_malloc(0, sizeof host, &d, &err), 0);
+  ck_assert_ptr_nonnull(d);
+  ck_assert_int_eq(tcc_cuda_memcpy_htod(0, d, host, sizeof host, &err), 0);
+  ck_assert_int_eq(tcc_cuda_memcpy_dtoh(0, back, d, sizeof back, &err), 0);
+  ck_assert_mem_eq(host, back, sizeof host);
+  ck_assert_int_eq(tcc_cuda_synchronize(0, NULL, &err), 0);
+  ck_assert_int_eq(tcc_cuda_free(0, d, &err), 0);
+  ck_assert_int_eq(tcc_cuda_malloc(7, 16, &d, &err), TCC_E_INVALID_ARGUMENT);
+  int n = 0, v = 0;
+  char arch[16], name[64];
+  ck_assert_int_eq(tcc_cuda_device_count(&n, &err), 0);
+  ck_assert_int_eq(n, 1);
+  ck_assert_int_eq(tcc_cuda_driver_version(&v, &err), 0);
+  ck_assert_int_eq(v, 13000);
+  setenv("FAKE_CUDA_CC", "86", 1);
+  ck_assert_int_eq(tcc_cuda_device_arch(0, arch, name, sizeof name, &err), 0);
+  unsetenv("FAKE_CUDA_CC");
+  ck_assert_str_eq(arch, "sm_86");
+  ck_assert_str_eq(name, "Fake GPU 0");
+  ck_assert_int_eq(fake_depth(), 0);
+}
+END_TEST
+
+START_TEST(manifests_and_generic_kernels_launch) {
+  uint8_t cubin[256];
+  fake_cubin(cubin, 90);
+  int64_t grid[2] = {3, 5}, block[1] = {128};
+  Tcc__V1__KernelInfo ki = TCC__V1__KERNEL_INFO__INIT;
+  ki.name = (char *)"k0_fused";
+  ki.n_grid = 2, ki.grid = grid, ki.n_block = 1, ki.block = block, ki.shared_bytes = 256;
+  Tcc__V1__KernelInfo *kis[1] = {&ki};
+  Tcc__V1__TensorMeta meta = TCC__V1__TENSOR_META__INIT;
+  Tcc__V1__TensorMeta *ins[2] = {&meta, &meta}, *outs[1] = {&meta};
+  Tcc__V1__Manifest m = TCC__V1__MANIFEST__INIT;
+  m.abi_version = 1, m.target = (char *)"cuda:sm_90";
+  m.n_kernels = 1, m.kernels = kis, m.n_inputs = 2, m.inputs = ins, m.n_outputs = 1, m.outputs = outs;
+  m.workspace_bytes = 512;
+  uint8_t digest[TCC_SHA256_BYTES];
+  char hex[TCC_SHA256_HEX];
+  tcc_sha256(cubin, sizeof cubin, digest);
+  tcc_hex_encode(digest, sizeof digest, hex);
+
+  tcc_kernel *k = NULL;
+  tcc_error err = {0};
+  ck_assert_msg(tcc_kernel_load(cubin, sizeof cubin, hex, &m, &k, &err) == 0, "%s", err.msg);
+  ck_assert_ptr_nonnull(tcc_kernel_cuda(k));
+  const void *in[2] = {P(0x100), P(0x200)};
+  void *out[1] = {P(0x300)};
+  fake_reset();
+  ck_assert_int_eq(tcc_kernel_run(k, in, out, P(0x400), &err), 0);
+  EXPECT_SEQ("launch k0_fused g=3,5,1 b=128,1,1 s=256 stream=0 p=100,200,300,400");
+  ck_assert_int_eq(tcc_kernel_run(k, in, out, NULL, &err), TCC_E_INVALID_ARGUMENT);
+  tcc_kernel_unload(k);
+
+  /* The manifest's arch must be the cubin's. */
+  m.target = (char *)"cuda:sm_80";
+  ck_assert_int_eq(tcc_kernel_load(cubin, sizeof cubin, hex, &m, &k, &err), TCC_E_INVALID_ARGUMENT);
+  ck_assert_msg(strstr(err.msg, "the manifest says sm_80 but the cubin is for sm_90"), "%s", err.msg);
+  ck_assert_int_eq(fake_depth(), 0);
+}
+END_TEST
+
+START_TEST(cuinit_failure_is_reported) {
+  tcc_error err = {0};
+  ck_assert_int_eq(tcc_cuda_available(&err), TCC_E_FAILED_PRECONDITION);
+  ck_assert_msg(strstr(err.msg, "cuInit failed: CUDA_ERROR_NO_DEVICE (no CUDA-capable device is detected)"), "%s",
+                err.msg);
+}
+END_TEST
+
+/* Every test starts from the fake's defaults (CC 9.0, 4 parameters). */
+static void default_knobs(void) {
+  unsetenv("FAKE_CUDA_CC");
+  unsetenv("FAKE_CUDA_NPARAMS");
+}
+
+#define FAKE_SYM(var, name)                                      \
+  do {                                                           \
+    void *s_ = dlsym(h, name);                                   \
+    if (!s_) cutest_skip("fake driver lacks %s", name);          \
+    memcpy(&var, &s_, sizeof s_);                                \
+  } while (0)
+
+int main(void) {
+  const char *path = getenv("TCC_CUDA_LIBRARY");
+  if (!path || !strstr(path, "fake")) cutest_skip("TCC_CUDA_LIBRARY must name fake_libcuda.so");
+  void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  if (!h) cutest_skip("cannot load %s: %s", path, dlerror());
+  FAKE_SYM(fake_events, "fake_cuda_events");
+  FAKE_SYM(fake_reset, "fake_cuda_reset");
+  FAKE_SYM(fake_depth, "fake_cuda_depth");
+  FAKE_SYM(fake_begin_capture, "cuStreamBeginCapture_v2");
+  FAKE_SYM(fake_end_capture, "cuStreamEndCapture");
+  FAKE_SYM(fake_graph_destroy, "cuGraphDestroy");
+  FAKE_SYM(fake_push, "cuCtxPushCurrent_v2");
+  FAKE_SYM(fake_pop, "cuCtxPopCurrent_v2");
+  cutest_seed("test_fake_driver");
+  Suite *s = suite_create("cuda-fake-driver");
+  TCase *tc = tcase_create("fake");
+  tcase_add_checked_fixture(tc, default_knobs, NULL);
+  if (getenv("FAKE_CUDA_INIT_ERROR")) {
+    tcase_add_test(tc, cuinit_failure_is_reported);
+  } else {
+    tcase_add_test(tc, launches_bind_inputs_outputs_workspace);
+    tcase_add_test(tc, plans_run_in_order_with_workspace_and_shared);
+    tcase_add_test(tc, arch_decides_cubin_ptx_or_mismatch);
+    tcase_add_test(tc, graphs_capture_replay_and_evict);
+    tcase_add_test(tc, modules_are_cached_by_context_and_digest);
+    tcase_add_test(tc, errors_name_the_kernel);
+    tcase_add_test(tc, the_callers_current_context_is_used_as_is);
+    tcase_add_test(tc, memory_helpers_round_trip);
+    tcase_add_test(tc, manifests_and_generic_kernels_launch);
+  }
+  suite_add_tcase(s, tc);
+  SRunner *sr = srunner_create(s);
+  srunner_set_fork_status(sr, CK_NOFORK); /* one driver state, as with the real one */
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  dlclose(h);
+  return failed ? 1 : 0;
+}
