@@ -159,3 +159,21 @@ def test_env_defaults(monkeypatch):
     monkeypatch.delenv("TCCD_ADDR")
     monkeypatch.delenv("TCCD_DEADLINE_MS")
     assert tccd.Config.make().addr == "127.0.0.1:7311"
+
+
+def test_kernel_blas_runs_single_threaded(daemon):
+    """Kernels' OpenBLAS is initialised with TCCD_KERNEL_THREADS (1) threads,
+    and the environment is left as it was."""
+    import ctypes
+
+    assert "OPENBLAS_NUM_THREADS" not in os.environ and "OMP_NUM_THREADS" not in os.environ
+    m = torch.nn.Linear(32, 32)
+    x = torch.randn(8, 32)
+    with torch.no_grad():
+        torch.testing.assert_close(torch.compile(m, backend="tccd")(x), m(x), rtol=1e-4, atol=1e-5)
+    assert "OPENBLAS_NUM_THREADS" not in os.environ and "OMP_NUM_THREADS" not in os.environ
+    try:
+        blas = ctypes.CDLL("libopenblas.so.0", mode=os.RTLD_NOLOAD | os.RTLD_LAZY)
+    except OSError:
+        pytest.skip("no system OpenBLAS loaded (the daemon compiled no BLAS call)")
+    assert blas.openblas_get_num_threads() == 1
