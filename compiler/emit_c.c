@@ -1192,6 +1192,10 @@ static int emit_kernel(const tcc_program *p, const tcc_kernel *k, int kno, tcc_b
   if (kernel_work(k, nodes, nn) >= TCC_PARALLEL_WORK)
     for (int j = 0; j < ke.plan.nloops && par < 0; j++)
       if (ke.plan.size[j] > 1) par = j;
+  int inner_red = 0;   /* a reduction loop inside the element loop: no simd there
+                          (OpenMP does not nest simd constructs) */
+  for (int i = 0; i < nn; i++)
+    if (nodes[i]->op == TCC_PRIM_REDUCE && levels[i] == ke.plan.nloops) inner_red = 1;
   pending pend = {.list = nodes, .n = nn, .levels = levels};
   ke.pend = &pend;
   ke.nscoped = 0;
@@ -1201,6 +1205,11 @@ static int emit_kernel(const tcc_program *p, const tcc_kernel *k, int kno, tcc_b
       int j = lv - 1;
       if (j == par)
         tcc_buf_printf(b, "%*s#pragma omp parallel for schedule(static) reduction(|:bad)\n", indent, "");
+      else if (j == ke.plan.nloops - 1 && !ke.plan.affine && ke.plan.size[j] > 1 && !inner_red)
+        /* the element loop: iterations store distinct elements and read
+         * nothing the kernel writes (tcc_check_program), so it may run
+         * in SIMD lanes; this lets gcc if-convert selects (masks) */
+        tcc_buf_printf(b, "%*s#pragma omp simd reduction(|:bad)\n", indent, "");
       tcc_buf_printf(b, "%*sfor (int64_t i%d = 0; i%d < %" PRId64 "; i%d++) {\n", indent, "", j, j,
                      ke.plan.size[j], j);
       if (!ke.plan.affine) ke.bound[j] = 1;

@@ -751,7 +751,7 @@ START_TEST(identity) {
   char id[256];
   tcc_error err;
   ck_assert_msg(tcc_toolchain_identity("cc", id, sizeof id, &err) == 0, "%s", err.msg);
-  ck_assert_msg(strncmp(id, "tccd-codegen/1 cc=", 18) == 0, "%s", id);
+  ck_assert_msg(strncmp(id, "tccd-codegen/2 cc=", 18) == 0, "%s", id);
   ck_assert_uint_gt(strlen(id), 19);
   ck_assert_ptr_null(strchr(id, '\n'));
   char again[256];
