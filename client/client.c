@@ -887,10 +887,6 @@ int tcc_client_get_kernel(tcc_client *c, const Tcc__V1__CompileRequest *req, tcc
   if (!resp->artifact || !resp->manifest) {
     rc = tcc_error_set(err, TCC_E_INTERNAL, "Compile: the response has no %s",
                        resp->artifact ? "manifest" : "artifact");
-  } else if (resp->artifact->kind == TCC__V1__ARTIFACT_KIND__CUBIN) {
-    rc = tcc_error_set(err, TCC_E_UNIMPLEMENTED,
-                       "artifact %.12s is a CUDA cubin; this client loads CPU shared objects only",
-                       resp->artifact->sha256);
   } else {
     uint8_t *data;
     size_t len;
