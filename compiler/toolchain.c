@@ -166,7 +166,12 @@ int tcc_toolchain_identity(const char *cc, char *out, size_t cap, tcc_error *err
     free(text);
     return tcc_error_set(err, TCC_E_INTERNAL, "'%s --version' printed nothing", cc);
   }
-  int w = snprintf(out, cap, "tccd-codegen/%d cc=%.*s", TCC_CODEGEN_VERSION, (int)n, line);
+  /* TCC_NO_FUSION (fuse.c) changes the code generated: it is part of the
+   * identity, so such kernels never share cache entries with fused ones. */
+  const char *nf = getenv("TCC_NO_FUSION");
+  int no_fusion = nf && nf[0] && strcmp(nf, "0") != 0;
+  int w = snprintf(out, cap, "tccd-codegen/%d%s cc=%.*s", TCC_CODEGEN_VERSION,
+                   no_fusion ? " no-fusion" : "", (int)n, line);
   free(text);
   if (w < 0 || (size_t)w >= cap)
     return tcc_error_set(err, TCC_E_INVALID_ARGUMENT,
