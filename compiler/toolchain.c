@@ -9,6 +9,16 @@
  * never inherits this one's pipe. Signals the daemon may ignore or block
  * are reset to their defaults in the child.
  *
+ * Resource limits: the tool runs under util-linux's prlimit(1)
+ * (/usr/bin/prlimit, part of Debian's essential set), which sets them on
+ * itself and then execs the tool, so the compiler driver and every cc1,
+ * as and ld it starts are limited from their first instruction: address
+ * space TCC_TOOL_MAX_MEMORY, CPU seconds timeout + 5, files it writes at
+ * most TCC_TOOL_MAX_FILE bytes, no core dumps. (Setting them with
+ * prlimit(2) after posix_spawnp returns races the driver's own forks.) A
+ * compiler that runs away is stopped by the kernel instead of taking the
+ * node's memory or disk; the failure is reported like any other.
+ *
  * The exit status is collected with waitpid(pid): the caller's process
  * must not set SIGCHLD to SIG_IGN (then the status is lost and the run
  * reports INTERNAL).
@@ -31,6 +41,52 @@
 extern char **environ;
 
 #define TOOL_OUTPUT_MAX (64 << 10)
+#define TCC_TOOL_MAX_MEMORY (4LL << 30) /* address space of each tool process */
+#define TCC_TOOL_MAX_FILE (1LL << 30)   /* largest file a tool may write */
+
+#define TCC_PRLIMIT "/usr/bin/prlimit"
+
+/* Finds an executable as execvp would (a name with a slash as is, else
+ * along $PATH). Returns 0 or an errno (ENOENT, EACCES). */
+static int find_executable(const char *name, char *out, size_t cap) {
+  if (strchr(name, '/')) {
+    if (access(name, X_OK) != 0) return errno;
+    snprintf(out, cap, "%s", name);
+    return 0;
+  }
+  const char *path = getenv("PATH");
+  if (!path || !*path) path = "/usr/local/bin:/usr/bin:/bin";
+  int why = ENOENT;
+  for (const char *p = path; *p;) {
+    size_t n = strcspn(p, ":");
+    if (n > 0 && (int)snprintf(out, cap, "%.*s/%s", (int)n, p, name) < (int)cap) {
+      if (access(out, X_OK) == 0) return 0;
+      if (errno == EACCES) why = EACCES;
+    }
+    p += n + (p[n] == ':');
+  }
+  return why;
+}
+
+/* argv with the prlimit(1) prefix that applies the limits above, in
+ * storage the caller provides (prefix: 8 slots). Returns the argv to
+ * spawn: limited when prlimit exists, else argv unchanged. */
+static const char *const *limited_argv(const char *const *argv, int timeout_ms,
+                                       char bufs[4][48], const char **out, size_t cap) {
+  size_t n = 0;
+  while (argv[n]) n++;
+  if (access(TCC_PRLIMIT, X_OK) != 0 || n + 8 > cap) return argv;
+  snprintf(bufs[0], 48, "--as=%lld", TCC_TOOL_MAX_MEMORY);
+  snprintf(bufs[1], 48, "--fsize=%lld", TCC_TOOL_MAX_FILE);
+  snprintf(bufs[2], 48, "--cpu=%d:%d", timeout_ms / 1000 + 5, timeout_ms / 1000 + 6);
+  snprintf(bufs[3], 48, "--core=0");
+  size_t k = 0;
+  out[k++] = TCC_PRLIMIT;
+  for (int i = 0; i < 4; i++) out[k++] = bufs[i];
+  out[k++] = "--";
+  for (size_t i = 0; i <= n; i++) out[k++] = argv[i]; /* the NULL too */
+  return out;
+}
 
 static int64_t now_ms(void) {
   struct timespec ts;
@@ -80,8 +136,18 @@ int tcc_run_tool(const char *const *argv, int timeout_ms, char **output, tcc_err
   posix_spawnattr_setpgroup(&attr, 0);
   posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK |
                                       POSIX_SPAWN_SETSIGDEF);
+  char exe[4096];
+  int found = find_executable(argv[0], exe, sizeof exe);
+  if (found) {
+    close(fds[0]);
+    close(fds[1]);
+    return tcc_error_set(err, TCC_E_INTERNAL, "cannot run '%s': %s", argv[0], strerror(found));
+  }
+  char limit_bufs[4][48];
+  const char *limited[256];
+  const char *const *run = limited_argv(argv, timeout_ms, limit_bufs, limited, 256);
   pid_t pid;
-  int rc = posix_spawnp(&pid, argv[0], &fa, &attr, (char *const *)argv, environ);
+  int rc = posix_spawnp(&pid, run[0], &fa, &attr, (char *const *)run, environ);
   posix_spawn_file_actions_destroy(&fa);
   posix_spawnattr_destroy(&attr);
   close(fds[1]);

@@ -119,3 +119,18 @@ def test_negative_cache(daemon_factory, tmp_path, pb):
         call(d.addr, req)
     assert d.stats()["compile_failures"] == 2, "after evict the graph is compiled again"
     assert d.stop() == 0
+
+
+def test_compiler_memory_is_limited(daemon_factory, tmp_path, pb):
+    """The C compiler runs under resource limits: one that tries to take
+    6 GiB is stopped (address-space limit 4 GiB), the failure is reported
+    with the compiler's own words, and the daemon keeps serving."""
+    cc = fake_cc(tmp_path, "greedy-cc",
+                 'python3 -c "b = bytearray(6 << 30); print(len(b))" || exit 1\nexec cc "$@"')
+    d = daemon_factory(extra_args=["--cc", cc]).start()
+    with pytest.raises(grpc.RpcError) as e:
+        call(d.addr, variant(pb, 6))
+    assert e.value.code() == grpc.StatusCode.INTERNAL
+    assert "MemoryError" in e.value.details()
+    assert d.tcctl("health", json_out=False, check=False).returncode == 0
+    assert d.stop() == 0
