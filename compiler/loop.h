@@ -347,6 +347,28 @@ int tcc_build_so(const tcc_program *p, const char *src, size_t len,
                  const tcc_build_options *opts, uint8_t **out, size_t *outlen,
                  tcc_error *err);
 
+/* emit_cuda.c: CUDA C for the CUDA target (ABI 1 of client/cuda.h: one
+ * extern "C" __global__ k<j> per live kernel, each taking (inputs...,
+ * outputs..., workspace)). TCC_E_UNIMPLEMENTED for extern (GEMM) steps
+ * and dtypes it cannot do. */
+int tcc_emit_cuda(const tcc_program *p, tcc_buf *src, tcc_error *err);
+
+/* emit_cuda.c: NVRTC -> cubin for p's target arch (compiler/cuda/nvrtc.h);
+ * NVRTC's log is in the error on failure. */
+int tcc_build_cubin(const tcc_program *p, const char *src, size_t len,
+                    const tcc_build_options *opts, uint8_t **out, size_t *outlen,
+                    tcc_error *err);
+
+/* How a CUDA kernel is launched (1-D grid and block; no dynamic shared
+ * memory): the emitter compiles for it, the manifest records it. */
+typedef struct tcc_cuda_launch {
+  int64_t grid, block, shared_bytes, numel;
+  int reduction;              /* holds a REDUCE */
+} tcc_cuda_launch;
+
+/* The launch of live kernel k. Returns 0, or -1 when out of memory. */
+int tcc_cuda_launch_for(const tcc_program *p, const tcc_kernel *k, tcc_cuda_launch *out);
+
 /* ---------------------------------------------------------- pipeline.c */
 
 /* tcc_compile without the build: lower, fuse, plan, emit. *source is

@@ -17,6 +17,7 @@
  * compiles and the loop thread may read one at the same time.
  */
 #include "loop.h"
+#include "nvrtc.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -54,6 +55,18 @@ int tcc_prepare(const Tcc__V1__CompileRequest *req, const char *identity, tcc_pr
 
   if ((rc = tcc_verify(req, &scratch, &verified, err))) goto fail;
   verified.identity = identity ? identity : "";
+  if (verified.target.device == TCC__V1__DEVICE_TYPE__CUDA) {
+    /* CUDA entries are built by NVRTC: its version (and the archs it
+     * knows) is part of who compiles, hence of the key. */
+    char nv[512];
+    tcc_error nverr = {0};
+    if (tcc_nvrtc_identity(nv, sizeof nv, &nverr)) snprintf(nv, sizeof nv, "nvrtc unavailable");
+    verified.identity = tcc_arena_printf(&scratch, "%s %s", verified.identity, nv);
+    if (!verified.identity) {
+      rc = tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "out of memory");
+      goto fail;
+    }
+  }
   if ((rc = tcc_canonicalize(&verified, g, err))) goto fail;
   if ((rc = tcc_check_graph(g, err))) {
     tcc_error_prefix(err, "IR check after canonicalize");
@@ -152,8 +165,16 @@ static const tcc_backend cpu_backend = {
   .build = tcc_build_so,
 };
 
+static const tcc_backend cuda_backend = {
+  .name = "cuda",
+  .emit = tcc_emit_cuda,
+  .build = tcc_build_cubin,
+};
+
 const tcc_backend *tcc_backend_for(int device) {
-  return device == TCC__V1__DEVICE_TYPE__CPU ? &cpu_backend : NULL;
+  return device == TCC__V1__DEVICE_TYPE__CPU    ? &cpu_backend
+         : device == TCC__V1__DEVICE_TYPE__CUDA ? &cuda_backend
+                                                : NULL;
 }
 
 /* ---------------------------------------------------------- manifest */
@@ -184,8 +205,9 @@ static int encode_manifest(const tcc_program *prog, tcc_arena *A, tcc_artifact *
   const tcc_graph *g = prog->graph;
   Tcc__V1__Manifest m;
   tcc__v1__manifest__init(&m);
+  int cuda = g->target.device == TCC__V1__DEVICE_TYPE__CUDA;
   m.abi_version = 1;
-  m.entry = "tcc_entry";
+  m.entry = cuda ? "" : "tcc_entry";
   m.workspace_bytes = prog->workspace_bytes;
   m.target = (char *)g->target_label;
   m.compiler = (char *)(g->identity ? g->identity : "");
@@ -214,6 +236,19 @@ static int encode_manifest(const tcc_program *prog, tcc_arena *A, tcc_artifact *
     ki->numel = 1;
     for (int d = 0; d < K->rank; d++) ki->numel *= K->sizes[d];
     if (!ki->name) goto oom;
+    if (cuda) {
+      tcc_cuda_launch L;
+      int64_t *grid = tcc_arena_array(A, 1, sizeof *grid);
+      int64_t *block = tcc_arena_array(A, 1, sizeof *block);
+      if (!grid || !block || tcc_cuda_launch_for(prog, K, &L)) goto oom;
+      grid[0] = L.grid;
+      block[0] = L.block;
+      ki->grid = grid;
+      ki->n_grid = 1;
+      ki->block = block;
+      ki->n_block = 1;
+      ki->shared_bytes = L.shared_bytes;
+    }
     m.kernels[j++] = ki;
   }
   out->manifest_len = tcc__v1__manifest__get_packed_size(&m);
@@ -291,7 +326,7 @@ int tcc_compile(const tcc_prepared *p, const tcc_build_options *opts, tcc_artifa
   if (!p || !p->graph) return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "no prepared graph");
   const tcc_graph *g = p->graph;
   const tcc_backend *be = tcc_backend_for(g->target.device);
-  if (!be) return tcc_error_set(err, TCC_E_UNIMPLEMENTED, "CUDA target not built yet");
+  if (!be) return tcc_error_set(err, TCC_E_UNIMPLEMENTED, "no backend for device type %d", g->target.device);
 
   int rc;
   tcc_arena arena;
@@ -307,7 +342,8 @@ int tcc_compile(const tcc_prepared *p, const tcc_build_options *opts, tcc_artifa
   if ((rc = be->build(&prog, src.data, src.len, opts, &out->data, &out->size, err))) goto done;
   if ((rc = encode_manifest(&prog, &arena, out, err))) goto done;
 
-  out->kind = TCC__V1__ARTIFACT_KIND__SHARED_OBJECT;
+  out->kind = g->target.device == TCC__V1__DEVICE_TYPE__CUDA ? TCC__V1__ARTIFACT_KIND__CUBIN
+                                                              : TCC__V1__ARTIFACT_KIND__SHARED_OBJECT;
   tcc_sha256(out->data, out->size, out->sha256);
   out->source = tcc_buf_take(&src, NULL);
   if (!out->source) {

@@ -1,0 +1,1126 @@
+/*
+ * emit_cuda.c — CUDA C for the CUDA target, and its NVRTC build.
+ *
+ * Requires: a checked, planned program (the same scheduled loop IR the C
+ * emitter reads: fusion already grouped softmax and layer_norm into one
+ * kernel each, and this emitter keeps that grouping: one __global__ per
+ * live kernel).
+ * Produces: one translation unit with no #includes (NVRTC 13 has no
+ * built-in headers) holding, per live kernel j,
+ *
+ *   extern "C" __global__ void k<j>(const void *in0, ..., void *out0, ...,
+ *                                   char *ws)
+ *
+ * (ABI 1 of client/cuda.h: inputs, outputs, workspace; every kernel takes
+ * all of them). Shapes, strides, storage offsets and workspace offsets
+ * are compiled in. The launch configuration of each kernel
+ * (tcc_cuda_launch_for) is a pure function of the kernel, so the
+ * emitter (its __launch_bounds__) and the manifest agree.
+ *
+ * Kernel structure.
+ *   pointwise  a grid-stride loop over the flattened iteration space
+ *              (256 threads per block, at most 65536 blocks); the flat
+ *              index is split into the loop variables, each value is
+ *              computed once per element (common subexpressions share a
+ *              temporary), stores use the buffers' strides.
+ *   reduction  "row" = the leading kernel dims that the reductions read
+ *              (i0..i{r-1}, r = 1 + the highest kernel variable any
+ *              reduction depends on); one block per row (grid-stride over
+ *              rows). Each reduction whose value depends on the row only
+ *              ("cooperative") is folded by the block: every thread
+ *              folds a strided slice of the reduction domain, then warp
+ *              shuffles (__shfl_down_sync) and one shared-memory stage
+ *              combine the partials, and every thread receives the
+ *              result. Reductions run in dependency order (softmax: max,
+ *              then the sum that reads the max), then the threads share
+ *              the row's remaining dims for the stores. So softmax and
+ *              layer_norm are one kernel, looped over the row (each
+ *              reduction re-reads the row; no register-resident
+ *              "persistent" variant yet). A reduction nested in another
+ *              one's body that depends on the outer's variables is folded
+ *              sequentially by each thread. Block size: the reduction
+ *              extent rounded up to a power of two, 32..256.
+ *   extern     (GEMM) not supported: TCC_E_UNIMPLEMENTED naming the op.
+ * Indices are `int` when every extent and storage offset of the kernel
+ * fits comfortably in 31 bits, else `long long`.
+ *
+ * Dtypes: float32, float64, int8/16/32/64, uint8, bool; float16 and
+ * bfloat16 are stored as their bits (unsigned short) and converted with
+ * PTX cvt instructions (lowering already computes them in float32).
+ * Reductions fold in the dtype the IR gives them (float32 for half
+ * inputs). Index values read from tensors (gather, embedding) that are
+ * out of range read index 0 and integer division by zero yields 0: a
+ * kernel has no way to report it under ABI 1 (the CPU target returns 1).
+ *
+ * Hygiene: as in emit_c.c, only numbers from the request reach the
+ * source; floats are exact hexadecimal literals.
+ */
+#include "loop.h"
+#include "nvrtc.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ------------------------------------------------------------ types */
+
+static const char *ctype(tcc_dtype d) {
+  switch (d) {
+  case TCC__V1__DTYPE__FLOAT32: return "float";
+  case TCC__V1__DTYPE__FLOAT64: return "double";
+  case TCC__V1__DTYPE__INT8: return "int8_t";
+  case TCC__V1__DTYPE__INT16: return "int16_t";
+  case TCC__V1__DTYPE__INT32: return "int32_t";
+  case TCC__V1__DTYPE__INT64: return "int64_t";
+  case TCC__V1__DTYPE__UINT8:
+  case TCC__V1__DTYPE__BOOL: return "uint8_t";
+  case TCC__V1__DTYPE__FLOAT16:
+  case TCC__V1__DTYPE__BFLOAT16: return "uint16_t";   /* bits */
+  default: return NULL;
+  }
+}
+
+static int is_half(tcc_dtype d) {
+  return d == TCC__V1__DTYPE__FLOAT16 || d == TCC__V1__DTYPE__BFLOAT16;
+}
+
+static int is_float(tcc_dtype d) { return tcc_dtype_is_float(d) && !is_half(d); }
+
+/* v as an exact hexadecimal literal built from its bits (no locale). */
+static void put_hexfloat(tcc_buf *b, double v) {
+  uint64_t u;
+  memcpy(&u, &v, sizeof u);
+  int biased = (int)((u >> 52) & 0x7ff);
+  uint64_t mant = u & ((UINT64_C(1) << 52) - 1);
+  char digits[14];
+  int n = 0;
+  for (int shift = 48; shift >= 0 && mant << (12 + 48 - shift) != 0; shift -= 4)
+    digits[n++] = "0123456789abcdef"[(mant >> shift) & 0xf];
+  digits[n] = '\0';
+  int lead = biased != 0;
+  int exp = biased ? biased - 1023 : (mant ? -1022 : 0);
+  tcc_buf_printf(b, "%s0x%d%s%sp%+d", (u >> 63) ? "-" : "", lead, n ? "." : "", digits, exp);
+}
+
+static void put_float(tcc_buf *b, double v, tcc_dtype d) {
+  int f32 = d != TCC__V1__DTYPE__FLOAT64;
+  if (isnan(v)) {
+    tcc_buf_puts(b, f32 ? "TCC_NANF" : "TCC_NAN");
+  } else if (isinf(v)) {
+    tcc_buf_printf(b, "%s%s", v < 0 ? "-" : "", f32 ? "TCC_INFF" : "TCC_INF");
+  } else {
+    put_hexfloat(b, f32 ? (double)(float)v : v);
+    if (f32) tcc_buf_puts(b, "f");
+  }
+}
+
+static void put_int(tcc_buf *b, int64_t v) {
+  if (v == INT64_MIN) tcc_buf_puts(b, "INT64_MIN");
+  else tcc_buf_printf(b, "INT64_C(%" PRId64 ")", v);
+}
+
+static void put_literal(tcc_buf *b, const tcc_vx *e) {
+  if (tcc_dtype_is_float(e->dtype)) put_float(b, e->f, e->dtype);
+  else if (e->dtype == TCC__V1__DTYPE__INT64) put_int(b, e->i);
+  else tcc_buf_printf(b, "((%s)%" PRId64 ")", ctype(e->dtype), e->i);
+}
+
+/* ------------------------------------------------------- constants */
+
+static void emit_constant(tcc_buf *b, const tcc_buffer *B, int id) {
+  int64_t n = B->layout.numel;
+  int es = tcc_dtype_size(B->layout.dtype);
+  tcc_buf_printf(b, "__device__ const %s b%d_data[%" PRId64 "] = {", ctype(B->layout.dtype), id,
+                 n ? n : 1);
+  if (!n) tcc_buf_puts(b, "0");
+  for (int64_t i = 0; i < n; i++) {
+    const uint8_t *p = B->data + i * es;
+    tcc_buf_puts(b, i % 6 ? ", " : (i ? ",\n  " : "\n  "));
+    switch (B->layout.dtype) {
+    case TCC__V1__DTYPE__FLOAT32: {
+      float f;
+      memcpy(&f, p, 4);
+      put_float(b, f, B->layout.dtype);
+      break;
+    }
+    case TCC__V1__DTYPE__FLOAT64: {
+      double f;
+      memcpy(&f, p, 8);
+      put_float(b, f, B->layout.dtype);
+      break;
+    }
+    case TCC__V1__DTYPE__INT8: tcc_buf_printf(b, "%d", (int)*(const int8_t *)p); break;
+    case TCC__V1__DTYPE__INT16: {
+      int16_t v;
+      memcpy(&v, p, 2);
+      tcc_buf_printf(b, "%d", (int)v);
+      break;
+    }
+    case TCC__V1__DTYPE__INT32: {
+      int32_t v;
+      memcpy(&v, p, 4);
+      tcc_buf_printf(b, "%" PRId32, v);
+      break;
+    }
+    case TCC__V1__DTYPE__INT64: {
+      int64_t v;
+      memcpy(&v, p, 8);
+      put_int(b, v);
+      break;
+    }
+    case TCC__V1__DTYPE__FLOAT16:
+    case TCC__V1__DTYPE__BFLOAT16: {
+      uint16_t h;
+      memcpy(&h, p, 2);
+      tcc_buf_printf(b, "%u", (unsigned)h);
+      break;
+    }
+    default: tcc_buf_printf(b, "%u", (unsigned)*p); break;
+    }
+  }
+  tcc_buf_puts(b, "};\n");
+}
+
+/* ------------------------------------------------- launch geometry */
+
+#define POINTWISE_BLOCK 256
+#define MAX_GRID 65536
+#define MAX_RED_BLOCK 256
+#define IDX32_LIMIT (INT64_C(1) << 30)
+
+static int has_reduce_any(const tcc_kernel *k) {
+  for (int s = 0; s < k->nstores; s++)
+    if (tcc_vx_has_reduce(k->stores[s].value)) return 1;
+  return 0;
+}
+
+/* Free-variable analysis: the highest kernel variable e reads (-1:
+ * none) and whether it reads a variable bound outside it. Memoized. */
+typedef struct fvinfo {
+  int maxk;       /* highest kernel var read, -1 none */
+  int nbound;     /* bound vars read free: first few kept */
+  int bound[8];
+  int overflow;   /* more than 8 free bound vars: treat as "has bound" */
+} fvinfo;
+
+typedef struct fvctx {
+  tcc_ptrmap map;   /* vx -> fvinfo* (malloc'ed, in list) */
+  fvinfo **all;
+  int n, cap;
+  int oom;
+} fvctx;
+
+static void fv_merge(fvinfo *dst, const fvinfo *src, int lo, int hi) {
+  if (src->maxk > dst->maxk) dst->maxk = src->maxk;
+  if (src->overflow) dst->overflow = 1;
+  for (int i = 0; i < src->nbound; i++) {
+    int v = src->bound[i];
+    if (v >= lo && v < hi) continue;
+    int have = 0;
+    for (int j = 0; j < dst->nbound; j++) have |= dst->bound[j] == v;
+    if (have) continue;
+    if (dst->nbound == 8) dst->overflow = 1;
+    else dst->bound[dst->nbound++] = v;
+  }
+}
+
+static void fv_ix(fvctx *c, const tcc_ix *x, fvinfo *out);
+static const fvinfo *fv_vx(fvctx *c, const tcc_vx *e);
+
+static void fv_ix(fvctx *c, const tcc_ix *x, fvinfo *out) {
+  if (!x) return;
+  if (x->kind == TCC_IX_VAR) {
+    fvinfo one = {.maxk = -1};
+    if (x->var < TCC_FIRST_BOUND_VAR) one.maxk = x->var;
+    else one.bound[one.nbound++] = x->var;
+    fv_merge(out, &one, 0, 0);
+  } else if (x->kind == TCC_IX_VALUE) {
+    const fvinfo *s = fv_vx(c, x->v);
+    if (s) fv_merge(out, s, 0, 0);
+  } else {
+    fv_ix(c, x->a, out);
+    fv_ix(c, x->b, out);
+  }
+}
+
+static const fvinfo *fv_vx(fvctx *c, const tcc_vx *e) {
+  const fvinfo *hit = tcc_ptrmap_get(&c->map, e);
+  if (hit) return hit;
+  fvinfo *f = calloc(1, sizeof *f);
+  if (!f || (c->n == c->cap && !(c->cap = c->cap ? c->cap * 2 : 64,
+                                  c->all = realloc(c->all, sizeof *c->all * (size_t)c->cap)))) {
+    free(f);
+    c->oom = 1;
+    return NULL;
+  }
+  c->all[c->n++] = f;
+  f->maxk = -1;
+  fvinfo tmp = {.maxk = -1};
+  if (e->op == TCC_PRIM_LOAD || e->op == TCC_PRIM_INDEX)
+    for (int d = 0; d < e->nidx; d++) fv_ix(c, e->idx[d], &tmp);
+  if (e->op != TCC_PRIM_EXTERN) {
+    const tcc_vx *ops[3] = {e->a, e->b, e->c};
+    for (int i = 0; i < 3; i++)
+      if (ops[i]) {
+        const fvinfo *s = fv_vx(c, ops[i]);
+        if (s) fv_merge(&tmp, s, 0, 0);
+      }
+  }
+  int lo = 0, hi = 0;
+  if (e->op == TCC_PRIM_REDUCE) {
+    lo = e->buf;
+    hi = e->buf + e->nidx;
+  }
+  fv_merge(f, &tmp, lo, hi);
+  if (tcc_ptrmap_put(&c->map, e, f)) c->oom = 1;
+  return f;
+}
+
+static void fv_free(fvctx *c) {
+  for (int i = 0; i < c->n; i++) free(c->all[i]);
+  free(c->all);
+  tcc_ptrmap_free(&c->map);
+}
+
+/* A REDUCE computed by the whole block: reads no variable bound outside. */
+static int cooperative(fvctx *c, const tcc_vx *e) {
+  const fvinfo *f = fv_vx(c, e);
+  return f && !f->nbound && !f->overflow;
+}
+
+typedef struct node_list {
+  const tcc_vx **v;
+  int n, cap;
+} node_list;
+
+static int list_push(node_list *l, const tcc_vx *e) {
+  if (l->n == l->cap) {
+    int nc = l->cap ? l->cap * 2 : 16;
+    const tcc_vx **nv = realloc(l->v, sizeof *nv * (size_t)nc);
+    if (!nv) return -1;
+    l->v = nv;
+    l->cap = nc;
+  }
+  l->v[l->n++] = e;
+  return 0;
+}
+
+static int collect_coop_ix(fvctx *c, const tcc_ix *x, tcc_ptrmap *seen, node_list *out);
+
+/* Post-order list of cooperative REDUCEs (inner ones first). */
+static int collect_coop(fvctx *c, const tcc_vx *e, tcc_ptrmap *seen, node_list *out) {
+  if (tcc_ptrmap_get(seen, e)) return 0;
+  if (tcc_ptrmap_put(seen, e, e)) return -1;
+  if (e->op == TCC_PRIM_LOAD || e->op == TCC_PRIM_INDEX)
+    for (int d = 0; d < e->nidx; d++)
+      if (collect_coop_ix(c, e->idx[d], seen, out)) return -1;
+  if (e->op != TCC_PRIM_EXTERN) {
+    if (e->a && collect_coop(c, e->a, seen, out)) return -1;
+    if (e->b && collect_coop(c, e->b, seen, out)) return -1;
+    if (e->c && collect_coop(c, e->c, seen, out)) return -1;
+  }
+  if (e->op == TCC_PRIM_REDUCE && cooperative(c, e)) return list_push(out, e);
+  return c->oom ? -1 : 0;
+}
+
+static int collect_coop_ix(fvctx *c, const tcc_ix *x, tcc_ptrmap *seen, node_list *out) {
+  if (!x) return 0;
+  if (x->kind == TCC_IX_VALUE) return collect_coop(c, x->v, seen, out);
+  if (collect_coop_ix(c, x->a, seen, out)) return -1;
+  return collect_coop_ix(c, x->b, seen, out);
+}
+
+static int64_t reduce_extent(const tcc_vx *r) {
+  int64_t n = 1;
+  for (int i = 0; i < r->nidx; i++) n *= r->idx[i]->c;
+  return n;
+}
+
+/* Everything about one kernel's shape on the GPU. */
+typedef struct kplan {
+  int reduction;          /* block-per-row kernel */
+  int row_rank;           /* r: dims 0..r-1 are the row */
+  int64_t rows, inner;    /* product of row dims / of the others */
+  int64_t numel;
+  int64_t red_max;        /* largest cooperative reduction extent */
+  node_list coop;         /* cooperative reductions, dependency order */
+  tcc_cuda_launch launch;
+} kplan;
+
+static int plan_kernel(const tcc_program *p, const tcc_kernel *k, fvctx *fc, kplan *kp) {
+  memset(kp, 0, sizeof *kp);
+  kp->numel = 1;
+  for (int d = 0; d < k->rank; d++) kp->numel *= k->sizes[d];
+  kp->reduction = has_reduce_any(k);
+  (void)p;
+  if (kp->reduction) {
+    tcc_ptrmap seen;
+    if (tcc_ptrmap_init(&seen, 64)) {
+      tcc_ptrmap_free(&seen);
+      return -1;
+    }
+    int rc = 0;
+    for (int s = 0; s < k->nstores && !rc; s++) rc = collect_coop(fc, k->stores[s].value, &seen, &kp->coop);
+    tcc_ptrmap_free(&seen);
+    if (rc) return -1;
+    int maxk = -1;
+    kp->red_max = 1;
+    for (int i = 0; i < kp->coop.n; i++) {
+      const fvinfo *f = fv_vx(fc, kp->coop.v[i]);
+      if (f && f->maxk > maxk) maxk = f->maxk;
+      int64_t ext = reduce_extent(kp->coop.v[i]);
+      if (ext > kp->red_max) kp->red_max = ext;
+    }
+    if (!kp->coop.n) kp->reduction = 0;   /* every REDUCE nested: per thread */
+    kp->row_rank = maxk + 1;
+  }
+  kp->rows = 1;
+  for (int d = 0; d < kp->row_rank; d++) kp->rows *= k->sizes[d];
+  kp->inner = kp->rows ? kp->numel / kp->rows : 0;
+  if (!kp->rows) kp->inner = 0;
+  int64_t block, grid;
+  if (kp->reduction) {
+    block = 32;
+    while (block < kp->red_max && block < MAX_RED_BLOCK) block *= 2;
+    grid = kp->rows;
+  } else {
+    block = POINTWISE_BLOCK;
+    grid = (kp->numel + block - 1) / block;
+  }
+  if (grid < 1) grid = 1;
+  if (grid > MAX_GRID) grid = MAX_GRID;
+  kp->launch.grid = grid;
+  kp->launch.block = block;
+  kp->launch.shared_bytes = 0;
+  kp->launch.numel = kp->numel;
+  kp->launch.reduction = has_reduce_any(k);
+  return 0;
+}
+
+int tcc_cuda_launch_for(const tcc_program *p, const tcc_kernel *k, tcc_cuda_launch *out) {
+  fvctx fc = {0};
+  kplan kp;
+  int rc = -1;
+  if (!tcc_ptrmap_init(&fc.map, 64) && !plan_kernel(p, k, &fc, &kp) && !fc.oom) {
+    *out = kp.launch;
+    rc = 0;
+  }
+  free(kp.coop.v);
+  fv_free(&fc);
+  return rc;
+}
+
+/* ---------------------------------------------------------- emission */
+
+typedef struct memo_ent {
+  const void *key;
+  int t;
+} memo_ent;
+
+typedef struct cuda_emit {
+  const tcc_program *p;
+  const tcc_kernel *k;
+  tcc_buf *b;
+  fvctx fc;
+  memo_ent *memo;          /* a stack: scopes truncate it */
+  int nmemo, capmemo;
+  int ntemps, naccs;
+  const char *I;           /* index type */
+  int oom;
+} cuda_emit;
+
+static int memo_get(cuda_emit *ce, const void *key) {
+  for (int i = ce->nmemo - 1; i >= 0; i--)
+    if (ce->memo[i].key == key) return ce->memo[i].t;
+  return -1;
+}
+
+static int memo_def(cuda_emit *ce, const void *key) {
+  if (ce->nmemo == ce->capmemo) {
+    int nc = ce->capmemo ? ce->capmemo * 2 : 256;
+    memo_ent *nm = realloc(ce->memo, sizeof *nm * (size_t)nc);
+    if (!nm) {
+      ce->oom = 1;
+      return -1;
+    }
+    ce->memo = nm;
+    ce->capmemo = nc;
+  }
+  int t = ce->ntemps++;
+  ce->memo[ce->nmemo].key = key;
+  ce->memo[ce->nmemo].t = t;
+  ce->nmemo++;
+  return t;
+}
+
+static void put_ix(cuda_emit *ce, const tcc_ix *e) {
+  tcc_buf *b = ce->b;
+  switch (e->kind) {
+  case TCC_IX_CONST: tcc_buf_printf(b, "((%s)%" PRId64 "LL)", ce->I, e->c); break;
+  case TCC_IX_VAR: tcc_buf_printf(b, "i%d", e->var); break;
+  case TCC_IX_ADD:
+    tcc_buf_puts(b, "(");
+    put_ix(ce, e->a);
+    tcc_buf_puts(b, " + ");
+    put_ix(ce, e->b);
+    tcc_buf_puts(b, ")");
+    break;
+  case TCC_IX_MUL:
+  case TCC_IX_DIV:
+  case TCC_IX_MOD:
+    tcc_buf_puts(b, "(");
+    put_ix(ce, e->a);
+    tcc_buf_printf(b, " %s (%s)%" PRId64 "LL)",
+                   e->kind == TCC_IX_MUL ? "*" : e->kind == TCC_IX_DIV ? "/" : "%", ce->I, e->c);
+    break;
+  case TCC_IX_MIN:
+  case TCC_IX_MAX:
+    tcc_buf_printf(b, "(%s)tcc_%s64(", ce->I, e->kind == TCC_IX_MIN ? "min" : "max");
+    put_ix(ce, e->a);
+    tcc_buf_printf(b, ", INT64_C(%" PRId64 "))", e->c);
+    break;
+  case TCC_IX_VALUE: tcc_buf_printf(b, "(%s)t%d", ce->I, memo_get(ce, e)); break;
+  }
+}
+
+static void put_index(cuda_emit *ce, int buf, const tcc_ix *const *idx) {
+  const tcc_meta *m = &ce->p->bufs[buf].layout;
+  tcc_buf_printf(ce->b, "(%s)%" PRId64, ce->I, m->offset);
+  for (int d = 0; d < m->rank; d++) {
+    if (idx[d]->kind == TCC_IX_CONST && idx[d]->c == 0) continue;
+    tcc_buf_printf(ce->b, " + (%s)%" PRId64 " * ", ce->I, m->strides[d]);
+    put_ix(ce, idx[d]);
+  }
+}
+
+static const char *utype(tcc_dtype d) {
+  return d == TCC__V1__DTYPE__INT64 ? "uint64_t" : "uint32_t";
+}
+
+/* CUDA for a primitive of result dtype d over operand texts of dtype od
+ * (the device math library has the C99 names). */
+static void put_prim(tcc_buf *b, tcc_prim op, tcc_dtype d, tcc_dtype od, const char *x,
+                     const char *y, const char *z) {
+  int fl = tcc_dtype_is_float(od);
+  const char *f = od == TCC__V1__DTYPE__FLOAT64 ? "" : "f";
+  const char *T = ctype(d), *U = utype(d);
+  int isint = !fl;
+  switch (op) {
+  case TCC_PRIM_NEG:
+    if (isint) tcc_buf_printf(b, "(%s)(0 - (%s)%s)", T, U, x);
+    else tcc_buf_printf(b, "-%s", x);
+    break;
+  case TCC_PRIM_ABS:
+    if (isint) tcc_buf_printf(b, "(%s < 0 ? (%s)(0 - (%s)%s) : %s)", x, T, U, x, x);
+    else tcc_buf_printf(b, "fabs%s(%s)", f, x);
+    break;
+  case TCC_PRIM_EXP: tcc_buf_printf(b, "exp%s(%s)", f, x); break;
+  case TCC_PRIM_EXP2: tcc_buf_printf(b, "exp2%s(%s)", f, x); break;
+  case TCC_PRIM_EXPM1: tcc_buf_printf(b, "expm1%s(%s)", f, x); break;
+  case TCC_PRIM_LOG: tcc_buf_printf(b, "log%s(%s)", f, x); break;
+  case TCC_PRIM_LOG1P: tcc_buf_printf(b, "log1p%s(%s)", f, x); break;
+  case TCC_PRIM_LOG2: tcc_buf_printf(b, "log2%s(%s)", f, x); break;
+  case TCC_PRIM_SQRT: tcc_buf_printf(b, "sqrt%s(%s)", f, x); break;
+  case TCC_PRIM_RSQRT: tcc_buf_printf(b, "(%s)1 / sqrt%s(%s)", T, f, x); break;
+  case TCC_PRIM_RECIP: tcc_buf_printf(b, "(%s)1 / %s", T, x); break;
+  case TCC_PRIM_SIN: tcc_buf_printf(b, "sin%s(%s)", f, x); break;
+  case TCC_PRIM_COS: tcc_buf_printf(b, "cos%s(%s)", f, x); break;
+  case TCC_PRIM_TAN: tcc_buf_printf(b, "tan%s(%s)", f, x); break;
+  case TCC_PRIM_TANH: tcc_buf_printf(b, "tanh%s(%s)", f, x); break;
+  case TCC_PRIM_ERF: tcc_buf_printf(b, "erf%s(%s)", f, x); break;
+  case TCC_PRIM_SIGMOID: tcc_buf_printf(b, "(%s)1 / ((%s)1 + exp%s(-%s))", T, T, f, x); break;
+  case TCC_PRIM_RELU: tcc_buf_printf(b, "(%s < 0 ? (%s)0 : %s)", x, T, x); break;
+  case TCC_PRIM_FLOOR: tcc_buf_printf(b, "floor%s(%s)", f, x); break;
+  case TCC_PRIM_CEIL: tcc_buf_printf(b, "ceil%s(%s)", f, x); break;
+  case TCC_PRIM_ROUND: tcc_buf_printf(b, "rint%s(%s)", f, x); break;
+  case TCC_PRIM_TRUNC: tcc_buf_printf(b, "trunc%s(%s)", f, x); break;
+  case TCC_PRIM_SIGN: tcc_buf_printf(b, "(%s)((%s > 0) - (%s < 0))", T, x, x); break;
+  case TCC_PRIM_NOT: tcc_buf_printf(b, "(uint8_t)!%s", x); break;
+  case TCC_PRIM_BITNOT: tcc_buf_printf(b, "(%s)~%s", T, x); break;
+  case TCC_PRIM_ISNAN: tcc_buf_printf(b, "(uint8_t)(%s != %s)", x, x); break;
+  case TCC_PRIM_ISINF:
+    if (fl) tcc_buf_printf(b, "(uint8_t)(fabs%s(%s) == %s)", f, x, *f ? "TCC_INFF" : "TCC_INF");
+    else tcc_buf_puts(b, "(uint8_t)0");
+    break;
+  case TCC_PRIM_ADD:
+  case TCC_PRIM_SUB:
+  case TCC_PRIM_MUL: {
+    const char *o = op == TCC_PRIM_ADD ? "+" : op == TCC_PRIM_SUB ? "-" : "*";
+    if (isint) tcc_buf_printf(b, "(%s)((%s)%s %s (%s)%s)", T, U, x, o, U, y);
+    else tcc_buf_printf(b, "%s %s %s", x, o, y);
+    break;
+  }
+  case TCC_PRIM_DIV:
+  case TCC_PRIM_TRUNCDIV:
+    if (isint) tcc_buf_printf(b, "(%s)tcc_truncdiv_i64(%s, %s)", T, x, y);
+    else if (op == TCC_PRIM_DIV) tcc_buf_printf(b, "%s / %s", x, y);
+    else tcc_buf_printf(b, "trunc%s(%s / %s)", f, x, y);
+    break;
+  case TCC_PRIM_FLOORDIV:
+    if (isint) tcc_buf_printf(b, "(%s)tcc_floordiv_i64(%s, %s)", T, x, y);
+    else tcc_buf_printf(b, "tcc_floordiv(%s, %s)", x, y);
+    break;
+  case TCC_PRIM_POW:
+    if (isint) tcc_buf_printf(b, "(%s)tcc_pow_i64(%s, %s)", T, x, y);
+    else tcc_buf_printf(b, "pow%s(%s, %s)", f, x, y);
+    break;
+  case TCC_PRIM_MAX: tcc_buf_printf(b, "((%s > %s || %s != %s) ? %s : %s)", x, y, x, x, x, y); break;
+  case TCC_PRIM_MIN: tcc_buf_printf(b, "((%s < %s || %s != %s) ? %s : %s)", x, y, x, x, x, y); break;
+  case TCC_PRIM_FMOD:
+    if (isint) tcc_buf_printf(b, "(%s)tcc_fmod_i64(%s, %s)", T, x, y);
+    else tcc_buf_printf(b, "fmod%s(%s, %s)", f, x, y);
+    break;
+  case TCC_PRIM_REM:
+    if (isint) tcc_buf_printf(b, "(%s)tcc_rem_i64(%s, %s)", T, x, y);
+    else tcc_buf_printf(b, "tcc_rem(%s, %s)", x, y);
+    break;
+  case TCC_PRIM_ATAN2: tcc_buf_printf(b, "atan2%s(%s, %s)", f, x, y); break;
+  case TCC_PRIM_EQ: tcc_buf_printf(b, "(uint8_t)(%s == %s)", x, y); break;
+  case TCC_PRIM_NE: tcc_buf_printf(b, "(uint8_t)(%s != %s)", x, y); break;
+  case TCC_PRIM_LT: tcc_buf_printf(b, "(uint8_t)(%s < %s)", x, y); break;
+  case TCC_PRIM_LE: tcc_buf_printf(b, "(uint8_t)(%s <= %s)", x, y); break;
+  case TCC_PRIM_GT: tcc_buf_printf(b, "(uint8_t)(%s > %s)", x, y); break;
+  case TCC_PRIM_GE: tcc_buf_printf(b, "(uint8_t)(%s >= %s)", x, y); break;
+  case TCC_PRIM_AND: tcc_buf_printf(b, "(uint8_t)(%s && %s)", x, y); break;
+  case TCC_PRIM_OR: tcc_buf_printf(b, "(uint8_t)(%s || %s)", x, y); break;
+  case TCC_PRIM_XOR: tcc_buf_printf(b, "(uint8_t)((%s != 0) != (%s != 0))", x, y); break;
+  case TCC_PRIM_BITAND: tcc_buf_printf(b, "(%s)(%s & %s)", T, x, y); break;
+  case TCC_PRIM_BITOR: tcc_buf_printf(b, "(%s)(%s | %s)", T, x, y); break;
+  case TCC_PRIM_BITXOR: tcc_buf_printf(b, "(%s)(%s ^ %s)", T, x, y); break;
+  case TCC_PRIM_WHERE: tcc_buf_printf(b, "(%s ? %s : %s)", x, y, z); break;
+  default: tcc_buf_printf(b, "/* bad prim %d */ 0", (int)op); break;
+  }
+}
+
+static void put_cast(tcc_buf *b, tcc_dtype from, tcc_dtype to, const char *x) {
+  const char *in = from == TCC__V1__DTYPE__FLOAT16 ? "tcc_h2f" : from == TCC__V1__DTYPE__BFLOAT16 ? "tcc_bf2f" : "";
+  char conv[160];
+  snprintf(conv, sizeof conv, "%s(%s)", in, x);
+  if (to == TCC__V1__DTYPE__BOOL) tcc_buf_printf(b, "(uint8_t)(%s != 0)", conv);
+  else if (to == TCC__V1__DTYPE__FLOAT16) tcc_buf_printf(b, "tcc_f2h((float)%s)", conv);
+  else if (to == TCC__V1__DTYPE__BFLOAT16) tcc_buf_printf(b, "tcc_f2bf((float)%s)", conv);
+  else tcc_buf_printf(b, "(%s)%s", ctype(to), conv);
+}
+
+static void operand_text(cuda_emit *ce, const tcc_vx *e, char *out, size_t cap) {
+  if (e->op == TCC_PRIM_CONST) {
+    tcc_buf lit = {0};
+    put_literal(&lit, e);
+    const char *t = lit.data ? lit.data : "0";
+    snprintf(out, cap, t[0] == '-' ? "(%s)" : "%s", t);
+    tcc_buf_free(&lit);
+    return;
+  }
+  snprintf(out, cap, "t%d", memo_get(ce, e));
+}
+
+static int emit_node(cuda_emit *ce, const tcc_vx *e, int ind);
+
+static int emit_ix_values(cuda_emit *ce, const tcc_ix *x, int ind) {
+  if (!x) return 0;
+  if (x->kind != TCC_IX_VALUE) {
+    if (emit_ix_values(ce, x->a, ind)) return -1;
+    return emit_ix_values(ce, x->b, ind);
+  }
+  if (memo_get(ce, x) >= 0) return 0;
+  if (emit_node(ce, x->v, ind)) return -1;
+  char v[96];
+  operand_text(ce, x->v, v, sizeof v);
+  int t = memo_def(ce, x);
+  if (t < 0) return -1;
+  tcc_buf_printf(ce->b, "%*sint64_t t%d = (int64_t)%s;\n%*sif (t%d < 0 || t%d >= INT64_C(%" PRId64 ")) t%d = 0;\n",
+                 ind, "", t, v, ind, "", t, t, x->c, t);
+  return 0;
+}
+
+static const char *int_limit(tcc_dtype d, int high) {
+  switch (d) {
+  case TCC__V1__DTYPE__INT8: return high ? "INT8_MAX" : "INT8_MIN";
+  case TCC__V1__DTYPE__INT16: return high ? "INT16_MAX" : "INT16_MIN";
+  case TCC__V1__DTYPE__INT32: return high ? "INT32_MAX" : "INT32_MIN";
+  case TCC__V1__DTYPE__INT64: return high ? "INT64_MAX" : "INT64_MIN";
+  default: return high ? "255" : "0";
+  }
+}
+
+/* The identity of a fold (also what idle lanes contribute). */
+static const char *red_identity(const tcc_vx *r, tcc_dtype vd) {
+  int fl = tcc_dtype_is_float(vd);
+  int dbl = vd == TCC__V1__DTYPE__FLOAT64;
+  switch ((tcc_reduce_kind)r->i) {
+  case TCC_RED_SUM: return "0";
+  case TCC_RED_PROD: return "1";
+  case TCC_RED_MAX:
+  case TCC_RED_ARGMAX: return fl ? (dbl ? "-TCC_INF" : "-TCC_INFF") : int_limit(vd, 0);
+  case TCC_RED_MIN:
+  case TCC_RED_ARGMIN: return fl ? (dbl ? "TCC_INF" : "TCC_INFF") : int_limit(vd, 1);
+  }
+  return "0";
+}
+
+static const char *red_op(const tcc_vx *r) {
+  switch ((tcc_reduce_kind)r->i) {
+  case TCC_RED_SUM: return r->dtype == TCC__V1__DTYPE__BOOL ? "tcc_or" : "tcc_sum";
+  case TCC_RED_PROD: return "tcc_prod";
+  case TCC_RED_MAX: return "tcc_max";
+  case TCC_RED_MIN: return "tcc_min";
+  case TCC_RED_ARGMAX: return "tcc_argmax";
+  case TCC_RED_ARGMIN: return "tcc_argmin";
+  }
+  return "tcc_sum";
+}
+
+/* Splits flat index `flat` into variables first.. with extents sizes[]
+ * (row-major), declaring them. */
+static void split_index(cuda_emit *ce, const char *flat, int first, int n, const int64_t *sizes,
+                        const int *vars, int ind) {
+  tcc_buf *b = ce->b;
+  if (!n) return;
+  tcc_buf_printf(b, "%*s%s q_%d = %s;\n", ind, "", ce->I, vars ? vars[0] : first, flat);
+  for (int j = n - 1; j >= 0; j--) {
+    int v = vars ? vars[j] : first + j;
+    int q = vars ? vars[0] : first;
+    if (j == 0) tcc_buf_printf(b, "%*sconst %s i%d = q_%d;\n", ind, "", ce->I, v, q);
+    else {
+      tcc_buf_printf(b, "%*sconst %s i%d = q_%d %% (%s)%" PRId64 "LL;\n", ind, "", ce->I, v, q, ce->I, sizes[j]);
+      tcc_buf_printf(b, "%*sq_%d /= (%s)%" PRId64 "LL;\n", ind, "", q, ce->I, sizes[j]);
+    }
+  }
+  tcc_buf_printf(b, "%*s(void)q_%d;\n", ind, "", vars ? vars[0] : first);
+}
+
+/* The per-thread fold of REDUCE r into accumulator a<acc> (and a<acc>i
+ * for arg reductions), over the flat reduction index `j`. */
+static int emit_fold_body(cuda_emit *ce, const tcc_vx *r, int acc, const char *j, int ind) {
+  tcc_buf *b = ce->b;
+  int64_t sizes[TCC_MAX_DIMS];
+  int n = r->nidx;
+  for (int i = 0; i < n; i++) sizes[i] = r->idx[i]->c;
+  split_index(ce, j, r->buf, n, sizes, NULL, ind);
+  int mark = ce->nmemo;
+  if (emit_node(ce, r->a, ind)) return -1;
+  char t[96];
+  operand_text(ce, r->a, t, sizeof t);
+  if (r->i == TCC_RED_ARGMAX || r->i == TCC_RED_ARGMIN)
+    tcc_buf_printf(b, "%*s{ tcc_pair<%s> x_; x_.v = %s; x_.i = (int64_t)%s; a%d = %s(a%d, x_); }\n", ind, "",
+                   ctype(r->a->dtype), t, j, acc, red_op(r), acc);
+  else
+    tcc_buf_printf(b, "%*sa%d = %s(a%d, (%s)%s);\n", ind, "", acc, red_op(r), acc, ctype(r->dtype), t);
+  ce->nmemo = mark;
+  return 0;
+}
+
+static int emit_acc_init(cuda_emit *ce, const tcc_vx *r, int acc, int ind) {
+  tcc_buf *b = ce->b;
+  if (r->i == TCC_RED_ARGMAX || r->i == TCC_RED_ARGMIN)
+    tcc_buf_printf(b, "%*stcc_pair<%s> a%d; a%d.v = %s; a%d.i = INT64_MAX;\n", ind, "",
+                   ctype(r->a->dtype), acc, acc, red_identity(r, r->a->dtype), acc);
+  else
+    tcc_buf_printf(b, "%*s%s a%d = (%s)%s;\n", ind, "", ctype(r->dtype), acc, ctype(r->dtype),
+                   red_identity(r, r->dtype));
+  return 0;
+}
+
+/* The result temp of a fold. */
+static int emit_acc_result(cuda_emit *ce, const tcc_vx *r, int acc, int ind) {
+  int t = memo_def(ce, r);
+  if (t < 0) return -1;
+  if (r->i == TCC_RED_ARGMAX || r->i == TCC_RED_ARGMIN)
+    tcc_buf_printf(ce->b, "%*sconst int64_t t%d = a%d.i == INT64_MAX ? 0 : a%d.i;\n", ind, "", t, acc, acc);
+  else
+    tcc_buf_printf(ce->b, "%*sconst %s t%d = a%d;\n", ind, "", ctype(r->dtype), t, acc);
+  return 0;
+}
+
+/* A REDUCE folded sequentially by one thread. */
+static int emit_seq_reduce(cuda_emit *ce, const tcc_vx *r, int ind) {
+  int acc = ce->naccs++;
+  emit_acc_init(ce, r, acc, ind);
+  tcc_buf_printf(ce->b, "%*sfor (%s j%d = 0; j%d < (%s)%" PRId64 "LL; j%d++) {\n", ind, "", ce->I, acc,
+                 acc, ce->I, reduce_extent(r), acc);
+  char j[32];
+  snprintf(j, sizeof j, "j%d", acc);
+  if (emit_fold_body(ce, r, acc, j, ind + 2)) return -1;
+  tcc_buf_printf(ce->b, "%*s}\n", ind, "");
+  return emit_acc_result(ce, r, acc, ind);
+}
+
+/* A REDUCE folded by the block (all threads reach this point). */
+static int emit_coop_reduce(cuda_emit *ce, const tcc_vx *r, int ind) {
+  int acc = ce->naccs++;
+  emit_acc_init(ce, r, acc, ind);
+  tcc_buf_printf(ce->b, "%*sfor (%s j%d = threadIdx.x; j%d < (%s)%" PRId64 "LL; j%d += blockDim.x) {\n",
+                 ind, "", ce->I, acc, acc, ce->I, reduce_extent(r), acc);
+  char j[32];
+  snprintf(j, sizeof j, "j%d", acc);
+  if (emit_fold_body(ce, r, acc, j, ind + 2)) return -1;
+  tcc_buf_printf(ce->b, "%*s}\n", ind, "");
+  if (r->i == TCC_RED_ARGMAX || r->i == TCC_RED_ARGMIN) {
+    tcc_buf_printf(ce->b, "%*s{ tcc_pair<%s> id_; id_.v = %s; id_.i = INT64_MAX;\n", ind, "",
+                   ctype(r->a->dtype), red_identity(r, r->a->dtype));
+    tcc_buf_printf(ce->b, "%*s  a%d = tcc_block_reduce(a%d, tcc_%s_op(), id_); }\n", ind, "", acc, acc,
+                   red_op(r) + 4);
+  } else {
+    tcc_buf_printf(ce->b, "%*sa%d = tcc_block_reduce(a%d, tcc_%s_op(), (%s)%s);\n", ind, "", acc, acc,
+                   red_op(r) + 4, ctype(r->dtype), red_identity(r, r->dtype));
+  }
+  return emit_acc_result(ce, r, acc, ind);
+}
+
+static int emit_node(cuda_emit *ce, const tcc_vx *e, int ind) {
+  if (ce->oom) return -1;
+  if (e->op == TCC_PRIM_CONST || memo_get(ce, e) >= 0) return 0;
+  if (e->op == TCC_PRIM_REDUCE) return emit_seq_reduce(ce, e, ind);
+  if (e->op == TCC_PRIM_LOAD || e->op == TCC_PRIM_INDEX)
+    for (int d = 0; d < e->nidx; d++)
+      if (emit_ix_values(ce, e->idx[d], ind)) return -1;
+  if (e->a && emit_node(ce, e->a, ind)) return -1;
+  if (e->b && emit_node(ce, e->b, ind)) return -1;
+  if (e->c && emit_node(ce, e->c, ind)) return -1;
+  char x[96] = "", y[96] = "", z[96] = "";
+  if (e->a) operand_text(ce, e->a, x, sizeof x);
+  if (e->b) operand_text(ce, e->b, y, sizeof y);
+  if (e->c) operand_text(ce, e->c, z, sizeof z);
+  int t = memo_def(ce, e);
+  if (t < 0) return -1;
+  tcc_buf *b = ce->b;
+  tcc_buf_printf(b, "%*sconst %s t%d = ", ind, "", ctype(e->dtype), t);
+  if (e->op == TCC_PRIM_LOAD) {
+    tcc_buf_printf(b, "b%d[", e->buf);
+    put_index(ce, e->buf, e->idx);
+    tcc_buf_puts(b, "]");
+  } else if (e->op == TCC_PRIM_INDEX) {
+    tcc_buf_puts(b, "(int64_t)");
+    put_ix(ce, e->idx[0]);
+  } else if (e->op == TCC_PRIM_CAST) {
+    put_cast(b, e->a->dtype, e->dtype, x);
+  } else {
+    tcc_dtype od = e->op == TCC_PRIM_WHERE ? e->b->dtype : e->a ? e->a->dtype : e->dtype;
+    put_prim(b, e->op, e->dtype, od, x, y, z);
+  }
+  tcc_buf_puts(b, ";\n");
+  return 0;
+}
+
+static int emit_stores(cuda_emit *ce, int ind) {
+  const tcc_kernel *k = ce->k;
+  for (int s = 0; s < k->nstores; s++) {
+    const tcc_store *st = &k->stores[s];
+    if (emit_node(ce, st->value, ind)) return -1;
+    const tcc_meta *m = &ce->p->bufs[st->buf].layout;
+    for (int d = 0; d < m->rank; d++)
+      if (emit_ix_values(ce, st->idx[d], ind)) return -1;
+    char x[96];
+    operand_text(ce, st->value, x, sizeof x);
+    tcc_buf_printf(ce->b, "%*sb%d[", ind, "", st->buf);
+    put_index(ce, st->buf, st->idx);
+    tcc_buf_printf(ce->b, "] = %s;\n", x);
+  }
+  return 0;
+}
+
+/* Buffers a kernel touches (sorted ids) into used (length nbufs). */
+static void mark_ix(const tcc_ix *x, char *used, tcc_ptrmap *seen);
+static void mark_used(const tcc_vx *e, char *used, tcc_ptrmap *seen) {
+  if (tcc_ptrmap_get(seen, e)) return;
+  tcc_ptrmap_put(seen, e, e);
+  if (e->op == TCC_PRIM_LOAD) used[e->buf] = 1;
+  if (e->op == TCC_PRIM_LOAD || e->op == TCC_PRIM_INDEX)
+    for (int d = 0; d < e->nidx; d++) mark_ix(e->idx[d], used, seen);
+  if (e->a) mark_used(e->a, used, seen);
+  if (e->b) mark_used(e->b, used, seen);
+  if (e->c) mark_used(e->c, used, seen);
+}
+static void mark_ix(const tcc_ix *x, char *used, tcc_ptrmap *seen) {
+  if (!x) return;
+  if (x->kind == TCC_IX_VALUE) mark_used(x->v, used, seen);
+  mark_ix(x->a, used, seen);
+  mark_ix(x->b, used, seen);
+}
+
+/* Does every index of the kernel fit in int? */
+static int fits_int32(const tcc_program *p, const tcc_kernel *k, const char *used, const kplan *kp) {
+  if (kp->numel >= IDX32_LIMIT) return 0;
+  for (int bi = 0; bi < p->nbufs; bi++) {
+    if (!used[bi]) continue;
+    const tcc_meta *m = &p->bufs[bi].layout;
+    if (m->span + m->offset >= IDX32_LIMIT) return 0;
+    for (int d = 0; d < m->rank; d++)
+      if (m->strides[d] >= IDX32_LIMIT || m->strides[d] <= -IDX32_LIMIT) return 0;
+  }
+  for (int i = 0; i < kp->coop.n; i++)
+    if (reduce_extent(kp->coop.v[i]) >= IDX32_LIMIT) return 0;
+  (void)k;
+  return 1;
+}
+
+static int emit_kernel(const tcc_program *p, const tcc_kernel *k, int kno, tcc_buf *b) {
+  const tcc_graph *g = p->graph;
+  cuda_emit ce = {.p = p, .k = k, .b = b};
+  kplan kp = {0};
+  char *used = calloc((size_t)p->nbufs + 1, 1);
+  int rc = -1;
+  if (!used || tcc_ptrmap_init(&ce.fc.map, 64)) goto done;
+  if (plan_kernel(p, k, &ce.fc, &kp) || ce.fc.oom) goto done;
+  tcc_ptrmap seen;
+  if (tcc_ptrmap_init(&seen, 64)) {
+    tcc_ptrmap_free(&seen);
+    goto done;
+  }
+  for (int s = 0; s < k->nstores; s++) {
+    used[k->stores[s].buf] = 1;
+    mark_used(k->stores[s].value, used, &seen);
+    const tcc_meta *m = &p->bufs[k->stores[s].buf].layout;
+    for (int d = 0; d < m->rank; d++) mark_ix(k->stores[s].idx[d], used, &seen);
+  }
+  tcc_ptrmap_free(&seen);
+  ce.I = fits_int32(p, k, used, &kp) ? "int" : "long long";
+
+  tcc_buf_printf(b, "\n/* k%d: %s over [", kno, kp.launch.reduction ? "reduction" : "pointwise");
+  for (int d = 0; d < k->rank; d++) tcc_buf_printf(b, "%s%" PRId64, d ? ", " : "", k->sizes[d]);
+  tcc_buf_printf(b, "]; grid %" PRId64 ", block %" PRId64, kp.launch.grid, kp.launch.block);
+  if (kp.reduction)
+    tcc_buf_printf(b, "; one block per row of dims 0..%d (%" PRId64 " rows), %d block reduction%s",
+                   kp.row_rank - 1, kp.rows, kp.coop.n, kp.coop.n == 1 ? "" : "s");
+  tcc_buf_printf(b, "; %s indices */\n", ce.I);
+  tcc_buf_printf(b, "extern \"C\" __global__ void __launch_bounds__(%" PRId64 ") k%d(", kp.launch.block, kno);
+  for (int i = 0; i < g->ninputs; i++) tcc_buf_printf(b, "const void *__restrict__ in%d, ", i);
+  for (int i = 0; i < g->noutputs; i++) tcc_buf_printf(b, "void *__restrict__ out%d, ", i);
+  tcc_buf_puts(b, "char *__restrict__ ws) {\n");
+  for (int i = 0; i < g->ninputs; i++) tcc_buf_printf(b, "  (void)in%d;\n", i);
+  for (int i = 0; i < g->noutputs; i++) tcc_buf_printf(b, "  (void)out%d;\n", i);
+  tcc_buf_puts(b, "  (void)ws;\n");
+  for (int bi = 0; bi < p->nbufs; bi++) {
+    if (!used[bi]) continue;
+    const tcc_buffer *B = &p->bufs[bi];
+    int written = 0;
+    for (int s = 0; s < k->nstores; s++) written |= k->stores[s].buf == bi;
+    const char *t = ctype(B->layout.dtype), *c = written ? "" : "const ";
+    switch (B->kind) {
+    case TCC_BUF_INPUT:
+      tcc_buf_printf(b, "  const %s *__restrict__ b%d = (const %s *)in%d;\n", t, bi, t, B->pos);
+      break;
+    case TCC_BUF_CONST: tcc_buf_printf(b, "  const %s *__restrict__ b%d = b%d_data;\n", t, bi, bi); break;
+    case TCC_BUF_OUTPUT:
+      tcc_buf_printf(b, "  %s%s *__restrict__ b%d = (%s *)out%d;\n", c, t, bi, t, B->pos);
+      break;
+    case TCC_BUF_TEMP:
+      tcc_buf_printf(b, "  %s%s *__restrict__ b%d = (%s *)(ws + %" PRId64 ");\n", c, t, bi, t, B->ws_offset);
+      break;
+    }
+  }
+  if (kp.numel == 0) {
+    tcc_buf_puts(b, "  /* no elements */\n}\n");
+    rc = 0;
+    goto done;
+  }
+  int rank = k->rank;
+  if (!kp.reduction) {
+    tcc_buf_printf(b, "  for (%s e = (%s)blockIdx.x * blockDim.x + threadIdx.x; e < (%s)%" PRId64
+                      "LL; e += (%s)gridDim.x * blockDim.x) {\n",
+                   ce.I, ce.I, ce.I, kp.numel, ce.I);
+    split_index(&ce, "e", 0, rank, k->sizes, NULL, 4);
+    if (emit_stores(&ce, 4)) goto done;
+    tcc_buf_puts(b, "  }\n}\n");
+  } else {
+    tcc_buf_printf(b, "  for (%s row = blockIdx.x; row < (%s)%" PRId64 "LL; row += gridDim.x) {\n", ce.I,
+                   ce.I, kp.rows);
+    split_index(&ce, "row", 0, kp.row_rank, k->sizes, NULL, 4);
+    for (int i = 0; i < kp.coop.n; i++)
+      if (emit_coop_reduce(&ce, kp.coop.v[i], 4)) goto done;
+    tcc_buf_printf(b, "    for (%s e = threadIdx.x; e < (%s)%" PRId64 "LL; e += blockDim.x) {\n", ce.I, ce.I,
+                   kp.inner);
+    int mark = ce.nmemo;
+    int vars[TCC_MAX_DIMS];
+    for (int d = kp.row_rank; d < rank; d++) vars[d - kp.row_rank] = d;
+    split_index(&ce, "e", kp.row_rank, rank - kp.row_rank, k->sizes + kp.row_rank, vars, 6);
+    if (emit_stores(&ce, 6)) goto done;
+    ce.nmemo = mark;
+    tcc_buf_puts(b, "    }\n  }\n}\n");
+  }
+  rc = ce.oom ? -1 : 0;
+done:
+  free(used);
+  free(ce.memo);
+  free(kp.coop.v);
+  fv_free(&ce.fc);
+  return rc;
+}
+
+/* What every translation unit starts with: fixed-width types, limits,
+ * half conversions (PTX cvt), integer helpers matching the CPU target,
+ * and the block reduction. */
+static const char prelude[] =
+  "typedef signed char int8_t; typedef short int16_t; typedef int int32_t;\n"
+  "typedef long long int64_t; typedef unsigned char uint8_t;\n"
+  "typedef unsigned short uint16_t; typedef unsigned int uint32_t;\n"
+  "typedef unsigned long long uint64_t;\n"
+  "#define INT64_C(c) c##LL\n"
+  "#define INT8_MIN (-128)\n#define INT8_MAX 127\n#define INT16_MIN (-32768)\n#define INT16_MAX 32767\n"
+  "#define INT32_MIN (-2147483647 - 1)\n#define INT32_MAX 2147483647\n"
+  "#define INT64_MIN (-9223372036854775807LL - 1)\n#define INT64_MAX 9223372036854775807LL\n"
+  "#define TCC_INFF __int_as_float(0x7f800000)\n#define TCC_NANF __int_as_float(0x7fc00000)\n"
+  "#define TCC_INF __longlong_as_double(0x7ff0000000000000LL)\n"
+  "#define TCC_NAN __longlong_as_double(0x7ff8000000000000LL)\n"
+  "static __device__ __forceinline__ float tcc_h2f(uint16_t h) {\n"
+  "  float f; asm(\"cvt.f32.f16 %0, %1;\" : \"=f\"(f) : \"h\"(h)); return f;\n}\n"
+  "static __device__ __forceinline__ uint16_t tcc_f2h(float f) {\n"
+  "  uint16_t h; asm(\"cvt.rn.f16.f32 %0, %1;\" : \"=h\"(h) : \"f\"(f)); return h;\n}\n"
+  "static __device__ __forceinline__ float tcc_bf2f(uint16_t h) { return __int_as_float((int)h << 16); }\n"
+  "static __device__ __forceinline__ uint16_t tcc_f2bf(float f) {\n"
+  "  uint16_t h; asm(\"cvt.rn.bf16.f32 %0, %1;\" : \"=h\"(h) : \"f\"(f)); return h;\n}\n"
+  "static __device__ __forceinline__ int64_t tcc_min64(int64_t a, int64_t b) { return a < b ? a : b; }\n"
+  "static __device__ __forceinline__ int64_t tcc_max64(int64_t a, int64_t b) { return a > b ? a : b; }\n"
+  "static __device__ __forceinline__ int64_t tcc_truncdiv_i64(int64_t a, int64_t b) {\n"
+  "  if (b == 0) return 0;\n  if (b == -1) return (int64_t)(0 - (uint64_t)a);\n  return a / b;\n}\n"
+  "static __device__ __forceinline__ int64_t tcc_floordiv_i64(int64_t a, int64_t b) {\n"
+  "  if (b == 0) return 0;\n  if (b == -1) return (int64_t)(0 - (uint64_t)a);\n"
+  "  int64_t q = a / b; if ((a % b != 0) && ((a < 0) != (b < 0))) q--; return q;\n}\n"
+  "static __device__ __forceinline__ int64_t tcc_fmod_i64(int64_t a, int64_t b) {\n"
+  "  if (b == 0 || b == -1) return 0;\n  return a % b;\n}\n"
+  "static __device__ __forceinline__ int64_t tcc_rem_i64(int64_t a, int64_t b) {\n"
+  "  if (b == 0 || b == -1) return 0;\n"
+  "  int64_t r = a % b; if (r != 0 && ((r < 0) != (b < 0))) r += b; return r;\n}\n"
+  "static __device__ __forceinline__ int64_t tcc_pow_i64(int64_t b, int64_t e) {\n"
+  "  if (e < 0) return b == 1 ? 1 : b == -1 ? ((e & 1) ? -1 : 1) : 0;\n"
+  "  uint64_t r = 1, x = (uint64_t)b;\n"
+  "  while (e) { if (e & 1) r *= x; x *= x; e >>= 1; }\n  return (int64_t)r;\n}\n"
+  "template <class T> static __device__ __forceinline__ T tcc_floordiv(T a, T b) {\n"
+  "  if (b == 0) return a / b;\n  T m = fmod(a, b), d = (a - m) / b;\n"
+  "  if (m != 0 && ((b < 0) != (m < 0))) d -= 1;\n"
+  "  if (d == 0) return copysign((T)0, a / b);\n"
+  "  T f = floor(d); if (d - f > (T)0.5) f += 1; return f;\n}\n"
+  "template <class T> static __device__ __forceinline__ T tcc_rem(T a, T b) {\n"
+  "  T m = fmod(a, b); if (m != 0 && ((b < 0) != (m < 0))) m += b; return m;\n}\n"
+  "/* folds: NaN wins max/min; arg folds keep the first index of the best value */\n"
+  "template <class T> struct tcc_pair { T v; int64_t i; };\n"
+  "template <class T> static __device__ __forceinline__ T tcc_sum(T a, T b) { return (T)(a + b); }\n"
+  "template <class T> static __device__ __forceinline__ T tcc_or(T a, T b) { return (T)(a | b); }\n"
+  "template <class T> static __device__ __forceinline__ T tcc_prod(T a, T b) { return (T)(a * b); }\n"
+  "template <class T> static __device__ __forceinline__ T tcc_max(T a, T b) { return (a > b || a != a) ? a : b; }\n"
+  "template <class T> static __device__ __forceinline__ T tcc_min(T a, T b) { return (a < b || a != a) ? a : b; }\n"
+  "template <class T> static __device__ __forceinline__ tcc_pair<T> tcc_argbest(tcc_pair<T> a, tcc_pair<T> b, bool mx) {\n"
+  "  bool an = a.v != a.v, bn = b.v != b.v;\n"
+  "  if (an || bn) return (an && (!bn || a.i < b.i)) ? a : b;\n"
+  "  if (a.v == b.v) return a.i <= b.i ? a : b;\n"
+  "  return (mx ? a.v > b.v : a.v < b.v) ? a : b;\n}\n"
+  "template <class T> static __device__ __forceinline__ tcc_pair<T> tcc_argmax(tcc_pair<T> a, tcc_pair<T> b) { return tcc_argbest(a, b, true); }\n"
+  "template <class T> static __device__ __forceinline__ tcc_pair<T> tcc_argmin(tcc_pair<T> a, tcc_pair<T> b) { return tcc_argbest(a, b, false); }\n"
+  "struct tcc_sum_op { template <class T> __device__ T operator()(T a, T b) const { return tcc_sum(a, b); } };\n"
+  "struct tcc_or_op { template <class T> __device__ T operator()(T a, T b) const { return tcc_or(a, b); } };\n"
+  "struct tcc_prod_op { template <class T> __device__ T operator()(T a, T b) const { return tcc_prod(a, b); } };\n"
+  "struct tcc_max_op { template <class T> __device__ T operator()(T a, T b) const { return tcc_max(a, b); } };\n"
+  "struct tcc_min_op { template <class T> __device__ T operator()(T a, T b) const { return tcc_min(a, b); } };\n"
+  "struct tcc_argmax_op { template <class T> __device__ T operator()(T a, T b) const { return tcc_argmax(a, b); } };\n"
+  "struct tcc_argmin_op { template <class T> __device__ T operator()(T a, T b) const { return tcc_argmin(a, b); } };\n"
+  "/* warp shuffles: 32/64-bit types as they are, narrow ints through int */\n"
+  "template <class T> static __device__ __forceinline__ T tcc_shfl_down(T v, int o) { return __shfl_down_sync(0xffffffffu, v, o); }\n"
+  "template <> __device__ __forceinline__ int8_t tcc_shfl_down(int8_t v, int o) { return (int8_t)__shfl_down_sync(0xffffffffu, (int)v, o); }\n"
+  "template <> __device__ __forceinline__ uint8_t tcc_shfl_down(uint8_t v, int o) { return (uint8_t)__shfl_down_sync(0xffffffffu, (int)v, o); }\n"
+  "template <> __device__ __forceinline__ int16_t tcc_shfl_down(int16_t v, int o) { return (int16_t)__shfl_down_sync(0xffffffffu, (int)v, o); }\n"
+  "template <class T> static __device__ __forceinline__ tcc_pair<T> tcc_shfl_down(tcc_pair<T> v, int o) {\n"
+  "  tcc_pair<T> r; r.v = tcc_shfl_down(v.v, o); r.i = tcc_shfl_down(v.i, o); return r;\n}\n"
+  "/* Block reduction (blockDim.x a multiple of 32, at most 1024): warp\n"
+  " * shuffles, one partial per warp in shared memory, warp 0 folds them;\n"
+  " * every thread returns the block's result. */\n"
+  "template <class T, class Op> static __device__ __forceinline__ T tcc_block_reduce(T v, Op op, T id) {\n"
+  "  __shared__ T sh[32];\n"
+  "  for (int o = 16; o > 0; o >>= 1) v = op(v, tcc_shfl_down(v, o));\n"
+  "  const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;\n"
+  "  __syncthreads();\n"
+  "  if (lane == 0) sh[w] = v;\n"
+  "  __syncthreads();\n"
+  "  if (w == 0) {\n"
+  "    v = lane < nw ? sh[lane] : id;\n"
+  "    for (int o = 16; o > 0; o >>= 1) v = op(v, tcc_shfl_down(v, o));\n"
+  "    if (lane == 0) sh[0] = v;\n"
+  "  }\n"
+  "  __syncthreads();\n"
+  "  return sh[0];\n}\n";
+
+int tcc_emit_cuda(const tcc_program *p, tcc_buf *b, tcc_error *err) {
+  const tcc_graph *g = p->graph;
+  for (int bi = 0; bi < p->nbufs; bi++)
+    if (!p->bufs[bi].dead && !ctype(p->bufs[bi].layout.dtype))
+      return tcc_error_set(err, TCC_E_UNIMPLEMENTED, "%s tensors are not supported by the CUDA "
+                           "backend yet", tcc_dtype_name(p->bufs[bi].layout.dtype));
+  for (int k = 0; k < p->nkernels; k++) {
+    const tcc_kernel *K = &p->kernels[k];
+    if (K->dead || K->kind != TCC_OPK_EXTERN) continue;
+    /* name the node whose value the GEMM writes */
+    const tcc_buffer *B = &p->bufs[K->stores[0].buf];
+    const char *op = "aten.mm";
+    int node = -1;
+    if (B->value >= 0)
+      for (int n = 0; n < g->nnodes && node < 0; n++)
+        for (int o = 0; o < g->nodes[n].nout; o++)
+          if (g->nodes[n].outs[o] == B->value) {
+            node = g->nodes[n].src_index;
+            op = g->nodes[n].op->name;
+          }
+    for (int n = 0; n < g->nnodes && node < 0; n++)   /* a temporary: the first GEMM op */
+      if (g->nodes[n].op->kind == TCC_OPK_EXTERN) {
+        node = g->nodes[n].src_index;
+        op = g->nodes[n].op->name;
+      }
+    return tcc_error_set(err, TCC_E_UNIMPLEMENTED,
+                         "matmul on CUDA needs cuBLAS (not built yet): '%s' (node %d)", op, node);
+  }
+  (void)is_float;
+  tcc_buf_printf(b,
+                 "/* Generated by tccd (codegen %d) for %s.\n"
+                 " * ABI 1: every kernel takes (inputs..., outputs..., workspace).\n"
+                 " * %d inputs, %d outputs, %" PRId64 " workspace bytes. */\n",
+                 TCC_CODEGEN_VERSION, g->target_label, g->ninputs, g->noutputs, p->workspace_bytes);
+  tcc_buf_puts(b, prelude);
+  for (int bi = 0; bi < p->nbufs; bi++)
+    if (p->bufs[bi].kind == TCC_BUF_CONST && !p->bufs[bi].dead) emit_constant(b, &p->bufs[bi], bi);
+  int kno = 0;
+  for (int k = 0; k < p->nkernels; k++) {
+    if (p->kernels[k].dead) continue;
+    if (emit_kernel(p, &p->kernels[k], kno++, b))
+      return tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "out of memory emitting CUDA");
+  }
+  if (b->failed) return tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "out of memory emitting CUDA");
+  return 0;
+}
+
+/* ------------------------------------------------------------- build */
+
+int tcc_build_cubin(const tcc_program *p, const char *src, size_t len,
+                    const tcc_build_options *opts, uint8_t **out, size_t *outlen, tcc_error *err) {
+  (void)len;
+  (void)opts;
+  *out = NULL;
+  *outlen = 0;
+  const char *arch = p->graph->target.cuda_arch;
+  if (!arch || !arch[0]) return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "target: no CUDA arch");
+  int nk = tcc_program_live_kernels(p);
+  char **names = calloc((size_t)nk + 1, sizeof *names);
+  if (!names) return tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "out of memory");
+  int rc = 0;
+  for (int j = 0; j < nk && !rc; j++) {
+    names[j] = malloc(16);
+    if (!names[j]) rc = tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "out of memory");
+    else snprintf(names[j], 16, "k%d", j);
+  }
+  tcc_nvrtc_result r;
+  memset(&r, 0, sizeof r);
+  if (!rc) rc = tcc_nvrtc_build(src, arch, (const char *const *)names, &r, err);
+  if (!rc) {
+    for (int j = 0; j < nk && !rc; j++)
+      if (strcmp(r.lowered_names[j], names[j]))
+        rc = tcc_error_set(err, TCC_E_INTERNAL, "nvrtc: kernel k%d lowered to '%.64s'", j, r.lowered_names[j]);
+    if (!rc) {
+      *out = r.cubin;
+      *outlen = r.cubin_size;
+      r.cubin = NULL;
+    }
+  }
+  tcc_nvrtc_result_free(&r);
+  for (int j = 0; j < nk; j++) free(names[j]);
+  free(names);
+  return rc;
+}

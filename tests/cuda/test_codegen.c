@@ -1,0 +1,566 @@
+/*
+ * test_codegen.c — the CUDA backend (compiler/emit_cuda.c) end to end on a
+ * machine without a GPU: requests for target cuda:sm_80 and cuda:sm_90
+ * go through tcc_prepare + tcc_compile (lower, fuse, plan, CUDA C, NVRTC)
+ * and the artifact is checked:
+ *
+ *   - kind CUBIN for the requested SM (ELF header), every manifest kernel
+ *     an entry of the cubin (ELF symbols, and `cuobjdump -elf` when
+ *     CUOBJDUMP names it), target "cuda:<arch>", an identity naming
+ *     NVRTC, 1-D grid and block (block a multiple of 32, <= 1024);
+ *   - ABI 1: the PTX of the same source declares, for each kernel,
+ *     inputs + outputs + 1 parameters of .u64;
+ *   - the guard key differs between archs and between CUDA and CPU.
+ *
+ * Graphs: every tests/graphs/ JSON file (those with a matmul must fail with
+ * TCC_E_UNIMPLEMENTED "matmul on CUDA needs cuBLAS ..."), and one small
+ * request per op of the op table whose required parameters are tensors
+ * and scalars (output metas found by asking the verifier), in float32,
+ * and the unary ones also in float64, float16, bfloat16 and int32; plus
+ * hand-written reductions (sum/amax/argmax/var over a dim, softmax,
+ * log_softmax, layer_norm).
+ * Skips (exit 77) when NVRTC is not available.
+ */
+#include <check.h>
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cutest.h"
+#include "loop.h"
+#include "nvrtc.h"
+#include "pbjson.h"
+#include "reqb.h"
+
+static const char *const ARCHS[] = {"sm_80", "sm_90"};
+static const char *cuobjdump;
+static char tmpdir[] = "/tmp/tcc-cudagen-XXXXXX";
+static int objdumps;   /* cuobjdump runs left (each costs ~50 ms) */
+
+/* Points req at CUDA arch (strings owned by the caller's allocator:
+ * old_arch freed by the caller when it was malloc'ed). */
+static void retarget(Tcc__V1__CompileRequest *req, char *arch) {
+  req->target->device = TCC__V1__DEVICE_TYPE__CUDA;
+  req->target->cuda_arch = arch;
+  Tcc__V1__Graph *g = req->graph;
+  for (size_t i = 0; i < g->n_values; i++)
+    if (g->values[i]->meta && g->values[i]->meta->device)
+      g->values[i]->meta->device->type = TCC__V1__DEVICE_TYPE__CUDA;
+}
+
+/* Parameter count of .entry name in PTX, -1 when absent. Every
+ * parameter must be .u64 (a pointer). */
+static int ptx_params(const char *ptx, const char *name) {
+  char want[64];
+  snprintf(want, sizeof want, ".entry %s(", name);
+  const char *p = strstr(ptx, want);
+  if (!p) return -1;
+  const char *end = strchr(p, ')');
+  int n = 0;
+  for (const char *q = strstr(p, ".param"); q && q < end; q = strstr(q + 1, ".param")) {
+    ck_assert_msg(!strncmp(q, ".param .u64", 11), "kernel %s has a non-pointer parameter", name);
+    n++;
+  }
+  return n;
+}
+
+static char *run_cuobjdump(const char *flag, const char *file) {
+  char cmd[2048];
+  snprintf(cmd, sizeof cmd, "'%s' %s '%s' 2>&1", cuobjdump, flag, file);
+  FILE *p = popen(cmd, "r");
+  ck_assert_ptr_nonnull(p);
+  size_t cap = 1 << 16, len = 0;
+  char *out = malloc(cap);
+  size_t n;
+  while ((n = fread(out + len, 1, cap - len - 1, p)) > 0) {
+    len += n;
+    if (len + 1 == cap) out = realloc(out, cap *= 2);
+  }
+  out[len] = '\0';
+  ck_assert_int_eq(pclose(p), 0);
+  return out;
+}
+
+/* Checks a successful CUDA compile of p for arch. */
+static void check_artifact(const tcc_prepared *p, const tcc_artifact *a, const char *arch,
+                           const char *what) {
+  const tcc_graph *g = p->graph;
+  ck_assert_int_eq(a->kind, TCC__V1__ARTIFACT_KIND__CUBIN);
+  ck_assert_int_eq(tcc_cubin_sm(a->data, a->size), atoi(arch + 3));
+  Tcc__V1__Manifest *m = tcc__v1__manifest__unpack(NULL, a->manifest_len, a->manifest);
+  ck_assert_ptr_nonnull(m);
+  char target[32];
+  snprintf(target, sizeof target, "cuda:%s", arch);
+  ck_assert_str_eq(m->target, target);
+  ck_assert_msg(strstr(m->compiler, "nvrtc "), "%s: identity '%s' does not name NVRTC", what, m->compiler);
+  ck_assert_int_eq((int)m->n_inputs, g->ninputs);
+  ck_assert_int_eq((int)m->n_outputs, g->noutputs);
+  ck_assert_int_eq((int)m->n_kernels, a->kernels);
+  /* the PTX of the same source: parameter lists */
+  const char **names = calloc(m->n_kernels + 1, sizeof *names);
+  for (size_t k = 0; k < m->n_kernels; k++) names[k] = m->kernels[k]->name;
+  tcc_nvrtc_result r;
+  tcc_error err;
+  ck_assert_msg(tcc_nvrtc_build(a->source, arch, names, &r, &err) == 0, "%s: %s", what, err.msg);
+  for (size_t k = 0; k < m->n_kernels; k++) {
+    const Tcc__V1__KernelInfo *ki = m->kernels[k];
+    ck_assert_int_eq(tcc_cubin_has_entry(a->data, a->size, ki->name), 1);
+    ck_assert_int_eq((int)ki->n_grid, 1);
+    ck_assert_int_eq((int)ki->n_block, 1);
+    ck_assert(ki->grid[0] >= 1 && ki->grid[0] <= 65536);
+    ck_assert(ki->block[0] >= 32 && ki->block[0] <= 1024 && ki->block[0] % 32 == 0);
+    ck_assert(!strcmp(ki->kind, "pointwise") || !strcmp(ki->kind, "reduction"));
+    ck_assert_int_eq(ptx_params(r.ptx, ki->name), g->ninputs + g->noutputs + 1);
+  }
+  tcc_nvrtc_result_free(&r);
+  if (cuobjdump && objdumps > 0) {
+    objdumps--;
+    char path[256];
+    snprintf(path, sizeof path, "%s/k.cubin", tmpdir);
+    FILE *f = fopen(path, "wb");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_uint_eq(fwrite(a->data, 1, a->size, f), a->size);
+    fclose(f);
+    char *elf = run_cuobjdump("-elf", path);
+    for (size_t k = 0; k < m->n_kernels; k++) {
+      char sec[64];
+      snprintf(sec, sizeof sec, ".text.%s", m->kernels[k]->name);
+      ck_assert_msg(strstr(elf, sec), "%s: cuobjdump -elf lacks %s", what, sec);
+    }
+    free(elf);
+  }
+  free(names);
+  tcc__v1__manifest__free_unpacked(m, NULL);
+}
+
+/* Prepares + compiles req for arch; returns tcc_compile's code (err
+ * filled) and checks the artifact when it is 0. */
+static int compile_for(Tcc__V1__CompileRequest *req, const char *arch, const char *what,
+                       tcc_error *err) {
+  tcc_prepared *p;
+  int rc = tcc_prepare(req, "test-id", &p, err);
+  ck_assert_msg(rc == 0, "%s: prepare: %s", what, err->msg);
+  ck_assert_int_eq(p->device, TCC__V1__DEVICE_TYPE__CUDA);
+  tcc_artifact a;
+  rc = tcc_compile(p, NULL, &a, err);
+  if (!rc) {
+    check_artifact(p, &a, arch, what);
+    tcc_artifact_free(&a);
+  }
+  tcc_prepared_free(p);
+  return rc;
+}
+
+/* ------------------------------------------------------------- graphs */
+
+static int has_matmul(const Tcc__V1__CompileRequest *req) {
+  for (size_t i = 0; i < req->graph->n_nodes; i++) {
+    const char *t = req->graph->nodes[i]->target;
+    if (strstr(t, "mm") || strstr(t, "matmul") || strstr(t, "linear") || strstr(t, "baddbmm")) return 1;
+  }
+  return 0;
+}
+
+START_TEST(example_graphs) {
+  const char *dir = getenv("TCC_GRAPHS");
+  ck_assert_ptr_nonnull(dir);
+  DIR *d = opendir(dir);
+  ck_assert_ptr_nonnull(d);
+  struct dirent *de;
+  int seen = 0;
+  while ((de = readdir(d))) {
+    size_t l = strlen(de->d_name);
+    if (l < 6 || strcmp(de->d_name + l - 5, ".json")) continue;
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+    FILE *f = fopen(path, "rb");
+    ck_assert_ptr_nonnull(f);
+    char *json = malloc(1 << 22);
+    size_t len = fread(json, 1, (1 << 22) - 1, f);
+    json[len] = '\0';
+    fclose(f);
+    for (size_t a = 0; a < 2; a++) {
+      ProtobufCMessage *msg;
+      tcc_error err;
+      ck_assert_msg(tcc_pbjson_parse(&tcc__v1__compile_request__descriptor, json, len, &msg, &err) == 0,
+                    "%s: %s", de->d_name, err.msg);
+      Tcc__V1__CompileRequest *req = (Tcc__V1__CompileRequest *)msg;
+      ck_assert_ptr_nonnull(req->target);
+      if (req->target->cuda_arch && req->target->cuda_arch != protobuf_c_empty_string)
+        free(req->target->cuda_arch);
+      retarget(req, strdup(ARCHS[a]));
+      int rc = compile_for(req, ARCHS[a], de->d_name, &err);
+      if (has_matmul(req)) {
+        ck_assert_msg(rc == TCC_E_UNIMPLEMENTED, "%s: %d %s", de->d_name, rc, err.msg);
+        ck_assert_msg(strstr(err.msg, "matmul on CUDA needs cuBLAS (not built yet)"), "%s: %s",
+                      de->d_name, err.msg);
+      } else {
+        ck_assert_msg(rc == 0, "%s for %s: %s", de->d_name, ARCHS[a], err.msg);
+      }
+      printf("  %s %s: %s\n", de->d_name, ARCHS[a], rc ? "UNIMPLEMENTED (matmul)" : "ok");
+      protobuf_c_message_free_unpacked(msg, NULL);
+    }
+    free(json);
+    seen++;
+  }
+  closedir(d);
+  ck_assert_int_ge(seen, 5);
+}
+END_TEST
+
+/* ------------------------------------------------------- one-op graphs */
+
+typedef struct outmeta {
+  Tcc__V1__DType dt;
+  int rank;
+  int64_t sizes[TCC_MAX_DIMS];
+} outmeta;
+
+typedef struct param {
+  char type[32], name[48];
+  int has_default, kw;
+} param;
+
+/* Splits "name.overload(T a, T b=1, *, T c=2) -> (Tensor, Tensor)" into
+ * params; returns their count and *nret (tensor returns). */
+static int parse_schema(const char *schema, param *ps, int cap, int *nret) {
+  const char *o = strchr(schema, '('), *arrow = strstr(schema, ") -> ");
+  if (!o || !arrow) return -1;
+  int n = 0, kw = 0;
+  char buf[1024];
+  size_t l = (size_t)(arrow - o - 1);
+  if (l >= sizeof buf) return -1;
+  memcpy(buf, o + 1, l);
+  buf[l] = '\0';
+  for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+    while (*tok == ' ') tok++;
+    if (!strcmp(tok, "*")) {
+      kw = 1;
+      continue;
+    }
+    if (n == cap) return -1;
+    param *p = &ps[n++];
+    memset(p, 0, sizeof *p);
+    char *sp = strrchr(tok, ' ');
+    if (!sp) return -1;
+    snprintf(p->type, sizeof p->type, "%.*s", (int)(sp - tok), tok);
+    snprintf(p->name, sizeof p->name, "%s", sp + 1);
+    char *eq = strchr(p->name, '=');
+    if (eq) {
+      *eq = '\0';
+      p->has_default = 1;
+    }
+    p->kw = kw;
+  }
+  const char *ret = arrow + 5;
+  *nret = 0;
+  for (const char *q = strstr(ret, "Tensor"); q; q = strstr(q + 1, "Tensor")) (*nret)++;
+  return n;
+}
+
+static Tcc__V1__DType dtype_by_name(const char *name) {
+  for (int d = 1; d < 32; d++) {
+    const char *n = tcc_dtype_name((tcc_dtype)d);
+    if (n && !strcmp(n, name)) return (Tcc__V1__DType)d;
+  }
+  return TCC__V1__DTYPE__DTYPE_UNSPECIFIED;
+}
+
+/* Reads "[4, 33]" into m. */
+static int parse_shape(const char *s, outmeta *m) {
+  if (*s != '[') return -1;
+  m->rank = 0;
+  s++;
+  while (*s && *s != ']') {
+    char *end;
+    long long v = strtoll(s, &end, 10);
+    if (end == s || m->rank == TCC_MAX_DIMS) return -1;
+    m->sizes[m->rank++] = v;
+    s = end;
+    while (*s == ',' || *s == ' ') s++;
+  }
+  return 0;
+}
+
+static const int64_t SHAPE[2] = {4, 33};
+
+/* Builds op(x[, y]) with the tensor/scalar params; NULL when the op
+ * needs parameters this generator does not make. */
+static reqb *op_request(const tcc_op_info *op, Tcc__V1__DType dt, const outmeta *outs, int *nout) {
+  param ps[32];
+  int nret;
+  int np = parse_schema(op->schema, ps, 32, &nret);
+  if (np < 0 || nret < 1 || nret > 4 || strstr(op->schema, "-> Tensor[]")) return NULL;
+  int required = 0;
+  for (int i = 0; i < np; i++) required += !ps[i].has_default;
+  if (required > 8) return NULL;   /* reqb's capacity */
+  reqb *b = reqb_new("");
+  reqb_value(b, "x", dt, 2, SHAPE, NULL, 0);
+  reqb_value(b, "y", dt, 2, SHAPE, NULL, 0);
+  reqb_value(b, "z", dt, 2, SHAPE, NULL, 0);
+  static const char *const tnames[] = {"x", "y", "z"};
+  int nt = 0;
+  char oname[8][8];
+  for (int r = 0; r < nret; r++) {
+    snprintf(oname[r], sizeof oname[r], "o%d", r);
+    reqb_value(b, oname[r], outs[r].dt, outs[r].rank, outs[r].sizes, NULL, 0);
+  }
+  Tcc__V1__Node *n = reqb_node(b, op->target, oname[0]);
+  for (int r = 1; r < nret; r++) reqb_node_output(b, n, oname[r]);
+  for (int i = 0; i < np; i++) {
+    const param *p = &ps[i];
+    if (p->has_default) continue;
+    if (!strcmp(p->type, "Tensor")) {
+      if (nt == 3) goto unsupported;
+      reqb_arg_tensor(b, n, p->name, tnames[nt++]);
+    } else if (!strcmp(p->type, "Scalar") || !strcmp(p->type, "float")) {
+      reqb_arg_float(b, n, p->name, 0.5);
+    } else if (!strcmp(p->type, "int") || !strcmp(p->type, "SymInt")) {
+      reqb_arg_int(b, n, p->name, 1);
+    } else if (!strcmp(p->type, "bool")) {
+      reqb_arg_bool(b, n, p->name, 0);
+    } else if (strchr(p->type, '?')) {
+      reqb_arg_none(b, n, p->name);
+    } else {
+      goto unsupported;
+    }
+  }
+  for (int i = 0; i < nt; i++) reqb_input(b, tnames[i]);
+  for (int r = 0; r < nret; r++) reqb_output(b, oname[r]);
+  *nout = nret;
+  return b;
+unsupported:
+  reqb_free(b);
+  return NULL;
+}
+
+/* Finds the output metas (asking the verifier), then compiles for both
+ * archs. Returns 1 compiled, 0 not expressible here, -1 matmul refused. */
+static int compile_op(const tcc_op_info *op, Tcc__V1__DType dt, char *why, size_t cap) {
+  outmeta outs[8];
+  for (int r = 0; r < 8; r++) {
+    outs[r].dt = dt;
+    outs[r].rank = 2;
+    outs[r].sizes[0] = SHAPE[0];
+    outs[r].sizes[1] = SHAPE[1];
+  }
+  for (int attempt = 0; attempt < 12; attempt++) {
+    int nout = 0;
+    reqb *b = op_request(op, dt, outs, &nout);
+    if (!b) {
+      snprintf(why, cap, "parameters");
+      return 0;
+    }
+    Tcc__V1__CompileRequest *req = reqb_req(b);
+    tcc_prepared *p;
+    tcc_error err;
+    int rc = tcc_prepare(req, "test-id", &p, &err);
+    if (rc) {
+      const char *o = strstr(err.msg, "output 'o");
+      const char *decl = strstr(err.msg, "but the op produces ");
+      if (o && decl) {
+        int r = o[9] - '0';
+        const char *what = decl + 20;
+        if (*what == '[') parse_shape(what, &outs[r]);
+        else {
+          char name[32];
+          snprintf(name, sizeof name, "%s", what);
+          outs[r].dt = dtype_by_name(name);
+        }
+        reqb_free(b);
+        continue;
+      }
+      snprintf(why, cap, "%.200s", err.msg);
+      reqb_free(b);
+      return 0;
+    }
+    /* what the CPU backend cannot generate is no CUDA question */
+    char *csrc;
+    size_t clen;
+    rc = tcc_generate_source(p, &csrc, &clen, NULL, &err);
+    tcc_prepared_free(p);
+    if (rc) {
+      snprintf(why, cap, "CPU: %.200s", err.msg);
+      reqb_free(b);
+      return 0;
+    }
+    free(csrc);
+    int result = 1;
+    for (size_t a = 0; a < 2; a++) {
+      retarget(req, reqb_str(b, ARCHS[a]));
+      char what[160];
+      snprintf(what, sizeof what, "%s (%s)", op->target, tcc_dtype_name((tcc_dtype)dt));
+      rc = compile_for(req, ARCHS[a], what, &err);
+      if (rc == TCC_E_UNIMPLEMENTED && strstr(err.msg, "matmul on CUDA needs cuBLAS")) {
+        ck_assert_msg(strstr(err.msg, op->target), "%s", err.msg);
+        result = -1;
+        continue;
+      }
+      ck_assert_msg(rc == 0, "%s for %s: %s", what, ARCHS[a], err.msg);
+    }
+    reqb_free(b);
+    return result;
+  }
+  snprintf(why, cap, "output metas not found");
+  return 0;
+}
+
+START_TEST(every_op) {
+  size_t n = tcc_compiler_ops(TCC__V1__DEVICE_TYPE__CPU, NULL, 0);
+  tcc_op_info *ops = calloc(n, sizeof *ops);
+  tcc_compiler_ops(TCC__V1__DEVICE_TYPE__CPU, ops, n);
+  int built = 0, refused = 0, skipped = 0;
+  for (size_t i = 0; i < n; i++) {
+    char why[256] = "";
+    int r = compile_op(&ops[i], TCC__V1__DTYPE__FLOAT32, why, sizeof why);
+    if (!r) r = compile_op(&ops[i], TCC__V1__DTYPE__INT32, why, sizeof why);
+    if (!r) r = compile_op(&ops[i], TCC__V1__DTYPE__BOOL, why, sizeof why);
+    if (r > 0) built++;
+    else if (r < 0) refused++;
+    else {
+      skipped++;
+      printf("  not generated: %s (%s)\n", ops[i].target, why);
+    }
+    if (r > 0 && !strcmp(ops[i].kind, "pointwise")) {
+      static const Tcc__V1__DType more[] = {TCC__V1__DTYPE__FLOAT64, TCC__V1__DTYPE__FLOAT16,
+                                            TCC__V1__DTYPE__BFLOAT16, TCC__V1__DTYPE__INT32};
+      for (size_t d = 0; d < 4; d++) compile_op(&ops[i], more[d], why, sizeof why);
+    }
+  }
+  printf("  ops: %d compiled for sm_80 and sm_90, %d refused (matmul), %d not generated, of %zu\n",
+         built, refused, skipped, n);
+  ck_assert_int_gt(built, (int)n / 2);
+  free(ops);
+}
+END_TEST
+
+/* ------------------------------------------------------ reductions */
+
+/* x [R, C] -> op over dim 1, compiled for both archs. */
+static void reduction(const char *target, int ret_dt_same, int with_dim, int keepdim, Tcc__V1__DType dt,
+                      Tcc__V1__DType odt, int64_t R, int64_t C) {
+  for (size_t a = 0; a < 2; a++) {
+    reqb *b = reqb_new("");
+    reqb_value(b, "x", dt, 2, (int64_t[]){R, C}, NULL, 0);
+    if (ret_dt_same) odt = dt;
+    if (keepdim) reqb_value(b, "o", odt, 2, (int64_t[]){R, 1}, NULL, 0);
+    else reqb_value(b, "o", odt, 1, (int64_t[]){R}, NULL, 0);
+    reqb_input(b, "x");
+    Tcc__V1__Node *n = reqb_node(b, target, "o");
+    reqb_arg_tensor(b, n, "self", "x");
+    if (with_dim) {
+      Tcc__V1__Argument *arg = reqb_arg_int(b, n, "dim", 1);
+      (void)arg;
+    }
+    if (keepdim) reqb_arg_bool(b, n, "keepdim", 1);
+    reqb_output(b, "o");
+    Tcc__V1__CompileRequest *req = reqb_req(b);
+    retarget(req, reqb_str(b, ARCHS[a]));
+    tcc_error err;
+    char what[128];
+    snprintf(what, sizeof what, "%s [%lld, %lld]", target, (long long)R, (long long)C);
+    int rc = compile_for(req, ARCHS[a], what, &err);
+    ck_assert_msg(rc == 0, "%s: %s", what, err.msg);
+    reqb_free(b);
+  }
+}
+
+START_TEST(reductions_over_a_dim) {
+  static const int64_t cols[] = {1, 7, 32, 1000, 5000};
+  for (size_t c = 0; c < 5; c++) {
+    reduction("aten.argmax.default", 0, 1, 0, TCC__V1__DTYPE__FLOAT32, TCC__V1__DTYPE__INT64, 6, cols[c]);
+    reduction("aten.argmin.default", 0, 1, 1, TCC__V1__DTYPE__FLOAT64, TCC__V1__DTYPE__INT64, 3, cols[c]);
+  }
+}
+END_TEST
+
+/* softmax / log_softmax / layer_norm: ONE reduction kernel each. */
+static void one_kernel(const char *target, Tcc__V1__DType dt, int64_t R, int64_t C) {
+  for (size_t a = 0; a < 2; a++) {
+    reqb *b = reqb_new("");
+    reqb_value(b, "x", dt, 2, (int64_t[]){R, C}, NULL, 0);
+    reqb_value(b, "o", dt, 2, (int64_t[]){R, C}, NULL, 0);
+    reqb_input(b, "x");
+    Tcc__V1__Node *n = reqb_node(b, target, "o");
+    reqb_arg_tensor(b, n, "self", "x");
+    reqb_arg_int(b, n, "dim", 1);
+    reqb_arg_bool(b, n, "half_to_float", 0);
+    reqb_output(b, "o");
+    Tcc__V1__CompileRequest *req = reqb_req(b);
+    retarget(req, reqb_str(b, ARCHS[a]));
+    tcc_prepared *p;
+    tcc_error err;
+    ck_assert_msg(tcc_prepare(req, "test-id", &p, &err) == 0, "%s: %s", target, err.msg);
+    tcc_artifact art;
+    ck_assert_msg(tcc_compile(p, NULL, &art, &err) == 0, "%s: %s", target, err.msg);
+    check_artifact(p, &art, ARCHS[a], target);
+    ck_assert_int_eq(art.kernels, 1);
+    ck_assert_ptr_nonnull(strstr(art.source, "tcc_block_reduce"));
+    ck_assert_ptr_nonnull(strstr(art.source, "__shfl_down_sync"));
+    tcc_artifact_free(&art);
+    tcc_prepared_free(p);
+    reqb_free(b);
+  }
+}
+
+START_TEST(softmax_is_one_kernel) {
+  one_kernel("aten._softmax.default", TCC__V1__DTYPE__FLOAT32, 8, 1000);
+  one_kernel("aten._log_softmax.default", TCC__V1__DTYPE__FLOAT32, 3, 77);
+  one_kernel("aten._softmax.default", TCC__V1__DTYPE__FLOAT16, 5, 4096);
+  one_kernel("aten._softmax.default", TCC__V1__DTYPE__BFLOAT16, 5, 300);
+}
+END_TEST
+
+/* The key differs between archs and from CPU (same graph). */
+START_TEST(keys_differ_by_arch) {
+  char hashes[3][TCC_SHA256_HEX];
+  for (int a = 0; a < 3; a++) {
+    reqb *b = reqb_new("");
+    reqb_value(b, "x", TCC__V1__DTYPE__FLOAT32, 2, SHAPE, NULL, 0);
+    reqb_value(b, "o", TCC__V1__DTYPE__FLOAT32, 2, SHAPE, NULL, 0);
+    reqb_input(b, "x");
+    reqb_unary(b, "aten.sin.default", "x", "o");
+    reqb_output(b, "o");
+    if (a < 2) retarget(reqb_req(b), reqb_str(b, ARCHS[a]));
+    tcc_prepared *p;
+    tcc_error err;
+    ck_assert_msg(tcc_prepare(reqb_req(b), "test-id", &p, &err) == 0, "%s", err.msg);
+    strcpy(hashes[a], p->hash_hex);
+    if (a < 2) ck_assert_ptr_nonnull(memmem(p->key, p->key_len, "nvrtc ", 6));
+    tcc_prepared_free(p);
+    reqb_free(b);
+  }
+  ck_assert_str_ne(hashes[0], hashes[1]);
+  ck_assert_str_ne(hashes[0], hashes[2]);
+  ck_assert_str_ne(hashes[1], hashes[2]);
+}
+END_TEST
+
+int main(void) {
+  tcc_error err;
+  if (tcc_nvrtc_available(&err)) cutest_skip("%s", err.msg);
+  cuobjdump = getenv("CUOBJDUMP");
+  if (cuobjdump && (!*cuobjdump || access(cuobjdump, X_OK))) cuobjdump = NULL;
+  if (!cuobjdump) printf("no cuobjdump (CUOBJDUMP): cubins checked by their ELF symbols only\n");
+  objdumps = 40;
+  if (!mkdtemp(tmpdir)) return 1;
+  Suite *s = suite_create("cuda codegen");
+  TCase *tc = tcase_create("codegen");
+  tcase_set_timeout(tc, 1200);
+  tcase_add_test(tc, keys_differ_by_arch);
+  tcase_add_test(tc, example_graphs);
+  tcase_add_test(tc, softmax_is_one_kernel);
+  tcase_add_test(tc, reductions_over_a_dim);
+  tcase_add_test(tc, every_op);
+  suite_add_tcase(s, tc);
+  SRunner *sr = srunner_create(s);
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  char path[256];
+  snprintf(path, sizeof path, "%s/k.cubin", tmpdir);
+  unlink(path);
+  rmdir(tmpdir);
+  return failed ? 1 : 0;
+}
