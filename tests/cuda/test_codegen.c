@@ -285,6 +285,19 @@ static int parse_shape(const char *s, outmeta *m) {
 
 static const int64_t SHAPE[2] = {4, 33};
 
+/* An int-list argument (values owned by the caller, static here). */
+static void arg_ints(reqb *b, Tcc__V1__Node *n, const char *param, const int64_t *v, size_t nv) {
+  static Tcc__V1__IntList lists[64];
+  static int next;
+  Tcc__V1__IntList *l = &lists[next++ % 64];
+  tcc__v1__int_list__init(l);
+  l->n_values = nv;
+  l->values = (int64_t *)v;
+  Tcc__V1__Argument *a = reqb_arg_int(b, n, param, 0);
+  a->kind_case = TCC__V1__ARGUMENT__KIND_AS_INTS;
+  a->as_ints = l;
+}
+
 /* Builds op(x[, y]) with the tensor/scalar params; NULL when the op
  * needs parameters this generator does not make. */
 static reqb *op_request(const tcc_op_info *op, Tcc__V1__DType dt, const outmeta *outs, int *nout) {
@@ -320,6 +333,11 @@ static reqb *op_request(const tcc_op_info *op, Tcc__V1__DType dt, const outmeta 
       reqb_arg_int(b, n, p->name, 1);
     } else if (!strcmp(p->type, "bool")) {
       reqb_arg_bool(b, n, p->name, 0);
+    } else if (!strncmp(p->type, "int[", 4)) {
+      static const int64_t one[1] = {1};
+      arg_ints(b, n, p->name, one, 1);
+    } else if (!strcmp(p->type, "SymInt[]")) {
+      arg_ints(b, n, p->name, SHAPE, 2);
     } else if (strchr(p->type, '?')) {
       reqb_arg_none(b, n, p->name);
     } else {
@@ -512,6 +530,130 @@ START_TEST(softmax_is_one_kernel) {
 }
 END_TEST
 
+/* native_layer_norm (out, mean, rstd): one kernel; sum/mean/var over
+ * dim 0 (a column reduction) and a whole-tensor sum. */
+static void ln_or_reduce(int which, Tcc__V1__DType dt, int64_t R, int64_t C) {
+  static const int64_t dim0[1] = {0}, dim1[1] = {1};
+  for (size_t a = 0; a < 2; a++) {
+    reqb *b = reqb_new("");
+    int64_t shape[2] = {R, C}, norm[1] = {C};
+    reqb_value(b, "x", dt, 2, shape, NULL, 0);
+    reqb_value(b, "w", dt, 1, norm, NULL, 0);
+    reqb_input(b, "x");
+    Tcc__V1__Node *n;
+    const char *what;
+    if (which == 0) {
+      what = "layer_norm";
+      reqb_value(b, "o", dt, 2, shape, NULL, 0);
+      Tcc__V1__DType st = dt;
+      reqb_value(b, "m", st, 2, (int64_t[]){R, 1}, NULL, 0);
+      reqb_value(b, "r", st, 2, (int64_t[]){R, 1}, NULL, 0);
+      reqb_input(b, "w");
+      n = reqb_node(b, "aten.native_layer_norm.default", "o");
+      reqb_node_output(b, n, "m");
+      reqb_node_output(b, n, "r");
+      reqb_arg_tensor(b, n, "input", "x");
+      arg_ints(b, n, "normalized_shape", norm, 1);
+      reqb_arg_tensor(b, n, "weight", "w");
+      reqb_arg_none(b, n, "bias");
+      reqb_arg_float(b, n, "eps", 1e-5);
+      reqb_output(b, "o");
+      reqb_output(b, "m");
+      reqb_output(b, "r");
+    } else if (which == 1) {
+      what = "sum over dim 0";
+      reqb_value(b, "o", tcc_dtype_is_float((tcc_dtype)dt) ? dt : TCC__V1__DTYPE__INT64, 1,
+                 (int64_t[]){C}, NULL, 0);
+      n = reqb_node(b, "aten.sum.dim_IntList", "o");
+      reqb_arg_tensor(b, n, "self", "x");
+      arg_ints(b, n, "dim", dim0, 1);
+      reqb_output(b, "o");
+    } else {
+      what = "var over dim 1";
+      reqb_value(b, "o", dt, 1, (int64_t[]){R}, NULL, 0);
+      n = reqb_node(b, "aten.var.correction", "o");
+      reqb_arg_tensor(b, n, "self", "x");
+      arg_ints(b, n, "dim", dim1, 1);
+      reqb_output(b, "o");
+    }
+    Tcc__V1__CompileRequest *req = reqb_req(b);
+    retarget(req, reqb_str(b, ARCHS[a]));
+    tcc_prepared *p;
+    tcc_error err;
+    ck_assert_msg(tcc_prepare(req, "test-id", &p, &err) == 0, "%s: %s", what, err.msg);
+    tcc_artifact art;
+    ck_assert_msg(tcc_compile(p, NULL, &art, &err) == 0, "%s: %s", what, err.msg);
+    check_artifact(p, &art, ARCHS[a], what);
+    if (which == 0) ck_assert_int_eq(art.kernels, 1);
+    ck_assert_ptr_nonnull(strstr(art.source, "tcc_block_reduce"));
+    tcc_artifact_free(&art);
+    tcc_prepared_free(p);
+    reqb_free(b);
+  }
+}
+
+START_TEST(layer_norm_and_dim_reductions) {
+  ln_or_reduce(0, TCC__V1__DTYPE__FLOAT32, 16, 768);
+  ln_or_reduce(0, TCC__V1__DTYPE__BFLOAT16, 3, 100);
+  ln_or_reduce(0, TCC__V1__DTYPE__FLOAT64, 2, 5);
+  ln_or_reduce(1, TCC__V1__DTYPE__FLOAT32, 1000, 3);
+  ln_or_reduce(1, TCC__V1__DTYPE__INT32, 10, 7);
+  ln_or_reduce(2, TCC__V1__DTYPE__FLOAT32, 7, 513);
+}
+END_TEST
+
+/* permute, index_select / gather (index values read from a
+ * tensor, int64). */
+START_TEST(views_cat_and_indexing) {
+  static const int64_t perm[2] = {1, 0};
+  for (size_t a = 0; a < 2; a++) {
+    for (int which = 0; which < 4; which += 1 + (which == 0)) {
+      reqb *b = reqb_new("");
+      reqb_value(b, "x", TCC__V1__DTYPE__FLOAT32, 2, SHAPE, NULL, 0);
+      reqb_input(b, "x");
+      Tcc__V1__Node *n;
+      if (which == 0) {
+        reqb_value(b, "o", TCC__V1__DTYPE__FLOAT32, 2, (int64_t[]){33, 4}, (int64_t[]){1, 33}, 0);
+        n = reqb_node(b, "aten.permute.default", "o");
+        reqb_arg_tensor(b, n, "self", "x");
+        arg_ints(b, n, "dims", perm, 2);
+        /* a view output aliasing an input is not a kernel: add 1 */
+        reqb_value(b, "o2", TCC__V1__DTYPE__FLOAT32, 2, (int64_t[]){33, 4}, NULL, 0);
+        Tcc__V1__Node *m = reqb_node(b, "aten.add.Scalar", "o2");
+        reqb_arg_tensor(b, m, "self", "o");
+        reqb_arg_float(b, m, "other", 1.0);
+        reqb_output(b, "o2");
+      } else if (which == 2) {
+        reqb_value(b, "i", TCC__V1__DTYPE__INT64, 1, (int64_t[]){5}, NULL, 0);
+        reqb_input(b, "i");
+        reqb_value(b, "o", TCC__V1__DTYPE__FLOAT32, 2, (int64_t[]){5, 33}, NULL, 0);
+        n = reqb_node(b, "aten.index_select.default", "o");
+        reqb_arg_tensor(b, n, "self", "x");
+        reqb_arg_int(b, n, "dim", 0);
+        reqb_arg_tensor(b, n, "index", "i");
+        reqb_output(b, "o");
+      } else {
+        reqb_value(b, "i", TCC__V1__DTYPE__INT64, 2, (int64_t[]){4, 3}, NULL, 0);
+        reqb_input(b, "i");
+        reqb_value(b, "o", TCC__V1__DTYPE__FLOAT32, 2, (int64_t[]){4, 3}, NULL, 0);
+        n = reqb_node(b, "aten.gather.default", "o");
+        reqb_arg_tensor(b, n, "self", "x");
+        reqb_arg_int(b, n, "dim", 1);
+        reqb_arg_tensor(b, n, "index", "i");
+        reqb_output(b, "o");
+      }
+      Tcc__V1__CompileRequest *req = reqb_req(b);
+      retarget(req, reqb_str(b, ARCHS[a]));
+      tcc_error err;
+      static const char *const names[] = {"permute", "", "index_select", "gather"};
+      int rc = compile_for(req, ARCHS[a], names[which], &err);
+      ck_assert_msg(rc == 0, "%s: %s", names[which], err.msg);
+      reqb_free(b);
+    }
+  }
+}
+END_TEST
+
 /* The key differs between archs and from CPU (same graph). */
 START_TEST(keys_differ_by_arch) {
   char hashes[3][TCC_SHA256_HEX];
@@ -552,6 +694,8 @@ int main(void) {
   tcase_add_test(tc, example_graphs);
   tcase_add_test(tc, softmax_is_one_kernel);
   tcase_add_test(tc, reductions_over_a_dim);
+  tcase_add_test(tc, layer_norm_and_dim_reductions);
+  tcase_add_test(tc, views_cat_and_indexing);
   tcase_add_test(tc, every_op);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
