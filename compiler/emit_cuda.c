@@ -14,7 +14,7 @@
  * (ABI 1 of client/cuda.h: inputs, outputs, workspace; every kernel takes
  * all of them). Shapes, strides, storage offsets and workspace offsets
  * are compiled in. The launch configuration of each kernel
- * (tcc_cuda_launch_for) is a pure function of the kernel, so the
+ * (tcc_cuda_geometry_for) is a pure function of the kernel, so the
  * emitter (its __launch_bounds__) and the manifest agree.
  *
  * Kernel structure.
@@ -346,7 +346,7 @@ typedef struct kplan {
   int64_t numel;
   int64_t red_max;        /* largest cooperative reduction extent */
   node_list coop;         /* cooperative reductions, dependency order */
-  tcc_cuda_launch launch;
+  tcc_cuda_geometry launch;
 } kplan;
 
 static int plan_kernel(const tcc_program *p, const tcc_kernel *k, fvctx *fc, kplan *kp) {
@@ -399,7 +399,7 @@ static int plan_kernel(const tcc_program *p, const tcc_kernel *k, fvctx *fc, kpl
   return 0;
 }
 
-int tcc_cuda_launch_for(const tcc_program *p, const tcc_kernel *k, tcc_cuda_launch *out) {
+int tcc_cuda_geometry_for(const tcc_program *p, const tcc_kernel *k, tcc_cuda_geometry *out) {
   fvctx fc = {0};
   kplan kp;
   int rc = -1;

@@ -361,13 +361,13 @@ int tcc_build_cubin(const tcc_program *p, const char *src, size_t len,
 
 /* How a CUDA kernel is launched (1-D grid and block; no dynamic shared
  * memory): the emitter compiles for it, the manifest records it. */
-typedef struct tcc_cuda_launch {
+typedef struct tcc_cuda_geometry {
   int64_t grid, block, shared_bytes, numel;
   int reduction;              /* holds a REDUCE */
-} tcc_cuda_launch;
+} tcc_cuda_geometry;
 
 /* The launch of live kernel k. Returns 0, or -1 when out of memory. */
-int tcc_cuda_launch_for(const tcc_program *p, const tcc_kernel *k, tcc_cuda_launch *out);
+int tcc_cuda_geometry_for(const tcc_program *p, const tcc_kernel *k, tcc_cuda_geometry *out);
 
 /* ---------------------------------------------------------- pipeline.c */
 

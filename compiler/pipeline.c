@@ -237,10 +237,10 @@ static int encode_manifest(const tcc_program *prog, tcc_arena *A, tcc_artifact *
     for (int d = 0; d < K->rank; d++) ki->numel *= K->sizes[d];
     if (!ki->name) goto oom;
     if (cuda) {
-      tcc_cuda_launch L;
+      tcc_cuda_geometry L;
       int64_t *grid = tcc_arena_array(A, 1, sizeof *grid);
       int64_t *block = tcc_arena_array(A, 1, sizeof *block);
-      if (!grid || !block || tcc_cuda_launch_for(prog, K, &L)) goto oom;
+      if (!grid || !block || tcc_cuda_geometry_for(prog, K, &L)) goto oom;
       grid[0] = L.grid;
       block[0] = L.block;
       ki->grid = grid;

@@ -1,0 +1,418 @@
+/*
+ * test_codegen_gpu.c — kernels that tcc_compile generates for CUDA
+ * (compiler/emit_cuda.c) run on a real device through the client's
+ * Driver API loader (client/cuda.h: cubin + Manifest launch plan, ABI 1),
+ * compared with the CPU backend's .so (itself tested against float64
+ * references) on the same fresh random inputs (seed printed;
+ * TCC_TEST_SEED replays it):
+ *
+ *   pointwise   sin(x) + cos(y) with broadcasting; float16 and bfloat16
+ *               (x * 2 + 1); a 1-D tensor past the grid (grid-stride)
+ *   reduction   softmax and log_softmax rows of 1, 33, 1000, 5000
+ *               columns (one kernel: block reductions with warp
+ *               shuffles); native_layer_norm (out, mean, rstd); sum over
+ *               dim 0 (a column reduction); argmax with ties
+ *
+ * Tolerances: float32 |gpu - cpu| <= 2e-5 + 2e-5 |cpu| (different
+ * summation orders and device math within 2 ulp); half types one unit of
+ * their last place; int64 exact.
+ * Skips (exit 77, "SKIP: no CUDA device (reason)") without a driver and
+ * device, or without NVRTC. Run on a GPU machine with scripts/gpu-check.
+ */
+#include <check.h>
+#include <dlfcn.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "compiler.h"
+#include "cuda.h"
+#include "cutest.h"
+#include "nvrtc.h"
+#include "reqb.h"
+
+static char dev_arch[16];
+static unsigned seed;
+static char tmpdir[] = "/tmp/tcc-cudagen-gpu-XXXXXX";
+
+#define OK(call)                                              \
+  do {                                                        \
+    tcc_error e_ = {0};                                       \
+    int rc_ = (call);                                         \
+    ck_assert_msg(rc_ == 0, "%s: %d %s", #call, rc_, e_.msg); \
+  } while (0)
+
+static size_t dtype_size(Tcc__V1__DType d) {
+  switch (d) {
+  case TCC__V1__DTYPE__FLOAT64:
+  case TCC__V1__DTYPE__INT64: return 8;
+  case TCC__V1__DTYPE__FLOAT32:
+  case TCC__V1__DTYPE__INT32: return 4;
+  case TCC__V1__DTYPE__FLOAT16:
+  case TCC__V1__DTYPE__BFLOAT16:
+  case TCC__V1__DTYPE__INT16: return 2;
+  default: return 1;
+  }
+}
+
+static size_t meta_bytes(const Tcc__V1__TensorMeta *m) {
+  size_t span = 1;
+  for (size_t d = 0; d < m->n_sizes; d++) {
+    if (!m->sizes[d]) return 0;
+    span += (size_t)(m->sizes[d] - 1) * (size_t)llabs(m->strides[d]);
+  }
+  return (span + (size_t)m->storage_offset) * dtype_size(m->dtype);
+}
+
+static float half_to_float(uint16_t h) {
+  int e = (h >> 10) & 0x1f, m = h & 0x3ff;
+  float v = e == 0 ? ldexpf((float)m, -24) : e == 31 ? (m ? NAN : INFINITY) : ldexpf((float)(m + 1024), e - 25);
+  return (h & 0x8000) ? -v : v;
+}
+
+static float bf16_to_float(uint16_t h) {
+  uint32_t u = (uint32_t)h << 16;
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+
+/* Random bytes of a tensor: floats in [-3, 3), ints in [0, 7). */
+static void fill(void *buf, size_t bytes, Tcc__V1__DType dt, unsigned *st) {
+  size_t es = dtype_size(dt), n = bytes / es;
+  for (size_t i = 0; i < n; i++) {
+    double v = -3.0 + 6.0 * ((double)rand_r(st) / ((double)RAND_MAX + 1.0));
+    char *p = (char *)buf + i * es;
+    switch (dt) {
+    case TCC__V1__DTYPE__FLOAT32: { float f = (float)v; memcpy(p, &f, 4); break; }
+    case TCC__V1__DTYPE__FLOAT64: memcpy(p, &v, 8); break;
+    case TCC__V1__DTYPE__FLOAT16: {   /* a float16 from its bits: small normals */
+      uint16_t h = (uint16_t)(((rand_r(st) & 1) << 15) | ((12 + rand_r(st) % 5) << 10) | (rand_r(st) & 0x3ff));
+      memcpy(p, &h, 2);
+      break;
+    }
+    case TCC__V1__DTYPE__BFLOAT16: {
+      float f = (float)v;
+      uint32_t u;
+      memcpy(&u, &f, 4);
+      uint16_t h = (uint16_t)(u >> 16);
+      memcpy(p, &h, 2);
+      break;
+    }
+    case TCC__V1__DTYPE__INT64: { int64_t k = rand_r(st) % 7; memcpy(p, &k, 8); break; }
+    default: memset(p, rand_r(st) % 7, es); break;
+    }
+  }
+}
+
+/* Compiles req for target (CPU when arch is NULL). */
+static void compile(Tcc__V1__CompileRequest *req, reqb *b, const char *arch, tcc_artifact *a,
+                    tcc_prepared **pp) {
+  if (arch) {
+    req->target->device = TCC__V1__DEVICE_TYPE__CUDA;
+    req->target->cuda_arch = reqb_str(b, arch);
+  } else {
+    req->target->device = TCC__V1__DEVICE_TYPE__CPU;
+  }
+  Tcc__V1__Graph *g = req->graph;
+  for (size_t i = 0; i < g->n_values; i++)
+    if (g->values[i]->meta && g->values[i]->meta->device)
+      g->values[i]->meta->device->type = req->target->device;
+  tcc_error err;
+  ck_assert_msg(tcc_prepare(req, "gpu-test", pp, &err) == 0, "prepare: %s", err.msg);
+  ck_assert_msg(tcc_compile(*pp, NULL, a, &err) == 0, "compile for %s: %s", arch ? arch : "cpu", err.msg);
+}
+
+/* Runs req on the GPU and on the CPU backend; compares every output. */
+static void run_and_compare(reqb *b, const char *what) {
+  Tcc__V1__CompileRequest *req = reqb_req(b);
+  tcc_artifact ga, ca;
+  tcc_prepared *gp, *cp;
+  compile(req, b, dev_arch, &ga, &gp);
+  compile(req, b, NULL, &ca, &cp);
+  Tcc__V1__Manifest *m = tcc__v1__manifest__unpack(NULL, ga.manifest_len, ga.manifest);
+  Tcc__V1__Manifest *cm = tcc__v1__manifest__unpack(NULL, ca.manifest_len, ca.manifest);
+  ck_assert(m && cm);
+  /* the CPU reference */
+  char so[256];
+  snprintf(so, sizeof so, "%s/ref.so", tmpdir);
+  FILE *f = fopen(so, "wb");
+  ck_assert_ptr_nonnull(f);
+  ck_assert_uint_eq(fwrite(ca.data, 1, ca.size, f), ca.size);
+  fclose(f);
+  void *lib = dlopen(so, RTLD_NOW | RTLD_LOCAL);
+  ck_assert_msg(lib != NULL, "%s", dlerror());
+  int (*entry)(const void *const *, void *const *, void *) =
+      (int (*)(const void *const *, void *const *, void *))dlsym(lib, "tcc_entry");
+  ck_assert_ptr_nonnull(entry);
+
+  size_t ni = m->n_inputs, no = m->n_outputs;
+  void **hin = calloc(ni + 1, sizeof *hin), **din = calloc(ni + 1, sizeof *din);
+  void **hout = calloc(no + 1, sizeof *hout), **gout = calloc(no + 1, sizeof *gout),
+       **dout = calloc(no + 1, sizeof *dout);
+  unsigned st = seed ^ (unsigned)strlen(what);
+  for (size_t i = 0; i < ni; i++) {
+    size_t n = meta_bytes(m->inputs[i]);
+    hin[i] = malloc(n + 1);
+    fill(hin[i], n, m->inputs[i]->dtype, &st);
+    OK(tcc_cuda_malloc(0, n + 1, &din[i], &e_));
+    OK(tcc_cuda_memcpy_htod(0, din[i], hin[i], n, &e_));
+  }
+  for (size_t o = 0; o < no; o++) {
+    size_t n = meta_bytes(m->outputs[o]);
+    hout[o] = calloc(1, n + 1);
+    gout[o] = calloc(1, n + 1);
+    OK(tcc_cuda_malloc(0, n + 1, &dout[o], &e_));
+  }
+  void *ws = malloc((size_t)cm->workspace_bytes + 64), *dws = NULL;
+  void *cws = (void *)(((uintptr_t)ws + 63) & ~(uintptr_t)63);
+  if (m->workspace_bytes) OK(tcc_cuda_malloc(0, (size_t)m->workspace_bytes, &dws, &e_));
+  ck_assert_int_eq(entry((const void *const *)hin, hout, cws), 0);
+
+  tcc_cuda_kernel *k;
+  OK(tcc_cuda_kernel_load_manifest(ga.data, ga.size, NULL, m, NULL, &k, &e_));
+  OK(tcc_cuda_kernel_launch(k, NULL, (const void *const *)din, dout, dws, &e_));
+  OK(tcc_cuda_synchronize(0, NULL, &e_));
+  for (size_t o = 0; o < no; o++) {
+    const Tcc__V1__TensorMeta *om = m->outputs[o];
+    size_t n = meta_bytes(om), es = dtype_size(om->dtype), bad = 0;
+    OK(tcc_cuda_memcpy_dtoh(0, gout[o], dout[o], n, &e_));
+    for (size_t i = 0; i < n / es; i++) {
+      double want, got, tol;
+      const char *c = (const char *)hout[o] + i * es, *g = (const char *)gout[o] + i * es;
+      switch (om->dtype) {
+      case TCC__V1__DTYPE__FLOAT32: {
+        float x, y;
+        memcpy(&x, c, 4);
+        memcpy(&y, g, 4);
+        want = x, got = y, tol = 2e-5 + 2e-5 * fabs(want);
+        break;
+      }
+      case TCC__V1__DTYPE__FLOAT64: {
+        memcpy(&want, c, 8);
+        memcpy(&got, g, 8);
+        tol = 1e-12 + 1e-12 * fabs(want);
+        break;
+      }
+      case TCC__V1__DTYPE__FLOAT16:
+      case TCC__V1__DTYPE__BFLOAT16: {
+        uint16_t x, y;
+        memcpy(&x, c, 2);
+        memcpy(&y, g, 2);
+        int h = om->dtype == TCC__V1__DTYPE__FLOAT16;
+        want = h ? half_to_float(x) : bf16_to_float(x);
+        got = h ? half_to_float(y) : bf16_to_float(y);
+        tol = (h ? 0x1p-10 : 0x1p-7) * (fabs(want) + 1e-3);
+        break;
+      }
+      case TCC__V1__DTYPE__INT64: {
+        int64_t x, y;
+        memcpy(&x, c, 8);
+        memcpy(&y, g, 8);
+        want = (double)x, got = (double)y, tol = 0;
+        break;
+      }
+      default: want = (unsigned char)*c, got = (unsigned char)*g, tol = 0; break;
+      }
+      if (!(fabs(want - got) <= tol) && !(isnan(want) && isnan(got))) {
+        if (bad < 5) printf("  %s: output %zu element %zu: gpu %.9g, cpu %.9g\n", what, o, i, got, want);
+        bad++;
+      }
+    }
+    ck_assert_msg(bad == 0, "%s: output %zu: %zu of %zu elements differ (seed %u)", what, o, bad, n / es, seed);
+  }
+  printf("  %s: %zu kernel%s, gpu == cpu\n", what, m->n_kernels, m->n_kernels == 1 ? "" : "s");
+  tcc_cuda_kernel_unload(k);
+  for (size_t i = 0; i < ni; i++) {
+    free(hin[i]);
+    OK(tcc_cuda_free(0, din[i], &e_));
+  }
+  for (size_t o = 0; o < no; o++) {
+    free(hout[o]);
+    free(gout[o]);
+    OK(tcc_cuda_free(0, dout[o], &e_));
+  }
+  if (dws) OK(tcc_cuda_free(0, dws, &e_));
+  free(ws);
+  free(hin);
+  free(din);
+  free(hout);
+  free(gout);
+  free(dout);
+  dlclose(lib);
+  unlink(so);
+  tcc__v1__manifest__free_unpacked(m, NULL);
+  tcc__v1__manifest__free_unpacked(cm, NULL);
+  tcc_artifact_free(&ga);
+  tcc_artifact_free(&ca);
+  tcc_prepared_free(gp);
+  tcc_prepared_free(cp);
+}
+
+static void arg_ints(reqb *b, Tcc__V1__Node *n, const char *param, const int64_t *v, size_t nv) {
+  static Tcc__V1__IntList lists[64];
+  static int next;
+  Tcc__V1__IntList *l = &lists[next++ % 64];
+  tcc__v1__int_list__init(l);
+  l->n_values = nv;
+  l->values = (int64_t *)v;
+  Tcc__V1__Argument *a = reqb_arg_int(b, n, param, 0);
+  a->kind_case = TCC__V1__ARGUMENT__KIND_AS_INTS;
+  a->as_ints = l;
+}
+
+START_TEST(pointwise) {
+  reqb *b = reqb_new("");
+  reqb_value(b, "x", TCC__V1__DTYPE__FLOAT32, 2, (int64_t[]){300, 257}, NULL, 0);
+  reqb_value(b, "y", TCC__V1__DTYPE__FLOAT32, 1, (int64_t[]){257}, NULL, 0);
+  reqb_value(b, "s", TCC__V1__DTYPE__FLOAT32, 2, (int64_t[]){300, 257}, NULL, 0);
+  reqb_value(b, "c", TCC__V1__DTYPE__FLOAT32, 1, (int64_t[]){257}, NULL, 0);
+  reqb_value(b, "o", TCC__V1__DTYPE__FLOAT32, 2, (int64_t[]){300, 257}, NULL, 0);
+  reqb_input(b, "x");
+  reqb_input(b, "y");
+  reqb_unary(b, "aten.sin.default", "x", "s");
+  reqb_unary(b, "aten.cos.default", "y", "c");
+  reqb_binary(b, "aten.add.Tensor", "s", "c", "o");
+  reqb_output(b, "o");
+  run_and_compare(b, "sin(x) + cos(y) [300, 257] + [257]");
+  reqb_free(b);
+
+  /* past one grid: grid-stride */
+  int64_t big = (int64_t)65536 * 256 * 2 + 77;
+  b = reqb_new("");
+  reqb_value(b, "x", TCC__V1__DTYPE__FLOAT32, 1, &big, NULL, 0);
+  reqb_value(b, "o", TCC__V1__DTYPE__FLOAT32, 1, &big, NULL, 0);
+  reqb_input(b, "x");
+  reqb_unary(b, "aten.tanh.default", "x", "o");
+  reqb_output(b, "o");
+  run_and_compare(b, "tanh over 2 grids");
+  reqb_free(b);
+}
+END_TEST
+
+START_TEST(half_types) {
+  static const Tcc__V1__DType dts[] = {TCC__V1__DTYPE__FLOAT16, TCC__V1__DTYPE__BFLOAT16};
+  for (int i = 0; i < 2; i++) {
+    reqb *b = reqb_new("");
+    reqb_value(b, "x", dts[i], 2, (int64_t[]){33, 65}, NULL, 0);
+    reqb_value(b, "e", dts[i], 2, (int64_t[]){33, 65}, NULL, 0);
+    reqb_value(b, "o", dts[i], 2, (int64_t[]){33, 65}, NULL, 0);
+    reqb_input(b, "x");
+    reqb_unary(b, "aten.exp.default", "x", "e");
+    Tcc__V1__Node *n = reqb_node(b, "aten.mul.Tensor", "o");
+    reqb_arg_tensor(b, n, "self", "e");
+    reqb_arg_tensor(b, n, "other", "x");
+    reqb_output(b, "o");
+    run_and_compare(b, i ? "bfloat16 exp(x) * x" : "float16 exp(x) * x");
+    reqb_free(b);
+  }
+}
+END_TEST
+
+static void softmax(const char *target, int64_t R, int64_t C) {
+  reqb *b = reqb_new("");
+  reqb_value(b, "x", TCC__V1__DTYPE__FLOAT32, 2, (int64_t[]){R, C}, NULL, 0);
+  reqb_value(b, "o", TCC__V1__DTYPE__FLOAT32, 2, (int64_t[]){R, C}, NULL, 0);
+  reqb_input(b, "x");
+  Tcc__V1__Node *n = reqb_node(b, target, "o");
+  reqb_arg_tensor(b, n, "self", "x");
+  reqb_arg_int(b, n, "dim", 1);
+  reqb_arg_bool(b, n, "half_to_float", 0);
+  reqb_output(b, "o");
+  char what[128];
+  snprintf(what, sizeof what, "%s [%lld, %lld]", target, (long long)R, (long long)C);
+  run_and_compare(b, what);
+  reqb_free(b);
+}
+
+START_TEST(softmax_rows) {
+  static const int64_t cols[] = {1, 33, 1000, 5000};
+  for (int i = 0; i < 4; i++) {
+    softmax("aten._softmax.default", 37, cols[i]);
+    softmax("aten._log_softmax.default", 5, cols[i]);
+  }
+}
+END_TEST
+
+START_TEST(layer_norm_sum_argmax) {
+  int64_t R = 19, C = 768, norm[1] = {768};
+  reqb *b = reqb_new("");
+  reqb_value(b, "x", TCC__V1__DTYPE__FLOAT32, 2, (int64_t[]){R, C}, NULL, 0);
+  reqb_value(b, "w", TCC__V1__DTYPE__FLOAT32, 1, norm, NULL, 0);
+  reqb_value(b, "bb", TCC__V1__DTYPE__FLOAT32, 1, norm, NULL, 0);
+  reqb_value(b, "o", TCC__V1__DTYPE__FLOAT32, 2, (int64_t[]){R, C}, NULL, 0);
+  reqb_value(b, "m", TCC__V1__DTYPE__FLOAT32, 2, (int64_t[]){R, 1}, NULL, 0);
+  reqb_value(b, "r", TCC__V1__DTYPE__FLOAT32, 2, (int64_t[]){R, 1}, NULL, 0);
+  reqb_input(b, "x");
+  reqb_input(b, "w");
+  reqb_input(b, "bb");
+  Tcc__V1__Node *n = reqb_node(b, "aten.native_layer_norm.default", "o");
+  reqb_node_output(b, n, "m");
+  reqb_node_output(b, n, "r");
+  reqb_arg_tensor(b, n, "input", "x");
+  arg_ints(b, n, "normalized_shape", norm, 1);
+  reqb_arg_tensor(b, n, "weight", "w");
+  reqb_arg_tensor(b, n, "bias", "bb");
+  reqb_arg_float(b, n, "eps", 1e-5);
+  reqb_output(b, "o");
+  reqb_output(b, "m");
+  reqb_output(b, "r");
+  run_and_compare(b, "native_layer_norm [19, 768]");
+  reqb_free(b);
+
+  static const int64_t dim0[1] = {0};
+  b = reqb_new("");
+  reqb_value(b, "x", TCC__V1__DTYPE__FLOAT32, 2, (int64_t[]){1000, 3}, NULL, 0);
+  reqb_value(b, "o", TCC__V1__DTYPE__FLOAT32, 1, (int64_t[]){3}, NULL, 0);
+  reqb_input(b, "x");
+  n = reqb_node(b, "aten.sum.dim_IntList", "o");
+  reqb_arg_tensor(b, n, "self", "x");
+  arg_ints(b, n, "dim", dim0, 1);
+  reqb_output(b, "o");
+  run_and_compare(b, "sum over dim 0 of [1000, 3]");
+  reqb_free(b);
+
+  /* int64 inputs in [0, 7): many ties, first index wins */
+  b = reqb_new("");
+  reqb_value(b, "x", TCC__V1__DTYPE__INT64, 2, (int64_t[]){9, 700}, NULL, 0);
+  reqb_value(b, "o", TCC__V1__DTYPE__INT64, 1, (int64_t[]){9}, NULL, 0);
+  reqb_input(b, "x");
+  n = reqb_node(b, "aten.argmax.default", "o");
+  reqb_arg_tensor(b, n, "self", "x");
+  reqb_arg_int(b, n, "dim", 1);
+  reqb_output(b, "o");
+  run_and_compare(b, "argmax with ties [9, 700]");
+  reqb_free(b);
+}
+END_TEST
+
+int main(void) {
+  tcc_error err;
+  if (tcc_cuda_available(&err)) cutest_skip("no CUDA device (%s)", err.msg);
+  if (tcc_nvrtc_available(&err)) cutest_skip("%s", err.msg);
+  if (tcc_cuda_device_arch(0, dev_arch, NULL, 0, &err)) {
+    fprintf(stderr, "device arch: %s\n", err.msg);
+    return 1;
+  }
+  if (tcc_nvrtc_check_arch(dev_arch, &err)) cutest_skip("NVRTC cannot build for this device: %s", err.msg);
+  seed = cutest_seed("test_codegen_gpu");
+  printf("device %s\n", dev_arch);
+  if (!mkdtemp(tmpdir)) return 1;
+  Suite *s = suite_create("cuda codegen gpu");
+  TCase *tc = tcase_create("gpu");
+  tcase_set_timeout(tc, 600);
+  tcase_add_test(tc, pointwise);
+  tcase_add_test(tc, half_types);
+  tcase_add_test(tc, softmax_rows);
+  tcase_add_test(tc, layer_norm_sum_argmax);
+  suite_add_tcase(s, tc);
+  SRunner *sr = srunner_create(s);
+  srunner_set_fork_status(sr, CK_NOFORK);   /* one CUDA context for the process */
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  rmdir(tmpdir);
+  return failed ? 1 : 0;
+}
