@@ -688,11 +688,14 @@ int main(void) {
   objdumps = 40;
   if (!mkdtemp(tmpdir)) return 1;
   Suite *s = suite_create("cuda codegen");
-  TCase *tc = tcase_create("codegen");
+  TCase *tc = tcase_create("graphs");   /* CK_RUN_CASE=graphs: the quick part (valgrind) */
   tcase_set_timeout(tc, 1200);
   tcase_add_test(tc, keys_differ_by_arch);
   tcase_add_test(tc, example_graphs);
   tcase_add_test(tc, softmax_is_one_kernel);
+  suite_add_tcase(s, tc);
+  tc = tcase_create("ops");
+  tcase_set_timeout(tc, 1200);
   tcase_add_test(tc, reductions_over_a_dim);
   tcase_add_test(tc, layer_norm_and_dim_reductions);
   tcase_add_test(tc, views_cat_and_indexing);
