@@ -414,6 +414,8 @@ int tcc_cuda_geometry_for(const tcc_program *p, const tcc_kernel *k, tcc_cuda_ge
 
 /* ---------------------------------------------------------- emission */
 
+#define MAX_VEC_ACCESS 32
+
 typedef struct memo_ent {
   const void *key;
   int t;
@@ -429,6 +431,16 @@ typedef struct cuda_emit {
   int ntemps, naccs;
   const char *I;           /* index type */
   int oom;
+  /* vectorized pointwise path: accesses contiguous in the flat index */
+  int vec_width;           /* W elements per thread (0: off) */
+  int in_lanes;            /* emitting the per-lane body */
+  int nvacc;
+  struct {
+    int buf;
+    const tcc_ix *const *idx;
+    int64_t c;             /* storage index at flat index 0 */
+    int store;
+  } vacc[MAX_VEC_ACCESS];
 } cuda_emit;
 
 static int memo_get(cuda_emit *ce, const void *key) {
@@ -688,7 +700,9 @@ static void split_index(cuda_emit *ce, const char *flat, int first, int n, const
       tcc_buf_printf(b, "%*sq_%d /= (%s)%" PRId64 "LL;\n", ind, "", q, ce->I, sizes[j]);
     }
   }
-  tcc_buf_printf(b, "%*s(void)q_%d;\n", ind, "", vars ? vars[0] : first);
+  tcc_buf_printf(b, "%*s(void)q_%d;", ind, "", vars ? vars[0] : first);
+  for (int j = 0; j < n; j++) tcc_buf_printf(b, " (void)i%d;", vars ? vars[j] : first + j);
+  tcc_buf_puts(b, "\n");
 }
 
 /* The per-thread fold of REDUCE r into accumulator a<acc> (and a<acc>i
@@ -787,7 +801,12 @@ static int emit_node(cuda_emit *ce, const tcc_vx *e, int ind) {
   if (t < 0) return -1;
   tcc_buf *b = ce->b;
   tcc_buf_printf(b, "%*sconst %s t%d = ", ind, "", ctype(e->dtype), t);
-  if (e->op == TCC_PRIM_LOAD) {
+  int va = -1;
+  for (int i = 0; ce->in_lanes && i < ce->nvacc; i++)
+    if (ce->vacc[i].buf == e->buf && ce->vacc[i].idx == e->idx && !ce->vacc[i].store) va = i;
+  if (e->op == TCC_PRIM_LOAD && va >= 0) {
+    tcc_buf_printf(b, "v%d.v[l]", va);
+  } else if (e->op == TCC_PRIM_LOAD) {
     tcc_buf_printf(b, "b%d[", e->buf);
     put_index(ce, e->buf, e->idx);
     tcc_buf_puts(b, "]");
@@ -814,10 +833,145 @@ static int emit_stores(cuda_emit *ce, int ind) {
       if (emit_ix_values(ce, st->idx[d], ind)) return -1;
     char x[96];
     operand_text(ce, st->value, x, sizeof x);
+    if (ce->in_lanes) {   /* store s is vacc[s] (stores come first) */
+      tcc_buf_printf(ce->b, "%*sv%d.v[l] = %s;\n", ind, "", s, x);
+      continue;
+    }
     tcc_buf_printf(ce->b, "%*sb%d[", ind, "", st->buf);
     put_index(ce, st->buf, st->idx);
     tcc_buf_printf(ce->b, "] = %s;\n", x);
   }
+  return 0;
+}
+
+/* Vectorization of a pointwise kernel: every store, and the loads that
+ * can, touch storage index c + e for flat index e (contiguous in the
+ * iteration space's row-major order) with c a multiple of W, W = 16
+ * bytes / the widest element among them, and W divides numel. Then each
+ * thread handles W consecutive elements with one W-wide load per such
+ * access and one W-wide store per output (128-bit for 4-byte types),
+ * when the pointers are aligned at run time (else the scalar loop).
+ * Returns W, or 0 when the kernel does not qualify. */
+static int contiguous_access(cuda_emit *ce, int buf, const tcc_ix *const *idx, int64_t *c) {
+  const tcc_kernel *k = ce->k;
+  const tcc_meta *m = &ce->p->bufs[buf].layout;
+  int64_t coef[TCC_MAX_DIMS], c0;
+  if (!tcc_linear_affine(m->rank, idx, m->strides, k->rank, coef, &c0)) return 0;
+  int64_t want = 1;
+  for (int d = k->rank - 1; d >= 0; d--) {
+    if (k->sizes[d] != 1 && coef[d] != want) return 0;
+    want *= k->sizes[d];
+  }
+  *c = c0 + m->offset;
+  return 1;
+}
+
+static void vec_loads(cuda_emit *ce, const tcc_vx *e, tcc_ptrmap *seen, int *ok) {
+  if (!*ok || tcc_ptrmap_get(seen, e)) return;
+  if (tcc_ptrmap_put(seen, e, e)) {
+    *ok = 0;
+    return;
+  }
+  if (e->op == TCC_PRIM_REDUCE || e->op == TCC_PRIM_EXTERN) {
+    *ok = 0;
+    return;
+  }
+  if (e->op == TCC_PRIM_LOAD) {
+    int64_t c;
+    int have = 0;
+    for (int i = 0; i < ce->nvacc; i++)
+      have |= ce->vacc[i].buf == e->buf && ce->vacc[i].idx == e->idx && !ce->vacc[i].store;
+    for (int d = 0; d < e->nidx; d++)
+      if (e->idx[d]->kind == TCC_IX_VALUE) have = 1;   /* gathers stay scalar (and are not affine) */
+    if (!have && ce->nvacc < MAX_VEC_ACCESS && contiguous_access(ce, e->buf, e->idx, &c)) {
+      ce->vacc[ce->nvacc].buf = e->buf;
+      ce->vacc[ce->nvacc].idx = e->idx;
+      ce->vacc[ce->nvacc].c = c;
+      ce->vacc[ce->nvacc].store = 0;
+      ce->nvacc++;
+    }
+  }
+  if (e->a) vec_loads(ce, e->a, seen, ok);
+  if (e->b) vec_loads(ce, e->b, seen, ok);
+  if (e->c) vec_loads(ce, e->c, seen, ok);
+}
+
+static int plan_vector(cuda_emit *ce, int64_t numel) {
+  const tcc_kernel *k = ce->k;
+  ce->nvacc = 0;
+  if (k->nstores > MAX_VEC_ACCESS / 2) return 0;
+  for (int s = 0; s < k->nstores; s++) {
+    const tcc_store *st = &k->stores[s];
+    int64_t c;
+    if (!contiguous_access(ce, st->buf, st->idx, &c)) return 0;
+    ce->vacc[ce->nvacc].buf = st->buf;
+    ce->vacc[ce->nvacc].idx = st->idx;
+    ce->vacc[ce->nvacc].c = c;
+    ce->vacc[ce->nvacc].store = 1;
+    ce->nvacc++;
+  }
+  tcc_ptrmap seen;
+  if (tcc_ptrmap_init(&seen, 64)) {
+    tcc_ptrmap_free(&seen);
+    return 0;
+  }
+  int ok = 1;
+  for (int s = 0; s < k->nstores; s++) vec_loads(ce, k->stores[s].value, &seen, &ok);
+  tcc_ptrmap_free(&seen);
+  if (!ok) return 0;
+  int es = 1;
+  for (int i = 0; i < ce->nvacc; i++) {
+    int e = tcc_dtype_size(ce->p->bufs[ce->vacc[i].buf].layout.dtype);
+    if (e > es) es = e;
+  }
+  int W = 16 / es;
+  if (W < 2 || numel % W) return 0;
+  for (int i = 0; i < ce->nvacc; i++)
+    if (ce->vacc[i].c % W) return 0;
+  return W;
+}
+
+/* The vectorized grid-stride loop (plan_vector said W), then the scalar
+ * fallback for misaligned pointers. */
+static int emit_vector_loop(cuda_emit *ce, int64_t numel, int W) {
+  tcc_buf *b = ce->b;
+  const tcc_kernel *k = ce->k;
+  tcc_buf_puts(b, "  if (");
+  for (int i = 0; i < ce->nvacc; i++) {
+    const tcc_meta *m = &ce->p->bufs[ce->vacc[i].buf].layout;
+    tcc_buf_printf(b, "%s((unsigned long long)b%d %% %d) == 0", i ? " && " : "", ce->vacc[i].buf,
+                   W * tcc_dtype_size(m->dtype));
+  }
+  tcc_buf_puts(b, ") {\n");
+  tcc_buf_printf(b, "    for (%s e4 = (%s)blockIdx.x * blockDim.x + threadIdx.x; e4 < (%s)%" PRId64
+                    "LL; e4 += (%s)gridDim.x * blockDim.x) {\n",
+                 ce->I, ce->I, ce->I, numel / W, ce->I);
+  for (int i = 0; i < ce->nvacc; i++) {
+    const tcc_meta *m = &ce->p->bufs[ce->vacc[i].buf].layout;
+    const char *T = ctype(m->dtype);
+    if (ce->vacc[i].store)
+      tcc_buf_printf(b, "      tcc_vec<%s, %d> v%d;\n", T, W, i);
+    else
+      tcc_buf_printf(b, "      const tcc_vec<%s, %d> v%d = *(const tcc_vec<%s, %d> *)(b%d + (%s)%" PRId64
+                        "LL + e4 * %d);\n", T, W, i, T, W, ce->vacc[i].buf, ce->I, ce->vacc[i].c, W);
+  }
+  tcc_buf_printf(b, "#pragma unroll\n      for (int l = 0; l < %d; l++) {\n", W);
+  tcc_buf_printf(b, "        const %s e = e4 * %d + l;\n", ce->I, W);
+  int mark = ce->nmemo;
+  split_index(ce, "e", 0, k->rank, k->sizes, NULL, 8);
+  ce->in_lanes = 1;
+  int rc = emit_stores(ce, 8);
+  ce->in_lanes = 0;
+  ce->nmemo = mark;
+  if (rc) return -1;
+  tcc_buf_puts(b, "      }\n");
+  for (int i = 0; i < ce->nvacc; i++) {
+    if (!ce->vacc[i].store) continue;
+    const char *T = ctype(ce->p->bufs[ce->vacc[i].buf].layout.dtype);
+    tcc_buf_printf(b, "      *(tcc_vec<%s, %d> *)(b%d + (%s)%" PRId64 "LL + e4 * %d) = v%d;\n", T, W,
+                   ce->vacc[i].buf, ce->I, ce->vacc[i].c, W, i);
+  }
+  tcc_buf_puts(b, "    }\n    return;\n  }\n");
   return 0;
 }
 
@@ -918,6 +1072,8 @@ static int emit_kernel(const tcc_program *p, const tcc_kernel *k, int kno, tcc_b
   }
   int rank = k->rank;
   if (!kp.reduction) {
+    int W = kp.launch.reduction ? 0 : plan_vector(&ce, kp.numel);
+    if (W && emit_vector_loop(&ce, kp.numel, W)) goto done;
     tcc_buf_printf(b, "  for (%s e = (%s)blockIdx.x * blockDim.x + threadIdx.x; e < (%s)%" PRId64
                       "LL; e += (%s)gridDim.x * blockDim.x) {\n",
                    ce.I, ce.I, ce.I, kp.numel, ce.I);
@@ -994,6 +1150,8 @@ static const char prelude[] =
   "  T f = floor(d); if (d - f > (T)0.5) f += 1; return f;\n}\n"
   "template <class T> static __device__ __forceinline__ T tcc_rem(T a, T b) {\n"
   "  T m = fmod(a, b); if (m != 0 && ((b < 0) != (m < 0))) m += b; return m;\n}\n"
+  "/* W elements in one aligned access (ld/st.global.v4 for 16 bytes) */\n"
+  "template <class T, int W> struct alignas(sizeof(T) * W) tcc_vec { T v[W]; };\n"
   "/* folds: NaN wins max/min; arg folds keep the first index of the best value */\n"
   "template <class T> struct tcc_pair { T v; int64_t i; };\n"
   "template <class T> static __device__ __forceinline__ T tcc_sum(T a, T b) { return (T)(a + b); }\n"

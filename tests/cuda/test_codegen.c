@@ -113,6 +113,8 @@ static void check_artifact(const tcc_prepared *p, const tcc_artifact *a, const c
     ck_assert(!strcmp(ki->kind, "pointwise") || !strcmp(ki->kind, "reduction"));
     ck_assert_int_eq(ptx_params(r.ptx, ki->name), g->ninputs + g->noutputs + 1);
   }
+  if (strstr(a->source, "tcc_vec<float, 4> v0;")) /* a contiguous float32 output: 128-bit stores */
+    ck_assert_msg(strstr(r.ptx, "st.global.v4.f32"), "%s: no 128-bit store in the PTX", what);
   tcc_nvrtc_result_free(&r);
   if (cuobjdump && objdumps > 0) {
     objdumps--;
@@ -199,6 +201,16 @@ START_TEST(example_graphs) {
         ck_assert_msg(rc == 0, "%s for %s: %s", de->d_name, ARCHS[a], err.msg);
       }
       printf("  %s %s: %s\n", de->d_name, ARCHS[a], rc ? "UNIMPLEMENTED (matmul)" : "ok");
+      if (!strcmp(de->d_name, "sin_cos.json")) {   /* 10x10 float32 contiguous: vectorized */
+        char *src;
+        size_t sl;
+        tcc_prepared *p;
+        ck_assert_int_eq(tcc_prepare(req, "test-id", &p, &err), 0);
+        ck_assert_int_eq(tcc_generate_source(p, &src, &sl, NULL, &err), 0);
+        ck_assert_ptr_nonnull(strstr(src, "tcc_vec<float, 4> v"));
+        free(src);
+        tcc_prepared_free(p);
+      }
       protobuf_c_message_free_unpacked(msg, NULL);
     }
     free(json);
