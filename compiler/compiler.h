@@ -44,6 +44,20 @@
  *     caller should too. Kernels may run OpenMP threads (libgomp) and
  *     call OpenBLAS (linked into the .so); Manifest.kernels[].kind is
  *     "pointwise", "reduction" or "extern" (a GEMM step).
+ *   - CUDA targets ("cuda:sm_80", "sm_90a", ...; emit_cuda.c) build with
+ *     NVRTC (compiler/cuda/nvrtc.h, dlopen'ed: no GPU needed) into a
+ *     CUBIN artifact for exactly that arch. Its Manifest has entry "",
+ *     one kernel k<j> per fused kernel (an extern "C" __global__ taking
+ *     ABI 1's (inputs..., outputs..., workspace) device pointers) with a
+ *     1-D grid and block and no dynamic shared memory, launched in order
+ *     (client/cuda.h). tcc_prepare appends tcc_nvrtc_identity() ("nvrtc
+ *     13.0 (sm_75 ...)", or "nvrtc unavailable") to the identity of CUDA
+ *     requests, so the key changes with the NVRTC version; the arch is in
+ *     the target. Graphs with a GEMM (extern) step are
+ *     TCC_E_UNIMPLEMENTED "matmul on CUDA needs cuBLAS (not built yet)";
+ *     without NVRTC tcc_compile is TCC_E_FAILED_PRECONDITION. Gathers with
+ *     an index out of range read index 0 and integer division by zero
+ *     gives 0 on CUDA (ABI 1 has no error flag).
  *   - With TCC_NO_FUSION set, tcc_compile fuses nothing (one kernel per
  *     op, for benchmarks); it is not in the guard key.
  *   - With the environment variable TCC_DUMP set, tcc_compile writes each
@@ -128,9 +142,11 @@ typedef struct tcc_artifact {
   double compile_ms;                     /* wall time of tcc_compile */
 } tcc_artifact;
 
-/* Lowers, fuses, emits and builds the prepared graph for its target.
- * Thread-safe: many compiles may run at once on different preparations.
- * Returns 0, or TCC_E_UNIMPLEMENTED (op/dtype the target cannot do yet),
+/* Lowers, fuses, emits and builds the prepared graph for its target (a
+ * .so for CPU, a cubin for CUDA). Thread-safe: many compiles may run at
+ * once on different preparations.
+ * Returns 0, or TCC_E_UNIMPLEMENTED (op/dtype the target cannot do yet,
+ * GEMM on CUDA), TCC_E_FAILED_PRECONDITION (CUDA without NVRTC),
  * TCC_E_INTERNAL (the compiler failed: its output is in the message),
  * TCC_E_DEADLINE_EXCEEDED (timeout). */
 int tcc_compile(const tcc_prepared *p, const tcc_build_options *opts,
