@@ -22,7 +22,16 @@
  *              (256 threads per block, at most 65536 blocks); the flat
  *              index is split into the loop variables, each value is
  *              computed once per element (common subexpressions share a
- *              temporary), stores use the buffers' strides.
+ *              temporary), stores use the buffers' strides. When every
+ *              store (and any load that can) is contiguous in the flat
+ *              index with an offset that is a multiple of W = 16 bytes /
+ *              the widest element, and W divides the element count, each
+ *              thread takes W consecutive elements: one W-wide load per
+ *              such input (ld.global.v4.f32 for float32), the W lanes
+ *              computed in an unrolled loop, one W-wide store per output
+ *              (st.global.v4). The pointers' alignment is checked at run
+ *              time (storage bases are normally 256-byte aligned); a
+ *              misaligned call runs the scalar loop.
  *   reduction  "row" = the leading kernel dims that the reductions read
  *              (i0..i{r-1}, r = 1 + the highest kernel variable any
  *              reduction depends on); one block per row (grid-stride over
