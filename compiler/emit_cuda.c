@@ -48,7 +48,11 @@
  *              "persistent" variant yet). A reduction nested in another
  *              one's body that depends on the outer's variables is folded
  *              sequentially by each thread. Block size: the reduction
- *              extent rounded up to a power of two, 32..256.
+ *              extent rounded up to a power of two, 32..256. Rows of at
+ *              most 32 elements go one warp per row (8 rows per block of
+ *              256): the same structure with the lane for the thread and
+ *              a warp reduction (shuffles, lane 0's result broadcast),
+ *              no shared memory and no __syncthreads.
  *   extern     (GEMM) not supported: TCC_E_UNIMPLEMENTED naming the op.
  * Indices are `int` when every extent and storage offset of the kernel
  * fits comfortably in 31 bits, else `long long`.
@@ -197,6 +201,7 @@ static void emit_constant(tcc_buf *b, const tcc_buffer *B, int id) {
 #define POINTWISE_BLOCK 256
 #define MAX_GRID 65536
 #define MAX_RED_BLOCK 256
+#define WARP_ROWS 8
 #define IDX32_LIMIT (INT64_C(1) << 30)
 
 static int has_reduce_any(const tcc_kernel *k) {
@@ -354,6 +359,7 @@ typedef struct kplan {
   int64_t rows, inner;    /* product of row dims / of the others */
   int64_t numel;
   int64_t red_max;        /* largest cooperative reduction extent */
+  int warp_rows;          /* > 0: one warp per row, this many rows per block */
   node_list coop;         /* cooperative reductions, dependency order */
   tcc_cuda_geometry launch;
 } kplan;
@@ -390,7 +396,12 @@ static int plan_kernel(const tcc_program *p, const tcc_kernel *k, fvctx *fc, kpl
   kp->inner = kp->rows ? kp->numel / kp->rows : 0;
   if (!kp->rows) kp->inner = 0;
   int64_t block, grid;
-  if (kp->reduction) {
+  if (kp->reduction && kp->red_max <= 32 && kp->rows > 1) {
+    /* short rows: a warp per row, WARP_ROWS rows per block */
+    kp->warp_rows = WARP_ROWS;
+    block = 32 * WARP_ROWS;
+    grid = (kp->rows + WARP_ROWS - 1) / WARP_ROWS;
+  } else if (kp->reduction) {
     block = 32;
     while (block < kp->red_max && block < MAX_RED_BLOCK) block *= 2;
     grid = kp->rows;
@@ -439,6 +450,7 @@ typedef struct cuda_emit {
   int nmemo, capmemo;
   int ntemps, naccs;
   const char *I;           /* index type */
+  int warp;                /* reductions by one warp (lane, 32) */
   int oom;
   /* vectorized pointwise path: accesses contiguous in the flat index */
   int vec_width;           /* W elements per thread (0: off) */
@@ -774,13 +786,16 @@ static int emit_seq_reduce(cuda_emit *ce, const tcc_vx *r, int ind) {
 static int emit_coop_reduce(cuda_emit *ce, const tcc_vx *r, int ind) {
   int acc = ce->naccs++;
   emit_acc_init(ce, r, acc, ind);
-  tcc_buf_printf(ce->b, "%*sfor (%s j%d = threadIdx.x; j%d < (%s)%" PRId64 "LL; j%d += blockDim.x) {\n",
-                 ind, "", ce->I, acc, acc, ce->I, reduce_extent(r), acc);
+  tcc_buf_printf(ce->b, "%*sfor (%s j%d = %s; j%d < (%s)%" PRId64 "LL; j%d += %s) {\n", ind, "", ce->I,
+                 acc, ce->warp ? "lane" : "threadIdx.x", acc, ce->I, reduce_extent(r), acc,
+                 ce->warp ? "32" : "blockDim.x");
   char j[32];
   snprintf(j, sizeof j, "j%d", acc);
   if (emit_fold_body(ce, r, acc, j, ind + 2)) return -1;
   tcc_buf_printf(ce->b, "%*s}\n", ind, "");
-  if (r->i == TCC_RED_ARGMAX || r->i == TCC_RED_ARGMIN) {
+  if (ce->warp) {
+    tcc_buf_printf(ce->b, "%*sa%d = tcc_warp_reduce(a%d, tcc_%s_op());\n", ind, "", acc, acc, red_op(r) + 4);
+  } else if (r->i == TCC_RED_ARGMAX || r->i == TCC_RED_ARGMIN) {
     tcc_buf_printf(ce->b, "%*s{ tcc_pair<%s> id_; id_.v = %s; id_.i = INT64_MAX;\n", ind, "",
                    ctype(r->a->dtype), red_identity(r, r->a->dtype));
     tcc_buf_printf(ce->b, "%*s  a%d = tcc_block_reduce(a%d, tcc_%s_op(), id_); }\n", ind, "", acc, acc,
@@ -1045,8 +1060,9 @@ static int emit_kernel(const tcc_program *p, const tcc_kernel *k, int kno, tcc_b
   for (int d = 0; d < k->rank; d++) tcc_buf_printf(b, "%s%" PRId64, d ? ", " : "", k->sizes[d]);
   tcc_buf_printf(b, "]; grid %" PRId64 ", block %" PRId64, kp.launch.grid, kp.launch.block);
   if (kp.reduction)
-    tcc_buf_printf(b, "; one block per row of dims 0..%d (%" PRId64 " rows), %d block reduction%s",
-                   kp.row_rank - 1, kp.rows, kp.coop.n, kp.coop.n == 1 ? "" : "s");
+    tcc_buf_printf(b, "; one %s per row of dims 0..%d (%" PRId64 " rows), %d %s reduction%s",
+                   kp.warp_rows ? "warp" : "block", kp.row_rank - 1, kp.rows, kp.coop.n,
+                   kp.warp_rows ? "warp" : "block", kp.coop.n == 1 ? "" : "s");
   tcc_buf_printf(b, "; %s indices */\n", ce.I);
   tcc_buf_printf(b, "extern \"C\" __global__ void __launch_bounds__(%" PRId64 ") k%d(", kp.launch.block, kno);
   for (int i = 0; i < g->ninputs; i++) tcc_buf_printf(b, "const void *__restrict__ in%d, ", i);
@@ -1090,13 +1106,20 @@ static int emit_kernel(const tcc_program *p, const tcc_kernel *k, int kno, tcc_b
     if (emit_stores(&ce, 4)) goto done;
     tcc_buf_puts(b, "  }\n}\n");
   } else {
-    tcc_buf_printf(b, "  for (%s row = blockIdx.x; row < (%s)%" PRId64 "LL; row += gridDim.x) {\n", ce.I,
-                   ce.I, kp.rows);
+    ce.warp = kp.warp_rows > 0;
+    if (ce.warp)
+      tcc_buf_printf(b, "  const int lane = threadIdx.x & 31;\n"
+                        "  for (%s row = (%s)blockIdx.x * %d + (threadIdx.x >> 5); row < (%s)%" PRId64
+                        "LL; row += (%s)gridDim.x * %d) {\n",
+                     ce.I, ce.I, kp.warp_rows, ce.I, kp.rows, ce.I, kp.warp_rows);
+    else
+      tcc_buf_printf(b, "  for (%s row = blockIdx.x; row < (%s)%" PRId64 "LL; row += gridDim.x) {\n", ce.I,
+                     ce.I, kp.rows);
     split_index(&ce, "row", 0, kp.row_rank, k->sizes, NULL, 4);
     for (int i = 0; i < kp.coop.n; i++)
       if (emit_coop_reduce(&ce, kp.coop.v[i], 4)) goto done;
-    tcc_buf_printf(b, "    for (%s e = threadIdx.x; e < (%s)%" PRId64 "LL; e += blockDim.x) {\n", ce.I, ce.I,
-                   kp.inner);
+    tcc_buf_printf(b, "    for (%s e = %s; e < (%s)%" PRId64 "LL; e += %s) {\n", ce.I,
+                   ce.warp ? "lane" : "threadIdx.x", ce.I, kp.inner, ce.warp ? "32" : "blockDim.x");
     int mark = ce.nmemo;
     int vars[TCC_MAX_DIMS];
     for (int d = kp.row_rank; d < rank; d++) vars[d - kp.row_rank] = d;
@@ -1189,6 +1212,17 @@ static const char prelude[] =
   "template <> __device__ __forceinline__ int16_t tcc_shfl_down(int16_t v, int o) { return (int16_t)__shfl_down_sync(0xffffffffu, (int)v, o); }\n"
   "template <class T> static __device__ __forceinline__ tcc_pair<T> tcc_shfl_down(tcc_pair<T> v, int o) {\n"
   "  tcc_pair<T> r; r.v = tcc_shfl_down(v.v, o); r.i = tcc_shfl_down(v.i, o); return r;\n}\n"
+  "template <class T> static __device__ __forceinline__ T tcc_shfl_idx(T v, int l) { return __shfl_sync(0xffffffffu, v, l); }\n"
+  "template <> __device__ __forceinline__ int8_t tcc_shfl_idx(int8_t v, int l) { return (int8_t)__shfl_sync(0xffffffffu, (int)v, l); }\n"
+  "template <> __device__ __forceinline__ uint8_t tcc_shfl_idx(uint8_t v, int l) { return (uint8_t)__shfl_sync(0xffffffffu, (int)v, l); }\n"
+  "template <> __device__ __forceinline__ int16_t tcc_shfl_idx(int16_t v, int l) { return (int16_t)__shfl_sync(0xffffffffu, (int)v, l); }\n"
+  "template <class T> static __device__ __forceinline__ tcc_pair<T> tcc_shfl_idx(tcc_pair<T> v, int l) {\n"
+  "  tcc_pair<T> r; r.v = tcc_shfl_idx(v.v, l); r.i = tcc_shfl_idx(v.i, l); return r;\n}\n"
+  "/* Warp reduction (all 32 lanes converged): shuffles down to lane 0,\n"
+  " * whose result every lane receives (one order: lanes agree bit for bit). */\n"
+  "template <class T, class Op> static __device__ __forceinline__ T tcc_warp_reduce(T v, Op op) {\n"
+  "  for (int o = 16; o > 0; o >>= 1) v = op(v, tcc_shfl_down(v, o));\n"
+  "  return tcc_shfl_idx(v, 0);\n}\n"
   "/* Block reduction (blockDim.x a multiple of 32, at most 1024): warp\n"
   " * shuffles, one partial per warp in shared memory, warp 0 folds them;\n"
   " * every thread returns the block's result. */\n"

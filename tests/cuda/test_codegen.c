@@ -526,7 +526,8 @@ static void one_kernel(const char *target, Tcc__V1__DType dt, int64_t R, int64_t
     ck_assert_msg(tcc_compile(p, NULL, &art, &err) == 0, "%s: %s", target, err.msg);
     check_artifact(p, &art, ARCHS[a], target);
     ck_assert_int_eq(art.kernels, 1);
-    ck_assert_ptr_nonnull(strstr(art.source, "tcc_block_reduce"));
+    /* rows over 32: block reductions; else a warp per row */
+    ck_assert_ptr_nonnull(strstr(art.source, C > 32 ? "= tcc_block_reduce(a" : "= tcc_warp_reduce(a"));
     ck_assert_ptr_nonnull(strstr(art.source, "__shfl_down_sync"));
     tcc_artifact_free(&art);
     tcc_prepared_free(p);
@@ -539,6 +540,7 @@ START_TEST(softmax_is_one_kernel) {
   one_kernel("aten._log_softmax.default", TCC__V1__DTYPE__FLOAT32, 3, 77);
   one_kernel("aten._softmax.default", TCC__V1__DTYPE__FLOAT16, 5, 4096);
   one_kernel("aten._softmax.default", TCC__V1__DTYPE__BFLOAT16, 5, 300);
+  one_kernel("aten._softmax.default", TCC__V1__DTYPE__FLOAT32, 100, 17);   /* warp per row */
 }
 END_TEST
 
@@ -597,7 +599,8 @@ static void ln_or_reduce(int which, Tcc__V1__DType dt, int64_t R, int64_t C) {
     ck_assert_msg(tcc_compile(p, NULL, &art, &err) == 0, "%s: %s", what, err.msg);
     check_artifact(p, &art, ARCHS[a], what);
     if (which == 0) ck_assert_int_eq(art.kernels, 1);
-    ck_assert_ptr_nonnull(strstr(art.source, "tcc_block_reduce"));
+    int64_t red = which == 1 ? R : C;
+    ck_assert_ptr_nonnull(strstr(art.source, red > 32 ? "= tcc_block_reduce(a" : "= tcc_warp_reduce(a"));
     tcc_artifact_free(&art);
     tcc_prepared_free(p);
     reqb_free(b);
