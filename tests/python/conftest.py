@@ -192,3 +192,10 @@ def free_port():
     port = s.getsockname()[1]
     s.close()
     return port
+
+
+def pytest_configure(config):
+    # Captured logs shown with a failure: INFO and up (torch's DEBUG trace
+    # records would bury the assertion).
+    if not config.getoption("log_level", None):
+        config.option.log_level = "INFO"

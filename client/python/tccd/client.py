@@ -137,18 +137,21 @@ class Client:
 
 _runtime_lock = threading.Lock()
 _runtime_ready = False
-KERNEL_RUNTIME_LIBS = ("libgomp.so.1", "libopenblas.so.0")
+KERNEL_RUNTIME_LIBS = ("libopenblas.so.0",)
 
 
 def prepare_kernel_runtime():
-    """CPU kernels run on the system's OpenMP (libgomp) and OpenBLAS, which
-    are not the runtimes PyTorch brings: left at their defaults, their thread
-    pools and PyTorch's spin for the same cores (on 2 cores a GPT block step
-    took 34 ms instead of 2-3 ms). Before the first kernel is loaded, this
-    loads those libraries with OMP_NUM_THREADS / OPENBLAS_NUM_THREADS set to
-    $TCCD_KERNEL_THREADS (default 1; 0 = leave them alone) for their
-    initialisation only, then restores the environment; kernels loaded later
-    bind to these already-initialised copies. Variables the user set win."""
+    """Threads of the kernels' BLAS: $TCCD_KERNEL_THREADS (default 1; 0 =
+    leave it alone).
+
+    Kernels call the system's OpenBLAS, whose thread pool fights PyTorch's
+    threads for the cores (on 2 cores a GPT block step took 34 ms instead of
+    2-3 ms). Before the first kernel is loaded, OpenBLAS is loaded with
+    OPENBLAS_NUM_THREADS / OMP_NUM_THREADS set for its initialisation only
+    (then the environment is restored; variables the user set win); kernels
+    bind to that initialised copy. (Their OpenMP loops run on the libgomp
+    PyTorch already loaded, soname libgomp.so.1, so there is one OpenMP
+    runtime.)"""
     global _runtime_ready
     if _runtime_ready:
         return
