@@ -722,7 +722,8 @@ static int read_input(tcctl *t, const char *path, char **out, size_t *len) {
   return 0;
 }
 
-/* Replaces req->target with the one `spec` names: cpu, cpu:ISA, cuda:ARCH.
+/* Replaces req->target with the one `spec` names: cpu, cpu:ISA, cuda:ARCH,
+ * and moves every tensor value to that device type.
  * Returns 0 or -1 when spec is malformed. */
 static int override_target(Tcc__V1__CompileRequest *req, const char *spec) {
   const char *colon = strchr(spec, ':');
@@ -747,6 +748,20 @@ static int override_target(Tcc__V1__CompileRequest *req, const char *spec) {
   else tg->cuda_arch = val;
   if (req->target) tcc__v1__target__free_unpacked(req->target, NULL);
   req->target = tg;
+  /* The graph's tensors live on the target's device type: retarget them
+   * too, so one JSON graph serves `--target cpu` and `--target cuda:...`. */
+  if (req->graph) {
+    for (size_t i = 0; i < req->graph->n_values; i++) {
+      Tcc__V1__TensorMeta *m = req->graph->values[i]->meta;
+      if (!m) continue;
+      if (!m->device) {
+        m->device = malloc(sizeof *m->device);
+        if (!m->device) return -1;
+        tcc__v1__device__init(m->device);
+      }
+      m->device->type = dev;
+    }
+  }
   return 0;
 }
 

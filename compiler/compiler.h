@@ -164,7 +164,9 @@ typedef struct tcc_op_info {
 
 /* The ops device (Tcc__V1__DeviceType; UNSPECIFIED = CPU) compiles, in op
  * table order: fills out[0..min(count, cap)) and returns the count (call
- * with cap 0 to size the array). CUDA lists none yet. Thread-safe. */
+ * with cap 0 to size the array). CUDA lists every op except the extern
+ * (GEMM) steps, which need cuBLAS on the client (not built yet).
+ * Thread-safe. */
 size_t tcc_compiler_ops(int device, tcc_op_info *out, size_t cap);
 
 /* The tensor dtypes device computes in (on CPU: float32, float64,

@@ -51,9 +51,10 @@ size_t tcc_compiler_dtypes(int device, Tcc__V1__DType *out, size_t cap) {
     TCC__V1__DTYPE__BFLOAT16, TCC__V1__DTYPE__INT8, TCC__V1__DTYPE__INT16,
     TCC__V1__DTYPE__INT32, TCC__V1__DTYPE__INT64, TCC__V1__DTYPE__UINT8, TCC__V1__DTYPE__BOOL};
   size_t n = sizeof cpu / sizeof cpu[0];
-  if (device != TCC__V1__DEVICE_TYPE__DEVICE_TYPE_UNSPECIFIED && device != TCC__V1__DEVICE_TYPE__CPU)
+  if (device != TCC__V1__DEVICE_TYPE__DEVICE_TYPE_UNSPECIFIED && device != TCC__V1__DEVICE_TYPE__CPU &&
+      device != TCC__V1__DEVICE_TYPE__CUDA)
     return 0;
-  for (size_t i = 0; i < n && i < cap; i++) out[i] = cpu[i];
+  for (size_t i = 0; i < n && i < cap; i++) out[i] = cpu[i]; /* CUDA stores and computes the same */
   return n;
 }
 

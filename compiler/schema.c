@@ -473,10 +473,16 @@ size_t tcc_compiler_ops(int device, tcc_op_info *out, size_t cap) {
   static const char *const kinds[] = {
     [TCC_OPK_POINTWISE] = "pointwise", [TCC_OPK_REDUCTION] = "reduction",
     [TCC_OPK_VIEW] = "view", [TCC_OPK_EXTERN] = "extern"};
-  if (device != TCC__V1__DEVICE_TYPE__DEVICE_TYPE_UNSPECIFIED && device != TCC__V1__DEVICE_TYPE__CPU)
-    return 0;                                   /* no CUDA backend yet */
+  int cuda = device == TCC__V1__DEVICE_TYPE__CUDA;
+  if (!cuda && device != TCC__V1__DEVICE_TYPE__DEVICE_TYPE_UNSPECIFIED && device != TCC__V1__DEVICE_TYPE__CPU)
+    return 0;
   if (tcc_ops_init(NULL)) return 0;
-  for (size_t i = 0; i < TCC_OP_COUNT && i < cap; i++)
-    out[i] = (tcc_op_info){op_table[i].name, op_table[i].schema_text, kinds[op_table[i].kind]};
-  return TCC_OP_COUNT;
+  size_t n = 0;
+  for (size_t i = 0; i < TCC_OP_COUNT; i++) {
+    /* CUDA: extern steps (GEMMs) need cuBLAS on the client, not built yet */
+    if (cuda && op_table[i].kind == TCC_OPK_EXTERN) continue;
+    if (n < cap) out[n] = (tcc_op_info){op_table[i].name, op_table[i].schema_text, kinds[op_table[i].kind]};
+    n++;
+  }
+  return n;
 }

@@ -219,12 +219,23 @@ START_TEST(published_ops) {
   free(ops);
   tcc_op_info one;
   ck_assert_uint_eq(tcc_compiler_ops(TCC__V1__DEVICE_TYPE__CPU, &one, 1), n);   /* truncated */
-  ck_assert_uint_eq(tcc_compiler_ops(TCC__V1__DEVICE_TYPE__CUDA, NULL, 0), 0);
+  /* CUDA: every op but the extern (GEMM) steps, which need cuBLAS */
+  size_t ncuda = tcc_compiler_ops(TCC__V1__DEVICE_TYPE__CUDA, NULL, 0);
+  ck_assert_uint_gt(ncuda, 100);
+  ck_assert_uint_lt(ncuda, n);
+  tcc_op_info *cops = calloc(ncuda, sizeof *cops);
+  ck_assert_uint_eq(tcc_compiler_ops(TCC__V1__DEVICE_TYPE__CUDA, cops, ncuda), ncuda);
+  for (size_t i = 0; i < ncuda; i++) {
+    ck_assert_str_ne(cops[i].kind, "extern");
+    ck_assert_str_ne(cops[i].target, "aten.mm.default");
+  }
+  free(cops);
+  ck_assert_uint_eq(tcc_compiler_ops(7, NULL, 0), 0);  /* an unknown device */
   Tcc__V1__DType dts[4];
   ck_assert_uint_eq(tcc_compiler_dtypes(TCC__V1__DEVICE_TYPE__CPU, dts, 4), 10);
   ck_assert_int_eq(dts[0], TCC__V1__DTYPE__FLOAT32);
   ck_assert_int_eq(dts[1], TCC__V1__DTYPE__FLOAT64);
-  ck_assert_uint_eq(tcc_compiler_dtypes(TCC__V1__DEVICE_TYPE__CUDA, dts, 4), 0);
+  ck_assert_uint_eq(tcc_compiler_dtypes(TCC__V1__DEVICE_TYPE__CUDA, dts, 4), 10);
 }
 END_TEST
 
