@@ -1,0 +1,117 @@
+"""Parallel CPU kernels are race-free: the forward and backward graphs of
+BatchNorm2d + ReLU (and BatchNorm2d + ReLU + residual add), big enough that
+their kernels run `#pragma omp parallel for`, give bitwise-identical
+results on every one of many runs on the same inputs (OMP_NUM_THREADS 2
+and 4, set by the parametrized subprocess) and match eager.
+
+Why: a kernel whose parallel loop lets one thread read what another
+writes (a [C] statistic computed and consumed in one kernel, several
+threads accumulating into one output) gives wrong values only now and
+then; comparing many runs bitwise catches what one comparison misses.
+"""
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+sys.path.insert(0, os.path.dirname(__file__))
+import tcckern as tk  # noqa: E402
+from test_fusion import aot_graphs  # noqa: E402
+
+SEED = int(os.environ.get("TCC_TEST_SEED", time.time_ns() % (1 << 31)))
+RUNS = int(os.environ.get("TCC_STRESS_RUNS", "60"))
+N, C, H, W = (int(v) for v in os.environ.get("TCC_STRESS_SHAPE", "8,64,32,32").split(","))
+
+
+class BnRelu(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.bn = torch.nn.BatchNorm2d(C)
+
+    def forward(self, x):
+        return torch.relu(self.bn(x))
+
+
+class BnReluAdd(torch.nn.Module):   # the residual half of a ResNet block
+    def __init__(self):
+        super().__init__()
+        self.bn = torch.nn.BatchNorm2d(C)
+
+    def forward(self, x):
+        return torch.relu(x + torch.relu(self.bn(x)))
+
+
+MODELS = {"bn_relu": BnRelu, "bn_relu_add": BnReluAdd}
+
+
+def stress(name):
+    """Compiles every graph of MODELS[name] and runs each RUNS times."""
+    torch.manual_seed(SEED)
+    model = MODELS[name]()
+    with torch.no_grad():   # non-trivial affine parameters
+        model.bn.weight.uniform_(0.5, 1.5)
+        model.bn.bias.uniform_(-0.5, 0.5)
+    x = (torch.randn(N, C, H, W) * 2 + 0.3).requires_grad_(True)   # grad_input too
+    graphs = aot_graphs(model, [x], True)
+    assert len(graphs) == 2   # forward and backward
+    nparallel = 0
+    for gi, (gm, args) in enumerate(graphs):
+        tens = [a for a in args if isinstance(a, torch.Tensor)]
+        assert len(tens) == len(args)
+        for t in tens:   # fresh random values for every input (no zeros)
+            if t.is_floating_point() and t.numel() > C:
+                t.copy_(torch.randn(t.shape, dtype=torch.float64).to(t.dtype))
+        clean, keep = tk.sanitize(gm)
+        k = tk.compile_fx(clean, tens, keep_source=True)
+        nparallel += k.source.count("omp parallel for")
+        want = gm(*[t.clone() for t in tens])
+        want = list(want) if isinstance(want, (tuple, list)) else [want]
+        want = [want[i] for i in keep]
+        # float64 reference of the same graph
+        ref = gm(*[t.double() if t.is_floating_point() else t for t in tens])
+        ref = list(ref) if isinstance(ref, (tuple, list)) else [ref]
+        ref = [ref[i] for i in keep]
+        first = [o.clone() for o in k(*tens)]
+        for o, w, r in zip(first, want, ref):
+            if not o.is_floating_point():
+                assert torch.equal(o, w)
+                continue
+            # within float32 noise of the float64 reference, as eager is
+            # (a different summation order: a few times eager's error, and
+            # float32 rounding of sums of N*H*W terms of the output's scale)
+            scale = max(1.0, r.abs().max().item())
+            tol = 4 * (w.double() - r).abs().max().item() + 1e-5 * scale
+            err = (o.double() - r).abs().max().item()
+            assert err <= tol, f"{name} graph {gi}: {err} from float64 (tolerance {tol})"
+        outs = k.alloc_outputs()
+        for run in range(RUNS):
+            for o in outs:
+                o.fill_(float("nan") if o.is_floating_point() else 0)
+            k(*tens, outs=outs)
+            for j, (o, f) in enumerate(zip(outs, first)):
+                if not torch.equal(o, f):
+                    diff = (o.double() - f.double()).abs().max().item() if o.is_floating_point() else -1
+                    raise AssertionError(f"{name} graph {gi} output {j}: run {run + 1} differs "
+                                         f"from run 0 by {diff} (OMP_NUM_THREADS="
+                                         f"{os.environ.get('OMP_NUM_THREADS')}, seed {SEED})")
+    assert nparallel > 0, "inputs too small to exercise the parallel path"
+    return nparallel
+
+
+@pytest.mark.parametrize("threads", [2, 4])
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_parallel_kernels_deterministic(name, threads):
+    # OpenMP reads OMP_NUM_THREADS when the runtime starts: a child process
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), TCC_TEST_SEED=str(SEED))
+    r = subprocess.run([sys.executable, __file__, name], env=env, capture_output=True, text=True)
+    print(r.stdout, r.stderr)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+if __name__ == "__main__":
+    print(f"test_parallel: seed {SEED} (TCC_TEST_SEED={SEED} replays), "
+          f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}")
+    print(f"{sys.argv[1]}: {stress(sys.argv[1])} parallel loops, {RUNS} runs each, identical")
