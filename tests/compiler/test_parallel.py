@@ -8,6 +8,9 @@ Why: a kernel whose parallel loop lets one thread read what another
 writes (a [C] statistic computed and consumed in one kernel, several
 threads accumulating into one output) gives wrong values only now and
 then; comparing many runs bitwise catches what one comparison misses.
+A shared accumulator injected into the emitter's reductions fails this
+test at once. (Written for tests/python's ResNet flake, which is not a
+race: see the commit that added this file.)
 """
 import os
 import subprocess
