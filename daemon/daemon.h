@@ -281,6 +281,58 @@ void tccd_remote_touch(tccd_state *st, const uint8_t hash[TCC_SHA256_BYTES]);
 /* For Stats: enabled, connected, "host:port/db". */
 void tccd_remote_info(const tccd_state *st, int *enabled, int *connected, const char **address);
 
+/* ------------------------------------------------------------- redis_cluster.c */
+
+/* The Redis connection layer under remote.c: one server or a Redis
+ * Cluster (found by asking CLUSTER SLOTS), commands routed by the hash
+ * slot of their key, MOVED/ASK/TRYAGAIN followed (see the file's drawing). */
+typedef struct tccd_redis tccd_redis;
+struct redisReply;
+
+/* Connection-level news for the owner (remote.c counts and logs them). */
+typedef struct tccd_redis_events {
+  void *arg;
+  void (*trouble)(void *arg, const char *msg); /* a failure: no connection, lost, hung */
+  void (*healthy)(void *arg);                  /* a node (re)connected */
+} tccd_redis_events;
+
+/* A command's answer: a hiredis reply (an error reply made by the layer
+ * starts with "tccd: "), or NULL when the layer closed. Valid only during
+ * the call. */
+typedef void (*tccd_redis_reply_fn)(void *arg, struct redisReply *reply);
+
+typedef struct tccd_redis_stats {
+  int cluster;          /* the servers are a Redis Cluster */
+  int nodes;            /* known nodes (seeds + masters of the slot map) */
+  int connected_nodes;
+  int64_t moved, ask;   /* redirections followed */
+} tccd_redis_stats;
+
+/* Parses urls ("redis://[[USER]:PASSWORD@]HOST[:PORT][/DB]" or several,
+ * comma-separated; later ones may drop the scheme) and starts connecting
+ * to every seed (never blocks). Returns 0, or TCC_E_INVALID_ARGUMENT with
+ * a message (never the password). */
+int tccd_redis_open(uv_loop_t *loop, const char *urls, int timeout_ms, const tccd_redis_events *ev,
+                    tccd_redis **out, tcc_error *err);
+/* Sends argv (binary-safe when lens is set) to the node owning key's hash
+ * slot (key NULL: any node). Returns 0 (fn runs later, exactly once) or
+ * -1 when that node is not connected (nothing sent, fn never runs). */
+int tccd_redis_command(tccd_redis *rc, const char *key, size_t key_len, int argc, const char **argv,
+                       const size_t *lens, tccd_redis_reply_fn fn, void *arg);
+/* The hash slot of a key: CRC16-XMODEM of its {hash tag} (or of the whole
+ * key) mod 16384, as the Redis Cluster spec. */
+int tccd_redis_slot(const char *key, size_t len);
+/* 1 when a node answers (single: the server; cluster: any node). */
+int tccd_redis_connected(const tccd_redis *rc);
+/* 1 when commands may be sent (a connection is up or being made). */
+int tccd_redis_usable(const tccd_redis *rc);
+/* "host:port[,host:port...]/db" (the seeds), never the password. */
+const char *tccd_redis_display(const tccd_redis *rc);
+void tccd_redis_info(const tccd_redis *rc, tccd_redis_stats *out);
+/* Drops every connection (pending commands get fn(arg, NULL)) and frees
+ * the layer once its timer has closed. */
+void tccd_redis_close(tccd_redis *rc);
+
 /* ------------------------------------------------------------- util */
 
 static inline double tccd_ms_since(uint64_t start_ns) {

@@ -130,96 +130,15 @@ typedef struct remote_op {
 
 struct tccd_remote {
   tccd_state *st;
-  char host[256];
-  int port, db;
-  char user[128], password[256];
-  char display[300];              /* host:port/db, never the password */
-  redisAsyncContext *ac;          /* NULL while down */
-  int connected;                  /* the connect callback said OK */
+  tccd_redis *rc;                 /* the connections (redis_cluster.c) */
+  const char *display;            /* host:port/db, never the password */
   uv_timer_t tick;
-  uint64_t reconnect_at_ns;       /* while down */
-  uint64_t connect_started_ns;    /* while connecting */
-  unsigned reconnect_ms;
-  int64_t pending;                /* commands without a reply yet */
-  uint64_t waiting_since_ns;      /* when pending last went 0 -> 1 or a reply came */
   int warned;                     /* the current trouble was logged */
   tccd_remote_flight *flights;
   int closing;
 };
 
 static uint64_t now_ns(void) { return uv_hrtime(); }
-
-/* ------------------------------------------------------------ URL */
-
-/* Decodes %XX escapes in place. Returns 0 or -1. */
-static int percent_decode(char *s) {
-  char *w = s;
-  for (char *p = s; *p; p++) {
-    if (*p == '%') {
-      unsigned v;
-      if (!p[1] || !p[2] || sscanf(p + 1, "%2x", &v) != 1) return -1;
-      *w++ = (char)v;
-      p += 2;
-    } else {
-      *w++ = *p;
-    }
-  }
-  *w = '\0';
-  return 0;
-}
-
-/* redis://[[USER]:PASSWORD@]HOST[:PORT][/DB]. Returns 0 or a message. */
-static int parse_url(tccd_remote *r, const char *url, tcc_error *err) {
-  const char *p = url;
-  if (strncmp(p, "redis://", 8) != 0)
-    return tcc_error_set(err, TCC_E_INVALID_ARGUMENT,
-                         "--redis must look like redis://[[USER]:PASSWORD@]HOST[:PORT][/DB]");
-  p += 8;
-  r->port = 6379;
-  const char *at = strrchr(p, '@');
-  if (at) {
-    const char *colon = memchr(p, ':', (size_t)(at - p));
-    if (!colon || (size_t)(colon - p) >= sizeof r->user || (size_t)(at - colon - 1) >= sizeof r->password)
-      return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "--redis: credentials must be [USER]:PASSWORD@");
-    memcpy(r->user, p, (size_t)(colon - p));
-    memcpy(r->password, colon + 1, (size_t)(at - colon - 1));
-    if (percent_decode(r->user) || percent_decode(r->password))
-      return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "--redis: bad %% escape in the credentials");
-    p = at + 1;
-  }
-  const char *host_end;
-  if (*p == '[') { /* [ipv6] */
-    host_end = strchr(p, ']');
-    if (!host_end) return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "--redis: unterminated [");
-    p++;
-  } else {
-    host_end = p + strcspn(p, ":/");
-  }
-  size_t hl = (size_t)(host_end - p);
-  if (hl == 0 || hl >= sizeof r->host) return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "--redis: no host");
-  memcpy(r->host, p, hl);
-  r->host[hl] = '\0';
-  p = host_end + (*host_end == ']');
-  if (*p == ':') {
-    char *end;
-    long port = strtol(p + 1, &end, 10);
-    if (end == p + 1 || port < 1 || port > 65535)
-      return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "--redis: bad port");
-    r->port = (int)port;
-    p = end;
-  }
-  if (*p == '/' && p[1]) {
-    char *end;
-    long db = strtol(p + 1, &end, 10);
-    if (end == p + 1 || *end || db < 0 || db > 1000000)
-      return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "--redis: bad database number");
-    r->db = (int)db;
-  } else if (*p && strcmp(p, "/") != 0) {
-    return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "--redis: unexpected '%.40s' after the host", p);
-  }
-  snprintf(r->display, sizeof r->display, "%s:%d/%d", r->host, r->port, r->db);
-  return 0;
-}
 
 /* ------------------------------------------------------------ trouble */
 
@@ -245,72 +164,16 @@ static void remote_healthy(tccd_remote *r) {
 
 static void count(tccd_remote *r, tcc_cache_counter c) { tcc_cache_count(r->st->cache, c, 1); }
 
-/* ------------------------------------------------------------ libuv adapter */
+/* ------------------------------------------------------------ connections */
 
-/* hiredis's own adapters/libuv.h, with one fix: libuv reports a socket
- * error (POLLERR: a reset, a refused connect) as a poll status < 0 and
- * stops the handle, and the shipped adapter ignores that status, so
- * hiredis never learns the connection is gone (a killed Redis then hangs
- * every command until its timeout, and a refused connect forever). Here
- * an error status is handed to hiredis as a read, which finds the error
- * and disconnects. */
-typedef struct remote_events {
-  redisAsyncContext *ac;
-  uv_poll_t handle;
-  int events;
-} remote_events;
-
-static void ev_poll(uv_poll_t *h, int status, int events) {
-  remote_events *p = h->data;
-  if (!p->ac) return;
-  if (status < 0) {
-    redisAsyncHandleRead(p->ac); /* reads the error, disconnects */
-    return;
-  }
-  if (events & UV_READABLE) redisAsyncHandleRead(p->ac);
-  if (p->ac && (events & UV_WRITABLE)) redisAsyncHandleWrite(p->ac);
+/* The connection layer (redis_cluster.c) reports here. */
+static void on_layer_trouble(void *arg, const char *msg) {
+  tccd_remote *r = arg;
+  count(r, TCC_COUNTER_remote_errors);
+  remote_trouble(r, "%s", msg);
 }
 
-static void ev_update(remote_events *p, int add, int ev) {
-  p->events = add ? p->events | ev : p->events & ~ev;
-  if (p->events) uv_poll_start(&p->handle, p->events, ev_poll);
-  else uv_poll_stop(&p->handle);
-}
-
-static void ev_add_read(void *d) { ev_update(d, 1, UV_READABLE); }
-static void ev_del_read(void *d) { ev_update(d, 0, UV_READABLE); }
-static void ev_add_write(void *d) { ev_update(d, 1, UV_WRITABLE); }
-static void ev_del_write(void *d) { ev_update(d, 0, UV_WRITABLE); }
-
-static void ev_closed(uv_handle_t *h) { free(h->data); }
-
-static void ev_cleanup(void *d) {
-  remote_events *p = d;
-  p->ac = NULL; /* the context is being freed */
-  uv_close((uv_handle_t *)&p->handle, ev_closed);
-}
-
-/* Attaches a context to the loop. Returns 0 or -1. */
-static int ev_attach(redisAsyncContext *ac, uv_loop_t *loop) {
-  if (ac->ev.data) return -1;
-  remote_events *p = calloc(1, sizeof *p);
-  if (!p) return -1;
-  if (uv_poll_init(loop, &p->handle, ac->c.fd) != 0) {
-    free(p);
-    return -1;
-  }
-  p->ac = ac;
-  p->handle.data = p;
-  ac->ev.data = p;
-  ac->ev.addRead = ev_add_read;
-  ac->ev.delRead = ev_del_read;
-  ac->ev.addWrite = ev_add_write;
-  ac->ev.delWrite = ev_del_write;
-  ac->ev.cleanup = ev_cleanup;
-  return 0;
-}
-
-/* ------------------------------------------------------------ connection */
+static void on_layer_healthy(void *arg) { remote_healthy(arg); }
 
 static void on_tick(uv_timer_t *t);
 
@@ -319,109 +182,31 @@ static void arm_tick(tccd_remote *r) {
     uv_timer_start(&r->tick, on_tick, REMOTE_TICK_MS, REMOTE_TICK_MS);
 }
 
-static void schedule_reconnect(tccd_remote *r) {
-  r->reconnect_ms = r->reconnect_ms ? r->reconnect_ms * 2 : REMOTE_RECONNECT_FIRST_MS;
-  if (r->reconnect_ms > REMOTE_RECONNECT_MAX_MS) r->reconnect_ms = REMOTE_RECONNECT_MAX_MS;
-  r->reconnect_at_ns = now_ns() + (uint64_t)r->reconnect_ms * 1000000ull;
-  arm_tick(r);
-}
+static void on_reply(void *privdata, redisReply *rep);
 
-static void on_connect(const redisAsyncContext *ac, int status) {
-  tccd_remote *r = ac->data;
-  if (status != REDIS_OK) { /* hiredis frees the context after this */
-    remote_trouble(r, "cannot connect: %s", ac->errstr[0] ? ac->errstr : "error");
-    count(r, TCC_COUNTER_remote_errors);
-    r->ac = NULL;
-    r->connected = 0;
-    r->pending = 0;
-    schedule_reconnect(r);
-    return;
-  }
-  r->connected = 1;
-  r->reconnect_ms = 0;
-  log_info("redis %s: connected", r->display);
-  remote_healthy(r);
-}
-
-static void on_disconnect(const redisAsyncContext *ac, int status) {
-  tccd_remote *r = ac->data;
-  r->ac = NULL;
-  r->connected = 0;
-  r->pending = 0;
-  if (r->closing) return;
-  if (status != REDIS_OK) {
-    remote_trouble(r, "connection lost: %s", ac->errstr[0] ? ac->errstr : "closed");
-    count(r, TCC_COUNTER_remote_errors);
-  }
-  schedule_reconnect(r);
-}
-
-static void on_reply(redisAsyncContext *ac, void *reply, void *privdata);
-
-/* Sends argv (binary-safe); with flight set, the reply goes to it.
- * Returns 0, or -1 when there is no connection (nothing was sent). */
+/* Sends argv (binary-safe) to the node that owns `key` (its hash tag
+ * names the slot; every key of a multi-key command shares it); with
+ * flight set, the reply goes to it. Returns 0, or -1 when there is no
+ * connection (nothing was sent). */
 static int remote_send(tccd_remote *r, tccd_remote_flight *flight, tcc_cache_counter ok_counter,
-                       const char *what, int argc, const char **argv, const size_t *lens) {
-  if (!r->ac || r->closing) return -1;
+                       const char *what, const char *key, int argc, const char **argv, const size_t *lens) {
+  if (!r->rc || r->closing) return -1;
   remote_op *op = calloc(1, sizeof *op);
   if (!op) return -1;
   op->r = r;
   op->flight = flight;
   op->ok_counter = ok_counter;
   op->what = what;
-  if (redisAsyncCommandArgv(r->ac, on_reply, op, argc, argv, lens) != REDIS_OK) {
+  if (tccd_redis_command(r->rc, key, strlen(key), argc, argv, lens, on_reply, op) != 0) {
     free(op);
     return -1;
   }
-  if (r->pending++ == 0) r->waiting_since_ns = now_ns();
   if (flight) {
     flight->op = op;
     flight->op_deadline_ns = now_ns() + (uint64_t)r->st->cfg->redis_timeout_ms * 1000000ull;
+    arm_tick(r);
   }
-  arm_tick(r);
   return 0;
-}
-
-static void remote_connect(tccd_remote *r) {
-  log_debug("redis %s: connecting", r->display);
-  redisAsyncContext *ac = redisAsyncConnect(r->host, r->port);
-  if (!ac || ac->err) {
-    remote_trouble(r, "cannot connect: %s", ac ? ac->errstr : "out of memory");
-    count(r, TCC_COUNTER_remote_errors);
-    if (ac) redisAsyncFree(ac);
-    schedule_reconnect(r);
-    return;
-  }
-  ac->data = r;
-  if (ev_attach(ac, r->st->loop) != 0) {
-    remote_trouble(r, "cannot attach to the event loop");
-    redisAsyncFree(ac);
-    schedule_reconnect(r);
-    return;
-  }
-  redisAsyncSetConnectCallback(ac, on_connect);
-  redisAsyncSetDisconnectCallback(ac, on_disconnect);
-  r->ac = ac;
-  r->connected = 0;
-  r->connect_started_ns = now_ns();
-  r->pending = 0;
-  /* queued before anything else, sent once connected */
-  if (r->password[0]) {
-    const char *argv[3] = {"AUTH", r->user, r->password};
-    int with_user = r->user[0] != '\0';
-    if (with_user) {
-      remote_send(r, NULL, TCC_COUNTER__COUNT, "AUTH", 3, argv, NULL);
-    } else {
-      argv[1] = r->password;
-      remote_send(r, NULL, TCC_COUNTER__COUNT, "AUTH", 2, argv, NULL);
-    }
-  }
-  if (r->db) {
-    char db[16];
-    snprintf(db, sizeof db, "%d", r->db);
-    const char *argv[2] = {"SELECT", db};
-    remote_send(r, NULL, TCC_COUNTER__COUNT, "SELECT", 2, argv, NULL);
-  }
 }
 
 /* ------------------------------------------------------------ entries */
@@ -567,7 +352,7 @@ static int flight_send_probe(tccd_remote_flight *f) {
   key_name(k3, f->hex, "lock");
   const char *argv[4] = {"MGET", k1, k2, k3};
   if (f->state != FLIGHT_WAIT) f->state = FLIGHT_PROBE;
-  return remote_send(f->r, f, TCC_COUNTER__COUNT, "MGET", 4, argv, NULL);
+  return remote_send(f->r, f, TCC_COUNTER__COUNT, "MGET", k1, 4, argv, NULL);
 }
 
 static void flight_probe(tccd_remote_flight *f) {
@@ -584,7 +369,7 @@ static void flight_lock(tccd_remote_flight *f) {
   snprintf(px, sizeof px, "%d", f->r->st->cfg->compile_timeout_ms + REMOTE_LOCK_MARGIN_MS);
   const char *argv[6] = {"SET", k, f->token, "NX", "PX", px};
   f->state = FLIGHT_LOCK;
-  if (remote_send(f->r, f, TCC_COUNTER__COUNT, "SET NX", 6, argv, NULL) != 0) {
+  if (remote_send(f->r, f, TCC_COUNTER__COUNT, "SET NX", k, 6, argv, NULL) != 0) {
     count(f->r, TCC_COUNTER_remote_errors);
     flight_compile_here(f, 0);
   }
@@ -647,13 +432,9 @@ static void flight_on_lock(tccd_remote_flight *f, redisReply *rep) {
   else flight_wait(f);                                              /* nil: taken */
 }
 
-static void on_reply(redisAsyncContext *ac, void *reply, void *privdata) {
-  (void)ac;
+static void on_reply(void *privdata, redisReply *rep) {
   remote_op *op = privdata;
   tccd_remote *r = op->r;
-  redisReply *rep = reply;
-  if (r->pending > 0) r->pending--;
-  r->waiting_since_ns = now_ns();
   tccd_remote_flight *f = op->flight;
   if (f) f->op = NULL;
   if (!rep || rep->type == REDIS_REPLY_ERROR) {
@@ -673,37 +454,11 @@ static void on_reply(redisAsyncContext *ac, void *reply, void *privdata) {
   else flight_on_probe(f, rep);
 }
 
-/* Every 10 ms while needed: reconnects, command timeouts, WAIT polls,
- * and a hung connection's reset. */
+/* Every 10 ms while a flight is waiting: command timeouts and WAIT polls
+ * (reconnects and hung connections are the connection layer's). */
 static void on_tick(uv_timer_t *t) {
   tccd_remote *r = t->data;
   uint64_t now = now_ns();
-  if (!r->ac && now >= r->reconnect_at_ns) remote_connect(r);
-  /* hiredis's libuv adapter drops poll errors, so a refused or hung
-   * connect may never call on_connect: give it --redis-timeout-ms */
-  if (r->ac && !r->connected && now > r->connect_started_ns &&
-      now - r->connect_started_ns > (uint64_t)r->st->cfg->redis_timeout_ms * 1000000ull) {
-    remote_trouble(r, "cannot connect: no answer within %d ms", r->st->cfg->redis_timeout_ms);
-    count(r, TCC_COUNTER_remote_errors);
-    redisAsyncContext *ac = r->ac;
-    r->ac = NULL;
-    r->pending = 0;
-    redisAsyncFree(ac); /* pending commands get NULL replies */
-    schedule_reconnect(r);
-  }
-  uint64_t stuck_ms = (uint64_t)r->st->cfg->redis_timeout_ms * 5;
-  if (stuck_ms < REMOTE_STUCK_MIN_MS) stuck_ms = REMOTE_STUCK_MIN_MS;
-  if (r->ac && r->pending > 0 && now > r->waiting_since_ns &&
-      now - r->waiting_since_ns > stuck_ms * 1000000ull) {
-    remote_trouble(r, "no reply for %llu ms; reconnecting", (unsigned long long)stuck_ms);
-    count(r, TCC_COUNTER_remote_errors);
-    redisAsyncContext *ac = r->ac;
-    redisAsyncFree(ac); /* replies NULL to every pending command; on_disconnect runs */
-    r->ac = NULL;
-    r->connected = 0;
-    r->pending = 0;
-    if (r->reconnect_at_ns <= now) schedule_reconnect(r);
-  }
   for (tccd_remote_flight *f = r->flights, *next; f; f = next) {
     next = f->next;
     if (f->op && now >= f->op_deadline_ns) {
@@ -720,7 +475,7 @@ static void on_tick(uv_timer_t *t) {
       }
     }
   }
-  if (!r->flights && r->pending == 0 && r->ac && r->connected) uv_timer_stop(t);
+  if (!r->flights) uv_timer_stop(t);
 }
 
 /* ------------------------------------------------------------ API */
@@ -730,25 +485,21 @@ int tccd_remote_init(tccd_state *st, tcc_error *err) {
   tccd_remote *r = calloc(1, sizeof *r);
   if (!r) return tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "out of memory");
   r->st = st;
-  int rc = parse_url(r, st->cfg->redis, err);
+  tccd_redis_events ev = {.arg = r, .trouble = on_layer_trouble, .healthy = on_layer_healthy};
+  r->display = "";
+  int rc = tccd_redis_open(st->loop, st->cfg->redis, st->cfg->redis_timeout_ms, &ev, &r->rc, err);
   if (rc) {
-    sodium_memzero(r->password, sizeof r->password);
     free(r);
     return rc;
   }
+  r->display = tccd_redis_display(r->rc);
   uv_timer_init(st->loop, &r->tick);
   r->tick.data = r;
-  uv_timer_start(&r->tick, on_tick, REMOTE_TICK_MS, REMOTE_TICK_MS);
   st->remote = r;
-  remote_connect(r);
   return 0;
 }
 
-static void on_tick_closed(uv_handle_t *h) {
-  tccd_remote *r = h->data;
-  sodium_memzero(r->password, sizeof r->password);
-  free(r);
-}
+static void on_tick_closed(uv_handle_t *h) { free(h->data); }
 
 void tccd_remote_close(tccd_state *st) {
   tccd_remote *r = st->remote;
@@ -756,8 +507,9 @@ void tccd_remote_close(tccd_state *st) {
   st->remote = NULL;
   while (r->flights) flight_compile_here(r->flights, 0); /* compile.c cancelled them already */
   r->closing = 1;
-  if (r->ac) redisAsyncFree(r->ac); /* never waits on a hung Redis */
-  r->ac = NULL;
+  tccd_redis_close(r->rc); /* never waits on a hung Redis; pending replies come back NULL */
+  r->rc = NULL;
+  r->display = "";
   uv_timer_stop(&r->tick);
   uv_close((uv_handle_t *)&r->tick, on_tick_closed);
 }
@@ -765,7 +517,7 @@ void tccd_remote_close(tccd_state *st) {
 tccd_remote_flight *tccd_remote_begin(tccd_state *st, const uint8_t hash[TCC_SHA256_BYTES],
                                       const uint8_t *key, size_t key_len, tccd_remote_done done, void *arg) {
   tccd_remote *r = st->remote;
-  if (!r || r->closing || !r->ac) {
+  if (!r || r->closing || !tccd_redis_usable(r->rc)) {
     if (r && !r->closing) count(r, TCC_COUNTER_remote_errors);
     return NULL;
   }
@@ -820,7 +572,7 @@ void tccd_remote_publish(tccd_state *st, const tcc_cache_entry *e, const uint8_t
                           (const char *)(artifact ? artifact : (const uint8_t *)""), ttl, tok};
   size_t lens[10] = {4, strlen(PUBLISH_SCRIPT), 1, strlen(k1), strlen(k2), strlen(k3), elen, len,
                      strlen(ttl), strlen(tok)};
-  if (remote_send(r, NULL, TCC_COUNTER_remote_stores, "publish", 10, argv, lens) != 0) {
+  if (remote_send(r, NULL, TCC_COUNTER_remote_stores, "publish", k1, 10, argv, lens) != 0) {
     count(r, TCC_COUNTER_remote_errors);
     remote_trouble(r, "not connected; %.12s not written through", hex);
   }
@@ -834,7 +586,7 @@ void tccd_remote_release(tccd_state *st, const uint8_t hash[TCC_SHA256_BYTES], c
   tcc_hex_encode(hash, TCC_SHA256_BYTES, hex);
   key_name(k, hex, "lock");
   const char *argv[5] = {"EVAL", RELEASE_SCRIPT, "1", k, token};
-  if (remote_send(r, NULL, TCC_COUNTER__COUNT, "release", 5, argv, NULL) != 0)
+  if (remote_send(r, NULL, TCC_COUNTER__COUNT, "release", k, 5, argv, NULL) != 0)
     count(r, TCC_COUNTER_remote_errors); /* the lock expires by itself */
 }
 
@@ -848,13 +600,13 @@ void tccd_remote_touch(tccd_state *st, const uint8_t hash[TCC_SHA256_BYTES]) {
   for (int i = 0; i < 2; i++) {
     key_name(k, hex, parts[i]);
     const char *argv[3] = {"PEXPIRE", k, ttl};
-    if (remote_send(r, NULL, TCC_COUNTER__COUNT, "PEXPIRE", 3, argv, NULL) != 0) return;
+    if (remote_send(r, NULL, TCC_COUNTER__COUNT, "PEXPIRE", k, 3, argv, NULL) != 0) return;
   }
 }
 
 void tccd_remote_info(const tccd_state *st, int *enabled, int *connected, const char **address) {
   const tccd_remote *r = st->remote;
   *enabled = r != NULL;
-  *connected = r && r->ac && r->connected;
+  *connected = r && tccd_redis_connected(r->rc);
   *address = r ? r->display : "";
 }
