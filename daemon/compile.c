@@ -326,6 +326,10 @@ static void job_fail(tccd_job *job, int compiled) {
     if (tcc_cache_store_failure(st->cache, job->prep->hash, job->prep->key, job->prep->key_len,
                                 job->prep->target, job->rc, job->err.msg, &serr) != 0)
       log_warn("could not record the failure: %s", serr.msg);
+    /* shared with the cluster too, dropping the cluster lock if ours */
+    tccd_remote_publish_failure(st, job->prep->hash, job->prep->key, job->prep->key_len, job->prep->target,
+                                job->rc, job->err.msg, job->remote_locked ? job->remote_token : NULL);
+    job->remote_locked = 0;
   }
   reply_error_to_waiters(job, job->rc, job->err.msg);
   job_release_lock(job);
@@ -405,6 +409,19 @@ static void job_remote_done(void *arg, tccd_remote_result *res) {
   tccd_job *job = arg;
   tccd_state *st = job->st;
   job->flight = NULL;
+  if (res->failed) { /* another daemon's recorded failure: the same error, no compile */
+    tcc_error serr;
+    if (tcc_cache_store_failure(st->cache, job->prep->hash, job->prep->key, job->prep->key_len, job->prep->target,
+                                res->fail_code, res->fail_message, &serr) != 0)
+      log_warn("could not record the remote failure: %s", serr.msg);
+    tcc_cache_count(st->cache, TCC_COUNTER_negative_hits, 1);
+    log_info("compile %.12s: a failure recorded by another daemon answered again", job->prep->hash_hex);
+    char msg[TCC_ERROR_MSG_MAX];
+    snprintf(msg, sizeof msg, "%.700s (recorded failure for guard hash %s, shared through the remote tier)",
+             res->fail_message, job->prep->hash_hex);
+    job_end_early(job, res->fail_code, msg);
+    return;
+  }
   if (!res->hit) {
     job->remote_locked = res->locked;
     memcpy(job->remote_token, res->token, sizeof job->remote_token);

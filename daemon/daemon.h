@@ -247,6 +247,9 @@ typedef struct tccd_remote_result {
   tcc_cache_entry entry;   /* hit: owned by the receiver (tcc_cache_entry_clear) */
   uint8_t *artifact;       /* hit: malloc'd, owned by the receiver */
   size_t artifact_len;
+  int failed;              /* a verified failure record: answer its error */
+  int fail_code;           /* failed: TCC_E_* */
+  char fail_message[TCC_ERROR_MSG_MAX];
 } tccd_remote_result;
 
 typedef void (*tccd_remote_done)(void *arg, tccd_remote_result *res);
@@ -278,6 +281,36 @@ void tccd_remote_publish(tccd_state *st, const tcc_cache_entry *e, const uint8_t
 void tccd_remote_release(tccd_state *st, const uint8_t hash[TCC_SHA256_BYTES], const char *token);
 /* Refreshes the TTL of an entry and its artifact. */
 void tccd_remote_touch(tccd_state *st, const uint8_t hash[TCC_SHA256_BYTES]);
+/* Shares a deterministic compile failure (the negative cache) with the
+ * cluster (tccd:{hash}:failure, signed when the daemon signs, with the
+ * TTL) and drops the cluster lock when token (may be NULL) holds it. */
+void tccd_remote_publish_failure(tccd_state *st, const uint8_t hash[TCC_SHA256_BYTES], const uint8_t *key,
+                                 size_t key_len, const char *target, int code, const char *message,
+                                 const char *token);
+
+/* Records: opaque blobs shared cluster-wide under tccd:{<tag>}:rec:<kind>
+ * (e.g. kind "tune", tag the hex of a tuning-record key): the hook for
+ * tuning records. tag and kind: 1-128 characters of [0-9A-Za-z_.-]; the
+ * tag is the hash tag (the Redis Cluster slot). A put is signed with the
+ * daemon's key (when it signs) and written with the TTL; a get verifies
+ * the signature whenever the daemon has trusted keys, so a record came
+ * from a trusted daemon or is not returned -- but a consumer must still
+ * treat its contents as input to validate (a tuning record should only
+ * choose among candidates the daemon generated itself).
+ *
+ * tccd_remote_record_put: fire-and-forget. Returns 0 (sent), -1 (no
+ * remote tier or not connected; nothing sent) or TCC_E_INVALID_ARGUMENT.
+ * tccd_remote_record_get: done(arg, found, data, len) runs later on the
+ * loop exactly once -- found 1 with the blob (valid during the call), 0
+ * when absent, -1 on an error, a timeout (--redis-timeout-ms), a record
+ * that fails verification, or shutdown -- unless it returns non-zero (as
+ * put), when done never runs. */
+typedef void (*tccd_remote_record_done)(void *arg, int found, const uint8_t *data, size_t len);
+int tccd_remote_record_put(tccd_state *st, const char *kind, const char *tag, const uint8_t *data,
+                           size_t len);
+int tccd_remote_record_get(tccd_state *st, const char *kind, const char *tag, tccd_remote_record_done done,
+                           void *arg);
+
 /* For Stats: enabled, connected, "host:port/db". */
 void tccd_remote_info(const tccd_state *st, int *enabled, int *connected, const char **address);
 

@@ -83,7 +83,12 @@
 #define REMOTE_LOCK_MARGIN_MS 5000
 #define REMOTE_WAIT_MARGIN_MS 10000
 #define REMOTE_STUCK_MIN_MS 5000
-#define REMOTE_KEY_MAX 96
+#define REMOTE_KEY_MAX 320
+#define REMOTE_NAME_MAX 128             /* a record's kind or tag */
+#define FAILURE_DOMAIN "tccd-failure-v1" /* the "manifest" a failure signature covers */
+#define RECORD_DOMAIN "tccd-record-v1"   /* the "manifest" a record signature covers */
+#define RECORD_MAGIC "TCR1"
+#define RECORD_HEAD (4 + 1 + 16 + TCC_SIGNATURE_BYTES) /* magic, signed?, key id, signature */
 
 /* Publish: artifact and entry with a TTL, then the lock dropped if it is
  * still ours. KEYS entry, artifact, lock; ARGV entry, artifact, ttl ms,
@@ -92,6 +97,13 @@ static const char PUBLISH_SCRIPT[] =
     "redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3]) "
     "redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[3]) "
     "if ARGV[4] ~= '' and redis.call('GET', KEYS[3]) == ARGV[4] then redis.call('DEL', KEYS[3]) end "
+    "return 1";
+
+/* Publish a failure: the record with a TTL, then the lock dropped if it
+ * is still ours. KEYS failure, lock; ARGV record, ttl ms, token. */
+static const char FAILURE_SCRIPT[] =
+    "redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2]) "
+    "if ARGV[3] ~= '' and redis.call('GET', KEYS[2]) == ARGV[3] then redis.call('DEL', KEYS[2]) end "
     "return 1";
 
 /* Drops the lock only if it is still ours. KEYS lock; ARGV token. */
@@ -126,7 +138,19 @@ typedef struct remote_op {
   tccd_remote_flight *flight;     /* NULL: fire-and-forget, or abandoned */
   tcc_cache_counter ok_counter;   /* counted on success (fire-and-forget) */
   const char *what;
+  struct remote_record_get *rec;  /* a record get waiting on it, or NULL */
 } remote_op;
+
+/* A tccd_remote_record_get in progress. */
+typedef struct remote_record_get {
+  tccd_remote *r;
+  char kind[REMOTE_NAME_MAX + 1], tag[REMOTE_NAME_MAX + 1];
+  tccd_remote_record_done done;
+  void *arg;
+  uint64_t deadline_ns;
+  remote_op *op;
+  struct remote_record_get *prev, *next;
+} remote_record_get;
 
 struct tccd_remote {
   tccd_state *st;
@@ -135,6 +159,8 @@ struct tccd_remote {
   uv_timer_t tick;
   int warned;                     /* the current trouble was logged */
   tccd_remote_flight *flights;
+  remote_record_get *records;     /* record gets waiting for a reply */
+  remote_op *last_op;             /* the op remote_send made last */
   int closing;
 };
 
@@ -201,6 +227,7 @@ static int remote_send(tccd_remote *r, tccd_remote_flight *flight, tcc_cache_cou
     free(op);
     return -1;
   }
+  r->last_op = op;
   if (flight) {
     flight->op = op;
     flight->op_deadline_ns = now_ns() + (uint64_t)r->st->cfg->redis_timeout_ms * 1000000ull;
@@ -309,6 +336,69 @@ static int entry_verify(const tccd_remote_flight *f, const tcc_cache_entry *e, c
   return 0;
 }
 
+/* ------------------------------------------------------------ failures */
+
+/* The digest a failure record's signature covers (see RemoteFailure in
+ * tcc.proto). */
+static void failure_digest(const uint8_t hash[TCC_SHA256_BYTES], const uint8_t *key, size_t key_len, int code,
+                           const char *target, const char *message, uint8_t out[TCC_SHA256_BYTES]) {
+  uint8_t kd[TCC_SHA256_BYTES];
+  tcc_sha256(key ? key : (const uint8_t *)"", key_len, kd);
+  uint32_t c = (uint32_t)code;
+  uint8_t be[4] = {(uint8_t)(c >> 24), (uint8_t)(c >> 16), (uint8_t)(c >> 8), (uint8_t)c};
+  tcc_sha256_ctx ctx;
+  tcc_sha256_init(&ctx);
+  tcc_sha256_update(&ctx, FAILURE_DOMAIN, sizeof FAILURE_DOMAIN); /* with its NUL */
+  tcc_sha256_update(&ctx, hash, TCC_SHA256_BYTES);
+  tcc_sha256_update(&ctx, kd, sizeof kd);
+  tcc_sha256_update(&ctx, be, sizeof be);
+  tcc_sha256_update(&ctx, target, strlen(target) + 1);
+  tcc_sha256_update(&ctx, message, strlen(message));
+  tcc_sha256_final(&ctx, out);
+}
+
+/* The failures a record may claim: those compile.c records (a poisoned
+ * record cannot make a daemon answer, say, PERMISSION_DENIED). */
+static int failure_code_allowed(int code) {
+  return code == TCC_E_UNIMPLEMENTED || code == TCC_E_INTERNAL || code == TCC_E_INVALID_ARGUMENT ||
+         code == TCC_E_OUT_OF_RANGE;
+}
+
+/* Decodes and checks a failure record for this flight (guard hash,
+ * canonical key, code, and the signature whenever the daemon has trusted
+ * keys). Returns 0 with code and message in res, or a code with the
+ * reason in err. */
+static int failure_check(const tccd_remote_flight *f, const uint8_t *bytes, size_t len, tccd_remote_result *res,
+                         tcc_error *err) {
+  const tccd_state *st = f->r->st;
+  Tcc__V1__RemoteFailure *m = tcc__v1__remote_failure__unpack(NULL, len, bytes);
+  if (!m) return tcc_error_set(err, TCC_E_DATA_LOSS, "the failure record does not decode");
+  int rc = 0;
+  if (m->format != 1 || m->guard_hash.len != TCC_SHA256_BYTES || memcmp(m->guard_hash.data, f->hash, TCC_SHA256_BYTES))
+    rc = tcc_error_set(err, TCC_E_DATA_LOSS, "the failure record names another guard hash");
+  else if (m->canonical_key.len != f->key_len || (f->key_len && memcmp(m->canonical_key.data, f->key, f->key_len)))
+    rc = tcc_error_set(err, TCC_E_DATA_LOSS, "guard hash collision: the failure record's canonical key differs");
+  else if (!failure_code_allowed(m->code) || strlen(m->message) >= sizeof res->fail_message - 200)
+    rc = tcc_error_set(err, TCC_E_DATA_LOSS, "the failure record claims code %d", m->code);
+  else if (st->trusted.n > 0) {
+    if (m->signature.len == 0) {
+      rc = tcc_error_set(err, TCC_E_PERMISSION_DENIED, "the failure record is unsigned and this daemon verifies");
+    } else {
+      uint8_t d[TCC_SHA256_BYTES];
+      failure_digest(f->hash, f->key, f->key_len, m->code, m->target, m->message, d);
+      rc = tcc_artifact_verify(&st->trusted, m->key_id, f->hash, d, (const uint8_t *)FAILURE_DOMAIN,
+                               strlen(FAILURE_DOMAIN), m->signature.data, m->signature.len, err);
+    }
+  }
+  if (rc == 0) {
+    res->failed = 1;
+    res->fail_code = m->code;
+    snprintf(res->fail_message, sizeof res->fail_message, "%s", m->message);
+  }
+  tcc__v1__remote_failure__free_unpacked(m, NULL);
+  return rc;
+}
+
 /* ------------------------------------------------------------ flights */
 
 static void flight_unlink(tccd_remote_flight *f) {
@@ -346,13 +436,14 @@ static void flight_compile_here(tccd_remote_flight *f, int locked) {
 
 /* Sends the probe. Returns 0 or -1 (not sent). */
 static int flight_send_probe(tccd_remote_flight *f) {
-  char k1[REMOTE_KEY_MAX], k2[REMOTE_KEY_MAX], k3[REMOTE_KEY_MAX];
+  char k1[REMOTE_KEY_MAX], k2[REMOTE_KEY_MAX], k3[REMOTE_KEY_MAX], k4[REMOTE_KEY_MAX];
   key_name(k1, f->hex, "entry");
   key_name(k2, f->hex, "artifact");
   key_name(k3, f->hex, "lock");
-  const char *argv[4] = {"MGET", k1, k2, k3};
+  key_name(k4, f->hex, "failure");
+  const char *argv[5] = {"MGET", k1, k2, k3, k4};
   if (f->state != FLIGHT_WAIT) f->state = FLIGHT_PROBE;
-  return remote_send(f->r, f, TCC_COUNTER__COUNT, "MGET", k1, 4, argv, NULL);
+  return remote_send(f->r, f, TCC_COUNTER__COUNT, "MGET", k1, 5, argv, NULL);
 }
 
 static void flight_probe(tccd_remote_flight *f) {
@@ -393,15 +484,15 @@ static void flight_wait(tccd_remote_flight *f) {
   arm_tick(f->r);
 }
 
-/* The MGET answer: [entry, artifact, lock]. */
+/* The MGET answer: [entry, artifact, lock, failure]. */
 static void flight_on_probe(tccd_remote_flight *f, redisReply *rep) {
-  if (rep->type != REDIS_REPLY_ARRAY || rep->elements != 3) {
+  if (rep->type != REDIS_REPLY_ARRAY || rep->elements != 4) {
     count(f->r, TCC_COUNTER_remote_errors);
     remote_trouble(f->r, "unexpected MGET reply");
     flight_compile_here(f, 0);
     return;
   }
-  redisReply *entry = rep->element[0], *art = rep->element[1], *lock = rep->element[2];
+  redisReply *entry = rep->element[0], *art = rep->element[1], *lock = rep->element[2], *fail = rep->element[3];
   if (entry->type == REDIS_REPLY_STRING && art->type == REDIS_REPLY_STRING) {
     tccd_remote_result res;
     memset(&res, 0, sizeof res);
@@ -423,6 +514,18 @@ static void flight_on_probe(tccd_remote_flight *f, redisReply *rep) {
     flight_compile_here(f, 0);
     return;
   }
+  if (fail->type == REDIS_REPLY_STRING) { /* the negative cache, cluster-wide */
+    tccd_remote_result res;
+    memset(&res, 0, sizeof res);
+    tcc_error err;
+    if (failure_check(f, (const uint8_t *)fail->str, fail->len, &res, &err) == 0) {
+      flight_finish(f, &res);
+      return;
+    }
+    count(f->r, TCC_COUNTER_remote_rejected);
+    log_warn("redis %s: refused the remote failure record for %.12s: %s; ignoring it", f->r->display, f->hex,
+             err.msg);
+  }
   if (lock->type == REDIS_REPLY_STRING) flight_wait(f);
   else flight_lock(f);
 }
@@ -432,11 +535,16 @@ static void flight_on_lock(tccd_remote_flight *f, redisReply *rep) {
   else flight_wait(f);                                              /* nil: taken */
 }
 
+static void record_finish(remote_record_get *g, int found, const uint8_t *data, size_t len);
+static void record_on_reply(remote_record_get *g, redisReply *rep);
+
 static void on_reply(void *privdata, redisReply *rep) {
   remote_op *op = privdata;
   tccd_remote *r = op->r;
   tccd_remote_flight *f = op->flight;
+  remote_record_get *g = op->rec;
   if (f) f->op = NULL;
+  if (g) g->op = NULL;
   if (!rep || rep->type == REDIS_REPLY_ERROR) {
     if (!r->closing) {
       count(r, TCC_COUNTER_remote_errors);
@@ -444,11 +552,13 @@ static void on_reply(void *privdata, redisReply *rep) {
     }
     free(op);
     if (f) flight_compile_here(f, 0);
+    if (g) record_finish(g, -1, NULL, 0);
     return;
   }
   remote_healthy(r);
   if (op->ok_counter != TCC_COUNTER__COUNT) count(r, op->ok_counter);
   free(op);
+  if (g) record_on_reply(g, rep);
   if (!f) return;
   if (f->state == FLIGHT_LOCK) flight_on_lock(f, rep);
   else flight_on_probe(f, rep);
@@ -475,7 +585,15 @@ static void on_tick(uv_timer_t *t) {
       }
     }
   }
-  if (!r->flights) uv_timer_stop(t);
+  for (remote_record_get *g = r->records, *next; g; g = next) {
+    next = g->next;
+    if (now >= g->deadline_ns) {
+      count(r, TCC_COUNTER_remote_errors);
+      remote_trouble(r, "record get %s/%s timed out after %d ms", g->kind, g->tag, r->st->cfg->redis_timeout_ms);
+      record_finish(g, -1, NULL, 0);
+    }
+  }
+  if (!r->flights && !r->records) uv_timer_stop(t);
 }
 
 /* ------------------------------------------------------------ API */
@@ -506,6 +624,7 @@ void tccd_remote_close(tccd_state *st) {
   if (!r) return;
   st->remote = NULL;
   while (r->flights) flight_compile_here(r->flights, 0); /* compile.c cancelled them already */
+  while (r->records) record_finish(r->records, -1, NULL, 0);
   r->closing = 1;
   tccd_redis_close(r->rc); /* never waits on a hung Redis; pending replies come back NULL */
   r->rc = NULL;
@@ -609,4 +728,192 @@ void tccd_remote_info(const tccd_state *st, int *enabled, int *connected, const 
   *enabled = r != NULL;
   *connected = r && tccd_redis_connected(r->rc);
   *address = r ? r->display : "";
+}
+
+void tccd_remote_publish_failure(tccd_state *st, const uint8_t hash[TCC_SHA256_BYTES], const uint8_t *key,
+                                 size_t key_len, const char *target, int code, const char *message,
+                                 const char *token) {
+  tccd_remote *r = st->remote;
+  if (!r || !failure_code_allowed(code)) return;
+  Tcc__V1__RemoteFailure m = TCC__V1__REMOTE_FAILURE__INIT;
+  uint8_t sig[TCC_SIGNATURE_BYTES];
+  m.format = 1;
+  m.guard_hash.data = (uint8_t *)hash;
+  m.guard_hash.len = TCC_SHA256_BYTES;
+  m.canonical_key.data = (uint8_t *)key;
+  m.canonical_key.len = key_len;
+  m.target = (char *)target;
+  m.code = code;
+  m.message = (char *)message;
+  m.created_unix = (int64_t)time(NULL);
+  if (st->signing_key) {
+    uint8_t d[TCC_SHA256_BYTES];
+    failure_digest(hash, key, key_len, code, target, message, d);
+    tcc_artifact_sign(st->signing_key, hash, d, (const uint8_t *)FAILURE_DOMAIN, strlen(FAILURE_DOMAIN), sig);
+    m.signature.data = sig;
+    m.signature.len = sizeof sig;
+    m.key_id = st->signing_key->key_id;
+  }
+  size_t len = tcc__v1__remote_failure__get_packed_size(&m);
+  uint8_t *enc = malloc(len ? len : 1);
+  if (!enc) return;
+  tcc__v1__remote_failure__pack(&m, enc);
+  char hex[TCC_SHA256_HEX], k1[REMOTE_KEY_MAX], k2[REMOTE_KEY_MAX], ttl[32];
+  tcc_hex_encode(hash, TCC_SHA256_BYTES, hex);
+  key_name(k1, hex, "failure");
+  key_name(k2, hex, "lock");
+  snprintf(ttl, sizeof ttl, "%lld", (long long)st->cfg->redis_ttl_s * 1000);
+  const char *tok = token ? token : "";
+  const char *argv[7] = {"EVAL", FAILURE_SCRIPT, "2", k1, k2, (const char *)enc, ttl};
+  const char *argv_tok[8] = {argv[0], argv[1], argv[2], argv[3], argv[4], argv[5], argv[6], tok};
+  size_t lens[8] = {4, strlen(FAILURE_SCRIPT), 1, strlen(k1), strlen(k2), len, strlen(ttl), strlen(tok)};
+  if (remote_send(r, NULL, TCC_COUNTER__COUNT, "publish failure", k1, 8, argv_tok, lens) != 0) {
+    count(r, TCC_COUNTER_remote_errors);
+    remote_trouble(r, "not connected; the failure of %.12s not shared", hex);
+  }
+  free(enc);
+}
+
+/* ------------------------------------------------------------ records */
+
+/* A record name part: 1-128 of [0-9A-Za-z_.-] (no braces: the tag is the
+ * hash tag). Returns 1 when valid. */
+static int record_name_ok(const char *s) {
+  size_t n = s ? strlen(s) : 0;
+  if (n == 0 || n > REMOTE_NAME_MAX) return 0;
+  for (size_t i = 0; i < n; i++) {
+    char c = s[i];
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' || c == '.' ||
+          c == '-'))
+      return 0;
+  }
+  return 1;
+}
+
+static void record_key(char out[REMOTE_KEY_MAX], const char *kind, const char *tag) {
+  snprintf(out, REMOTE_KEY_MAX, "tccd:{%s}:rec:%s", tag, kind);
+}
+
+/* What a record's signature binds: the "guard hash" slot of tcc_sign's
+ * layout is SHA-256("tccd-record-v1\0" kind "\0" tag), the digest that of
+ * the blob, the manifest RECORD_DOMAIN. */
+static void record_name_digest(const char *kind, const char *tag, uint8_t out[TCC_SHA256_BYTES]) {
+  tcc_sha256_ctx ctx;
+  tcc_sha256_init(&ctx);
+  tcc_sha256_update(&ctx, RECORD_DOMAIN, sizeof RECORD_DOMAIN);
+  tcc_sha256_update(&ctx, kind, strlen(kind) + 1);
+  tcc_sha256_update(&ctx, tag, strlen(tag));
+  tcc_sha256_final(&ctx, out);
+}
+
+int tccd_remote_record_put(tccd_state *st, const char *kind, const char *tag, const uint8_t *data, size_t len) {
+  tccd_remote *r = st->remote;
+  if (!record_name_ok(kind) || !record_name_ok(tag)) return TCC_E_INVALID_ARGUMENT;
+  if (!r || r->closing) return -1;
+  /* the envelope: "TCR1", signed (0/1), key id (16), signature (64), blob */
+  uint8_t *env = calloc(1, RECORD_HEAD + len);
+  if (!env) return -1;
+  memcpy(env, RECORD_MAGIC, 4);
+  if (st->signing_key) {
+    uint8_t name[TCC_SHA256_BYTES], d[TCC_SHA256_BYTES];
+    record_name_digest(kind, tag, name);
+    tcc_sha256(data ? data : (const uint8_t *)"", len, d);
+    env[4] = 1;
+    memcpy(env + 5, st->signing_key->key_id, 16);
+    tcc_artifact_sign(st->signing_key, name, d, (const uint8_t *)RECORD_DOMAIN, strlen(RECORD_DOMAIN), env + 21);
+  }
+  if (len) memcpy(env + RECORD_HEAD, data, len);
+  char k[REMOTE_KEY_MAX], ttl[32];
+  record_key(k, kind, tag);
+  snprintf(ttl, sizeof ttl, "%lld", (long long)st->cfg->redis_ttl_s * 1000);
+  const char *argv[5] = {"SET", k, (const char *)env, "PX", ttl};
+  size_t lens[5] = {3, strlen(k), RECORD_HEAD + len, 2, strlen(ttl)};
+  int rc = remote_send(r, NULL, TCC_COUNTER__COUNT, "record put", k, 5, argv, lens);
+  free(env);
+  if (rc != 0) count(r, TCC_COUNTER_remote_errors);
+  return rc;
+}
+
+static void record_unlink(remote_record_get *g) {
+  tccd_remote *r = g->r;
+  if (g->prev) g->prev->next = g->next;
+  else r->records = g->next;
+  if (g->next) g->next->prev = g->prev;
+  if (g->op) g->op->rec = NULL;
+  g->op = NULL;
+}
+
+static void record_finish(remote_record_get *g, int found, const uint8_t *data, size_t len) {
+  record_unlink(g);
+  tccd_remote_record_done done = g->done;
+  void *arg = g->arg;
+  free(g);
+  done(arg, found, data, len);
+}
+
+/* A GET's answer: nil (absent) or an envelope to check. */
+static void record_on_reply(remote_record_get *g, redisReply *rep) {
+  tccd_remote *r = g->r;
+  if (rep->type == REDIS_REPLY_NIL) {
+    record_finish(g, 0, NULL, 0);
+    return;
+  }
+  const uint8_t *env = (const uint8_t *)rep->str;
+  size_t n = rep->type == REDIS_REPLY_STRING ? rep->len : 0;
+  const char *why = NULL;
+  tcc_error err;
+  if (n < RECORD_HEAD || memcmp(env, RECORD_MAGIC, 4) != 0 || env[4] > 1) {
+    why = "not a tccd record";
+  } else if (r->st->trusted.n > 0) {
+    if (env[4] != 1) {
+      why = "the record is unsigned and this daemon verifies";
+    } else {
+      char key_id[TCC_SIGN_KEY_ID_HEX];
+      memcpy(key_id, env + 5, 16);
+      key_id[16] = '\0';
+      uint8_t name[TCC_SHA256_BYTES], d[TCC_SHA256_BYTES];
+      record_name_digest(g->kind, g->tag, name);
+      tcc_sha256(env + RECORD_HEAD, n - RECORD_HEAD, d);
+      if (tcc_artifact_verify(&r->st->trusted, key_id, name, d, (const uint8_t *)RECORD_DOMAIN,
+                              strlen(RECORD_DOMAIN), env + 21, TCC_SIGNATURE_BYTES, &err) != 0)
+        why = err.msg;
+    }
+  }
+  if (why) {
+    count(r, TCC_COUNTER_remote_rejected);
+    log_warn("redis %s: refused the record %s/%s: %s", r->display, g->kind, g->tag, why);
+    record_finish(g, -1, NULL, 0);
+    return;
+  }
+  record_finish(g, 1, env + RECORD_HEAD, n - RECORD_HEAD);
+}
+
+int tccd_remote_record_get(tccd_state *st, const char *kind, const char *tag, tccd_remote_record_done done,
+                           void *arg) {
+  tccd_remote *r = st->remote;
+  if (!record_name_ok(kind) || !record_name_ok(tag)) return TCC_E_INVALID_ARGUMENT;
+  if (!r || r->closing) return -1;
+  remote_record_get *g = calloc(1, sizeof *g);
+  if (!g) return -1;
+  g->r = r;
+  snprintf(g->kind, sizeof g->kind, "%s", kind);
+  snprintf(g->tag, sizeof g->tag, "%s", tag);
+  g->done = done;
+  g->arg = arg;
+  char k[REMOTE_KEY_MAX];
+  record_key(k, kind, tag);
+  const char *argv[2] = {"GET", k};
+  if (remote_send(r, NULL, TCC_COUNTER__COUNT, "record get", k, 2, argv, NULL) != 0) {
+    count(r, TCC_COUNTER_remote_errors);
+    free(g);
+    return -1;
+  }
+  g->op = r->last_op; /* the op remote_send just made (its reply is async) */
+  g->op->rec = g;
+  g->deadline_ns = now_ns() + (uint64_t)st->cfg->redis_timeout_ms * 1000000ull;
+  g->next = r->records;
+  if (r->records) r->records->prev = g;
+  r->records = g;
+  arm_tick(r);
+  return 0;
 }
