@@ -253,3 +253,49 @@ def test_cluster_negative_cache_shared(daemon_factory, rcluster, tmp_path, pb):
     assert "refused the remote failure record" in c.read_log()
     for d in (a, b, c):
         assert d.stop() == 0
+
+
+@pytest.mark.skipif(shutil.which("valgrind") is None, reason="valgrind is not installed")
+def test_cluster_paths_under_valgrind(daemon_factory, rcluster, tmp_path, pb):
+    """redis_cluster.c under valgrind: slot map, MOVED, ASK with a split
+    MGET, a shared failure, a killed master, SIGTERM with nodes down."""
+    supp = os.path.join(os.path.dirname(__file__), "valgrind.supp")
+    vg_log = tmp_path / "valgrind-cluster.log"
+    wrapper = ["valgrind", "--leak-check=full", "--errors-for-leak-kinds=definite,indirect",
+               "--show-leak-kinds=definite,indirect", "--error-exitcode=99",
+               f"--suppressions={supp}", f"--log-file={vg_log}"]
+    a = daemon_factory(cache_dir=str(tmp_path / "a"), extra_args=["--redis", rcluster.url()]).start()
+    broken = fake_cc(tmp_path, "broken-cc", 'echo "broken-cc: internal compiler error" >&2; exit 1')
+    f = daemon_factory(cache_dir=str(tmp_path / "f"), extra_args=["--redis", rcluster.url(), "--cc", broken]).start()
+    with pytest.raises(grpc.RpcError):
+        compile_on(f, variant(pb, 86), pb)
+    assert f.stop() == 0
+    hx = compile_on(a, variant(pb, 80), pb).guard_hash
+    hy = compile_on(a, variant(pb, 81), pb).guard_hash
+    wait_for(lambda: a.stats()["remote_stores"] == 2, what="write-through")
+    v = daemon_factory(cache_dir=str(tmp_path / "v"), wrapper=wrapper,
+                       extra_args=["--redis", rcluster.url(rcluster.nodes[0]), "--redis-timeout-ms", "2000",
+                                   "--workers", "2"]).start(timeout=180)
+    wait_for(lambda: "slot map loaded" in v.read_log(), timeout=60, what="the slot map")
+    kx, ky = keys_of(hx), keys_of(hy)
+    src = rcluster.owner(kx["entry"])
+    move_slot(rcluster, rcluster.nodes[0].cmd("CLUSTER", "KEYSLOT", kx["entry"]), src,
+              next(n for n in rcluster.nodes if n is not src), [kx["entry"], kx["artifact"]])
+    assert compile_on(v, variant(pb, 80), pb, timeout=300).cache == pb.REMOTE_HIT
+    src = rcluster.owner(ky["entry"])
+    move_slot(rcluster, rcluster.nodes[0].cmd("CLUSTER", "KEYSLOT", ky["entry"]), src,
+              next(n for n in rcluster.nodes if n is not src), [ky["entry"], ky["artifact"]], finish=False)
+    assert compile_on(v, variant(pb, 81), pb, timeout=300).cache == pb.REMOTE_HIT
+    assert compile_on(v, variant(pb, 82), pb, timeout=300).cache == pb.MISS
+    with pytest.raises(grpc.RpcError) as e:  # F's failure, shared (the same toolchain identity)
+        compile_on(v, variant(pb, 86), pb, timeout=300)
+    assert "shared through the remote tier" in e.value.details()
+    rcluster.nodes[1].kill()
+    for rows in (83, 84, 85):
+        assert compile_on(v, variant(pb, rows), pb, timeout=300).cache == pb.MISS
+    assert v.stats()["remote_errors"] >= 1
+    rc = v.stop(timeout=180)
+    log = vg_log.read_text()
+    assert rc == 0, f"valgrind exit {rc}:\n{log[-6000:]}"
+    assert "ERROR SUMMARY: 0 errors" in log, log[-6000:]
+    assert a.stop() == 0
