@@ -516,7 +516,10 @@ static void on_slots_reply(void *arg, redisReply *rep) {
   rc_node *from = arg;
   tccd_redis *rc = from->rc;
   rc->refresh_inflight = 0;
-  if (!rep) return; /* closing */
+  if (!rep) { /* the connection went away (or the layer is closing) */
+    if (!rc->closing) refresh_failed(rc);
+    return;
+  }
   if (rep->type == REDIS_REPLY_ERROR) {
     if (strstr(rep->str, "cluster support disabled")) {
       if (rc->mode != RC_SINGLE) log_info("redis %s: a single server (not a cluster)", from->addr);
@@ -537,6 +540,8 @@ static void on_slots_reply(void *arg, redisReply *rep) {
     refresh_failed(rc);
     return;
   }
+  rc_mode was = rc->mode;
+  rc->mode = RC_CLUSTER; /* before node_get: new nodes need not ask again */
   for (int i = 0; i < RC_SLOTS; i++) map[i] = -1;
   int covered = 0;
   for (size_t i = 0; i < rep->elements; i++) {
@@ -559,9 +564,8 @@ static void on_slots_reply(void *arg, redisReply *rep) {
   }
   memcpy(rc->slots, map, sizeof rc->slots);
   free(map);
-  if (rc->mode != RC_CLUSTER) log_info("redis %s: a cluster; slot map loaded (%d of %d slots)", from->addr, covered, RC_SLOTS);
+  if (was != RC_CLUSTER) log_info("redis %s: a cluster; slot map loaded (%d of %d slots)", from->addr, covered, RC_SLOTS);
   else log_debug("redis: slot map refreshed from %s (%d slots covered)", from->addr, covered);
-  rc->mode = RC_CLUSTER;
   rc->refresh_ms = 0;
 }
 
@@ -583,7 +587,7 @@ static int send_on(rc_node *n, rc_req *q) {
 /* The node a command for `slot` goes to. */
 static rc_node *route(tccd_redis *rc, int slot) {
   if (rc->mode == RC_CLUSTER && slot >= 0 && rc->slots[slot] >= 0) return rc->nodes[rc->slots[slot]];
-  if (rc->mode == RC_CLUSTER) { /* no owner known: any live node redirects us */
+  if (rc->mode != RC_SINGLE) { /* no owner known: any live node (a cluster redirects us) */
     for (int i = 0; i < rc->nnodes; i++)
       if (rc->nodes[i]->ac) return rc->nodes[i];
   }
@@ -975,7 +979,7 @@ int tccd_redis_command(tccd_redis *rc, const char *key, size_t key_len, int argc
 
 int tccd_redis_connected(const tccd_redis *rc) {
   if (!rc) return 0;
-  if (rc->mode != RC_CLUSTER) return rc->nodes[0]->connected;
+  if (rc->mode == RC_SINGLE) return rc->nodes[0]->connected;
   for (int i = 0; i < rc->nnodes; i++)
     if (rc->nodes[i]->connected) return 1;
   return 0;
@@ -983,7 +987,7 @@ int tccd_redis_connected(const tccd_redis *rc) {
 
 int tccd_redis_usable(const tccd_redis *rc) {
   if (!rc || rc->closing) return 0;
-  if (rc->mode != RC_CLUSTER) return rc->nodes[0]->ac != NULL;
+  if (rc->mode == RC_SINGLE) return rc->nodes[0]->ac != NULL;
   for (int i = 0; i < rc->nnodes; i++)
     if (rc->nodes[i]->ac) return 1;
   return 0;
