@@ -32,7 +32,9 @@
  *
  *   REMOTE     (--redis only) asking the cluster tier; no worker is used.
  *              Its outcome: a verified entry (stored locally, REMOTE_HIT
- *              to the first waiter) or "compile here" (QUEUED)
+ *              to the first waiter), another daemon's verified failure
+ *              record (recorded locally, its error to every waiter: FAILED)
+ *              or "compile here" (QUEUED)
  *   QUEUED     in the pool's queue, waiting for a worker (queue depth)
  *   COMPILING  on a worker inside tcc_compile (running jobs); the only
  *              state a worker sets (atomically), all others are the loop's
