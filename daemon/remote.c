@@ -1,22 +1,31 @@
 /*
- * remote.c — the cluster tier: one Redis shared by every tccd, behind each
- * daemon's local SQLite cache (--redis URL). hiredis's async API on the
- * daemon's own libuv loop (an adapter below, after hiredis's
- * adapters/libuv.h): nothing here ever blocks the loop thread, and a Redis that is down, slow or full only costs the
- * cluster-wide sharing, never an answer.
+ * remote.c — the cluster tier: one Redis (or one Redis Cluster) shared by
+ * every tccd, behind each daemon's local SQLite cache (--redis URL[,URL]).
+ * Commands go through redis_cluster.c (hiredis's async API on the daemon's
+ * own libuv loop; routing by hash slot on a cluster): nothing here ever
+ * blocks the loop thread, and a Redis that is down, slow or full only
+ * costs the cluster-wide sharing, never an answer.
  *
  * DESIGN
  *
- * Keys (Redis Cluster hash tags: the three keys of one guard hash live in
- * one slot, so MGET and the scripts below work on a cluster too):
+ * Keys (Redis Cluster hash tags: the keys of one guard hash live in one
+ * slot, so MGET and the scripts below work on a cluster too; the routing
+ * key passed to remote_send is one of them):
  *
  *   tccd:{<guard hash hex>}:entry     tcc.v1.RemoteEntry (tcc.proto): key
  *                                     bytes, manifest, digest, signature...
  *   tccd:{<guard hash hex>}:artifact  the artifact bytes
  *   tccd:{<guard hash hex>}:lock      "<random token>" while one daemon
  *                                     compiles it (SET NX PX)
+ *   tccd:{<guard hash hex>}:failure   tcc.v1.RemoteFailure: a failure that
+ *                                     would repeat (the negative cache),
+ *                                     signed; written by job_fail's
+ *                                     tccd_remote_publish_failure
+ *   tccd:{<tag>}:rec:<kind>           "TCR1" envelope (signed?, key id,
+ *                                     signature) + an opaque blob: records
+ *                                     (tccd_remote_record_put/get)
  *
- * Entry and artifact carry a TTL (--redis-ttl, default 30 days), set when
+ * Entry, artifact, failure and records carry a TTL (--redis-ttl, default 30 days), set when
  * written and refreshed (PEXPIRE) whenever a daemon takes the entry from
  * Redis. Size policy is Redis's own: run it with a maxmemory and an
  * eviction policy (volatile-lru or allkeys-lru); every key tccd writes
@@ -26,7 +35,7 @@
  * is compiling starts a flight (compile.c holds its job in state REMOTE
  * meanwhile; later identical requests on this daemon wait on that job):
  *
- *              MGET entry artifact lock
+ *              MGET entry artifact lock failure
  *   PROBE ─────────────────────────────┬─ entry + artifact ── verify ─► HIT
  *     ▲                                │   (digest, key,       │ bad: COMPILE
  *     │                                │    signature)         ▼ (rejected)
@@ -46,16 +55,20 @@
  *   The lock expires after the compile timeout + 5 s, so a daemon that
  *   dies holding it delays the others by at most that.
  *
- * Connection: connected ─(error, EOF)─► down ─(retry 100 ms, doubling to
- * 5 s)─► connecting ─► connected. Commands are queued while connecting;
- * while down they fail at once. A connection with commands unanswered for
- * max(5 s, 5 × --redis-timeout-ms) is dropped and reconnected (a hung
- * Redis). The first failure of an outage is logged as a warning, the
- * rest at debug, and recovery once at info; every failure counts in
- * remote_errors.
+ *   A probe that finds no entry but a failure record that verifies (guard
+ *   hash, canonical key, one of the recordable codes, the signature when
+ *   the daemon has trusted keys) ends the flight with that failure:
+ *   compile.c records it locally and answers its error. A record that
+ *   does not verify counts in remote_rejected and is ignored.
  *
- * One timer (`tick`, every 10 ms while there is anything to watch) runs
- * the command timeouts, the WAIT polls and the reconnects.
+ * Connections (per node: reconnects with backoff, connect timeouts, hung
+ * connections, the slot map, MOVED/ASK/TRYAGAIN) are redis_cluster.c's;
+ * it reports failures here, and the first failure of an outage is logged
+ * as a warning, the rest at debug, and recovery once at info; every
+ * failure counts in remote_errors.
+ *
+ * One timer (`tick`, every 10 ms while a flight or a record get waits)
+ * runs the command timeouts and the WAIT polls.
  *
  * Trust: an entry from Redis is used only when its artifact hashes to the
  * entry's digest, its canonical key equals the requester's (no hash
