@@ -734,7 +734,10 @@ static void on_reply(redisAsyncContext *ac, void *reply, void *privdata) {
       if (moved) {
         rc->redirects_moved++;
         rc->slots[slot] = (int16_t)node_index(rc, to);
-        if (rc->mode == RC_UNKNOWN) rc->mode = RC_CLUSTER;
+        if (rc->mode != RC_CLUSTER) { /* only a cluster redirects: route by slot from now on */
+          log_info("redis %s: a cluster (it answered MOVED)", n ? n->addr : "?");
+          rc->mode = RC_CLUSTER;
+        }
         want_refresh(rc);
         log_debug("redis: %s; following it", why);
       } else {
