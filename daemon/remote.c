@@ -639,6 +639,11 @@ void tccd_remote_close(tccd_state *st) {
   while (r->flights) flight_compile_here(r->flights, 0); /* compile.c cancelled them already */
   while (r->records) record_finish(r->records, -1, NULL, 0);
   r->closing = 1;
+  tccd_redis_stats rs;
+  tccd_redis_info(r->rc, &rs);
+  if (rs.cluster)
+    log_info("redis %s: a cluster of %d known node(s), %d connected; %lld MOVED and %lld ASK redirection(s) followed",
+             r->display, rs.nodes, rs.connected_nodes, (long long)rs.moved, (long long)rs.ask);
   tccd_redis_close(r->rc); /* never waits on a hung Redis; pending replies come back NULL */
   r->rc = NULL;
   r->display = "";

@@ -147,7 +147,8 @@ def daemon_factory(tmp_path, signing_key):
 
     def make(cache_dir=None, signing_key=_DEFAULT, **kw):
         key = signing_key_default if signing_key is _DEFAULT else signing_key
-        d = Daemon(cache_dir or str(tmp_path / "cache"), workdir=str(tmp_path), signing_key=key, **kw)
+        kw.setdefault("workdir", str(tmp_path))  # several daemons: give each its own (its log)
+        d = Daemon(cache_dir or str(tmp_path / "cache"), signing_key=key, **kw)
         started.append(d)
         return d
 

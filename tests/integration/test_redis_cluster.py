@@ -11,6 +11,7 @@ answered on another without compiling, and an altered failure record is
 refused.
 """
 import os
+import re
 import shutil
 import threading
 import time
@@ -63,6 +64,13 @@ def wait_for(pred, timeout=20, what="condition"):
     raise AssertionError(f"timed out waiting for {what}")
 
 
+def own_dir(tmp_path, name):
+    """A workdir per daemon, so each has its own log."""
+    d = tmp_path / f"run-{name}"
+    d.mkdir(exist_ok=True)
+    return str(d)
+
+
 def fake_cc(tmp_path, name, body):
     """A C compiler wrapper: answers --version like cc, else runs body."""
     p = tmp_path / name
@@ -85,9 +93,10 @@ def move_slot(c, slot, src, dst, keys, finish=True):
 
 
 def test_cluster_spread_and_remote_hit(daemon_factory, rcluster, tmp_path, pb):
-    a = daemon_factory(cache_dir=str(tmp_path / "a"), extra_args=["--redis", rcluster.url()]).start()
+    a = daemon_factory(cache_dir=str(tmp_path / "a"), workdir=own_dir(tmp_path, "a"),
+                       extra_args=["--redis", rcluster.url()]).start()
     # B knows one node only: it finds the other masters from CLUSTER SLOTS
-    b = daemon_factory(cache_dir=str(tmp_path / "b"),
+    b = daemon_factory(cache_dir=str(tmp_path / "b"), workdir=own_dir(tmp_path, "b"),
                        extra_args=["--redis", rcluster.url(rcluster.nodes[0])]).start()
     rows = list(range(2, 14))
     hashes = [compile_on(a, variant(pb, r), pb).guard_hash for r in rows]
@@ -116,8 +125,10 @@ def test_cluster_spread_and_remote_hit(daemon_factory, rcluster, tmp_path, pb):
 
 
 def test_cluster_moved_and_ask(daemon_factory, rcluster, tmp_path, pb):
-    a = daemon_factory(cache_dir=str(tmp_path / "a"), extra_args=["--redis", rcluster.url()]).start()
-    b = daemon_factory(cache_dir=str(tmp_path / "b"), extra_args=["--redis", rcluster.url()]).start()
+    a = daemon_factory(cache_dir=str(tmp_path / "a"), workdir=own_dir(tmp_path, "a"),
+                       extra_args=["--redis", rcluster.url()]).start()
+    b = daemon_factory(cache_dir=str(tmp_path / "b"), workdir=own_dir(tmp_path, "b"),
+                       extra_args=["--redis", rcluster.url()]).start()
     wait_for(lambda: "slot map loaded" in b.read_log(), what="B's slot map")
     hx = compile_on(a, variant(pb, 40), pb).guard_hash
     hy = compile_on(a, variant(pb, 41), pb).guard_hash
@@ -149,11 +160,13 @@ def test_cluster_moved_and_ask(daemon_factory, rcluster, tmp_path, pb):
     s = b.stats()
     assert s["compiles"] == 0 and s["remote_hits"] == 2 and s["remote_errors"] == 0
     assert a.stop() == 0 and b.stop() == 0
+    m = re.search(r"(\d+) MOVED and (\d+) ASK redirection", b.read_log())
+    assert m and int(m.group(1)) >= 1 and int(m.group(2)) >= 1, "counted and logged at shutdown"
 
 
 def test_cluster_one_compile_for_a_burst(daemon_factory, rcluster, tmp_path, pb):
     cc = fake_cc(tmp_path, "slow-cc", 'sleep 2; exec cc "$@"')
-    ds = [daemon_factory(cache_dir=str(tmp_path / n),
+    ds = [daemon_factory(cache_dir=str(tmp_path / n), workdir=own_dir(tmp_path, n),
                          extra_args=["--redis", rcluster.url(rcluster.nodes[i]), "--cc", cc, "--workers", "2"]).start()
           for i, n in enumerate(("a", "b"))]
     payload = variant(pb, 7)
@@ -185,7 +198,7 @@ def test_cluster_one_compile_for_a_burst(daemon_factory, rcluster, tmp_path, pb)
 
 
 def test_cluster_node_killed(daemon_factory, rcluster, tmp_path, pb):
-    a = daemon_factory(cache_dir=str(tmp_path / "a"),
+    a = daemon_factory(cache_dir=str(tmp_path / "a"), workdir=own_dir(tmp_path, "a"),
                        extra_args=["--redis", rcluster.url(), "--redis-timeout-ms", "300"]).start()
     h = compile_on(a, variant(pb, 50), pb).guard_hash
     wait_for(lambda: a.stats()["remote_stores"] == 1, what="write-through")
@@ -206,7 +219,7 @@ def test_cluster_negative_cache_shared(daemon_factory, rcluster, tmp_path, pb):
     cc = fake_cc(tmp_path, "broken-cc", 'echo "broken-cc: internal compiler error" >&2; exit 1')
 
     def daemon(name, *nodes):
-        return daemon_factory(cache_dir=str(tmp_path / name),
+        return daemon_factory(cache_dir=str(tmp_path / name), workdir=own_dir(tmp_path, name),
                               extra_args=["--redis", rcluster.url(*nodes), "--cc", cc]).start()
 
     a = daemon("a")
@@ -264,16 +277,18 @@ def test_cluster_paths_under_valgrind(daemon_factory, rcluster, tmp_path, pb):
     wrapper = ["valgrind", "--leak-check=full", "--errors-for-leak-kinds=definite,indirect",
                "--show-leak-kinds=definite,indirect", "--error-exitcode=99",
                f"--suppressions={supp}", f"--log-file={vg_log}"]
-    a = daemon_factory(cache_dir=str(tmp_path / "a"), extra_args=["--redis", rcluster.url()]).start()
+    a = daemon_factory(cache_dir=str(tmp_path / "a"), workdir=own_dir(tmp_path, "a"),
+                       extra_args=["--redis", rcluster.url()]).start()
     broken = fake_cc(tmp_path, "broken-cc", 'echo "broken-cc: internal compiler error" >&2; exit 1')
-    f = daemon_factory(cache_dir=str(tmp_path / "f"), extra_args=["--redis", rcluster.url(), "--cc", broken]).start()
+    f = daemon_factory(cache_dir=str(tmp_path / "f"), workdir=own_dir(tmp_path, "f"),
+                       extra_args=["--redis", rcluster.url(), "--cc", broken]).start()
     with pytest.raises(grpc.RpcError):
         compile_on(f, variant(pb, 86), pb)
     assert f.stop() == 0
     hx = compile_on(a, variant(pb, 80), pb).guard_hash
     hy = compile_on(a, variant(pb, 81), pb).guard_hash
     wait_for(lambda: a.stats()["remote_stores"] == 2, what="write-through")
-    v = daemon_factory(cache_dir=str(tmp_path / "v"), wrapper=wrapper,
+    v = daemon_factory(cache_dir=str(tmp_path / "v"), workdir=own_dir(tmp_path, "v"), wrapper=wrapper,
                        extra_args=["--redis", rcluster.url(rcluster.nodes[0]), "--redis-timeout-ms", "2000",
                                    "--workers", "2"]).start(timeout=180)
     wait_for(lambda: "slot map loaded" in v.read_log(), timeout=60, what="the slot map")
