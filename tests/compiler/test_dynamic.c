@@ -242,6 +242,52 @@ static tcc_kernel *compile_and_load(tcc_artifact *art) {
   return k;
 }
 
+START_TEST(compile_manifest_polynomials) {
+  reqb *r = graph(8, 1, SYM_S0, SYM_S0);
+  tcc_prepared *p;
+  tcc_error err = {0};
+  ck_assert_msg(prepare(r, &p, &err) == 0, "%s", err.msg);
+  tcc_artifact art;
+  ck_assert_msg(tcc_compile(p, NULL, &art, &err) == 0, "%s", err.msg);
+  Tcc__V1__Manifest *m = tcc__v1__manifest__unpack(NULL, art.manifest_len, art.manifest);
+  ck_assert_int_eq(m->n_sym_inputs, 4);
+  ck_assert_int_eq(m->n_sym_outputs, 4);
+  /* x: sizes [s0, 37], strides [37, 1] */
+  const Tcc__V1__SymLayout *x = m->sym_inputs[0];
+  ck_assert_int_eq(x->sizes[0]->n_terms, 1);
+  ck_assert_int_eq(x->sizes[0]->terms[0]->coef, 1);
+  ck_assert_int_eq(x->sizes[0]->terms[0]->n_syms, 1);
+  ck_assert_int_eq(x->sizes[1]->terms[0]->coef, W);
+  ck_assert_int_eq(x->sizes[1]->terms[0]->n_syms, 0);
+  ck_assert_int_eq(x->strides[0]->terms[0]->coef, W);
+  /* out3: [s0, 5] */
+  ck_assert_int_eq(m->sym_outputs[3]->sizes[0]->terms[0]->n_syms, 1);
+  ck_assert_int_eq(m->sym_outputs[3]->sizes[1]->terms[0]->coef, N2);
+  tcc__v1__manifest__free_unpacked(m, NULL);
+  tcc_artifact_free(&art);
+  tcc_prepared_free(p);
+  reqb_free(r);
+}
+END_TEST
+
+START_TEST(cuda_is_unimplemented) {
+  reqb *r = graph(8, 1, SYM_S0, SYM_S0);
+  Tcc__V1__CompileRequest *q = reqb_req(r);
+  q->target->device = TCC__V1__DEVICE_TYPE__CUDA;
+  q->target->cuda_arch = "sm_80";
+  q->target->cpu_isa = "";
+  for (size_t i = 0; i < q->graph->n_values; i++) q->graph->values[i]->meta->device->type = TCC__V1__DEVICE_TYPE__CUDA;
+  tcc_prepared *p;
+  tcc_error err = {0};
+  ck_assert_msg(prepare(r, &p, &err) == 0, "%s", err.msg);
+  tcc_artifact art;
+  ck_assert_int_eq(tcc_compile(p, NULL, &art, &err), TCC_E_UNIMPLEMENTED);
+  ck_assert_ptr_nonnull(strstr(err.msg, "dynamic shapes on CUDA"));
+  tcc_prepared_free(p);
+  reqb_free(r);
+}
+END_TEST
+
 START_TEST(one_artifact_many_sizes) {
   tcc_artifact art;
   tcc_kernel *k = compile_and_load(&art);
@@ -364,16 +410,23 @@ int main(void) {
   printf("seed %u\n", seed);
   srand(seed);
   Suite *s = suite_create("dynamic");
-  TCase *tc = tcase_create("dynamic");
+  /* "front": nothing generated runs (CK_RUN_CASE=front under valgrind);
+   * "run": compiled kernels run (OpenBLAS, OpenMP) */
+  TCase *tf = tcase_create("front");
+  tcase_set_timeout(tf, 300);
+  tcase_add_test(tf, same_hash_for_every_example_size);
+  tcase_add_test(tf, key_documents_symbols);
+  tcase_add_test(tf, static_request_unchanged);
+  tcase_add_test(tf, unequal_symbols_that_must_match_are_refused);
+  tcase_add_test(tf, fixed_size_argument_is_refused);
+  tcase_add_test(tf, bad_sym_sizes);
+  tcase_add_test(tf, compile_manifest_polynomials);
+  tcase_add_test(tf, cuda_is_unimplemented);
+  suite_add_tcase(s, tf);
+  TCase *tc = tcase_create("run");
   tcase_set_timeout(tc, 300);
-  tcase_add_test(tc, same_hash_for_every_example_size);
-  tcase_add_test(tc, key_documents_symbols);
   tcase_add_test(tc, one_artifact_many_sizes);
   tcase_add_test(tc, guards_refuse);
-  tcase_add_test(tc, static_request_unchanged);
-  tcase_add_test(tc, unequal_symbols_that_must_match_are_refused);
-  tcase_add_test(tc, fixed_size_argument_is_refused);
-  tcase_add_test(tc, bad_sym_sizes);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);
