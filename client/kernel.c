@@ -251,7 +251,7 @@ void tcc_kernel_unload(tcc_kernel *k) {
 }
 
 /* ------------------------------------------------------------------
- * Dynamic shapes (ABI 2; tcc.proto Manifest fields 20-23).
+ * Dynamic shapes (ABI 2; tcc.proto Manifest fields 30-33).
  *
  * A SymExpr is a polynomial over the symbols: sum of coef x product of
  * syms[i]. tcc_kernel_bind reads each symbol from the first input dim
