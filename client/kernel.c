@@ -315,7 +315,8 @@ int tcc_kernel_check_sym_manifest(const Tcc__V1__Manifest *m, tcc_error *err) {
   }
   if (!ok)
     return tcc_error_set(err, TCC_E_FAILED_PRECONDITION,
-                         "malformed ABI 2 manifest (symbols, symbolic layouts)");
+                         "kernel ABI version 2 (dynamic shapes): malformed manifest "
+                         "(symbols, symbolic layouts)");
   return 0;
 }
 

@@ -178,6 +178,14 @@ static const char *syms_str(const tcc_graph *g, const int64_t *syms, char *buf, 
   return buf;
 }
 
+/* The most elements a tensor may hold at a probe: sizes, strides and
+ * byte counts (8 per element, plan.c) stay far from int64 overflow. */
+#define PROBE_MAX_NUMEL ((int64_t)1 << 52)
+
+/* 0 when m is small enough to probe, else UNIMPLEMENTED. */
+static int probe_bounded(const tcc_graph *g, const tcc_meta *m, const int64_t *syms,
+                         tcc_error *err);
+
 int tcc_dyn_graph_at(const tcc_graph *g, const int64_t *syms, tcc_arena *A, tcc_graph *out,
                      tcc_error *err) {
   *out = *g;
@@ -202,7 +210,12 @@ int tcc_dyn_graph_at(const tcc_graph *g, const int64_t *syms, tcc_arena *A, tcc_
       int64_t off = m->offset;
       tcc_meta_contiguous(m);
       m->offset = off;
-      m->span = m->numel ? off + m->numel : 0;
+      int rc = probe_bounded(g, m, syms, err);
+      if (rc) return rc;
+      if (m->numel && __builtin_add_overflow(off, m->numel, &m->span))
+        return tcc_error_set(err, TCC_E_UNIMPLEMENTED,
+                             "dynamic shapes: graph input %d's storage offset is too large", i);
+      if (!m->numel) m->span = 0;
     }
   }
   tcc_meta inferred[TCC_SCHEMA_MAX_RETURNS];
@@ -230,10 +243,24 @@ int tcc_dyn_graph_at(const tcc_graph *g, const int64_t *syms, tcc_arena *A, tcc_
         return tcc_error_set(err, TCC_E_UNIMPLEMENTED,
                              "dynamic shapes: graph output '%.64s' has a dynamic size but "
                              "is not contiguous", g->values[v].name ? g->values[v].name : "");
+      if ((rc = probe_bounded(g, &res[o], syms, err))) return rc;
       out->values[v].meta = res[o];
       out->values[v].meta.device = dm->device;
     }
   }
+  return 0;
+}
+
+static int probe_bounded(const tcc_graph *g, const tcc_meta *m, const int64_t *syms,
+                         tcc_error *err) {
+  int64_t n = 1;
+  for (int d = 0; d < m->rank; d++)
+    if (__builtin_mul_overflow(n, m->sizes[d], &n) || n > PROBE_MAX_NUMEL) {
+      char sb[160];
+      return tcc_error_set(err, TCC_E_UNIMPLEMENTED,
+                           "dynamic shapes: a tensor would hold more than 2^52 elements at "
+                           "the probe sizes %s", syms_str(g, syms, sb, sizeof sb));
+    }
   return 0;
 }
 
@@ -348,7 +375,6 @@ static void put_poly_c(tcc_buf *b, int k, const int64_t *coef) {
   int corners = 1 << k, first = 1;
   tcc_buf_puts(b, "(");
   for (int v = 0; v < corners; v++) {
-    if (!coef[v] && (v || corners == 1)) continue;
     if (!coef[v]) continue;
     tcc_buf_printf(b, "%s(int64_t)INT64_C(%" PRId64 ")", first ? "" : " + ", coef[v]);
     for (int j = 0; j < k; j++)

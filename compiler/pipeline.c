@@ -328,6 +328,11 @@ static int generate(const tcc_backend *be, tcc_program *prog, tcc_buf *src, dump
   return 0;
 }
 
+static int compile_dynamic(const tcc_prepared *p, const tcc_backend *be,
+                           const tcc_build_options *opts, tcc_artifact *out, tcc_error *err);
+static int generate_source_dynamic(const tcc_prepared *p, const tcc_backend *be, char **source,
+                                   size_t *len, int *kernels, tcc_error *err);
+
 int tcc_generate_source(const tcc_prepared *p, char **source, size_t *len, int *kernels,
                         tcc_error *err) {
   tcc_error local;
@@ -336,6 +341,7 @@ int tcc_generate_source(const tcc_prepared *p, char **source, size_t *len, int *
   *len = 0;
   const tcc_backend *be = p && p->graph ? tcc_backend_for(p->graph->target.device) : NULL;
   if (!be) return tcc_error_set(err, TCC_E_UNIMPLEMENTED, "no backend for this target");
+  if (p->graph->nsyms) return generate_source_dynamic(p, be, source, len, kernels, err);
   tcc_arena arena;
   tcc_arena_init(&arena);
   tcc_program prog;
@@ -353,9 +359,6 @@ int tcc_generate_source(const tcc_prepared *p, char **source, size_t *len, int *
   tcc_arena_free(&arena);
   return rc;
 }
-
-static int compile_dynamic(const tcc_prepared *p, const tcc_backend *be,
-                           const tcc_build_options *opts, tcc_artifact *out, tcc_error *err);
 
 int tcc_compile(const tcc_prepared *p, const tcc_build_options *opts, tcc_artifact *out,
                 tcc_error *err) {
@@ -551,54 +554,77 @@ static int encode_manifest_dynamic(const tcc_graph *g, int np,
   return 0;
 }
 
-/* tcc_compile of a graph with symbols (dynamic.c's header): the passes
- * at every probe, the sources merged into one over tcc_S[], one build,
- * an ABI 2 manifest. */
-static int compile_dynamic(const tcc_prepared *p, const tcc_backend *be,
-                           const tcc_build_options *opts, tcc_artifact *out, tcc_error *err) {
+/* The probes of a dynamic compile: each probe's graph, program, source. */
+typedef struct dyn_probes {
+  tcc_arena arena;
+  int np, inited;
+  int64_t assign[(1 << TCC_MAX_SYMS) + 2][TCC_MAX_SYMS];
+  tcc_graph *pg;
+  tcc_program *prog;
+  tcc_buf *src;
+} dyn_probes;
+
+static void dyn_free(dyn_probes *d) {
+  for (int i = 0; i < d->inited; i++) {
+    tcc_program_free(&d->prog[i]);
+    tcc_buf_free(&d->src[i]);
+  }
+  tcc_arena_free(&d->arena);
+}
+
+/* The passes at every probe and the sources merged into *merged, one
+ * source over tcc_S[] (dynamic.c's header). Free d with dyn_free. */
+static int dyn_generate(const tcc_prepared *p, const tcc_backend *be, dumper *dump,
+                        dyn_probes *d, tcc_buf *merged, tcc_error *err) {
   const tcc_graph *g = p->graph;
+  memset(d, 0, sizeof *d);
+  tcc_arena_init(&d->arena);
   if (g->target.device != TCC__V1__DEVICE_TYPE__CPU)
     return tcc_error_set(err, TCC_E_UNIMPLEMENTED,
                          "dynamic shapes on CUDA are not supported yet (compile with "
                          "options.dynamic off, or without sym_sizes)");
+  d->np = tcc_dyn_probes(g, d->assign);
+  d->pg = tcc_arena_array(&d->arena, (size_t)d->np, sizeof *d->pg);
+  d->prog = tcc_arena_array(&d->arena, (size_t)d->np, sizeof *d->prog);
+  d->src = tcc_arena_array(&d->arena, (size_t)d->np, sizeof *d->src);
+  const char **text = tcc_arena_array(&d->arena, (size_t)d->np, sizeof *text);
+  if (!d->pg || !d->prog || !d->src || !text)
+    return tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "out of memory");
+  int rc, nsymbolic = 0;
+  for (int i = 0; i < d->np; i++) {
+    if ((rc = tcc_dyn_graph_at(g, d->assign[i], &d->arena, &d->pg[i], err))) return rc;
+    tcc_program_init(&d->prog[i], &d->arena, &d->pg[i]);
+    d->inited = i + 1;
+    dumper quiet = {.dir = ""};
+    if ((rc = generate(be, &d->prog[i], &d->src[i], i == 0 ? dump : &quiet, err))) return rc;
+    if (d->src[i].failed || !d->src[i].data)
+      return tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "out of memory");
+    text[i] = d->src[i].data;
+  }
+  if ((rc = tcc_dyn_fit_source(g->nsyms, d->np, (const int64_t(*)[TCC_MAX_SYMS])d->assign, text,
+                               merged, &nsymbolic, err)))
+    return rc;
+  dump_write(dump, "kernel-dynamic.c", merged->data, merged->len);
+  return 0;
+}
+
+/* tcc_compile of a graph with symbols: one build of the merged source,
+ * an ABI 2 manifest. */
+static int compile_dynamic(const tcc_prepared *p, const tcc_backend *be,
+                           const tcc_build_options *opts, tcc_artifact *out, tcc_error *err) {
+  const tcc_graph *g = p->graph;
   double t0 = now_ms();
-  int64_t assign[(1 << TCC_MAX_SYMS) + 2][TCC_MAX_SYMS];
-  int np = tcc_dyn_probes(g, assign);
-  tcc_arena arena;
-  tcc_arena_init(&arena);
-  tcc_graph *pg = tcc_arena_array(&arena, (size_t)np, sizeof *pg);
-  tcc_program *prog = tcc_arena_array(&arena, (size_t)np, sizeof *prog);
-  tcc_buf *src = tcc_arena_array(&arena, (size_t)np, sizeof *src);
-  const char **text = tcc_arena_array(&arena, (size_t)np, sizeof *text);
+  dyn_probes d;
   tcc_buf merged = {0};
-  int rc = 0, inited = 0, nsymbolic = 0;
   dumper dump;
   dump_open(&dump, p, opts);
   dump_graph(&dump, "graph.txt", g);
-  if (!pg || !prog || !src || !text) {
-    rc = tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "out of memory");
+  int rc = dyn_generate(p, be, &dump, &d, &merged, err);
+  if (rc) goto done;
+  if ((rc = be->build(&d.prog[0], merged.data, merged.len, opts, &out->data, &out->size, err)))
     goto done;
-  }
-  for (int i = 0; i < np; i++) {
-    if ((rc = tcc_dyn_graph_at(g, assign[i], &arena, &pg[i], err))) goto done;
-    tcc_program_init(&prog[i], &arena, &pg[i]);
-    inited = i + 1;
-    dumper quiet = {.dir = ""};
-    if ((rc = generate(be, &prog[i], &src[i], i == 0 ? &dump : &quiet, err))) goto done;
-    if (src[i].failed) {
-      rc = tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "out of memory");
-      goto done;
-    }
-    text[i] = src[i].data;
-  }
-  if ((rc = tcc_dyn_fit_source(g->nsyms, np, (const int64_t(*)[TCC_MAX_SYMS])assign, text,
-                               &merged, &nsymbolic, err)))
-    goto done;
-  dump_write(&dump, "kernel-dynamic.c", merged.data, merged.len);
-  if ((rc = be->build(&prog[0], merged.data, merged.len, opts, &out->data, &out->size, err)))
-    goto done;
-  if ((rc = encode_manifest_dynamic(g, np, (const int64_t(*)[TCC_MAX_SYMS])assign, pg, prog,
-                                    &arena, out, err)))
+  if ((rc = encode_manifest_dynamic(g, d.np, (const int64_t(*)[TCC_MAX_SYMS])d.assign, d.pg,
+                                    d.prog, &d.arena, out, err)))
     goto done;
   out->kind = TCC__V1__ARTIFACT_KIND__SHARED_OBJECT;
   tcc_sha256(out->data, out->size, out->sha256);
@@ -609,13 +635,26 @@ static int compile_dynamic(const tcc_prepared *p, const tcc_backend *be,
   }
   out->compile_ms = now_ms() - t0;
 done:
-  for (int i = 0; i < inited; i++) {
-    tcc_program_free(&prog[i]);
-    tcc_buf_free(&src[i]);
+  tcc_buf_free(&merged);
+  dyn_free(&d);
+  if (rc) tcc_artifact_free(out);
+  return rc;
+}
+
+/* tcc_generate_source of a graph with symbols: the merged source. */
+static int generate_source_dynamic(const tcc_prepared *p, const tcc_backend *be, char **source,
+                                   size_t *len, int *kernels, tcc_error *err) {
+  dyn_probes d;
+  tcc_buf merged = {0};
+  dumper dump = {.dir = ""};
+  int rc = dyn_generate(p, be, &dump, &d, &merged, err);
+  if (!rc) {
+    if (kernels) *kernels = tcc_program_live_kernels(&d.prog[0]);
+    *source = tcc_buf_take(&merged, len);
+    if (!*source) rc = tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "out of memory");
   }
   tcc_buf_free(&merged);
-  tcc_arena_free(&arena);
-  if (rc) tcc_artifact_free(out);
+  dyn_free(&d);
   return rc;
 }
 

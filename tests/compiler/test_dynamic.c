@@ -21,7 +21,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "graph.h"
+#include "loop.h"
 #include "reqb.h"
 #include "tccclient.h"
 
@@ -265,6 +265,15 @@ START_TEST(compile_manifest_polynomials) {
   ck_assert_int_eq(m->sym_outputs[3]->sizes[1]->terms[0]->coef, N2);
   tcc__v1__manifest__free_unpacked(m, NULL);
   tcc_artifact_free(&art);
+  /* tcc_generate_source (the fuzzer's back end) gives the same merged source */
+  char *src;
+  size_t len;
+  int kernels = 0;
+  ck_assert_msg(tcc_generate_source(p, &src, &len, &kernels, &err) == 0, "%s", err.msg);
+  ck_assert_int_ge(kernels, 1);
+  ck_assert_ptr_nonnull(strstr(src, "int tcc_entry2("));
+  ck_assert_ptr_nonnull(strstr(src, "tcc_S[0]"));
+  free(src);
   tcc_prepared_free(p);
   reqb_free(r);
 }
