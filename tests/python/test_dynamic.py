@@ -111,3 +111,33 @@ def test_dynamic_off_compiles_per_size(own_daemon):
             torch.testing.assert_close(cm(x), m(x), **F32)
     assert tccd.stats()["dynamic_kernels"] == 0
     assert _compiles(d) >= 2
+
+
+class Block(torch.nn.Module):
+    """[batch, seq, 16]: two symbols; Linear on a 3-D input reshapes with
+    symbolic sizes (those views run eagerly: the wire has no symbolic int
+    arguments), the rest compiles to dynamic kernels."""
+
+    def __init__(self):
+        super().__init__()
+        self.ln = torch.nn.LayerNorm(16)
+        self.fc = torch.nn.Linear(16, 16)
+
+    def forward(self, x):
+        return torch.nn.functional.gelu(self.fc(self.ln(x))) + x
+
+
+def test_batch_and_sequence_symbols(own_daemon):
+    d = own_daemon()
+    m = Block()
+    ref = copy.deepcopy(m).double()
+    cm = torch.compile(m, backend="tccd", dynamic=True)
+    counts = []
+    with torch.no_grad():
+        for b, t in ((2, 5), (3, 7), (4, 3), (6, 11)):
+            x = torch.randn(b, t, 16)
+            torch.testing.assert_close(cm(x).double(), ref(x.double()), **F32)
+            counts.append(_compiles(d))
+    s = tccd.stats()
+    assert s["dynamic_kernels"] >= 1, s
+    assert counts[-1] == counts[0], counts      # no compile after the first shape

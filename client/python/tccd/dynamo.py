@@ -35,6 +35,7 @@ that partition runs eagerly (logged, counted as fallback).
 """
 import concurrent.futures
 import copy
+import hashlib
 import itertools
 import logging
 import os
@@ -160,9 +161,10 @@ class CompiledPartition(torch.nn.Module):
 
     def sym_sizes(self, key):
         """Dynamic shapes: for each non-constant placeholder, the symbol
-        name of each dim ("s0", "" static) as Dynamo traced it (a SymInt
-        that is a plain symbol), or None when no dim is symbolic. An input
-        that is not contiguous in `key` gets no symbols."""
+        name of each dim ("s0", "" static) as Dynamo traced it (a plain
+        symbol keeps its name; an expression such as s0*s1 gets a name of
+        its own), or None when no dim is symbolic. An input that is not
+        contiguous in `key` gets no symbols."""
         phs = [n for n in self.sub_gm.graph.nodes if n.op == "placeholder"]
         vals = [G.meta_val(n) for i, n in enumerate(phs) if i not in self.constants]
         out, any_sym = [], False
@@ -178,6 +180,11 @@ class CompiledPartition(torch.nn.Module):
                         expr = getattr(s.node, "expr", None)
                         if expr is not None and getattr(expr, "is_Symbol", False):
                             name = str(expr)
+                        elif expr is not None and not getattr(expr, "is_number", False):
+                            # A size expression (s0*s1 after a flattening view):
+                            # its own symbol to the daemon; equal expressions
+                            # share it, and the kernel's guards check every dim.
+                            name = "e" + hashlib.sha1(str(expr).encode()).hexdigest()[:16]
                     names.append(name)
             any_sym = any_sym or any(names)
             out.append(names)
