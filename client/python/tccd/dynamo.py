@@ -419,14 +419,15 @@ class _CompiledGraph:
         dyn = self._compile_dynamic(part, key, req)
         if dyn is not None:
             kernel, resp = dyn
-            part._dyn = kernel
+            if kernel.dynamic:
+                part._dyn = kernel
             status = pb.CacheStatus.Name(resp.cache).lower()
-            _stats.add(kernels=1, compile_requests=1, dynamic_kernels=1,
+            _stats.add(kernels=1, compile_requests=1, dynamic_kernels=int(kernel.dynamic),
                        compile_seconds=time.perf_counter() - t0,
                        **{f"cache_{status}": 1} if status in ("miss", "hit", "coalesced",
                                                               "remote_hit") else {})
-            log.debug("tccd: graph %d %s: dynamic kernel %s over %s", self.id, part.name,
-                      resp.guard_hash[:12], ", ".join(kernel.symbols))
+            log.debug("tccd: graph %d %s: kernel %s over symbols %s", self.id, part.name,
+                      resp.guard_hash[:12], ", ".join(kernel.symbols) or "(none)")
             return kernel
         try:
             kernel, resp = self.client.get_kernel(req)
@@ -466,9 +467,10 @@ class _CompiledGraph:
     def _compile_dynamic(self, part, key, req):
         """With dynamic shapes on and symbolic placeholders: compiles one
         kernel whose sizes are runtime symbols (the graph inputs' sym_sizes
-        as Dynamo named them). Returns (Kernel, CompileResponse), or None
-        when there is nothing symbolic or the daemon cannot do it (the
-        partition then compiles per signature, as without dynamic)."""
+        as Dynamo named them; a static kernel when every such dim is 0 or 1
+        in `key`). Returns (Kernel, CompileResponse), or None when there is
+        nothing symbolic or the daemon cannot do it (the partition then
+        compiles per signature, as without dynamic)."""
         if not self.dynamic or part.dyn_refused is not None:
             return None
         syms = part.sym_sizes(key)
@@ -489,9 +491,8 @@ class _CompiledGraph:
             log.info("tccd: graph %d %s: no dynamic kernel (%s); compiling per signature",
                      self.id, part.name, part.dyn_refused)
             return None
-        if not kernel.dynamic:
-            part.dyn_refused = "the daemon answered a static kernel"
-            return None
+        # A static kernel comes back when every symbolic dim is 0 or 1 here
+        # (specialised, as in Dynamo): it serves this signature.
         return kernel, resp
 
     def _compile_failed(self, part, e):
