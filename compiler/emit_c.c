@@ -15,6 +15,10 @@
  * Returns 0, or 1 when an index read from a tensor (gather, embedding,
  * index_select) was out of range or an integer division by zero
  * happened (PyTorch raises there; the outputs are then unspecified).
+ * Programs with symbols (dynamic shapes, dynamic.c) export tcc_entry2
+ * instead, which also takes the symbols' values (const int64_t *tcc_S)
+ * and passes them to every kernel; their parallel loop is chosen at run
+ * time (an OpenMP if() clause over the kernel's work).
  *
  * Loop nests. A kernel whose accesses are all affine, with no reduction
  * and no index value, is planned into flat loops (below). Any other
