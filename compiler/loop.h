@@ -364,10 +364,68 @@ int tcc_build_cubin(const tcc_program *p, const char *src, size_t len,
 typedef struct tcc_cuda_geometry {
   int64_t grid, block, shared_bytes, numel;
   int reduction;              /* holds a REDUCE */
+  int64_t split_groups;       /* > 1: a split reduction (k<j>_split runs first) */
 } tcc_cuda_geometry;
 
 /* The launch of live kernel k. Returns 0, or -1 when out of memory. */
 int tcc_cuda_geometry_for(const tcc_program *p, const tcc_kernel *k, tcc_cuda_geometry *out);
+
+/* Where a cuBLAS operand lives (tcc.v1.BufferRef). */
+typedef enum tcc_cuda_base { TCC_CUDA_INPUT, TCC_CUDA_OUTPUT, TCC_CUDA_WORKSPACE, TCC_CUDA_CONSTANT } tcc_cuda_base;
+typedef struct tcc_cuda_ref {
+  tcc_cuda_base base;
+  int index;                  /* INPUT/OUTPUT position; CONSTANT: buffer id (symbol b<id>_data) */
+  int64_t offset_bytes;
+} tcc_cuda_ref;
+
+/* An EXTERN (GEMM) kernel as one cublasGemmStridedBatchedEx call, in
+ * cuBLAS's column-major terms (tcc.v1.GemmStep documents the fields). */
+typedef struct tcc_cuda_gemm {
+  int trans_a, trans_b;
+  int64_t m, n, k, lda, ldb, ldc, stride_a, stride_b, stride_c, batch;
+  tcc_dtype ab_dtype, c_dtype;
+  const char *compute;        /* "32F", "64F" */
+  tcc_cuda_ref a, b, c;
+} tcc_cuda_gemm;
+
+/* One step of a CUDA launch plan: a kernel launch or a cuBLAS call. */
+typedef struct tcc_cuda_step {
+  char name[32];              /* "k3", "k3_split" (the __global__), "k1" (extern) */
+  const char *kind;           /* "pointwise", "reduction", "split-reduction", "extern" */
+  int kernel;                 /* index in p->kernels */
+  int kno;                    /* live-kernel number (the j of k<j>) */
+  int split_stage;            /* 1: k<j>_split */
+  int64_t grid[2], block, shared_bytes, numel;
+  int64_t split_off;          /* workspace offset of the partials (split kernels) */
+  int is_gemm;
+  tcc_cuda_gemm gemm;
+} tcc_cuda_step;
+
+typedef struct tcc_cuda_schedule {
+  tcc_cuda_step *steps;       /* malloc'ed, in launch order */
+  int n;
+  int n_global;               /* steps that are __global__ launches */
+  int64_t workspace_bytes;    /* the program's + split partials */
+} tcc_cuda_schedule;
+
+/* The launch plan of a planned program for the CUDA target: what the
+ * emitter writes, NVRTC builds and the manifest lists, in one place.
+ * Returns 0, TCC_E_UNIMPLEMENTED (a GEMM cuBLAS cannot express: sizes
+ * over 2^31-1) or TCC_E_RESOURCE_EXHAUSTED; free with
+ * tcc_cuda_schedule_free. */
+int tcc_cuda_schedule_make(const tcc_program *p, tcc_cuda_schedule *s, tcc_error *err);
+void tcc_cuda_schedule_free(tcc_cuda_schedule *s);
+
+/* emit_cuda.c: NVRTC -> cubin and PTX (*ptx malloc'ed, NUL-terminated);
+ * stops waiting for NVRTC after opts->timeout_ms (TCC_E_DEADLINE_EXCEEDED). */
+int tcc_build_cuda(const tcc_program *p, const char *src, const tcc_build_options *opts, uint8_t **cubin,
+                   size_t *cubin_len, char **ptx, size_t *ptx_len, tcc_error *err);
+
+/* emit_cuda.c: fills the CUDA parts of a manifest (kernels with their
+ * launch configs and GEMM steps, workspace_bytes, ptx) from the schedule,
+ * allocating in arena A. Returns 0 or a TCC_E_* code. */
+int tcc_cuda_manifest_fill(const tcc_program *p, tcc_arena *A, Tcc__V1__Manifest *m, const char *ptx,
+                           size_t ptx_len, tcc_error *err);
 
 /* ---------------------------------------------------------- pipeline.c */
 

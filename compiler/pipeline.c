@@ -200,8 +200,8 @@ static Tcc__V1__TensorMeta *manifest_meta(tcc_arena *A, const tcc_meta *m) {
 }
 
 /* Encodes the tcc.v1.Manifest of a built program into the artifact. */
-static int encode_manifest(const tcc_program *prog, tcc_arena *A, tcc_artifact *out,
-                           tcc_error *err) {
+static int encode_manifest(const tcc_program *prog, tcc_arena *A, const char *ptx, size_t ptx_len,
+                           tcc_artifact *out, tcc_error *err) {
   const tcc_graph *g = prog->graph;
   Tcc__V1__Manifest m;
   tcc__v1__manifest__init(&m);
@@ -251,6 +251,9 @@ static int encode_manifest(const tcc_program *prog, tcc_arena *A, tcc_artifact *
     }
     m.kernels[j++] = ki;
   }
+  /* CUDA: the launch plan (split stages, cuBLAS steps) and the PTX */
+  int rc;
+  if (cuda && (rc = tcc_cuda_manifest_fill(prog, A, &m, ptx, ptx_len, err))) return rc;
   out->manifest_len = tcc__v1__manifest__get_packed_size(&m);
   out->manifest = malloc(out->manifest_len ? out->manifest_len : 1);
   if (!out->manifest) goto oom;
@@ -334,13 +337,19 @@ int tcc_compile(const tcc_prepared *p, const tcc_build_options *opts, tcc_artifa
   tcc_program prog;
   tcc_program_init(&prog, &arena, g);
   tcc_buf src = {0};
+  char *ptx = NULL;   /* CUDA: the PTX for the manifest */
+  size_t ptx_len = 0;
   dumper dump;
   dump_open(&dump, p, opts);
   dump_graph(&dump, "graph.txt", g);
 
   if ((rc = generate(be, &prog, &src, &dump, err))) goto done;
-  if ((rc = be->build(&prog, src.data, src.len, opts, &out->data, &out->size, err))) goto done;
-  if ((rc = encode_manifest(&prog, &arena, out, err))) goto done;
+  if (g->target.device == TCC__V1__DEVICE_TYPE__CUDA)
+    rc = tcc_build_cuda(&prog, src.data, opts, &out->data, &out->size, &ptx, &ptx_len, err);
+  else
+    rc = be->build(&prog, src.data, src.len, opts, &out->data, &out->size, err);
+  if (rc) goto done;
+  if ((rc = encode_manifest(&prog, &arena, ptx, ptx_len, out, err))) goto done;
 
   out->kind = g->target.device == TCC__V1__DEVICE_TYPE__CUDA ? TCC__V1__ARTIFACT_KIND__CUBIN
                                                               : TCC__V1__ARTIFACT_KIND__SHARED_OBJECT;
@@ -353,6 +362,7 @@ int tcc_compile(const tcc_prepared *p, const tcc_build_options *opts, tcc_artifa
   out->compile_ms = now_ms() - t0;
 
 done:
+  free(ptx);
   tcc_buf_free(&src);
   tcc_program_free(&prog);
   tcc_arena_free(&arena);
