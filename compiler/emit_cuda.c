@@ -1634,7 +1634,7 @@ int tcc_cuda_manifest_fill(const tcc_program *p, tcc_arena *A, Tcc__V1__Manifest
         goto oom;
       ki->gemm = gs;
     } else {
-      int two = st->grid[1] > 1;
+      int two = st->split_stage || st->grid[1] > 1;
       int64_t *grid = tcc_arena_array(A, 2, sizeof *grid);
       int64_t *block = tcc_arena_array(A, 1, sizeof *block);
       if (!grid || !block) goto oom;

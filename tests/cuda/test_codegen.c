@@ -790,6 +790,231 @@ START_TEST(keys_differ_by_arch) {
 }
 END_TEST
 
+/* ------------------------------------------------------------ matmul */
+
+/* Compiles req for both archs and returns the sm_90 manifest (caller
+ * frees) after the generic checks. */
+static Tcc__V1__Manifest *compile_manifest(reqb *b, const char *what, char **source) {
+  Tcc__V1__Manifest *keep = NULL;
+  for (size_t a = 0; a < 2; a++) {
+    Tcc__V1__CompileRequest *req = reqb_req(b);
+    retarget(req, reqb_str(b, ARCHS[a]));
+    tcc_prepared *p;
+    tcc_error err;
+    ck_assert_msg(tcc_prepare(req, "test-id", &p, &err) == 0, "%s: %s", what, err.msg);
+    tcc_artifact art;
+    ck_assert_msg(tcc_compile(p, NULL, &art, &err) == 0, "%s: %s", what, err.msg);
+    check_artifact(p, &art, ARCHS[a], what);
+    if (a == 1) {
+      keep = tcc__v1__manifest__unpack(NULL, art.manifest_len, art.manifest);
+      if (source) *source = strdup(art.source);
+    }
+    tcc_artifact_free(&art);
+    tcc_prepared_free(p);
+  }
+  ck_assert_ptr_nonnull(keep);
+  return keep;
+}
+
+/* The extern steps of m, in order; returns their count. */
+static int gemm_steps(const Tcc__V1__Manifest *m, const Tcc__V1__KernelInfo **out, int cap) {
+  int n = 0;
+  for (size_t k = 0; k < m->n_kernels; k++)
+    if (!strcmp(m->kernels[k]->kind, "extern") && n < cap) out[n++] = m->kernels[k];
+  return n;
+}
+
+START_TEST(matmul_family) {
+  const Tcc__V1__KernelInfo *g[4];
+  /* mm: [M,K] @ [K,N] row-major = cuBLAS C^T = B^T A^T: m=N, n=M, both N */
+  {
+    reqb *b = reqb_new("");
+    reqb_value(b, "x", TCC__V1__DTYPE__FLOAT32, 2, (int64_t[]){33, 70}, NULL, 0);
+    reqb_value(b, "w", TCC__V1__DTYPE__FLOAT32, 2, (int64_t[]){70, 45}, NULL, 0);
+    reqb_value(b, "o", TCC__V1__DTYPE__FLOAT32, 2, (int64_t[]){33, 45}, NULL, 0);
+    reqb_input(b, "x");
+    reqb_input(b, "w");
+    reqb_binary(b, "aten.mm.default", "x", "w", "o");
+    Tcc__V1__Node *n = reqb_req(b)->graph->nodes[0];
+    n->inputs[1]->name = reqb_str(b, "mat2");
+    reqb_output(b, "o");
+    Tcc__V1__Manifest *m = compile_manifest(b, "mm", NULL);
+    ck_assert_int_eq(gemm_steps(m, g, 4), 1);
+    ck_assert_int_eq(g[0]->gemm->m, 45);
+    ck_assert_int_eq(g[0]->gemm->n, 33);
+    ck_assert_int_eq(g[0]->gemm->k, 70);
+    ck_assert(!g[0]->gemm->trans_a && !g[0]->gemm->trans_b);
+    ck_assert_int_eq(g[0]->gemm->lda, 45);
+    ck_assert_int_eq(g[0]->gemm->ldb, 70);
+    ck_assert_int_eq(g[0]->gemm->ldc, 45);
+    ck_assert_int_eq(g[0]->gemm->a->base_case, TCC__V1__BUFFER_REF__BASE_INPUT);
+    ck_assert_int_eq(g[0]->gemm->a->input, 1);   /* cuBLAS's A is w */
+    ck_assert_int_eq(g[0]->gemm->b->input, 0);
+    ck_assert_str_eq(m->kernels[0]->kind, "extern");   /* the GEMM runs first */
+    tcc__v1__manifest__free_unpacked(m, NULL);
+    reqb_free(b);
+  }
+  /* linear(x [4,5,64], w [96,64], bias) then gelu: w read transposed
+   * (op T), x flattened to M = 20; the epilogue kernel after the GEMM */
+  {
+    reqb *b = reqb_new("");
+    reqb_value(b, "x", TCC__V1__DTYPE__FLOAT32, 3, (int64_t[]){4, 5, 64}, NULL, 0);
+    reqb_value(b, "w", TCC__V1__DTYPE__FLOAT32, 2, (int64_t[]){96, 64}, NULL, 0);
+    reqb_value(b, "bias", TCC__V1__DTYPE__FLOAT32, 1, (int64_t[]){96}, NULL, 0);
+    reqb_value(b, "l", TCC__V1__DTYPE__FLOAT32, 3, (int64_t[]){4, 5, 96}, NULL, 0);
+    reqb_value(b, "o", TCC__V1__DTYPE__FLOAT32, 3, (int64_t[]){4, 5, 96}, NULL, 0);
+    reqb_input(b, "x");
+    reqb_input(b, "w");
+    reqb_input(b, "bias");
+    Tcc__V1__Node *n = reqb_node(b, "aten.linear.default", "l");
+    reqb_arg_tensor(b, n, "input", "x");
+    reqb_arg_tensor(b, n, "weight", "w");
+    reqb_arg_tensor(b, n, "bias", "bias");
+    reqb_unary(b, "aten.gelu.default", "l", "o");
+    reqb_output(b, "o");
+    char *src;
+    Tcc__V1__Manifest *m = compile_manifest(b, "linear+gelu", &src);
+    ck_assert_int_eq(gemm_steps(m, g, 4), 1);
+    ck_assert_int_eq(g[0]->gemm->m, 96);
+    ck_assert_int_eq(g[0]->gemm->n, 20);
+    ck_assert_int_eq(g[0]->gemm->k, 64);
+    ck_assert(g[0]->gemm->trans_a && !g[0]->gemm->trans_b);
+    ck_assert_int_eq(g[0]->gemm->lda, 64);
+    ck_assert_int_eq(g[0]->gemm->c->base_case, TCC__V1__BUFFER_REF__BASE_WORKSPACE);
+    /* the fused bias + gelu epilogue is one kernel launched after the GEMM */
+    ck_assert_int_eq((int)m->n_kernels, 2);
+    ck_assert_str_eq(m->kernels[0]->kind, "extern");
+    ck_assert_str_eq(m->kernels[1]->kind, "pointwise");
+    ck_assert_ptr_nonnull(strstr(src, "erff("));
+    free(src);
+    tcc__v1__manifest__free_unpacked(m, NULL);
+    reqb_free(b);
+  }
+  /* bmm in float16 / bfloat16 (half operands, float32 C) and float64;
+   * addmm; matmul broadcasting [B,M,K] @ [K,N] (stride_b 0) */
+  static const Tcc__V1__DType dts[] = {TCC__V1__DTYPE__FLOAT16, TCC__V1__DTYPE__BFLOAT16, TCC__V1__DTYPE__FLOAT64};
+  for (size_t d = 0; d < 3; d++) {
+    reqb *b = reqb_new("");
+    reqb_value(b, "x", dts[d], 3, (int64_t[]){3, 16, 24}, NULL, 0);
+    reqb_value(b, "y", dts[d], 3, (int64_t[]){3, 24, 8}, NULL, 0);
+    reqb_value(b, "o", dts[d], 3, (int64_t[]){3, 16, 8}, NULL, 0);
+    reqb_input(b, "x");
+    reqb_input(b, "y");
+    Tcc__V1__Node *n = reqb_node(b, "aten.bmm.default", "o");
+    reqb_arg_tensor(b, n, "self", "x");
+    reqb_arg_tensor(b, n, "mat2", "y");
+    reqb_output(b, "o");
+    Tcc__V1__Manifest *m = compile_manifest(b, "bmm", NULL);
+    ck_assert_int_eq(gemm_steps(m, g, 4), 1);
+    ck_assert_int_eq(g[0]->gemm->a_dtype, dts[d]);
+    ck_assert_int_eq(g[0]->gemm->batch_count, 3);
+    ck_assert_int_eq(g[0]->gemm->stride_a, 24 * 8);
+    ck_assert_int_eq(g[0]->gemm->stride_b, 16 * 24);
+    ck_assert_int_eq(g[0]->gemm->stride_c, 16 * 8);
+    ck_assert_int_eq(g[0]->gemm->a->base_case, TCC__V1__BUFFER_REF__BASE_INPUT);   /* read as they are */
+    ck_assert_int_eq(g[0]->gemm->b->base_case, TCC__V1__BUFFER_REF__BASE_INPUT);
+    tcc__v1__manifest__free_unpacked(m, NULL);
+    reqb_free(b);
+  }
+  {
+    reqb *b = reqb_new("");
+    reqb_value(b, "x", TCC__V1__DTYPE__FLOAT32, 3, (int64_t[]){6, 10, 12}, NULL, 0);
+    reqb_value(b, "w", TCC__V1__DTYPE__FLOAT32, 2, (int64_t[]){12, 7}, NULL, 0);
+    reqb_value(b, "o", TCC__V1__DTYPE__FLOAT32, 3, (int64_t[]){6, 10, 7}, NULL, 0);
+    reqb_input(b, "x");
+    reqb_input(b, "w");
+    reqb_binary(b, "aten.matmul.default", "x", "w", "o");
+    reqb_output(b, "o");
+    Tcc__V1__Manifest *m = compile_manifest(b, "matmul broadcast", NULL);
+    ck_assert_int_eq(gemm_steps(m, g, 4), 1);
+    ck_assert(g[0]->gemm->batch_count == 6 || g[0]->gemm->batch_count == 1);
+    if (g[0]->gemm->batch_count == 6) ck_assert_int_eq(g[0]->gemm->stride_a, 0);
+    tcc__v1__manifest__free_unpacked(m, NULL);
+    reqb_free(b);
+  }
+  {
+    reqb *b = reqb_new("");
+    reqb_value(b, "bias", TCC__V1__DTYPE__FLOAT32, 1, (int64_t[]){9}, NULL, 0);
+    reqb_value(b, "x", TCC__V1__DTYPE__FLOAT32, 2, (int64_t[]){5, 11}, NULL, 0);
+    reqb_value(b, "w", TCC__V1__DTYPE__FLOAT32, 2, (int64_t[]){11, 9}, (int64_t[]){1, 11}, 0);   /* w.T view */
+    reqb_value(b, "o", TCC__V1__DTYPE__FLOAT32, 2, (int64_t[]){5, 9}, NULL, 0);
+    reqb_input(b, "bias");
+    reqb_input(b, "x");
+    reqb_input(b, "w");
+    Tcc__V1__Node *n = reqb_node(b, "aten.addmm.default", "o");
+    reqb_arg_tensor(b, n, "self", "bias");
+    reqb_arg_tensor(b, n, "mat1", "x");
+    reqb_arg_tensor(b, n, "mat2", "w");
+    reqb_output(b, "o");
+    Tcc__V1__Manifest *m = compile_manifest(b, "addmm", NULL);
+    ck_assert_int_eq(gemm_steps(m, g, 4), 1);
+    ck_assert_int_eq((int)m->n_kernels, 2);   /* GEMM, then the bias epilogue */
+    tcc__v1__manifest__free_unpacked(m, NULL);
+    reqb_free(b);
+  }
+}
+END_TEST
+
+/* A sum over 2^24 float32 into one value: a split reduction (grid > 1
+ * for the first stage), and cuobjdump lists both stages. */
+START_TEST(split_reduction) {
+  static const int64_t shapes[][2] = {{1, INT64_C(1) << 24}, {4, 200000}};
+  for (size_t s = 0; s < 2; s++) {
+    reqb *b = reqb_new("");
+    reqb_value(b, "x", TCC__V1__DTYPE__FLOAT32, 2, shapes[s], NULL, 0);
+    if (s == 0) reqb_value(b, "o", TCC__V1__DTYPE__FLOAT32, 0, NULL, NULL, 0);
+    else reqb_value(b, "o", TCC__V1__DTYPE__FLOAT32, 1, (int64_t[]){4}, NULL, 0);
+    reqb_input(b, "x");
+    Tcc__V1__Node *n = reqb_node(b, s == 0 ? "aten.sum.default" : "aten.sum.dim_IntList", "o");
+    reqb_arg_tensor(b, n, "self", "x");
+    if (s == 1) {
+      Tcc__V1__Argument *arg = reqb_arg_int(b, n, "dim", 1);
+      arg->kind_case = TCC__V1__ARGUMENT__KIND_AS_INTS;
+      static int64_t one[1] = {1};
+      static Tcc__V1__IntList il = TCC__V1__INT_LIST__INIT;
+      il.n_values = 1;
+      il.values = one;
+      arg->as_ints = &il;
+    }
+    reqb_output(b, "o");
+    char *src;
+    objdumps++;
+    Tcc__V1__Manifest *m = compile_manifest(b, "split sum", &src);
+    ck_assert_int_eq((int)m->n_kernels, 2);
+    ck_assert_str_eq(m->kernels[0]->kind, "split-reduction");
+    ck_assert_str_eq(m->kernels[0]->name, "k0_split");
+    ck_assert_int_ge(m->kernels[0]->grid[0], 2);
+    ck_assert_int_eq(m->kernels[0]->grid[1], shapes[s][0]);
+    ck_assert_str_eq(m->kernels[1]->name, "k0");
+    ck_assert_int_eq(m->kernels[1]->grid[0], shapes[s][0]);
+    ck_assert_int_ge(m->workspace_bytes, m->kernels[0]->grid[0] * shapes[s][0] * 4);
+    ck_assert_ptr_nonnull(strstr(src, "gridDim.x * blockDim.x"));
+    printf("  split sum [%lld, %lld]: %lld x %lld blocks, then %lld\n", (long long)shapes[s][0],
+           (long long)shapes[s][1], (long long)m->kernels[0]->grid[0], (long long)m->kernels[0]->grid[1],
+           (long long)m->kernels[1]->grid[0]);
+    free(src);
+    tcc__v1__manifest__free_unpacked(m, NULL);
+    reqb_free(b);
+  }
+}
+END_TEST
+
+/* tcc_compiler_ops(CUDA) lists the matmul family (cuBLAS steps). */
+START_TEST(cuda_ops_list_matmul) {
+  size_t n = tcc_compiler_ops(TCC__V1__DEVICE_TYPE__CUDA, NULL, 0);
+  tcc_op_info *ops = calloc(n, sizeof *ops);
+  tcc_compiler_ops(TCC__V1__DEVICE_TYPE__CUDA, ops, n);
+  int found = 0;
+  for (size_t i = 0; i < n; i++)
+    if (!strcmp(ops[i].target, "aten.mm.default") || !strcmp(ops[i].target, "aten.bmm.default") ||
+        !strcmp(ops[i].target, "aten.addmm.default") || !strcmp(ops[i].target, "aten.linear.default") ||
+        !strcmp(ops[i].target, "aten.matmul.default"))
+      found++;
+  ck_assert_int_eq(found, 5);
+  free(ops);
+}
+END_TEST
+
 int main(void) {
   tcc_error err;
   if (tcc_nvrtc_available(&err)) cutest_skip("%s", err.msg);
@@ -804,6 +1029,9 @@ int main(void) {
   tcase_add_test(tc, keys_differ_by_arch);
   tcase_add_test(tc, example_graphs);
   tcase_add_test(tc, softmax_is_one_kernel);
+  tcase_add_test(tc, matmul_family);
+  tcase_add_test(tc, split_reduction);
+  tcase_add_test(tc, cuda_ops_list_matmul);
   suite_add_tcase(s, tc);
   tc = tcase_create("ops");
   tcase_set_timeout(tc, 1200);
