@@ -90,6 +90,8 @@ enum {
     (tcu_module *mod, const void *image, unsigned n, int *opts, void **vals))          \
   X(cuModuleUnload, tcu_result, (tcu_module mod))                                      \
   X(cuModuleGetFunction, tcu_result, (tcu_function *fn, tcu_module mod, const char *name)) \
+  X(cuModuleGetGlobal_v2, tcu_result,                                                  \
+    (tcu_deviceptr *dptr, size_t *bytes, tcu_module mod, const char *name))            \
   X(cuFuncGetAttribute, tcu_result, (int *v, int attr, tcu_function fn))               \
   X(cuFuncSetAttribute, tcu_result, (tcu_function fn, int attr, int v))                \
   X(cuLaunchKernel, tcu_result,                                                        \
