@@ -554,6 +554,40 @@ static int cmd_ls(tcctl *t) {
 
 /* ------------------------------------------------------------ show */
 
+/* "input 1 + 16", "workspace + 256", "const b3_data" */
+static void format_ref(const Tcc__V1__BufferRef *r, char *buf, size_t cap) {
+  char base[96] = "?";
+  if (r) switch (r->base_case) {
+    case TCC__V1__BUFFER_REF__BASE_INPUT: snprintf(base, sizeof base, "input %u", r->input); break;
+    case TCC__V1__BUFFER_REF__BASE_OUTPUT: snprintf(base, sizeof base, "output %u", r->output); break;
+    case TCC__V1__BUFFER_REF__BASE_WORKSPACE: snprintf(base, sizeof base, "workspace"); break;
+    case TCC__V1__BUFFER_REF__BASE_CONSTANT: snprintf(base, sizeof base, "const %.64s", r->constant); break;
+    default: break;
+    }
+  if (r && r->offset_bytes) snprintf(buf, cap, "%s + %" PRId64, base, r->offset_bytes);
+  else snprintf(buf, cap, "%s", base);
+}
+
+/* The extern (cuBLAS) steps of a CUDA plan, one line each. */
+static void print_gemm_steps(const Tcc__V1__Manifest *m) {
+  for (size_t i = 0; i < m->n_kernels; i++) {
+    const Tcc__V1__GemmStep *g = m->kernels[i]->gemm;
+    if (!g) continue;
+    char a[128], b[128], c[128], dt[2][32];
+    format_ref(g->a, a, sizeof a);
+    format_ref(g->b, b, sizeof b);
+    format_ref(g->c, c, sizeof c);
+    const char *ad = enum_name(&tcc__v1__dtype__descriptor, g->a_dtype, dt[0], sizeof dt[0]);
+    const char *cd = enum_name(&tcc__v1__dtype__descriptor, g->c_dtype, dt[1], sizeof dt[1]);
+    printf("  %s: cuBLAS gemm %c%c m=%" PRId64 " n=%" PRId64 " k=%" PRId64 " lda=%" PRId64 " ldb=%" PRId64
+           " ldc=%" PRId64 " batch=%" PRId64 " (strides %" PRId64 "/%" PRId64 "/%" PRId64 ") %s -> %s, compute %s\n"
+           "      A = %s, B = %s, C = %s\n",
+           m->kernels[i]->name, g->trans_a ? 'T' : 'N', g->trans_b ? 'T' : 'N', g->m, g->n, g->k, g->lda, g->ldb,
+           g->ldc, g->batch_count, g->stride_a, g->stride_b, g->stride_c, ad, cd,
+           g->compute_type && *g->compute_type ? g->compute_type : "-", a, b, c);
+  }
+}
+
 static void print_kernels(const Tcc__V1__Manifest *m) {
   table tb = {.cols = 6, .right = {0, 0, 1, 0, 0, 1}};
   const char *head[] = {"NAME", "KIND", "NUMEL", "GRID", "BLOCK", "SHARED_BYTES"};
@@ -571,6 +605,7 @@ static void print_kernels(const Tcc__V1__Manifest *m) {
     table_add(&tb, row);
   }
   table_print(&tb, "  ");
+  print_gemm_steps(m);
 }
 
 static void print_metas(const char *label, Tcc__V1__TensorMeta **metas, size_t n) {
@@ -628,6 +663,7 @@ static int cmd_show(tcctl *t) {
       kv("workspace", "%s", human_bytes(m->workspace_bytes, a, sizeof a));
       print_metas("inputs", m->inputs, m->n_inputs);
       print_metas("outputs", m->outputs, m->n_outputs);
+      if (m->ptx.len) kv("ptx", "%s (JIT fallback for other archs)", human_bytes((int64_t)m->ptx.len, a, sizeof a));
       kv("kernels", "%zu", m->n_kernels);
       if (m->n_kernels) print_kernels(m);
     }
