@@ -858,6 +858,11 @@ int tcc_cuda_memcpy_dtoh(int device, void *dst, const void *src, size_t bytes, t
   IN_PRIMARY(device, err, "cuMemcpyDtoH", drv.cuMemcpyDtoH_v2(dst, (tcu_deviceptr)(uintptr_t)src, bytes));
 }
 
+int tcc_cuda_memcpy_dtod(int device, void *dst, const void *src, size_t bytes, tcc_error *err) {
+  IN_PRIMARY(device, err, "cuMemcpyDtoD",
+             drv.cuMemcpyDtoD_v2((tcu_deviceptr)(uintptr_t)dst, (tcu_deviceptr)(uintptr_t)src, bytes));
+}
+
 int tcc_cuda_stream_create(int device, void **stream, tcc_error *err) {
   *stream = NULL;
   IN_PRIMARY(device, err, "cuStreamCreate", drv.cuStreamCreate((tcu_stream *)stream, TCU_STREAM_NON_BLOCKING));

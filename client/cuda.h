@@ -265,6 +265,7 @@ int tcc_cuda_memcpy_htod(int device, void *dst, const void *src, size_t bytes,
                          tcc_error *err);
 int tcc_cuda_memcpy_dtoh(int device, void *dst, const void *src, size_t bytes,
                          tcc_error *err);
+int tcc_cuda_memcpy_dtod(int device, void *dst, const void *src, size_t bytes, tcc_error *err);
 /* A non-blocking stream (*stream) of the device's primary context. */
 int tcc_cuda_stream_create(int device, void **stream, tcc_error *err);
 int tcc_cuda_stream_destroy(int device, void *stream, tcc_error *err);

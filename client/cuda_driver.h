@@ -111,7 +111,8 @@ enum {
   X(cuMemAlloc_v2, tcu_result, (tcu_deviceptr *p, size_t bytes))                       \
   X(cuMemFree_v2, tcu_result, (tcu_deviceptr p))                                       \
   X(cuMemcpyHtoD_v2, tcu_result, (tcu_deviceptr dst, const void *src, size_t bytes))   \
-  X(cuMemcpyDtoH_v2, tcu_result, (void *dst, tcu_deviceptr src, size_t bytes))
+  X(cuMemcpyDtoH_v2, tcu_result, (void *dst, tcu_deviceptr src, size_t bytes))    \
+  X(cuMemcpyDtoD_v2, tcu_result, (tcu_deviceptr dst, tcu_deviceptr src, size_t bytes))
 
 /* CUDA 12.4+: parameter layout of a kernel (used to check the ABI). */
 #define TCU_DRIVER_OPTIONAL(X)                                                         \

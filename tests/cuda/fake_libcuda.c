@@ -270,3 +270,4 @@ EXPORT tcu_result cuMemAlloc_v2(tcu_deviceptr *p, size_t bytes) {
 EXPORT tcu_result cuMemFree_v2(tcu_deviceptr p) { free((void *)(uintptr_t)p); return 0; }
 EXPORT tcu_result cuMemcpyHtoD_v2(tcu_deviceptr d, const void *s, size_t n) { memcpy((void *)(uintptr_t)d, s, n); return 0; }
 EXPORT tcu_result cuMemcpyDtoH_v2(void *d, tcu_deviceptr s, size_t n) { memcpy(d, (void *)(uintptr_t)s, n); return 0; }
+EXPORT tcu_result cuMemcpyDtoD_v2(tcu_deviceptr d, tcu_deviceptr s, size_t n) { memmove((void *)(uintptr_t)d, (void *)(uintptr_t)s, n); return 0; }

@@ -1029,12 +1029,12 @@ int main(void) {
   tcase_add_test(tc, keys_differ_by_arch);
   tcase_add_test(tc, example_graphs);
   tcase_add_test(tc, softmax_is_one_kernel);
-  tcase_add_test(tc, matmul_family);
-  tcase_add_test(tc, split_reduction);
   tcase_add_test(tc, cuda_ops_list_matmul);
   suite_add_tcase(s, tc);
   tc = tcase_create("ops");
   tcase_set_timeout(tc, 1200);
+  tcase_add_test(tc, matmul_family);
+  tcase_add_test(tc, split_reduction);
   tcase_add_test(tc, reductions_over_a_dim);
   tcase_add_test(tc, layer_norm_and_dim_reductions);
   tcase_add_test(tc, views_cat_and_indexing);
