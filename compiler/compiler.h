@@ -49,15 +49,20 @@
  *     CUBIN artifact for exactly that arch. Its Manifest has entry "",
  *     one kernel k<j> per fused kernel (an extern "C" __global__ taking
  *     ABI 1's (inputs..., outputs..., workspace) device pointers) with a
- *     1-D grid and block and no dynamic shared memory, launched in order
- *     (client/cuda.h). tcc_prepare appends tcc_nvrtc_identity() ("nvrtc
- *     13.0 (sm_75 ...)", or "nvrtc unavailable") to the identity of CUDA
- *     requests, so the key changes with the NVRTC version; the arch is in
- *     the target. Graphs with a GEMM (extern) step are
- *     TCC_E_UNIMPLEMENTED "matmul on CUDA needs cuBLAS (not built yet)";
- *     without NVRTC tcc_compile is TCC_E_FAILED_PRECONDITION. Gathers with
- *     an index out of range read index 0 and integer division by zero
- *     gives 0 on CUDA (ABI 1 has no error flag).
+ *     grid and block and no dynamic shared memory, launched in order
+ *     (client/cuda.h); a split reduction adds k<j>_split (kind
+ *     "split-reduction", 2-D grid) before k<j>; a matmul is an "extern"
+ *     step k<j> with KernelInfo.gemm (a cuBLAS call the client makes);
+ *     Manifest.ptx is the PTX of the same compile. tcc_prepare appends
+ *     tcc_nvrtc_identity() ("nvrtc 13.0 (sm_75 ...)", or "nvrtc
+ *     unavailable") to the identity of CUDA requests, so the key changes
+ *     with the NVRTC version; the arch is in the target. Extern steps
+ *     other than matmuls (convolution) are TCC_E_UNIMPLEMENTED naming the
+ *     op; without NVRTC tcc_compile is TCC_E_FAILED_PRECONDITION; NVRTC
+ *     past opts->timeout_ms is TCC_E_DEADLINE_EXCEEDED (the compile is
+ *     abandoned, nvrtc.h). Gathers with an index out of range read index
+ *     0 and integer division by zero gives 0 on CUDA (ABI 1 has no error
+ *     flag).
  *   - With TCC_NO_FUSION set, tcc_compile fuses nothing (one kernel per
  *     op, for benchmarks); it is not in the guard key.
  *   - With the environment variable TCC_DUMP set, tcc_compile writes each
@@ -146,7 +151,7 @@ typedef struct tcc_artifact {
  * .so for CPU, a cubin for CUDA). Thread-safe: many compiles may run at
  * once on different preparations.
  * Returns 0, or TCC_E_UNIMPLEMENTED (op/dtype the target cannot do yet,
- * GEMM on CUDA), TCC_E_FAILED_PRECONDITION (CUDA without NVRTC),
+ * convolution on CUDA), TCC_E_FAILED_PRECONDITION (CUDA without NVRTC),
  * TCC_E_INTERNAL (the compiler failed: its output is in the message),
  * TCC_E_DEADLINE_EXCEEDED (timeout). */
 int tcc_compile(const tcc_prepared *p, const tcc_build_options *opts,
@@ -164,9 +169,9 @@ typedef struct tcc_op_info {
 
 /* The ops device (Tcc__V1__DeviceType; UNSPECIFIED = CPU) compiles, in op
  * table order: fills out[0..min(count, cap)) and returns the count (call
- * with cap 0 to size the array). CUDA lists every op except the extern
- * (GEMM) steps, which need cuBLAS on the client (not built yet).
- * Thread-safe. */
+ * with cap 0 to size the array). CUDA lists every op except extern steps
+ * other than the matmul family (mm, bmm, addmm, matmul, linear: cuBLAS
+ * on the client). Thread-safe. */
 size_t tcc_compiler_ops(int device, tcc_op_info *out, size_t cap);
 
 /* The tensor dtypes device computes in (on CPU: float32, float64,

@@ -53,7 +53,17 @@
  *              256): the same structure with the lane for the thread and
  *              a warp reduction (shuffles, lane 0's result broadcast),
  *              no shared memory and no __syncthreads.
- *   extern     (GEMM) not supported: TCC_E_UNIMPLEMENTED naming the op.
+ *   split      a cooperative reduction of >= SPLIT_MIN_EXTENT elements into
+ *              <= SPLIT_MAX_ROWS rows: k<j>_split folds grid-stride
+ *              slices into partials in the workspace, k<j> folds the
+ *              partials (see SPLIT_* below).
+ *   extern     (GEMM) no code: a step of the launch plan the client runs
+ *              with cublasGemmStridedBatchedEx (describe_gemm maps the
+ *              row-major C = A B onto cuBLAS's column-major C^T = B^T A^T;
+ *              the manifest's GemmStep carries the call). Other extern
+ *              kinds are TCC_E_UNIMPLEMENTED naming the op.
+ * The schedule (tcc_cuda_schedule_make) lists the plan's steps once for
+ * the emitter, the NVRTC build (kernel names) and the manifest.
  * Indices are `int` when every extent and storage offset of the kernel
  * fits comfortably in 31 bits, else `long long`.
  *

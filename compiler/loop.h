@@ -349,8 +349,9 @@ int tcc_build_so(const tcc_program *p, const char *src, size_t len,
 
 /* emit_cuda.c: CUDA C for the CUDA target (ABI 1 of client/cuda.h: one
  * extern "C" __global__ k<j> per live kernel, each taking (inputs...,
- * outputs..., workspace)). TCC_E_UNIMPLEMENTED for extern (GEMM) steps
- * and dtypes it cannot do. */
+ * outputs..., workspace), k<j>_split before split reductions; no code
+ * for GEMM steps, which the client runs with cuBLAS).
+ * TCC_E_UNIMPLEMENTED for other extern steps and dtypes it cannot do. */
 int tcc_emit_cuda(const tcc_program *p, tcc_buf *src, tcc_error *err);
 
 /* emit_cuda.c: NVRTC -> cubin for p's target arch (compiler/cuda/nvrtc.h);
