@@ -1624,6 +1624,8 @@ int tcc_cuda_manifest_fill(const tcc_program *p, tcc_arena *A, Tcc__V1__Manifest
     ki->name = tcc_arena_strdup(A, st->name);
     ki->kind = (char *)st->kind;
     ki->numel = st->numel;
+    ki->n_nodes = (size_t)p->kernels[st->kernel].nnodes;   /* provenance (tcctl show --dot) */
+    ki->nodes = p->kernels[st->kernel].nodes;
     if (!ki->name) goto oom;
     if (st->is_gemm) {
       const tcc_cuda_gemm *G = &st->gemm;
