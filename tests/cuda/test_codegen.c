@@ -805,6 +805,16 @@ static Tcc__V1__Manifest *compile_manifest(reqb *b, const char *what, char **sou
     tcc_artifact art;
     ck_assert_msg(tcc_compile(p, NULL, &art, &err) == 0, "%s: %s", what, err.msg);
     check_artifact(p, &art, ARCHS[a], what);
+    Tcc__V1__Manifest *mm = tcc__v1__manifest__unpack(NULL, art.manifest_len, art.manifest);
+    for (size_t k = 0; k < mm->n_kernels; k++) {   /* constants cuBLAS reads are symbols of the cubin */
+      const Tcc__V1__GemmStep *gs = mm->kernels[k]->gemm;
+      const Tcc__V1__BufferRef *refs[2] = {gs ? gs->a : NULL, gs ? gs->b : NULL};
+      for (int r = 0; r < 2; r++)
+        if (refs[r] && refs[r]->base_case == TCC__V1__BUFFER_REF__BASE_CONSTANT)
+          ck_assert_msg(memmem(art.data, art.size, refs[r]->constant, strlen(refs[r]->constant) + 1),
+                        "%s: the cubin has no symbol %s", what, refs[r]->constant);
+    }
+    tcc__v1__manifest__free_unpacked(mm, NULL);
     if (a == 1) {
       keep = tcc__v1__manifest__unpack(NULL, art.manifest_len, art.manifest);
       if (source) *source = strdup(art.source);
@@ -929,6 +939,30 @@ START_TEST(matmul_family) {
     ck_assert_int_eq(gemm_steps(m, g, 4), 1);
     ck_assert(g[0]->gemm->batch_count == 6 || g[0]->gemm->batch_count == 1);
     if (g[0]->gemm->batch_count == 6) ck_assert_int_eq(g[0]->gemm->stride_a, 0);
+    tcc__v1__manifest__free_unpacked(m, NULL);
+    reqb_free(b);
+  }
+  /* a constant weight: cuBLAS reads the module's __device__ array */
+  {
+    reqb *b = reqb_new("");
+    float wdata[8 * 3];
+    for (int i = 0; i < 24; i++) wdata[i] = 0.25f * (float)(i % 7) - 0.5f;
+    reqb_value(b, "x", TCC__V1__DTYPE__FLOAT32, 2, (int64_t[]){5, 8}, NULL, 0);
+    reqb_value(b, "w", TCC__V1__DTYPE__FLOAT32, 2, (int64_t[]){8, 3}, NULL, 0);
+    reqb_value(b, "o", TCC__V1__DTYPE__FLOAT32, 2, (int64_t[]){5, 3}, NULL, 0);
+    reqb_input(b, "x");
+    reqb_constant(b, "w", wdata, sizeof wdata);
+    reqb_binary(b, "aten.mm.default", "x", "w", "o");
+    reqb_req(b)->graph->nodes[0]->inputs[1]->name = reqb_str(b, "mat2");
+    reqb_output(b, "o");
+    char *src;
+    Tcc__V1__Manifest *m = compile_manifest(b, "mm with a constant", &src);
+    ck_assert_int_eq(gemm_steps(m, g, 4), 1);
+    ck_assert_int_eq(g[0]->gemm->a->base_case, TCC__V1__BUFFER_REF__BASE_CONSTANT);
+    char decl[96];
+    snprintf(decl, sizeof decl, "extern \"C\" __device__ const float %s[", g[0]->gemm->a->constant);
+    ck_assert_msg(strstr(src, decl), "no '%s' in\n%.2000s", decl, src);
+    free(src);
     tcc__v1__manifest__free_unpacked(m, NULL);
     reqb_free(b);
   }
