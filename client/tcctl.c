@@ -494,6 +494,15 @@ static int cmd_stats(tcctl *t) {
     kv("remote errors", "%" PRId64, s->remote_errors);
     kv("signing key", "%s", s->signing_key_id && *s->signing_key_id ? s->signing_key_id : "none (--no-signing)");
     kv("auth failures", "%" PRId64, s->auth_failures);
+    /* max-autotune */
+    kv("autotune runs", "%" PRId64 " (%" PRId64 " tuning now)", s->autotune_runs, s->autotuning_jobs);
+    kv("autotune time", "%.3f s", s->autotune_seconds);
+    kv("candidates benchmarked", "%" PRId64, s->autotune_candidates);
+    kv("candidates discarded", "%" PRId64 " (%" PRId64 " crashed, %" PRId64 " timed out, %" PRId64 " wrong)",
+       s->autotune_discarded, s->autotune_crashed, s->autotune_timeouts, s->autotune_wrong);
+    kv("tuning records", "%" PRId64 " (%" PRId64 " kernel(s) reused one)", s->tuning_records,
+       s->autotune_record_hits);
+    kv("untuned (no GPU)", "%" PRId64, s->autotune_untuned);
   }
   tcc__v1__stats_response__free_unpacked(s, NULL);
   return rc;

@@ -242,6 +242,10 @@ struct tcc_program {
   tcc_intern ix_intern, vx_intern;
   int next_var;             /* next fresh bound variable (REDUCE) */
   int oom;                  /* an allocation failed (sticky) */
+  /* tune.c: how each live kernel is generated (kcfg[k] for live kernel k;
+   * NULL or a default config = the default code); read by emit_c.c. */
+  const tcc_kernel_config *kcfg;
+  int nkcfg;
 };
 
 /* Initializes an empty program over graph g in arena a. */
@@ -386,5 +390,12 @@ int tcc_generate_source(const tcc_prepared *p, char **source, size_t *len, int *
  * TCC_E_DEADLINE_EXCEEDED on timeout; TCC_E_INTERNAL when it could not
  * start, died or exited non-zero (message says which). */
 int tcc_run_tool(const char *const *argv, int timeout_ms, char **output, tcc_error *err);
+
+/* -------------------------------------------------------------- tune.c */
+
+/* The config of live kernel kno (NULL when it is the default). */
+const tcc_kernel_config *tcc_kernel_config_of(const tcc_program *p, int kno);
+/* Appends the benchmark hooks to C source with nkernels kernels. */
+void tcc_tune_append_hooks(tcc_buf *src, int nkernels);
 
 #endif

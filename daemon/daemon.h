@@ -67,6 +67,8 @@ typedef struct tccd_config {
   int64_t redis_ttl_s;       /* --redis-ttl */
   int redis_timeout_ms;      /* --redis-timeout-ms */
   int allow_root;            /* --allow-root */
+  int autotune_timeout_ms;   /* --autotune-timeout-ms: one benchmark child */
+  int autotune_reps;         /* --autotune-reps */
 } tccd_config;
 
 /* Fills cfg from defaults, then TCCD_<FLAG> environment variables, then
@@ -202,6 +204,7 @@ TCCD_METHODS(TCCD_HANDLER_DECL)
 typedef struct tccd_job_stats {
   int64_t queued;       /* waiting for a worker */
   int64_t running;      /* in tcc_compile */
+  int64_t autotuning;   /* in AUTOTUNING (max-autotune) */
 } tccd_job_stats;
 
 int tccd_jobs_init(tccd_state *st);
@@ -213,6 +216,34 @@ void tccd_jobs_cancel_queued(tccd_state *st);
  * compile gets UNAVAILABLE now; the compile's result is still stored. */
 void tccd_jobs_abandon_waiters(tccd_state *st);
 void tccd_jobs_free(tccd_state *st);
+
+/* ------------------------------------------------------------- autotune.c */
+
+typedef struct tccd_tune tccd_tune;
+
+/* Called on the loop when a tuning run ends. *tuned is the artifact to
+ * store instead of the default one (ownership moves to the callee), or
+ * all zero when the default artifact stays (untuned, nothing better, or
+ * tuning failed). autotune_ms is the time tuning took. */
+typedef void (*tccd_tune_done)(void *arg, tcc_artifact *tuned, double autotune_ms);
+
+/* 1 when a compiled job with this preparation is autotuned (mode
+ * max-autotune or max-autotune-no-cudagraphs). */
+int tccd_autotune_wanted(const tcc_prepared *prep);
+
+/* Starts autotuning prep (compiled already; on the loop): looks up
+ * tuning records, builds the candidates in parallel on the pool,
+ * benchmarks them one at a time in tccd-bench children, records the
+ * winners, builds the final artifact. prep must outlive the run.
+ * Returns the run (for progress); done(arg, ...) then runs exactly
+ * once, later, on the loop. Returns NULL when nothing is measured: a
+ * CUDA target (no GPU here: the launch heuristic stays and the entry
+ * is counted untuned) or out of memory; done never runs then and the
+ * default artifact stays. */
+tccd_tune *tccd_autotune_start(tccd_state *st, const tcc_prepared *prep, tccd_tune_done done,
+                               void *arg);
+/* Progress of a run: candidates benchmarked so far and in all. */
+void tccd_autotune_progress(const tccd_tune *t, int *done, int *total);
 
 /* ------------------------------------------------------------- security.c */
 
