@@ -497,8 +497,8 @@ static int cmd_stats(tcctl *t) {
     /* max-autotune */
     kv("autotune runs", "%" PRId64 " (%" PRId64 " tuning now)", s->autotune_runs, s->autotuning_jobs);
     kv("autotune time", "%.3f s", s->autotune_seconds);
-    kv("candidates benchmarked", "%" PRId64, s->autotune_candidates);
-    kv("candidates discarded", "%" PRId64 " (%" PRId64 " crashed, %" PRId64 " timed out, %" PRId64 " wrong)",
+    kv("tune candidates", "%" PRId64 " benchmarked", s->autotune_candidates);
+    kv("tune discarded", "%" PRId64 " (%" PRId64 " crashed, %" PRId64 " timed out, %" PRId64 " wrong)",
        s->autotune_discarded, s->autotune_crashed, s->autotune_timeouts, s->autotune_wrong);
     kv("tuning records", "%" PRId64 " (%" PRId64 " kernel(s) reused one)", s->tuning_records,
        s->autotune_record_hits);
