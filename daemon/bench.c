@@ -14,7 +14,8 @@
  * up, then times REPS rounds of every kernel, each round on the next
  * input set (rotating, so no candidate wins by finding its inputs in
  * cache), and reports the median per kernel on stdout (the format is in
- * tune.c). Last, it zero-fills the outputs, runs tcc_entry on input set
+ * tune.c), with OMP_WAIT_POLICY=PASSIVE unless the environment sets it.
+ * Last, it zero-fills the outputs, runs tcc_entry on input set
  * 0 and writes every output's storage to OUTFILE for the output check.
  *
  * Fault injection (TEST ONLY): TCCD_BENCH_FAULT="crash=I,hang=J,wrong=K"
@@ -148,6 +149,12 @@ int main(int argc, char **argv) {
     fprintf(stderr, "tccd-bench: cannot read the manifest %s\n", argv[2]);
     return 2;
   }
+  /* idle OpenMP threads sleep instead of spinning (unless the daemon's
+   * environment says otherwise): spinning workers of one kernel would
+   * steal the cores of the next (OpenBLAS's threads, or libgomp's in
+   * the next parallel loop) and the timings would measure that fight.
+   * libgomp reads it when the candidate pulls it in, at the dlopen. */
+  setenv("OMP_WAIT_POLICY", "PASSIVE", 0);
   void *so = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
   if (!so) {
     fprintf(stderr, "tccd-bench: %s\n", dlerror());
