@@ -110,6 +110,7 @@ typedef struct tccd_job {
   tccd_call **waiters_tail;
   int nwaiters;
   tccd_tune *tune;                /* AUTOTUNING: the run (autotune.c) */
+  uint64_t start_ns;              /* created (for the Jobs RPC) */
   struct tccd_job *next;          /* in its hash bucket */
 } tccd_job;
 
@@ -522,6 +523,63 @@ void tccd_jobs_abandon_waiters(tccd_state *st) {
                              "tccd is shutting down; the compile goes on and will be cached");
 }
 
+/* ------------------------------------------------------------ Jobs */
+
+/* The jobs in flight, oldest first: what `tcctl compile` shows while it
+ * waits. Read-only. */
+void tccd_rpc_jobs(tccd_state *st, tccd_call *c) {
+  uint8_t *bytes;
+  size_t len;
+  if (tccd_call_read_payload(c, &bytes, &len) != 0) return;
+  Tcc__V1__JobsRequest *req = tcc__v1__jobs_request__unpack(NULL, len, bytes);
+  free(bytes);
+  if (!req) {
+    tccd_call_fail(c, TCC_E_INVALID_ARGUMENT, "malformed JobsRequest");
+    return;
+  }
+  tcc__v1__jobs_request__free_unpacked(req, NULL);
+  size_t n = 0;
+  for (int b = 0; b < JOB_BUCKETS; b++)
+    for (tccd_job *j = st->jobs->buckets[b]; j; j = j->next) n++;
+  Tcc__V1__JobInfo *infos = calloc(n + 1, sizeof *infos);
+  Tcc__V1__JobInfo **ptrs = calloc(n + 1, sizeof *ptrs);
+  if (!infos || !ptrs) {
+    free(infos);
+    free(ptrs);
+    tccd_call_fail(c, TCC_E_RESOURCE_EXHAUSTED, "out of memory");
+    return;
+  }
+  size_t i = 0;
+  for (int b = 0; b < JOB_BUCKETS; b++)
+    for (tccd_job *j = st->jobs->buckets[b]; j; j = j->next, i++) {
+      Tcc__V1__JobInfo *ji = &infos[i];
+      tcc__v1__job_info__init(ji);
+      ji->guard_hash = j->prep->hash_hex;
+      ji->target = j->prep->target;
+      ji->state = (char *)job_state_names[atomic_load(&j->state)];
+      ji->elapsed_ms = tccd_ms_since(j->start_ns);
+      ji->waiters = j->nwaiters;
+      int done = 0, total = 0;
+      if (j->tune) tccd_autotune_progress(j->tune, &done, &total);
+      ji->candidates_done = done;
+      ji->candidates_total = total;
+      ptrs[i] = ji;
+    }
+  /* oldest first */
+  for (size_t a = 1; a < n; a++)
+    for (size_t k = a; k > 0 && ptrs[k]->elapsed_ms > ptrs[k - 1]->elapsed_ms; k--) {
+      Tcc__V1__JobInfo *tmp = ptrs[k];
+      ptrs[k] = ptrs[k - 1];
+      ptrs[k - 1] = tmp;
+    }
+  Tcc__V1__JobsResponse r = TCC__V1__JOBS_RESPONSE__INIT;
+  r.n_jobs = n;
+  r.jobs = ptrs;
+  tccd_call_reply(c, &r.base);
+  free(ptrs);
+  free(infos);
+}
+
 /* ------------------------------------------------------------ the RPC */
 
 /* May this daemon serve a stored entry? Without signing, anything; with
@@ -649,6 +707,7 @@ void tccd_rpc_compile(tccd_state *st, tccd_call *c) {
   }
   job->st = st;
   job->prep = prep;
+  job->start_ns = uv_hrtime();
   job->timings = t;
   job->request_meta = encode_request_meta(req, &job->request_meta_len);
   tcc__v1__compile_request__free_unpacked(req, NULL);

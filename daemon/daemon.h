@@ -97,6 +97,7 @@ typedef enum tccd_role { TCCD_ROLE_OPEN, TCCD_ROLE_CLIENT, TCCD_ROLE_ADMIN } tcc
   X(COMPILE, "/tcc.v1.Compiler/Compile", tccd_rpc_compile, TCCD_ROLE_CLIENT)             \
   X(FETCH, "/tcc.v1.Compiler/Fetch", tccd_rpc_fetch, TCCD_ROLE_CLIENT)                   \
   X(OPS, "/tcc.v1.Compiler/Ops", tccd_rpc_ops, TCCD_ROLE_CLIENT)                         \
+  X(JOBS, "/tcc.v1.Compiler/Jobs", tccd_rpc_jobs, TCCD_ROLE_CLIENT)                      \
   X(STATS, "/tcc.v1.Cache/Stats", tccd_rpc_stats, TCCD_ROLE_CLIENT)                      \
   X(LIST, "/tcc.v1.Cache/List", tccd_rpc_list, TCCD_ROLE_CLIENT)                         \
   X(SHOW, "/tcc.v1.Cache/Show", tccd_rpc_show, TCCD_ROLE_CLIENT)                         \

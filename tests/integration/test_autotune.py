@@ -242,3 +242,50 @@ def test_cuda_target_is_stored_untuned(daemon_factory, tmp_path):
     assert s["autotune_untuned"] == 1 and s["autotune_runs"] == 0 and s["autotune_candidates"] == 0
     assert "untuned" in d.read_log()
     assert d.stop() == 0
+
+
+def run_on_pty(args):
+    """Runs tcctl with stderr on a pseudo-terminal; returns (rc, stdout, stderr text)."""
+    import pty
+    import select
+    master, slave = pty.openpty()
+    p = subprocess.Popen([TCCTL, *args], stdout=subprocess.PIPE, stderr=slave)
+    os.close(slave)
+    err = b""
+    while True:
+        r, _, _ = select.select([master], [], [], 0.2)
+        if r:
+            try:
+                chunk = os.read(master, 4096)
+            except OSError:
+                chunk = b""
+            if not chunk and p.poll() is not None:
+                break
+            err += chunk
+        elif p.poll() is not None:
+            break
+    out = p.stdout.read().decode()
+    p.wait(120)
+    os.close(master)
+    return p.returncode, out, err.decode(errors="replace")
+
+
+def test_compile_progress_line_on_a_terminal(daemon_factory, tmp_path):
+    """`tcctl compile` on a terminal shows the job's state and the
+    candidates benchmarked on one rewritten stderr line (tcc.v1.Compiler/
+    Jobs), erased at the end; --json shows nothing even on a terminal."""
+    d = daemon_factory(extra_args=["--autotune-reps", "40"]).start()
+    rc, out, err = run_on_pty(["--addr", d.addr, "compile",
+                               write(tmp_path, "a.json", softmax_req(rows=256, cols=1000))])
+    assert rc == 0, err
+    assert "guard hash" in out
+    assert "\r\x1b[Ktccd: " in err and "AUTOTUNING" in err, repr(err)
+    assert "candidates " in err and "benchmarked" in err
+    assert err.endswith("\r\x1b[K"), "the line is erased when the compile returns"
+    rc, out, err = run_on_pty(["--addr", d.addr, "--json", "compile",
+                               write(tmp_path, "b.json", softmax_req(rows=255, cols=1000))])
+    assert rc == 0 and json.loads(out)["cache"] == "miss"
+    assert err == "", repr(err)
+    jobs = subprocess.run([TCCTL, "--addr", d.addr, "--json", "stats"], capture_output=True, text=True)
+    assert json.loads(jobs.stdout)["autotuning_jobs"] == 0
+    assert d.stop() == 0
