@@ -7,7 +7,6 @@
  *   <cc> -std=c11 -O3 -march=<isa> [-m<feature>...] -fPIC -shared
  *        -ffp-contract=off -fno-math-errno -o kernel.so kernel.c -lm
  *        [-fopenmp] [-L<openblas libdir> -Wl,-rpath,<libdir> -lopenblas]
- *        [-Wl,-z,nodelete]   (parallel loops or OpenBLAS: see below)
  *
  * -fopenmp when the source has OpenMP pragmas (parallel loops, simd
  * reductions); OpenBLAS when the program has extern (GEMM) kernels.
@@ -134,12 +133,6 @@ int tcc_build_so(const tcc_program *p, const char *src, size_t len,
 #endif
     argv[a++] = "-lopenblas";
   }
-  /* A kernel that ran an OpenMP parallel loop (or OpenBLAS) leaves
-   * worker threads parked inside libgomp (libopenblas): dlclose'ing the
-   * kernel would unmap the library under them (a crash at the caller's
-   * exit, ~1 run in 4 on two cores). NODELETE keeps the kernel, hence
-   * its libraries, mapped. */
-  if (blas || strstr(src, "#pragma omp parallel")) argv[a++] = "-Wl,-z,nodelete";
   argv[a] = NULL;
   char *output = NULL;
   rc = tcc_run_tool(argv, timeout, &output, err);

@@ -380,7 +380,13 @@ static double load_float(const uint8_t *p, int dt) {
   switch (dt) {
   case TCC__V1__DTYPE__FLOAT32: { float f; memcpy(&f, p, 4); return f; }
   case TCC__V1__DTYPE__FLOAT64: { double f; memcpy(&f, p, 8); return f; }
-  case TCC__V1__DTYPE__FLOAT16: { _Float16 h; memcpy(&h, p, 2); return (double)h; }
+  case TCC__V1__DTYPE__FLOAT16: { /* exact: every half is a double */
+    uint16_t h;
+    memcpy(&h, p, 2);
+    int e = (h >> 10) & 0x1f, m = h & 0x3ff;
+    double v = e == 0 ? ldexp(m, -24) : e == 31 ? (m ? NAN : INFINITY) : ldexp(m + 1024, e - 25);
+    return (h & 0x8000) ? -v : v;
+  }
   case TCC__V1__DTYPE__BFLOAT16: {
     uint16_t h;
     memcpy(&h, p, 2);

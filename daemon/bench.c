@@ -25,6 +25,7 @@
  */
 #include <dlfcn.h>
 #include <inttypes.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -72,7 +73,15 @@ static void fill(uint8_t *p, int64_t n, int dt) {
     switch (dt) {
     case TCC__V1__DTYPE__FLOAT32: { float f = (float)u; memcpy(p + i * 4, &f, 4); break; }
     case TCC__V1__DTYPE__FLOAT64: memcpy(p + i * 8, &u, 8); break;
-    case TCC__V1__DTYPE__FLOAT16: { _Float16 h = (_Float16)u; memcpy(p + i * 2, &h, 2); break; }
+    case TCC__V1__DTYPE__FLOAT16: { /* u in [-1, 1): a normal half, or a signed zero */
+      double a = fabs(u);
+      int e = a == 0 ? 0 : ilogb(a);
+      uint16_t h = 0;
+      if (a >= 0x1p-14) h = (uint16_t)(((e + 15) << 10) | ((int)(ldexp(a, -e) * 1024) & 0x3ff));
+      if (u < 0) h |= 0x8000;
+      memcpy(p + i * 2, &h, 2);
+      break;
+    }
     case TCC__V1__DTYPE__BFLOAT16: {
       float f = (float)u;
       uint32_t w;
