@@ -194,6 +194,8 @@ int tcc_tune_plan_make(const tcc_prepared *p, tcc_tune_plan *out, tcc_error *err
   memset(out, 0, sizeof *out);
   if (!p || !p->graph || p->graph->target.device != TCC__V1__DEVICE_TYPE__CPU)
     return tcc_error_set(err, TCC_E_UNIMPLEMENTED, "kernel signatures are for CPU targets");
+  if (p->graph->nsyms)
+    return tcc_error_set(err, TCC_E_UNIMPLEMENTED, "autotuning dynamic-shape graphs is not supported yet");
   char *src;
   size_t len;
   int nk = 0;
