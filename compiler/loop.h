@@ -248,6 +248,10 @@ struct tcc_program {
   int cur_node;             /* node being lowered (provenance of new
                                kernels), -1 outside node lowering */
   int oom;                  /* an allocation failed (sticky) */
+  /* tune.c: how each live kernel is generated (kcfg[k] for live kernel k;
+   * NULL or a default config = the default code); read by emit_c.c. */
+  const tcc_kernel_config *kcfg;
+  int nkcfg;
 };
 
 /* Initializes an empty program over graph g in arena a. */
@@ -476,5 +480,12 @@ int tcc_dyn_fit_source(int k, int nprobes, const int64_t (*assign)[TCC_MAX_SYMS]
  * TCC_E_DEADLINE_EXCEEDED on timeout; TCC_E_INTERNAL when it could not
  * start, died or exited non-zero (message says which). */
 int tcc_run_tool(const char *const *argv, int timeout_ms, char **output, tcc_error *err);
+
+/* -------------------------------------------------------------- tune.c */
+
+/* The config of live kernel kno (NULL when it is the default). */
+const tcc_kernel_config *tcc_kernel_config_of(const tcc_program *p, int kno);
+/* Appends the benchmark hooks to C source with nkernels kernels. */
+void tcc_tune_append_hooks(tcc_buf *src, int nkernels);
 
 #endif

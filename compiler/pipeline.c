@@ -363,8 +363,11 @@ int tcc_generate_source(const tcc_prepared *p, char **source, size_t *len, int *
   return rc;
 }
 
-int tcc_compile(const tcc_prepared *p, const tcc_build_options *opts, tcc_artifact *out,
-                tcc_error *err) {
+/* tcc_compile and tcc_compile_tuned: configs (may be NULL) per live
+ * kernel, bench_hooks appends tune.c's timing hooks (static shapes only). */
+static int compile_program(const tcc_prepared *p, const tcc_build_options *opts,
+                           const tcc_kernel_config *configs, int nconfigs, int bench_hooks,
+                           tcc_artifact *out, tcc_error *err) {
   tcc_error local;
   if (!err) err = &local;
   tcc_error_clear(err);
@@ -374,6 +377,8 @@ int tcc_compile(const tcc_prepared *p, const tcc_build_options *opts, tcc_artifa
   const tcc_graph *g = p->graph;
   const tcc_backend *be = tcc_backend_for(g->target.device);
   if (!be) return tcc_error_set(err, TCC_E_UNIMPLEMENTED, "no backend for device type %d", g->target.device);
+  if (g->nsyms && (configs || bench_hooks))
+    return tcc_error_set(err, TCC_E_UNIMPLEMENTED, "tuned builds of dynamic-shape graphs are not supported yet");
   if (g->nsyms) return compile_dynamic(p, be, opts, out, err);
 
   int rc;
@@ -381,6 +386,8 @@ int tcc_compile(const tcc_prepared *p, const tcc_build_options *opts, tcc_artifa
   tcc_arena_init(&arena);
   tcc_program prog;
   tcc_program_init(&prog, &arena, g);
+  prog.kcfg = configs;
+  prog.nkcfg = configs ? nconfigs : 0;
   tcc_buf src = {0};
   char *ptx = NULL;   /* CUDA: the PTX for the manifest */
   size_t ptx_len = 0;
@@ -389,6 +396,7 @@ int tcc_compile(const tcc_prepared *p, const tcc_build_options *opts, tcc_artifa
   dump_graph(&dump, "graph.txt", g);
 
   if ((rc = generate(be, &prog, &src, &dump, err))) goto done;
+  if (bench_hooks) tcc_tune_append_hooks(&src, tcc_program_live_kernels(&prog));
   if (g->target.device == TCC__V1__DEVICE_TYPE__CUDA)
     rc = tcc_build_cuda(&prog, src.data, opts, &out->data, &out->size, &ptx, &ptx_len, err);
   else
@@ -413,6 +421,22 @@ done:
   tcc_arena_free(&arena);
   if (rc) tcc_artifact_free(out);
   return rc;
+}
+
+int tcc_compile(const tcc_prepared *p, const tcc_build_options *opts, tcc_artifact *out,
+                tcc_error *err) {
+  return compile_program(p, opts, NULL, 0, 0, out, err);
+}
+
+int tcc_compile_tuned(const tcc_prepared *p, const tcc_build_options *opts,
+                      const tcc_kernel_config *configs, int nconfigs, int bench_hooks,
+                      tcc_artifact *out, tcc_error *err) {
+  tcc_error local;
+  if (!err) err = &local;
+  memset(out, 0, sizeof *out);
+  if (!p || !p->graph || p->graph->target.device != TCC__V1__DEVICE_TYPE__CPU)
+    return tcc_error_set(err, TCC_E_UNIMPLEMENTED, "tuned builds are for CPU targets");
+  return compile_program(p, opts, configs, nconfigs, bench_hooks, out, err);
 }
 
 /* ------------------------------------------------- dynamic shapes */
