@@ -67,6 +67,8 @@ typedef struct tccd_config {
   int64_t redis_ttl_s;       /* --redis-ttl */
   int redis_timeout_ms;      /* --redis-timeout-ms */
   int allow_root;            /* --allow-root */
+  int autotune_timeout_ms;   /* --autotune-timeout-ms: one benchmark child */
+  int autotune_reps;         /* --autotune-reps */
 } tccd_config;
 
 /* Fills cfg from defaults, then TCCD_<FLAG> environment variables, then
@@ -95,6 +97,7 @@ typedef enum tccd_role { TCCD_ROLE_OPEN, TCCD_ROLE_CLIENT, TCCD_ROLE_ADMIN } tcc
   X(COMPILE, "/tcc.v1.Compiler/Compile", tccd_rpc_compile, TCCD_ROLE_CLIENT)             \
   X(FETCH, "/tcc.v1.Compiler/Fetch", tccd_rpc_fetch, TCCD_ROLE_CLIENT)                   \
   X(OPS, "/tcc.v1.Compiler/Ops", tccd_rpc_ops, TCCD_ROLE_CLIENT)                         \
+  X(JOBS, "/tcc.v1.Compiler/Jobs", tccd_rpc_jobs, TCCD_ROLE_CLIENT)                      \
   X(STATS, "/tcc.v1.Cache/Stats", tccd_rpc_stats, TCCD_ROLE_CLIENT)                      \
   X(LIST, "/tcc.v1.Cache/List", tccd_rpc_list, TCCD_ROLE_CLIENT)                         \
   X(SHOW, "/tcc.v1.Cache/Show", tccd_rpc_show, TCCD_ROLE_CLIENT)                         \
@@ -202,6 +205,7 @@ TCCD_METHODS(TCCD_HANDLER_DECL)
 typedef struct tccd_job_stats {
   int64_t queued;       /* waiting for a worker */
   int64_t running;      /* in tcc_compile */
+  int64_t autotuning;   /* in AUTOTUNING (max-autotune) */
 } tccd_job_stats;
 
 int tccd_jobs_init(tccd_state *st);
@@ -213,6 +217,34 @@ void tccd_jobs_cancel_queued(tccd_state *st);
  * compile gets UNAVAILABLE now; the compile's result is still stored. */
 void tccd_jobs_abandon_waiters(tccd_state *st);
 void tccd_jobs_free(tccd_state *st);
+
+/* ------------------------------------------------------------- autotune.c */
+
+typedef struct tccd_tune tccd_tune;
+
+/* Called on the loop when a tuning run ends. *tuned is the artifact to
+ * store instead of the default one (ownership moves to the callee), or
+ * all zero when the default artifact stays (untuned, nothing better, or
+ * tuning failed). autotune_ms is the time tuning took. */
+typedef void (*tccd_tune_done)(void *arg, tcc_artifact *tuned, double autotune_ms);
+
+/* 1 when a compiled job with this preparation is autotuned (mode
+ * max-autotune or max-autotune-no-cudagraphs). */
+int tccd_autotune_wanted(const tcc_prepared *prep);
+
+/* Starts autotuning prep (compiled already; on the loop): looks up
+ * tuning records, builds the candidates in parallel on the pool,
+ * benchmarks them one at a time in tccd-bench children, records the
+ * winners, builds the final artifact. prep must outlive the run.
+ * Returns the run (for progress); done(arg, ...) then runs exactly
+ * once, later, on the loop. Returns NULL when nothing is measured: a
+ * CUDA target (no GPU here: the launch heuristic stays and the entry
+ * is counted untuned) or out of memory; done never runs then and the
+ * default artifact stays. */
+tccd_tune *tccd_autotune_start(tccd_state *st, const tcc_prepared *prep, tccd_tune_done done,
+                               void *arg);
+/* Progress of a run: candidates benchmarked so far and in all. */
+void tccd_autotune_progress(const tccd_tune *t, int *done, int *total);
 
 /* ------------------------------------------------------------- security.c */
 
