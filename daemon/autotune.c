@@ -99,7 +99,14 @@ struct tccd_tune {
   int nmeasure;
   _Atomic int benched;         /* candidates benchmarked so far */
   tcc_artifact final;
+  int remote_pending;          /* Redis record gets not answered yet */
 };
+
+/* One kernel's Redis record get (remote_record_done's arg). */
+typedef struct tune_remote_get {
+  tccd_tune *run;
+  int kernel;
+} tune_remote_get;
 
 /* The benchmark child: $TCCD_BENCH_EXE, else tccd-bench beside tccd. */
 static void bench_exe_path(char *out, size_t cap) {
@@ -201,6 +208,21 @@ static void bench_work(uv_work_t *w) {
   }
 }
 
+/* The Redis record kind of tuning records; the tag is remote_tag's. */
+#define REMOTE_KIND "tune"
+
+/* Kernel k's record tag: hex SHA-256(signature || target), the same
+ * (signature, target) pair as the cache's tuning table key. */
+static void remote_tag(const tccd_tune *t, int k, char tag[TCC_SHA256_HEX]) {
+  uint8_t d[TCC_SHA256_BYTES];
+  tcc_sha256_ctx ctx;
+  tcc_sha256_init(&ctx);
+  tcc_sha256_update(&ctx, t->plan.kernels[k].signature, TCC_SHA256_BYTES);
+  tcc_sha256_update(&ctx, t->prep->target, strlen(t->prep->target));
+  tcc_sha256_final(&ctx, d);
+  tcc_hex_encode(d, TCC_SHA256_BYTES, tag);
+}
+
 /* Stores the tuning record of kernel k (best candidate `best`). */
 static void tune_record(tccd_tune *t, int k, int best, int tried, int discarded) {
   tcc_tune_record r = {.config = t->cands[best],
@@ -215,6 +237,11 @@ static void tune_record(tccd_tune *t, int k, int best, int tried, int discarded)
     if (tcc_cache_tuning_put(t->st->cache, t->plan.kernels[k].signature, t->prep->target, bytes,
                              len, &err) != 0)
       log_warn("autotune: could not store the tuning record: %s", err.msg);
+    if (t->st->remote) {
+      char tag[TCC_SHA256_HEX];
+      remote_tag(t, k, tag);
+      tccd_remote_record_put(t->st, REMOTE_KIND, tag, bytes, len); /* -1: not connected, not shared */
+    }
     free(bytes);
   }
 }
@@ -324,6 +351,67 @@ static void plan_work(uv_work_t *w) {
   t->rc = tcc_tune_plan_make(t->prep, &t->plan, &t->err);
 }
 
+static void tune_measure(tccd_tune *t);
+
+/* A kernel's record from Redis (remote_record_get's done, on the loop):
+ * a found record that decodes to one of this daemon's own candidates is
+ * stored locally and spares the kernel its benchmark; anything else is
+ * ignored (a bad one counted in remote_rejected). The last answer moves
+ * the run on. */
+static void remote_record_done(void *arg, int found, const uint8_t *data, size_t len) {
+  tune_remote_get *g = arg;
+  tccd_tune *t = g->run;
+  int k = g->kernel;
+  free(g);
+  tccd_state *st = t->st;
+  tcc_tune_record r;
+  tcc_error err;
+  if (found == 1) {
+    int ok = tcc_tune_record_decode(data, len, &r, &err) == 0;
+    if (ok) {
+      ok = 0;
+      for (int c = 0; c < t->ncand; c++) ok |= memcmp(&r.config, &t->cands[c], sizeof r.config) == 0;
+      if (!ok) tcc_error_set(&err, TCC_E_INVALID_ARGUMENT, "its config is not one of this daemon's candidates");
+    }
+    if (ok) {
+      if (tcc_cache_tuning_put(st->cache, t->plan.kernels[k].signature, t->prep->target, data, len, &err) != 0)
+        log_warn("autotune: could not store the remote tuning record: %s", err.msg);
+      t->chosen[k] = r.config;
+      t->measure[k] = 0;
+      t->nmeasure--;
+      tcc_cache_count(st->cache, TCC_COUNTER_autotune_record_hits, 1);
+      tcc_cache_count(st->cache, TCC_COUNTER_autotune_remote_record_hits, 1);
+      log_debug("autotune %.12s: k%d has a tuning record from the cluster (%.12s)", t->prep->hash_hex, k,
+                t->plan.kernels[k].signature_hex);
+    } else {
+      tcc_cache_count(st->cache, TCC_COUNTER_remote_rejected, 1);
+      log_warn("autotune %.12s: ignoring k%d's tuning record from the cluster: %s", t->prep->hash_hex, k,
+               err.msg);
+    }
+  }
+  if (--t->remote_pending == 0) tune_measure(t);
+}
+
+/* Asks Redis for the record of every kernel still to measure; each get
+ * that was sent adds one to remote_pending (its done runs later). */
+static void tune_ask_remote(tccd_tune *t) {
+  for (int k = 0; k < t->plan.nkernels; k++) {
+    if (!t->measure[k]) continue;
+    tune_remote_get *g = calloc(1, sizeof *g);
+    if (!g) break;
+    g->run = t;
+    g->kernel = k;
+    char tag[TCC_SHA256_HEX];
+    remote_tag(t, k, tag);
+    t->remote_pending++;
+    if (tccd_remote_record_get(t->st, REMOTE_KIND, tag, remote_record_done, g) != 0) {
+      t->remote_pending--;
+      free(g);
+      break; /* not connected: measure here */
+    }
+  }
+}
+
 static void plan_done(uv_work_t *w, int status) {
   tccd_tune *t = w->data;
   tccd_state *st = t->st;
@@ -361,11 +449,19 @@ static void plan_done(uv_work_t *w, int status) {
       t->nmeasure++;
     }
   }
-  if (t->nmeasure == 0) {
+  t->ncand = tcc_tune_candidates(t->prep->device, t->cands);
+  if (t->nmeasure > 0 && st->remote) tune_ask_remote(t);
+  if (t->remote_pending == 0) tune_measure(t);
+}
+
+/* Builds every candidate for the kernels still without a record (or, with
+ * none left, goes straight to the final build). */
+static void tune_measure(tccd_tune *t) {
+  tccd_state *st = t->st;
+  if (t->nmeasure == 0 || st->draining) {
     tune_final(t);
     return;
   }
-  t->ncand = tcc_tune_candidates(t->prep->device, t->cands);
   t->builds_pending = t->ncand;
   log_info("autotune %.12s: %d kernel(s) to measure, %d candidate(s)", t->prep->hash_hex,
            t->nmeasure, t->ncand);

@@ -165,6 +165,7 @@ void tccd_rpc_stats(tccd_state *st, tccd_call *c) {
   r.autotune_seconds = (double)cs.counters[TCC_COUNTER_autotune_ms] / 1000.0;
   r.autotune_record_hits = cs.counters[TCC_COUNTER_autotune_record_hits];
   r.autotune_untuned = cs.counters[TCC_COUNTER_autotune_untuned];
+  r.autotune_remote_record_hits = cs.counters[TCC_COUNTER_autotune_remote_record_hits];
   r.tuning_records = cs.tuning_records;
   r.autotuning_jobs = js.autotuning;
   r.signing_key_id = st->signing_key ? st->signing_key->key_id : (char *)"";

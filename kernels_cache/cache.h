@@ -75,7 +75,7 @@ typedef struct tcc_cache_entry {
   X(remote_rejected) X(auth_failures)                            \
   X(autotune_runs) X(autotune_candidates) X(autotune_crashed)    \
   X(autotune_timeouts) X(autotune_wrong) X(autotune_record_hits) \
-  X(autotune_untuned) X(autotune_ms)
+  X(autotune_untuned) X(autotune_ms) X(autotune_remote_record_hits)
 
 typedef enum tcc_cache_counter {
 #define TCC_CACHE_COUNTER_ENUM(name) TCC_COUNTER_##name,
