@@ -472,7 +472,7 @@ int tcc_tune_record_encode(const tcc_tune_record *r, uint8_t **out, size_t *len,
 
 int tcc_tune_record_decode(const uint8_t *data, size_t len, tcc_tune_record *out, tcc_error *err) {
   char s[512];
-  if (len == 0 || len >= sizeof s || memcmp(data, "tccd-tune/1 ", len < 12 ? len : 12) != 0)
+  if (len < 12 || len >= sizeof s || memcmp(data, "tccd-tune/1 ", 12) != 0)
     return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "not a tccd-tune/1 record");
   memcpy(s, data, len);
   s[len] = '\0';

@@ -289,3 +289,103 @@ def test_compile_progress_line_on_a_terminal(daemon_factory, tmp_path):
     jobs = subprocess.run([TCCTL, "--addr", d.addr, "--json", "stats"], capture_output=True, text=True)
     assert json.loads(jobs.stdout)["autotuning_jobs"] == 0
     assert d.stop() == 0
+
+
+RECORD_HEAD = 4 + 1 + 16 + 64  # remote.c's record envelope: "TCR1", signed?, key id, signature
+
+
+@pytest.fixture
+def redis(tmp_path):
+    import shutil
+    from conftest import Redis
+    if shutil.which("redis-server") is None:
+        pytest.skip("redis-server not installed")
+    d = tmp_path / "redis"
+    d.mkdir()
+    r = Redis(str(d)).start()
+    yield r
+    r.stop()
+
+
+def tune_keys(r):
+    return sorted(k.decode() for k in r.cmd("KEYS", "tccd:{*}:rec:tune"))
+
+
+def wait_for(pred, timeout=15, what="condition"):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if pred():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def check_b(d, b_path, tmp_path):
+    """Graph B on daemon d computes the right thing."""
+    seed, rng = seed_rng()
+    y = rng.standard_normal((40, 50)).astype(np.float32)
+    x = rng.standard_normal((64, 1000)).astype(np.float32) * 3
+    line, (sn, sm) = run(d.addr, b_path, [x, y], [(40, 50), (64, 1000)], tmp_path)
+    np.testing.assert_allclose(sn, np.sin(y.astype(np.float64)), rtol=1e-5, atol=1e-6, err_msg=f"seed {seed}")
+    np.testing.assert_allclose(sm, softmax64(x), rtol=1e-5, atol=1e-7, err_msg=f"seed {seed}")
+
+
+def test_tuning_records_are_shared_through_redis(daemon_factory, redis, tmp_path):
+    """Daemon A tunes graph A and writes its two tuning records through to
+    Redis; daemon B (its own cache, the same Redis) compiles graph B (the
+    same kernels, another guard hash) without a single benchmark. Records
+    altered in Redis are refused (signature) and C benchmarks instead;
+    an unsigned daemon refuses records that do not decode or name a
+    config it would never generate."""
+    args = FAST + ["--redis", redis.url]
+    a = daemon_factory(cache_dir=str(tmp_path / "a"), extra_args=args).start()
+    ra = a.tcctl("compile", write(tmp_path, "a.json", softmax_sin_req(["sm", "s"])))
+    assert ra["cache"] == "miss" and ra["kernels"] == 2
+    wait_for(lambda: len(tune_keys(redis)) == 2, what="two tuning records in Redis")
+    keys = tune_keys(redis)
+
+    b_path = write(tmp_path, "b.json", softmax_sin_req(["s", "sm"]))
+    b = daemon_factory(cache_dir=str(tmp_path / "b"), extra_args=args).start()
+    rb = b.tcctl("compile", b_path)
+    assert rb["cache"] == "miss" and rb["guard_hash"] != ra["guard_hash"]
+    s = b.stats()
+    assert s["autotune_runs"] == 0 and s["autotune_candidates"] == 0, "no benchmark on B"
+    assert s["autotune_record_hits"] == 2 and s["autotune_remote_record_hits"] == 2, s
+    assert s["tuning_records"] == 2, "the records are stored locally too"
+    check_b(b, b_path, tmp_path)
+
+    def forget_b():  # graph B's entry leaves Redis: the next daemon compiles (and tunes) it
+        for part in ("entry", "artifact", "lock"):
+            redis.cmd("DEL", f"tccd:{{{rb['guard_hash']}}}:{part}")
+
+    forget_b()
+    # altered records: one byte of each blob flipped -> the signature fails
+    for k in keys:
+        v = bytearray(redis.cmd("GET", k))
+        v[-1] ^= 0x01
+        assert redis.cmd("SET", k, bytes(v)) == "OK"
+    c = daemon_factory(cache_dir=str(tmp_path / "c"), extra_args=args).start()
+    rc = c.tcctl("compile", b_path)
+    assert rc["cache"] == "miss"
+    s = c.stats()
+    assert s["autotune_remote_record_hits"] == 0 and s["autotune_record_hits"] == 0
+    assert s["remote_rejected"] >= 2 and s["autotune_runs"] == 1 and s["autotune_candidates"] > 0, s
+    assert "refused the record tune/" in c.read_log()
+    check_b(c, b_path, tmp_path)
+
+    # an unsigned daemon takes unsigned records, but still validates them
+    forged = [b"not a tuning record",
+              b"tccd-tune/1 par=1 thr=999 chunk=0 unroll=0 blas=0;best_ns=1;default_ns=2;tried=1;discarded=0"]
+    forget_b()
+    for k, blob in zip(keys, forged):
+        assert redis.cmd("SET", k, b"TCR1" + bytes(RECORD_HEAD - 4) + blob) == "OK"
+    d = daemon_factory(cache_dir=str(tmp_path / "d"), signing_key=None, extra_args=args).start()
+    rd = d.tcctl("compile", b_path)
+    assert rd["cache"] == "miss"
+    s = d.stats()
+    assert s["autotune_remote_record_hits"] == 0 and s["remote_rejected"] == 2, s
+    assert s["autotune_runs"] == 1 and s["autotune_candidates"] > 0
+    assert d.read_log().count("tuning record from the cluster") == 2
+    check_b(d, b_path, tmp_path)
+    for x in (a, b, c, d):
+        assert x.stop() == 0
