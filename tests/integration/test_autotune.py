@@ -338,14 +338,20 @@ def test_tuning_records_are_shared_through_redis(daemon_factory, redis, tmp_path
     an unsigned daemon refuses records that do not decode or name a
     config it would never generate."""
     args = FAST + ["--redis", redis.url]
-    a = daemon_factory(cache_dir=str(tmp_path / "a"), extra_args=args).start()
+
+    def wd(name):  # each daemon its own log
+        p = tmp_path / ("run-" + name)
+        p.mkdir()
+        return str(p)
+
+    a = daemon_factory(cache_dir=str(tmp_path / "a"), workdir=wd("a"), extra_args=args).start()
     ra = a.tcctl("compile", write(tmp_path, "a.json", softmax_sin_req(["sm", "s"])))
     assert ra["cache"] == "miss" and ra["kernels"] == 2
     wait_for(lambda: len(tune_keys(redis)) == 2, what="two tuning records in Redis")
     keys = tune_keys(redis)
 
     b_path = write(tmp_path, "b.json", softmax_sin_req(["s", "sm"]))
-    b = daemon_factory(cache_dir=str(tmp_path / "b"), extra_args=args).start()
+    b = daemon_factory(cache_dir=str(tmp_path / "b"), workdir=wd("b"), extra_args=args).start()
     rb = b.tcctl("compile", b_path)
     assert rb["cache"] == "miss" and rb["guard_hash"] != ra["guard_hash"]
     s = b.stats()
@@ -364,7 +370,7 @@ def test_tuning_records_are_shared_through_redis(daemon_factory, redis, tmp_path
         v = bytearray(redis.cmd("GET", k))
         v[-1] ^= 0x01
         assert redis.cmd("SET", k, bytes(v)) == "OK"
-    c = daemon_factory(cache_dir=str(tmp_path / "c"), extra_args=args).start()
+    c = daemon_factory(cache_dir=str(tmp_path / "c"), workdir=wd("c"), extra_args=args).start()
     rc = c.tcctl("compile", b_path)
     assert rc["cache"] == "miss"
     s = c.stats()
@@ -379,13 +385,15 @@ def test_tuning_records_are_shared_through_redis(daemon_factory, redis, tmp_path
     forget_b()
     for k, blob in zip(keys, forged):
         assert redis.cmd("SET", k, b"TCR1" + bytes(RECORD_HEAD - 4) + blob) == "OK"
-    d = daemon_factory(cache_dir=str(tmp_path / "d"), signing_key=None, extra_args=args).start()
+    d = daemon_factory(cache_dir=str(tmp_path / "d"), workdir=wd("d"), signing_key=None, extra_args=args).start()
     rd = d.tcctl("compile", b_path)
     assert rd["cache"] == "miss"
     s = d.stats()
     assert s["autotune_remote_record_hits"] == 0 and s["remote_rejected"] == 2, s
     assert s["autotune_runs"] == 1 and s["autotune_candidates"] > 0
-    assert d.read_log().count("tuning record from the cluster") == 2
+    log = d.read_log()
+    assert log.count("tuning record from the cluster") == 2, log
+    assert "not a tccd-tune/1 record" in log and "not one of this daemon's candidates" in log
     check_b(d, b_path, tmp_path)
     for x in (a, b, c, d):
         assert x.stop() == 0
