@@ -42,6 +42,13 @@
  *   table). They are looked up before anything is built, so a kernel
  *   met again in another graph costs no benchmark: the run goes straight
  *   to the final build (or to nothing when every record says default).
+ *   With --redis, the kernels with no local record are then asked of
+ *   Redis (tccd_remote_record_get, kind "tune", tag remote_tag's) all at
+ *   once; plan_done returns and the last answer (found, absent, error,
+ *   timeout) moves the run on (tune_measure), so the loop never waits.
+ *   A found record is untrusted: only one that decodes to a config among
+ *   this daemon's own candidates is taken (and stored locally). Every
+ *   new record is put to Redis as well as the cache.
  *
  *   CUDA targets: this daemon has no GPU to measure on, so tuning is not
  *   run; the emitter's launch heuristic (emit_cuda.c: 256-thread blocks,
