@@ -518,7 +518,16 @@
     EXTERN, matmul, matmul, NONE)                                                       \
   X(LINEAR, "aten.linear.default",                                                      \
     "linear(Tensor input, Tensor weight, Tensor? bias=None) -> Tensor",                 \
-    EXTERN, matmul, matmul, NONE)
+    EXTERN, matmul, matmul, NONE)                                                       \
+  X(CONVOLUTION, "aten.convolution.default",                                            \
+    "convolution(Tensor input, Tensor weight, Tensor? bias, SymInt[] stride, SymInt[] padding, SymInt[] dilation, bool transposed, SymInt[] output_padding, SymInt groups) -> Tensor", \
+    EXTERN, conv, conv, NONE)                                                           \
+  X(CONVOLUTION_BACKWARD, "aten.convolution_backward.default",                          \
+    "convolution_backward(Tensor grad_output, Tensor input, Tensor weight, SymInt[]? bias_sizes, SymInt[] stride, SymInt[] padding, SymInt[] dilation, bool transposed, SymInt[] output_padding, SymInt groups, bool[3] output_mask) -> (Tensor, Tensor, Tensor)", \
+    EXTERN, conv_backward, conv_backward, NONE)                                         \
+  X(NATIVE_DROPOUT, "aten.native_dropout.default",                                      \
+    "native_dropout(Tensor input, float p, bool? train, *, Tensor? seed=None) -> (Tensor, Tensor)", \
+    POINTWISE, native_dropout, native_dropout, NONE)
 
 /* X(ID, arity, "name") — loop-IR scalar primitives. LOAD reads a buffer
  * element, CONST is a literal, CAST converts between dtypes, INDEX is the
