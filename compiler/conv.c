@@ -227,12 +227,14 @@ static int pack(tcc_lower_ctx *lc, const tcc_vx *body, int rank, const int64_t *
 /* Splits flat index `lin` over sizes[0..n) (row-major) into out[0..n). */
 static void unflatten(tcc_program *p, const tcc_ix *lin, const int64_t *sizes, int n,
                       const tcc_ix **out) {
+  int outer = 0;   /* the outermost dim of size > 1 takes the rest whole */
+  while (outer < n - 1 && sizes[outer] == 1) outer++;
   for (int d = n - 1; d >= 0; d--) {
     if (sizes[d] == 1) {
       out[d] = tcc_ix_const(p, 0);
       continue;
     }
-    out[d] = d == 0 ? lin : tcc_ix_mod(p, lin, sizes[d]);
+    out[d] = d == outer ? lin : tcc_ix_mod(p, lin, sizes[d]);
     lin = tcc_ix_div(p, lin, sizes[d]);
   }
 }
