@@ -677,15 +677,21 @@ def test_convolution_unsupported_forms_are_refused():
 # draws has standard deviation sqrt(p (1 - p) / n); the tests allow 6 of
 # them (a false failure about once in 5e8 runs).
 
-def _dropout_kernel(x, p, shape_seed=()):
+def _dropout_kernel(x, p, shape_seed=(), seed=True):
+    """The kernel of native_dropout(x, p, True); the client's converter
+    appends the seed input (tccd.graph.SEEDED_OPS)."""
     gm, ins = tk.op_graph(A.native_dropout.default, (x, p, True), nout=2)
     req = tk.request_for(gm, ins)
-    req.graph.values.append(pb.TensorValue(name="seed", meta=pb.TensorMeta(
-        dtype=pb.INT64, sizes=list(shape_seed), strides=[1] * len(shape_seed),
-        device=pb.Device(type=pb.CPU))))
-    req.graph.inputs.append("seed")
-    req.graph.nodes[0].inputs.append(pb.NamedArgument(
-        name="seed", arg=pb.Argument(as_tensor=pb.TensorRef(name="seed"))))
+    assert req.graph.inputs[-1].endswith("__seed")
+    sv = [v for v in req.graph.values if v.name == req.graph.inputs[-1]][0]
+    sv.meta.sizes[:] = list(shape_seed)
+    sv.meta.strides[:] = [1] * len(shape_seed)
+    if not seed:
+        del req.graph.inputs[-1]
+        node = req.graph.nodes[0]
+        keep = [a for a in node.inputs if a.name != "seed"]
+        del node.inputs[:]
+        node.inputs.extend(keep)
     return tk.compile_request(req)
 
 
@@ -734,9 +740,8 @@ def test_native_dropout_edges():
     assert torch.equal(y, x * m * 2.0)
     run_op(A.native_dropout.default, (x, 0.5, False), nout=2)
     # train=True without a seed is refused, naming what is missing
-    gm, ins = tk.op_graph(A.native_dropout.default, (x, 0.5, True), nout=2)
     with pytest.raises(tk.CompileError) as e:
-        tk.compile_fx(gm, ins)
+        _dropout_kernel(x, 0.5, seed=False)
     assert e.value.code == -12 and "seed" in e.value.message
 
 

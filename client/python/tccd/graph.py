@@ -347,6 +347,36 @@ def _constant_bytes(t):
     return t.reshape(-1).view(torch.uint8).numpy().tobytes()
 
 
+# Random ops the daemon compiles with a seed tensor: a graph input appended
+# after the partition's own inputs (one int64 0-dim tensor per node, drawn
+# fresh per call by the caller: see fresh_seeds).
+SEEDED_OPS = ("aten.native_dropout.default",)
+
+
+def _add_seed(g, node, node_pb):
+    if node_pb.target not in SEEDED_OPS:
+        return
+    train = node.kwargs.get("train", node.args[2] if len(node.args) > 2 else None)
+    if train is False:
+        return
+    name = f"{node.name}__seed"
+    g.values.append(pb.TensorValue(name=name, meta=tensor_meta(torch.int64, (), ())))
+    g.inputs.append(name)
+    node_pb.inputs.append(pb.NamedArgument(name="seed",
+                                           arg=pb.Argument(as_tensor=pb.TensorRef(name=name))))
+
+
+def seed_count(graph, input_specs):
+    """How many seed inputs build_graph appended to `graph`."""
+    return len(graph.inputs) - len(input_specs)
+
+
+def fresh_seeds(n):
+    """n fresh seed tensors from torch's default generator (so
+    torch.manual_seed makes compiled runs reproducible)."""
+    return [torch.randint(0, 1 << 62, (), dtype=torch.int64) for _ in range(n)]
+
+
 def build_graph(gm, input_specs, constants=None):
     """tcc.v1.Graph for partition `gm` with its non-constant placeholders
     laid out as `input_specs` ([(dtype, sizes, strides, offset)]) and
@@ -415,6 +445,7 @@ def build_graph(gm, input_specs, constants=None):
             else:
                 raise Unsupported(f"{n.name} produces a {type(val).__name__}")
             node_pb, _ = encode_node(n, name_of, outs, env.get, add_constant)
+            _add_seed(g, n, node_pb)
             g.nodes.append(node_pb)
             fx_nodes.append(n)
         elif n.op == "output":
