@@ -353,7 +353,7 @@ def _constant_bytes(t):
 SEEDED_OPS = ("aten.native_dropout.default",)
 
 
-def _add_seed(g, node, node_pb):
+def _add_seed(g, node, node_pb, seeds):
     if node_pb.target not in SEEDED_OPS:
         return
     train = node.kwargs.get("train", node.args[2] if len(node.args) > 2 else None)
@@ -361,7 +361,7 @@ def _add_seed(g, node, node_pb):
         return
     name = f"{node.name}__seed"
     g.values.append(pb.TensorValue(name=name, meta=tensor_meta(torch.int64, (), ())))
-    g.inputs.append(name)
+    seeds.append(name)     # graph inputs after every placeholder
     node_pb.inputs.append(pb.NamedArgument(name="seed",
                                            arg=pb.Argument(as_tensor=pb.TensorRef(name=name))))
 
@@ -403,6 +403,7 @@ def build_graph(gm, input_specs, constants=None):
         g.constants.append(pb.Constant(name=name, data=_constant_bytes(t)))
         return name
 
+    seeds = []            # seed inputs of random ops (_add_seed)
     it = iter(input_specs)
     placeholder_index = 0
     for n in gm.graph.nodes:
@@ -445,7 +446,7 @@ def build_graph(gm, input_specs, constants=None):
             else:
                 raise Unsupported(f"{n.name} produces a {type(val).__name__}")
             node_pb, _ = encode_node(n, name_of, outs, env.get, add_constant)
-            _add_seed(g, n, node_pb)
+            _add_seed(g, n, node_pb, seeds)
             g.nodes.append(node_pb)
             fx_nodes.append(n)
         elif n.op == "output":
@@ -458,4 +459,5 @@ def build_graph(gm, input_specs, constants=None):
             out_vals = [env[o] for o in outs]
         else:
             raise Unsupported(f"{n.op} node {n.name!r}")
+    g.inputs.extend(seeds)
     return g, out_vals, fx_nodes
