@@ -47,8 +47,8 @@ static const tcc_meta *tmeta(const tcc_graph *g, const tcc_arg *a) {
 static int attn_geom_of(const tcc_graph *g, const tcc_node *n, attn_geom *ag, tcc_error *err) {
   const tcc_meta *q = tmeta(g, ARG("query")), *k = tmeta(g, ARG("key")), *v = tmeta(g, ARG("value"));
   memset(ag, 0, sizeof *ag);
-  if (q->rank < 2 || k->rank != q->rank || v->rank != q->rank)
-    return BAD("query, key and value must have one rank >= 2");
+  if (q->rank != 4 || k->rank != 4 || v->rank != 4)
+    return BAD("query, key and value must be 4-D [batch, heads, seq, head size]");
   if (q->dtype != k->dtype || q->dtype != v->dtype) return BAD("query, key and value must have one dtype");
   int r = q->rank;
   ag->nlead = r - 2;
@@ -65,6 +65,7 @@ static int attn_geom_of(const tcc_graph *g, const tcc_node *n, attn_geom *ag, tc
   ag->Ev = v->sizes[r - 1];
   if (k->sizes[r - 1] != ag->E) return BAD("query and key must have one embedding size");
   if (v->sizes[r - 2] != ag->S) return BAD("key and value must have one sequence length");
+  if (ag->Ev != ag->E) return BAD("query, key and value must have one head size");
   const tcc_arg *sc = ARG("scale");
   ag->scale = sc && sc->kind == TCC_ARG_FLOAT ? sc->f : 1.0 / sqrt((double)(ag->E > 0 ? ag->E : 1));
   ag->causal = ARG("is_causal")->i != 0;

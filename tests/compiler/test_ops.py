@@ -670,6 +670,53 @@ def test_convolution_unsupported_forms_are_refused():
     assert e.value.code == -12 and "transposed" in e.value.message
 
 
+# ------------------------------------------------------ CPU attention
+#
+# _scaled_dot_product_flash_attention_for_cpu (+ backward), which the
+# Python client keeps whole (its decomposition gives wrong gradients in
+# torch 2.13): GEMM steps + fused softmax. float32 (1e-4, 1e-5), float64
+# 1e-10 against eager's flash kernel.
+
+ATTN = A._scaled_dot_product_flash_attention_for_cpu.default
+ATTN_BW = A._scaled_dot_product_flash_attention_for_cpu_backward.default
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("form", ["plain", "causal", "cross_causal", "mask", "mask_bcast_scale",
+                                  "batch1", "strided"])
+def test_cpu_flash_attention(form, dtype):
+    g = gen(hash((form, str(dtype), "attn")) & 0xffff)
+    L, S, E = 16, (12 if form.startswith("cross") else 16), 8
+    lead = (3, 4) if form != "batch1" else (1, 2)
+    q = rnd(lead + (L, E), dtype, g, -2, 2)
+    k = rnd(lead + (S, E), dtype, g, -2, 2)
+    v = rnd(lead + (S, E), dtype, g, -2, 2)
+    if form == "strided":   # q/k/v as nn.MultiheadAttention hands them: [B, L, H, E] transposed
+        q = rnd((3, L, 4, E), dtype, g, -2, 2).transpose(1, 2)
+        k = rnd((3, S, 4, E), dtype, g, -2, 2).transpose(1, 2)
+    kw = {}
+    if form == "mask":
+        kw["attn_mask"] = rnd((L, S), dtype, g, -3, 1)
+    if form == "mask_bcast_scale":
+        kw["attn_mask"] = rnd((3, 1, L, S), dtype, g, -3, 1)
+        kw["scale"] = 0.3
+    causal = "causal" in form
+    tol = {torch.float32: (1e-4, 1e-5), torch.float64: (1e-10, 1e-10)}[dtype]
+    k_ = run_op(ATTN, (q, k, v, 0.0, causal), kw, nout=2, tol=tol)
+    assert k_.kinds.count("extern") == 2
+    o, lse = ATTN(q, k, v, 0.0, causal, **kw)
+    go = rnd(o.shape, dtype, g, -1, 1)
+    run_op(ATTN_BW, (go, q, k, v, o, lse, 0.0, causal), kw, nout=3, tol=tol)
+
+
+def test_cpu_flash_attention_dropout_is_refused():
+    q = torch.randn(1, 2, 4, 8)
+    gm, ins = tk.op_graph(ATTN, (q, q, q, 0.1, False), nout=2)
+    with pytest.raises(tk.CompileError) as e:
+        tk.compile_fx(gm, ins)
+    assert e.value.code == -12 and "dropout" in e.value.message
+
+
 # ------------------------------------------------------ dropout (training)
 #
 # native_dropout(x, p, train=True, *, seed): the client adds an int64
