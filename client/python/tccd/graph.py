@@ -333,8 +333,29 @@ def propagate(gm, input_specs, constants):
 
 # ------------------------------------------------------------------ request
 
-def _out_strides(t):
+def _dense_strides(sizes, strides):
+    """Do strides lay sizes out without gaps or overlap (a permutation of a
+    contiguous layout)? Plain ints; works for fake tensors of any mode."""
+    dims = sorted((st, sz) for sz, st in zip(sizes, strides) if sz != 1)
+    expect = 1
+    for st, sz in dims:
+        if st != expect:
+            return False
+        expect *= sz
+    return True
+
+
+def _out_strides(t, traced=None):
+    """Strides a node output is declared with: its propagated value's when
+    dense (else contiguous), or the traced value's (node.meta["val"]), which
+    the eager rest of the program was traced against, when that one is
+    dense, concrete and of the same shape and dtype (fake propagation gives
+    _scaled_dot_product_flash_attention_for_cpu's output contiguous strides
+    where the trace has them follow the inputs)."""
     sizes = tuple(int(s) for s in t.shape)
+    if (isinstance(traced, torch.Tensor) and is_concrete(traced) and traced.dtype == t.dtype
+            and tuple(traced.shape) == sizes and _dense_strides(sizes, traced.stride())):
+        return tuple(int(s) for s in traced.stride())
     if is_dense(t):
         return tuple(int(s) for s in t.stride())
     return contiguous_strides(sizes)
@@ -429,7 +450,7 @@ def build_graph(gm, input_specs, constants=None):
             if isinstance(val, torch.Tensor):
                 outs = [n.name]
                 names[n] = n.name
-                add_value(n.name, tensor_meta(val.dtype, val.shape, _out_strides(val)))
+                add_value(n.name, tensor_meta(val.dtype, val.shape, _out_strides(val, meta_val(n))))
             elif isinstance(val, (tuple, list)):
                 outs = [""] * len(val)
                 for u in n.users:
@@ -437,11 +458,14 @@ def build_graph(gm, input_specs, constants=None):
                         outs[u.args[1]] = u.name
                     else:
                         raise Unsupported(f"{n.name}: a multi-output value used whole")
-                for o, v in zip(outs, val):
+                traced = [meta_val(u) if is_getitem(u) else None for u in n.users]
+                traced = {u.args[1]: t for u, t in zip(n.users, traced) if is_getitem(u)}
+                traced = [traced.get(i) for i in range(len(val))]
+                for o, v, tv in zip(outs, val, traced):
                     if o:
                         if not isinstance(v, torch.Tensor):
                             raise Unsupported(f"{n.name}: non-tensor output")
-                        add_value(o, tensor_meta(v.dtype, v.shape, _out_strides(v)))
+                        add_value(o, tensor_meta(v.dtype, v.shape, _out_strides(v, tv)))
                 multi[n] = outs
             else:
                 raise Unsupported(f"{n.name} produces a {type(val).__name__}")
