@@ -392,6 +392,21 @@ static void attach_token(const tcc_client *c, grpc_op *op, grpc_metadata *md) {
 
 /* One attempt of a unary call; *answered = whether the server sent any
  * message (a retry is only safe when it did not). */
+/* Fills ops[0..4) with what every call starts with: initial metadata
+ * (the bearer token, in *auth), the one request message, half-close, and
+ * the server's initial metadata into *initial_md. */
+static void request_ops(tcc_client *c, grpc_op *ops, grpc_metadata *auth, grpc_byte_buffer *send,
+                        grpc_metadata_array *initial_md) {
+  memset(ops, 0, 4 * sizeof *ops);
+  ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+  attach_token(c, &ops[0], auth);
+  ops[1].op = GRPC_OP_SEND_MESSAGE;
+  ops[1].data.send_message.send_message = send;
+  ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
+  ops[3].op = GRPC_OP_RECV_INITIAL_METADATA;
+  ops[3].data.recv_initial_metadata.recv_initial_metadata = initial_md;
+}
+
 static int unary_once(tcc_client *c, const char *method, const uint8_t *req, size_t req_len,
                       uint8_t **resp, size_t *resp_len, gpr_timespec deadline, tcc_error *err) {
   grpc_completion_queue *cq = grpc_completion_queue_create_for_pluck(NULL);
@@ -414,13 +429,7 @@ static int unary_once(tcc_client *c, const char *method, const uint8_t *req, siz
   grpc_op ops[6];
   memset(ops, 0, sizeof ops);
   grpc_metadata auth;
-  ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
-  attach_token(c, &ops[0], &auth);
-  ops[1].op = GRPC_OP_SEND_MESSAGE;
-  ops[1].data.send_message.send_message = send;
-  ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
-  ops[3].op = GRPC_OP_RECV_INITIAL_METADATA;
-  ops[3].data.recv_initial_metadata.recv_initial_metadata = &initial_md;
+  request_ops(c, ops, &auth, send, &initial_md);
   ops[4].op = GRPC_OP_RECV_MESSAGE;
   ops[4].data.recv_message.recv_message = &recv;
   ops[5].op = GRPC_OP_RECV_STATUS_ON_CLIENT;
@@ -730,15 +739,8 @@ static int fetch_stream(tcc_client *c, const Tcc__V1__FetchRequest *req, fetch_s
   void *tag = &ops;
   int stream_rc = 0;
 
-  memset(ops, 0, sizeof ops);
   grpc_metadata auth;
-  ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
-  attach_token(c, &ops[0], &auth);
-  ops[1].op = GRPC_OP_SEND_MESSAGE;
-  ops[1].data.send_message.send_message = send;
-  ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
-  ops[3].op = GRPC_OP_RECV_INITIAL_METADATA;
-  ops[3].data.recv_initial_metadata.recv_initial_metadata = &initial_md;
+  request_ops(c, ops, &auth, send, &initial_md);
   if (grpc_call_start_batch(call, ops, 4, tag, NULL) != GRPC_CALL_OK) {
     stream_rc = tcc_error_set(err, TCC_E_INTERNAL, "Fetch: grpc_call_start_batch failed");
     grpc_call_cancel(call, NULL);

@@ -46,7 +46,8 @@ static const char usage_text[] =
     "  stats                        cache and compile counters\n"
     "  ls [--limit N] [--order last_used|hits|size|created]\n"
     "                               cache entries, most recent first\n"
-    "  show HASH                    one cache entry, its manifest and kernels\n"
+    "  show HASH [--dot]            one cache entry, its manifest and kernels;\n"
+    "                               --dot: the kernel grouping as Graphviz\n"
     "  evict HASH                   remove one cache entry\n"
     "  gc [--max-bytes N]           evict down to N bytes (K/M/G suffixes;\n"
     "                               default: the daemon's --cache-max-bytes)\n"
@@ -582,16 +583,96 @@ static void print_metas(const char *label, Tcc__V1__TensorMeta **metas, size_t n
   }
 }
 
+/* Graphviz of the kernel grouping: one cluster per kernel holding the
+ * graph nodes it computes, views (no kernel) dashed, inputs and outputs
+ * as ellipses. A node recomputed in several kernels is drawn in the first
+ * and its label names the others. Returns 0, or 1 when the entry has no
+ * provenance (made by an older daemon). */
+static int print_dot(const Tcc__V1__ShowResponse *s) {
+  const Tcc__V1__Manifest *m = s->manifest;
+  if (!m || (m->n_graph_nodes == 0 && m->n_output_nodes == 0)) {
+    fprintf(stderr, "tcctl: show --dot: the entry has no graph provenance (compiled by an older "
+                    "tccd; evict it and compile again)\n");
+    return 1;
+  }
+  size_t nn = m->n_graph_nodes;
+  int *home = calloc(nn + 1, sizeof *home);  /* first kernel + 1, 0 = none */
+  if (!home) {
+    fprintf(stderr, "tcctl: out of memory\n");
+    return 1;
+  }
+  for (size_t k = 0; k < m->n_kernels; k++)
+    for (size_t j = 0; j < m->kernels[k]->n_nodes; j++) {
+      int32_t n = m->kernels[k]->nodes[j];
+      if (n >= 0 && (size_t)n < nn && !home[n]) home[n] = (int)k + 1;
+    }
+  const char *hash = s->entry && s->entry->guard_hash ? s->entry->guard_hash : "";
+  printf("digraph \"tccd_%.12s\" {\n", hash);
+  printf("  rankdir=TB;\n  node [shape=box, fontname=\"monospace\", fontsize=10];\n");
+  for (size_t i = 0; i < m->n_inputs; i++) {
+    char meta[512];
+    format_meta(m->inputs[i], meta, sizeof meta);
+    printf("  in%zu [shape=ellipse, label=\"input %zu\\n%s\"];\n", i, i, meta);
+  }
+  for (size_t k = 0; k < m->n_kernels; k++) {
+    const Tcc__V1__KernelInfo *ki = m->kernels[k];
+    printf("  subgraph cluster_%zu {\n    label=\"%s: %s, numel %" PRId64 "\";\n", k, ki->name,
+           ki->kind, ki->numel);
+    printf("    style=rounded; color=%s;\n", !strcmp(ki->kind, "extern") ? "red" : "blue");
+    for (size_t n = 0; n < nn; n++) {
+      if (home[n] != (int)k + 1) continue;
+      printf("    n%zu [label=\"%zu: %s", n, n, m->graph_nodes[n]->target);
+      int first = 1;  /* the other kernels recomputing it */
+      for (size_t o = k + 1; o < m->n_kernels; o++)
+        for (size_t j = 0; j < m->kernels[o]->n_nodes; j++)
+          if ((size_t)m->kernels[o]->nodes[j] == n) {
+            printf("%s%s", first ? "\\nalso in " : ", ", m->kernels[o]->name);
+            first = 0;
+          }
+      printf("\"];\n");
+    }
+    printf("  }\n");
+  }
+  for (size_t n = 0; n < nn; n++)
+    if (!home[n])
+      printf("  n%zu [style=dashed, label=\"%zu: %s\"];\n", n, n, m->graph_nodes[n]->target);
+  for (size_t n = 0; n < nn; n++)
+    for (size_t a = 0; a < m->graph_nodes[n]->n_args; a++) {
+      int32_t src = m->graph_nodes[n]->args[a];
+      if (src >= 0) printf("  n%d -> n%zu;\n", src, n);
+      else if (src != INT32_MIN) printf("  in%d -> n%zu;\n", -1 - src, n);
+    }
+  for (size_t i = 0; i < m->n_output_nodes; i++) {
+    int32_t src = m->output_nodes[i];
+    printf("  out%zu [shape=ellipse, label=\"output %zu\"];\n", i, i);
+    if (src >= 0) printf("  n%d -> out%zu;\n", src, i);
+    else if (src != INT32_MIN) printf("  in%d -> out%zu;\n", -1 - src, i);
+  }
+  printf("}\n");
+  free(home);
+  return 0;
+}
+
+static int show_option(tcctl *t, int argc, char **argv, int *i, void *ctx) {
+  (void)t, (void)argc;
+  if (strcmp(argv[*i], "--dot")) return 0;
+  *(int *)ctx = 1;
+  return 1;
+}
+
 static int cmd_show(tcctl *t) {
   char *pos[1];
-  if (split_args(t, NULL, NULL, pos, 1) != 1) usage_error("show needs a HASH");
+  int dot = 0;
+  if (split_args(t, show_option, &dot, pos, 1) != 1) usage_error("show needs a HASH");
   char hash[TCC_SHA256_HEX];
   if (connect_client(t)) return fail_err(t);
   if (resolve_hash(t, pos[0], hash)) return 1;
   Tcc__V1__ShowResponse *s;
   if (tcc_client_show(t->client, hash, &s, &t->err)) return fail_err(t);
   int rc = 0;
-  if (t->json) {
+  if (dot) {
+    rc = print_dot(s);
+  } else if (t->json) {
     rc = print_json(t, message_json(s));
   } else {
     char a[64], b[64];

@@ -647,6 +647,7 @@ void tcc_program_init(tcc_program *p, tcc_arena *a, const tcc_graph *g) {
   memset(p, 0, sizeof *p);
   p->arena = a;
   p->graph = g;
+  p->cur_node = -1;
 }
 
 void tcc_program_free(tcc_program *p) {
@@ -690,7 +691,34 @@ int tcc_program_add_kernel(tcc_program *p, int rank, const int64_t *sizes) {
   k->kind = TCC_OPK_POINTWISE;
   k->rank = rank;
   if (rank) memcpy(k->sizes, sizes, sizeof *sizes * (size_t)rank);
+  if (p->cur_node >= 0) {
+    int *nodes = grow(p->arena, NULL, 0, &k->capnodes, sizeof *nodes);
+    if (!nodes) {
+      p->oom = 1;
+      return -1;
+    }
+    k->nodes = nodes;
+    k->nodes[k->nnodes++] = p->cur_node;
+  }
   return p->nkernels++;
+}
+
+int tcc_kernel_add_nodes(tcc_program *p, int to, int from) {
+  tcc_kernel *T = &p->kernels[to];
+  const tcc_kernel *F = &p->kernels[from];
+  for (int i = 0; i < F->nnodes; i++) {
+    int node = F->nodes[i], have = 0;
+    for (int j = 0; j < T->nnodes && !have; j++) have = T->nodes[j] == node;
+    if (have) continue;
+    int *nodes = grow(p->arena, T->nodes, T->nnodes, &T->capnodes, sizeof *nodes);
+    if (!nodes) {
+      p->oom = 1;
+      return -1;
+    }
+    T->nodes = nodes;
+    T->nodes[T->nnodes++] = node;
+  }
+  return 0;
 }
 
 int tcc_kernel_add_store(tcc_program *p, int kid, int buf, const tcc_ix *const *idx,

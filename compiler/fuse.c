@@ -43,7 +43,9 @@
 typedef struct fuse_ctx {
   tcc_program *p;
   const tcc_kernel *k;       /* the consumer being rewritten */
+  int kid;                   /* its index */
   const tcc_vx **producer;   /* per buffer: inlinable stored expression */
+  int *producer_kernel;      /* per buffer: the kernel storing producer */
   int *writers;              /* per buffer: number of stores writing it */
   int *readers;              /* per buffer: kernels loading it before fusion */
 } fuse_ctx;
@@ -158,7 +160,7 @@ static const tcc_vx *inline_rec(fuse_ctx *fc, tcc_ptrmap *memo, const tcc_vx *e)
         (fc->readers[e->buf] <= 1 || prod->ops <= TCC_MAX_SHARED_INLINE_OPS) &&
         reduce_inline_ok(fc, prod, r)) {
       r = tcc_vx_subst(p, prod, r->nidx, r->idx);
-      if (!r) return NULL;
+      if (!r || tcc_kernel_add_nodes(p, fc->kid, fc->producer_kernel[e->buf])) return NULL;
     }
   } else {
     const tcc_vx *a = e->a ? inline_rec(fc, memo, e->a) : NULL;
@@ -319,7 +321,8 @@ int tcc_fuse(tcc_program *p, tcc_error *err) {
   int *tmp = tcc_arena_array(p->arena, (size_t)nb + 1, sizeof *tmp);
   if (!fc.producer || !fc.writers || !stamp || !reads || !nreads || !live || !tmp) goto oom;
   fc.readers = tcc_arena_array(p->arena, (size_t)nb + 1, sizeof *fc.readers);
-  if (!fc.readers) goto oom;
+  fc.producer_kernel = tcc_arena_array(p->arena, (size_t)nb + 1, sizeof *fc.producer_kernel);
+  if (!fc.readers || !fc.producer_kernel) goto oom;
   for (int b = 0; b < nb; b++) stamp[b] = -1;
   for (int k = 0; k < nk; k++) {
     for (int s = 0; s < p->kernels[k].nstores; s++) fc.writers[p->kernels[k].stores[s].buf]++;
@@ -335,6 +338,7 @@ int tcc_fuse(tcc_program *p, tcc_error *err) {
     tcc_kernel *K = &p->kernels[k];
     if (K->dead) continue;
     fc.k = K;
+    fc.kid = k;
     tcc_ptrmap memo;
     if (tcc_ptrmap_init(&memo, 64)) {
       tcc_ptrmap_free(&memo);
@@ -351,7 +355,10 @@ int tcc_fuse(tcc_program *p, tcc_error *err) {
     tcc_ptrmap_free(&memo);
     for (int s = 0; s < K->nstores; s++) {
       const tcc_store *st = &K->stores[s];
-      if (fc.writers[st->buf] == 1 && identity_store(p, K, st)) fc.producer[st->buf] = st->value;
+      if (fc.writers[st->buf] == 1 && identity_store(p, K, st)) {
+        fc.producer[st->buf] = st->value;
+        fc.producer_kernel[st->buf] = k;
+      }
     }
   }
 
@@ -424,6 +431,7 @@ int tcc_fuse(tcc_program *p, tcc_error *err) {
       if (!in_list(reads[ti], nreads[ti], reads[k][i])) merged[m++] = reads[k][i];
     reads[ti] = merged;
     nreads[ti] = m;
+    if (tcc_kernel_add_nodes(p, ti, k)) goto oom;
     J->dead = 1;
   }
   if (p->oom) goto oom;

@@ -228,6 +228,10 @@ typedef struct tcc_kernel {
   int nstores, capstores;
   tcc_store *stores;
   int dead;                 /* removed by a pass */
+  int nnodes, capnodes;     /* provenance: the graph nodes (canonical */
+  int *nodes;               /* indices) this kernel computes, for the
+                               manifest and `tcctl show --dot`; a node
+                               inlined into several kernels is in each */
 } tcc_kernel;
 
 struct tcc_program {
@@ -241,6 +245,8 @@ struct tcc_program {
   int planned;              /* plan.c has placed the temporaries */
   tcc_intern ix_intern, vx_intern;
   int next_var;             /* next fresh bound variable (REDUCE) */
+  int cur_node;             /* node being lowered (provenance of new
+                               kernels), -1 outside node lowering */
   int oom;                  /* an allocation failed (sticky) */
 };
 
@@ -251,6 +257,9 @@ void tcc_program_free(tcc_program *p);
 /* Appends a buffer / kernel; returns its id, or -1 when out of memory. */
 int tcc_program_add_buffer(tcc_program *p, const tcc_buffer *b);
 int tcc_program_add_kernel(tcc_program *p, int rank, const int64_t *sizes);
+/* Adds the nodes of kernel `from` to kernel `to`'s provenance (a set).
+ * Returns 0 or -1 (out of memory). */
+int tcc_kernel_add_nodes(tcc_program *p, int to, int from);
 /* Appends a store to kernel k. Returns 0 or -1 (out of memory). */
 int tcc_kernel_add_store(tcc_program *p, int k, int buf, const tcc_ix *const *idx,
                          const tcc_vx *value);

@@ -1522,7 +1522,10 @@ int tcc_lower(tcc_program *p, tcc_error *err) {
     const tcc_node *n = &g->nodes[k];
     int rc = node_dtypes_ok(g, n, err);
     if (rc) return rc;
-    if ((rc = n->op->lower(lc, n, err))) return rc;
+    p->cur_node = k;
+    rc = n->op->lower(lc, n, err);
+    p->cur_node = -1;
+    if (rc) return rc;
     if (p->oom) return tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "out of memory lowering");
     for (int o = 0; o < n->nout; o++)
       if (n->outs[o] >= 0 && !lc->vals[n->outs[o]].body)

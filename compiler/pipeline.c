@@ -199,6 +199,42 @@ static Tcc__V1__TensorMeta *manifest_meta(tcc_arena *A, const tcc_meta *m) {
   return tm;
 }
 
+/* Where a tensor comes from, as GraphNode.args and Manifest.output_nodes
+ * encode it: its node, -1-i for graph input i, INT32_MIN for a constant. */
+static int32_t value_source(const tcc_graph *g, int v) {
+  const tcc_value *val = &g->values[v];
+  if (val->kind == TCC_VAL_NODE) return val->def;
+  if (val->kind == TCC_VAL_INPUT) return -1 - val->def;
+  return INT32_MIN;
+}
+
+/* The canonical graph's nodes and what each output reads (provenance for
+ * `tcctl show --dot`). Returns 0 or -1 (out of memory). */
+static int manifest_graph(const tcc_graph *g, tcc_arena *A, Tcc__V1__Manifest *m) {
+  m->n_graph_nodes = (size_t)g->nnodes;
+  m->graph_nodes = tcc_arena_array(A, m->n_graph_nodes + 1, sizeof *m->graph_nodes);
+  m->n_output_nodes = (size_t)g->noutputs;
+  m->output_nodes = tcc_arena_array(A, m->n_output_nodes + 1, sizeof *m->output_nodes);
+  if (!m->graph_nodes || !m->output_nodes) return -1;
+  for (int i = 0; i < g->noutputs; i++) m->output_nodes[i] = value_source(g, g->outputs[i]);
+  for (int k = 0; k < g->nnodes; k++) {
+    const tcc_node *n = &g->nodes[k];
+    Tcc__V1__GraphNode *gn = tcc_arena_alloc(A, sizeof *gn);
+    if (!gn) return -1;
+    tcc__v1__graph_node__init(gn);
+    gn->target = (char *)n->op->name;
+    size_t nargs = 0;
+    FOR_EACH_TENSOR_ARG(n, v, { nargs += g->values[v].kind != TCC_VAL_CONST; });
+    gn->args = tcc_arena_array(A, nargs + 1, sizeof *gn->args);
+    if (!gn->args) return -1;
+    FOR_EACH_TENSOR_ARG(n, v, {
+      if (g->values[v].kind != TCC_VAL_CONST) gn->args[gn->n_args++] = value_source(g, v);
+    });
+    m->graph_nodes[k] = gn;
+  }
+  return 0;
+}
+
 /* Encodes the tcc.v1.Manifest of a built program into the artifact. */
 static int encode_manifest(const tcc_program *prog, tcc_arena *A, tcc_artifact *out,
                            tcc_error *err) {
@@ -218,7 +254,7 @@ static int encode_manifest(const tcc_program *prog, tcc_arena *A, tcc_artifact *
   int nk = tcc_program_live_kernels(prog);
   m.n_kernels = (size_t)nk;
   m.kernels = tcc_arena_array(A, (size_t)nk + 1, sizeof *m.kernels);
-  if (!m.inputs || !m.outputs || !m.kernels) goto oom;
+  if (!m.inputs || !m.outputs || !m.kernels || manifest_graph(g, A, &m)) goto oom;
   for (int i = 0; i < g->ninputs; i++)
     if (!(m.inputs[i] = manifest_meta(A, &g->values[g->inputs[i]].meta))) goto oom;
   for (int i = 0; i < g->noutputs; i++)
@@ -235,6 +271,8 @@ static int encode_manifest(const tcc_program *prog, tcc_arena *A, tcc_artifact *
       if (tcc_vx_has_reduce(K->stores[s].value)) ki->kind = "reduction";
     ki->numel = 1;
     for (int d = 0; d < K->rank; d++) ki->numel *= K->sizes[d];
+    ki->n_nodes = (size_t)K->nnodes;
+    ki->nodes = K->nodes;
     if (!ki->name) goto oom;
     if (cuda) {
       tcc_cuda_geometry L;

@@ -47,7 +47,9 @@ START_TEST(nothing_listening_is_unavailable_within_timeout) {
   char want[128];
   snprintf(want, sizeof want, "cannot reach tccd at %s: ", addr);
   ck_assert_msg(strncmp(err.msg, want, strlen(want)) == 0, "message: %s", err.msg);
-  ck_assert_msg(dt < 3.0, "connect took %.2f s with a 0.4 s timeout", dt);
+  /* generous: under valgrind on a loaded machine gRPC start-up alone takes
+   * seconds; what this catches is a connect that ignores its timeout */
+  ck_assert_msg(dt < 10.0, "connect took %.2f s with a 0.4 s timeout", dt);
   tcc_client_library_shutdown();
 }
 END_TEST

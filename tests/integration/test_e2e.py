@@ -172,3 +172,53 @@ def test_bad_requests_over_the_wire(daemon, tmp_path):
     ok = daemon.tcctl("compile", SIN_COS)
     assert ok["cache"] == "miss"
     assert daemon.stats()["invalid_requests"] >= 4
+
+
+def dot_clusters(dot):
+    """{cluster label: [node labels]} and the dashed (kernel-less) nodes of
+    a `tcctl show --dot` drawing."""
+    import re
+    clusters, dashed, cur = {}, [], None
+    for line in dot.splitlines():
+        line = line.strip()
+        if line.startswith("subgraph cluster_"):
+            cur = None
+        elif line.startswith("label=") and cur is None:
+            cur = re.match(r'label="([^"]*)"', line).group(1)
+            clusters[cur] = []
+        elif line == "}":
+            cur = None
+        m = re.match(r'n\d+ \[(style=dashed, )?label="([^"]*)"\]', line)
+        if m:
+            (dashed if m.group(1) else clusters[cur]).append(m.group(2))
+    return clusters, dashed
+
+
+@pytest.mark.parametrize("graph,expect", [
+    # foo(x, y) = sin(x) + cos(y): the three ops fuse into one kernel
+    ("sin_cos.json", {"k0: pointwise": ["aten.sin.default", "aten.cos.default",
+                                        "aten.add.Tensor"]}),
+    # softmax and layer_norm: one kernel each
+    ("softmax.json", {"k0: reduction": ["aten._softmax.default"]}),
+    ("layer_norm.json", {"k0: reduction": ["aten.native_layer_norm.default"]}),
+    # linear + bias + gelu: the GEMM extern step, then bias + gelu fused
+    ("gelu_mlp.json", {"k0: extern": ["aten.addmm.default"],
+                       "k1: pointwise": ["aten.gelu.default"]}),
+])
+def test_show_dot_draws_the_kernel_grouping(daemon, graph, expect):
+    h = daemon.tcctl("compile", os.path.join(GRAPHS, graph))["guard_hash"]
+    dot = daemon.tcctl("show", h[:12], "--dot", json_out=False)
+    assert dot.startswith('digraph "tccd_') and dot.rstrip().endswith("}")
+    assert dot.count("{") == dot.count("}")
+    clusters, dashed = dot_clusters(dot)
+    got = {label.split(",")[0]: sorted(n.split(": ", 1)[1].split("\\n")[0] for n in nodes)
+           for label, nodes in clusters.items()}
+    assert got == {k: sorted(v) for k, v in expect.items()}, dot
+    if graph == "gelu_mlp.json":
+        assert dashed == ["0: aten.permute.default"], dot   # a view: no kernel
+    # every input and output is drawn with an edge
+    manifest = daemon.tcctl("show", h)["manifest"]
+    for i in range(len(manifest["inputs"])):
+        assert f"in{i} -> " in dot
+    for i in range(len(manifest["outputs"])):
+        assert f" -> out{i};" in dot
