@@ -4,7 +4,9 @@
  * tcc_kernel_load checks, in this order, before any byte of the artifact
  * is mapped as code:
  *   1. SHA-256(data) == the digest the caller names   (DATA_LOSS)
- *   2. manifest.abi_version == 1                        (FAILED_PRECONDITION)
+ *   2. manifest.abi_version == 1, or 2 (dynamic shapes: CPU only, its
+ *      symbolic layouts well-formed; see the end of this file)
+ *                                                       (FAILED_PRECONDITION)
  *   3. it is a CPU artifact: an ELF that is not a cubin (UNIMPLEMENTED /
  *      FAILED_PRECONDITION)
  * then copies the bytes into a memfd, seals it (no shrink, grow or write:
@@ -49,10 +51,15 @@
 #define EM_CUDA_MACHINE 190 /* ELF e_machine of a cubin */
 
 typedef int (*tcc_entry_fn)(const void *const *inputs, void *const *outputs, void *workspace);
+/* ABI 2 (dynamic shapes): the symbols' values come with the call. */
+typedef int (*tcc_entry2_fn)(const void *const *inputs, void *const *outputs, void *workspace,
+                             const int64_t *syms);
+#define TCC_KERNEL_ABI_DYNAMIC 2
 
 struct tcc_kernel {
   void *handle;                  /* dlopen handle */
   tcc_entry_fn entry;
+  tcc_entry2_fn entry2;          /* ABI 2 instead of entry */
   int fd;                        /* the sealed memfd, open while loaded */
   Tcc__V1__Manifest *manifest;   /* our own copy */
   char sha256[TCC_SHA256_HEX];
@@ -162,7 +169,8 @@ int tcc_kernel_load(const uint8_t *data, size_t len, const char *sha256_hex, con
   if (!manifest) return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "no manifest");
   int rc = tcc_digest_check(data, len, sha256_hex, err);
   if (rc) return rc;
-  if (manifest->abi_version != TCC_KERNEL_ABI_VERSION)
+  int dynamic = manifest->abi_version == TCC_KERNEL_ABI_DYNAMIC;
+  if (manifest->abi_version != TCC_KERNEL_ABI_VERSION && !dynamic)
     return tcc_error_set(err, TCC_E_FAILED_PRECONDITION,
                          "kernel ABI version %u is not supported (this client runs version %d)",
                          manifest->abi_version, TCC_KERNEL_ABI_VERSION);
@@ -170,6 +178,9 @@ int tcc_kernel_load(const uint8_t *data, size_t len, const char *sha256_hex, con
     return tcc_error_set(err, TCC_E_FAILED_PRECONDITION, "artifact is not an ELF shared object");
   int machine = data[18] | data[19] << 8; /* e_machine, little-endian */
   int cuda_target = manifest->target && !strncmp(manifest->target, "cuda:", 5);
+  if (dynamic && (machine == EM_CUDA_MACHINE || cuda_target))
+    return tcc_error_set(err, TCC_E_UNIMPLEMENTED, "dynamic shapes (ABI 2) on CUDA are not supported");
+  if (dynamic && (rc = tcc_kernel_check_sym_manifest(manifest, err))) return rc;
   if (machine == EM_CUDA_MACHINE && cuda_target) return load_cuda(data, len, sha256_hex, manifest, out, err);
   if (machine == EM_CUDA_MACHINE || cuda_target)
     return tcc_error_set(err, TCC_E_UNIMPLEMENTED,
@@ -197,7 +208,8 @@ int tcc_kernel_load(const uint8_t *data, size_t len, const char *sha256_hex, con
     goto fail;
   }
   /* POSIX guarantees a data pointer from dlsym converts to a function. */
-  memcpy(&k->entry, &sym, sizeof sym);
+  if (dynamic) memcpy(&k->entry2, &sym, sizeof sym);
+  else memcpy(&k->entry, &sym, sizeof sym);
   *out = k;
   return 0;
 fail:
@@ -208,6 +220,10 @@ fail:
 int tcc_kernel_run(tcc_kernel *k, const void *const *inputs, void *const *outputs, void *workspace,
                    tcc_error *err) {
   if (k && k->cuda) return tcc_cuda_kernel_launch(k->cuda, NULL, inputs, outputs, workspace, err);
+  if (k && k->entry2)
+    return tcc_error_set(err, TCC_E_FAILED_PRECONDITION,
+                         "kernel %.12s has dynamic shapes (ABI 2): bind its symbols with "
+                         "tcc_kernel_bind and call tcc_kernel_run_sym", k->sha256);
   if (!k || !k->entry) return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "no kernel loaded");
   if (k->manifest->workspace_bytes > 0 && !workspace)
     return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "the kernel needs a workspace of %lld bytes",
@@ -232,4 +248,176 @@ void tcc_kernel_unload(tcc_kernel *k) {
   if (k->fd >= 0) close(k->fd); /* after dlclose: the name stays ours while loaded */
   if (k->manifest) tcc__v1__manifest__free_unpacked(k->manifest, NULL);
   free(k);
+}
+
+/* ------------------------------------------------------------------
+ * Dynamic shapes (ABI 2; tcc.proto Manifest fields 30-33).
+ *
+ * A SymExpr is a polynomial over the symbols: sum of coef x product of
+ * syms[i]. tcc_kernel_bind reads each symbol from the first input dim
+ * whose size expression is exactly that symbol, then checks the guards:
+ * every symbol >= 2, every input's sizes, strides and storage offset
+ * equal to its SymLayout at those values. Output layouts and the
+ * workspace size are their expressions at the bound values.
+ * ------------------------------------------------------------------ */
+
+/* Is e exactly symbol s (one term, coefficient 1, that symbol alone)? */
+static int expr_is_symbol(const Tcc__V1__SymExpr *e, int *s) {
+  if (!e || e->n_terms != 1 || e->terms[0]->coef != 1 || e->terms[0]->n_syms != 1) return 0;
+  *s = e->terms[0]->syms[0];
+  return 1;
+}
+
+/* The value of e at syms; 0 for a missing expression. Sets *overflow
+ * when int64 overflows. */
+static int64_t expr_eval(const Tcc__V1__SymExpr *e, const int64_t *syms, int *overflow) {
+  int64_t sum = 0;
+  for (size_t t = 0; e && t < e->n_terms; t++) {
+    int64_t v = e->terms[t]->coef;
+    for (size_t j = 0; j < e->terms[t]->n_syms; j++)
+      if (__builtin_mul_overflow(v, syms[e->terms[t]->syms[j]], &v)) *overflow = 1;
+    if (__builtin_add_overflow(sum, v, &sum)) *overflow = 1;
+  }
+  return sum;
+}
+
+static int expr_check(const Tcc__V1__SymExpr *e, size_t nsyms) {
+  for (size_t t = 0; e && t < e->n_terms; t++)
+    for (size_t j = 0; j < e->terms[t]->n_syms; j++)
+      if (e->terms[t]->syms[j] < 0 || (size_t)e->terms[t]->syms[j] >= nsyms) return -1;
+  return 0;
+}
+
+static int layout_check(const Tcc__V1__SymLayout *L, const Tcc__V1__TensorMeta *m, size_t nsyms) {
+  if (!L || !m || L->n_sizes != m->n_sizes || L->n_strides != m->n_sizes) return -1;
+  for (size_t d = 0; d < L->n_sizes; d++)
+    if (expr_check(L->sizes[d], nsyms) || expr_check(L->strides[d], nsyms)) return -1;
+  return expr_check(L->storage_offset, nsyms);
+}
+
+int tcc_kernel_check_sym_manifest(const Tcc__V1__Manifest *m, tcc_error *err) {
+  int ok = m->n_symbols > 0 && m->n_symbols <= TCC_KERNEL_MAX_SYMS &&
+           m->n_sym_inputs == m->n_inputs && m->n_sym_outputs == m->n_outputs &&
+           !expr_check(m->sym_workspace_bytes, m->n_symbols);
+  for (size_t i = 0; ok && i < m->n_inputs; i++)
+    ok = !layout_check(m->sym_inputs[i], m->inputs[i], m->n_symbols);
+  for (size_t i = 0; ok && i < m->n_outputs; i++)
+    ok = !layout_check(m->sym_outputs[i], m->outputs[i], m->n_symbols);
+  /* every symbol must be bindable from some input dim */
+  for (size_t s = 0; ok && s < m->n_symbols; s++) {
+    int found = 0;
+    for (size_t i = 0; !found && i < m->n_inputs; i++)
+      for (size_t d = 0; !found && d < m->sym_inputs[i]->n_sizes; d++) {
+        int sym;
+        found = expr_is_symbol(m->sym_inputs[i]->sizes[d], &sym) && (size_t)sym == s;
+      }
+    ok = found;
+  }
+  if (!ok)
+    return tcc_error_set(err, TCC_E_FAILED_PRECONDITION,
+                         "kernel ABI version 2 (dynamic shapes): malformed manifest "
+                         "(symbols, symbolic layouts)");
+  return 0;
+}
+
+int tcc_kernel_symbols(const tcc_kernel *k) {
+  return k && k->entry2 ? (int)k->manifest->n_symbols : 0;
+}
+
+int tcc_kernel_bind(const tcc_kernel *k, const int64_t *sizes, const int64_t *strides,
+                    const int64_t *offsets, int64_t *syms, tcc_error *err) {
+  if (!k || !k->entry2)
+    return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "not a kernel with dynamic shapes");
+  const Tcc__V1__Manifest *m = k->manifest;
+  int bound[TCC_KERNEL_MAX_SYMS] = {0};
+  size_t at = 0;
+  for (size_t i = 0; i < m->n_inputs; i++)
+    for (size_t d = 0; d < m->sym_inputs[i]->n_sizes; d++, at++) {
+      int s;
+      if (expr_is_symbol(m->sym_inputs[i]->sizes[d], &s) && !bound[s]) {
+        syms[s] = sizes[at];
+        bound[s] = 1;
+      }
+    }
+  for (size_t s = 0; s < m->n_symbols; s++)
+    if (syms[s] < 2)
+      return tcc_error_set(err, TCC_E_FAILED_PRECONDITION,
+                           "guard failed: symbol %.32s is %lld, the kernel needs >= 2 "
+                           "(sizes 0 and 1 are specialised: compile for them)",
+                           m->symbols[s], (long long)syms[s]);
+  at = 0;
+  for (size_t i = 0; i < m->n_inputs; i++) {
+    const Tcc__V1__SymLayout *L = m->sym_inputs[i];
+    int ovf = 0;
+    for (size_t d = 0; d < L->n_sizes; d++, at++) {
+      int64_t want = expr_eval(L->sizes[d], syms, &ovf);
+      int64_t want_st = expr_eval(L->strides[d], syms, &ovf);
+      if (ovf)
+        return tcc_error_set(err, TCC_E_FAILED_PRECONDITION, "guard failed: input %zu's layout "
+                             "overflows int64", i);
+      if (sizes[at] != want)
+        return tcc_error_set(err, TCC_E_FAILED_PRECONDITION,
+                             "guard failed: input %zu dim %zu is %lld, the kernel needs %lld", i,
+                             d, (long long)sizes[at], (long long)want);
+      if (strides && strides[at] != want_st && want > 1)
+        return tcc_error_set(err, TCC_E_FAILED_PRECONDITION,
+                             "guard failed: input %zu dim %zu has stride %lld, the kernel needs "
+                             "%lld", i, d, (long long)strides[at], (long long)want_st);
+    }
+    int64_t off = expr_eval(L->storage_offset, syms, &ovf);
+    if (offsets && offsets[i] != off)
+      return tcc_error_set(err, TCC_E_FAILED_PRECONDITION,
+                           "guard failed: input %zu has storage offset %lld, the kernel needs "
+                           "%lld", i, (long long)offsets[i], (long long)off);
+  }
+  return 0;
+}
+
+int tcc_kernel_output_layout(const tcc_kernel *k, const int64_t *syms, int output,
+                             int64_t *sizes, int64_t *strides, tcc_error *err) {
+  if (!k || !k->manifest || output < 0 || (size_t)output >= k->manifest->n_outputs)
+    return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "no output %d", output);
+  const Tcc__V1__Manifest *m = k->manifest;
+  if (!k->entry2) {
+    const Tcc__V1__TensorMeta *t = m->outputs[output];
+    for (size_t d = 0; d < t->n_sizes; d++) {
+      sizes[d] = t->sizes[d];
+      strides[d] = t->strides[d];
+    }
+    return 0;
+  }
+  const Tcc__V1__SymLayout *L = m->sym_outputs[output];
+  int ovf = 0;
+  for (size_t d = 0; d < L->n_sizes; d++) {
+    sizes[d] = expr_eval(L->sizes[d], syms, &ovf);
+    strides[d] = expr_eval(L->strides[d], syms, &ovf);
+  }
+  if (ovf) return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "output %d's layout overflows int64", output);
+  return 0;
+}
+
+int64_t tcc_kernel_workspace_bytes(const tcc_kernel *k, const int64_t *syms) {
+  if (!k || !k->manifest) return -1;
+  if (!k->entry2) return k->manifest->workspace_bytes;
+  int ovf = 0;
+  int64_t n = expr_eval(k->manifest->sym_workspace_bytes, syms, &ovf);
+  return ovf ? -1 : n;
+}
+
+int tcc_kernel_run_sym(tcc_kernel *k, const void *const *inputs, void *const *outputs,
+                       void *workspace, const int64_t *syms, tcc_error *err) {
+  if (!k || !k->entry2) return tcc_kernel_run(k, inputs, outputs, workspace, err);
+  if (!syms) return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "no symbol values");
+  int64_t ws = tcc_kernel_workspace_bytes(k, syms);
+  if (ws < 0) return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "workspace size overflows int64");
+  if (ws > 0 && !workspace)
+    return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "the kernel needs a workspace of %lld bytes",
+                         (long long)ws);
+  if ((k->manifest->n_inputs && !inputs) || (k->manifest->n_outputs && !outputs))
+    return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "the kernel takes %zu inputs and %zu outputs",
+                         k->manifest->n_inputs, k->manifest->n_outputs);
+  int rc = k->entry2(inputs, outputs, workspace, syms);
+  if (rc != 0)
+    return tcc_error_set(err, TCC_E_INTERNAL, "kernel %.12s: entry returned %d", k->sha256, rc);
+  return 0;
 }

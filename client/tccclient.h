@@ -167,6 +167,46 @@ int tcc_client_gc(tcc_client *c, int64_t max_bytes, Tcc__V1__GcResponse **out,
 void tcc_client_library_shutdown(void);
 
 /* ------------------------------------------------------------------
+ * Dynamic shapes (kernel.c): artifacts of ABI 2 (Manifest.abi_version 2,
+ * entry tcc_entry2) serve every size their guards admit. The caller
+ * binds the symbols from the actual inputs, allocates outputs and
+ * workspace for them, and runs with the bound values. Layout arrays are
+ * flattened over the inputs in order (input i has the rank of
+ * manifest->inputs[i]). Every function also accepts ABI 1 kernels (no
+ * symbols: fixed layouts).
+ * ------------------------------------------------------------------ */
+
+#define TCC_KERNEL_MAX_SYMS 16
+
+/* The number of symbols (0 for an ABI 1 kernel). */
+int tcc_kernel_symbols(const tcc_kernel *k);
+
+/* Binds the symbols (syms[0..tcc_kernel_symbols)) from the inputs' sizes
+ * and checks the guards against sizes, strides (NULL: not checked) and
+ * storage offsets (one per input; NULL: not checked). Returns 0, or
+ * TCC_E_FAILED_PRECONDITION "guard failed: ..." naming the input and dim
+ * (compile again for these sizes), or TCC_E_INVALID_ARGUMENT. */
+int tcc_kernel_bind(const tcc_kernel *k, const int64_t *sizes, const int64_t *strides,
+                    const int64_t *offsets, int64_t *syms, tcc_error *err);
+
+/* Output `output`'s sizes and strides (rank of manifest->outputs[output])
+ * at the bound symbols. Returns 0 or TCC_E_INVALID_ARGUMENT. */
+int tcc_kernel_output_layout(const tcc_kernel *k, const int64_t *syms, int output,
+                             int64_t *sizes, int64_t *strides, tcc_error *err);
+
+/* Workspace bytes at the bound symbols (-1 on overflow). */
+int64_t tcc_kernel_workspace_bytes(const tcc_kernel *k, const int64_t *syms);
+
+/* tcc_kernel_run with the bound symbols (ABI 2); ABI 1 kernels ignore
+ * syms. */
+int tcc_kernel_run_sym(tcc_kernel *k, const void *const *inputs, void *const *outputs,
+                       void *workspace, const int64_t *syms, tcc_error *err);
+
+/* Checks an ABI 2 manifest's symbolic parts (tcc_kernel_load does).
+ * Returns 0 or TCC_E_FAILED_PRECONDITION. */
+int tcc_kernel_check_sym_manifest(const Tcc__V1__Manifest *m, tcc_error *err);
+
+/* ------------------------------------------------------------------
  * Byte-level API for FFI callers (ctypes) (ffi.c): no protobuf-c structs
  * and no struct layouts to mirror. Buffers returned through uint8_t **
  * are malloc'd: free them with tcc_free.

@@ -17,8 +17,8 @@
  *     along the node order; a constant returned directly comes last.
  *   - arguments: one per schema parameter, defaults filled (verify.c).
  *
- * Guard key (format 1)
- * --------------------
+ * Guard key (format 1; format 2 with dynamic shapes)
+ * ---------------------------------------------------
  * All integers little-endian; str = u32 byte length + bytes (no NUL);
  * f64 = IEEE-754 bit pattern as u64. The key is what the cache compares on
  * a hit; SHA-256(key) is the guard hash.
@@ -26,7 +26,7 @@
  *   field                     encoding
  *   ------------------------  -------------------------------------------
  *   magic                     4 bytes "TCCK"
- *   key format                u32 1
+ *   key format                u32 1; 2 when the graph has symbols
  *   codegen version           u32 TCC_CODEGEN_VERSION
  *   compiler identity         str   (tcc_toolchain_identity)
  *   target device             u8    DeviceType: 1 CPU, 2 CUDA
@@ -34,6 +34,7 @@
  *   target features           u32 n, n x str  (CPU: sorted, unique)
  *   mode                      u8    Mode
  *   dynamic                   u8    0/1
+ *   symbols (format 2 only)   u32   number of symbols (dynamic.c)
  *   counts                    u32 nvalues, u32 ninputs, u32 nnodes,
  *                             u32 noutputs
  *   values, by canonical id:
@@ -68,6 +69,21 @@
  *     nouts                   u32
  *     outs                    nouts x u32 value id (0xffffffff: discarded)
  *   outputs                   noutputs x u32 value id
+ *
+ * Format 2 (dynamic shapes: `dynamic` set and some input dim marked
+ * symbolic). Every size, stride and storage offset above (`sizes`,
+ * `strides`, `storage_offset`) is taken from the graph at the example
+ * sizes and compared with the graph at other symbol values
+ * (tcc_dyn_probe_pair); where the two differ it is written as
+ *   -1 - s             an input dim that is symbol s (numbered by first
+ *                      appearance over inputs in call order, dims in order)
+ *   TCC_KEY_DERIVED    (INT64_MIN) a number the graph derives from the
+ *                      symbols (an intermediate's batch dim, a contiguous
+ *                      stride over a symbolic dim)
+ * so requests that differ only in the example values of their symbols
+ * share a key. The guards are implied by the format: every symbol >= 2
+ * (0 and 1 are specialised: such a dim is static), dims with one symbol
+ * are equal, symbolic inputs are contiguous. Symbol names are not hashed.
  *
  * Not in the key, on purpose: value names, the client label, requires_grad,
  * device indices, fullgraph, the strides of intermediate values (the
@@ -253,6 +269,7 @@ int tcc_canonicalize(const tcc_graph *in, tcc_graph *out, tcc_error *err) {
   out->dynamic = in->dynamic;
   out->identity = tcc_arena_strdup(A, in->identity);
   if (!out->identity) goto oom;
+  if (tcc_dyn_copy(in, out, A)) goto oom;
   memcpy(out->target_label, in->target_label, sizeof out->target_label);
   tcc_arena_free(&scratch);
   return 0;
@@ -336,15 +353,39 @@ static void put_arg(tcc_buf *b, const tcc_arg *a) {
   }
 }
 
+/* Dynamic shapes: the key of a size, stride or offset `v` of value `id`
+ * whose counterpart in the graph at other symbol values is `w`: v itself
+ * when equal, else -1 - symbol for a symbolic input dim (`sym` >= 0),
+ * else TCC_KEY_DERIVED. */
+static void put_dyn(tcc_buf *b, int64_t v, int64_t w, int sym) {
+  if (v == w) put_i64(b, v);
+  else put_i64(b, sym >= 0 ? -1 - (int64_t)sym : TCC_KEY_DERIVED);
+}
+
 int tcc_guard_key(const tcc_graph *g, uint8_t **key, size_t *len, tcc_error *err) {
   tcc_buf b = {0};
+  /* Dynamic shapes: the graph at the example sizes and at other sizes
+   * tell which numbers depend on the symbols. */
+  tcc_arena dyn_arena;
+  tcc_graph at0, at1;
+  tcc_arena_init(&dyn_arena);
+  if (g->nsyms) {
+    int rc = tcc_dyn_probe_pair(g, &dyn_arena, &at0, &at1, err);
+    if (rc) {
+      tcc_arena_free(&dyn_arena);
+      return rc;
+    }
+  }
   char *abi = calloc((size_t)g->nvalues + 1, 1);
-  if (!abi) return tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "out of memory");
+  if (!abi) {
+    tcc_arena_free(&dyn_arena);
+    return tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "out of memory");
+  }
   for (int i = 0; i < g->ninputs; i++) abi[g->inputs[i]] = 1;
   for (int i = 0; i < g->noutputs; i++) abi[g->outputs[i]] = 1;
 
   tcc_buf_put(&b, "TCCK", 4);
-  put_u32(&b, 1);
+  put_u32(&b, g->nsyms ? 2 : 1);
   put_u32(&b, TCC_CODEGEN_VERSION);
   put_str(&b, g->identity);
   put_u8(&b, (unsigned)g->target.device);
@@ -354,6 +395,7 @@ int tcc_guard_key(const tcc_graph *g, uint8_t **key, size_t *len, tcc_error *err
   for (int i = 0; i < g->target.nfeatures; i++) put_str(&b, g->target.features[i]);
   put_u8(&b, (unsigned)g->mode);
   put_u8(&b, g->dynamic ? 1 : 0);
+  if (g->nsyms) put_u32(&b, (uint32_t)g->nsyms);
   put_u32(&b, (uint32_t)g->nvalues);
   put_u32(&b, (uint32_t)g->ninputs);
   put_u32(&b, (uint32_t)g->nnodes);
@@ -364,11 +406,15 @@ int tcc_guard_key(const tcc_graph *g, uint8_t **key, size_t *len, tcc_error *err
     put_u8(&b, val->kind == TCC_VAL_INPUT ? 0 : val->kind == TCC_VAL_CONST ? 1 : 2);
     put_u8(&b, (unsigned)m->dtype);
     put_u8(&b, (unsigned)m->rank);
-    for (int d = 0; d < m->rank; d++) put_i64(&b, m->sizes[d]);
+    const tcc_meta *m1 = g->nsyms ? &at1.values[v].meta : m;
+    if (g->nsyms) m = &at0.values[v].meta;
+    for (int d = 0; d < m->rank; d++)
+      put_dyn(&b, m->sizes[d], m1->sizes[d],
+              g->nsyms && val->kind == TCC_VAL_INPUT ? g->sym_of[val->def * TCC_MAX_DIMS + d] : -1);
     put_u8(&b, abi[v]);
     if (abi[v]) {
-      for (int d = 0; d < m->rank; d++) put_i64(&b, m->strides[d]);
-      put_i64(&b, m->offset);
+      for (int d = 0; d < m->rank; d++) put_dyn(&b, m->strides[d], m1->strides[d], -1);
+      put_dyn(&b, m->offset, m1->offset, -1);
       put_u8(&b, (unsigned)tcc_align_class(m->offset, tcc_dtype_size(m->dtype)));
       put_u8(&b, (unsigned)m->device);
     }
@@ -387,6 +433,7 @@ int tcc_guard_key(const tcc_graph *g, uint8_t **key, size_t *len, tcc_error *err
   }
   for (int i = 0; i < g->noutputs; i++) put_id(&b, g->outputs[i]);
   free(abi);
+  tcc_arena_free(&dyn_arena);
   size_t n;
   char *data = tcc_buf_take(&b, &n);
   if (!data) return tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "out of memory encoding the key");

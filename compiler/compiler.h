@@ -58,6 +58,14 @@
  *     without NVRTC tcc_compile is TCC_E_FAILED_PRECONDITION. Gathers with
  *     an index out of range read index 0 and integer division by zero
  *     gives 0 on CUDA (ABI 1 has no error flag).
+ *   - Dynamic shapes (dynamic.c): with options.dynamic and graph-input
+ *     dims marked symbolic (TensorMeta.sym_sizes), the key hashes symbols
+ *     instead of their example sizes (format 2, canon.c) and tcc_compile
+ *     builds one ABI 2 artifact (tcc_entry2 taking the symbols' values;
+ *     Manifest.symbols/sym_* give layouts and workspace as polynomials
+ *     over them). Graphs it cannot make size-generic are
+ *     TCC_E_UNIMPLEMENTED "dynamic shapes: ..."; CUDA targets too.
+ *     Without symbols nothing changes (ABI 1, key format 1).
  *   - With TCC_NO_FUSION set, tcc_compile fuses nothing (one kernel per
  *     op, for benchmarks); it is not in the guard key.
  *   - With the environment variable TCC_DUMP set, tcc_compile writes each

@@ -15,6 +15,10 @@
  * Returns 0, or 1 when an index read from a tensor (gather, embedding,
  * index_select) was out of range or an integer division by zero
  * happened (PyTorch raises there; the outputs are then unspecified).
+ * Programs with symbols (dynamic shapes, dynamic.c) export tcc_entry2
+ * instead, which also takes the symbols' values (const int64_t *tcc_S)
+ * and passes them to every kernel; their parallel loop is chosen at run
+ * time (an OpenMP if() clause over the kernel's work).
  *
  * Loop nests. A kernel whose accesses are all affine, with no reduction
  * and no index value, is planned into flat loops (below). Any other
@@ -1052,6 +1056,32 @@ static double kernel_work(const tcc_kernel *k, const tcc_vx *const *nodes, int n
 /* Parallelize the outermost loop of size > 1 above this much work. */
 #define TCC_PARALLEL_WORK 65536.0
 
+/* The first line of kernel kno's function. Dynamic programs (symbols,
+ * dynamic.c) pass the symbols' values, tcc_S, to every kernel. */
+static void put_kernel_head(tcc_buf *b, const tcc_program *p, int kno) {
+  if (p->graph->nsyms)
+    tcc_buf_printf(b, "static int k%d(const void *const *in, void *const *out, char *ws, "
+                      "const int64_t *tcc_S) {\n  (void)tcc_S;\n", kno);
+  else
+    tcc_buf_printf(b, "static int k%d(const void *const *in, void *const *out, char *ws) {\n", kno);
+}
+
+/* Dynamic programs: the kernel's work (kernel_work) as a C expression of
+ * its sizes, each printed on its own so that dynamic.c can turn it into
+ * a size expression: the parallel loop is chosen at run time. */
+static void put_work_expr(tcc_buf *b, const tcc_kernel *k, const tcc_vx *const *nodes, int n) {
+  tcc_buf_puts(b, "1.0");
+  for (int d = 0; d < k->rank; d++) tcc_buf_printf(b, " * (double)%" PRId64, k->sizes[d]);
+  tcc_buf_puts(b, " * (1.0");
+  for (int i = 0; i < n; i++)
+    if (nodes[i]->op == TCC_PRIM_REDUCE) {
+      tcc_buf_puts(b, " + 1.0");
+      for (int r = 0; r < nodes[i]->nidx; r++)
+        tcc_buf_printf(b, " * (double)%" PRId64, nodes[i]->idx[r]->c);
+    }
+  tcc_buf_puts(b, ")");
+}
+
 /* An EXTERN kernel: C[b] = A[b] . B[b] through cblas_?gemm. */
 static int emit_extern(kernel_emit *ke, int kno) {
   const tcc_program *p = ke->p;
@@ -1064,7 +1094,7 @@ static int emit_extern(kernel_emit *ke, int kno) {
   for (int i = 0; i < 3; i++) add_buf(sorted, &nu, used[i]);
   tcc_buf_printf(b, "\n/* k%d: extern gemm [%" PRId64 " x %" PRId64 " x %" PRId64 "] x %" PRId64 " */\n",
                  kno, M, N, K, Bt);
-  tcc_buf_printf(b, "static int k%d(const void *const *in, void *const *out, char *ws) {\n", kno);
+  put_kernel_head(b, p, kno);
   tcc_buf_puts(b, "  (void)in; (void)out; (void)ws;\n");
   declare_buffers(ke, sorted, nu);
   const char *T = ctype(call->dtype);
@@ -1178,7 +1208,7 @@ static int emit_kernel(const tcc_program *p, const tcc_kernel *k, int kno, tcc_b
   for (int d = 0; d < k->rank; d++) tcc_buf_printf(b, "%s%" PRId64, d ? ", " : "", k->sizes[d]);
   tcc_buf_printf(b, "], %d loop%s%s */\n", ke.plan.nloops, ke.plan.nloops == 1 ? "" : "s",
                  ke.plan.affine ? "" : " in dim order");
-  tcc_buf_printf(b, "static int k%d(const void *const *in, void *const *out, char *ws) {\n", kno);
+  put_kernel_head(b, p, kno);
   tcc_buf_puts(b, "  (void)in; (void)out; (void)ws;\n  int bad = 0;\n");
   declare_buffers(&ke, used, nused);
   int64_t numel = 1;
@@ -1189,7 +1219,7 @@ static int emit_kernel(const tcc_program *p, const tcc_kernel *k, int kno, tcc_b
     goto done;
   }
   int par = -1;
-  if (kernel_work(k, nodes, nn) >= TCC_PARALLEL_WORK)
+  if (p->graph->nsyms || kernel_work(k, nodes, nn) >= TCC_PARALLEL_WORK)
     for (int j = 0; j < ke.plan.nloops && par < 0; j++)
       if (ke.plan.size[j] > 1) par = j;
   int inner_red = 0;   /* a reduction loop inside the element loop: no simd there
@@ -1203,7 +1233,11 @@ static int emit_kernel(const tcc_program *p, const tcc_kernel *k, int kno, tcc_b
   for (int lv = 0; lv <= ke.plan.nloops; lv++) {
     if (lv > 0) {
       int j = lv - 1;
-      if (j == par)
+      if (j == par && p->graph->nsyms) {
+        tcc_buf_printf(b, "%*s#pragma omp parallel for schedule(static) reduction(|:bad) if(", indent, "");
+        put_work_expr(b, k, nodes, nn);
+        tcc_buf_puts(b, " >= 65536.0)\n");
+      } else if (j == par)
         tcc_buf_printf(b, "%*s#pragma omp parallel for schedule(static) reduction(|:bad)\n", indent, "");
       else if (j == ke.plan.nloops - 1 && !ke.plan.affine && ke.plan.size[j] > 1 && !inner_red)
         /* the element loop: iterations store distinct elements and read
@@ -1359,6 +1393,18 @@ int tcc_emit_c(const tcc_program *p, tcc_buf *b, tcc_error *err) {
     }
   }
   free(acc);
+  if (g->nsyms) {
+    /* ABI 2 (dynamic shapes): the symbols' values come with the call */
+    tcc_buf_puts(b, "\n__attribute__((visibility(\"default\")))\n"
+                    "int tcc_entry2(const void *const *inputs, void *const *outputs, void *workspace,\n"
+                    "               const int64_t *tcc_S) {\n"
+                    "  int bad = 0;\n  (void)tcc_S;\n");
+    for (int k = 0; k < kno; k++)
+      tcc_buf_printf(b, "  bad |= k%d(inputs, outputs, (char *)workspace, tcc_S);\n", k);
+    tcc_buf_puts(b, "  (void)inputs; (void)outputs; (void)workspace;\n  return bad;\n}\n");
+    if (b->failed) return tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "out of memory emitting C");
+    return 0;
+  }
   tcc_buf_puts(b, "\n__attribute__((visibility(\"default\")))\n"
                   "int tcc_entry(const void *const *inputs, void *const *outputs, void *workspace) {\n"
                   "  int bad = 0;\n");

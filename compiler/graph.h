@@ -266,6 +266,13 @@ struct tcc_graph {
   int dynamic;
   const char *identity;   /* compiler identity (toolchain.c) */
   char target_label[64];  /* "cpu:x86-64-v2", "cuda:sm_90" */
+  /* Dynamic shapes (dynamic.c): nsyms > 0 only with `dynamic` set and
+   * some graph input dim marked symbolic (TensorMeta.sym_sizes). */
+  int nsyms;
+  const char **sym_names;   /* per symbol: the client's name (never hashed) */
+  int64_t *sym_example;     /* per symbol: its example size (>= 2) */
+  int *sym_of;              /* [ninputs * TCC_MAX_DIMS]: symbol of input i's
+                               dim d, -1 static; NULL when nsyms == 0 */
 };
 
 /* -------------------------------------------------------- decode.c */
@@ -350,6 +357,42 @@ int tcc_guard_key(const tcc_graph *g, uint8_t **key, size_t *len,
 /* Alignment class of a storage offset: the largest power of two <= 64
  * dividing offset * elemsize (64 when it is 0). */
 int tcc_align_class(int64_t offset, int elemsize);
+
+/* ------------------------------------------------------- dynamic.c */
+
+/* Symbols per graph (each doubles the probes a dynamic compile makes). */
+#define TCC_MAX_SYMS 4
+/* Key marker of a size/stride/offset that is a function of the symbols
+ * (canon.c's table). */
+#define TCC_KEY_DERIVED INT64_MIN
+
+/* With options.dynamic: reads the graph inputs' TensorMeta.sym_sizes into
+ * g->nsyms/sym_names/sym_example/sym_of (symbols numbered by first
+ * appearance, inputs in call order, dims in order). Returns 0,
+ * TCC_E_INVALID_ARGUMENT (a bad name, a count that is not the rank, one
+ * symbol with two example sizes) or TCC_E_UNIMPLEMENTED (a symbolic
+ * input that is not contiguous; more than TCC_MAX_SYMS symbols). */
+int tcc_dyn_verify(const Tcc__V1__CompileRequest *req, tcc_arena *A, tcc_graph *g,
+                   tcc_error *err);
+
+/* Copies the symbol tables of `in` into `out` (canonicalize). Returns 0 or
+ * -1 (out of memory). */
+int tcc_dyn_copy(const tcc_graph *in, tcc_graph *out, tcc_arena *A);
+
+/* The graph g with every symbol s set to syms[s]: symbolic input dims get
+ * those sizes (contiguous strides), node outputs are inferred again
+ * (values whose sizes do not change keep their declared layout). `out`
+ * shares g's nodes and constants and lives in A. Returns 0, or
+ * TCC_E_UNIMPLEMENTED when a node does not accept the new sizes (a size
+ * argument fixed to the example, say) or a graph output with a dynamic
+ * size is not contiguous. */
+int tcc_dyn_graph_at(const tcc_graph *g, const int64_t *syms, tcc_arena *A, tcc_graph *out,
+                     tcc_error *err);
+
+/* The graph at the example sizes and at other sizes, for the key: a
+ * number that differs between the two depends on the symbols. */
+int tcc_dyn_probe_pair(const tcc_graph *g, tcc_arena *A, tcc_graph *at_example,
+                       tcc_graph *at_other, tcc_error *err);
 
 /* --------------------------------------------------------- check.c */
 

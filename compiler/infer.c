@@ -24,11 +24,14 @@ void tcc_meta_contiguous(tcc_meta *m) {
   int64_t s = 1;
   for (int d = m->rank - 1; d >= 0; d--) {
     m->strides[d] = s;
-    s *= m->sizes[d] > 1 ? m->sizes[d] : 1;  /* bounded: numel was checked */
+    /* bounded: numel was checked (dynamic.c's probe sizes: saturates,
+     * and the probe refuses such a tensor) */
+    if (__builtin_mul_overflow(s, m->sizes[d] > 1 ? m->sizes[d] : 1, &s)) s = INT64_MAX;
   }
   m->offset = 0;
   m->numel = 1;
-  for (int d = 0; d < m->rank; d++) m->numel *= m->sizes[d];
+  for (int d = 0; d < m->rank; d++)
+    if (__builtin_mul_overflow(m->numel, m->sizes[d], &m->numel)) m->numel = INT64_MAX;
   m->span = m->numel;
 }
 

@@ -393,6 +393,28 @@ int tcc_cuda_geometry_for(const tcc_program *p, const tcc_kernel *k, tcc_cuda_ge
 int tcc_generate_source(const tcc_prepared *p, char **source, size_t *len, int *kernels,
                         tcc_error *err);
 
+/* ----------------------------------------------------------- dynamic.c */
+
+/* The symbol assignments a dynamic compile probes (dynamic.c's header):
+ * fills assign[0..n) and returns n (2^nsyms corners, then a large and a
+ * small one). */
+int tcc_dyn_probes(const tcc_graph *g, int64_t (*assign)[TCC_MAX_SYMS]);
+
+/* The multilinear polynomial over k symbols through vals[p] at assign[p]
+ * (fitted at the corners, checked at every probe): coef[mask] multiplies
+ * the product of the symbols in mask. Returns 0, or -1 when there is none
+ * with int64 coefficients. */
+int tcc_dyn_fit(int k, int nprobes, const int64_t (*assign)[TCC_MAX_SYMS], const int64_t *vals,
+                int64_t *coef);
+
+/* Merges the C sources src[0..nprobes) generated at the probes into one
+ * source over the runtime symbols tcc_S[] (*nsymbolic: how many numbers
+ * became expressions). Returns 0, TCC_E_UNIMPLEMENTED naming where the
+ * sources differ in a way no size expression explains, or
+ * TCC_E_RESOURCE_EXHAUSTED. */
+int tcc_dyn_fit_source(int k, int nprobes, const int64_t (*assign)[TCC_MAX_SYMS],
+                       const char *const *src, tcc_buf *out, int *nsymbolic, tcc_error *err);
+
 /* --------------------------------------------------------- toolchain.c */
 
 /* Runs argv (argv[0] looked up in PATH; no shell) in its own process

@@ -328,6 +328,11 @@ static int generate(const tcc_backend *be, tcc_program *prog, tcc_buf *src, dump
   return 0;
 }
 
+static int compile_dynamic(const tcc_prepared *p, const tcc_backend *be,
+                           const tcc_build_options *opts, tcc_artifact *out, tcc_error *err);
+static int generate_source_dynamic(const tcc_prepared *p, const tcc_backend *be, char **source,
+                                   size_t *len, int *kernels, tcc_error *err);
+
 int tcc_generate_source(const tcc_prepared *p, char **source, size_t *len, int *kernels,
                         tcc_error *err) {
   tcc_error local;
@@ -336,6 +341,7 @@ int tcc_generate_source(const tcc_prepared *p, char **source, size_t *len, int *
   *len = 0;
   const tcc_backend *be = p && p->graph ? tcc_backend_for(p->graph->target.device) : NULL;
   if (!be) return tcc_error_set(err, TCC_E_UNIMPLEMENTED, "no backend for this target");
+  if (p->graph->nsyms) return generate_source_dynamic(p, be, source, len, kernels, err);
   tcc_arena arena;
   tcc_arena_init(&arena);
   tcc_program prog;
@@ -365,6 +371,7 @@ int tcc_compile(const tcc_prepared *p, const tcc_build_options *opts, tcc_artifa
   const tcc_graph *g = p->graph;
   const tcc_backend *be = tcc_backend_for(g->target.device);
   if (!be) return tcc_error_set(err, TCC_E_UNIMPLEMENTED, "no backend for device type %d", g->target.device);
+  if (g->nsyms) return compile_dynamic(p, be, opts, out, err);
 
   int rc;
   tcc_arena arena;
@@ -395,6 +402,259 @@ done:
   tcc_program_free(&prog);
   tcc_arena_free(&arena);
   if (rc) tcc_artifact_free(out);
+  return rc;
+}
+
+/* ------------------------------------------------- dynamic shapes */
+
+/* The value at syms of the polynomial coef over k symbols. */
+static int64_t poly_eval(int k, const int64_t *coef, const int64_t *syms) {
+  int64_t sum = 0;
+  for (int v = 0; v < (1 << k); v++) {
+    int64_t t = coef[v];
+    for (int j = 0; j < k; j++)
+      if ((v >> j) & 1) t *= syms[j];
+    sum += t;
+  }
+  return sum;
+}
+
+/* tcc.v1.SymExpr of coef (terms with a non-zero coefficient). */
+static Tcc__V1__SymExpr *sym_expr(tcc_arena *A, int k, const int64_t *coef) {
+  Tcc__V1__SymExpr *e = tcc_arena_alloc(A, sizeof *e);
+  if (!e) return NULL;
+  tcc__v1__sym_expr__init(e);
+  e->terms = tcc_arena_array(A, (size_t)(1 << k), sizeof *e->terms);
+  if (!e->terms) return NULL;
+  for (int v = 0; v < (1 << k); v++) {
+    if (!coef[v]) continue;
+    Tcc__V1__SymTerm *t = tcc_arena_alloc(A, sizeof *t);
+    int32_t *sy = tcc_arena_array(A, (size_t)k + 1, sizeof *sy);
+    if (!t || !sy) return NULL;
+    tcc__v1__sym_term__init(t);
+    t->coef = coef[v];
+    for (int j = 0; j < k; j++)
+      if ((v >> j) & 1) sy[t->n_syms++] = j;
+    t->syms = sy;
+    e->terms[e->n_terms++] = t;
+  }
+  return e;
+}
+
+/* Fits one number over the probes (vals[p]) into *e, and its value at
+ * the example sizes into *at_example. Returns 0 or UNIMPLEMENTED naming
+ * `what`. */
+static int fit_number(const tcc_graph *g, int np, const int64_t (*assign)[TCC_MAX_SYMS],
+                      const int64_t *vals, tcc_arena *A, Tcc__V1__SymExpr **e,
+                      int64_t *at_example, const char *what, tcc_error *err) {
+  int64_t coef[1 << TCC_MAX_SYMS];
+  if (tcc_dyn_fit(g->nsyms, np, assign, vals, coef))
+    return tcc_error_set(err, TCC_E_UNIMPLEMENTED,
+                         "dynamic shapes: %s is not a polynomial in the symbols", what);
+  if (e && !(*e = sym_expr(A, g->nsyms, coef)))
+    return tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "out of memory");
+  if (at_example) *at_example = poly_eval(g->nsyms, coef, g->sym_example);
+  return 0;
+}
+
+/* The SymLayout of value v (graph value id) over the probes' graphs, and
+ * its TensorMeta at the example sizes. */
+static int sym_layout(const tcc_graph *g, int np, const int64_t (*assign)[TCC_MAX_SYMS],
+                      const tcc_graph *pg, int v, tcc_arena *A, Tcc__V1__SymLayout **lay,
+                      Tcc__V1__TensorMeta **meta, tcc_error *err) {
+  int64_t vals[(1 << TCC_MAX_SYMS) + 2];
+  tcc_meta ex = pg[0].values[v].meta;
+  int rank = ex.rank, rc;
+  Tcc__V1__SymLayout *L = tcc_arena_alloc(A, sizeof *L);
+  if (!L) return tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "out of memory");
+  tcc__v1__sym_layout__init(L);
+  L->sizes = tcc_arena_array(A, (size_t)rank + 1, sizeof *L->sizes);
+  L->strides = tcc_arena_array(A, (size_t)rank + 1, sizeof *L->strides);
+  if (!L->sizes || !L->strides) return tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "out of memory");
+  L->n_sizes = L->n_strides = (size_t)rank;
+  for (int d = 0; d < rank; d++) {
+    for (int p = 0; p < np; p++) vals[p] = pg[p].values[v].meta.sizes[d];
+    if ((rc = fit_number(g, np, assign, vals, A, &L->sizes[d], &ex.sizes[d], "a size", err)))
+      return rc;
+    for (int p = 0; p < np; p++) vals[p] = pg[p].values[v].meta.strides[d];
+    if ((rc = fit_number(g, np, assign, vals, A, &L->strides[d], &ex.strides[d], "a stride", err)))
+      return rc;
+  }
+  for (int p = 0; p < np; p++) vals[p] = pg[p].values[v].meta.offset;
+  if ((rc = fit_number(g, np, assign, vals, A, &L->storage_offset, &ex.offset, "an offset", err)))
+    return rc;
+  *lay = L;
+  *meta = manifest_meta(A, &ex);
+  return *meta ? 0 : tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "out of memory");
+}
+
+/* The ABI 2 manifest of a dynamic compile from its probes. */
+static int encode_manifest_dynamic(const tcc_graph *g, int np,
+                                   const int64_t (*assign)[TCC_MAX_SYMS], const tcc_graph *pg,
+                                   const tcc_program *prog, tcc_arena *A, tcc_artifact *out,
+                                   tcc_error *err) {
+  Tcc__V1__Manifest m;
+  tcc__v1__manifest__init(&m);
+  int rc;
+  int64_t vals[(1 << TCC_MAX_SYMS) + 2];
+  m.abi_version = 2;
+  m.entry = "tcc_entry2";
+  m.target = (char *)g->target_label;
+  m.compiler = (char *)(g->identity ? g->identity : "");
+  m.n_symbols = (size_t)g->nsyms;
+  m.symbols = (char **)g->sym_names;
+  m.n_inputs = m.n_sym_inputs = (size_t)g->ninputs;
+  m.n_outputs = m.n_sym_outputs = (size_t)g->noutputs;
+  m.inputs = tcc_arena_array(A, m.n_inputs + 1, sizeof *m.inputs);
+  m.outputs = tcc_arena_array(A, m.n_outputs + 1, sizeof *m.outputs);
+  m.sym_inputs = tcc_arena_array(A, m.n_inputs + 1, sizeof *m.sym_inputs);
+  m.sym_outputs = tcc_arena_array(A, m.n_outputs + 1, sizeof *m.sym_outputs);
+  int nk = tcc_program_live_kernels(&prog[0]);
+  m.n_kernels = (size_t)nk;
+  m.kernels = tcc_arena_array(A, (size_t)nk + 1, sizeof *m.kernels);
+  if (!m.inputs || !m.outputs || !m.sym_inputs || !m.sym_outputs || !m.kernels ||
+      manifest_graph(g, A, &m))
+    return tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "out of memory encoding the manifest");
+  for (int i = 0; i < g->ninputs; i++)
+    if ((rc = sym_layout(g, np, assign, pg, g->inputs[i], A, &m.sym_inputs[i], &m.inputs[i], err)))
+      return rc;
+  for (int i = 0; i < g->noutputs; i++)
+    if ((rc = sym_layout(g, np, assign, pg, g->outputs[i], A, &m.sym_outputs[i], &m.outputs[i], err)))
+      return rc;
+  for (int p = 0; p < np; p++) vals[p] = prog[p].workspace_bytes;
+  if ((rc = fit_number(g, np, assign, vals, A, &m.sym_workspace_bytes, &m.workspace_bytes,
+                       "the workspace size", err)))
+    return rc;
+  for (int k = 0, j = 0; k < prog[0].nkernels; k++) {
+    const tcc_kernel *K = &prog[0].kernels[k];
+    if (K->dead) continue;
+    Tcc__V1__KernelInfo *ki = tcc_arena_alloc(A, sizeof *ki);
+    if (!ki) return tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "out of memory");
+    tcc__v1__kernel_info__init(ki);
+    ki->name = tcc_arena_printf(A, "k%d", j);
+    if (!ki->name) return tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "out of memory");
+    ki->kind = K->kind == TCC_OPK_EXTERN ? "extern" : "pointwise";
+    for (int s = 0; s < K->nstores && K->kind != TCC_OPK_EXTERN; s++)
+      if (tcc_vx_has_reduce(K->stores[s].value)) ki->kind = "reduction";
+    ki->n_nodes = (size_t)K->nnodes;
+    ki->nodes = K->nodes;
+    for (int p = 0; p < np; p++) {     /* kernel k is live in every probe */
+      vals[p] = 1;
+      for (int d = 0; d < prog[p].kernels[k].rank; d++) vals[p] *= prog[p].kernels[k].sizes[d];
+    }
+    if ((rc = fit_number(g, np, assign, vals, A, NULL, &ki->numel, "a kernel's size", err)))
+      return rc;
+    m.kernels[j++] = ki;
+  }
+  out->manifest_len = tcc__v1__manifest__get_packed_size(&m);
+  out->manifest = malloc(out->manifest_len ? out->manifest_len : 1);
+  if (!out->manifest) return tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "out of memory");
+  tcc__v1__manifest__pack(&m, out->manifest);
+  out->kernels = nk;
+  return 0;
+}
+
+/* The probes of a dynamic compile: each probe's graph, program, source. */
+typedef struct dyn_probes {
+  tcc_arena arena;
+  int np, inited;
+  int64_t assign[(1 << TCC_MAX_SYMS) + 2][TCC_MAX_SYMS];
+  tcc_graph *pg;
+  tcc_program *prog;
+  tcc_buf *src;
+} dyn_probes;
+
+static void dyn_free(dyn_probes *d) {
+  for (int i = 0; i < d->inited; i++) {
+    tcc_program_free(&d->prog[i]);
+    tcc_buf_free(&d->src[i]);
+  }
+  tcc_arena_free(&d->arena);
+}
+
+/* The passes at every probe and the sources merged into *merged, one
+ * source over tcc_S[] (dynamic.c's header). Free d with dyn_free. */
+static int dyn_generate(const tcc_prepared *p, const tcc_backend *be, dumper *dump,
+                        dyn_probes *d, tcc_buf *merged, tcc_error *err) {
+  const tcc_graph *g = p->graph;
+  memset(d, 0, sizeof *d);
+  tcc_arena_init(&d->arena);
+  if (g->target.device != TCC__V1__DEVICE_TYPE__CPU)
+    return tcc_error_set(err, TCC_E_UNIMPLEMENTED,
+                         "dynamic shapes on CUDA are not supported yet (compile with "
+                         "options.dynamic off, or without sym_sizes)");
+  d->np = tcc_dyn_probes(g, d->assign);
+  d->pg = tcc_arena_array(&d->arena, (size_t)d->np, sizeof *d->pg);
+  d->prog = tcc_arena_array(&d->arena, (size_t)d->np, sizeof *d->prog);
+  d->src = tcc_arena_array(&d->arena, (size_t)d->np, sizeof *d->src);
+  const char **text = tcc_arena_array(&d->arena, (size_t)d->np, sizeof *text);
+  if (!d->pg || !d->prog || !d->src || !text)
+    return tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "out of memory");
+  int rc, nsymbolic = 0;
+  for (int i = 0; i < d->np; i++) {
+    if ((rc = tcc_dyn_graph_at(g, d->assign[i], &d->arena, &d->pg[i], err))) return rc;
+    tcc_program_init(&d->prog[i], &d->arena, &d->pg[i]);
+    d->inited = i + 1;
+    dumper quiet = {.dir = ""};
+    if ((rc = generate(be, &d->prog[i], &d->src[i], i == 0 ? dump : &quiet, err))) return rc;
+    if (d->src[i].failed || !d->src[i].data)
+      return tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "out of memory");
+    text[i] = d->src[i].data;
+  }
+  if ((rc = tcc_dyn_fit_source(g->nsyms, d->np, (const int64_t(*)[TCC_MAX_SYMS])d->assign, text,
+                               merged, &nsymbolic, err)))
+    return rc;
+  dump_write(dump, "kernel-dynamic.c", merged->data, merged->len);
+  return 0;
+}
+
+/* tcc_compile of a graph with symbols: one build of the merged source,
+ * an ABI 2 manifest. */
+static int compile_dynamic(const tcc_prepared *p, const tcc_backend *be,
+                           const tcc_build_options *opts, tcc_artifact *out, tcc_error *err) {
+  const tcc_graph *g = p->graph;
+  double t0 = now_ms();
+  dyn_probes d;
+  tcc_buf merged = {0};
+  dumper dump;
+  dump_open(&dump, p, opts);
+  dump_graph(&dump, "graph.txt", g);
+  int rc = dyn_generate(p, be, &dump, &d, &merged, err);
+  if (rc) goto done;
+  if ((rc = be->build(&d.prog[0], merged.data, merged.len, opts, &out->data, &out->size, err)))
+    goto done;
+  if ((rc = encode_manifest_dynamic(g, d.np, (const int64_t(*)[TCC_MAX_SYMS])d.assign, d.pg,
+                                    d.prog, &d.arena, out, err)))
+    goto done;
+  out->kind = TCC__V1__ARTIFACT_KIND__SHARED_OBJECT;
+  tcc_sha256(out->data, out->size, out->sha256);
+  out->source = tcc_buf_take(&merged, NULL);
+  if (!out->source) {
+    rc = tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "out of memory");
+    goto done;
+  }
+  out->compile_ms = now_ms() - t0;
+done:
+  tcc_buf_free(&merged);
+  dyn_free(&d);
+  if (rc) tcc_artifact_free(out);
+  return rc;
+}
+
+/* tcc_generate_source of a graph with symbols: the merged source. */
+static int generate_source_dynamic(const tcc_prepared *p, const tcc_backend *be, char **source,
+                                   size_t *len, int *kernels, tcc_error *err) {
+  dyn_probes d;
+  tcc_buf merged = {0};
+  dumper dump = {.dir = ""};
+  int rc = dyn_generate(p, be, &dump, &d, &merged, err);
+  if (!rc) {
+    if (kernels) *kernels = tcc_program_live_kernels(&d.prog[0]);
+    *source = tcc_buf_take(&merged, len);
+    if (!*source) rc = tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "out of memory");
+  }
+  tcc_buf_free(&merged);
+  dyn_free(&d);
   return rc;
 }
 

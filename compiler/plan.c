@@ -88,6 +88,12 @@ int tcc_plan_buffers(tcc_program *p, tcc_error *err) {
       goto done;
     }
     L[b].bytes = bytes & ~(int64_t)63;
+    /* Dynamic programs: 8 bytes per element (aligned for every dtype),
+     * so that sizes and offsets stay polynomials in the symbols. */
+    if (p->graph->nsyms && __builtin_mul_overflow(B->layout.span, (int64_t)8, &L[b].bytes)) {
+      rc = tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "workspace size overflows int64");
+      goto done;
+    }
     if (L[b].first < 0) L[b].first = L[b].last = 0;
     order[n++] = b;
   }
@@ -103,8 +109,10 @@ int tcc_plan_buffers(tcc_program *p, tcc_error *err) {
     int b = order[i];
     int64_t off = 0;
     /* first fit: raise off past every placed, lifetime-overlapping block
-     * it collides with, until none collides */
-    for (int moved = 1; moved;) {
+     * it collides with, until none collides (dynamic programs: one after
+     * the other, no reuse) */
+    if (p->graph->nsyms) off = total;
+    for (int moved = !p->graph->nsyms; moved;) {
       moved = 0;
       for (int j = 0; j < i; j++) {
         int c = placed[j];

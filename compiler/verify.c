@@ -905,5 +905,8 @@ int tcc_verify(const Tcc__V1__CompileRequest *req, tcc_arena *A, tcc_graph *g,
                              SHAPE(dm->sizes, dm->rank), SHAPE(im->sizes, im->rank));
     }
   }
+
+  /* 9. dynamic shapes: the symbolic input dims */
+  if (g->dynamic) return tcc_dyn_verify(req, A, g, err);
   return 0;
 }

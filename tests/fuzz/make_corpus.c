@@ -131,6 +131,15 @@ int main(int argc, char **argv) {
   reqb_req(b)->graph->values[0]->meta->requires_grad = 1;
   save(b, "options.bin", 0);
 
+  b = sin_cos();         /* dynamic shapes: dim 0 of x and y is symbol s0 */
+  reqb_options(b)->dynamic = 1;
+  static char *syms[] = {"s0", ""};
+  for (size_t i = 0; i < 2; i++) {
+    reqb_req(b)->graph->values[i]->meta->sym_sizes = syms;
+    reqb_req(b)->graph->values[i]->meta->n_sym_sizes = 2;
+  }
+  save(b, "dynamic.bin", 0);
+
   b = sin_cos();         /* invalid: cycle */
   reqb_req(b)->graph->nodes[0]->inputs[0]->arg->as_tensor->name = reqb_str(b, "add");
   save(b, "bad_cycle.bin", 0);

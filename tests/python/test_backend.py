@@ -217,14 +217,15 @@ def test_no_grad_and_inference_mode(daemon):
     assert all(g["kind"] == "inference" for g in tccd.stats()["graphs_detail"])
 
 
-def test_dynamic_shapes_compile_per_signature(daemon):
+def test_dynamic_shapes_one_kernel_for_all_sizes(daemon):
     opt = torch.compile(foo, backend="tccd", dynamic=True)
     for n in (5, 7, 9, 7):
         x, y = torch.randn(n, 3), torch.randn(n, 3)
         close64(opt(x, y), foo, x, y)
     s = tccd.stats()
     assert s["graphs"] == 1            # one symbolic graph
-    assert s["kernels"] == 3           # one kernel per concrete signature
+    assert s["kernels"] == 1           # one dynamic-shape kernel serves every size
+    assert s["dynamic_kernels"] == 1
     assert s["fallback_ops"] == 0
 
 

@@ -6,7 +6,9 @@ ops               ATen ops in those graphs (getitem not counted)
 compiled_ops      ops inside partitions that run as tccd kernels
 fallback_ops      ops that run eagerly in PyTorch
 partitions        compiled partitions
-kernels           kernels loaded (one per partition and input signature)
+kernels           kernels loaded (one per partition and input signature; a
+                  dynamic-shape kernel serves every signature its guards admit)
+dynamic_kernels   of those, dynamic-shape kernels (ABI 2)
 compile_requests  Compile calls for kernels (trial compiles not included)
 trial_compiles    one-node compiles that verified an op (daemons without Compiler.Ops)
 cache_miss / cache_hit / cache_coalesced / cache_remote_hit
@@ -19,7 +21,7 @@ import threading
 
 _lock = threading.Lock()
 _ZERO = dict(graphs=0, eager_graphs=0, ops=0, compiled_ops=0, fallback_ops=0, partitions=0,
-             kernels=0, compile_requests=0, trial_compiles=0, cache_miss=0, cache_hit=0,
+             kernels=0, dynamic_kernels=0, compile_requests=0, trial_compiles=0, cache_miss=0, cache_hit=0,
              cache_coalesced=0, cache_remote_hit=0, compile_seconds=0.0, setup_seconds=0.0)
 _counters = dict(_ZERO)
 _fallback = collections.Counter()

@@ -205,6 +205,12 @@ class Kernel:
         self.output_specs = specs
         self.input_specs = [(tuple(m.sizes), tuple(m.strides), int(m.storage_offset),
                              PB_TO_TORCH.get(m.dtype)) for m in manifest.inputs]
+        # ABI 2 (dynamic shapes): layouts are polynomials over symbols bound
+        # from the actual inputs (libtccclient checks the guards).
+        self.symbols = list(manifest.symbols) if manifest.abi_version == 2 else []
+        self.dynamic = bool(self.symbols)
+        self._out_ranks = [len(m.sizes) for m in manifest.outputs]
+        self._in_dtypes = [PB_TO_TORCH.get(m.dtype) for m in manifest.inputs]
 
     def __del__(self):
         h = getattr(self, "_h", None)
@@ -223,9 +229,65 @@ class Kernel:
                                  f"offset {off} {dt} on cpu, got {got[0]} {got[1]} {got[2]} "
                                  f"{got[3]} on {t.device}")
 
+    def bind(self, inputs):
+        """Dynamic kernels: the symbols' values for `inputs` (a ctypes int64
+        array). Raises TccdKernelError (status FAILED_PRECONDITION, "guard
+        failed: ...") when the inputs do not satisfy the kernel's guards."""
+        if len(inputs) != self.n_inputs:
+            raise ValueError(f"kernel takes {self.n_inputs} inputs, got {len(inputs)}")
+        for i, (t, dt) in enumerate(zip(inputs, self._in_dtypes)):
+            if t.dtype != dt or t.device.type != "cpu":
+                raise ValueError(f"input {i}: kernel wants {dt} on cpu, got {t.dtype} on {t.device}")
+        sizes = [int(s) for t in inputs for s in t.shape]
+        strides = [int(s) for t in inputs for s in t.stride()]
+        arr = ctypes.c_int64 * max(len(sizes), 1)
+        offs = (ctypes.c_int64 * max(len(inputs), 1))(*[t.storage_offset() for t in inputs])
+        syms = (ctypes.c_int64 * max(len(self.symbols), 1))()
+        err = _lib.thread_error()
+        rc = _lib.load().tcc_kernel_bind(self._h, arr(*sizes), arr(*strides), offs, syms, err.ptr)
+        if rc:
+            raise error_for(rc, err.message, addr=self.addr, what="bind", default=TccdKernelError)
+        return syms
+
+    def accepts(self, inputs):
+        """True when a dynamic kernel's guards admit `inputs`."""
+        try:
+            self.bind(inputs)
+            return True
+        except (TccdError, ValueError):
+            return False
+
+    def _run_dynamic(self, inputs):
+        lib = _lib.load()
+        syms = self.bind(inputs)
+        err = _lib.thread_error()
+        outs = []
+        for o, (rank, (_, _, dt)) in enumerate(zip(self._out_ranks, self.output_specs)):
+            sz = (ctypes.c_int64 * max(rank, 1))()
+            st = (ctypes.c_int64 * max(rank, 1))()
+            rc = lib.tcc_kernel_output_layout(self._h, syms, o, sz, st, err.ptr)
+            if rc:
+                raise error_for(rc, err.message, addr=self.addr, what="run",
+                                default=TccdKernelError)
+            outs.append(torch.empty_strided(tuple(sz[:rank]), tuple(st[:rank]), dtype=dt))
+        ins = self._in_t(*[t.data_ptr() - t.storage_offset() * t.element_size() for t in inputs])
+        outp = self._out_t(*[o.data_ptr() for o in outs])
+        nbytes = int(lib.tcc_kernel_workspace_bytes(self._h, syms))
+        ws = wp = None
+        if nbytes:
+            ws = torch.empty(nbytes + 64, dtype=torch.uint8)
+            wp = (ws.data_ptr() + 63) & ~63
+        rc = lib.tcc_kernel_run_sym(self._h, ins, outp, wp, syms, err.ptr)
+        if rc:
+            raise error_for(rc, err.message, addr=self.addr, what="run", default=TccdKernelError)
+        return outs
+
     def run(self, inputs, check=True):
         """Runs on CPU tensors laid out as the manifest says; returns the
-        outputs (new tensors, allocated with the manifest's sizes/strides)."""
+        outputs (new tensors, allocated with the manifest's sizes/strides).
+        A dynamic kernel (ABI 2) takes any inputs its guards admit."""
+        if self.dynamic:
+            return self._run_dynamic(inputs)
         if check:
             self.check_inputs(inputs)
         outs = [torch.empty_strided(s, st, dtype=dt) for s, st, dt in self.output_specs]

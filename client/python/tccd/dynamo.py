@@ -35,6 +35,7 @@ that partition runs eagerly (logged, counted as fallback).
 """
 import concurrent.futures
 import copy
+import hashlib
 import itertools
 import logging
 import os
@@ -108,6 +109,8 @@ class CompiledPartition(torch.nn.Module):
         self.n_ops = P.count_ops(sub_gm)
         self.eager_reason = None         # set when the whole partition runs eagerly
         self._kernels = {}
+        self._dyn = None                 # a dynamic-shape Kernel (ABI 2), when compiled
+        self.dyn_refused = None          # why the daemon compiled no dynamic kernel
         self._lock = threading.Lock()
 
     def _eager(self, args):
@@ -123,6 +126,8 @@ class CompiledPartition(torch.nn.Module):
             return self._eager(args)
         key = tuple((a.dtype, a.shape, a.stride(), a.storage_offset(), a.is_cpu) for a in args)
         k = self._kernels.get(key)
+        if k is None and self._dyn is not None and self._dyn.accepts(args):
+            k = self._kernels[key] = self._dyn      # its guards admit these sizes
         if k is None:
             k = self.kernel_for(key)
         if k is _EAGER:
@@ -155,6 +160,37 @@ class CompiledPartition(torch.nn.Module):
                 k = self.owner.compile_partition(self, key)
                 self._kernels[key] = k
             return k
+
+    def sym_sizes(self, key):
+        """Dynamic shapes: for each non-constant placeholder, the symbol
+        name of each dim ("s0", "" static) as Dynamo traced it (a plain
+        symbol keeps its name; an expression such as s0*s1 gets a name of
+        its own), or None when no dim is symbolic. An input that is not
+        contiguous in `key` gets no symbols."""
+        phs = [n for n in self.sub_gm.graph.nodes if n.op == "placeholder"]
+        vals = [G.meta_val(n) for i, n in enumerate(phs) if i not in self.constants]
+        out, any_sym = [], False
+        for v, k in zip(vals, key):
+            names = []
+            if isinstance(v, torch.Tensor):
+                sizes, strides = k[1], k[2]
+                contiguous = tuple(strides) == G.contiguous_strides(sizes) or any(
+                    s == 0 for s in sizes)
+                for s in v.shape:
+                    name = ""
+                    if contiguous and isinstance(s, torch.SymInt):
+                        expr = getattr(s.node, "expr", None)
+                        if expr is not None and getattr(expr, "is_Symbol", False):
+                            name = str(expr)
+                        elif expr is not None and not getattr(expr, "is_number", False):
+                            # A size expression (s0*s1 after a flattening view):
+                            # its own symbol to the daemon; equal expressions
+                            # share it, and the kernel's guards check every dim.
+                            name = "e" + hashlib.sha1(str(expr).encode()).hexdigest()[:16]
+                    names.append(name)
+            any_sym = any_sym or any(names)
+            out.append(names)
+        return out if any_sym else None
 
     def set_eager(self, reason):
         self.eager_reason = reason
@@ -382,6 +418,19 @@ class _CompiledGraph:
         req.graph.CopyFrom(graph)
         req.client = f"{self.base.client} {part.name}"
         t0 = time.perf_counter()
+        dyn = self._compile_dynamic(part, key, req)
+        if dyn is not None:
+            kernel, resp = dyn
+            if kernel.dynamic:
+                part._dyn = kernel
+            status = pb.CacheStatus.Name(resp.cache).lower()
+            _stats.add(kernels=1, compile_requests=1, dynamic_kernels=int(kernel.dynamic),
+                       compile_seconds=time.perf_counter() - t0,
+                       **{f"cache_{status}": 1} if status in ("miss", "hit", "coalesced",
+                                                              "remote_hit") else {})
+            log.debug("tccd: graph %d %s: kernel %s over symbols %s", self.id, part.name,
+                      resp.guard_hash[:12], ", ".join(kernel.symbols) or "(none)")
+            return kernel
         try:
             kernel, resp = self.client.get_kernel(req)
         except (TccdUnsupported, TccdCompileError) as e:
@@ -417,6 +466,37 @@ class _CompiledGraph:
             raise TccdError(f"{part.name}: manifest has {len(resp.manifest.outputs)} outputs, "
                             "the partition more or fewer", status="INTERNAL", addr=self.cfg.addr)
         return kernel
+
+    def _compile_dynamic(self, part, key, req):
+        """With dynamic shapes on and symbolic placeholders: compiles one
+        kernel whose sizes are runtime symbols (the graph inputs' sym_sizes
+        as Dynamo named them; a static kernel when every such dim is 0 or 1
+        in `key`). Returns (Kernel, CompileResponse), or None when there is
+        nothing symbolic or the daemon cannot do it (the partition then
+        compiles per signature, as without dynamic)."""
+        if not self.dynamic or part.dyn_refused is not None:
+            return None
+        syms = part.sym_sizes(key)
+        if syms is None:
+            return None
+        dreq = pb.CompileRequest()
+        dreq.CopyFrom(req)
+        by_name = {v.name: v for v in dreq.graph.values}
+        for name, names in zip(dreq.graph.inputs, syms):
+            if any(names):
+                by_name[name].meta.sym_sizes.extend(names)
+        try:
+            kernel, resp = self.client.get_kernel(dreq)
+        except (TccdUnsupported, TccdCompileError) as e:
+            if e.status not in ("UNIMPLEMENTED", "INVALID_ARGUMENT", "FAILED_PRECONDITION"):
+                raise
+            part.dyn_refused = f"{e.status}: {e.message}"
+            log.info("tccd: graph %d %s: no dynamic kernel (%s); compiling per signature",
+                     self.id, part.name, part.dyn_refused)
+            return None
+        # A static kernel comes back when every symbolic dim is 0 or 1 here
+        # (specialised, as in Dynamo): it serves this signature.
+        return kernel, resp
 
     def _compile_failed(self, part, e):
         """fallback="eager": a failed compile warns and runs the partition eagerly."""
