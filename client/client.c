@@ -923,6 +923,12 @@ int tcc_client_stats(tcc_client *c, Tcc__V1__StatsResponse **out, tcc_error *err
                                  (ProtobufCMessage **)out, 0, err);
 }
 
+int tcc_client_jobs(tcc_client *c, Tcc__V1__JobsResponse **out, tcc_error *err) {
+  Tcc__V1__JobsRequest req = TCC__V1__JOBS_REQUEST__INIT;
+  return tcc_client_call_message(c, TCC_METHOD_JOBS, &req.base, &tcc__v1__jobs_response__descriptor,
+                                 (ProtobufCMessage **)out, 0, err);
+}
+
 int tcc_client_list(tcc_client *c, int limit, const char *order_by, Tcc__V1__ListResponse **out,
                     tcc_error *err) {
   Tcc__V1__ListRequest req = TCC__V1__LIST_REQUEST__INIT;

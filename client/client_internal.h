@@ -28,6 +28,7 @@ int client_compile_response_decode(const struct tcc_client *c, const uint8_t *by
 #define TCC_METHOD_COMPILE "/tcc.v1.Compiler/Compile"
 #define TCC_METHOD_FETCH "/tcc.v1.Compiler/Fetch"
 #define TCC_METHOD_STATS "/tcc.v1.Cache/Stats"
+#define TCC_METHOD_JOBS "/tcc.v1.Compiler/Jobs"
 #define TCC_METHOD_LIST "/tcc.v1.Cache/List"
 #define TCC_METHOD_SHOW "/tcc.v1.Cache/Show"
 #define TCC_METHOD_EVICT "/tcc.v1.Cache/Evict"

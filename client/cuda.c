@@ -32,6 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cuda_blas.h"
 #include "cuda_driver.h"
 #include "tcc_digest.h"
 
@@ -379,6 +380,9 @@ typedef struct launch {
   char *name;
   tcu_function fn;
   unsigned grid[3], block[3], shared;
+  int is_gemm;                  /* a cuBLAS step: gemm, not fn */
+  tcc_cuda_gemm_step gemm;      /* (constant names not kept: resolved below) */
+  uint64_t const_a, const_b;    /* module addresses of constant operands */
 } launch;
 
 typedef struct graph_entry {
@@ -405,10 +409,36 @@ struct tcc_cuda_kernel {
   uint64_t tick;
 
   uint64_t direct, captures, replays; /* atomic */
+  tcc_cublas *blas;             /* when the plan has cuBLAS steps */
 };
+
+/* Resolves a constant operand of a cuBLAS step to its module address. */
+static int gemm_constant(tcc_cuda_kernel *k, const launch *L, const tcc_cuda_buffer *b, uint64_t *out,
+                         tcc_error *err) {
+  *out = 0;
+  if (b->base != TCC_CUDA_BUF_CONSTANT) return 0;
+  tcu_deviceptr p = 0;
+  size_t bytes = 0;
+  tcu_result r = drv.cuModuleGetGlobal_v2(&p, &bytes, k->module->mod, b->constant ? b->constant : "");
+  if (r != TCU_SUCCESS)
+    return cu_fail(err, TCC_E_NOT_FOUND, r, "step '%.100s': constant '%.64s' is not in the module", L->name,
+                   b->constant ? b->constant : "");
+  *out = (uint64_t)p;
+  return 0;
+}
 
 /* Resolves and checks launch i's function. */
 static int launch_prepare(tcc_cuda_kernel *k, launch *L, size_t i, int optin_shared, tcc_error *err) {
+  if (L->is_gemm) {
+    int rc = 0;
+    if (!k->blas) rc = tcc_cublas_create(&k->blas, err);
+    if (rc) {
+      tcc_error_prefix(err, "step '%.100s' (launch %zu of %zu)", L->name, i + 1, k->n_launches);
+      return rc;
+    }
+    if ((rc = gemm_constant(k, L, &L->gemm.a, &L->const_a, err))) return rc;
+    return gemm_constant(k, L, &L->gemm.b, &L->const_b, err);
+  }
   tcu_result r = drv.cuModuleGetFunction(&L->fn, k->module->mod, L->name);
   if (r != TCU_SUCCESS)
     return cu_fail(err, TCC_E_NOT_FOUND, r, "kernel '%.100s' (launch %zu of %zu) is not in the module", L->name,
@@ -518,6 +548,32 @@ int tcc_cuda_kernel_load(const uint8_t *cubin, size_t len, const char *digest_he
       L->block[d] = l->block[d] ? l->block[d] : 1;
     }
     L->shared = l->shared_bytes;
+    if (l->gemm) {
+      L->is_gemm = 1;
+      L->gemm = *l->gemm;
+      L->gemm.a.constant = L->gemm.b.constant = L->gemm.c.constant = NULL;   /* ours: below */
+      const tcc_cuda_buffer *bs[3] = {&l->gemm->a, &l->gemm->b, &l->gemm->c};
+      for (int j = 0; j < 3; j++) {
+        const tcc_cuda_buffer *b = bs[j];
+        int bad = b->base == TCC_CUDA_BUF_INPUT    ? b->index >= plan->n_inputs
+                  : b->base == TCC_CUDA_BUF_OUTPUT ? b->index >= plan->n_outputs
+                  : b->base == TCC_CUDA_BUF_WORKSPACE ? b->offset_bytes >= plan->workspace_bytes
+                  : b->base == TCC_CUDA_BUF_CONSTANT  ? j == 2 || !b->constant
+                                                      : 1;
+        if (bad) {
+          tcc_cuda_kernel_unload(k);
+          return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "step '%.100s' (launch %zu of %zu): operand %c names "
+                               "no buffer of the plan", l->name, i + 1, plan->n_launches, "abc"[j]);
+        }
+      }
+      /* our own copies of constant names (resolved at prepare, freed at unload) */
+      if (l->gemm->a.constant) L->gemm.a.constant = strdup(l->gemm->a.constant);
+      if (l->gemm->b.constant) L->gemm.b.constant = strdup(l->gemm->b.constant);
+      if ((l->gemm->a.constant && !L->gemm.a.constant) || (l->gemm->b.constant && !L->gemm.b.constant)) {
+        tcc_cuda_kernel_unload(k);
+        return tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "out of memory");
+      }
+    }
   }
 
   int pushed;
@@ -549,10 +605,30 @@ out:
   return 0;
 }
 
+/* The device address of a cuBLAS operand for this launch's pointers. */
+static const void *gemm_operand(const tcc_cuda_kernel *k, const tcc_cuda_buffer *b, uint64_t constant,
+                                void **args) {
+  uint64_t base = 0;
+  switch (b->base) {
+  case TCC_CUDA_BUF_INPUT: base = *(const uint64_t *)args[b->index]; break;
+  case TCC_CUDA_BUF_OUTPUT: base = *(const uint64_t *)args[k->n_inputs + b->index]; break;
+  case TCC_CUDA_BUF_WORKSPACE: base = *(const uint64_t *)args[k->n_inputs + k->n_outputs]; break;
+  case TCC_CUDA_BUF_CONSTANT: base = constant; break;
+  }
+  return (const void *)(uintptr_t)(base + b->offset_bytes);
+}
+
 /* Each launch in order on stream. Returns 0 or INTERNAL naming the kernel. */
 static int launch_direct(tcc_cuda_kernel *k, tcu_stream stream, void **args, tcc_error *err) {
   for (size_t i = 0; i < k->n_launches; i++) {
     const launch *L = &k->launches[i];
+    if (L->is_gemm) {
+      int rc = tcc_cublas_gemm(k->blas, stream, &L->gemm, gemm_operand(k, &L->gemm.a, L->const_a, args),
+                               gemm_operand(k, &L->gemm.b, L->const_b, args),
+                               (void *)gemm_operand(k, &L->gemm.c, 0, args), L->name, i, k->n_launches, err);
+      if (rc) return rc;
+      continue;
+    }
     tcu_result r = drv.cuLaunchKernel(L->fn, L->grid[0], L->grid[1], L->grid[2], L->block[0], L->block[1],
                                       L->block[2], L->shared, stream, args, NULL);
     if (r != TCU_SUCCESS)
@@ -715,8 +791,19 @@ void tcc_cuda_kernel_unload(tcc_cuda_kernel *k) {
     }
   }
   free(k->graph_cache);
+  if (k->blas) {
+    int pushed;
+    if (ctx_enter(k->ctx, &pushed) == TCU_SUCCESS) {
+      tcc_cublas_destroy(k->blas);
+      ctx_leave(pushed);
+    }
+  }
   module_put(k->module);
-  for (size_t i = 0; i < k->n_launches && k->launches; i++) free(k->launches[i].name);
+  for (size_t i = 0; i < k->n_launches && k->launches; i++) {
+    free(k->launches[i].name);
+    free((char *)k->launches[i].gemm.a.constant);
+    free((char *)k->launches[i].gemm.b.constant);
+  }
   free(k->launches);
   pthread_mutex_destroy(&k->mu);
   free(k);
@@ -769,6 +856,11 @@ int tcc_cuda_memcpy_htod(int device, void *dst, const void *src, size_t bytes, t
 
 int tcc_cuda_memcpy_dtoh(int device, void *dst, const void *src, size_t bytes, tcc_error *err) {
   IN_PRIMARY(device, err, "cuMemcpyDtoH", drv.cuMemcpyDtoH_v2(dst, (tcu_deviceptr)(uintptr_t)src, bytes));
+}
+
+int tcc_cuda_memcpy_dtod(int device, void *dst, const void *src, size_t bytes, tcc_error *err) {
+  IN_PRIMARY(device, err, "cuMemcpyDtoD",
+             drv.cuMemcpyDtoD_v2((tcu_deviceptr)(uintptr_t)dst, (tcu_deviceptr)(uintptr_t)src, bytes));
 }
 
 int tcc_cuda_stream_create(int device, void **stream, tcc_error *err) {

@@ -87,12 +87,55 @@ struct Tcc__V1__Manifest;
 typedef struct tcc_cuda_kernel tcc_cuda_kernel;
 typedef struct tcc_kernel tcc_kernel;   /* tccclient.h */
 
+/* Where an operand of a cuBLAS step lives (tcc.v1.BufferRef): one of
+ * the ABI's pointers, or a __device__ array of the module, + offset. */
+typedef enum tcc_cuda_buffer_base {
+  TCC_CUDA_BUF_INPUT = 1,      /* inputs[index] */
+  TCC_CUDA_BUF_OUTPUT = 2,     /* outputs[index] */
+  TCC_CUDA_BUF_WORKSPACE = 3,  /* the workspace */
+  TCC_CUDA_BUF_CONSTANT = 4,   /* the module global `constant` (cuModuleGetGlobal) */
+} tcc_cuda_buffer_base;
+
+typedef struct tcc_cuda_buffer {
+  tcc_cuda_buffer_base base;
+  uint32_t index;
+  const char *constant;
+  uint64_t offset_bytes;
+} tcc_cuda_buffer;
+
+/* cuBLAS compute types a step may ask for. */
+typedef enum tcc_cuda_compute {
+  TCC_CUDA_COMPUTE_32F = 0,            /* float32 accumulate, no TF32 (torch's default) */
+  TCC_CUDA_COMPUTE_32F_FAST_TF32 = 1,  /* TF32 tensor cores allowed */
+  TCC_CUDA_COMPUTE_64F = 2,
+} tcc_cuda_compute;
+
+/* An extern step of the plan: one cublasGemmStridedBatchedEx call,
+ * column-major (tcc.v1.GemmStep; dtypes are tcc.v1.DType values:
+ * FLOAT32 1, FLOAT64 2, FLOAT16 3, BFLOAT16 4). */
+typedef struct tcc_cuda_gemm_step {
+  int trans_a, trans_b;
+  int64_t m, n, k, lda, ldb, ldc;
+  int64_t stride_a, stride_b, stride_c, batch_count;
+  int a_dtype, b_dtype, c_dtype;
+  tcc_cuda_compute compute;
+  double alpha, beta;
+  tcc_cuda_buffer a, b, c;
+} tcc_cuda_gemm_step;
+
 /* One launch of the plan. */
 typedef struct tcc_cuda_launch {
   const char *name;            /* the __global__'s symbol (lowered name) */
   uint32_t grid[3];            /* blocks; 0 counts as 1 */
   uint32_t block[3];           /* threads per block; 0 counts as 1 */
   uint32_t shared_bytes;       /* dynamic shared memory per block */
+  /* Non-NULL: not a kernel but a cuBLAS call at this point of the plan
+   * (grid/block unused; name only for messages). libcublas is dlopen'ed
+   * like libcuda ($TCC_CUBLAS_LIBRARY, else libcublas.so.13, .so.12);
+   * a plan with such a step fails to load without it:
+   * FAILED_PRECONDITION "libcublas.so.13 not found: ...". One cuBLAS
+   * handle per kernel, made in its context at load. */
+  const tcc_cuda_gemm_step *gemm;
 } tcc_cuda_launch;
 
 /* How to run an artifact: the plan and the ABI's argument counts. */
@@ -178,9 +221,10 @@ int tcc_cuda_kernel_load(const uint8_t *cubin, size_t len, const char *digest_he
 /* The same with the plan taken from a tcc.v1.Manifest (cuda_manifest.c):
  * arch from manifest->target ("cuda:sm_90a"), one launch per
  * manifest->kernels[i] (name, grid, block: 1 to 3 entries each, required;
- * shared_bytes), the input/output counts and workspace_bytes.
- * INVALID_ARGUMENT names the kernel and field that is missing or out of
- * range. */
+ * shared_bytes) or, for kind "extern" with a GemmStep, one cuBLAS call;
+ * the input/output counts and workspace_bytes; and manifest->ptx as the
+ * PTX fallback when opts->ptx is NULL. INVALID_ARGUMENT names the kernel
+ * and field that is missing or out of range. */
 int tcc_cuda_kernel_load_manifest(const uint8_t *cubin, size_t len,
                                   const char *digest_hex,
                                   const struct Tcc__V1__Manifest *manifest,
@@ -221,6 +265,7 @@ int tcc_cuda_memcpy_htod(int device, void *dst, const void *src, size_t bytes,
                          tcc_error *err);
 int tcc_cuda_memcpy_dtoh(int device, void *dst, const void *src, size_t bytes,
                          tcc_error *err);
+int tcc_cuda_memcpy_dtod(int device, void *dst, const void *src, size_t bytes, tcc_error *err);
 /* A non-blocking stream (*stream) of the device's primary context. */
 int tcc_cuda_stream_create(int device, void **stream, tcc_error *err);
 int tcc_cuda_stream_destroy(int device, void *stream, tcc_error *err);

@@ -90,6 +90,8 @@ enum {
     (tcu_module *mod, const void *image, unsigned n, int *opts, void **vals))          \
   X(cuModuleUnload, tcu_result, (tcu_module mod))                                      \
   X(cuModuleGetFunction, tcu_result, (tcu_function *fn, tcu_module mod, const char *name)) \
+  X(cuModuleGetGlobal_v2, tcu_result,                                                  \
+    (tcu_deviceptr *dptr, size_t *bytes, tcu_module mod, const char *name))            \
   X(cuFuncGetAttribute, tcu_result, (int *v, int attr, tcu_function fn))               \
   X(cuFuncSetAttribute, tcu_result, (tcu_function fn, int attr, int v))                \
   X(cuLaunchKernel, tcu_result,                                                        \
@@ -109,7 +111,8 @@ enum {
   X(cuMemAlloc_v2, tcu_result, (tcu_deviceptr *p, size_t bytes))                       \
   X(cuMemFree_v2, tcu_result, (tcu_deviceptr p))                                       \
   X(cuMemcpyHtoD_v2, tcu_result, (tcu_deviceptr dst, const void *src, size_t bytes))   \
-  X(cuMemcpyDtoH_v2, tcu_result, (void *dst, tcu_deviceptr src, size_t bytes))
+  X(cuMemcpyDtoH_v2, tcu_result, (void *dst, tcu_deviceptr src, size_t bytes))    \
+  X(cuMemcpyDtoD_v2, tcu_result, (tcu_deviceptr dst, tcu_deviceptr src, size_t bytes))
 
 /* CUDA 12.4+: parameter layout of a kernel (used to check the ABI). */
 #define TCU_DRIVER_OPTIONAL(X)                                                         \

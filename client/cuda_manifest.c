@@ -10,9 +10,16 @@
  *   kernels[i].shared_bytes     ->  launches[i].shared_bytes
  *   n_inputs, n_outputs         ->  the ABI's pointer counts
  *   workspace_bytes             ->  plan.workspace_bytes
+ *   kernels[i] kind "extern"    ->  launches[i].gemm: a cuBLAS call
+ *     + gemm (GemmStep)             (sizes, leading dims, strides,
+ *                                    dtypes, compute type, buffers)
+ *   ptx                         ->  opts.ptx (JIT fallback) unless the
+ *                                   caller gave one
  * Every value is range-checked here (grid/block entries 1..2^31-1 and
- * block <= 1024 threads, shared 0..2^31-1) so a bad manifest is an
- * INVALID_ARGUMENT naming kernel and field, never a driver error.
+ * block <= 1024 threads, shared 0..2^31-1; GEMM sizes 0..2^31-1, leading
+ * dims >= the rows they hold, known dtypes and compute types) so a bad
+ * manifest is an INVALID_ARGUMENT naming kernel and field, never a
+ * driver or cuBLAS error.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -36,6 +43,75 @@ static int dims(const int64_t *v, size_t n, const char *field, size_t i, const c
   return 0;
 }
 
+/* One BufferRef -> tcc_cuda_buffer. */
+static int buffer_ref(const Tcc__V1__BufferRef *r, char which, size_t i, const char *name, tcc_cuda_buffer *out,
+                      tcc_error *err) {
+  memset(out, 0, sizeof *out);
+  if (!r) return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "manifest kernel %zu ('%.100s'): gemm.%c missing", i, name,
+                               which);
+  switch (r->base_case) {
+  case TCC__V1__BUFFER_REF__BASE_INPUT: out->base = TCC_CUDA_BUF_INPUT, out->index = r->input; break;
+  case TCC__V1__BUFFER_REF__BASE_OUTPUT: out->base = TCC_CUDA_BUF_OUTPUT, out->index = r->output; break;
+  case TCC__V1__BUFFER_REF__BASE_WORKSPACE: out->base = TCC_CUDA_BUF_WORKSPACE; break;
+  case TCC__V1__BUFFER_REF__BASE_CONSTANT: out->base = TCC_CUDA_BUF_CONSTANT, out->constant = r->constant; break;
+  default:
+    return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "manifest kernel %zu ('%.100s'): gemm.%c names no buffer", i,
+                         name, which);
+  }
+  if (r->offset_bytes < 0)
+    return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "manifest kernel %zu ('%.100s'): gemm.%c offset %lld", i, name,
+                         which, (long long)r->offset_bytes);
+  out->offset_bytes = (uint64_t)r->offset_bytes;
+  return 0;
+}
+
+/* A GemmStep -> tcc_cuda_gemm_step, checked. */
+static int gemm_step(const Tcc__V1__GemmStep *g, size_t i, const char *name, tcc_cuda_gemm_step *out,
+                     tcc_error *err) {
+  memset(out, 0, sizeof *out);
+  if (!g) return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "manifest kernel %zu ('%.100s'): extern step without a "
+                               "gemm (this client runs only cuBLAS GEMM steps)", i, name);
+  const int64_t v[] = {g->m, g->n, g->k, g->lda, g->ldb, g->ldc, g->batch_count};
+  static const char *const f[] = {"m", "n", "k", "lda", "ldb", "ldc", "batch_count"};
+  for (size_t j = 0; j < 7; j++)
+    if (v[j] < 0 || v[j] > INT32_MAX)
+      return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "manifest kernel %zu ('%.100s'): gemm.%s = %lld out of range",
+                           i, name, f[j], (long long)v[j]);
+  int64_t ra = g->trans_a ? g->k : g->m, rb = g->trans_b ? g->n : g->k;
+  if (g->lda < (ra > 1 ? ra : 1) || g->ldb < (rb > 1 ? rb : 1) || g->ldc < (g->m > 1 ? g->m : 1))
+    return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "manifest kernel %zu ('%.100s'): gemm leading dimensions "
+                         "%lld/%lld/%lld are below the rows they hold", i, name, (long long)g->lda, (long long)g->ldb,
+                         (long long)g->ldc);
+  if (g->stride_a < 0 || g->stride_b < 0 || g->stride_c < 0)
+    return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "manifest kernel %zu ('%.100s'): negative gemm stride", i, name);
+  int ok_ab = g->a_dtype == g->b_dtype &&
+              (g->a_dtype == TCC__V1__DTYPE__FLOAT32 || g->a_dtype == TCC__V1__DTYPE__FLOAT64 ||
+               g->a_dtype == TCC__V1__DTYPE__FLOAT16 || g->a_dtype == TCC__V1__DTYPE__BFLOAT16);
+  int ok_c = g->c_dtype == TCC__V1__DTYPE__FLOAT32 || g->c_dtype == TCC__V1__DTYPE__FLOAT64 ||
+             g->c_dtype == g->a_dtype;
+  const char *ct = g->compute_type ? g->compute_type : "";
+  if (!strcmp(ct, "32F")) out->compute = TCC_CUDA_COMPUTE_32F;
+  else if (!strcmp(ct, "32F_FAST_TF32")) out->compute = TCC_CUDA_COMPUTE_32F_FAST_TF32;
+  else if (!strcmp(ct, "64F")) out->compute = TCC_CUDA_COMPUTE_64F;
+  else
+    return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "manifest kernel %zu ('%.100s'): unknown gemm compute type "
+                         "'%.32s'", i, name, ct);
+  if (!ok_ab || !ok_c || (out->compute == TCC_CUDA_COMPUTE_64F) != (g->c_dtype == TCC__V1__DTYPE__FLOAT64))
+    return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "manifest kernel %zu ('%.100s'): gemm dtypes %d/%d/%d with "
+                         "compute %s are not supported", i, name, g->a_dtype, g->b_dtype, g->c_dtype, ct);
+  out->trans_a = g->trans_a, out->trans_b = g->trans_b;
+  out->m = g->m, out->n = g->n, out->k = g->k;
+  out->lda = g->lda, out->ldb = g->ldb, out->ldc = g->ldc;
+  out->stride_a = g->stride_a, out->stride_b = g->stride_b, out->stride_c = g->stride_c;
+  out->batch_count = g->batch_count;
+  out->a_dtype = g->a_dtype, out->b_dtype = g->b_dtype, out->c_dtype = g->c_dtype;
+  out->alpha = g->alpha, out->beta = g->beta;
+  int rc = buffer_ref(g->a, 'a', i, name, &out->a, err);
+  if (!rc) rc = buffer_ref(g->b, 'b', i, name, &out->b, err);
+  if (!rc) rc = buffer_ref(g->c, 'c', i, name, &out->c, err);
+  return rc;
+}
+
 int tcc_cuda_kernel_load_manifest(const uint8_t *cubin, size_t len, const char *digest_hex,
                                   const struct Tcc__V1__Manifest *m, const tcc_cuda_options *opts,
                                   tcc_cuda_kernel **out, tcc_error *err) {
@@ -49,7 +125,12 @@ int tcc_cuda_kernel_load_manifest(const uint8_t *cubin, size_t len, const char *
     return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "manifest workspace_bytes %lld is negative",
                          (long long)m->workspace_bytes);
   tcc_cuda_launch *launches = calloc(m->n_kernels, sizeof *launches);
-  if (!launches) return tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "out of memory");
+  tcc_cuda_gemm_step *gemms = calloc(m->n_kernels, sizeof *gemms);
+  char *ptx = NULL;
+  if (!launches || !gemms) {
+    free(launches), free(gemms);
+    return tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "out of memory");
+  }
   int rc = 0;
   for (size_t i = 0; i < m->n_kernels && !rc; i++) {
     const Tcc__V1__KernelInfo *ki = m->kernels[i];
@@ -59,6 +140,11 @@ int tcc_cuda_kernel_load_manifest(const uint8_t *cubin, size_t len, const char *
       break;
     }
     launches[i].name = name;
+    if (ki->gemm || (ki->kind && !strcmp(ki->kind, "extern"))) {   /* a cuBLAS step */
+      if ((rc = gemm_step(ki->gemm, i, name, &gemms[i], err))) break;
+      launches[i].gemm = &gemms[i];
+      continue;
+    }
     if ((rc = dims(ki->grid, ki->n_grid, "grid", i, name, launches[i].grid, err))) break;
     if ((rc = dims(ki->block, ki->n_block, "block", i, name, launches[i].block, err))) break;
     uint64_t threads = (uint64_t)launches[i].block[0] * launches[i].block[1] * launches[i].block[2];
@@ -74,6 +160,18 @@ int tcc_cuda_kernel_load_manifest(const uint8_t *cubin, size_t len, const char *
     }
     launches[i].shared_bytes = (uint32_t)ki->shared_bytes;
   }
+  tcc_cuda_options o = opts ? *opts : (tcc_cuda_options){0};
+  if (!rc && !o.ptx && m->ptx.len) {   /* the manifest's PTX, as text */
+    if (memchr(m->ptx.data, 0, m->ptx.len))
+      rc = tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "the manifest's PTX holds a NUL byte");
+    else if (!(ptx = malloc(m->ptx.len + 1)))
+      rc = tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "out of memory");
+    else {
+      memcpy(ptx, m->ptx.data, m->ptx.len);
+      ptx[m->ptx.len] = '\0';
+      o.ptx = ptx;
+    }
+  }
   if (!rc) {
     tcc_cuda_plan plan = {
         .arch = target + 5,
@@ -83,8 +181,10 @@ int tcc_cuda_kernel_load_manifest(const uint8_t *cubin, size_t len, const char *
         .n_outputs = m->n_outputs,
         .workspace_bytes = (uint64_t)m->workspace_bytes,
     };
-    rc = tcc_cuda_kernel_load(cubin, len, digest_hex, &plan, opts, out, err);
+    rc = tcc_cuda_kernel_load(cubin, len, digest_hex, &plan, &o, out, err);
   }
+  free(ptx);
+  free(gemms);
   free(launches);
   return rc;
 }

@@ -148,6 +148,10 @@ int tcc_client_health(tcc_client *c, const char *service,
  * *__free_unpacked(*out, NULL). */
 int tcc_client_stats(tcc_client *c, Tcc__V1__StatsResponse **out,
                      tcc_error *err);
+/* The daemon's compile jobs in flight (tcc.v1.Compiler/Jobs), oldest
+ * first, with their state and autotuning progress. Returns 0 or a TCC_E_*
+ * code. */
+int tcc_client_jobs(tcc_client *c, Tcc__V1__JobsResponse **out, tcc_error *err);
 /* limit 0 = the daemon's default (100); order_by NULL or "" = last_used. */
 int tcc_client_list(tcc_client *c, int limit, const char *order_by,
                     Tcc__V1__ListResponse **out, tcc_error *err);

@@ -20,7 +20,9 @@
 #include <inttypes.h>
 #include <libgen.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -359,7 +361,7 @@ static int read_token_file(tcctl *t, char *buf, size_t size) {
   return 0;
 }
 
-static int connect_client(tcctl *t) {
+static int connect_client_to(tcctl *t, tcc_client **out, tcc_error *err) {
   tcc_client_options opts = {.deadline_ms = t->deadline_ms,
                              .connect_timeout_ms = t->connect_timeout_ms,
                              .trusted_keys = t->trusted_keys,
@@ -372,10 +374,12 @@ static int connect_client(tcctl *t) {
     if (rc) return rc;
     opts.token = token;
   }
-  int rc = tcc_client_connect(t->addr, &opts, &t->client, &t->err);
+  int rc = tcc_client_connect(t->addr, &opts, out, err);
   memset(token, 0, sizeof token);
   return rc;
 }
+
+static int connect_client(tcctl *t) { return connect_client_to(t, &t->client, &t->err); }
 
 /* Resolves a guard hash argument (full, or a unique prefix of >= 4 hex
  * digits) into out. Returns 0, or the exit status after printing why. */
@@ -495,6 +499,15 @@ static int cmd_stats(tcctl *t) {
     kv("remote errors", "%" PRId64, s->remote_errors);
     kv("signing key", "%s", s->signing_key_id && *s->signing_key_id ? s->signing_key_id : "none (--no-signing)");
     kv("auth failures", "%" PRId64, s->auth_failures);
+    /* max-autotune */
+    kv("autotune runs", "%" PRId64 " (%" PRId64 " tuning now)", s->autotune_runs, s->autotuning_jobs);
+    kv("autotune time", "%.3f s", s->autotune_seconds);
+    kv("tune candidates", "%" PRId64 " benchmarked", s->autotune_candidates);
+    kv("tune discarded", "%" PRId64 " (%" PRId64 " crashed, %" PRId64 " timed out, %" PRId64 " wrong)",
+       s->autotune_discarded, s->autotune_crashed, s->autotune_timeouts, s->autotune_wrong);
+    kv("tuning records", "%" PRId64 " (%" PRId64 " kernel(s) reused one)", s->tuning_records,
+       s->autotune_record_hits);
+    kv("untuned (no GPU)", "%" PRId64, s->autotune_untuned);
   }
   tcc__v1__stats_response__free_unpacked(s, NULL);
   return rc;
@@ -555,6 +568,40 @@ static int cmd_ls(tcctl *t) {
 
 /* ------------------------------------------------------------ show */
 
+/* "input 1 + 16", "workspace + 256", "const b3_data" */
+static void format_ref(const Tcc__V1__BufferRef *r, char *buf, size_t cap) {
+  char base[96] = "?";
+  if (r) switch (r->base_case) {
+    case TCC__V1__BUFFER_REF__BASE_INPUT: snprintf(base, sizeof base, "input %u", r->input); break;
+    case TCC__V1__BUFFER_REF__BASE_OUTPUT: snprintf(base, sizeof base, "output %u", r->output); break;
+    case TCC__V1__BUFFER_REF__BASE_WORKSPACE: snprintf(base, sizeof base, "workspace"); break;
+    case TCC__V1__BUFFER_REF__BASE_CONSTANT: snprintf(base, sizeof base, "const %.64s", r->constant); break;
+    default: break;
+    }
+  if (r && r->offset_bytes) snprintf(buf, cap, "%s + %" PRId64, base, r->offset_bytes);
+  else snprintf(buf, cap, "%s", base);
+}
+
+/* The extern (cuBLAS) steps of a CUDA plan, one line each. */
+static void print_gemm_steps(const Tcc__V1__Manifest *m) {
+  for (size_t i = 0; i < m->n_kernels; i++) {
+    const Tcc__V1__GemmStep *g = m->kernels[i]->gemm;
+    if (!g) continue;
+    char a[128], b[128], c[128], dt[2][32];
+    format_ref(g->a, a, sizeof a);
+    format_ref(g->b, b, sizeof b);
+    format_ref(g->c, c, sizeof c);
+    const char *ad = enum_name(&tcc__v1__dtype__descriptor, g->a_dtype, dt[0], sizeof dt[0]);
+    const char *cd = enum_name(&tcc__v1__dtype__descriptor, g->c_dtype, dt[1], sizeof dt[1]);
+    printf("  %s: cuBLAS gemm %c%c m=%" PRId64 " n=%" PRId64 " k=%" PRId64 " lda=%" PRId64 " ldb=%" PRId64
+           " ldc=%" PRId64 " batch=%" PRId64 " (strides %" PRId64 "/%" PRId64 "/%" PRId64 ") %s -> %s, compute %s\n"
+           "      A = %s, B = %s, C = %s\n",
+           m->kernels[i]->name, g->trans_a ? 'T' : 'N', g->trans_b ? 'T' : 'N', g->m, g->n, g->k, g->lda, g->ldb,
+           g->ldc, g->batch_count, g->stride_a, g->stride_b, g->stride_c, ad, cd,
+           g->compute_type && *g->compute_type ? g->compute_type : "-", a, b, c);
+  }
+}
+
 static void print_kernels(const Tcc__V1__Manifest *m) {
   table tb = {.cols = 6, .right = {0, 0, 1, 0, 0, 1}};
   const char *head[] = {"NAME", "KIND", "NUMEL", "GRID", "BLOCK", "SHARED_BYTES"};
@@ -572,6 +619,7 @@ static void print_kernels(const Tcc__V1__Manifest *m) {
     table_add(&tb, row);
   }
   table_print(&tb, "  ");
+  print_gemm_steps(m);
 }
 
 static void print_metas(const char *label, Tcc__V1__TensorMeta **metas, size_t n) {
@@ -709,6 +757,7 @@ static int cmd_show(tcctl *t) {
       kv("workspace", "%s", human_bytes(m->workspace_bytes, a, sizeof a));
       print_metas("inputs", m->inputs, m->n_inputs);
       print_metas("outputs", m->outputs, m->n_outputs);
+      if (m->ptx.len) kv("ptx", "%s (JIT fallback for other archs)", human_bytes((int64_t)m->ptx.len, a, sizeof a));
       kv("kernels", "%zu", m->n_kernels);
       if (m->n_kernels) print_kernels(m);
     }
@@ -861,6 +910,83 @@ static cJSON *timings_json(const Tcc__V1__Timings *tm) {
   return message_json(tm ? tm : &zero);
 }
 
+/* The progress line of `tcctl compile` on a terminal: a thread with its
+ * own connection polls tcc.v1.Compiler/Jobs while the Compile call is
+ * pending and rewrites one stderr line ("\r") with the newest job that
+ * started after the request was sent (its state, autotuning candidates
+ * benchmarked, elapsed time); the line is erased when the call returns.
+ * Never with --json, never when stderr is not a terminal. */
+typedef struct compile_progress {
+  tcctl *t;
+  pthread_t thread;
+  _Atomic int stop;
+  struct timespec started;
+  int shown;
+} compile_progress;
+
+static double seconds_since(const struct timespec *t0) {
+  struct timespec now;
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  return (double)(now.tv_sec - t0->tv_sec) + (double)(now.tv_nsec - t0->tv_nsec) / 1e9;
+}
+
+static void *progress_main(void *arg) {
+  compile_progress *p = arg;
+  tcc_client *c = NULL;
+  tcc_error err;
+  int ticks = 0;
+  while (!atomic_load(&p->stop)) {
+    struct timespec ts = {0, 100 * 1000000L};
+    nanosleep(&ts, NULL);
+    if (++ticks % 5 != 0 || atomic_load(&p->stop)) continue; /* every 0.5 s */
+    if (!c && connect_client_to(p->t, &c, &err) != 0) break;
+    Tcc__V1__JobsResponse *r = NULL;
+    if (tcc_client_jobs(c, &r, &err) != 0) continue; /* an older daemon: no line */
+    double mine = seconds_since(&p->started) * 1e3 + 200;
+    const Tcc__V1__JobInfo *job = NULL;
+    for (size_t i = 0; i < r->n_jobs; i++)
+      if (r->jobs[i]->elapsed_ms <= mine) {
+        job = r->jobs[i];
+        break; /* oldest first: the first one started after us */
+      }
+    char line[160];
+    if (job && job->candidates_total > 0)
+      snprintf(line, sizeof line, "tccd: %.12s %s, candidates %d/%d benchmarked, %.1f s", job->guard_hash,
+               job->state, job->candidates_done, job->candidates_total, seconds_since(&p->started));
+    else if (job)
+      snprintf(line, sizeof line, "tccd: %.12s %s, %.1f s", job->guard_hash, job->state,
+               seconds_since(&p->started));
+    else
+      snprintf(line, sizeof line, "tccd: waiting, %.1f s", seconds_since(&p->started));
+    tcc__v1__jobs_response__free_unpacked(r, NULL);
+    if (!atomic_load(&p->stop)) {
+      fprintf(stderr, "\r\033[K%s", line);
+      fflush(stderr);
+      p->shown = 1;
+    }
+  }
+  if (c) tcc_client_close(c);
+  return NULL;
+}
+
+static int progress_start(compile_progress *p, tcctl *t) {
+  memset(p, 0, sizeof *p);
+  if (t->json || !isatty(STDERR_FILENO)) return 0;
+  p->t = t;
+  clock_gettime(CLOCK_MONOTONIC, &p->started);
+  return pthread_create(&p->thread, NULL, progress_main, p) == 0;
+}
+
+static void progress_stop(compile_progress *p, int running) {
+  if (!running) return;
+  atomic_store(&p->stop, 1);
+  pthread_join(p->thread, NULL);
+  if (p->shown) {
+    fputs("\r\033[K", stderr);
+    fflush(stderr);
+  }
+}
+
 static int cmd_compile(tcctl *t) {
   const char *target = NULL;
   char *pos[1];
@@ -881,7 +1007,15 @@ static int cmd_compile(tcctl *t) {
     usage_error("compile: --target must be cpu, cpu:ISA or cuda:sm_XX, got '%s'", target);
   }
   Tcc__V1__CompileResponse *resp = NULL;
-  if (connect_client(t) || tcc_client_compile(t->client, req, &resp, &t->err)) {
+  compile_progress progress;
+  if (connect_client(t)) {
+    tcc__v1__compile_request__free_unpacked(req, NULL);
+    return fail_err(t);
+  }
+  int progress_on = progress_start(&progress, t);
+  rc = tcc_client_compile(t->client, req, &resp, &t->err);
+  progress_stop(&progress, progress_on);
+  if (rc) {
     tcc__v1__compile_request__free_unpacked(req, NULL);
     return fail_err(t);
   }

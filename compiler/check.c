@@ -193,7 +193,10 @@ static int check_vx(pcheck *c, const tcc_vx *e) {
     if (c->k->kind != TCC_OPK_EXTERN || c->k->nstores != 1)
       FAIL("kernel %d: library call outside an extern kernel", c->kno);
     if (!e->a || !e->b || e->a->op != TCC_PRIM_LOAD || e->b->op != TCC_PRIM_LOAD ||
-        e->a->dtype != e->dtype || e->b->dtype != e->dtype || e->nidx != 4)
+        e->a->dtype != e->b->dtype || e->nidx != 4 ||
+        (e->a->dtype != e->dtype &&   /* CUDA: half operands, float32 result */
+         !(e->dtype == TCC__V1__DTYPE__FLOAT32 && c->p->graph->target.device == TCC__V1__DEVICE_TYPE__CUDA &&
+           (e->a->dtype == TCC__V1__DTYPE__FLOAT16 || e->a->dtype == TCC__V1__DTYPE__BFLOAT16))))
       FAIL("kernel %d: extern operands must be loads of its dtype", c->kno);
     if (e->dtype != TCC__V1__DTYPE__FLOAT32 && e->dtype != TCC__V1__DTYPE__FLOAT64)
       FAIL("kernel %d: extern call in %s", c->kno, tcc_dtype_name(e->dtype));

@@ -49,15 +49,20 @@
  *     CUBIN artifact for exactly that arch. Its Manifest has entry "",
  *     one kernel k<j> per fused kernel (an extern "C" __global__ taking
  *     ABI 1's (inputs..., outputs..., workspace) device pointers) with a
- *     1-D grid and block and no dynamic shared memory, launched in order
- *     (client/cuda.h). tcc_prepare appends tcc_nvrtc_identity() ("nvrtc
- *     13.0 (sm_75 ...)", or "nvrtc unavailable") to the identity of CUDA
- *     requests, so the key changes with the NVRTC version; the arch is in
- *     the target. Graphs with a GEMM (extern) step are
- *     TCC_E_UNIMPLEMENTED "matmul on CUDA needs cuBLAS (not built yet)";
- *     without NVRTC tcc_compile is TCC_E_FAILED_PRECONDITION. Gathers with
- *     an index out of range read index 0 and integer division by zero
- *     gives 0 on CUDA (ABI 1 has no error flag).
+ *     grid and block and no dynamic shared memory, launched in order
+ *     (client/cuda.h); a split reduction adds k<j>_split (kind
+ *     "split-reduction", 2-D grid) before k<j>; a matmul is an "extern"
+ *     step k<j> with KernelInfo.gemm (a cuBLAS call the client makes);
+ *     Manifest.ptx is the PTX of the same compile. tcc_prepare appends
+ *     tcc_nvrtc_identity() ("nvrtc 13.0 (sm_75 ...)", or "nvrtc
+ *     unavailable") to the identity of CUDA requests, so the key changes
+ *     with the NVRTC version; the arch is in the target. Extern steps
+ *     other than matmuls (convolution) are TCC_E_UNIMPLEMENTED naming the
+ *     op; without NVRTC tcc_compile is TCC_E_FAILED_PRECONDITION; NVRTC
+ *     past opts->timeout_ms is TCC_E_DEADLINE_EXCEEDED (the compile is
+ *     abandoned, nvrtc.h). Gathers with an index out of range read index
+ *     0 and integer division by zero gives 0 on CUDA (ABI 1 has no error
+ *     flag).
  *   - Dynamic shapes (dynamic.c): with options.dynamic and graph-input
  *     dims marked symbolic (TensorMeta.sym_sizes), the key hashes symbols
  *     instead of their example sizes (format 2, canon.c) and tcc_compile
@@ -90,7 +95,7 @@
 
 /* Bump whenever generated code or the key encoding changes: every cache
  * entry made by an older codegen then misses. */
-#define TCC_CODEGEN_VERSION 2
+#define TCC_CODEGEN_VERSION 3
 
 typedef struct tcc_graph tcc_graph;  /* the canonical IR (graph.h) */
 
@@ -154,7 +159,7 @@ typedef struct tcc_artifact {
  * .so for CPU, a cubin for CUDA). Thread-safe: many compiles may run at
  * once on different preparations.
  * Returns 0, or TCC_E_UNIMPLEMENTED (op/dtype the target cannot do yet,
- * GEMM on CUDA), TCC_E_FAILED_PRECONDITION (CUDA without NVRTC),
+ * convolution on CUDA), TCC_E_FAILED_PRECONDITION (CUDA without NVRTC),
  * TCC_E_INTERNAL (the compiler failed: its output is in the message),
  * TCC_E_DEADLINE_EXCEEDED (timeout). */
 int tcc_compile(const tcc_prepared *p, const tcc_build_options *opts,
@@ -172,14 +177,139 @@ typedef struct tcc_op_info {
 
 /* The ops device (Tcc__V1__DeviceType; UNSPECIFIED = CPU) compiles, in op
  * table order: fills out[0..min(count, cap)) and returns the count (call
- * with cap 0 to size the array). CUDA lists every op except the extern
- * (GEMM) steps, which need cuBLAS on the client (not built yet).
- * Thread-safe. */
+ * with cap 0 to size the array). CUDA lists every op except extern steps
+ * other than the matmul family (mm, bmm, addmm, matmul, linear: cuBLAS
+ * on the client). Thread-safe. */
 size_t tcc_compiler_ops(int device, tcc_op_info *out, size_t cap);
 
 /* The tensor dtypes device computes in (on CPU: float32, float64,
  * float16 and bfloat16 (computed in float32), int8/16/32/64, uint8,
  * bool), same calling convention. */
 size_t tcc_compiler_dtypes(int device, Tcc__V1__DType *out, size_t cap);
+
+/* ------------------------------------------------------------ tune.c
+ *
+ * Autotuning (max-autotune, max-autotune-no-cudagraphs). A CPU kernel can
+ * be generated under a tcc_kernel_config; the all-zero config is
+ * "default" and generates exactly what tcc_compile generates. The daemon:
+ *
+ *   tcc_tune_plan()          each live kernel's signature (SHA-256 of its
+ *                            default source with identifiers renumbered,
+ *                            + target + compiler identity): the same
+ *                            kernel in another graph has the same one
+ *   tcc_tune_candidates()    the candidate configs (index 0 = default)
+ *   tcc_compile_tuned()      a .so with one config per kernel, optionally
+ *                            with timing hooks (tcc_tune_kernel)
+ *   tcc_bench_run()          runs the benchmark child (tccd-bench) on a
+ *                            hooked .so under limits: per-kernel medians
+ *                            and the outputs on input set 0
+ *   tcc_bench_compare()      a candidate's outputs against the default's
+ *   tcc_tune_record_*()      (de)serializes a tuning record
+ */
+
+/* How one CPU kernel is generated. All zero = the default code. */
+typedef struct tcc_kernel_config {
+  int parallel;      /* 0 default heuristic; 1 outer loop always parallel;
+                      * -1 never parallel (and extern GEMMs: one BLAS thread) */
+  int threads;       /* num_threads(N) on the parallel loop; 0 = all */
+  int chunk;         /* schedule(static, chunk); 0 = even split */
+  int unroll;        /* #pragma GCC unroll N on the innermost plain loop; 0 = none */
+  int blas_threads;  /* OpenBLAS threads for extern GEMMs; 0 = OpenBLAS's own */
+} tcc_kernel_config;
+
+#define TCC_TUNE_MAX_CANDIDATES 8
+#define TCC_TUNE_CONFIG_TEXT 96
+
+/* One live kernel of a plan. */
+typedef struct tcc_tune_kernel {
+  uint8_t signature[TCC_SHA256_BYTES];
+  char signature_hex[TCC_SHA256_HEX];
+  char kind[16];                          /* "pointwise", "reduction", "extern" */
+} tcc_tune_kernel;
+
+typedef struct tcc_tune_plan {
+  int nkernels;
+  tcc_tune_kernel *kernels;               /* malloc'd; tcc_tune_plan_free */
+} tcc_tune_plan;
+
+/* Signatures of p's live kernels (generates the default source; no
+ * build). CPU targets only: TCC_E_UNIMPLEMENTED otherwise. Returns 0 or
+ * a TCC_E_* code. */
+int tcc_tune_plan_make(const tcc_prepared *p, tcc_tune_plan *out, tcc_error *err);
+void tcc_tune_plan_free(tcc_tune_plan *plan);
+
+/* Fills out[0..n) with the candidate configs for device and returns n
+ * (<= TCC_TUNE_MAX_CANDIDATES); out[0] is always the default. */
+int tcc_tune_candidates(int device, tcc_kernel_config *out);
+
+/* "par=1 thr=0 chunk=0 unroll=4 blas=0" into buf (cap bytes); returns buf. */
+const char *tcc_kernel_config_format(const tcc_kernel_config *c, char *buf, size_t cap);
+/* The inverse. Returns 0 or TCC_E_INVALID_ARGUMENT. */
+int tcc_kernel_config_parse(const char *s, tcc_kernel_config *out);
+/* 1 when c is the default (all zero). */
+int tcc_kernel_config_is_default(const tcc_kernel_config *c);
+
+/* tcc_compile with configs[k] for live kernel k (configs NULL, or every
+ * config default: the same source as tcc_compile) and, with
+ * bench_hooks, the exported tcc_tune_kernel(k, inputs, outputs,
+ * workspace) that runs kernel k alone (benchmark builds only; never
+ * stored). CPU targets only (else TCC_E_UNIMPLEMENTED). Returns as
+ * tcc_compile. */
+int tcc_compile_tuned(const tcc_prepared *p, const tcc_build_options *opts,
+                      const tcc_kernel_config *configs, int nconfigs, int bench_hooks,
+                      tcc_artifact *out, tcc_error *err);
+
+/* How the benchmark child runs. */
+typedef struct tcc_bench_options {
+  const char *bench_exe;   /* the tccd-bench executable */
+  const char *work_dir;    /* scratch; NULL = $TMPDIR */
+  int timeout_ms;          /* wall clock; CPU seconds limit = timeout/1000+5 */
+  int reps;                /* timed runs per kernel (median); 0 = 9 */
+  int input_sets;          /* rotated input sets; 0 = 3 */
+  uint64_t seed;           /* inputs are a function of the seed */
+  int candidate;           /* passed on, for the fault-injection switch */
+} tcc_bench_options;
+
+typedef struct tcc_bench_result {
+  int nkernels;
+  double *kernel_ns;       /* median ns per kernel (malloc'd) */
+  uint8_t *outputs;        /* every output's bytes, in order, on input set 0 */
+  size_t outputs_len;
+  int entry_bad;           /* tcc_entry reported 1 on input set 0 */
+} tcc_bench_result;
+
+/* Benchmarks a hooked artifact (tcc_compile_tuned with bench_hooks) in a
+ * child process (tcc_run_tool: own process group, address space 4 GiB,
+ * CPU time and wall-clock limits, no core). Returns 0, or
+ * TCC_E_DEADLINE_EXCEEDED (killed after timeout_ms), TCC_E_INTERNAL
+ * (the child crashed or failed: the message says how) or
+ * TCC_E_DATA_LOSS (its report is malformed). */
+int tcc_bench_run(const tcc_bench_options *o, const tcc_artifact *a, tcc_bench_result *out,
+                  tcc_error *err);
+void tcc_bench_result_free(tcc_bench_result *r);
+
+/* Compares a candidate's outputs with the reference's, output by output
+ * from the manifest: integers and bools exactly, floats within
+ * |a - b| <= atol + rtol * |b| (float32/16/bf16: rtol 1e-3, atol 1e-4 *
+ * max(1, max|ref|); float64: rtol 1e-9, atol 1e-12 * max(1, max|ref|)),
+ * NaN matching NaN. Returns 0 when they agree, else TCC_E_OUT_OF_RANGE
+ * with the first disagreement in err. */
+int tcc_bench_compare(const uint8_t *manifest, size_t manifest_len, const tcc_bench_result *ref,
+                      const tcc_bench_result *cand, tcc_error *err);
+
+/* A tuning record: the best config for one kernel signature + target. */
+typedef struct tcc_tune_record {
+  tcc_kernel_config config;
+  double best_ns;          /* the chosen config's median */
+  double default_ns;       /* the default config's median */
+  int tried;               /* candidates benchmarked (valid + discarded) */
+  int discarded;
+} tcc_tune_record;
+
+/* Serializes r as a short text ("tccd-tune/1 par=...;best_ns=...") into
+ * *out (malloc'd). Returns 0 or TCC_E_RESOURCE_EXHAUSTED. */
+int tcc_tune_record_encode(const tcc_tune_record *r, uint8_t **out, size_t *len, tcc_error *err);
+/* Returns 0 or TCC_E_INVALID_ARGUMENT (not a record of this version). */
+int tcc_tune_record_decode(const uint8_t *data, size_t len, tcc_tune_record *out, tcc_error *err);
 
 #endif

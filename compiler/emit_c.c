@@ -1056,6 +1056,20 @@ static double kernel_work(const tcc_kernel *k, const tcc_vx *const *nodes, int n
 /* Parallelize the outermost loop of size > 1 above this much work. */
 #define TCC_PARALLEL_WORK 65536.0
 
+/* The parallel-for pragma of a kernel's parallel loop; a tuning config
+ * (tune.c) may add a chunk size and a thread count. */
+static void put_parallel_pragma(tcc_buf *b, int indent, const tcc_kernel_config *cfg) {
+  if (!cfg) {
+    tcc_buf_printf(b, "%*s#pragma omp parallel for schedule(static) reduction(|:bad)\n", indent, "");
+    return;
+  }
+  tcc_buf_printf(b, "%*s#pragma omp parallel for schedule(static", indent, "");
+  if (cfg->chunk > 0) tcc_buf_printf(b, ", %d", cfg->chunk);
+  tcc_buf_puts(b, ") reduction(|:bad)");
+  if (cfg->threads > 0) tcc_buf_printf(b, " num_threads(%d)", cfg->threads);
+  tcc_buf_puts(b, "\n");
+}
+
 /* The first line of kernel kno's function. Dynamic programs (symbols,
  * dynamic.c) pass the symbols' values, tcc_S, to every kernel. */
 static void put_kernel_head(tcc_buf *b, const tcc_program *p, int kno) {
@@ -1135,6 +1149,16 @@ static int emit_extern(kernel_emit *ke, int kno) {
     }
   }
   const char *fn = call->dtype == TCC__V1__DTYPE__FLOAT32 ? "cblas_sgemm" : "cblas_dgemm";
+  /* a tuning config may pin OpenBLAS's threads, or run the batch in
+   * parallel with one BLAS thread per GEMM */
+  const tcc_kernel_config *cfg = tcc_kernel_config_of(p, kno);
+  int batch_par = cfg && cfg->parallel > 0 && Bt > 1;
+  int blas_threads = !cfg ? 0 : batch_par || cfg->parallel < 0 ? 1 : cfg->blas_threads;
+  if (blas_threads > 0)
+    tcc_buf_printf(b, "  void openblas_set_num_threads(int); int openblas_get_num_threads(void);\n"
+                      "  int saved_threads = openblas_get_num_threads();\n"
+                      "  openblas_set_num_threads(%d);\n", blas_threads);
+  if (batch_par) tcc_buf_puts(b, "  #pragma omp parallel for schedule(static)\n");
   tcc_buf_printf(b, "  for (int64_t ib = 0; ib < %" PRId64 "; ib++) {\n", Bt);
   ke->vname[0] = "ib";
   ke->vname[1] = ke->vname[2] = "0";
@@ -1147,6 +1171,7 @@ static int emit_extern(kernel_emit *ke, int kno) {
                     ", pb, %" PRId64 ", 0, b%d + ib * %" PRId64 ", %" PRId64 ");\n  }\n",
                  fn, trans[0] ? 112 : 111, trans[1] ? 112 : 111, M, N, K, ld[0], ld[1], st->buf,
                  M * N, N);
+  if (blas_threads > 0) tcc_buf_puts(b, "  openblas_set_num_threads(saved_threads);\n");
   tcc_buf_puts(b, "  return 0;\n}\n");
   return 0;
 }
@@ -1219,7 +1244,11 @@ static int emit_kernel(const tcc_program *p, const tcc_kernel *k, int kno, tcc_b
     goto done;
   }
   int par = -1;
-  if (p->graph->nsyms || kernel_work(k, nodes, nn) >= TCC_PARALLEL_WORK)
+  const tcc_kernel_config *cfg = p->graph->nsyms ? NULL : tcc_kernel_config_of(p, kno);
+  if (cfg && cfg->parallel) {
+    for (int j = 0; j < ke.plan.nloops && par < 0 && cfg->parallel > 0; j++)
+      if (ke.plan.size[j] > 1) par = j;
+  } else if (p->graph->nsyms || kernel_work(k, nodes, nn) >= TCC_PARALLEL_WORK)
     for (int j = 0; j < ke.plan.nloops && par < 0; j++)
       if (ke.plan.size[j] > 1) par = j;
   int inner_red = 0;   /* a reduction loop inside the element loop: no simd there
@@ -1238,12 +1267,14 @@ static int emit_kernel(const tcc_program *p, const tcc_kernel *k, int kno, tcc_b
         put_work_expr(b, k, nodes, nn);
         tcc_buf_puts(b, " >= 65536.0)\n");
       } else if (j == par)
-        tcc_buf_printf(b, "%*s#pragma omp parallel for schedule(static) reduction(|:bad)\n", indent, "");
+        put_parallel_pragma(b, indent, cfg);
       else if (j == ke.plan.nloops - 1 && !ke.plan.affine && ke.plan.size[j] > 1 && !inner_red)
         /* the element loop: iterations store distinct elements and read
          * nothing the kernel writes (tcc_check_program), so it may run
          * in SIMD lanes; this lets gcc if-convert selects (masks) */
         tcc_buf_printf(b, "%*s#pragma omp simd reduction(|:bad)\n", indent, "");
+      else if (cfg && cfg->unroll > 0 && j == ke.plan.nloops - 1)
+        tcc_buf_printf(b, "%*s#pragma GCC unroll %d\n", indent, "", cfg->unroll);
       tcc_buf_printf(b, "%*sfor (int64_t i%d = 0; i%d < %" PRId64 "; i%d++) {\n", indent, "", j, j,
                      ke.plan.size[j], j);
       if (!ke.plan.affine) ke.bound[j] = 1;

@@ -53,7 +53,17 @@
  *              256): the same structure with the lane for the thread and
  *              a warp reduction (shuffles, lane 0's result broadcast),
  *              no shared memory and no __syncthreads.
- *   extern     (GEMM) not supported: TCC_E_UNIMPLEMENTED naming the op.
+ *   split      a cooperative reduction of >= SPLIT_MIN_EXTENT elements into
+ *              <= SPLIT_MAX_ROWS rows: k<j>_split folds grid-stride
+ *              slices into partials in the workspace, k<j> folds the
+ *              partials (see SPLIT_* below).
+ *   extern     (GEMM) no code: a step of the launch plan the client runs
+ *              with cublasGemmStridedBatchedEx (describe_gemm maps the
+ *              row-major C = A B onto cuBLAS's column-major C^T = B^T A^T;
+ *              the manifest's GemmStep carries the call). Other extern
+ *              kinds are TCC_E_UNIMPLEMENTED naming the op.
+ * The schedule (tcc_cuda_schedule_make) lists the plan's steps once for
+ * the emitter, the NVRTC build (kernel names) and the manifest.
  * Indices are `int` when every extent and storage offset of the kernel
  * fits comfortably in 31 bits, else `long long`.
  *
@@ -203,6 +213,18 @@ static void emit_constant(tcc_buf *b, const tcc_buffer *B, int id) {
 #define MAX_RED_BLOCK 256
 #define WARP_ROWS 8
 #define IDX32_LIMIT (INT64_C(1) << 30)
+/* Split reductions: a cooperative reduction of at least SPLIT_MIN_EXTENT
+ * elements per row, with at most SPLIT_MAX_ROWS rows, is folded in two
+ * launches: k<j>_split, grid (groups, rows) of MAX_RED_BLOCK threads,
+ * each block folding a grid-stride slice of its row into one partial in
+ * the workspace (after the program's own, 256-byte aligned), then k<j>,
+ * one block per row, folding the row's partials in a fixed order (so the
+ * result is deterministic) and running the rest of the kernel. groups =
+ * extent / SPLIT_CHUNK, at most SPLIT_MAX_GROUPS. */
+#define SPLIT_MIN_EXTENT (INT64_C(1) << 16)
+#define SPLIT_MAX_ROWS 64
+#define SPLIT_CHUNK 8192
+#define SPLIT_MAX_GROUPS 512
 
 static int has_reduce_any(const tcc_kernel *k) {
   for (int s = 0; s < k->nstores; s++)
@@ -361,6 +383,7 @@ typedef struct kplan {
   int64_t red_max;        /* largest cooperative reduction extent */
   int warp_rows;          /* > 0: one warp per row, this many rows per block */
   node_list coop;         /* cooperative reductions, dependency order */
+  int64_t split;          /* > 1: split reduction into this many groups per row */
   tcc_cuda_geometry launch;
 } kplan;
 
@@ -409,8 +432,17 @@ static int plan_kernel(const tcc_program *p, const tcc_kernel *k, fvctx *fc, kpl
     block = POINTWISE_BLOCK;
     grid = (kp->numel + block - 1) / block;
   }
+  /* A very long reduction into few rows: one block per row would leave
+   * the GPU idle, so it is split (split_groups). */
+  if (kp->reduction && !kp->warp_rows && kp->coop.n == 1 && kp->rows >= 1 && kp->rows <= SPLIT_MAX_ROWS &&
+      kp->red_max >= SPLIT_MIN_EXTENT && kp->coop.v[0]->i != TCC_RED_ARGMAX && kp->coop.v[0]->i != TCC_RED_ARGMIN) {
+    int64_t groups = (kp->red_max + SPLIT_CHUNK - 1) / SPLIT_CHUNK;
+    if (groups > SPLIT_MAX_GROUPS) groups = SPLIT_MAX_GROUPS;
+    if (groups >= 2) kp->split = groups;
+  }
   if (grid < 1) grid = 1;
   if (grid > MAX_GRID) grid = MAX_GRID;
+  kp->launch.split_groups = kp->split;
   kp->launch.grid = grid;
   kp->launch.block = block;
   kp->launch.shared_bytes = 0;
@@ -452,6 +484,12 @@ typedef struct cuda_emit {
   const char *I;           /* index type */
   int warp;                /* reductions by one warp (lane, 32) */
   int oom;
+  /* split reduction (kplan.split > 1): the reduction split_r folds the
+   * row's split_groups partials at ws + split_off (final stage), or a
+   * grid-stride slice into one partial (split stage) */
+  const tcc_vx *split_r;
+  int64_t split_groups, split_off;
+  int split_stage;
   /* vectorized pointwise path: accesses contiguous in the flat index */
   int vec_width;           /* W elements per thread (0: off) */
   int in_lanes;            /* emitting the per-lane body */
@@ -786,13 +824,24 @@ static int emit_seq_reduce(cuda_emit *ce, const tcc_vx *r, int ind) {
 static int emit_coop_reduce(cuda_emit *ce, const tcc_vx *r, int ind) {
   int acc = ce->naccs++;
   emit_acc_init(ce, r, acc, ind);
-  tcc_buf_printf(ce->b, "%*sfor (%s j%d = %s; j%d < (%s)%" PRId64 "LL; j%d += %s) {\n", ind, "", ce->I,
-                 acc, ce->warp ? "lane" : "threadIdx.x", acc, ce->I, reduce_extent(r), acc,
-                 ce->warp ? "32" : "blockDim.x");
-  char j[32];
-  snprintf(j, sizeof j, "j%d", acc);
-  if (emit_fold_body(ce, r, acc, j, ind + 2)) return -1;
-  tcc_buf_printf(ce->b, "%*s}\n", ind, "");
+  if (r == ce->split_r && !ce->split_stage) {
+    /* final stage of a split reduction: fold the row's partials */
+    tcc_buf_printf(ce->b, "%*sfor (int j%d = threadIdx.x; j%d < %" PRId64 "; j%d += blockDim.x)\n", ind, "", acc,
+                   acc, ce->split_groups, acc);
+    tcc_buf_printf(ce->b, "%*s  a%d = %s(a%d, ((const %s *)(ws + %" PRId64 "))[(long long)row * %" PRId64
+                          " + j%d]);\n",
+                   ind, "", acc, red_op(r), acc, ctype(r->dtype), ce->split_off, ce->split_groups, acc);
+  } else {
+    int grid_stride = r == ce->split_r;   /* split stage: the grid's blocks share the row */
+    tcc_buf_printf(ce->b, "%*sfor (%s j%d = %s; j%d < (%s)%" PRId64 "LL; j%d += %s) {\n", ind, "", ce->I,
+                   acc, grid_stride ? "blockIdx.x * blockDim.x + threadIdx.x" : ce->warp ? "lane" : "threadIdx.x",
+                   acc, ce->I, reduce_extent(r), acc,
+                   grid_stride ? "gridDim.x * blockDim.x" : ce->warp ? "32" : "blockDim.x");
+    char j[32];
+    snprintf(j, sizeof j, "j%d", acc);
+    if (emit_fold_body(ce, r, acc, j, ind + 2)) return -1;
+    tcc_buf_printf(ce->b, "%*s}\n", ind, "");
+  }
   if (ce->warp) {
     tcc_buf_printf(ce->b, "%*sa%d = tcc_warp_reduce(a%d, tcc_%s_op());\n", ind, "", acc, acc, red_op(r) + 4);
   } else if (r->i == TCC_RED_ARGMAX || r->i == TCC_RED_ARGMIN) {
@@ -1034,9 +1083,13 @@ static int fits_int32(const tcc_program *p, const tcc_kernel *k, const char *use
   return 1;
 }
 
-static int emit_kernel(const tcc_program *p, const tcc_kernel *k, int kno, tcc_buf *b) {
+/* Emits live kernel k as __global__ k<kno>, or, with split_stage, the
+ * first launch of its split reduction as k<kno>_split; split_off is the
+ * workspace offset of its partials (when kplan.split). */
+static int emit_kernel(const tcc_program *p, const tcc_kernel *k, int kno, tcc_buf *b, int split_stage,
+                       int64_t split_off) {
   const tcc_graph *g = p->graph;
-  cuda_emit ce = {.p = p, .k = k, .b = b};
+  cuda_emit ce = {.p = p, .k = k, .b = b, .split_stage = split_stage, .split_off = split_off};
   kplan kp = {0};
   char *used = calloc((size_t)p->nbufs + 1, 1);
   int rc = -1;
@@ -1055,16 +1108,31 @@ static int emit_kernel(const tcc_program *p, const tcc_kernel *k, int kno, tcc_b
   }
   tcc_ptrmap_free(&seen);
   ce.I = fits_int32(p, k, used, &kp) ? "int" : "long long";
+  if (kp.split > 1) {
+    ce.split_r = kp.coop.v[0];
+    ce.split_groups = kp.split;
+  }
 
-  tcc_buf_printf(b, "\n/* k%d: %s over [", kno, kp.launch.reduction ? "reduction" : "pointwise");
-  for (int d = 0; d < k->rank; d++) tcc_buf_printf(b, "%s%" PRId64, d ? ", " : "", k->sizes[d]);
-  tcc_buf_printf(b, "]; grid %" PRId64 ", block %" PRId64, kp.launch.grid, kp.launch.block);
-  if (kp.reduction)
-    tcc_buf_printf(b, "; one %s per row of dims 0..%d (%" PRId64 " rows), %d %s reduction%s",
-                   kp.warp_rows ? "warp" : "block", kp.row_rank - 1, kp.rows, kp.coop.n,
-                   kp.warp_rows ? "warp" : "block", kp.coop.n == 1 ? "" : "s");
-  tcc_buf_printf(b, "; %s indices */\n", ce.I);
-  tcc_buf_printf(b, "extern \"C\" __global__ void __launch_bounds__(%" PRId64 ") k%d(", kp.launch.block, kno);
+  if (split_stage) {
+    tcc_buf_printf(b, "\n/* k%d_split: first stage of k%d's split reduction: grid (%" PRId64 ", %" PRId64
+                      "), block %d; block (g, row) folds a grid-stride slice of row's %" PRId64
+                      " elements into partial [row * %" PRId64 " + g] at ws + %" PRId64 "; %s indices */\n",
+                   kno, kno, kp.split, kp.rows, MAX_RED_BLOCK, kp.red_max, kp.split, split_off, ce.I);
+    tcc_buf_printf(b, "extern \"C\" __global__ void __launch_bounds__(%d) k%d_split(", MAX_RED_BLOCK, kno);
+  } else {
+    tcc_buf_printf(b, "\n/* k%d: %s over [", kno, kp.launch.reduction ? "reduction" : "pointwise");
+    for (int d = 0; d < k->rank; d++) tcc_buf_printf(b, "%s%" PRId64, d ? ", " : "", k->sizes[d]);
+    tcc_buf_printf(b, "]; grid %" PRId64 ", block %" PRId64, kp.launch.grid, kp.launch.block);
+    if (kp.reduction)
+      tcc_buf_printf(b, "; one %s per row of dims 0..%d (%" PRId64 " rows), %d %s reduction%s",
+                     kp.warp_rows ? "warp" : "block", kp.row_rank - 1, kp.rows, kp.coop.n,
+                     kp.warp_rows ? "warp" : "block", kp.coop.n == 1 ? "" : "s");
+    if (kp.split > 1)
+      tcc_buf_printf(b, "; split: folds the %" PRId64 " partials per row k%d_split left at ws + %" PRId64, kp.split,
+                     kno, split_off);
+    tcc_buf_printf(b, "; %s indices */\n", ce.I);
+    tcc_buf_printf(b, "extern \"C\" __global__ void __launch_bounds__(%" PRId64 ") k%d(", kp.launch.block, kno);
+  }
   for (int i = 0; i < g->ninputs; i++) tcc_buf_printf(b, "const void *__restrict__ in%d, ", i);
   for (int i = 0; i < g->noutputs; i++) tcc_buf_printf(b, "void *__restrict__ out%d, ", i);
   tcc_buf_puts(b, "char *__restrict__ ws) {\n");
@@ -1105,6 +1173,14 @@ static int emit_kernel(const tcc_program *p, const tcc_kernel *k, int kno, tcc_b
     split_index(&ce, "e", 0, rank, k->sizes, NULL, 4);
     if (emit_stores(&ce, 4)) goto done;
     tcc_buf_puts(b, "  }\n}\n");
+  } else if (split_stage) {
+    tcc_buf_printf(b, "  for (%s row = blockIdx.y; row < (%s)%" PRId64 "LL; row += gridDim.y) {\n", ce.I, ce.I,
+                   kp.rows);
+    split_index(&ce, "row", 0, kp.row_rank, k->sizes, NULL, 4);
+    if (emit_coop_reduce(&ce, kp.coop.v[0], 4)) goto done;
+    tcc_buf_printf(b, "    if (threadIdx.x == 0) ((%s *)(ws + %" PRId64 "))[(long long)row * %" PRId64
+                      " + blockIdx.x] = a%d;\n  }\n}\n",
+                   ctype(kp.coop.v[0]->dtype), split_off, kp.split, ce.naccs - 1);
   } else {
     ce.warp = kp.warp_rows > 0;
     if (ce.warp)
@@ -1241,87 +1317,357 @@ static const char prelude[] =
   "  __syncthreads();\n"
   "  return sh[0];\n}\n";
 
+/* ------------------------------------------------------ the schedule */
+
+static int64_t align256(int64_t x) { return (x + 255) & ~(int64_t)255; }
+
+/* Where buffer bi starts, as a cuBLAS operand base. */
+static tcc_cuda_ref buffer_ref(const tcc_program *p, int bi, int64_t elem_offset) {
+  const tcc_buffer *B = &p->bufs[bi];
+  tcc_cuda_ref r = {.index = B->pos};
+  int64_t bytes = elem_offset * tcc_dtype_size(B->layout.dtype);
+  switch (B->kind) {
+  case TCC_BUF_INPUT: r.base = TCC_CUDA_INPUT; break;
+  case TCC_BUF_OUTPUT: r.base = TCC_CUDA_OUTPUT; break;
+  case TCC_BUF_CONST: r.base = TCC_CUDA_CONSTANT, r.index = bi; break;
+  case TCC_BUF_TEMP: r.base = TCC_CUDA_WORKSPACE, bytes += B->ws_offset; break;
+  }
+  r.offset_bytes = bytes;
+  return r;
+}
+
+/* The column-major form of a logical R x C matrix whose element (i, j)
+ * is at i * si + j * sj: op N with ld, or op T (stored transposed).
+ * Returns 0, or -1 when cuBLAS cannot read it as it is. */
+static int blas_view(int64_t R, int64_t C, int64_t si, int64_t sj, int *trans, int64_t *ld) {
+  int64_t r1 = R > 1 ? R : 1, c1 = C > 1 ? C : 1;
+  if ((si == 1 || R == 1) && (C == 1 || sj >= r1)) {
+    *trans = 0;
+    *ld = C == 1 ? r1 : sj;
+    return 0;
+  }
+  if ((sj == 1 || C == 1) && (R == 1 || si >= c1)) {
+    *trans = 1;
+    *ld = R == 1 ? c1 : si;
+    return 0;
+  }
+  return -1;
+}
+
+/* The affine form of a load/store over (b, r, c): strides per var and the
+ * element offset (storage offset included). */
+static int operand_affine(const tcc_program *p, int buf, int nidx, const tcc_ix *const *idx, int64_t coef[3],
+                          int64_t *c0) {
+  const tcc_meta *L = &p->bufs[buf].layout;
+  if (!tcc_linear_affine(nidx, idx, L->strides, 3, coef, c0)) return -1;
+  *c0 += L->offset;
+  return 0;
+}
+
+/* Row-major C[b, m, n] = A[b, m, :] . B[b, :, n] as cuBLAS's column-major
+ * C^T = B^T A^T: cuBLAS's A is our B (N x K), its B our A (K x M). */
+static int describe_gemm(const tcc_program *p, const tcc_kernel *K, tcc_cuda_gemm *g, tcc_error *err) {
+  const tcc_store *st = &K->stores[0];
+  const tcc_vx *e = st->value;
+  int64_t Bn = e->idx[0]->c, M = e->idx[1]->c, N = e->idx[2]->c, Kd = e->idx[3]->c;
+  int64_t ca[3], cb[3], cc[3], oa, ob, oc;
+  if (operand_affine(p, e->a->buf, e->a->nidx, e->a->idx, ca, &oa) ||
+      operand_affine(p, e->b->buf, e->b->nidx, e->b->idx, cb, &ob) ||
+      operand_affine(p, st->buf, p->bufs[st->buf].layout.rank, st->idx, cc, &oc))
+    return tcc_error_set(err, TCC_E_INTERNAL, "CUDA GEMM: an operand is not affine");
+  memset(g, 0, sizeof *g);
+  g->m = N, g->n = M, g->k = Kd, g->batch = Bn;
+  int tc;
+  if (blas_view(N, Kd, cb[2], cb[1], &g->trans_a, &g->lda) || blas_view(Kd, M, ca[2], ca[1], &g->trans_b, &g->ldb) ||
+      blas_view(N, M, cc[2], cc[1], &tc, &g->ldc) || tc)
+    return tcc_error_set(err, TCC_E_INTERNAL, "CUDA GEMM: an operand's strides do not fit cuBLAS");
+  g->stride_a = Bn > 1 ? cb[0] : 0;
+  g->stride_b = Bn > 1 ? ca[0] : 0;
+  g->stride_c = Bn > 1 ? cc[0] : 0;
+  g->ab_dtype = e->a->dtype;
+  g->c_dtype = e->dtype;
+  g->compute = e->dtype == TCC__V1__DTYPE__FLOAT64 ? "64F" : "32F";
+  g->a = buffer_ref(p, e->b->buf, ob);
+  g->b = buffer_ref(p, e->a->buf, oa);
+  g->c = buffer_ref(p, st->buf, oc);
+  const int64_t lim = INT32_MAX;
+  if (g->m > lim || g->n > lim || g->k > lim || g->batch > lim || g->lda > lim || g->ldb > lim || g->ldc > lim)
+    return tcc_error_set(err, TCC_E_UNIMPLEMENTED, "matmul of [%" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64
+                         "] (batch, M, N, K): cuBLAS takes sizes up to 2^31-1", Bn, M, N, Kd);
+  return 0;
+}
+
+/* An extern step other than a GEMM (convolution, ...): UNIMPLEMENTED
+ * naming the node whose value it writes. */
+static int unsupported_extern(const tcc_program *p, const tcc_kernel *K, tcc_error *err) {
+  const tcc_graph *g = p->graph;
+  const tcc_buffer *B = &p->bufs[K->stores[0].buf];
+  const char *op = "extern";
+  int node = -1;
+  for (int n = 0; n < g->nnodes && node < 0 && B->value >= 0; n++)
+    for (int o = 0; o < g->nodes[n].nout; o++)
+      if (g->nodes[n].outs[o] == B->value) node = g->nodes[n].src_index, op = g->nodes[n].op->name;
+  for (int n = 0; n < g->nnodes && node < 0; n++)
+    if (g->nodes[n].op->kind == TCC_OPK_EXTERN && !tcc_cuda_extern_op(g->nodes[n].op->id))
+      node = g->nodes[n].src_index, op = g->nodes[n].op->name;
+  return tcc_error_set(err, TCC_E_UNIMPLEMENTED, "'%s' (node %d) is not supported by the CUDA backend yet", op, node);
+}
+
+int tcc_cuda_schedule_make(const tcc_program *p, tcc_cuda_schedule *s, tcc_error *err) {
+  memset(s, 0, sizeof *s);
+  int nk = tcc_program_live_kernels(p);
+  s->steps = calloc((size_t)nk * 2 + 1, sizeof *s->steps);
+  if (!s->steps) return tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "out of memory");
+  int64_t ws = p->workspace_bytes;
+  int rc = 0;
+  for (int k = 0, kno = 0; k < p->nkernels && !rc; k++) {
+    const tcc_kernel *K = &p->kernels[k];
+    if (K->dead) continue;
+    tcc_cuda_step *st = &s->steps[s->n];
+    st->kernel = k;
+    st->kno = kno;
+    snprintf(st->name, sizeof st->name, "k%d", kno);
+    st->numel = 1;
+    for (int d = 0; d < K->rank; d++) st->numel *= K->sizes[d];
+    if (K->kind == TCC_OPK_EXTERN) {
+      st->kind = "extern";
+      st->is_gemm = 1;
+      if (K->stores[0].value->op != TCC_PRIM_EXTERN || K->stores[0].value->i != TCC_EXT_GEMM)
+        rc = unsupported_extern(p, K, err);
+      else
+        rc = describe_gemm(p, K, &st->gemm, err);
+      s->n++;
+      kno++;
+      continue;
+    }
+    fvctx fc = {0};
+    kplan kp;
+    memset(&kp, 0, sizeof kp);
+    if (tcc_ptrmap_init(&fc.map, 64) || plan_kernel(p, K, &fc, &kp) || fc.oom) {
+      rc = tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "out of memory");
+    } else {
+      const char *kind = kp.launch.reduction ? "reduction" : "pointwise";
+      if (kp.split > 1) {
+        int64_t off = align256(ws);
+        ws = off + kp.split * kp.rows * (int64_t)sizeof(double);
+        tcc_cuda_step *sp = st;
+        snprintf(sp->name, sizeof sp->name, "k%d_split", kno);
+        sp->kind = "split-reduction";
+        sp->split_stage = 1;
+        sp->grid[0] = kp.split;
+        sp->grid[1] = kp.rows;
+        sp->block = MAX_RED_BLOCK;
+        sp->numel = kp.red_max * kp.rows;
+        sp->split_off = off;
+        s->n_global++;
+        st = &s->steps[++s->n];
+        st->kernel = k;
+        st->kno = kno;
+        snprintf(st->name, sizeof st->name, "k%d", kno);
+        st->numel = kp.numel;
+        st->split_off = off;
+      }
+      st->kind = kind;
+      st->grid[0] = kp.launch.grid;
+      st->grid[1] = 1;
+      st->block = kp.launch.block;
+      st->shared_bytes = kp.launch.shared_bytes;
+      s->n_global++;
+      s->n++;
+    }
+    free(kp.coop.v);
+    fv_free(&fc);
+    kno++;
+  }
+  s->workspace_bytes = ws;
+  if (rc) tcc_cuda_schedule_free(s);
+  return rc;
+}
+
+void tcc_cuda_schedule_free(tcc_cuda_schedule *s) {
+  free(s->steps);
+  memset(s, 0, sizeof *s);
+}
+
+/* ------------------------------------------------------- translation unit */
+
 int tcc_emit_cuda(const tcc_program *p, tcc_buf *b, tcc_error *err) {
   const tcc_graph *g = p->graph;
   for (int bi = 0; bi < p->nbufs; bi++)
     if (!p->bufs[bi].dead && !ctype(p->bufs[bi].layout.dtype))
       return tcc_error_set(err, TCC_E_UNIMPLEMENTED, "%s tensors are not supported by the CUDA "
                            "backend yet", tcc_dtype_name(p->bufs[bi].layout.dtype));
-  for (int k = 0; k < p->nkernels; k++) {
-    const tcc_kernel *K = &p->kernels[k];
-    if (K->dead || K->kind != TCC_OPK_EXTERN) continue;
-    /* name the node whose value the GEMM writes */
-    const tcc_buffer *B = &p->bufs[K->stores[0].buf];
-    const char *op = "aten.mm";
-    int node = -1;
-    if (B->value >= 0)
-      for (int n = 0; n < g->nnodes && node < 0; n++)
-        for (int o = 0; o < g->nodes[n].nout; o++)
-          if (g->nodes[n].outs[o] == B->value) {
-            node = g->nodes[n].src_index;
-            op = g->nodes[n].op->name;
-          }
-    for (int n = 0; n < g->nnodes && node < 0; n++)   /* a temporary: the first GEMM op */
-      if (g->nodes[n].op->kind == TCC_OPK_EXTERN) {
-        node = g->nodes[n].src_index;
-        op = g->nodes[n].op->name;
-      }
-    return tcc_error_set(err, TCC_E_UNIMPLEMENTED,
-                         "matmul on CUDA needs cuBLAS (not built yet): '%s' (node %d)", op, node);
-  }
+  tcc_cuda_schedule sch;
+  int rc = tcc_cuda_schedule_make(p, &sch, err);
+  if (rc) return rc;
   (void)is_float;
   tcc_buf_printf(b,
                  "/* Generated by tccd (codegen %d) for %s.\n"
                  " * ABI 1: every kernel takes (inputs..., outputs..., workspace).\n"
                  " * %d inputs, %d outputs, %" PRId64 " workspace bytes. */\n",
-                 TCC_CODEGEN_VERSION, g->target_label, g->ninputs, g->noutputs, p->workspace_bytes);
+                 TCC_CODEGEN_VERSION, g->target_label, g->ninputs, g->noutputs, sch.workspace_bytes);
   tcc_buf_puts(b, prelude);
-  for (int bi = 0; bi < p->nbufs; bi++)
-    if (p->bufs[bi].kind == TCC_BUF_CONST && !p->bufs[bi].dead) emit_constant(b, &p->bufs[bi], bi);
-  int kno = 0;
-  for (int k = 0; k < p->nkernels; k++) {
-    if (p->kernels[k].dead) continue;
-    if (emit_kernel(p, &p->kernels[k], kno++, b))
-      return tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "out of memory emitting CUDA");
+  for (int bi = 0; bi < p->nbufs; bi++) {
+    if (p->bufs[bi].kind != TCC_BUF_CONST || p->bufs[bi].dead) continue;
+    int exported = 0;   /* read by cuBLAS: the client finds it with cuModuleGetGlobal */
+    for (int i = 0; i < sch.n; i++)
+      if (sch.steps[i].is_gemm)
+        exported |= (sch.steps[i].gemm.a.base == TCC_CUDA_CONSTANT && sch.steps[i].gemm.a.index == bi) ||
+                    (sch.steps[i].gemm.b.base == TCC_CUDA_CONSTANT && sch.steps[i].gemm.b.index == bi);
+    if (exported) tcc_buf_puts(b, "extern \"C\" ");
+    emit_constant(b, &p->bufs[bi], bi);
   }
-  if (b->failed) return tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "out of memory emitting CUDA");
-  return 0;
+  for (int i = 0; i < sch.n && !rc; i++) {
+    const tcc_cuda_step *st = &sch.steps[i];
+    if (st->is_gemm) {
+      const tcc_cuda_gemm *G = &st->gemm;
+      tcc_buf_printf(b, "\n/* k%d: extern step, run by the client through cuBLAS: "
+                        "cublasGemmStridedBatchedEx(%c, %c, m=%" PRId64 ", n=%" PRId64 ", k=%" PRId64
+                        ", lda=%" PRId64 ", ldb=%" PRId64 ", ldc=%" PRId64 ", batch=%" PRId64 ", %s -> %s, "
+                        "compute %s) */\n",
+                     st->kno, G->trans_a ? 'T' : 'N', G->trans_b ? 'T' : 'N', G->m, G->n, G->k, G->lda, G->ldb,
+                     G->ldc, G->batch, tcc_dtype_name(G->ab_dtype), tcc_dtype_name(G->c_dtype), G->compute);
+      continue;
+    }
+    if (emit_kernel(p, &p->kernels[st->kernel], st->kno, b, st->split_stage, st->split_off))
+      rc = tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "out of memory emitting CUDA");
+  }
+  tcc_cuda_schedule_free(&sch);
+  if (!rc && b->failed) rc = tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "out of memory emitting CUDA");
+  return rc;
 }
 
 /* ------------------------------------------------------------- build */
 
-int tcc_build_cubin(const tcc_program *p, const char *src, size_t len,
-                    const tcc_build_options *opts, uint8_t **out, size_t *outlen, tcc_error *err) {
-  (void)len;
-  (void)opts;
-  *out = NULL;
-  *outlen = 0;
+int tcc_build_cuda(const tcc_program *p, const char *src, const tcc_build_options *opts, uint8_t **cubin,
+                   size_t *cubin_len, char **ptx, size_t *ptx_len, tcc_error *err) {
+  *cubin = NULL;
+  *cubin_len = 0;
+  if (ptx) *ptx = NULL;
+  if (ptx_len) *ptx_len = 0;
   const char *arch = p->graph->target.cuda_arch;
   if (!arch || !arch[0]) return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "target: no CUDA arch");
-  int nk = tcc_program_live_kernels(p);
-  char **names = calloc((size_t)nk + 1, sizeof *names);
-  if (!names) return tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "out of memory");
-  int rc = 0;
-  for (int j = 0; j < nk && !rc; j++) {
-    names[j] = malloc(16);
-    if (!names[j]) rc = tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "out of memory");
-    else snprintf(names[j], 16, "k%d", j);
+  tcc_cuda_schedule sch;
+  int rc = tcc_cuda_schedule_make(p, &sch, err);
+  if (rc) return rc;
+  const char **names = calloc((size_t)sch.n_global + 1, sizeof *names);
+  if (!names) {
+    tcc_cuda_schedule_free(&sch);
+    return tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "out of memory");
   }
+  for (int i = 0, j = 0; i < sch.n; i++)
+    if (!sch.steps[i].is_gemm) names[j++] = sch.steps[i].name;
   tcc_nvrtc_result r;
   memset(&r, 0, sizeof r);
-  if (!rc) rc = tcc_nvrtc_build(src, arch, (const char *const *)names, &r, err);
+  tcc_nvrtc_options no = {.timeout_ms = opts && opts->timeout_ms > 0 ? opts->timeout_ms : 120000};
+  rc = tcc_nvrtc_build_ex(src, arch, names, &no, &r, err);
   if (!rc) {
-    for (int j = 0; j < nk && !rc; j++)
+    for (int j = 0; j < sch.n_global && !rc; j++)
       if (strcmp(r.lowered_names[j], names[j]))
-        rc = tcc_error_set(err, TCC_E_INTERNAL, "nvrtc: kernel k%d lowered to '%.64s'", j, r.lowered_names[j]);
+        rc = tcc_error_set(err, TCC_E_INTERNAL, "nvrtc: kernel %s lowered to '%.64s'", names[j], r.lowered_names[j]);
     if (!rc) {
-      *out = r.cubin;
-      *outlen = r.cubin_size;
+      *cubin = r.cubin;
+      *cubin_len = r.cubin_size;
       r.cubin = NULL;
+      if (ptx) {
+        *ptx = r.ptx;
+        r.ptx = NULL;
+        if (ptx_len) *ptx_len = r.ptx_size;
+      }
     }
   }
   tcc_nvrtc_result_free(&r);
-  for (int j = 0; j < nk; j++) free(names[j]);
   free(names);
+  tcc_cuda_schedule_free(&sch);
   return rc;
+}
+
+int tcc_build_cubin(const tcc_program *p, const char *src, size_t len,
+                    const tcc_build_options *opts, uint8_t **out, size_t *outlen, tcc_error *err) {
+  (void)len;
+  return tcc_build_cuda(p, src, opts, out, outlen, NULL, NULL, err);
+}
+
+/* ---------------------------------------------------------- manifest */
+
+static Tcc__V1__BufferRef *manifest_ref(tcc_arena *A, const tcc_cuda_ref *r) {
+  Tcc__V1__BufferRef *m = tcc_arena_alloc(A, sizeof *m);
+  if (!m) return NULL;
+  tcc__v1__buffer_ref__init(m);
+  switch (r->base) {
+  case TCC_CUDA_INPUT: m->base_case = TCC__V1__BUFFER_REF__BASE_INPUT, m->input = (uint32_t)r->index; break;
+  case TCC_CUDA_OUTPUT: m->base_case = TCC__V1__BUFFER_REF__BASE_OUTPUT, m->output = (uint32_t)r->index; break;
+  case TCC_CUDA_WORKSPACE: m->base_case = TCC__V1__BUFFER_REF__BASE_WORKSPACE, m->workspace = 1; break;
+  case TCC_CUDA_CONSTANT:
+    m->base_case = TCC__V1__BUFFER_REF__BASE_CONSTANT;
+    if (!(m->constant = tcc_arena_printf(A, "b%d_data", r->index))) return NULL;
+    break;
+  }
+  m->offset_bytes = r->offset_bytes;
+  return m;
+}
+
+int tcc_cuda_manifest_fill(const tcc_program *p, tcc_arena *A, Tcc__V1__Manifest *m, const char *ptx,
+                           size_t ptx_len, tcc_error *err) {
+  tcc_cuda_schedule sch;
+  int rc = tcc_cuda_schedule_make(p, &sch, err);
+  if (rc) return rc;
+  m->workspace_bytes = sch.workspace_bytes;
+  m->n_kernels = (size_t)sch.n;
+  m->kernels = tcc_arena_array(A, (size_t)sch.n + 1, sizeof *m->kernels);
+  if (!m->kernels) goto oom;
+  for (int i = 0; i < sch.n; i++) {
+    const tcc_cuda_step *st = &sch.steps[i];
+    Tcc__V1__KernelInfo *ki = tcc_arena_alloc(A, sizeof *ki);
+    if (!ki) goto oom;
+    tcc__v1__kernel_info__init(ki);
+    ki->name = tcc_arena_strdup(A, st->name);
+    ki->kind = (char *)st->kind;
+    ki->numel = st->numel;
+    ki->n_nodes = (size_t)p->kernels[st->kernel].nnodes;   /* provenance (tcctl show --dot) */
+    ki->nodes = p->kernels[st->kernel].nodes;
+    if (!ki->name) goto oom;
+    if (st->is_gemm) {
+      const tcc_cuda_gemm *G = &st->gemm;
+      Tcc__V1__GemmStep *gs = tcc_arena_alloc(A, sizeof *gs);
+      if (!gs) goto oom;
+      tcc__v1__gemm_step__init(gs);
+      gs->trans_a = G->trans_a, gs->trans_b = G->trans_b;
+      gs->m = G->m, gs->n = G->n, gs->k = G->k;
+      gs->lda = G->lda, gs->ldb = G->ldb, gs->ldc = G->ldc;
+      gs->stride_a = G->stride_a, gs->stride_b = G->stride_b, gs->stride_c = G->stride_c;
+      gs->batch_count = G->batch;
+      gs->a_dtype = gs->b_dtype = (Tcc__V1__DType)G->ab_dtype;
+      gs->c_dtype = (Tcc__V1__DType)G->c_dtype;
+      gs->compute_type = (char *)G->compute;
+      gs->alpha = 1.0;
+      gs->beta = 0.0;
+      if (!(gs->a = manifest_ref(A, &G->a)) || !(gs->b = manifest_ref(A, &G->b)) || !(gs->c = manifest_ref(A, &G->c)))
+        goto oom;
+      ki->gemm = gs;
+    } else {
+      int two = st->split_stage || st->grid[1] > 1;
+      int64_t *grid = tcc_arena_array(A, 2, sizeof *grid);
+      int64_t *block = tcc_arena_array(A, 1, sizeof *block);
+      if (!grid || !block) goto oom;
+      grid[0] = st->grid[0];
+      grid[1] = st->grid[1];
+      block[0] = st->block;
+      ki->grid = grid;
+      ki->n_grid = two ? 2 : 1;
+      ki->block = block;
+      ki->n_block = 1;
+      ki->shared_bytes = st->shared_bytes;
+    }
+    m->kernels[i] = ki;
+  }
+  if (ptx && ptx_len) {
+    m->ptx.data = (uint8_t *)ptx;
+    m->ptx.len = ptx_len;
+  }
+  tcc_cuda_schedule_free(&sch);
+  return 0;
+oom:
+  tcc_cuda_schedule_free(&sch);
+  return tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "out of memory encoding the manifest");
 }

@@ -168,6 +168,8 @@ int tcc_ops_init(tcc_error *err);
 const tcc_op *tcc_op_find(const char *name);
 /* Row `id` (0..TCC_OP_COUNT-1). tcc_ops_init first. */
 const tcc_op *tcc_op_get(int id);
+/* 1 when extern op `id` runs on the CUDA target (cuBLAS GEMMs), else 0. */
+int tcc_cuda_extern_op(int id);
 /* Index of the parameter called `name`, or -1. */
 int tcc_schema_param(const tcc_schema *s, const char *name);
 /* Parses one schema string (exposed for tests). Returns 0 or

@@ -1285,6 +1285,15 @@ static int blas_operand_ok(const tcc_program *p, const tcc_vx *e, int64_t R, int
   return 0;
 }
 
+/* CUDA only: cuBLAS's strided-batched call needs the operand's batch
+ * offset affine in b too (a broadcast batch of an operand that is itself
+ * batched is not); such operands are materialized. */
+static int cuda_batch_affine(const tcc_program *p, const tcc_vx *e) {
+  const tcc_meta *L = &p->bufs[e->buf].layout;
+  int64_t coef[3], c0;
+  return tcc_linear_affine(e->nidx, e->idx, L->strides, 3, coef, &c0);
+}
+
 /* Adds the GEMM C[b, m, n] = A[b, m, :] . B[b, :, n] as an EXTERN kernel;
  * a and bb are bodies over (b, m, k) and (b, k, n). Returns a load of C
  * over (b, m, n), or NULL when out of memory. */
@@ -1292,10 +1301,17 @@ static const tcc_vx *gemm(tcc_lower_ctx *lc, const tcc_vx *a, const tcc_vx *bb, 
                           int64_t M, int64_t N, int64_t K, tcc_dtype dt) {
   tcc_program *p = lc->prog;
   int64_t as[3] = {B, M, K}, bs[3] = {B, K, N}, cs[3] = {B, M, N};
-  a = tcc_vx_cast(p, a, dt);
-  bb = tcc_vx_cast(p, bb, dt);
-  if (!blas_operand_ok(p, a, M, K)) a = materialize(lc, a, 3, as, dt);
-  if (!blas_operand_ok(p, bb, K, N)) bb = materialize(lc, bb, 3, bs, dt);
+  /* CUDA: float16/bfloat16 operands stay half (cuBLAS reads them and
+   * accumulates in float32 into a float32 C); CPU computes in float32. */
+  int cuda = lc->g->target.device == TCC__V1__DEVICE_TYPE__CUDA;
+  tcc_dtype od = dt;
+  if (cuda && a && bb && a->dtype == bb->dtype && dt == TCC__V1__DTYPE__FLOAT32 &&
+      (a->dtype == TCC__V1__DTYPE__FLOAT16 || a->dtype == TCC__V1__DTYPE__BFLOAT16))
+    od = a->dtype;
+  a = tcc_vx_cast(p, a, od);
+  bb = tcc_vx_cast(p, bb, od);
+  if (!blas_operand_ok(p, a, M, K) || (cuda && !cuda_batch_affine(p, a))) a = materialize(lc, a, 3, as, od);
+  if (!blas_operand_ok(p, bb, K, N) || (cuda && !cuda_batch_affine(p, bb))) bb = materialize(lc, bb, 3, bs, od);
   tcc_buffer cb = {.kind = TCC_BUF_TEMP, .pos = -1, .value = -1};
   cb.layout.dtype = dt;
   cb.layout.device = lc->g->target.device;

@@ -236,8 +236,8 @@ static int manifest_graph(const tcc_graph *g, tcc_arena *A, Tcc__V1__Manifest *m
 }
 
 /* Encodes the tcc.v1.Manifest of a built program into the artifact. */
-static int encode_manifest(const tcc_program *prog, tcc_arena *A, tcc_artifact *out,
-                           tcc_error *err) {
+static int encode_manifest(const tcc_program *prog, tcc_arena *A, const char *ptx, size_t ptx_len,
+                           tcc_artifact *out, tcc_error *err) {
   const tcc_graph *g = prog->graph;
   Tcc__V1__Manifest m;
   tcc__v1__manifest__init(&m);
@@ -289,6 +289,9 @@ static int encode_manifest(const tcc_program *prog, tcc_arena *A, tcc_artifact *
     }
     m.kernels[j++] = ki;
   }
+  /* CUDA: the launch plan (split stages, cuBLAS steps) and the PTX */
+  int rc;
+  if (cuda && (rc = tcc_cuda_manifest_fill(prog, A, &m, ptx, ptx_len, err))) return rc;
   out->manifest_len = tcc__v1__manifest__get_packed_size(&m);
   out->manifest = malloc(out->manifest_len ? out->manifest_len : 1);
   if (!out->manifest) goto oom;
@@ -360,8 +363,11 @@ int tcc_generate_source(const tcc_prepared *p, char **source, size_t *len, int *
   return rc;
 }
 
-int tcc_compile(const tcc_prepared *p, const tcc_build_options *opts, tcc_artifact *out,
-                tcc_error *err) {
+/* tcc_compile and tcc_compile_tuned: configs (may be NULL) per live
+ * kernel, bench_hooks appends tune.c's timing hooks (static shapes only). */
+static int compile_program(const tcc_prepared *p, const tcc_build_options *opts,
+                           const tcc_kernel_config *configs, int nconfigs, int bench_hooks,
+                           tcc_artifact *out, tcc_error *err) {
   tcc_error local;
   if (!err) err = &local;
   tcc_error_clear(err);
@@ -371,6 +377,8 @@ int tcc_compile(const tcc_prepared *p, const tcc_build_options *opts, tcc_artifa
   const tcc_graph *g = p->graph;
   const tcc_backend *be = tcc_backend_for(g->target.device);
   if (!be) return tcc_error_set(err, TCC_E_UNIMPLEMENTED, "no backend for device type %d", g->target.device);
+  if (g->nsyms && (configs || bench_hooks))
+    return tcc_error_set(err, TCC_E_UNIMPLEMENTED, "tuned builds of dynamic-shape graphs are not supported yet");
   if (g->nsyms) return compile_dynamic(p, be, opts, out, err);
 
   int rc;
@@ -378,14 +386,23 @@ int tcc_compile(const tcc_prepared *p, const tcc_build_options *opts, tcc_artifa
   tcc_arena_init(&arena);
   tcc_program prog;
   tcc_program_init(&prog, &arena, g);
+  prog.kcfg = configs;
+  prog.nkcfg = configs ? nconfigs : 0;
   tcc_buf src = {0};
+  char *ptx = NULL;   /* CUDA: the PTX for the manifest */
+  size_t ptx_len = 0;
   dumper dump;
   dump_open(&dump, p, opts);
   dump_graph(&dump, "graph.txt", g);
 
   if ((rc = generate(be, &prog, &src, &dump, err))) goto done;
-  if ((rc = be->build(&prog, src.data, src.len, opts, &out->data, &out->size, err))) goto done;
-  if ((rc = encode_manifest(&prog, &arena, out, err))) goto done;
+  if (bench_hooks) tcc_tune_append_hooks(&src, tcc_program_live_kernels(&prog));
+  if (g->target.device == TCC__V1__DEVICE_TYPE__CUDA)
+    rc = tcc_build_cuda(&prog, src.data, opts, &out->data, &out->size, &ptx, &ptx_len, err);
+  else
+    rc = be->build(&prog, src.data, src.len, opts, &out->data, &out->size, err);
+  if (rc) goto done;
+  if ((rc = encode_manifest(&prog, &arena, ptx, ptx_len, out, err))) goto done;
 
   out->kind = g->target.device == TCC__V1__DEVICE_TYPE__CUDA ? TCC__V1__ARTIFACT_KIND__CUBIN
                                                               : TCC__V1__ARTIFACT_KIND__SHARED_OBJECT;
@@ -398,11 +415,28 @@ int tcc_compile(const tcc_prepared *p, const tcc_build_options *opts, tcc_artifa
   out->compile_ms = now_ms() - t0;
 
 done:
+  free(ptx);
   tcc_buf_free(&src);
   tcc_program_free(&prog);
   tcc_arena_free(&arena);
   if (rc) tcc_artifact_free(out);
   return rc;
+}
+
+int tcc_compile(const tcc_prepared *p, const tcc_build_options *opts, tcc_artifact *out,
+                tcc_error *err) {
+  return compile_program(p, opts, NULL, 0, 0, out, err);
+}
+
+int tcc_compile_tuned(const tcc_prepared *p, const tcc_build_options *opts,
+                      const tcc_kernel_config *configs, int nconfigs, int bench_hooks,
+                      tcc_artifact *out, tcc_error *err) {
+  tcc_error local;
+  if (!err) err = &local;
+  memset(out, 0, sizeof *out);
+  if (!p || !p->graph || p->graph->target.device != TCC__V1__DEVICE_TYPE__CPU)
+    return tcc_error_set(err, TCC_E_UNIMPLEMENTED, "tuned builds are for CPU targets");
+  return compile_program(p, opts, configs, nconfigs, bench_hooks, out, err);
 }
 
 /* ------------------------------------------------- dynamic shapes */

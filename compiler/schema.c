@@ -469,6 +469,11 @@ const tcc_op *tcc_op_get(int id) {
 
 /* ------------------------------------------------ the table, published */
 
+/* Extern ops the CUDA target runs (cuBLAS GEMMs on the client). */
+int tcc_cuda_extern_op(int id) {
+  return id == TCC_OP_MM || id == TCC_OP_BMM || id == TCC_OP_ADDMM || id == TCC_OP_MATMUL || id == TCC_OP_LINEAR;
+}
+
 size_t tcc_compiler_ops(int device, tcc_op_info *out, size_t cap) {
   static const char *const kinds[] = {
     [TCC_OPK_POINTWISE] = "pointwise", [TCC_OPK_REDUCTION] = "reduction",
@@ -479,8 +484,8 @@ size_t tcc_compiler_ops(int device, tcc_op_info *out, size_t cap) {
   if (tcc_ops_init(NULL)) return 0;
   size_t n = 0;
   for (size_t i = 0; i < TCC_OP_COUNT; i++) {
-    /* CUDA: extern steps (GEMMs) need cuBLAS on the client, not built yet */
-    if (cuda && op_table[i].kind == TCC_OPK_EXTERN) continue;
+    /* CUDA: of the extern steps, the matmul family (cuBLAS on the client) */
+    if (cuda && op_table[i].kind == TCC_OPK_EXTERN && !tcc_cuda_extern_op((int)i)) continue;
     /* CUDA: convolution and CPU attention lower to GEMM steps the CUDA backend lacks */
     if (cuda && (op_table[i].id == TCC_OP_CONVOLUTION || op_table[i].id == TCC_OP_CONVOLUTION_BACKWARD ||
                  op_table[i].id == TCC_OP_ATTENTION_CPU || op_table[i].id == TCC_OP_ATTENTION_CPU_BACKWARD))

@@ -12,6 +12,9 @@
  *           ─► new job ─► [--redis: the remote tier (remote.c): its entry,
  *                or the cluster lock, or a wait on the daemon compiling it]
  *           ─► uv_queue_work(tcc_compile) ... ─► job_done (loop):
+ *                [max-autotune: AUTOTUNING (autotune.c) first: tuning
+ *                records, candidate builds on the pool, benchmark
+ *                children, the tuned build ─► job_tuned (loop)]
  *                store entry + blob (one transaction), reply MISS to the
  *                first caller and COALESCED to the others, or the error
  *                to all of them (and record it when it would repeat);
@@ -23,7 +26,11 @@
  *     │  compile here (miss, lock taken, Redis down or slow)         │
  *     ▼         worker picks it up               tcc_compile returned 0
  *   QUEUED ───────────────────────► COMPILING ─────────────────────► STORING
- *     │          (job_work)             │          (job_done)           │
+ *     │          (job_work)             │  │       (job_done)           │
+ *     │                                 │  │ max-autotune               │
+ *     │                                 │  ▼ (job_done)    tuned or not │
+ *     │                                 │ AUTOTUNING ──────────────────►│
+ *     │                                 │                (job_tuned)    │
  *     │                                 │ tcc_compile failed            │ store failed
  *     │ uv_cancel at shutdown           ▼                               ▼
  *     └────────────────────────────► FAILED ◄──────────────────────────┘
@@ -32,16 +39,23 @@
  *
  *   REMOTE     (--redis only) asking the cluster tier; no worker is used.
  *              Its outcome: a verified entry (stored locally, REMOTE_HIT
- *              to the first waiter) or "compile here" (QUEUED)
+ *              to the first waiter), another daemon's verified failure
+ *              record (recorded locally, its error to every waiter: FAILED)
+ *              or "compile here" (QUEUED)
  *   QUEUED     in the pool's queue, waiting for a worker (queue depth)
  *   COMPILING  on a worker inside tcc_compile (running jobs); the only
  *              state a worker sets (atomically), all others are the loop's
+ *   AUTOTUNING (max-autotune modes) the default artifact is built; the
+ *              tuning run (autotune.c) builds and benchmarks candidates
+ *              on the pool and in child processes. The job stays in the
+ *              table (identical requests still coalesce) but has left
+ *              the pool's queue accounting. A tuning failure is never a
+ *              compile failure: the default artifact is stored instead.
  *   STORING    entry + blob written in one transaction (loop)
  *   DONE       stored; MISS (REMOTE_HIT) to the first waiter, COALESCED to
  *              the rest
  *   FAILED     the error to every waiter; recorded in the negative cache
  *              when it would repeat
- *   (AUTOTUNING, between COMPILING and STORING, comes with max-autotune.)
  *
  * Everything here but job_work runs on the loop thread. job_work reads
  * only job->prep (immutable) and writes only job->artifact / job->err.
@@ -60,7 +74,7 @@
 #include "daemon.h"
 #include "tcc/v1/tcc.pb-c.h"
 
-#define JOB_STATES(X) X(REMOTE) X(QUEUED) X(COMPILING) X(STORING) X(DONE) X(FAILED)
+#define JOB_STATES(X) X(REMOTE) X(QUEUED) X(COMPILING) X(AUTOTUNING) X(STORING) X(DONE) X(FAILED)
 
 typedef enum job_state {
 #define JOB_STATE_ENUM(name) JOB_##name,
@@ -97,6 +111,8 @@ typedef struct tccd_job {
   tccd_call *waiters;             /* first = the call that started the job */
   tccd_call **waiters_tail;
   int nwaiters;
+  tccd_tune *tune;                /* AUTOTUNING: the run (autotune.c) */
+  uint64_t start_ns;              /* created (for the Jobs RPC) */
   struct tccd_job *next;          /* in its hash bucket */
 } tccd_job;
 
@@ -114,7 +130,8 @@ static int job_transition_allowed(job_state from, job_state to) {
   switch (from) {
   case JOB_REMOTE: return to == JOB_QUEUED || to == JOB_STORING || to == JOB_FAILED;
   case JOB_QUEUED: return to == JOB_COMPILING || to == JOB_FAILED;
-  case JOB_COMPILING: return to == JOB_STORING || to == JOB_FAILED;
+  case JOB_COMPILING: return to == JOB_STORING || to == JOB_AUTOTUNING || to == JOB_FAILED;
+  case JOB_AUTOTUNING: return to == JOB_STORING || to == JOB_FAILED;
   case JOB_STORING: return to == JOB_DONE || to == JOB_FAILED;
   case JOB_DONE: case JOB_FAILED: return 0;
   }
@@ -187,6 +204,10 @@ void tccd_jobs_free(tccd_state *st) {
 void tccd_jobs_stats(const tccd_state *st, tccd_job_stats *out) {
   out->running = atomic_load(&st->jobs->running);
   out->queued = st->jobs->in_pool - out->running;
+  out->autotuning = 0;
+  for (int b = 0; b < JOB_BUCKETS; b++)
+    for (tccd_job *j = st->jobs->buckets[b]; j; j = j->next)
+      out->autotuning += atomic_load(&j->state) == JOB_AUTOTUNING;
 }
 
 /* ------------------------------------------------------------ replies */
@@ -326,6 +347,10 @@ static void job_fail(tccd_job *job, int compiled) {
     if (tcc_cache_store_failure(st->cache, job->prep->hash, job->prep->key, job->prep->key_len,
                                 job->prep->target, job->rc, job->err.msg, &serr) != 0)
       log_warn("could not record the failure: %s", serr.msg);
+    /* shared with the cluster too, dropping the cluster lock if ours */
+    tccd_remote_publish_failure(st, job->prep->hash, job->prep->key, job->prep->key_len, job->prep->target,
+                                job->rc, job->err.msg, job->remote_locked ? job->remote_token : NULL);
+    job->remote_locked = 0;
   }
   reply_error_to_waiters(job, job->rc, job->err.msg);
   job_release_lock(job);
@@ -350,12 +375,47 @@ static void job_succeed(tccd_job *job) {
   job->remote_locked = 0;
 }
 
+/* STORING, then DONE (or FAILED when the store fails). */
+static void job_store_and_reply(tccd_job *job) {
+  job_set_state(job, JOB_STORING);
+  job_store(job);
+  if (job->rc != 0) job_fail(job, 0);
+  else job_succeed(job);
+}
+
+/* Back on the loop: the tuning run ended (autotune.c). A tuned artifact
+ * replaces the default one; the time spent tuning counts as compile time. */
+static void job_tuned(void *arg, tcc_artifact *tuned, double autotune_ms) {
+  tccd_job *job = arg;
+  job->tune = NULL;
+  double ms = job->artifact.compile_ms + autotune_ms;
+  if (tuned->data) {
+    tcc_artifact_free(&job->artifact);
+    job->artifact = *tuned;
+    memset(tuned, 0, sizeof *tuned);
+  }
+  job->artifact.compile_ms = ms;
+  job_unlink(job->st->jobs, job);
+  job_store_and_reply(job);
+  job_free(job);
+}
+
 /* Back on the loop: the worker finished (or the job was cancelled). */
 static void job_done(uv_work_t *w, int status) {
   tccd_job *job = w->data;
   tccd_state *st = job->st;
   tccd_jobs *jobs = st->jobs;
   jobs->in_pool--;
+  if (status != UV_ECANCELED && job->rc == 0 && tccd_autotune_wanted(job->prep) && !st->draining) {
+    tcc_cache_count(st->cache, TCC_COUNTER_compiles, 1);
+    job_set_state(job, JOB_AUTOTUNING);
+    job->tune = tccd_autotune_start(st, job->prep, job_tuned, job);
+    if (job->tune) return; /* job_tuned goes on; the job stays in the table */
+    job_unlink(jobs, job);
+    job_store_and_reply(job);
+    job_free(job);
+    return;
+  }
   job_unlink(jobs, job);
 
   if (status == UV_ECANCELED) {
@@ -367,10 +427,7 @@ static void job_done(uv_work_t *w, int status) {
     job_fail(job, 1);
   } else {
     tcc_cache_count(st->cache, TCC_COUNTER_compiles, 1);
-    job_set_state(job, JOB_STORING);
-    job_store(job);
-    if (job->rc != 0) job_fail(job, 0);
-    else job_succeed(job);
+    job_store_and_reply(job);
   }
   job_free(job);
 }
@@ -405,6 +462,19 @@ static void job_remote_done(void *arg, tccd_remote_result *res) {
   tccd_job *job = arg;
   tccd_state *st = job->st;
   job->flight = NULL;
+  if (res->failed) { /* another daemon's recorded failure: the same error, no compile */
+    tcc_error serr;
+    if (tcc_cache_store_failure(st->cache, job->prep->hash, job->prep->key, job->prep->key_len, job->prep->target,
+                                res->fail_code, res->fail_message, &serr) != 0)
+      log_warn("could not record the remote failure: %s", serr.msg);
+    tcc_cache_count(st->cache, TCC_COUNTER_negative_hits, 1);
+    log_info("compile %.12s: a failure recorded by another daemon answered again", job->prep->hash_hex);
+    char msg[TCC_ERROR_MSG_MAX];
+    snprintf(msg, sizeof msg, "%.700s (recorded failure for guard hash %s, shared through the remote tier)",
+             res->fail_message, job->prep->hash_hex);
+    job_end_early(job, res->fail_code, msg);
+    return;
+  }
   if (!res->hit) {
     job->remote_locked = res->locked;
     memcpy(job->remote_token, res->token, sizeof job->remote_token);
@@ -470,6 +540,63 @@ void tccd_jobs_abandon_waiters(tccd_state *st) {
     for (tccd_job *j = jobs->buckets[b]; j; j = j->next)
       reply_error_to_waiters(j, TCC_E_UNAVAILABLE,
                              "tccd is shutting down; the compile goes on and will be cached");
+}
+
+/* ------------------------------------------------------------ Jobs */
+
+/* The jobs in flight, oldest first: what `tcctl compile` shows while it
+ * waits. Read-only. */
+void tccd_rpc_jobs(tccd_state *st, tccd_call *c) {
+  uint8_t *bytes;
+  size_t len;
+  if (tccd_call_read_payload(c, &bytes, &len) != 0) return;
+  Tcc__V1__JobsRequest *req = tcc__v1__jobs_request__unpack(NULL, len, bytes);
+  free(bytes);
+  if (!req) {
+    tccd_call_fail(c, TCC_E_INVALID_ARGUMENT, "malformed JobsRequest");
+    return;
+  }
+  tcc__v1__jobs_request__free_unpacked(req, NULL);
+  size_t n = 0;
+  for (int b = 0; b < JOB_BUCKETS; b++)
+    for (tccd_job *j = st->jobs->buckets[b]; j; j = j->next) n++;
+  Tcc__V1__JobInfo *infos = calloc(n + 1, sizeof *infos);
+  Tcc__V1__JobInfo **ptrs = calloc(n + 1, sizeof *ptrs);
+  if (!infos || !ptrs) {
+    free(infos);
+    free(ptrs);
+    tccd_call_fail(c, TCC_E_RESOURCE_EXHAUSTED, "out of memory");
+    return;
+  }
+  size_t i = 0;
+  for (int b = 0; b < JOB_BUCKETS; b++)
+    for (tccd_job *j = st->jobs->buckets[b]; j; j = j->next, i++) {
+      Tcc__V1__JobInfo *ji = &infos[i];
+      tcc__v1__job_info__init(ji);
+      ji->guard_hash = j->prep->hash_hex;
+      ji->target = j->prep->target;
+      ji->state = (char *)job_state_names[atomic_load(&j->state)];
+      ji->elapsed_ms = tccd_ms_since(j->start_ns);
+      ji->waiters = j->nwaiters;
+      int done = 0, total = 0;
+      if (j->tune) tccd_autotune_progress(j->tune, &done, &total);
+      ji->candidates_done = done;
+      ji->candidates_total = total;
+      ptrs[i] = ji;
+    }
+  /* oldest first */
+  for (size_t a = 1; a < n; a++)
+    for (size_t k = a; k > 0 && ptrs[k]->elapsed_ms > ptrs[k - 1]->elapsed_ms; k--) {
+      Tcc__V1__JobInfo *tmp = ptrs[k];
+      ptrs[k] = ptrs[k - 1];
+      ptrs[k - 1] = tmp;
+    }
+  Tcc__V1__JobsResponse r = TCC__V1__JOBS_RESPONSE__INIT;
+  r.n_jobs = n;
+  r.jobs = ptrs;
+  tccd_call_reply(c, &r.base);
+  free(ptrs);
+  free(infos);
 }
 
 /* ------------------------------------------------------------ the RPC */
@@ -599,6 +726,7 @@ void tccd_rpc_compile(tccd_state *st, tccd_call *c) {
   }
   job->st = st;
   job->prep = prep;
+  job->start_ns = uv_hrtime();
   job->timings = t;
   job->request_meta = encode_request_meta(req, &job->request_meta_len);
   tcc__v1__compile_request__free_unpacked(req, NULL);

@@ -51,6 +51,8 @@ static const opt_def options[] = {
   {"redis-ttl", NUM(OPT_SECONDS, redis_ttl_s), "remote entry lifetime, refreshed on remote hits (default 30d)"},
   {"redis-timeout-ms", NUM(OPT_INT, redis_timeout_ms), "a remote operation slower than this is skipped (default 1000)"},
   {"allow-root", NUM(OPT_BOOL, allow_root), "allow running as root (refused by default)"},
+  {"autotune-timeout-ms", NUM(OPT_INT, autotune_timeout_ms), "max-autotune: wall-clock limit of one benchmark child (default 20000)"},
+  {"autotune-reps", NUM(OPT_INT, autotune_reps), "max-autotune: timed runs per kernel and candidate, median taken (default 15)"},
 };
 
 static void config_defaults(tccd_config *cfg) {
@@ -69,6 +71,8 @@ static void config_defaults(tccd_config *cfg) {
   cfg->log_level = TCCD_LOG_INFO;
   snprintf(cfg->cc, sizeof cfg->cc, "%s", TCC_CC_DEFAULT);
   cfg->compile_timeout_ms = 120000;
+  cfg->autotune_timeout_ms = 20000;
+  cfg->autotune_reps = 15;
   cfg->shutdown_grace_ms = 5000;
   cfg->redis_ttl_s = 30 * 86400;
   cfg->redis_timeout_ms = 1000;

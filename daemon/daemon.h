@@ -67,6 +67,8 @@ typedef struct tccd_config {
   int64_t redis_ttl_s;       /* --redis-ttl */
   int redis_timeout_ms;      /* --redis-timeout-ms */
   int allow_root;            /* --allow-root */
+  int autotune_timeout_ms;   /* --autotune-timeout-ms: one benchmark child */
+  int autotune_reps;         /* --autotune-reps */
 } tccd_config;
 
 /* Fills cfg from defaults, then TCCD_<FLAG> environment variables, then
@@ -95,6 +97,7 @@ typedef enum tccd_role { TCCD_ROLE_OPEN, TCCD_ROLE_CLIENT, TCCD_ROLE_ADMIN } tcc
   X(COMPILE, "/tcc.v1.Compiler/Compile", tccd_rpc_compile, TCCD_ROLE_CLIENT)             \
   X(FETCH, "/tcc.v1.Compiler/Fetch", tccd_rpc_fetch, TCCD_ROLE_CLIENT)                   \
   X(OPS, "/tcc.v1.Compiler/Ops", tccd_rpc_ops, TCCD_ROLE_CLIENT)                         \
+  X(JOBS, "/tcc.v1.Compiler/Jobs", tccd_rpc_jobs, TCCD_ROLE_CLIENT)                      \
   X(STATS, "/tcc.v1.Cache/Stats", tccd_rpc_stats, TCCD_ROLE_CLIENT)                      \
   X(LIST, "/tcc.v1.Cache/List", tccd_rpc_list, TCCD_ROLE_CLIENT)                         \
   X(SHOW, "/tcc.v1.Cache/Show", tccd_rpc_show, TCCD_ROLE_CLIENT)                         \
@@ -202,6 +205,7 @@ TCCD_METHODS(TCCD_HANDLER_DECL)
 typedef struct tccd_job_stats {
   int64_t queued;       /* waiting for a worker */
   int64_t running;      /* in tcc_compile */
+  int64_t autotuning;   /* in AUTOTUNING (max-autotune) */
 } tccd_job_stats;
 
 int tccd_jobs_init(tccd_state *st);
@@ -213,6 +217,34 @@ void tccd_jobs_cancel_queued(tccd_state *st);
  * compile gets UNAVAILABLE now; the compile's result is still stored. */
 void tccd_jobs_abandon_waiters(tccd_state *st);
 void tccd_jobs_free(tccd_state *st);
+
+/* ------------------------------------------------------------- autotune.c */
+
+typedef struct tccd_tune tccd_tune;
+
+/* Called on the loop when a tuning run ends. *tuned is the artifact to
+ * store instead of the default one (ownership moves to the callee), or
+ * all zero when the default artifact stays (untuned, nothing better, or
+ * tuning failed). autotune_ms is the time tuning took. */
+typedef void (*tccd_tune_done)(void *arg, tcc_artifact *tuned, double autotune_ms);
+
+/* 1 when a compiled job with this preparation is autotuned (mode
+ * max-autotune or max-autotune-no-cudagraphs). */
+int tccd_autotune_wanted(const tcc_prepared *prep);
+
+/* Starts autotuning prep (compiled already; on the loop): looks up
+ * tuning records, builds the candidates in parallel on the pool,
+ * benchmarks them one at a time in tccd-bench children, records the
+ * winners, builds the final artifact. prep must outlive the run.
+ * Returns the run (for progress); done(arg, ...) then runs exactly
+ * once, later, on the loop. Returns NULL when nothing is measured: a
+ * CUDA target (no GPU here: the launch heuristic stays and the entry
+ * is counted untuned) or out of memory; done never runs then and the
+ * default artifact stays. */
+tccd_tune *tccd_autotune_start(tccd_state *st, const tcc_prepared *prep, tccd_tune_done done,
+                               void *arg);
+/* Progress of a run: candidates benchmarked so far and in all. */
+void tccd_autotune_progress(const tccd_tune *t, int *done, int *total);
 
 /* ------------------------------------------------------------- security.c */
 
@@ -247,6 +279,9 @@ typedef struct tccd_remote_result {
   tcc_cache_entry entry;   /* hit: owned by the receiver (tcc_cache_entry_clear) */
   uint8_t *artifact;       /* hit: malloc'd, owned by the receiver */
   size_t artifact_len;
+  int failed;              /* a verified failure record: answer its error */
+  int fail_code;           /* failed: TCC_E_* */
+  char fail_message[TCC_ERROR_MSG_MAX];
 } tccd_remote_result;
 
 typedef void (*tccd_remote_done)(void *arg, tccd_remote_result *res);
@@ -278,8 +313,90 @@ void tccd_remote_publish(tccd_state *st, const tcc_cache_entry *e, const uint8_t
 void tccd_remote_release(tccd_state *st, const uint8_t hash[TCC_SHA256_BYTES], const char *token);
 /* Refreshes the TTL of an entry and its artifact. */
 void tccd_remote_touch(tccd_state *st, const uint8_t hash[TCC_SHA256_BYTES]);
+/* Shares a deterministic compile failure (the negative cache) with the
+ * cluster (tccd:{hash}:failure, signed when the daemon signs, with the
+ * TTL) and drops the cluster lock when token (may be NULL) holds it. */
+void tccd_remote_publish_failure(tccd_state *st, const uint8_t hash[TCC_SHA256_BYTES], const uint8_t *key,
+                                 size_t key_len, const char *target, int code, const char *message,
+                                 const char *token);
+
+/* Records: opaque blobs shared cluster-wide under tccd:{<tag>}:rec:<kind>
+ * (e.g. kind "tune", tag the hex of a tuning-record key): the hook for
+ * tuning records. tag and kind: 1-128 characters of [0-9A-Za-z_.-]; the
+ * tag is the hash tag (the Redis Cluster slot). A put is signed with the
+ * daemon's key (when it signs) and written with the TTL; a get verifies
+ * the signature whenever the daemon has trusted keys, so a record came
+ * from a trusted daemon or is not returned -- but a consumer must still
+ * treat its contents as input to validate (a tuning record should only
+ * choose among candidates the daemon generated itself).
+ *
+ * tccd_remote_record_put: fire-and-forget. Returns 0 (sent), -1 (no
+ * remote tier or not connected; nothing sent) or TCC_E_INVALID_ARGUMENT.
+ * tccd_remote_record_get: done(arg, found, data, len) runs later on the
+ * loop exactly once -- found 1 with the blob (valid during the call), 0
+ * when absent, -1 on an error, a timeout (--redis-timeout-ms), a record
+ * that fails verification, or shutdown -- unless it returns non-zero (as
+ * put), when done never runs. */
+typedef void (*tccd_remote_record_done)(void *arg, int found, const uint8_t *data, size_t len);
+int tccd_remote_record_put(tccd_state *st, const char *kind, const char *tag, const uint8_t *data,
+                           size_t len);
+int tccd_remote_record_get(tccd_state *st, const char *kind, const char *tag, tccd_remote_record_done done,
+                           void *arg);
+
 /* For Stats: enabled, connected, "host:port/db". */
 void tccd_remote_info(const tccd_state *st, int *enabled, int *connected, const char **address);
+
+/* ------------------------------------------------------------- redis_cluster.c */
+
+/* The Redis connection layer under remote.c: one server or a Redis
+ * Cluster (found by asking CLUSTER SLOTS), commands routed by the hash
+ * slot of their key, MOVED/ASK/TRYAGAIN followed (see the file's drawing). */
+typedef struct tccd_redis tccd_redis;
+struct redisReply;
+
+/* Connection-level news for the owner (remote.c counts and logs them). */
+typedef struct tccd_redis_events {
+  void *arg;
+  void (*trouble)(void *arg, const char *msg); /* a failure: no connection, lost, hung */
+  void (*healthy)(void *arg);                  /* a node (re)connected */
+} tccd_redis_events;
+
+/* A command's answer: a hiredis reply (an error reply made by the layer
+ * starts with "tccd: "), or NULL when the layer closed. Valid only during
+ * the call. */
+typedef void (*tccd_redis_reply_fn)(void *arg, struct redisReply *reply);
+
+typedef struct tccd_redis_stats {
+  int cluster;          /* the servers are a Redis Cluster */
+  int nodes;            /* known nodes (seeds + masters of the slot map) */
+  int connected_nodes;
+  int64_t moved, ask;   /* redirections followed */
+} tccd_redis_stats;
+
+/* Parses urls ("redis://[[USER]:PASSWORD@]HOST[:PORT][/DB]" or several,
+ * comma-separated; later ones may drop the scheme) and starts connecting
+ * to every seed (never blocks). Returns 0, or TCC_E_INVALID_ARGUMENT with
+ * a message (never the password). */
+int tccd_redis_open(uv_loop_t *loop, const char *urls, int timeout_ms, const tccd_redis_events *ev,
+                    tccd_redis **out, tcc_error *err);
+/* Sends argv (binary-safe when lens is set) to the node owning key's hash
+ * slot (key NULL: any node). Returns 0 (fn runs later, exactly once) or
+ * -1 when that node is not connected (nothing sent, fn never runs). */
+int tccd_redis_command(tccd_redis *rc, const char *key, size_t key_len, int argc, const char **argv,
+                       const size_t *lens, tccd_redis_reply_fn fn, void *arg);
+/* The hash slot of a key: CRC16-XMODEM of its {hash tag} (or of the whole
+ * key) mod 16384, as the Redis Cluster spec. */
+int tccd_redis_slot(const char *key, size_t len);
+/* 1 when a node answers (single: the server; cluster: any node). */
+int tccd_redis_connected(const tccd_redis *rc);
+/* 1 when commands may be sent (a connection is up or being made). */
+int tccd_redis_usable(const tccd_redis *rc);
+/* "host:port[,host:port...]/db" (the seeds), never the password. */
+const char *tccd_redis_display(const tccd_redis *rc);
+void tccd_redis_info(const tccd_redis *rc, tccd_redis_stats *out);
+/* Drops every connection (pending commands get fn(arg, NULL)) and frees
+ * the layer once its timer has closed. */
+void tccd_redis_close(tccd_redis *rc);
 
 /* ------------------------------------------------------------- util */
 

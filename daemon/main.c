@@ -1,7 +1,7 @@
 /*
  * main.c — tccd: start-up, the housekeeping cron, signals, shutdown.
  *
- *   load config ─► grpc_init ─► toolchain identity ─► open cache
+ *   load config ─► grpc_init ─► toolchain identity ─► NVRTC preload ─► open cache
  *   ─► start server (bind, gRPC thread) ─► uv_run ... SIGINT/SIGTERM:
  *   drain (refuse new compiles, cancel queued ones, let in-flight calls
  *   finish for --shutdown-grace-ms, then cancel) ─► server gone
@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "daemon.h"
+#include "nvrtc.h"
 #include "tcc_config.h"
 
 static uv_signal_t sigint_handle, sigterm_handle;
@@ -111,6 +112,12 @@ int main(int argc, char **argv) {
     tccd_security_free(&st);
     return 1;
   }
+  /* NVRTC (CUDA targets) is dlopen'ed on first use, ~30 ms: load it now,
+   * not on the loop thread under the first CUDA request. */
+  tcc_error nverr = {0};
+  char nvrtc_id[256] = "";
+  if (tcc_nvrtc_identity(nvrtc_id, sizeof nvrtc_id, &nverr) != 0)
+    snprintf(nvrtc_id, sizeof nvrtc_id, "unavailable (%.200s)", nverr.msg);
   tcc_cache_options copts = {.dir = cfg.cache_dir, .max_bytes = cfg.cache_max_bytes};
   if (tcc_cache_open(&copts, &st.cache, &err) != 0) {
     log_error("cannot use the cache directory %s (--cache-dir): %s", cfg.cache_dir, err.msg);
@@ -167,6 +174,7 @@ int main(int argc, char **argv) {
            colon ? (int)(colon - cfg.listen) : 0, cfg.listen, port, cfg.cache_dir, cfg.workers,
            (long long)cfg.cache_max_bytes);
   log_info("compiler: %s", st.identity);
+  log_info("CUDA targets: %s", nvrtc_id);
   if (st.remote) {
     int on, connected;
     const char *where;

@@ -1,22 +1,31 @@
 /*
- * remote.c — the cluster tier: one Redis shared by every tccd, behind each
- * daemon's local SQLite cache (--redis URL). hiredis's async API on the
- * daemon's own libuv loop (an adapter below, after hiredis's
- * adapters/libuv.h): nothing here ever blocks the loop thread, and a Redis that is down, slow or full only costs the
- * cluster-wide sharing, never an answer.
+ * remote.c — the cluster tier: one Redis (or one Redis Cluster) shared by
+ * every tccd, behind each daemon's local SQLite cache (--redis URL[,URL]).
+ * Commands go through redis_cluster.c (hiredis's async API on the daemon's
+ * own libuv loop; routing by hash slot on a cluster): nothing here ever
+ * blocks the loop thread, and a Redis that is down, slow or full only
+ * costs the cluster-wide sharing, never an answer.
  *
  * DESIGN
  *
- * Keys (Redis Cluster hash tags: the three keys of one guard hash live in
- * one slot, so MGET and the scripts below work on a cluster too):
+ * Keys (Redis Cluster hash tags: the keys of one guard hash live in one
+ * slot, so MGET and the scripts below work on a cluster too; the routing
+ * key passed to remote_send is one of them):
  *
  *   tccd:{<guard hash hex>}:entry     tcc.v1.RemoteEntry (tcc.proto): key
  *                                     bytes, manifest, digest, signature...
  *   tccd:{<guard hash hex>}:artifact  the artifact bytes
  *   tccd:{<guard hash hex>}:lock      "<random token>" while one daemon
  *                                     compiles it (SET NX PX)
+ *   tccd:{<guard hash hex>}:failure   tcc.v1.RemoteFailure: a failure that
+ *                                     would repeat (the negative cache),
+ *                                     signed; written by job_fail's
+ *                                     tccd_remote_publish_failure
+ *   tccd:{<tag>}:rec:<kind>           "TCR1" envelope (signed?, key id,
+ *                                     signature) + an opaque blob: records
+ *                                     (tccd_remote_record_put/get)
  *
- * Entry and artifact carry a TTL (--redis-ttl, default 30 days), set when
+ * Entry, artifact, failure and records carry a TTL (--redis-ttl, default 30 days), set when
  * written and refreshed (PEXPIRE) whenever a daemon takes the entry from
  * Redis. Size policy is Redis's own: run it with a maxmemory and an
  * eviction policy (volatile-lru or allkeys-lru); every key tccd writes
@@ -26,7 +35,7 @@
  * is compiling starts a flight (compile.c holds its job in state REMOTE
  * meanwhile; later identical requests on this daemon wait on that job):
  *
- *              MGET entry artifact lock
+ *              MGET entry artifact lock failure
  *   PROBE ─────────────────────────────┬─ entry + artifact ── verify ─► HIT
  *     ▲                                │   (digest, key,       │ bad: COMPILE
  *     │                                │    signature)         ▼ (rejected)
@@ -46,16 +55,20 @@
  *   The lock expires after the compile timeout + 5 s, so a daemon that
  *   dies holding it delays the others by at most that.
  *
- * Connection: connected ─(error, EOF)─► down ─(retry 100 ms, doubling to
- * 5 s)─► connecting ─► connected. Commands are queued while connecting;
- * while down they fail at once. A connection with commands unanswered for
- * max(5 s, 5 × --redis-timeout-ms) is dropped and reconnected (a hung
- * Redis). The first failure of an outage is logged as a warning, the
- * rest at debug, and recovery once at info; every failure counts in
- * remote_errors.
+ *   A probe that finds no entry but a failure record that verifies (guard
+ *   hash, canonical key, one of the recordable codes, the signature when
+ *   the daemon has trusted keys) ends the flight with that failure:
+ *   compile.c records it locally and answers its error. A record that
+ *   does not verify counts in remote_rejected and is ignored.
  *
- * One timer (`tick`, every 10 ms while there is anything to watch) runs
- * the command timeouts, the WAIT polls and the reconnects.
+ * Connections (per node: reconnects with backoff, connect timeouts, hung
+ * connections, the slot map, MOVED/ASK/TRYAGAIN) are redis_cluster.c's;
+ * it reports failures here, and the first failure of an outage is logged
+ * as a warning, the rest at debug, and recovery once at info; every
+ * failure counts in remote_errors.
+ *
+ * One timer (`tick`, every 10 ms while a flight or a record get waits)
+ * runs the command timeouts and the WAIT polls.
  *
  * Trust: an entry from Redis is used only when its artifact hashes to the
  * entry's digest, its canonical key equals the requester's (no hash
@@ -83,7 +96,12 @@
 #define REMOTE_LOCK_MARGIN_MS 5000
 #define REMOTE_WAIT_MARGIN_MS 10000
 #define REMOTE_STUCK_MIN_MS 5000
-#define REMOTE_KEY_MAX 96
+#define REMOTE_KEY_MAX 320
+#define REMOTE_NAME_MAX 128             /* a record's kind or tag */
+#define FAILURE_DOMAIN "tccd-failure-v1" /* the "manifest" a failure signature covers */
+#define RECORD_DOMAIN "tccd-record-v1"   /* the "manifest" a record signature covers */
+#define RECORD_MAGIC "TCR1"
+#define RECORD_HEAD (4 + 1 + 16 + TCC_SIGNATURE_BYTES) /* magic, signed?, key id, signature */
 
 /* Publish: artifact and entry with a TTL, then the lock dropped if it is
  * still ours. KEYS entry, artifact, lock; ARGV entry, artifact, ttl ms,
@@ -92,6 +110,13 @@ static const char PUBLISH_SCRIPT[] =
     "redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3]) "
     "redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[3]) "
     "if ARGV[4] ~= '' and redis.call('GET', KEYS[3]) == ARGV[4] then redis.call('DEL', KEYS[3]) end "
+    "return 1";
+
+/* Publish a failure: the record with a TTL, then the lock dropped if it
+ * is still ours. KEYS failure, lock; ARGV record, ttl ms, token. */
+static const char FAILURE_SCRIPT[] =
+    "redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2]) "
+    "if ARGV[3] ~= '' and redis.call('GET', KEYS[2]) == ARGV[3] then redis.call('DEL', KEYS[2]) end "
     "return 1";
 
 /* Drops the lock only if it is still ours. KEYS lock; ARGV token. */
@@ -126,100 +151,33 @@ typedef struct remote_op {
   tccd_remote_flight *flight;     /* NULL: fire-and-forget, or abandoned */
   tcc_cache_counter ok_counter;   /* counted on success (fire-and-forget) */
   const char *what;
+  struct remote_record_get *rec;  /* a record get waiting on it, or NULL */
 } remote_op;
+
+/* A tccd_remote_record_get in progress. */
+typedef struct remote_record_get {
+  tccd_remote *r;
+  char kind[REMOTE_NAME_MAX + 1], tag[REMOTE_NAME_MAX + 1];
+  tccd_remote_record_done done;
+  void *arg;
+  uint64_t deadline_ns;
+  remote_op *op;
+  struct remote_record_get *prev, *next;
+} remote_record_get;
 
 struct tccd_remote {
   tccd_state *st;
-  char host[256];
-  int port, db;
-  char user[128], password[256];
-  char display[300];              /* host:port/db, never the password */
-  redisAsyncContext *ac;          /* NULL while down */
-  int connected;                  /* the connect callback said OK */
+  tccd_redis *rc;                 /* the connections (redis_cluster.c) */
+  const char *display;            /* host:port/db, never the password */
   uv_timer_t tick;
-  uint64_t reconnect_at_ns;       /* while down */
-  uint64_t connect_started_ns;    /* while connecting */
-  unsigned reconnect_ms;
-  int64_t pending;                /* commands without a reply yet */
-  uint64_t waiting_since_ns;      /* when pending last went 0 -> 1 or a reply came */
   int warned;                     /* the current trouble was logged */
   tccd_remote_flight *flights;
+  remote_record_get *records;     /* record gets waiting for a reply */
+  remote_op *last_op;             /* the op remote_send made last */
   int closing;
 };
 
 static uint64_t now_ns(void) { return uv_hrtime(); }
-
-/* ------------------------------------------------------------ URL */
-
-/* Decodes %XX escapes in place. Returns 0 or -1. */
-static int percent_decode(char *s) {
-  char *w = s;
-  for (char *p = s; *p; p++) {
-    if (*p == '%') {
-      unsigned v;
-      if (!p[1] || !p[2] || sscanf(p + 1, "%2x", &v) != 1) return -1;
-      *w++ = (char)v;
-      p += 2;
-    } else {
-      *w++ = *p;
-    }
-  }
-  *w = '\0';
-  return 0;
-}
-
-/* redis://[[USER]:PASSWORD@]HOST[:PORT][/DB]. Returns 0 or a message. */
-static int parse_url(tccd_remote *r, const char *url, tcc_error *err) {
-  const char *p = url;
-  if (strncmp(p, "redis://", 8) != 0)
-    return tcc_error_set(err, TCC_E_INVALID_ARGUMENT,
-                         "--redis must look like redis://[[USER]:PASSWORD@]HOST[:PORT][/DB]");
-  p += 8;
-  r->port = 6379;
-  const char *at = strrchr(p, '@');
-  if (at) {
-    const char *colon = memchr(p, ':', (size_t)(at - p));
-    if (!colon || (size_t)(colon - p) >= sizeof r->user || (size_t)(at - colon - 1) >= sizeof r->password)
-      return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "--redis: credentials must be [USER]:PASSWORD@");
-    memcpy(r->user, p, (size_t)(colon - p));
-    memcpy(r->password, colon + 1, (size_t)(at - colon - 1));
-    if (percent_decode(r->user) || percent_decode(r->password))
-      return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "--redis: bad %% escape in the credentials");
-    p = at + 1;
-  }
-  const char *host_end;
-  if (*p == '[') { /* [ipv6] */
-    host_end = strchr(p, ']');
-    if (!host_end) return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "--redis: unterminated [");
-    p++;
-  } else {
-    host_end = p + strcspn(p, ":/");
-  }
-  size_t hl = (size_t)(host_end - p);
-  if (hl == 0 || hl >= sizeof r->host) return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "--redis: no host");
-  memcpy(r->host, p, hl);
-  r->host[hl] = '\0';
-  p = host_end + (*host_end == ']');
-  if (*p == ':') {
-    char *end;
-    long port = strtol(p + 1, &end, 10);
-    if (end == p + 1 || port < 1 || port > 65535)
-      return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "--redis: bad port");
-    r->port = (int)port;
-    p = end;
-  }
-  if (*p == '/' && p[1]) {
-    char *end;
-    long db = strtol(p + 1, &end, 10);
-    if (end == p + 1 || *end || db < 0 || db > 1000000)
-      return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "--redis: bad database number");
-    r->db = (int)db;
-  } else if (*p && strcmp(p, "/") != 0) {
-    return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "--redis: unexpected '%.40s' after the host", p);
-  }
-  snprintf(r->display, sizeof r->display, "%s:%d/%d", r->host, r->port, r->db);
-  return 0;
-}
 
 /* ------------------------------------------------------------ trouble */
 
@@ -245,72 +203,16 @@ static void remote_healthy(tccd_remote *r) {
 
 static void count(tccd_remote *r, tcc_cache_counter c) { tcc_cache_count(r->st->cache, c, 1); }
 
-/* ------------------------------------------------------------ libuv adapter */
+/* ------------------------------------------------------------ connections */
 
-/* hiredis's own adapters/libuv.h, with one fix: libuv reports a socket
- * error (POLLERR: a reset, a refused connect) as a poll status < 0 and
- * stops the handle, and the shipped adapter ignores that status, so
- * hiredis never learns the connection is gone (a killed Redis then hangs
- * every command until its timeout, and a refused connect forever). Here
- * an error status is handed to hiredis as a read, which finds the error
- * and disconnects. */
-typedef struct remote_events {
-  redisAsyncContext *ac;
-  uv_poll_t handle;
-  int events;
-} remote_events;
-
-static void ev_poll(uv_poll_t *h, int status, int events) {
-  remote_events *p = h->data;
-  if (!p->ac) return;
-  if (status < 0) {
-    redisAsyncHandleRead(p->ac); /* reads the error, disconnects */
-    return;
-  }
-  if (events & UV_READABLE) redisAsyncHandleRead(p->ac);
-  if (p->ac && (events & UV_WRITABLE)) redisAsyncHandleWrite(p->ac);
+/* The connection layer (redis_cluster.c) reports here. */
+static void on_layer_trouble(void *arg, const char *msg) {
+  tccd_remote *r = arg;
+  count(r, TCC_COUNTER_remote_errors);
+  remote_trouble(r, "%s", msg);
 }
 
-static void ev_update(remote_events *p, int add, int ev) {
-  p->events = add ? p->events | ev : p->events & ~ev;
-  if (p->events) uv_poll_start(&p->handle, p->events, ev_poll);
-  else uv_poll_stop(&p->handle);
-}
-
-static void ev_add_read(void *d) { ev_update(d, 1, UV_READABLE); }
-static void ev_del_read(void *d) { ev_update(d, 0, UV_READABLE); }
-static void ev_add_write(void *d) { ev_update(d, 1, UV_WRITABLE); }
-static void ev_del_write(void *d) { ev_update(d, 0, UV_WRITABLE); }
-
-static void ev_closed(uv_handle_t *h) { free(h->data); }
-
-static void ev_cleanup(void *d) {
-  remote_events *p = d;
-  p->ac = NULL; /* the context is being freed */
-  uv_close((uv_handle_t *)&p->handle, ev_closed);
-}
-
-/* Attaches a context to the loop. Returns 0 or -1. */
-static int ev_attach(redisAsyncContext *ac, uv_loop_t *loop) {
-  if (ac->ev.data) return -1;
-  remote_events *p = calloc(1, sizeof *p);
-  if (!p) return -1;
-  if (uv_poll_init(loop, &p->handle, ac->c.fd) != 0) {
-    free(p);
-    return -1;
-  }
-  p->ac = ac;
-  p->handle.data = p;
-  ac->ev.data = p;
-  ac->ev.addRead = ev_add_read;
-  ac->ev.delRead = ev_del_read;
-  ac->ev.addWrite = ev_add_write;
-  ac->ev.delWrite = ev_del_write;
-  ac->ev.cleanup = ev_cleanup;
-  return 0;
-}
-
-/* ------------------------------------------------------------ connection */
+static void on_layer_healthy(void *arg) { remote_healthy(arg); }
 
 static void on_tick(uv_timer_t *t);
 
@@ -319,109 +221,32 @@ static void arm_tick(tccd_remote *r) {
     uv_timer_start(&r->tick, on_tick, REMOTE_TICK_MS, REMOTE_TICK_MS);
 }
 
-static void schedule_reconnect(tccd_remote *r) {
-  r->reconnect_ms = r->reconnect_ms ? r->reconnect_ms * 2 : REMOTE_RECONNECT_FIRST_MS;
-  if (r->reconnect_ms > REMOTE_RECONNECT_MAX_MS) r->reconnect_ms = REMOTE_RECONNECT_MAX_MS;
-  r->reconnect_at_ns = now_ns() + (uint64_t)r->reconnect_ms * 1000000ull;
-  arm_tick(r);
-}
+static void on_reply(void *privdata, redisReply *rep);
 
-static void on_connect(const redisAsyncContext *ac, int status) {
-  tccd_remote *r = ac->data;
-  if (status != REDIS_OK) { /* hiredis frees the context after this */
-    remote_trouble(r, "cannot connect: %s", ac->errstr[0] ? ac->errstr : "error");
-    count(r, TCC_COUNTER_remote_errors);
-    r->ac = NULL;
-    r->connected = 0;
-    r->pending = 0;
-    schedule_reconnect(r);
-    return;
-  }
-  r->connected = 1;
-  r->reconnect_ms = 0;
-  log_info("redis %s: connected", r->display);
-  remote_healthy(r);
-}
-
-static void on_disconnect(const redisAsyncContext *ac, int status) {
-  tccd_remote *r = ac->data;
-  r->ac = NULL;
-  r->connected = 0;
-  r->pending = 0;
-  if (r->closing) return;
-  if (status != REDIS_OK) {
-    remote_trouble(r, "connection lost: %s", ac->errstr[0] ? ac->errstr : "closed");
-    count(r, TCC_COUNTER_remote_errors);
-  }
-  schedule_reconnect(r);
-}
-
-static void on_reply(redisAsyncContext *ac, void *reply, void *privdata);
-
-/* Sends argv (binary-safe); with flight set, the reply goes to it.
- * Returns 0, or -1 when there is no connection (nothing was sent). */
+/* Sends argv (binary-safe) to the node that owns `key` (its hash tag
+ * names the slot; every key of a multi-key command shares it); with
+ * flight set, the reply goes to it. Returns 0, or -1 when there is no
+ * connection (nothing was sent). */
 static int remote_send(tccd_remote *r, tccd_remote_flight *flight, tcc_cache_counter ok_counter,
-                       const char *what, int argc, const char **argv, const size_t *lens) {
-  if (!r->ac || r->closing) return -1;
+                       const char *what, const char *key, int argc, const char **argv, const size_t *lens) {
+  if (!r->rc || r->closing) return -1;
   remote_op *op = calloc(1, sizeof *op);
   if (!op) return -1;
   op->r = r;
   op->flight = flight;
   op->ok_counter = ok_counter;
   op->what = what;
-  if (redisAsyncCommandArgv(r->ac, on_reply, op, argc, argv, lens) != REDIS_OK) {
+  if (tccd_redis_command(r->rc, key, strlen(key), argc, argv, lens, on_reply, op) != 0) {
     free(op);
     return -1;
   }
-  if (r->pending++ == 0) r->waiting_since_ns = now_ns();
+  r->last_op = op;
   if (flight) {
     flight->op = op;
     flight->op_deadline_ns = now_ns() + (uint64_t)r->st->cfg->redis_timeout_ms * 1000000ull;
+    arm_tick(r);
   }
-  arm_tick(r);
   return 0;
-}
-
-static void remote_connect(tccd_remote *r) {
-  log_debug("redis %s: connecting", r->display);
-  redisAsyncContext *ac = redisAsyncConnect(r->host, r->port);
-  if (!ac || ac->err) {
-    remote_trouble(r, "cannot connect: %s", ac ? ac->errstr : "out of memory");
-    count(r, TCC_COUNTER_remote_errors);
-    if (ac) redisAsyncFree(ac);
-    schedule_reconnect(r);
-    return;
-  }
-  ac->data = r;
-  if (ev_attach(ac, r->st->loop) != 0) {
-    remote_trouble(r, "cannot attach to the event loop");
-    redisAsyncFree(ac);
-    schedule_reconnect(r);
-    return;
-  }
-  redisAsyncSetConnectCallback(ac, on_connect);
-  redisAsyncSetDisconnectCallback(ac, on_disconnect);
-  r->ac = ac;
-  r->connected = 0;
-  r->connect_started_ns = now_ns();
-  r->pending = 0;
-  /* queued before anything else, sent once connected */
-  if (r->password[0]) {
-    const char *argv[3] = {"AUTH", r->user, r->password};
-    int with_user = r->user[0] != '\0';
-    if (with_user) {
-      remote_send(r, NULL, TCC_COUNTER__COUNT, "AUTH", 3, argv, NULL);
-    } else {
-      argv[1] = r->password;
-      remote_send(r, NULL, TCC_COUNTER__COUNT, "AUTH", 2, argv, NULL);
-    }
-  }
-  if (r->db) {
-    char db[16];
-    snprintf(db, sizeof db, "%d", r->db);
-    const char *argv[2] = {"SELECT", db};
-    remote_send(r, NULL, TCC_COUNTER__COUNT, "SELECT", 2, argv, NULL);
-  }
 }
 
 /* ------------------------------------------------------------ entries */
@@ -524,6 +349,69 @@ static int entry_verify(const tccd_remote_flight *f, const tcc_cache_entry *e, c
   return 0;
 }
 
+/* ------------------------------------------------------------ failures */
+
+/* The digest a failure record's signature covers (see RemoteFailure in
+ * tcc.proto). */
+static void failure_digest(const uint8_t hash[TCC_SHA256_BYTES], const uint8_t *key, size_t key_len, int code,
+                           const char *target, const char *message, uint8_t out[TCC_SHA256_BYTES]) {
+  uint8_t kd[TCC_SHA256_BYTES];
+  tcc_sha256(key ? key : (const uint8_t *)"", key_len, kd);
+  uint32_t c = (uint32_t)code;
+  uint8_t be[4] = {(uint8_t)(c >> 24), (uint8_t)(c >> 16), (uint8_t)(c >> 8), (uint8_t)c};
+  tcc_sha256_ctx ctx;
+  tcc_sha256_init(&ctx);
+  tcc_sha256_update(&ctx, FAILURE_DOMAIN, sizeof FAILURE_DOMAIN); /* with its NUL */
+  tcc_sha256_update(&ctx, hash, TCC_SHA256_BYTES);
+  tcc_sha256_update(&ctx, kd, sizeof kd);
+  tcc_sha256_update(&ctx, be, sizeof be);
+  tcc_sha256_update(&ctx, target, strlen(target) + 1);
+  tcc_sha256_update(&ctx, message, strlen(message));
+  tcc_sha256_final(&ctx, out);
+}
+
+/* The failures a record may claim: those compile.c records (a poisoned
+ * record cannot make a daemon answer, say, PERMISSION_DENIED). */
+static int failure_code_allowed(int code) {
+  return code == TCC_E_UNIMPLEMENTED || code == TCC_E_INTERNAL || code == TCC_E_INVALID_ARGUMENT ||
+         code == TCC_E_OUT_OF_RANGE;
+}
+
+/* Decodes and checks a failure record for this flight (guard hash,
+ * canonical key, code, and the signature whenever the daemon has trusted
+ * keys). Returns 0 with code and message in res, or a code with the
+ * reason in err. */
+static int failure_check(const tccd_remote_flight *f, const uint8_t *bytes, size_t len, tccd_remote_result *res,
+                         tcc_error *err) {
+  const tccd_state *st = f->r->st;
+  Tcc__V1__RemoteFailure *m = tcc__v1__remote_failure__unpack(NULL, len, bytes);
+  if (!m) return tcc_error_set(err, TCC_E_DATA_LOSS, "the failure record does not decode");
+  int rc = 0;
+  if (m->format != 1 || m->guard_hash.len != TCC_SHA256_BYTES || memcmp(m->guard_hash.data, f->hash, TCC_SHA256_BYTES))
+    rc = tcc_error_set(err, TCC_E_DATA_LOSS, "the failure record names another guard hash");
+  else if (m->canonical_key.len != f->key_len || (f->key_len && memcmp(m->canonical_key.data, f->key, f->key_len)))
+    rc = tcc_error_set(err, TCC_E_DATA_LOSS, "guard hash collision: the failure record's canonical key differs");
+  else if (!failure_code_allowed(m->code) || strlen(m->message) >= sizeof res->fail_message - 200)
+    rc = tcc_error_set(err, TCC_E_DATA_LOSS, "the failure record claims code %d", m->code);
+  else if (st->trusted.n > 0) {
+    if (m->signature.len == 0) {
+      rc = tcc_error_set(err, TCC_E_PERMISSION_DENIED, "the failure record is unsigned and this daemon verifies");
+    } else {
+      uint8_t d[TCC_SHA256_BYTES];
+      failure_digest(f->hash, f->key, f->key_len, m->code, m->target, m->message, d);
+      rc = tcc_artifact_verify(&st->trusted, m->key_id, f->hash, d, (const uint8_t *)FAILURE_DOMAIN,
+                               strlen(FAILURE_DOMAIN), m->signature.data, m->signature.len, err);
+    }
+  }
+  if (rc == 0) {
+    res->failed = 1;
+    res->fail_code = m->code;
+    snprintf(res->fail_message, sizeof res->fail_message, "%s", m->message);
+  }
+  tcc__v1__remote_failure__free_unpacked(m, NULL);
+  return rc;
+}
+
 /* ------------------------------------------------------------ flights */
 
 static void flight_unlink(tccd_remote_flight *f) {
@@ -561,13 +449,14 @@ static void flight_compile_here(tccd_remote_flight *f, int locked) {
 
 /* Sends the probe. Returns 0 or -1 (not sent). */
 static int flight_send_probe(tccd_remote_flight *f) {
-  char k1[REMOTE_KEY_MAX], k2[REMOTE_KEY_MAX], k3[REMOTE_KEY_MAX];
+  char k1[REMOTE_KEY_MAX], k2[REMOTE_KEY_MAX], k3[REMOTE_KEY_MAX], k4[REMOTE_KEY_MAX];
   key_name(k1, f->hex, "entry");
   key_name(k2, f->hex, "artifact");
   key_name(k3, f->hex, "lock");
-  const char *argv[4] = {"MGET", k1, k2, k3};
+  key_name(k4, f->hex, "failure");
+  const char *argv[5] = {"MGET", k1, k2, k3, k4};
   if (f->state != FLIGHT_WAIT) f->state = FLIGHT_PROBE;
-  return remote_send(f->r, f, TCC_COUNTER__COUNT, "MGET", 4, argv, NULL);
+  return remote_send(f->r, f, TCC_COUNTER__COUNT, "MGET", k1, 5, argv, NULL);
 }
 
 static void flight_probe(tccd_remote_flight *f) {
@@ -584,7 +473,7 @@ static void flight_lock(tccd_remote_flight *f) {
   snprintf(px, sizeof px, "%d", f->r->st->cfg->compile_timeout_ms + REMOTE_LOCK_MARGIN_MS);
   const char *argv[6] = {"SET", k, f->token, "NX", "PX", px};
   f->state = FLIGHT_LOCK;
-  if (remote_send(f->r, f, TCC_COUNTER__COUNT, "SET NX", 6, argv, NULL) != 0) {
+  if (remote_send(f->r, f, TCC_COUNTER__COUNT, "SET NX", k, 6, argv, NULL) != 0) {
     count(f->r, TCC_COUNTER_remote_errors);
     flight_compile_here(f, 0);
   }
@@ -608,15 +497,15 @@ static void flight_wait(tccd_remote_flight *f) {
   arm_tick(f->r);
 }
 
-/* The MGET answer: [entry, artifact, lock]. */
+/* The MGET answer: [entry, artifact, lock, failure]. */
 static void flight_on_probe(tccd_remote_flight *f, redisReply *rep) {
-  if (rep->type != REDIS_REPLY_ARRAY || rep->elements != 3) {
+  if (rep->type != REDIS_REPLY_ARRAY || rep->elements != 4) {
     count(f->r, TCC_COUNTER_remote_errors);
     remote_trouble(f->r, "unexpected MGET reply");
     flight_compile_here(f, 0);
     return;
   }
-  redisReply *entry = rep->element[0], *art = rep->element[1], *lock = rep->element[2];
+  redisReply *entry = rep->element[0], *art = rep->element[1], *lock = rep->element[2], *fail = rep->element[3];
   if (entry->type == REDIS_REPLY_STRING && art->type == REDIS_REPLY_STRING) {
     tccd_remote_result res;
     memset(&res, 0, sizeof res);
@@ -638,6 +527,18 @@ static void flight_on_probe(tccd_remote_flight *f, redisReply *rep) {
     flight_compile_here(f, 0);
     return;
   }
+  if (fail->type == REDIS_REPLY_STRING) { /* the negative cache, cluster-wide */
+    tccd_remote_result res;
+    memset(&res, 0, sizeof res);
+    tcc_error err;
+    if (failure_check(f, (const uint8_t *)fail->str, fail->len, &res, &err) == 0) {
+      flight_finish(f, &res);
+      return;
+    }
+    count(f->r, TCC_COUNTER_remote_rejected);
+    log_warn("redis %s: refused the remote failure record for %.12s: %s; ignoring it", f->r->display, f->hex,
+             err.msg);
+  }
   if (lock->type == REDIS_REPLY_STRING) flight_wait(f);
   else flight_lock(f);
 }
@@ -647,15 +548,16 @@ static void flight_on_lock(tccd_remote_flight *f, redisReply *rep) {
   else flight_wait(f);                                              /* nil: taken */
 }
 
-static void on_reply(redisAsyncContext *ac, void *reply, void *privdata) {
-  (void)ac;
+static void record_finish(remote_record_get *g, int found, const uint8_t *data, size_t len);
+static void record_on_reply(remote_record_get *g, redisReply *rep);
+
+static void on_reply(void *privdata, redisReply *rep) {
   remote_op *op = privdata;
   tccd_remote *r = op->r;
-  redisReply *rep = reply;
-  if (r->pending > 0) r->pending--;
-  r->waiting_since_ns = now_ns();
   tccd_remote_flight *f = op->flight;
+  remote_record_get *g = op->rec;
   if (f) f->op = NULL;
+  if (g) g->op = NULL;
   if (!rep || rep->type == REDIS_REPLY_ERROR) {
     if (!r->closing) {
       count(r, TCC_COUNTER_remote_errors);
@@ -663,47 +565,23 @@ static void on_reply(redisAsyncContext *ac, void *reply, void *privdata) {
     }
     free(op);
     if (f) flight_compile_here(f, 0);
+    if (g) record_finish(g, -1, NULL, 0);
     return;
   }
   remote_healthy(r);
   if (op->ok_counter != TCC_COUNTER__COUNT) count(r, op->ok_counter);
   free(op);
+  if (g) record_on_reply(g, rep);
   if (!f) return;
   if (f->state == FLIGHT_LOCK) flight_on_lock(f, rep);
   else flight_on_probe(f, rep);
 }
 
-/* Every 10 ms while needed: reconnects, command timeouts, WAIT polls,
- * and a hung connection's reset. */
+/* Every 10 ms while a flight is waiting: command timeouts and WAIT polls
+ * (reconnects and hung connections are the connection layer's). */
 static void on_tick(uv_timer_t *t) {
   tccd_remote *r = t->data;
   uint64_t now = now_ns();
-  if (!r->ac && now >= r->reconnect_at_ns) remote_connect(r);
-  /* hiredis's libuv adapter drops poll errors, so a refused or hung
-   * connect may never call on_connect: give it --redis-timeout-ms */
-  if (r->ac && !r->connected && now > r->connect_started_ns &&
-      now - r->connect_started_ns > (uint64_t)r->st->cfg->redis_timeout_ms * 1000000ull) {
-    remote_trouble(r, "cannot connect: no answer within %d ms", r->st->cfg->redis_timeout_ms);
-    count(r, TCC_COUNTER_remote_errors);
-    redisAsyncContext *ac = r->ac;
-    r->ac = NULL;
-    r->pending = 0;
-    redisAsyncFree(ac); /* pending commands get NULL replies */
-    schedule_reconnect(r);
-  }
-  uint64_t stuck_ms = (uint64_t)r->st->cfg->redis_timeout_ms * 5;
-  if (stuck_ms < REMOTE_STUCK_MIN_MS) stuck_ms = REMOTE_STUCK_MIN_MS;
-  if (r->ac && r->pending > 0 && now > r->waiting_since_ns &&
-      now - r->waiting_since_ns > stuck_ms * 1000000ull) {
-    remote_trouble(r, "no reply for %llu ms; reconnecting", (unsigned long long)stuck_ms);
-    count(r, TCC_COUNTER_remote_errors);
-    redisAsyncContext *ac = r->ac;
-    redisAsyncFree(ac); /* replies NULL to every pending command; on_disconnect runs */
-    r->ac = NULL;
-    r->connected = 0;
-    r->pending = 0;
-    if (r->reconnect_at_ns <= now) schedule_reconnect(r);
-  }
   for (tccd_remote_flight *f = r->flights, *next; f; f = next) {
     next = f->next;
     if (f->op && now >= f->op_deadline_ns) {
@@ -720,7 +598,15 @@ static void on_tick(uv_timer_t *t) {
       }
     }
   }
-  if (!r->flights && r->pending == 0 && r->ac && r->connected) uv_timer_stop(t);
+  for (remote_record_get *g = r->records, *next; g; g = next) {
+    next = g->next;
+    if (now >= g->deadline_ns) {
+      count(r, TCC_COUNTER_remote_errors);
+      remote_trouble(r, "record get %s/%s timed out after %d ms", g->kind, g->tag, r->st->cfg->redis_timeout_ms);
+      record_finish(g, -1, NULL, 0);
+    }
+  }
+  if (!r->flights && !r->records) uv_timer_stop(t);
 }
 
 /* ------------------------------------------------------------ API */
@@ -730,34 +616,37 @@ int tccd_remote_init(tccd_state *st, tcc_error *err) {
   tccd_remote *r = calloc(1, sizeof *r);
   if (!r) return tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "out of memory");
   r->st = st;
-  int rc = parse_url(r, st->cfg->redis, err);
+  tccd_redis_events ev = {.arg = r, .trouble = on_layer_trouble, .healthy = on_layer_healthy};
+  r->display = "";
+  int rc = tccd_redis_open(st->loop, st->cfg->redis, st->cfg->redis_timeout_ms, &ev, &r->rc, err);
   if (rc) {
-    sodium_memzero(r->password, sizeof r->password);
     free(r);
     return rc;
   }
+  r->display = tccd_redis_display(r->rc);
   uv_timer_init(st->loop, &r->tick);
   r->tick.data = r;
-  uv_timer_start(&r->tick, on_tick, REMOTE_TICK_MS, REMOTE_TICK_MS);
   st->remote = r;
-  remote_connect(r);
   return 0;
 }
 
-static void on_tick_closed(uv_handle_t *h) {
-  tccd_remote *r = h->data;
-  sodium_memzero(r->password, sizeof r->password);
-  free(r);
-}
+static void on_tick_closed(uv_handle_t *h) { free(h->data); }
 
 void tccd_remote_close(tccd_state *st) {
   tccd_remote *r = st->remote;
   if (!r) return;
   st->remote = NULL;
   while (r->flights) flight_compile_here(r->flights, 0); /* compile.c cancelled them already */
+  while (r->records) record_finish(r->records, -1, NULL, 0);
   r->closing = 1;
-  if (r->ac) redisAsyncFree(r->ac); /* never waits on a hung Redis */
-  r->ac = NULL;
+  tccd_redis_stats rs;
+  tccd_redis_info(r->rc, &rs);
+  if (rs.cluster)
+    log_info("redis %s: a cluster of %d known node(s), %d connected; %lld MOVED and %lld ASK redirection(s) followed",
+             r->display, rs.nodes, rs.connected_nodes, (long long)rs.moved, (long long)rs.ask);
+  tccd_redis_close(r->rc); /* never waits on a hung Redis; pending replies come back NULL */
+  r->rc = NULL;
+  r->display = "";
   uv_timer_stop(&r->tick);
   uv_close((uv_handle_t *)&r->tick, on_tick_closed);
 }
@@ -765,7 +654,7 @@ void tccd_remote_close(tccd_state *st) {
 tccd_remote_flight *tccd_remote_begin(tccd_state *st, const uint8_t hash[TCC_SHA256_BYTES],
                                       const uint8_t *key, size_t key_len, tccd_remote_done done, void *arg) {
   tccd_remote *r = st->remote;
-  if (!r || r->closing || !r->ac) {
+  if (!r || r->closing || !tccd_redis_usable(r->rc)) {
     if (r && !r->closing) count(r, TCC_COUNTER_remote_errors);
     return NULL;
   }
@@ -820,7 +709,7 @@ void tccd_remote_publish(tccd_state *st, const tcc_cache_entry *e, const uint8_t
                           (const char *)(artifact ? artifact : (const uint8_t *)""), ttl, tok};
   size_t lens[10] = {4, strlen(PUBLISH_SCRIPT), 1, strlen(k1), strlen(k2), strlen(k3), elen, len,
                      strlen(ttl), strlen(tok)};
-  if (remote_send(r, NULL, TCC_COUNTER_remote_stores, "publish", 10, argv, lens) != 0) {
+  if (remote_send(r, NULL, TCC_COUNTER_remote_stores, "publish", k1, 10, argv, lens) != 0) {
     count(r, TCC_COUNTER_remote_errors);
     remote_trouble(r, "not connected; %.12s not written through", hex);
   }
@@ -834,7 +723,7 @@ void tccd_remote_release(tccd_state *st, const uint8_t hash[TCC_SHA256_BYTES], c
   tcc_hex_encode(hash, TCC_SHA256_BYTES, hex);
   key_name(k, hex, "lock");
   const char *argv[5] = {"EVAL", RELEASE_SCRIPT, "1", k, token};
-  if (remote_send(r, NULL, TCC_COUNTER__COUNT, "release", 5, argv, NULL) != 0)
+  if (remote_send(r, NULL, TCC_COUNTER__COUNT, "release", k, 5, argv, NULL) != 0)
     count(r, TCC_COUNTER_remote_errors); /* the lock expires by itself */
 }
 
@@ -848,13 +737,201 @@ void tccd_remote_touch(tccd_state *st, const uint8_t hash[TCC_SHA256_BYTES]) {
   for (int i = 0; i < 2; i++) {
     key_name(k, hex, parts[i]);
     const char *argv[3] = {"PEXPIRE", k, ttl};
-    if (remote_send(r, NULL, TCC_COUNTER__COUNT, "PEXPIRE", 3, argv, NULL) != 0) return;
+    if (remote_send(r, NULL, TCC_COUNTER__COUNT, "PEXPIRE", k, 3, argv, NULL) != 0) return;
   }
 }
 
 void tccd_remote_info(const tccd_state *st, int *enabled, int *connected, const char **address) {
   const tccd_remote *r = st->remote;
   *enabled = r != NULL;
-  *connected = r && r->ac && r->connected;
+  *connected = r && tccd_redis_connected(r->rc);
   *address = r ? r->display : "";
+}
+
+void tccd_remote_publish_failure(tccd_state *st, const uint8_t hash[TCC_SHA256_BYTES], const uint8_t *key,
+                                 size_t key_len, const char *target, int code, const char *message,
+                                 const char *token) {
+  tccd_remote *r = st->remote;
+  if (!r || !failure_code_allowed(code)) return;
+  Tcc__V1__RemoteFailure m = TCC__V1__REMOTE_FAILURE__INIT;
+  uint8_t sig[TCC_SIGNATURE_BYTES];
+  m.format = 1;
+  m.guard_hash.data = (uint8_t *)hash;
+  m.guard_hash.len = TCC_SHA256_BYTES;
+  m.canonical_key.data = (uint8_t *)key;
+  m.canonical_key.len = key_len;
+  m.target = (char *)target;
+  m.code = code;
+  m.message = (char *)message;
+  m.created_unix = (int64_t)time(NULL);
+  if (st->signing_key) {
+    uint8_t d[TCC_SHA256_BYTES];
+    failure_digest(hash, key, key_len, code, target, message, d);
+    tcc_artifact_sign(st->signing_key, hash, d, (const uint8_t *)FAILURE_DOMAIN, strlen(FAILURE_DOMAIN), sig);
+    m.signature.data = sig;
+    m.signature.len = sizeof sig;
+    m.key_id = st->signing_key->key_id;
+  }
+  size_t len = tcc__v1__remote_failure__get_packed_size(&m);
+  uint8_t *enc = malloc(len ? len : 1);
+  if (!enc) return;
+  tcc__v1__remote_failure__pack(&m, enc);
+  char hex[TCC_SHA256_HEX], k1[REMOTE_KEY_MAX], k2[REMOTE_KEY_MAX], ttl[32];
+  tcc_hex_encode(hash, TCC_SHA256_BYTES, hex);
+  key_name(k1, hex, "failure");
+  key_name(k2, hex, "lock");
+  snprintf(ttl, sizeof ttl, "%lld", (long long)st->cfg->redis_ttl_s * 1000);
+  const char *tok = token ? token : "";
+  const char *argv[7] = {"EVAL", FAILURE_SCRIPT, "2", k1, k2, (const char *)enc, ttl};
+  const char *argv_tok[8] = {argv[0], argv[1], argv[2], argv[3], argv[4], argv[5], argv[6], tok};
+  size_t lens[8] = {4, strlen(FAILURE_SCRIPT), 1, strlen(k1), strlen(k2), len, strlen(ttl), strlen(tok)};
+  if (remote_send(r, NULL, TCC_COUNTER__COUNT, "publish failure", k1, 8, argv_tok, lens) != 0) {
+    count(r, TCC_COUNTER_remote_errors);
+    remote_trouble(r, "not connected; the failure of %.12s not shared", hex);
+  }
+  free(enc);
+}
+
+/* ------------------------------------------------------------ records */
+
+/* A record name part: 1-128 of [0-9A-Za-z_.-] (no braces: the tag is the
+ * hash tag). Returns 1 when valid. */
+static int record_name_ok(const char *s) {
+  size_t n = s ? strlen(s) : 0;
+  if (n == 0 || n > REMOTE_NAME_MAX) return 0;
+  for (size_t i = 0; i < n; i++) {
+    char c = s[i];
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' || c == '.' ||
+          c == '-'))
+      return 0;
+  }
+  return 1;
+}
+
+static void record_key(char out[REMOTE_KEY_MAX], const char *kind, const char *tag) {
+  snprintf(out, REMOTE_KEY_MAX, "tccd:{%s}:rec:%s", tag, kind);
+}
+
+/* What a record's signature binds: the "guard hash" slot of tcc_sign's
+ * layout is SHA-256("tccd-record-v1\0" kind "\0" tag), the digest that of
+ * the blob, the manifest RECORD_DOMAIN. */
+static void record_name_digest(const char *kind, const char *tag, uint8_t out[TCC_SHA256_BYTES]) {
+  tcc_sha256_ctx ctx;
+  tcc_sha256_init(&ctx);
+  tcc_sha256_update(&ctx, RECORD_DOMAIN, sizeof RECORD_DOMAIN);
+  tcc_sha256_update(&ctx, kind, strlen(kind) + 1);
+  tcc_sha256_update(&ctx, tag, strlen(tag));
+  tcc_sha256_final(&ctx, out);
+}
+
+int tccd_remote_record_put(tccd_state *st, const char *kind, const char *tag, const uint8_t *data, size_t len) {
+  tccd_remote *r = st->remote;
+  if (!record_name_ok(kind) || !record_name_ok(tag)) return TCC_E_INVALID_ARGUMENT;
+  if (!r || r->closing) return -1;
+  /* the envelope: "TCR1", signed (0/1), key id (16), signature (64), blob */
+  uint8_t *env = calloc(1, RECORD_HEAD + len);
+  if (!env) return -1;
+  memcpy(env, RECORD_MAGIC, 4);
+  if (st->signing_key) {
+    uint8_t name[TCC_SHA256_BYTES], d[TCC_SHA256_BYTES];
+    record_name_digest(kind, tag, name);
+    tcc_sha256(data ? data : (const uint8_t *)"", len, d);
+    env[4] = 1;
+    memcpy(env + 5, st->signing_key->key_id, 16);
+    tcc_artifact_sign(st->signing_key, name, d, (const uint8_t *)RECORD_DOMAIN, strlen(RECORD_DOMAIN), env + 21);
+  }
+  if (len) memcpy(env + RECORD_HEAD, data, len);
+  char k[REMOTE_KEY_MAX], ttl[32];
+  record_key(k, kind, tag);
+  snprintf(ttl, sizeof ttl, "%lld", (long long)st->cfg->redis_ttl_s * 1000);
+  const char *argv[5] = {"SET", k, (const char *)env, "PX", ttl};
+  size_t lens[5] = {3, strlen(k), RECORD_HEAD + len, 2, strlen(ttl)};
+  int rc = remote_send(r, NULL, TCC_COUNTER__COUNT, "record put", k, 5, argv, lens);
+  free(env);
+  if (rc != 0) count(r, TCC_COUNTER_remote_errors);
+  return rc;
+}
+
+static void record_unlink(remote_record_get *g) {
+  tccd_remote *r = g->r;
+  if (g->prev) g->prev->next = g->next;
+  else r->records = g->next;
+  if (g->next) g->next->prev = g->prev;
+  if (g->op) g->op->rec = NULL;
+  g->op = NULL;
+}
+
+static void record_finish(remote_record_get *g, int found, const uint8_t *data, size_t len) {
+  record_unlink(g);
+  tccd_remote_record_done done = g->done;
+  void *arg = g->arg;
+  free(g);
+  done(arg, found, data, len);
+}
+
+/* A GET's answer: nil (absent) or an envelope to check. */
+static void record_on_reply(remote_record_get *g, redisReply *rep) {
+  tccd_remote *r = g->r;
+  if (rep->type == REDIS_REPLY_NIL) {
+    record_finish(g, 0, NULL, 0);
+    return;
+  }
+  const uint8_t *env = (const uint8_t *)rep->str;
+  size_t n = rep->type == REDIS_REPLY_STRING ? rep->len : 0;
+  const char *why = NULL;
+  tcc_error err;
+  if (n < RECORD_HEAD || memcmp(env, RECORD_MAGIC, 4) != 0 || env[4] > 1) {
+    why = "not a tccd record";
+  } else if (r->st->trusted.n > 0) {
+    if (env[4] != 1) {
+      why = "the record is unsigned and this daemon verifies";
+    } else {
+      char key_id[TCC_SIGN_KEY_ID_HEX];
+      memcpy(key_id, env + 5, 16);
+      key_id[16] = '\0';
+      uint8_t name[TCC_SHA256_BYTES], d[TCC_SHA256_BYTES];
+      record_name_digest(g->kind, g->tag, name);
+      tcc_sha256(env + RECORD_HEAD, n - RECORD_HEAD, d);
+      if (tcc_artifact_verify(&r->st->trusted, key_id, name, d, (const uint8_t *)RECORD_DOMAIN,
+                              strlen(RECORD_DOMAIN), env + 21, TCC_SIGNATURE_BYTES, &err) != 0)
+        why = err.msg;
+    }
+  }
+  if (why) {
+    count(r, TCC_COUNTER_remote_rejected);
+    log_warn("redis %s: refused the record %s/%s: %s", r->display, g->kind, g->tag, why);
+    record_finish(g, -1, NULL, 0);
+    return;
+  }
+  record_finish(g, 1, env + RECORD_HEAD, n - RECORD_HEAD);
+}
+
+int tccd_remote_record_get(tccd_state *st, const char *kind, const char *tag, tccd_remote_record_done done,
+                           void *arg) {
+  tccd_remote *r = st->remote;
+  if (!record_name_ok(kind) || !record_name_ok(tag)) return TCC_E_INVALID_ARGUMENT;
+  if (!r || r->closing) return -1;
+  remote_record_get *g = calloc(1, sizeof *g);
+  if (!g) return -1;
+  g->r = r;
+  snprintf(g->kind, sizeof g->kind, "%s", kind);
+  snprintf(g->tag, sizeof g->tag, "%s", tag);
+  g->done = done;
+  g->arg = arg;
+  char k[REMOTE_KEY_MAX];
+  record_key(k, kind, tag);
+  const char *argv[2] = {"GET", k};
+  if (remote_send(r, NULL, TCC_COUNTER__COUNT, "record get", k, 2, argv, NULL) != 0) {
+    count(r, TCC_COUNTER_remote_errors);
+    free(g);
+    return -1;
+  }
+  g->op = r->last_op; /* the op remote_send just made (its reply is async) */
+  g->op->rec = g;
+  g->deadline_ns = now_ns() + (uint64_t)st->cfg->redis_timeout_ms * 1000000ull;
+  g->next = r->records;
+  if (r->records) r->records->prev = g;
+  r->records = g;
+  arm_tick(r);
+  return 0;
 }

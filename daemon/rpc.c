@@ -156,6 +156,17 @@ void tccd_rpc_stats(tccd_state *st, tccd_call *c) {
   r.remote_lock_waits = cs.counters[TCC_COUNTER_remote_lock_waits];
   r.remote_rejected = cs.counters[TCC_COUNTER_remote_rejected];
   r.auth_failures = cs.counters[TCC_COUNTER_auth_failures];
+  r.autotune_runs = cs.counters[TCC_COUNTER_autotune_runs];
+  r.autotune_candidates = cs.counters[TCC_COUNTER_autotune_candidates];
+  r.autotune_crashed = cs.counters[TCC_COUNTER_autotune_crashed];
+  r.autotune_timeouts = cs.counters[TCC_COUNTER_autotune_timeouts];
+  r.autotune_wrong = cs.counters[TCC_COUNTER_autotune_wrong];
+  r.autotune_discarded = r.autotune_crashed + r.autotune_timeouts + r.autotune_wrong;
+  r.autotune_seconds = (double)cs.counters[TCC_COUNTER_autotune_ms] / 1000.0;
+  r.autotune_record_hits = cs.counters[TCC_COUNTER_autotune_record_hits];
+  r.autotune_untuned = cs.counters[TCC_COUNTER_autotune_untuned];
+  r.tuning_records = cs.tuning_records;
+  r.autotuning_jobs = js.autotuning;
   r.signing_key_id = st->signing_key ? st->signing_key->key_id : (char *)"";
   int remote_on = 0, remote_connected = 0;
   const char *remote_address = "";

@@ -70,6 +70,7 @@ static const int pending_per_method[TCCD_METHOD__COUNT] = {
     [TCCD_METHOD_STATS] = 2,    [TCCD_METHOD_LIST] = 1,
     [TCCD_METHOD_SHOW] = 1,     [TCCD_METHOD_EVICT] = 1,
     [TCCD_METHOD_GC] = 1,       [TCCD_METHOD_HEALTH_CHECK] = 2,
+    [TCCD_METHOD_JOBS] = 1,
 };
 
 static const char *const method_names[TCCD_METHOD__COUNT] = {

@@ -43,7 +43,7 @@
  *   flush rewrites stay in memory: 1000 distinct hits flush in ~6 ms
  *   instead of ~15 ms with the default 2 MiB).
  *
- * ON-DISK FORMAT (schema version 3; PRAGMA user_version = 3,
+ * ON-DISK FORMAT (schema version 4; PRAGMA user_version = 4,
  * PRAGMA application_id = 0x54434344 "TCCD", auto_vacuum = INCREMENTAL)
  *
  *   Columns are listed in storage order: the small fixed-size columns come
@@ -106,6 +106,17 @@
  *   | message | TEXT    | the error message returned to clients            |
  *   | key     | BLOB    | canonical key bytes, compared on lookup          |
  *
+ *   Table tuning (v4) — autotuning records: the best config of one kernel
+ *   for one target (compiler/tune.c encodes and decodes the record; the
+ *   cache stores its bytes as they are, so another tier can copy them)
+ *   | column    | type    | meaning                                        |
+ *   |-----------|---------|------------------------------------------------|
+ *   | signature | BLOB    | kernel signature (SHA-256), 32 bytes           |
+ *   | target    | TEXT    | as entries.target                              |
+ *   | created   | INTEGER | unix seconds                                   |
+ *   | record    | BLOB    | serialized record ("tccd-tune/1 par=...")      |
+ *   Primary key (signature, target).
+ *
  *   Invariants: every entries.artifact_sha256 has a blobs row (foreign key,
  *   foreign_keys=ON); a blob with no entry is removed in the transaction
  *   that drops its last entry (and by gc); sha256(data) == sha256 unless
@@ -147,7 +158,7 @@
 #include <unistd.h>
 
 #define TCC_CACHE_APPLICATION_ID 0x54434344 /* "TCCD" */
-#define TCC_CACHE_SCHEMA_VERSION 3
+#define TCC_CACHE_SCHEMA_VERSION 4
 #define TCC_CACHE_DEFAULT_BUSY_MS 5000
 #define TCC_CACHE_EVICT_BATCH 16
 
@@ -215,6 +226,14 @@ static const cache_migration MIGRATIONS[] = {
    /* signed artifacts: the daemon's signature and key id per entry */
    "ALTER TABLE entries ADD COLUMN signature BLOB NOT NULL DEFAULT x'';"
    "ALTER TABLE entries ADD COLUMN key_id TEXT NOT NULL DEFAULT '';"},
+  {4,
+   /* autotuning records, reused across graphs */
+   "CREATE TABLE tuning ("
+   "  signature BLOB NOT NULL CHECK (length(signature) = 32),"
+   "  target    TEXT NOT NULL,"
+   "  created   INTEGER NOT NULL,"
+   "  record    BLOB NOT NULL,"
+   "  PRIMARY KEY (signature, target));"},
 };
 
 _Static_assert(sizeof MIGRATIONS / sizeof MIGRATIONS[0] == TCC_CACHE_SCHEMA_VERSION,
@@ -276,6 +295,10 @@ _Static_assert(sizeof MIGRATIONS / sizeof MIGRATIONS[0] == TCC_CACHE_SCHEMA_VERS
                  " VALUES (?1, ?2, ?3, ?4, ?5, ?6)")                           \
   X(FAILURE_DELETE, "DELETE FROM failures WHERE hash = ?1")                    \
   X(FAILURE_COUNT, "SELECT count(*) FROM failures")                            \
+  X(TUNING_GET, "SELECT record FROM tuning WHERE signature = ?1 AND target = ?2") \
+  X(TUNING_PUT, "INSERT OR REPLACE INTO tuning(signature, target, created, record)" \
+                " VALUES (?1, ?2, ?3, ?4)")                                    \
+  X(TUNING_COUNT, "SELECT count(*) FROM tuning")                               \
   X(COUNTER_GET, "SELECT name, value FROM counters")                           \
   X(COUNTER_ADD, "INSERT INTO counters(name, value) VALUES (?1, ?2)"           \
                  " ON CONFLICT(name) DO UPDATE SET value = value + excluded.value")
@@ -1318,6 +1341,13 @@ int tcc_cache_stats_get(tcc_cache *c, tcc_cache_stats *out, tcc_error *err) {
   }
   sqlite3_reset(s);
 
+  s = c->st[ST_TUNING_COUNT];
+  if (rc == SQLITE_DONE && (rc = sqlite3_step(s)) == SQLITE_ROW) {
+    out->tuning_records = sqlite3_column_int64(s, 0);
+    rc = SQLITE_DONE;
+  }
+  sqlite3_reset(s);
+
   s = c->st[ST_SAVED_GET];
   if (rc == SQLITE_DONE && (rc = sqlite3_step(s)) == SQLITE_ROW) {
     out->compile_seconds_saved = sqlite3_column_double(s, 0);
@@ -1386,6 +1416,44 @@ int tcc_cache_lookup_failure(tcc_cache *c, const uint8_t hash[TCC_SHA256_BYTES],
   sqlite3_reset(s);
   if (rc != SQLITE_DONE) return sql_error(c, rc, err, "look up failure");
   if (!found) return tcc_error_set(err, TCC_E_NOT_FOUND, "no recorded failure");
+  return 0;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Tuning records                                                          */
+/* ---------------------------------------------------------------------- */
+
+int tcc_cache_tuning_get(tcc_cache *c, const uint8_t signature[TCC_SHA256_BYTES],
+                         const char *target, uint8_t **record, size_t *len, tcc_error *err) {
+  if (!c || !signature || !target || !record || !len)
+    return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "cache tuning get: bad arguments");
+  *record = NULL;
+  *len = 0;
+  sqlite3_stmt *s = c->st[ST_TUNING_GET];
+  sqlite3_bind_blob(s, 1, signature, TCC_SHA256_BYTES, SQLITE_STATIC);
+  sqlite3_bind_text(s, 2, target, -1, SQLITE_STATIC);
+  int rc = sqlite3_step(s), found = 0;
+  if (rc == SQLITE_ROW) {
+    found = 1;
+    rc = column_dup(s, 0, record, len) ? SQLITE_NOMEM : SQLITE_DONE;
+  }
+  sqlite3_reset(s);
+  if (rc != SQLITE_DONE) return sql_error(c, rc, err, "read tuning record");
+  if (!found) return tcc_error_set(err, TCC_E_NOT_FOUND, "no tuning record");
+  return 0;
+}
+
+int tcc_cache_tuning_put(tcc_cache *c, const uint8_t signature[TCC_SHA256_BYTES],
+                         const char *target, const uint8_t *record, size_t len, tcc_error *err) {
+  if (!c || !signature || !target || !record || len == 0 || len > (1u << 20))
+    return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "cache tuning put: bad arguments");
+  sqlite3_stmt *s = c->st[ST_TUNING_PUT];
+  sqlite3_bind_blob(s, 1, signature, TCC_SHA256_BYTES, SQLITE_STATIC);
+  sqlite3_bind_text(s, 2, target, -1, SQLITE_STATIC);
+  sqlite3_bind_int64(s, 3, (sqlite3_int64)time(NULL));
+  bind_bytes(s, 4, record, len);
+  int rc = stmt_run(s); /* one statement: its own transaction */
+  if (rc != SQLITE_DONE) return sql_error(c, rc, err, "store tuning record");
   return 0;
 }
 

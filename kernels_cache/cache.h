@@ -72,7 +72,10 @@ typedef struct tcc_cache_entry {
   X(compiles) X(compile_failures) X(evictions) X(corrupt_blobs)  \
   X(requests) X(invalid_requests)                                \
   X(remote_errors) X(remote_stores) X(remote_lock_waits)         \
-  X(remote_rejected) X(auth_failures)
+  X(remote_rejected) X(auth_failures)                            \
+  X(autotune_runs) X(autotune_candidates) X(autotune_crashed)    \
+  X(autotune_timeouts) X(autotune_wrong) X(autotune_record_hits) \
+  X(autotune_untuned) X(autotune_ms)
 
 typedef enum tcc_cache_counter {
 #define TCC_CACHE_COUNTER_ENUM(name) TCC_COUNTER_##name,
@@ -89,6 +92,7 @@ typedef struct tcc_cache_stats {
   double compile_seconds;        /* total spent compiling, every store counted */
   int64_t failures;              /* recorded compile failures (negative cache) */
   double compile_seconds_saved;  /* sum over hits of the entry's compile time */
+  int64_t tuning_records;        /* rows of the tuning table (v4) */
 } tcc_cache_stats;
 
 typedef struct tcc_cache_gc_result {
@@ -206,6 +210,18 @@ int tcc_cache_store_failure(tcc_cache *c, const uint8_t hash[TCC_SHA256_BYTES],
 int tcc_cache_lookup_failure(tcc_cache *c, const uint8_t hash[TCC_SHA256_BYTES],
                              const uint8_t *key, size_t key_len, tcc_cache_failure *out,
                              tcc_error *err);
+
+/* Tuning records (schema v4): the best config of one kernel signature
+ * for one target, as serialized record bytes (compiler.h's
+ * tcc_tune_record_encode; the cache never looks inside, so another tier
+ * can share them as they are). tcc_cache_tuning_get fills *record
+ * (malloc'd; caller frees) and returns 0, or TCC_E_NOT_FOUND.
+ * tcc_cache_tuning_put stores or replaces one (its own transaction);
+ * returns 0 or a TCC_E_* code. */
+int tcc_cache_tuning_get(tcc_cache *c, const uint8_t signature[TCC_SHA256_BYTES],
+                         const char *target, uint8_t **record, size_t *len, tcc_error *err);
+int tcc_cache_tuning_put(tcc_cache *c, const uint8_t signature[TCC_SHA256_BYTES],
+                         const char *target, const uint8_t *record, size_t len, tcc_error *err);
 
 /* Writes pending counters and hit bookkeeping in one transaction.
  * Returns 0 (also when nothing was pending) or a TCC_E_* code; on

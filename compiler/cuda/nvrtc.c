@@ -21,6 +21,7 @@
 #include "nvrtc.h" /* this folder's header (quotes: found next to this file) */
 
 #include <dlfcn.h>
+#include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -303,8 +304,9 @@ int tcc_nvrtc_build(const char *cuda_source, const char *arch, const char *const
   return tcc_nvrtc_build_ex(cuda_source, arch, kernel_names, NULL, out, err);
 }
 
-int tcc_nvrtc_build_ex(const char *cuda_source, const char *arch, const char *const *kernel_names,
-                       const tcc_nvrtc_options *opts, tcc_nvrtc_result *out, tcc_error *err) {
+/* The compile itself, on the calling thread. */
+static int build_now(const char *cuda_source, const char *arch, const char *const *kernel_names,
+                     const tcc_nvrtc_options *opts, tcc_nvrtc_result *out, tcc_error *err) {
   memset(out, 0, sizeof *out);
   if (!cuda_source) return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "nvrtc: no source");
   int rc = tcc_nvrtc_check_arch(arch, err);
@@ -421,6 +423,138 @@ done:
   return rc;
 }
 
+/* A compile with a deadline: a detached thread runs build_now on its
+ * own copies of the inputs; the caller waits on `done` until the
+ * deadline. Whoever of the two finishes last frees the job (refs). */
+typedef struct build_job {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int refs, done, abandoned;
+  char *source, arch[32], *program_name;
+  char **names, **extra;
+  tcc_nvrtc_options opts;
+  tcc_nvrtc_result result;
+  tcc_error err;
+  int rc;
+} build_job;
+
+static int n_abandoned;   /* atomic */
+
+int tcc_nvrtc_abandoned(void) { return __atomic_load_n(&n_abandoned, __ATOMIC_SEQ_CST); }
+
+static void strv_free(char **v) {
+  for (size_t i = 0; v && v[i]; i++) free(v[i]);
+  free(v);
+}
+
+static char **strv_copy(const char *const *v, int *oom) {
+  size_t n = 0;
+  while (v && v[n]) n++;
+  char **c = calloc(n + 1, sizeof *c);
+  if (!c) {
+    *oom = 1;
+    return NULL;
+  }
+  for (size_t i = 0; i < n; i++)
+    if (!(c[i] = strdup(v[i]))) *oom = 1;
+  return c;
+}
+
+static void job_put(build_job *j) {
+  pthread_mutex_lock(&j->mu);
+  int last = --j->refs == 0;
+  pthread_mutex_unlock(&j->mu);
+  if (!last) return;
+  tcc_nvrtc_result_free(&j->result);
+  free(j->source);
+  free(j->program_name);
+  strv_free(j->names);
+  strv_free(j->extra);
+  pthread_cond_destroy(&j->cv);
+  pthread_mutex_destroy(&j->mu);
+  free(j);
+}
+
+static void *job_run(void *arg) {
+  build_job *j = arg;
+  j->rc = build_now(j->source, j->arch, (const char *const *)j->names, &j->opts, &j->result, &j->err);
+  pthread_mutex_lock(&j->mu);
+  j->done = 1;
+  int abandoned = j->abandoned;
+  pthread_cond_signal(&j->cv);
+  pthread_mutex_unlock(&j->mu);
+  if (abandoned) __atomic_sub_fetch(&n_abandoned, 1, __ATOMIC_SEQ_CST);
+  job_put(j);
+  return NULL;
+}
+
+int tcc_nvrtc_build_ex(const char *cuda_source, const char *arch, const char *const *kernel_names,
+                       const tcc_nvrtc_options *opts, tcc_nvrtc_result *out, tcc_error *err) {
+  if (!opts || opts->timeout_ms <= 0) return build_now(cuda_source, arch, kernel_names, opts, out, err);
+  memset(out, 0, sizeof *out);
+  if (!cuda_source) return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "nvrtc: no source");
+  int rc = tcc_nvrtc_check_arch(arch, err);
+  if (rc) return rc;
+  build_job *j = calloc(1, sizeof *j);
+  if (!j) return tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "out of memory");
+  pthread_mutex_init(&j->mu, NULL);
+  pthread_cond_init(&j->cv, NULL);
+  j->refs = 1;
+  int oom = 0;
+  snprintf(j->arch, sizeof j->arch, "%s", arch);
+  j->opts = *opts;
+  j->opts.timeout_ms = 0;
+  if (!(j->source = strdup(cuda_source))) oom = 1;
+  if (opts->program_name && !(j->program_name = strdup(opts->program_name))) oom = 1;
+  j->names = strv_copy(kernel_names, &oom);
+  j->extra = strv_copy(opts->extra, &oom);
+  j->opts.program_name = j->program_name;
+  j->opts.extra = (const char *const *)j->extra;
+  if (oom) {
+    job_put(j);
+    return tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "out of memory");
+  }
+  pthread_attr_t attr;
+  pthread_t tid;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  j->refs = 2;
+  int e = pthread_create(&tid, &attr, job_run, j);
+  pthread_attr_destroy(&attr);
+  if (e) {
+    j->refs = 1;
+    job_put(j);
+    return tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "nvrtc: cannot start the compile thread: %s", strerror(e));
+  }
+  struct timespec deadline;
+  clock_gettime(CLOCK_REALTIME, &deadline);
+  deadline.tv_sec += opts->timeout_ms / 1000;
+  deadline.tv_nsec += (long)(opts->timeout_ms % 1000) * 1000000L;
+  if (deadline.tv_nsec >= 1000000000L) deadline.tv_sec++, deadline.tv_nsec -= 1000000000L;
+  pthread_mutex_lock(&j->mu);
+  while (!j->done)
+    if (pthread_cond_timedwait(&j->cv, &j->mu, &deadline) == ETIMEDOUT) break;
+  if (!j->done) {
+    j->abandoned = 1;
+    __atomic_add_fetch(&n_abandoned, 1, __ATOMIC_SEQ_CST);
+    pthread_mutex_unlock(&j->mu);
+    job_put(j);
+    return tcc_error_set(err, TCC_E_DEADLINE_EXCEEDED,
+                         "nvrtc: compiling for %s took longer than %d ms (abandoned)", arch, opts->timeout_ms);
+  }
+  pthread_mutex_unlock(&j->mu);
+  rc = j->rc;
+  if (rc) {
+    if (err) *err = j->err;
+  } else {
+    *out = j->result;
+    memset(&j->result, 0, sizeof j->result);
+  }
+  out->compile_ms = j->result.compile_ms ? j->result.compile_ms : out->compile_ms;
+  job_put(j);
+  return rc;
+}
+
 #else /* !TCC_HAVE_CUDA: configured without NVRTC */
 
 static int not_built(tcc_error *err) {
@@ -465,5 +599,7 @@ int tcc_nvrtc_build_ex(const char *cuda_source, const char *arch, const char *co
   memset(out, 0, sizeof *out);
   return tcc_nvrtc_check_arch(arch, err);
 }
+
+int tcc_nvrtc_abandoned(void) { return 0; }
 
 #endif

@@ -67,6 +67,7 @@ typedef struct tcc_nvrtc_options {
   int line_info;                /* -lineinfo (for profilers) */
   int max_registers;            /* --maxrregcount=N; 0 = NVRTC's choice */
   const char *const *extra;     /* more NVRTC options, NULL-terminated; may be NULL */
+  int timeout_ms;               /* > 0: stop waiting after this long (below) */
 } tcc_nvrtc_options;
 
 /* Loads NVRTC if it is not loaded yet. Returns 0, or
@@ -115,11 +116,23 @@ int tcc_nvrtc_build(const char *cuda_source, const char *arch,
                     const char *const *kernel_names, tcc_nvrtc_result *out,
                     tcc_error *err);
 
-/* The same with options (opts may be NULL). */
+/* The same with options (opts may be NULL).
+ *
+ * Timeout (opts->timeout_ms > 0): NVRTC has no way to cancel a compile,
+ * and running it in a forked child is unsafe in a multi-threaded daemon
+ * (fork copies locks other threads hold, NVRTC's and the loader's). So
+ * the compile runs on a thread of its own and the caller stops waiting at
+ * the deadline: TCC_E_DEADLINE_EXCEEDED "nvrtc: compiling for sm_90 took
+ * longer than N ms (abandoned)". The abandoned compile runs to its end in
+ * the background (using one CPU) and frees what it made; nothing of it is
+ * ever returned. tcc_nvrtc_abandoned() counts those still running. */
 int tcc_nvrtc_build_ex(const char *cuda_source, const char *arch,
                        const char *const *kernel_names,
                        const tcc_nvrtc_options *opts, tcc_nvrtc_result *out,
                        tcc_error *err);
+
+/* Abandoned (timed-out) compiles still running in the background. */
+int tcc_nvrtc_abandoned(void);
 
 /* Releases what a build returned and zeroes *r (safe on a zeroed or
  * already freed result). */

@@ -224,7 +224,7 @@ START_TEST(test_store_lookup_reopen) {
 
   /* The file is what cache.c documents. */
   sqlite3 *db = raw_open();
-  ck_assert_int_eq(raw_int(db, "PRAGMA user_version"), 3);
+  ck_assert_int_eq(raw_int(db, "PRAGMA user_version"), 4);
   ck_assert_int_eq(raw_int(db, "PRAGMA application_id"), 0x54434344);
   ck_assert_int_eq(raw_int(db, "PRAGMA auto_vacuum"), 2);
   sqlite3_close(db);
@@ -467,7 +467,8 @@ START_TEST(test_migrate_from_v1) {
   store_random(c, &a, 2000, 1500);
   tcc_cache_close(c);
   sqlite3 *db = raw_open();
-  raw_exec(db, "DROP TABLE failures; DELETE FROM totals WHERE name = 'compile_seconds';"
+  raw_exec(db, "DROP TABLE tuning; DROP TABLE failures;"
+               "DELETE FROM totals WHERE name = 'compile_seconds';"
                "ALTER TABLE entries DROP COLUMN signature; ALTER TABLE entries DROP COLUMN key_id;"
                "PRAGMA user_version = 1;");
   sqlite3_close(db);
@@ -480,7 +481,7 @@ START_TEST(test_migrate_from_v1) {
                                            TCC_E_INTERNAL, "x", &err), 0);
   tcc_cache_close(c);
   db = raw_open();
-  ck_assert_int_eq(raw_int(db, "PRAGMA user_version"), 3);
+  ck_assert_int_eq(raw_int(db, "PRAGMA user_version"), 4);
   sqlite3_close(db);
   stored_free(&a);
 }
@@ -495,7 +496,8 @@ START_TEST(test_migrate_from_v2) {
   store_random(c, &a, 1500, 20);
   tcc_cache_close(c);
   sqlite3 *db = raw_open();
-  raw_exec(db, "ALTER TABLE entries DROP COLUMN signature; ALTER TABLE entries DROP COLUMN key_id;"
+  raw_exec(db, "DROP TABLE tuning;"
+               "ALTER TABLE entries DROP COLUMN signature; ALTER TABLE entries DROP COLUMN key_id;"
                "PRAGMA user_version = 2;");
   sqlite3_close(db);
   c = open_cache(0);
@@ -535,10 +537,80 @@ START_TEST(test_migrate_from_v2) {
   ck_assert_int_eq(tcc_cache_store(c, &b.e, b.artifact, b.len, &err), TCC_E_INVALID_ARGUMENT);
   tcc_cache_close(c);
   db = raw_open();
-  ck_assert_int_eq(raw_int(db, "PRAGMA user_version"), 3);
+  ck_assert_int_eq(raw_int(db, "PRAGMA user_version"), 4);
   sqlite3_close(db);
   stored_free(&a);
   stored_free(&b);
+}
+END_TEST
+
+/* Tuning records (v4): absent until put, returned byte for byte, keyed
+ * by (signature, target), replaced by a later put, kept across reopen,
+ * counted in the stats. */
+START_TEST(test_tuning_records) {
+  tcc_cache *c = open_cache(0);
+  tcc_error err = {0};
+  uint8_t sig[TCC_SHA256_BYTES], other[TCC_SHA256_BYTES];
+  tu_rand_bytes(sig, sizeof sig);
+  memcpy(other, sig, sizeof sig);
+  other[tu_rand_range(0, sizeof other - 1)] ^= 0x10;
+  uint8_t rec[300], rec2[300];
+  size_t len = (size_t)tu_rand_range(1, sizeof rec), len2 = (size_t)tu_rand_range(1, sizeof rec2);
+  tu_rand_bytes(rec, len);
+  tu_rand_bytes(rec2, len2);
+  uint8_t *got = NULL;
+  size_t n = 0;
+  ck_assert_int_eq(tcc_cache_tuning_get(c, sig, "cpu:x86-64-v2", &got, &n, &err), TCC_E_NOT_FOUND);
+  ck_assert_ptr_null(got);
+  ck_assert_int_eq(tcc_cache_tuning_put(c, sig, "cpu:x86-64-v2", rec, len, &err), 0);
+  ck_assert_int_eq(tcc_cache_tuning_get(c, sig, "cpu:x86-64-v2", &got, &n, &err), 0);
+  ck_assert_uint_eq(n, len);
+  ck_assert_mem_eq(got, rec, len);
+  free(got);
+  ck_assert_int_eq(tcc_cache_tuning_get(c, sig, "cpu:x86-64-v3", &got, &n, &err), TCC_E_NOT_FOUND);
+  ck_assert_int_eq(tcc_cache_tuning_get(c, other, "cpu:x86-64-v2", &got, &n, &err), TCC_E_NOT_FOUND);
+  ck_assert_int_eq(tcc_cache_tuning_put(c, sig, "cpu:x86-64-v3", rec2, len2, &err), 0);
+  ck_assert_int_eq(tcc_cache_tuning_put(c, sig, "cpu:x86-64-v2", rec2, len2, &err), 0); /* replace */
+  ck_assert_int_eq(stats_of(c).tuning_records, 2);
+  ck_assert_int_eq(tcc_cache_tuning_put(c, sig, "cpu", rec, 0, &err), TCC_E_INVALID_ARGUMENT);
+  tcc_cache_close(c);
+  c = open_cache(0);
+  ck_assert_int_eq(tcc_cache_tuning_get(c, sig, "cpu:x86-64-v2", &got, &n, &err), 0);
+  ck_assert_uint_eq(n, len2);
+  ck_assert_mem_eq(got, rec2, len2);
+  free(got);
+  ck_assert_int_eq(stats_of(c).tuning_records, 2);
+  tcc_cache_close(c);
+}
+END_TEST
+
+/* A version-3 file (before tuning records) is migrated on open: its
+ * entries are kept and records can be stored. */
+START_TEST(test_migrate_from_v3) {
+  tcc_cache *c = open_cache(0);
+  stored a;
+  store_random(c, &a, 1200, 30);
+  tcc_cache_close(c);
+  sqlite3 *db = raw_open();
+  raw_exec(db, "DROP TABLE tuning; PRAGMA user_version = 3;");
+  sqlite3_close(db);
+  c = open_cache(0);
+  ck_assert(present(c, a.e.hash));
+  tcc_error err = {0};
+  uint8_t sig[TCC_SHA256_BYTES], rec[16], *got = NULL;
+  size_t n = 0;
+  tu_rand_bytes(sig, sizeof sig);
+  tu_rand_bytes(rec, sizeof rec);
+  ck_assert_int_eq(stats_of(c).tuning_records, 0);
+  ck_assert_int_eq(tcc_cache_tuning_put(c, sig, "cpu", rec, sizeof rec, &err), 0);
+  ck_assert_int_eq(tcc_cache_tuning_get(c, sig, "cpu", &got, &n, &err), 0);
+  ck_assert_mem_eq(got, rec, sizeof rec);
+  free(got);
+  tcc_cache_close(c);
+  db = raw_open();
+  ck_assert_int_eq(raw_int(db, "PRAGMA user_version"), 4);
+  sqlite3_close(db);
+  stored_free(&a);
 }
 END_TEST
 
@@ -868,7 +940,7 @@ END_TEST
 START_TEST(test_newer_schema) {
   tcc_cache_close(open_cache(0));
   sqlite3 *db = raw_open();
-  int v = (int)tu_rand_range(2, 1000);
+  int v = (int)tu_rand_range(5, 1000); /* the current version is 4 */
   char sql[64];
   snprintf(sql, sizeof sql, "PRAGMA user_version = %d", v);
   raw_exec(db, sql);
@@ -1000,6 +1072,8 @@ static Suite *cache_suite(void) {
   tcase_add_test(t, test_negative_cache);
   tcase_add_test(t, test_migrate_from_v1);
   tcase_add_test(t, test_migrate_from_v2);
+  tcase_add_test(t, test_migrate_from_v3);
+  tcase_add_test(t, test_tuning_records);
   tcase_add_test(t, test_imported_store);
   tcase_add_test(t, test_replace_entry);
   tcase_add_test(t, test_store_rejects_bad_digest);

@@ -59,7 +59,19 @@ int main(int argc, char **argv) {
   }
   free(buf);
   tcc_artifact art;
-  if (tcc_compile(p, NULL, &art, &err)) {
+  /* TCC_TUNE_CONFIG="par=1 thr=0 chunk=0 unroll=4 blas=0": every kernel
+   * built with that tuning config (compiler.h, tune.c) */
+  const char *tune = getenv("TCC_TUNE_CONFIG");
+  tcc_kernel_config cfgs[256];
+  int ncfg = 0;
+  if (tune && tune[0]) {
+    if (tcc_kernel_config_parse(tune, &cfgs[0]) != 0) {
+      printf("{\"error\": %d, \"message\": \"bad TCC_TUNE_CONFIG\"}\n", TCC_E_INVALID_ARGUMENT);
+      return 1;
+    }
+    for (ncfg = 1; ncfg < 256; ncfg++) cfgs[ncfg] = cfgs[0];
+  }
+  if (ncfg ? tcc_compile_tuned(p, NULL, cfgs, ncfg, 0, &art, &err) : tcc_compile(p, NULL, &art, &err)) {
     tcc_prepared_free(p);
     return fail(err.code, err.msg);
   }

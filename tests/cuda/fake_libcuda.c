@@ -12,6 +12,7 @@
  *   launch NAME g=X,Y,Z b=X,Y,Z s=N stream=S p=P1,P2,...
  *   capture S | end S | instantiate G (N nodes) | replay G S | destroy G
  * Replaying a graph logs its launches again as "  NAME ... p=...".
+ * fake_libcublas.c logs its calls into the same log (fake_cuda_log).
  *
  * Knobs (environment, read on every query, so a test may change them):
  * FAKE_CUDA_CC (compute capability as "90"), FAKE_CUDA_NPARAMS
@@ -49,6 +50,8 @@ static void event(const char *fmt, ...) {
 }
 
 EXPORT const char *fake_cuda_events(void) { return log_buf; }
+/* fake_libcublas.c logs into the same log, so tests see one order. */
+EXPORT void fake_cuda_log(const char *line) { event("%s", line); }
 EXPORT void fake_cuda_reset(void) {
   pthread_mutex_lock(&mu);
   log_len = 0;
@@ -150,6 +153,18 @@ EXPORT tcu_result cuModuleGetFunction(tcu_function *f, tcu_module m, const char 
   pthread_mutex_unlock(&mu);
   snprintf(x->name, sizeof x->name, "%s", name);
   *f = x;
+  return 0;
+}
+/* Globals of a module: "b<N>_data" exists (address 0x7000 + N * 0x100);
+ * anything else is CUDA_ERROR_NOT_FOUND. */
+EXPORT tcu_result cuModuleGetGlobal_v2(tcu_deviceptr *p, size_t *bytes, tcu_module m, const char *name) {
+  (void)m;
+  int n;
+  char tail[8];
+  if (sscanf(name, "b%d_dat%1s", &n, tail) != 2 || strcmp(tail, "a")) return 500;
+  *p = 0x7000 + (tcu_deviceptr)n * 0x100;
+  if (bytes) *bytes = 256;
+  event("global %s", name);
   return 0;
 }
 EXPORT tcu_result cuFuncGetAttribute(int *v, int attr, tcu_function f) {
@@ -255,3 +270,4 @@ EXPORT tcu_result cuMemAlloc_v2(tcu_deviceptr *p, size_t bytes) {
 EXPORT tcu_result cuMemFree_v2(tcu_deviceptr p) { free((void *)(uintptr_t)p); return 0; }
 EXPORT tcu_result cuMemcpyHtoD_v2(tcu_deviceptr d, const void *s, size_t n) { memcpy((void *)(uintptr_t)d, s, n); return 0; }
 EXPORT tcu_result cuMemcpyDtoH_v2(void *d, tcu_deviceptr s, size_t n) { memcpy(d, (void *)(uintptr_t)s, n); return 0; }
+EXPORT tcu_result cuMemcpyDtoD_v2(tcu_deviceptr d, tcu_deviceptr s, size_t n) { memmove((void *)(uintptr_t)d, (void *)(uintptr_t)s, n); return 0; }

@@ -12,8 +12,8 @@
  *     inputs + outputs + 1 parameters of .u64;
  *   - the guard key differs between archs and between CUDA and CPU.
  *
- * Graphs: every tests/graphs/ JSON file (those with a matmul must fail with
- * TCC_E_UNIMPLEMENTED "matmul on CUDA needs cuBLAS ..."), and one small
+ * Graphs: every tests/graphs/ JSON file (a matmul becomes a cuBLAS step of
+ * the manifest, checked to be a valid call over its buffers), and one small
  * request per op of the op table whose required parameters are tensors
  * and scalars (output metas found by asking the verifier), in float32,
  * and the unary ones also in float64, float16, bfloat16 and int32; plus
@@ -82,6 +82,75 @@ static char *run_cuobjdump(const char *flag, const char *file) {
   return out;
 }
 
+/* Elements of storage a tensor meta spans (offset included). */
+static int64_t meta_span(const Tcc__V1__TensorMeta *t) {
+  int64_t n = t->storage_offset + 1;
+  for (size_t d = 0; d < t->n_sizes; d++) {
+    if (t->sizes[d] == 0) return 0;
+    n += (t->sizes[d] - 1) * t->strides[d];
+  }
+  return n;
+}
+
+static int dtype_bytes(Tcc__V1__DType d) {
+  return d == TCC__V1__DTYPE__FLOAT64 ? 8 : d == TCC__V1__DTYPE__FLOAT32 ? 4 : 2;
+}
+
+/* One operand of a GEMM step: rows x cols (column-major, ld) per batch
+ * entry must lie inside the buffer it names. */
+static void check_ref(const Tcc__V1__Manifest *m, const Tcc__V1__BufferRef *ref, Tcc__V1__DType dt, int64_t rows,
+                      int64_t cols, int64_t ld, int64_t stride, int64_t batch, const char *what) {
+  ck_assert_ptr_nonnull(ref);
+  ck_assert_int_ge(ld, rows > 1 ? rows : 1);
+  int64_t es = dtype_bytes(dt);
+  int64_t last = (batch - 1) * stride + (cols - 1) * ld + rows;   /* elements, one past */
+  ck_assert_int_eq(ref->offset_bytes % es, 0);
+  int64_t end = ref->offset_bytes + last * es;
+  switch (ref->base_case) {
+  case TCC__V1__BUFFER_REF__BASE_INPUT:
+    ck_assert_uint_lt(ref->input, m->n_inputs);
+    ck_assert_int_eq(m->inputs[ref->input]->dtype, dt);
+    ck_assert_msg(end <= meta_span(m->inputs[ref->input]) * es, "%s: GEMM operand past input %u", what, ref->input);
+    break;
+  case TCC__V1__BUFFER_REF__BASE_OUTPUT:
+    ck_assert_uint_lt(ref->output, m->n_outputs);
+    ck_assert_msg(end <= meta_span(m->outputs[ref->output]) * es, "%s: GEMM operand past output", what);
+    break;
+  case TCC__V1__BUFFER_REF__BASE_WORKSPACE:
+    ck_assert_msg(end <= m->workspace_bytes, "%s: GEMM operand [%lld, %lld) past the workspace (%lld)", what,
+                  (long long)ref->offset_bytes, (long long)end, (long long)m->workspace_bytes);
+    break;
+  case TCC__V1__BUFFER_REF__BASE_CONSTANT:
+    ck_assert_msg(ref->constant && !strncmp(ref->constant, "b", 1), "%s: bad constant name", what);
+    break;
+  default:
+    ck_abort_msg("%s: GEMM operand without a base", what);
+  }
+}
+
+/* A GEMM step is a valid cublasGemmStridedBatchedEx call over its buffers. */
+static void check_gemm(const Tcc__V1__Manifest *m, const Tcc__V1__KernelInfo *ki, const char *what) {
+  const Tcc__V1__GemmStep *G = ki->gemm;
+  ck_assert(G->m >= 1 && G->n >= 1 && G->k >= 1 && G->batch_count >= 1);
+  ck_assert_int_eq(G->a_dtype, G->b_dtype);
+  ck_assert_double_eq(G->alpha, 1.0);
+  ck_assert_double_eq(G->beta, 0.0);
+  if (G->a_dtype == TCC__V1__DTYPE__FLOAT64) {
+    ck_assert_int_eq(G->c_dtype, TCC__V1__DTYPE__FLOAT64);
+    ck_assert_str_eq(G->compute_type, "64F");
+  } else {   /* float32 accumulate, no TF32 (torch's default) */
+    ck_assert_int_eq(G->c_dtype, TCC__V1__DTYPE__FLOAT32);
+    ck_assert_str_eq(G->compute_type, "32F");
+  }
+  check_ref(m, G->a, G->a_dtype, G->trans_a ? G->k : G->m, G->trans_a ? G->m : G->k, G->lda, G->stride_a,
+            G->batch_count, what);
+  check_ref(m, G->b, G->b_dtype, G->trans_b ? G->n : G->k, G->trans_b ? G->k : G->n, G->ldb, G->stride_b,
+            G->batch_count, what);
+  check_ref(m, G->c, G->c_dtype, G->m, G->n, G->ldc, G->stride_c, G->batch_count, what);
+  ck_assert_int_ne(G->c->base_case, TCC__V1__BUFFER_REF__BASE_INPUT);
+  ck_assert_int_ne(G->c->base_case, TCC__V1__BUFFER_REF__BASE_CONSTANT);
+}
+
 /* Checks a successful CUDA compile of p for arch. */
 static void check_artifact(const tcc_prepared *p, const tcc_artifact *a, const char *arch,
                            const char *what) {
@@ -96,23 +165,53 @@ static void check_artifact(const tcc_prepared *p, const tcc_artifact *a, const c
   ck_assert_msg(strstr(m->compiler, "nvrtc "), "%s: identity '%s' does not name NVRTC", what, m->compiler);
   ck_assert_int_eq((int)m->n_inputs, g->ninputs);
   ck_assert_int_eq((int)m->n_outputs, g->noutputs);
-  ck_assert_int_eq((int)m->n_kernels, a->kernels);
+  ck_assert_int_ge((int)m->n_kernels, a->kernels);   /* + split stages */
+  /* the PTX travels in the manifest: text, naming every __global__ */
+  ck_assert_msg(m->ptx.len > 0, "%s: no PTX in the manifest", what);
+  ck_assert_ptr_null(memchr(m->ptx.data, 0, m->ptx.len));
+  char *mptx = strndup((const char *)m->ptx.data, m->ptx.len);
+  ck_assert_ptr_nonnull(strstr(mptx, ".target sm_"));
   /* the PTX of the same source: parameter lists */
   const char **names = calloc(m->n_kernels + 1, sizeof *names);
-  for (size_t k = 0; k < m->n_kernels; k++) names[k] = m->kernels[k]->name;
+  size_t n_names = 0;
+  for (size_t k = 0; k < m->n_kernels; k++)
+    if (strcmp(m->kernels[k]->kind, "extern")) names[n_names++] = m->kernels[k]->name;
   tcc_nvrtc_result r;
   tcc_error err;
   ck_assert_msg(tcc_nvrtc_build(a->source, arch, names, &r, &err) == 0, "%s: %s", what, err.msg);
   for (size_t k = 0; k < m->n_kernels; k++) {
     const Tcc__V1__KernelInfo *ki = m->kernels[k];
+    if (!strcmp(ki->kind, "extern")) {   /* a cuBLAS step: no __global__, no launch config */
+      ck_assert_msg(ki->gemm, "%s: extern step %s without a GEMM", what, ki->name);
+      ck_assert_int_eq((int)ki->n_grid, 0);
+      ck_assert_int_eq((int)ki->n_block, 0);
+      ck_assert_int_eq(tcc_cubin_has_entry(a->data, a->size, ki->name), 0);
+      check_gemm(m, ki, what);
+      continue;
+    }
+    ck_assert_ptr_null(ki->gemm);
     ck_assert_int_eq(tcc_cubin_has_entry(a->data, a->size, ki->name), 1);
-    ck_assert_int_eq((int)ki->n_grid, 1);
+    char entry[64];
+    snprintf(entry, sizeof entry, ".entry %s(", ki->name);
+    ck_assert_msg(strstr(mptx, entry), "%s: the manifest's PTX lacks %s", what, entry);
+    if (!strcmp(ki->kind, "split-reduction")) {   /* grid (groups, rows), then its k<j> */
+      ck_assert_int_eq((int)ki->n_grid, 2);
+      ck_assert(ki->grid[0] >= 2 && ki->grid[1] >= 1);
+      ck_assert_uint_lt(k + 1, m->n_kernels);
+      ck_assert_msg(!strncmp(ki->name, m->kernels[k + 1]->name, strlen(m->kernels[k + 1]->name)) &&
+                        !strcmp(ki->name + strlen(m->kernels[k + 1]->name), "_split"),
+                    "%s: %s is not followed by its final stage", what, ki->name);
+    } else {
+      ck_assert_int_eq((int)ki->n_grid, 1);
+    }
     ck_assert_int_eq((int)ki->n_block, 1);
     ck_assert(ki->grid[0] >= 1 && ki->grid[0] <= 65536);
     ck_assert(ki->block[0] >= 32 && ki->block[0] <= 1024 && ki->block[0] % 32 == 0);
-    ck_assert(!strcmp(ki->kind, "pointwise") || !strcmp(ki->kind, "reduction"));
+    ck_assert(!strcmp(ki->kind, "pointwise") || !strcmp(ki->kind, "reduction") ||
+              !strcmp(ki->kind, "split-reduction"));
     ck_assert_int_eq(ptx_params(r.ptx, ki->name), g->ninputs + g->noutputs + 1);
   }
+  free(mptx);
   if (strstr(a->source, "tcc_vec<float, 4> v0;")) /* a contiguous float32 output: 128-bit stores */
     ck_assert_msg(strstr(r.ptx, "st.global.v4.f32"), "%s: no 128-bit store in the PTX", what);
   tcc_nvrtc_result_free(&r);
@@ -127,8 +226,11 @@ static void check_artifact(const tcc_prepared *p, const tcc_artifact *a, const c
     char *elf = run_cuobjdump("-elf", path);
     for (size_t k = 0; k < m->n_kernels; k++) {
       char sec[64];
-      snprintf(sec, sizeof sec, ".text.%s", m->kernels[k]->name);
-      ck_assert_msg(strstr(elf, sec), "%s: cuobjdump -elf lacks %s", what, sec);
+      snprintf(sec, sizeof sec, ".text.%s\n", m->kernels[k]->name);
+      if (!strcmp(m->kernels[k]->kind, "extern"))   /* cuBLAS runs it: no code of ours */
+        ck_assert_msg(!strstr(elf, sec), "%s: cuobjdump -elf lists extern step %s", what, sec);
+      else
+        ck_assert_msg(strstr(elf, sec), "%s: cuobjdump -elf lacks %s", what, sec);
     }
     free(elf);
   }
@@ -193,14 +295,8 @@ START_TEST(example_graphs) {
         free(req->target->cuda_arch);
       retarget(req, strdup(ARCHS[a]));
       int rc = compile_for(req, ARCHS[a], de->d_name, &err);
-      if (has_matmul(req)) {
-        ck_assert_msg(rc == TCC_E_UNIMPLEMENTED, "%s: %d %s", de->d_name, rc, err.msg);
-        ck_assert_msg(strstr(err.msg, "matmul on CUDA needs cuBLAS (not built yet)"), "%s: %s",
-                      de->d_name, err.msg);
-      } else {
-        ck_assert_msg(rc == 0, "%s for %s: %s", de->d_name, ARCHS[a], err.msg);
-      }
-      printf("  %s %s: %s\n", de->d_name, ARCHS[a], rc ? "UNIMPLEMENTED (matmul)" : "ok");
+      ck_assert_msg(rc == 0, "%s for %s: %s", de->d_name, ARCHS[a], err.msg);
+      printf("  %s %s: ok%s\n", de->d_name, ARCHS[a], has_matmul(req) ? " (cuBLAS step)" : "");
       if (!strcmp(de->d_name, "sin_cos.json")) {   /* 10x10 float32 contiguous: vectorized */
         char *src;
         size_t sl;
@@ -422,7 +518,7 @@ static int compile_op(const tcc_op_info *op, Tcc__V1__DType dt, char *why, size_
       char what[160];
       snprintf(what, sizeof what, "%s (%s)", op->target, tcc_dtype_name((tcc_dtype)dt));
       rc = compile_for(req, ARCHS[a], what, &err);
-      if (rc == TCC_E_UNIMPLEMENTED && strstr(err.msg, "matmul on CUDA needs cuBLAS")) {
+      if (rc == TCC_E_UNIMPLEMENTED && !strcmp(op->kind, "extern")) {   /* conv: no CUDA yet */
         ck_assert_msg(strstr(err.msg, op->target), "%s", err.msg);
         result = -1;
         continue;
@@ -458,7 +554,7 @@ START_TEST(every_op) {
       for (size_t d = 0; d < 4; d++) compile_op(&ops[i], more[d], why, sizeof why);
     }
   }
-  printf("  ops: %d compiled for sm_80 and sm_90, %d refused (matmul), %d not generated, of %zu\n",
+  printf("  ops: %d compiled for sm_80 and sm_90, %d refused (extern, not matmul), %d not generated, of %zu\n",
          built, refused, skipped, n);
   ck_assert_int_gt(built, (int)n / 2);
   free(ops);
@@ -694,6 +790,265 @@ START_TEST(keys_differ_by_arch) {
 }
 END_TEST
 
+/* ------------------------------------------------------------ matmul */
+
+/* Compiles req for both archs and returns the sm_90 manifest (caller
+ * frees) after the generic checks. */
+static Tcc__V1__Manifest *compile_manifest(reqb *b, const char *what, char **source) {
+  Tcc__V1__Manifest *keep = NULL;
+  for (size_t a = 0; a < 2; a++) {
+    Tcc__V1__CompileRequest *req = reqb_req(b);
+    retarget(req, reqb_str(b, ARCHS[a]));
+    tcc_prepared *p;
+    tcc_error err;
+    ck_assert_msg(tcc_prepare(req, "test-id", &p, &err) == 0, "%s: %s", what, err.msg);
+    tcc_artifact art;
+    ck_assert_msg(tcc_compile(p, NULL, &art, &err) == 0, "%s: %s", what, err.msg);
+    check_artifact(p, &art, ARCHS[a], what);
+    Tcc__V1__Manifest *mm = tcc__v1__manifest__unpack(NULL, art.manifest_len, art.manifest);
+    for (size_t k = 0; k < mm->n_kernels; k++) {   /* constants cuBLAS reads are symbols of the cubin */
+      const Tcc__V1__GemmStep *gs = mm->kernels[k]->gemm;
+      const Tcc__V1__BufferRef *refs[2] = {gs ? gs->a : NULL, gs ? gs->b : NULL};
+      for (int r = 0; r < 2; r++)
+        if (refs[r] && refs[r]->base_case == TCC__V1__BUFFER_REF__BASE_CONSTANT)
+          ck_assert_msg(memmem(art.data, art.size, refs[r]->constant, strlen(refs[r]->constant) + 1),
+                        "%s: the cubin has no symbol %s", what, refs[r]->constant);
+    }
+    tcc__v1__manifest__free_unpacked(mm, NULL);
+    if (a == 1) {
+      keep = tcc__v1__manifest__unpack(NULL, art.manifest_len, art.manifest);
+      if (source) *source = strdup(art.source);
+    }
+    tcc_artifact_free(&art);
+    tcc_prepared_free(p);
+  }
+  ck_assert_ptr_nonnull(keep);
+  return keep;
+}
+
+/* The extern steps of m, in order; returns their count. */
+static int gemm_steps(const Tcc__V1__Manifest *m, const Tcc__V1__KernelInfo **out, int cap) {
+  int n = 0;
+  for (size_t k = 0; k < m->n_kernels; k++)
+    if (!strcmp(m->kernels[k]->kind, "extern") && n < cap) out[n++] = m->kernels[k];
+  return n;
+}
+
+START_TEST(matmul_family) {
+  const Tcc__V1__KernelInfo *g[4];
+  /* mm: [M,K] @ [K,N] row-major = cuBLAS C^T = B^T A^T: m=N, n=M, both N */
+  {
+    reqb *b = reqb_new("");
+    reqb_value(b, "x", TCC__V1__DTYPE__FLOAT32, 2, (int64_t[]){33, 70}, NULL, 0);
+    reqb_value(b, "w", TCC__V1__DTYPE__FLOAT32, 2, (int64_t[]){70, 45}, NULL, 0);
+    reqb_value(b, "o", TCC__V1__DTYPE__FLOAT32, 2, (int64_t[]){33, 45}, NULL, 0);
+    reqb_input(b, "x");
+    reqb_input(b, "w");
+    reqb_binary(b, "aten.mm.default", "x", "w", "o");
+    Tcc__V1__Node *n = reqb_req(b)->graph->nodes[0];
+    n->inputs[1]->name = reqb_str(b, "mat2");
+    reqb_output(b, "o");
+    Tcc__V1__Manifest *m = compile_manifest(b, "mm", NULL);
+    ck_assert_int_eq(gemm_steps(m, g, 4), 1);
+    ck_assert_int_eq(g[0]->gemm->m, 45);
+    ck_assert_int_eq(g[0]->gemm->n, 33);
+    ck_assert_int_eq(g[0]->gemm->k, 70);
+    ck_assert(!g[0]->gemm->trans_a && !g[0]->gemm->trans_b);
+    ck_assert_int_eq(g[0]->gemm->lda, 45);
+    ck_assert_int_eq(g[0]->gemm->ldb, 70);
+    ck_assert_int_eq(g[0]->gemm->ldc, 45);
+    ck_assert_int_eq(g[0]->gemm->a->base_case, TCC__V1__BUFFER_REF__BASE_INPUT);
+    ck_assert_int_eq(g[0]->gemm->a->input, 1);   /* cuBLAS's A is w */
+    ck_assert_int_eq(g[0]->gemm->b->input, 0);
+    ck_assert_str_eq(m->kernels[0]->kind, "extern");   /* the GEMM runs first */
+    tcc__v1__manifest__free_unpacked(m, NULL);
+    reqb_free(b);
+  }
+  /* linear(x [4,5,64], w [96,64], bias) then gelu: w read transposed
+   * (op T), x flattened to M = 20; the epilogue kernel after the GEMM */
+  {
+    reqb *b = reqb_new("");
+    reqb_value(b, "x", TCC__V1__DTYPE__FLOAT32, 3, (int64_t[]){4, 5, 64}, NULL, 0);
+    reqb_value(b, "w", TCC__V1__DTYPE__FLOAT32, 2, (int64_t[]){96, 64}, NULL, 0);
+    reqb_value(b, "bias", TCC__V1__DTYPE__FLOAT32, 1, (int64_t[]){96}, NULL, 0);
+    reqb_value(b, "l", TCC__V1__DTYPE__FLOAT32, 3, (int64_t[]){4, 5, 96}, NULL, 0);
+    reqb_value(b, "o", TCC__V1__DTYPE__FLOAT32, 3, (int64_t[]){4, 5, 96}, NULL, 0);
+    reqb_input(b, "x");
+    reqb_input(b, "w");
+    reqb_input(b, "bias");
+    Tcc__V1__Node *n = reqb_node(b, "aten.linear.default", "l");
+    reqb_arg_tensor(b, n, "input", "x");
+    reqb_arg_tensor(b, n, "weight", "w");
+    reqb_arg_tensor(b, n, "bias", "bias");
+    reqb_unary(b, "aten.gelu.default", "l", "o");
+    reqb_output(b, "o");
+    char *src;
+    Tcc__V1__Manifest *m = compile_manifest(b, "linear+gelu", &src);
+    ck_assert_int_eq(gemm_steps(m, g, 4), 1);
+    ck_assert_int_eq(g[0]->gemm->m, 96);
+    ck_assert_int_eq(g[0]->gemm->n, 20);
+    ck_assert_int_eq(g[0]->gemm->k, 64);
+    ck_assert(g[0]->gemm->trans_a && !g[0]->gemm->trans_b);
+    ck_assert_int_eq(g[0]->gemm->lda, 64);
+    ck_assert_int_eq(g[0]->gemm->c->base_case, TCC__V1__BUFFER_REF__BASE_WORKSPACE);
+    /* the fused bias + gelu epilogue is one kernel launched after the GEMM */
+    ck_assert_int_eq((int)m->n_kernels, 2);
+    ck_assert_str_eq(m->kernels[0]->kind, "extern");
+    ck_assert_str_eq(m->kernels[1]->kind, "pointwise");
+    ck_assert_ptr_nonnull(strstr(src, "erff("));
+    free(src);
+    tcc__v1__manifest__free_unpacked(m, NULL);
+    reqb_free(b);
+  }
+  /* bmm in float16 / bfloat16 (half operands, float32 C) and float64;
+   * addmm; matmul broadcasting [B,M,K] @ [K,N] (stride_b 0) */
+  static const Tcc__V1__DType dts[] = {TCC__V1__DTYPE__FLOAT16, TCC__V1__DTYPE__BFLOAT16, TCC__V1__DTYPE__FLOAT64};
+  for (size_t d = 0; d < 3; d++) {
+    reqb *b = reqb_new("");
+    reqb_value(b, "x", dts[d], 3, (int64_t[]){3, 16, 24}, NULL, 0);
+    reqb_value(b, "y", dts[d], 3, (int64_t[]){3, 24, 8}, NULL, 0);
+    reqb_value(b, "o", dts[d], 3, (int64_t[]){3, 16, 8}, NULL, 0);
+    reqb_input(b, "x");
+    reqb_input(b, "y");
+    Tcc__V1__Node *n = reqb_node(b, "aten.bmm.default", "o");
+    reqb_arg_tensor(b, n, "self", "x");
+    reqb_arg_tensor(b, n, "mat2", "y");
+    reqb_output(b, "o");
+    Tcc__V1__Manifest *m = compile_manifest(b, "bmm", NULL);
+    ck_assert_int_eq(gemm_steps(m, g, 4), 1);
+    ck_assert_int_eq(g[0]->gemm->a_dtype, dts[d]);
+    ck_assert_int_eq(g[0]->gemm->batch_count, 3);
+    ck_assert_int_eq(g[0]->gemm->stride_a, 24 * 8);
+    ck_assert_int_eq(g[0]->gemm->stride_b, 16 * 24);
+    ck_assert_int_eq(g[0]->gemm->stride_c, 16 * 8);
+    ck_assert_int_eq(g[0]->gemm->a->base_case, TCC__V1__BUFFER_REF__BASE_INPUT);   /* read as they are */
+    ck_assert_int_eq(g[0]->gemm->b->base_case, TCC__V1__BUFFER_REF__BASE_INPUT);
+    tcc__v1__manifest__free_unpacked(m, NULL);
+    reqb_free(b);
+  }
+  {
+    reqb *b = reqb_new("");
+    reqb_value(b, "x", TCC__V1__DTYPE__FLOAT32, 3, (int64_t[]){6, 10, 12}, NULL, 0);
+    reqb_value(b, "w", TCC__V1__DTYPE__FLOAT32, 2, (int64_t[]){12, 7}, NULL, 0);
+    reqb_value(b, "o", TCC__V1__DTYPE__FLOAT32, 3, (int64_t[]){6, 10, 7}, NULL, 0);
+    reqb_input(b, "x");
+    reqb_input(b, "w");
+    reqb_binary(b, "aten.matmul.default", "x", "w", "o");
+    reqb_output(b, "o");
+    Tcc__V1__Manifest *m = compile_manifest(b, "matmul broadcast", NULL);
+    ck_assert_int_eq(gemm_steps(m, g, 4), 1);
+    ck_assert(g[0]->gemm->batch_count == 6 || g[0]->gemm->batch_count == 1);
+    if (g[0]->gemm->batch_count == 6) ck_assert_int_eq(g[0]->gemm->stride_a, 0);
+    tcc__v1__manifest__free_unpacked(m, NULL);
+    reqb_free(b);
+  }
+  /* a constant weight: cuBLAS reads the module's __device__ array */
+  {
+    reqb *b = reqb_new("");
+    float wdata[8 * 3];
+    for (int i = 0; i < 24; i++) wdata[i] = 0.25f * (float)(i % 7) - 0.5f;
+    reqb_value(b, "x", TCC__V1__DTYPE__FLOAT32, 2, (int64_t[]){5, 8}, NULL, 0);
+    reqb_value(b, "w", TCC__V1__DTYPE__FLOAT32, 2, (int64_t[]){8, 3}, NULL, 0);
+    reqb_value(b, "o", TCC__V1__DTYPE__FLOAT32, 2, (int64_t[]){5, 3}, NULL, 0);
+    reqb_input(b, "x");
+    reqb_constant(b, "w", wdata, sizeof wdata);
+    reqb_binary(b, "aten.mm.default", "x", "w", "o");
+    reqb_req(b)->graph->nodes[0]->inputs[1]->name = reqb_str(b, "mat2");
+    reqb_output(b, "o");
+    char *src;
+    Tcc__V1__Manifest *m = compile_manifest(b, "mm with a constant", &src);
+    ck_assert_int_eq(gemm_steps(m, g, 4), 1);
+    ck_assert_int_eq(g[0]->gemm->a->base_case, TCC__V1__BUFFER_REF__BASE_CONSTANT);
+    char decl[96];
+    snprintf(decl, sizeof decl, "extern \"C\" __device__ const float %s[", g[0]->gemm->a->constant);
+    ck_assert_msg(strstr(src, decl), "no '%s' in\n%.2000s", decl, src);
+    free(src);
+    tcc__v1__manifest__free_unpacked(m, NULL);
+    reqb_free(b);
+  }
+  {
+    reqb *b = reqb_new("");
+    reqb_value(b, "bias", TCC__V1__DTYPE__FLOAT32, 1, (int64_t[]){9}, NULL, 0);
+    reqb_value(b, "x", TCC__V1__DTYPE__FLOAT32, 2, (int64_t[]){5, 11}, NULL, 0);
+    reqb_value(b, "w", TCC__V1__DTYPE__FLOAT32, 2, (int64_t[]){11, 9}, (int64_t[]){1, 11}, 0);   /* w.T view */
+    reqb_value(b, "o", TCC__V1__DTYPE__FLOAT32, 2, (int64_t[]){5, 9}, NULL, 0);
+    reqb_input(b, "bias");
+    reqb_input(b, "x");
+    reqb_input(b, "w");
+    Tcc__V1__Node *n = reqb_node(b, "aten.addmm.default", "o");
+    reqb_arg_tensor(b, n, "self", "bias");
+    reqb_arg_tensor(b, n, "mat1", "x");
+    reqb_arg_tensor(b, n, "mat2", "w");
+    reqb_output(b, "o");
+    Tcc__V1__Manifest *m = compile_manifest(b, "addmm", NULL);
+    ck_assert_int_eq(gemm_steps(m, g, 4), 1);
+    ck_assert_int_eq((int)m->n_kernels, 2);   /* GEMM, then the bias epilogue */
+    tcc__v1__manifest__free_unpacked(m, NULL);
+    reqb_free(b);
+  }
+}
+END_TEST
+
+/* A sum over 2^24 float32 into one value: a split reduction (grid > 1
+ * for the first stage), and cuobjdump lists both stages. */
+START_TEST(split_reduction) {
+  static const int64_t shapes[][2] = {{1, INT64_C(1) << 24}, {4, 200000}};
+  for (size_t s = 0; s < 2; s++) {
+    reqb *b = reqb_new("");
+    reqb_value(b, "x", TCC__V1__DTYPE__FLOAT32, 2, shapes[s], NULL, 0);
+    if (s == 0) reqb_value(b, "o", TCC__V1__DTYPE__FLOAT32, 0, NULL, NULL, 0);
+    else reqb_value(b, "o", TCC__V1__DTYPE__FLOAT32, 1, (int64_t[]){4}, NULL, 0);
+    reqb_input(b, "x");
+    Tcc__V1__Node *n = reqb_node(b, s == 0 ? "aten.sum.default" : "aten.sum.dim_IntList", "o");
+    reqb_arg_tensor(b, n, "self", "x");
+    if (s == 1) {
+      Tcc__V1__Argument *arg = reqb_arg_int(b, n, "dim", 1);
+      arg->kind_case = TCC__V1__ARGUMENT__KIND_AS_INTS;
+      static int64_t one[1] = {1};
+      static Tcc__V1__IntList il = TCC__V1__INT_LIST__INIT;
+      il.n_values = 1;
+      il.values = one;
+      arg->as_ints = &il;
+    }
+    reqb_output(b, "o");
+    char *src;
+    objdumps++;
+    Tcc__V1__Manifest *m = compile_manifest(b, "split sum", &src);
+    ck_assert_int_eq((int)m->n_kernels, 2);
+    ck_assert_str_eq(m->kernels[0]->kind, "split-reduction");
+    ck_assert_str_eq(m->kernels[0]->name, "k0_split");
+    ck_assert_int_ge(m->kernels[0]->grid[0], 2);
+    ck_assert_int_eq(m->kernels[0]->grid[1], shapes[s][0]);
+    ck_assert_str_eq(m->kernels[1]->name, "k0");
+    ck_assert_int_eq(m->kernels[1]->grid[0], shapes[s][0]);
+    ck_assert_int_ge(m->workspace_bytes, m->kernels[0]->grid[0] * shapes[s][0] * 4);
+    ck_assert_ptr_nonnull(strstr(src, "gridDim.x * blockDim.x"));
+    printf("  split sum [%lld, %lld]: %lld x %lld blocks, then %lld\n", (long long)shapes[s][0],
+           (long long)shapes[s][1], (long long)m->kernels[0]->grid[0], (long long)m->kernels[0]->grid[1],
+           (long long)m->kernels[1]->grid[0]);
+    free(src);
+    tcc__v1__manifest__free_unpacked(m, NULL);
+    reqb_free(b);
+  }
+}
+END_TEST
+
+/* tcc_compiler_ops(CUDA) lists the matmul family (cuBLAS steps). */
+START_TEST(cuda_ops_list_matmul) {
+  size_t n = tcc_compiler_ops(TCC__V1__DEVICE_TYPE__CUDA, NULL, 0);
+  tcc_op_info *ops = calloc(n, sizeof *ops);
+  tcc_compiler_ops(TCC__V1__DEVICE_TYPE__CUDA, ops, n);
+  int found = 0;
+  for (size_t i = 0; i < n; i++)
+    if (!strcmp(ops[i].target, "aten.mm.default") || !strcmp(ops[i].target, "aten.bmm.default") ||
+        !strcmp(ops[i].target, "aten.addmm.default") || !strcmp(ops[i].target, "aten.linear.default") ||
+        !strcmp(ops[i].target, "aten.matmul.default"))
+      found++;
+  ck_assert_int_eq(found, 5);
+  free(ops);
+}
+END_TEST
+
 int main(void) {
   tcc_error err;
   if (tcc_nvrtc_available(&err)) cutest_skip("%s", err.msg);
@@ -708,9 +1063,12 @@ int main(void) {
   tcase_add_test(tc, keys_differ_by_arch);
   tcase_add_test(tc, example_graphs);
   tcase_add_test(tc, softmax_is_one_kernel);
+  tcase_add_test(tc, cuda_ops_list_matmul);
   suite_add_tcase(s, tc);
   tc = tcase_create("ops");
   tcase_set_timeout(tc, 1200);
+  tcase_add_test(tc, matmul_family);
+  tcase_add_test(tc, split_reduction);
   tcase_add_test(tc, reductions_over_a_dim);
   tcase_add_test(tc, layer_norm_and_dim_reductions);
   tcase_add_test(tc, views_cat_and_indexing);

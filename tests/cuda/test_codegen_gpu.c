@@ -12,6 +12,10 @@
  *               columns (one kernel: block reductions with warp
  *               shuffles); native_layer_norm (out, mean, rstd); sum over
  *               dim 0 (a column reduction); argmax with ties
+ *   matmul      cuBLAS steps (float32 without TF32, float16/bfloat16 with
+ *               float32 accumulation, float64) with bias/gelu epilogues,
+ *               against float64 references; split reductions (sum of
+ *               2^24 values) against float64 sums
  *
  * Tolerances: float32 |gpu - cpu| <= 2e-5 + 2e-5 |cpu| (different
  * summation orders and device math within 2 ulp); half types one unit of
@@ -388,6 +392,206 @@ START_TEST(layer_norm_sum_argmax) {
 }
 END_TEST
 
+/* ------------------------------------------ against float64 references */
+
+/* Element i of a host tensor of dtype dt, as double. */
+static double elem(const void *buf, Tcc__V1__DType dt, size_t i) {
+  const char *p = (const char *)buf + i * dtype_size(dt);
+  switch (dt) {
+  case TCC__V1__DTYPE__FLOAT32: { float f; memcpy(&f, p, 4); return f; }
+  case TCC__V1__DTYPE__FLOAT64: { double d; memcpy(&d, p, 8); return d; }
+  case TCC__V1__DTYPE__FLOAT16: { uint16_t h; memcpy(&h, p, 2); return half_to_float(h); }
+  case TCC__V1__DTYPE__BFLOAT16: { uint16_t h; memcpy(&h, p, 2); return bf16_to_float(h); }
+  default: return 0;
+  }
+}
+
+/* Compiles req for the device, runs it once on fresh random inputs
+ * (contiguous) and returns host copies of inputs and outputs (caller
+ * frees each, and the arrays) and the manifest. */
+static Tcc__V1__Manifest *gpu_run(reqb *b, const char *what, void ***hin_out, void ***hout_out) {
+  Tcc__V1__CompileRequest *req = reqb_req(b);
+  tcc_artifact ga;
+  tcc_prepared *gp;
+  compile(req, b, dev_arch, &ga, &gp);
+  Tcc__V1__Manifest *m = tcc__v1__manifest__unpack(NULL, ga.manifest_len, ga.manifest);
+  ck_assert_ptr_nonnull(m);
+  size_t ni = m->n_inputs, no = m->n_outputs;
+  void **hin = calloc(ni + 1, sizeof *hin), **din = calloc(ni + 1, sizeof *din);
+  void **hout = calloc(no + 1, sizeof *hout), **dout = calloc(no + 1, sizeof *dout);
+  unsigned st = seed ^ (unsigned)strlen(what);
+  for (size_t i = 0; i < ni; i++) {
+    size_t n = meta_bytes(m->inputs[i]);
+    hin[i] = malloc(n + 1);
+    fill(hin[i], n, m->inputs[i]->dtype, &st);
+    OK(tcc_cuda_malloc(0, n + 1, &din[i], &e_));
+    OK(tcc_cuda_memcpy_htod(0, din[i], hin[i], n, &e_));
+  }
+  for (size_t o = 0; o < no; o++) {
+    size_t n = meta_bytes(m->outputs[o]);
+    hout[o] = calloc(1, n + 1);
+    OK(tcc_cuda_malloc(0, n + 1, &dout[o], &e_));
+  }
+  void *dws = NULL;
+  if (m->workspace_bytes) OK(tcc_cuda_malloc(0, (size_t)m->workspace_bytes, &dws, &e_));
+  tcc_cuda_kernel *k;
+  OK(tcc_cuda_kernel_load_manifest(ga.data, ga.size, NULL, m, NULL, &k, &e_));
+  OK(tcc_cuda_kernel_launch(k, NULL, (const void *const *)din, dout, dws, &e_));
+  OK(tcc_cuda_synchronize(0, NULL, &e_));
+  for (size_t o = 0; o < no; o++) OK(tcc_cuda_memcpy_dtoh(0, hout[o], dout[o], meta_bytes(m->outputs[o]), &e_));
+  tcc_cuda_kernel_unload(k);
+  for (size_t i = 0; i < ni; i++) OK(tcc_cuda_free(0, din[i], &e_));
+  for (size_t o = 0; o < no; o++) OK(tcc_cuda_free(0, dout[o], &e_));
+  if (dws) OK(tcc_cuda_free(0, dws, &e_));
+  free(din);
+  free(dout);
+  tcc_artifact_free(&ga);
+  tcc_prepared_free(gp);
+  *hin_out = hin;
+  *hout_out = hout;
+  return m;
+}
+
+static void free_all(void **v, size_t n) {
+  for (size_t i = 0; i < n; i++) free(v[i]);
+  free(v);
+}
+
+/* [B, M, K] @ [B or 1, K, N] (+ bias[N]) (then gelu) against float64;
+ * out dtype dt (inputs dt). tol: relative to sum_k |a||b| plus the
+ * output's own rounding. */
+static void matmul_case(const char *what, Tcc__V1__DType dt, int64_t B, int64_t M, int64_t K, int64_t N,
+                        int b_batched, int bias, int gelu) {
+  reqb *b = reqb_new("");
+  int64_t xs[3] = {B, M, K}, ws[3] = {B, K, N}, os[3] = {B, M, N};
+  reqb_value(b, "x", dt, 3, xs, NULL, 0);
+  reqb_value(b, "w", dt, b_batched ? 3 : 2, b_batched ? ws : ws + 1, NULL, 0);
+  reqb_value(b, "mm", dt, 3, os, NULL, 0);
+  reqb_input(b, "x");
+  reqb_input(b, "w");
+  reqb_binary(b, b_batched ? "aten.bmm.default" : "aten.matmul.default", "x", "w", "mm");
+  if (b_batched) reqb_req(b)->graph->nodes[0]->inputs[1]->name = reqb_str(b, "mat2");
+  const char *last = "mm";
+  if (bias) {
+    reqb_value(b, "bias", dt, 1, (int64_t[]){N}, NULL, 0);
+    reqb_value(b, "ab", dt, 3, os, NULL, 0);
+    reqb_input(b, "bias");
+    reqb_binary(b, "aten.add.Tensor", "mm", "bias", "ab");
+    last = "ab";
+  }
+  if (gelu) {
+    reqb_value(b, "g", dt, 3, os, NULL, 0);
+    reqb_unary(b, "aten.gelu.default", last, "g");
+    last = "g";
+  }
+  reqb_output(b, last);
+  void **hin, **hout;
+  Tcc__V1__Manifest *m = gpu_run(b, what, &hin, &hout);
+  int has_gemm = 0;
+  for (size_t k = 0; k < m->n_kernels; k++) has_gemm |= m->kernels[k]->gemm != NULL;
+  ck_assert_msg(has_gemm, "%s: no cuBLAS step", what);
+  double out_ulp = dt == TCC__V1__DTYPE__FLOAT16 ? 0x1p-11 : dt == TCC__V1__DTYPE__BFLOAT16 ? 0x1p-8
+                 : dt == TCC__V1__DTYPE__FLOAT64 ? 0x1p-52 : 0x1p-23;
+  double acc_eps = dt == TCC__V1__DTYPE__FLOAT64 ? 1e-14 : 1e-5;   /* float32 accumulation, no TF32 */
+  size_t bad = 0;
+  double worst = 0;
+  for (int64_t bb = 0; bb < B; bb++)
+    for (int64_t i = 0; i < M; i++)
+      for (int64_t j = 0; j < N; j++) {
+        double ref = 0, mag = 0;
+        for (int64_t k = 0; k < K; k++) {
+          double a = elem(hin[0], dt, (size_t)((bb * M + i) * K + k));
+          double w = elem(hin[1], dt, (size_t)(((b_batched ? bb : 0) * K + k) * N + j));
+          ref += a * w;
+          mag += fabs(a * w);
+        }
+        if (bias) ref += elem(hin[2], dt, (size_t)j), mag += fabs(elem(hin[2], dt, (size_t)j));
+        if (gelu) ref = 0.5 * ref * (1.0 + erf(ref / sqrt(2.0)));
+        double got = elem(hout[0], dt, (size_t)((bb * M + i) * N + j));
+        double tol = acc_eps * mag + 2 * out_ulp * fabs(ref) + 1e-30;
+        double e = fabs(got - ref);
+        if (e / (mag + 1e-30) > worst) worst = e / (mag + 1e-30);
+        if (!(e <= tol)) {
+          if (bad < 5) printf("  %s: [%lld, %lld, %lld]: gpu %.9g, float64 %.9g\n", what, (long long)bb, (long long)i,
+                              (long long)j, got, ref);
+          bad++;
+        }
+      }
+  ck_assert_msg(bad == 0, "%s: %zu of %lld elements differ from float64 (seed %u)", what, bad,
+                (long long)(B * M * N), seed);
+  printf("  %s: %zu steps, max |err| / sum|a*b| = %.3g vs float64\n", what, m->n_kernels, worst);
+  free_all(hin, m->n_inputs);
+  free_all(hout, m->n_outputs);
+  tcc__v1__manifest__free_unpacked(m, NULL);
+  reqb_free(b);
+}
+
+/* Whether cuBLAS can be loaded the way the client loads it. */
+static int have_cublas(void) {
+  const char *env = getenv("TCC_CUBLAS_LIBRARY");
+  const char *names[] = {env && *env ? env : "libcublas.so.13", env && *env ? NULL : "libcublas.so.12"};
+  for (int i = 0; i < 2; i++) {
+    void *h = names[i] ? dlopen(names[i], RTLD_NOW | RTLD_LOCAL) : NULL;
+    if (h) {
+      dlclose(h);
+      return 1;
+    }
+  }
+  return 0;
+}
+
+START_TEST(matmul_vs_float64) {
+  if (!have_cublas()) {
+    printf("  SKIP matmul: no libcublas.so.13/.so.12 here (set TCC_CUBLAS_LIBRARY; scripts/gpu-check looks for it)\n");
+    return;
+  }
+  matmul_case("matmul [1,130,256] @ [256,96] + bias, gelu (float32)", TCC__V1__DTYPE__FLOAT32, 1, 130, 256, 96, 0, 1,
+              1);
+  matmul_case("matmul [6,10,12] @ [12,7] (float32, broadcast)", TCC__V1__DTYPE__FLOAT32, 6, 10, 12, 7, 0, 0, 0);
+  matmul_case("bmm [3,64,80] @ [3,80,48] (float16)", TCC__V1__DTYPE__FLOAT16, 3, 64, 80, 48, 1, 0, 0);
+  matmul_case("bmm [3,64,80] @ [3,80,48] + bias (bfloat16)", TCC__V1__DTYPE__BFLOAT16, 3, 64, 80, 48, 1, 1, 0);
+  matmul_case("bmm [2,33,65] @ [2,65,17] (float64)", TCC__V1__DTYPE__FLOAT64, 2, 33, 65, 17, 1, 0, 0);
+}
+END_TEST
+
+/* Split reductions: a sum of 2^24 float32 into one value, and 4 rows of
+ * 200000, against float64 sums (float32 partials: |err| <= 1e-6 sum|x|). */
+START_TEST(split_reduction_vs_float64) {
+  static const int64_t shapes[][2] = {{1, INT64_C(1) << 24}, {4, 200000}};
+  static const int64_t dim1[1] = {1};
+  for (int s = 0; s < 2; s++) {
+    reqb *b = reqb_new("");
+    reqb_value(b, "x", TCC__V1__DTYPE__FLOAT32, 2, shapes[s], NULL, 0);
+    reqb_value(b, "o", TCC__V1__DTYPE__FLOAT32, 1, (int64_t[]){shapes[s][0]}, NULL, 0);
+    reqb_input(b, "x");
+    Tcc__V1__Node *n = reqb_node(b, "aten.sum.dim_IntList", "o");
+    reqb_arg_tensor(b, n, "self", "x");
+    arg_ints(b, n, "dim", dim1, 1);
+    reqb_output(b, "o");
+    void **hin, **hout;
+    Tcc__V1__Manifest *m = gpu_run(b, "split sum", &hin, &hout);
+    ck_assert_str_eq(m->kernels[0]->kind, "split-reduction");
+    for (int64_t r = 0; r < shapes[s][0]; r++) {
+      double ref = 0, mag = 0;
+      for (int64_t j = 0; j < shapes[s][1]; j++) {
+        double v = elem(hin[0], TCC__V1__DTYPE__FLOAT32, (size_t)(r * shapes[s][1] + j));
+        ref += v;
+        mag += fabs(v);
+      }
+      double got = elem(hout[0], TCC__V1__DTYPE__FLOAT32, (size_t)r);
+      ck_assert_msg(fabs(got - ref) <= 1e-6 * mag, "row %lld: gpu %.9g, float64 %.9g (seed %u)", (long long)r, got,
+                    ref, seed);
+    }
+    printf("  split sum [%lld, %lld]: %lld x %lld partial blocks, matches float64\n", (long long)shapes[s][0],
+           (long long)shapes[s][1], (long long)m->kernels[0]->grid[0], (long long)m->kernels[0]->grid[1]);
+    free_all(hin, m->n_inputs);
+    free_all(hout, m->n_outputs);
+    tcc__v1__manifest__free_unpacked(m, NULL);
+    reqb_free(b);
+  }
+}
+END_TEST
+
 int main(void) {
   tcc_error err;
   if (tcc_cuda_available(&err)) cutest_skip("no CUDA device (%s)", err.msg);
@@ -407,6 +611,8 @@ int main(void) {
   tcase_add_test(tc, half_types);
   tcase_add_test(tc, softmax_rows);
   tcase_add_test(tc, layer_norm_sum_argmax);
+  tcase_add_test(tc, matmul_vs_float64);
+  tcase_add_test(tc, split_reduction_vs_float64);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_set_fork_status(sr, CK_NOFORK);   /* one CUDA context for the process */

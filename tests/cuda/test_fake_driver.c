@@ -431,6 +431,247 @@ START_TEST(manifests_and_generic_kernels_launch) {
 }
 END_TEST
 
+/* A manifest: k0 = cuBLAS GEMM (A = inputs[1], B = inputs[0] or a
+ * constant, C = workspace + 256), then the epilogue kernel k1. */
+typedef struct gemm_manifest {
+  Tcc__V1__Manifest m;
+  Tcc__V1__KernelInfo k0, k1;
+  Tcc__V1__KernelInfo *kis[2];
+  Tcc__V1__GemmStep g;
+  Tcc__V1__BufferRef a, b, c;
+  Tcc__V1__TensorMeta meta;
+  Tcc__V1__TensorMeta *ins[2], *outs[1];
+  int64_t grid[1], block[1];
+} gemm_manifest;
+
+static void gemm_manifest_init(gemm_manifest *x, Tcc__V1__DType dt) {
+  memset(x, 0, sizeof *x);
+  tcc__v1__manifest__init(&x->m);
+  tcc__v1__kernel_info__init(&x->k0);
+  tcc__v1__kernel_info__init(&x->k1);
+  tcc__v1__gemm_step__init(&x->g);
+  tcc__v1__buffer_ref__init(&x->a);
+  tcc__v1__buffer_ref__init(&x->b);
+  tcc__v1__buffer_ref__init(&x->c);
+  tcc__v1__tensor_meta__init(&x->meta);
+  x->a.base_case = TCC__V1__BUFFER_REF__BASE_INPUT, x->a.input = 1;
+  x->b.base_case = TCC__V1__BUFFER_REF__BASE_INPUT, x->b.input = 0, x->b.offset_bytes = 16;
+  x->c.base_case = TCC__V1__BUFFER_REF__BASE_WORKSPACE, x->c.workspace = 1, x->c.offset_bytes = 256;
+  x->g.m = 45, x->g.n = 33, x->g.k = 70, x->g.lda = 45, x->g.ldb = 70, x->g.ldc = 45;
+  x->g.trans_b = 1, x->g.ldb = 33;
+  x->g.batch_count = 2, x->g.stride_a = 0, x->g.stride_b = 33 * 70, x->g.stride_c = 45 * 33;
+  x->g.a_dtype = x->g.b_dtype = dt;
+  x->g.c_dtype = dt == TCC__V1__DTYPE__FLOAT64 ? dt : TCC__V1__DTYPE__FLOAT32;
+  x->g.compute_type = dt == TCC__V1__DTYPE__FLOAT64 ? (char *)"64F" : (char *)"32F";
+  x->g.alpha = 1, x->g.beta = 0;
+  x->g.a = &x->a, x->g.b = &x->b, x->g.c = &x->c;
+  x->k0.name = (char *)"k0", x->k0.kind = (char *)"extern", x->k0.gemm = &x->g;
+  x->grid[0] = 12, x->block[0] = 256;
+  x->k1.name = (char *)"k1", x->k1.kind = (char *)"pointwise";
+  x->k1.n_grid = 1, x->k1.grid = x->grid, x->k1.n_block = 1, x->k1.block = x->block;
+  x->kis[0] = &x->k0, x->kis[1] = &x->k1;
+  x->ins[0] = x->ins[1] = x->outs[0] = &x->meta;
+  x->m.abi_version = 1, x->m.target = (char *)"cuda:sm_90";
+  x->m.n_kernels = 2, x->m.kernels = x->kis;
+  x->m.n_inputs = 2, x->m.inputs = x->ins, x->m.n_outputs = 1, x->m.outputs = x->outs;
+  x->m.workspace_bytes = 256 + 2 * 45 * 33 * 4;
+}
+
+static void cubin_hex(const uint8_t *cubin, size_t n, char hex[TCC_SHA256_HEX]) {
+  uint8_t digest[TCC_SHA256_BYTES];
+  tcc_sha256(cubin, n, digest);
+  tcc_hex_encode(digest, sizeof digest, hex);
+}
+
+/* The cuBLAS step runs before the epilogue kernel, with the manifest's
+ * sizes and the ABI's pointers + offsets; float32 without TF32. */
+START_TEST(gemm_steps_run_through_cublas_in_plan_order) {
+  uint8_t cubin[256];
+  fake_cubin(cubin, 90);
+  char hex[TCC_SHA256_HEX];
+  cubin_hex(cubin, sizeof cubin, hex);
+  setenv("FAKE_CUDA_NPARAMS", "4", 1);
+  gemm_manifest x;
+  gemm_manifest_init(&x, TCC__V1__DTYPE__FLOAT32);
+  tcc_kernel *k = NULL;
+  tcc_error err = {0};
+  fake_reset();
+  ck_assert_msg(tcc_kernel_load(cubin, sizeof cubin, hex, &x.m, &k, &err) == 0, "%s", err.msg);
+  EXPECT_SEQ("load cubin", "cublas create");
+  const void *in[2] = {P(0x1000), P(0x2000)};
+  void *out[1] = {P(0x3000)};
+  fake_reset();
+  ck_assert_msg(tcc_kernel_run(k, in, out, P(0x4000), &err) == 0, "%s", err.msg);
+  EXPECT_SEQ("cublas math 1 0",
+             "cublas gemm NT m=45 n=33 k=70 lda=45 ldb=33 ldc=45 sa=0 sb=2310 sc=1485 batch=2 types=0,0,0 compute=68 "
+             "algo=-1 alpha=1 beta=0 A=2000 B=1010 C=4100 stream=0",
+             "launch k1 g=12,1,1 b=256,1,1 s=0 stream=0 p=1000,2000,3000,4000");
+  ck_assert_int_eq(log_count("cublas gemm"), 1);
+  ck_assert_int_eq(log_count("launch "), 1);
+
+  /* reduce-overhead: the GEMM is captured into the graph with the kernel */
+  void *stream;
+  ck_assert_int_eq(tcc_cuda_stream_create(0, &stream, &err), 0);
+  tcc_cuda_kernel_set_graphs(tcc_kernel_cuda(k), 1);
+  fake_reset();
+  ck_assert_msg(tcc_cuda_kernel_launch(tcc_kernel_cuda(k), stream, in, out, P(0x4000), &err) == 0, "%s", err.msg);
+  EXPECT_SEQ("capture", "cublas gemm (captured) NT m=45", "end", "instantiate", "replay", "  k1 g=12");
+  ck_assert_int_eq(tcc_cuda_stream_destroy(0, stream, &err), 0);
+
+  /* a cuBLAS failure names the step */
+  setenv("FAKE_CUBLAS_FAIL", "1", 1);
+  ck_assert_int_eq(tcc_kernel_run(k, in, out, P(0x4000), &err), TCC_E_INTERNAL);
+  unsetenv("FAKE_CUBLAS_FAIL");
+  ck_assert_msg(strstr(err.msg, "step 'k0' (launch 1 of 2): cublasGemmStridedBatchedEx: CUBLAS_STATUS_EXECUTION_FAILED"),
+                "%s", err.msg);
+  fake_reset();
+  tcc_kernel_unload(k);
+  EXPECT_SEQ("cublas destroy 1", "unload");
+  ck_assert_int_eq(fake_depth(), 0);
+}
+END_TEST
+
+/* Half operands with a float32 C; float64 with the 64F compute type and
+ * double alpha; a constant operand found with cuModuleGetGlobal; bad
+ * steps refused at load, naming the kernel and field. */
+START_TEST(gemm_dtypes_constants_and_bad_steps) {
+  uint8_t cubin[256];
+  fake_cubin(cubin, 90);
+  char hex[TCC_SHA256_HEX];
+  cubin_hex(cubin, sizeof cubin, hex);
+  setenv("FAKE_CUDA_NPARAMS", "4", 1);
+  const void *in[2] = {P(0x1000), P(0x2000)};
+  void *out[1] = {P(0x3000)};
+  tcc_error err = {0};
+  static const struct {
+    Tcc__V1__DType dt;
+    const char *want;
+  } cases[] = {
+      {TCC__V1__DTYPE__FLOAT16, "types=2,2,0 compute=68"},
+      {TCC__V1__DTYPE__BFLOAT16, "types=14,14,0 compute=68"},
+      {TCC__V1__DTYPE__FLOAT64, "types=1,1,1 compute=70 algo=-1 alpha=1 beta=0"},
+  };
+  for (size_t c = 0; c < 3; c++) {
+    gemm_manifest x;
+    gemm_manifest_init(&x, cases[c].dt);
+    tcc_kernel *k = NULL;
+    ck_assert_msg(tcc_kernel_load(cubin, sizeof cubin, hex, &x.m, &k, &err) == 0, "%s", err.msg);
+    fake_reset();
+    ck_assert_msg(tcc_kernel_run(k, in, out, P(0x4000), &err) == 0, "%s", err.msg);
+    ck_assert_msg(strstr(fake_events(), cases[c].want), "want %s in\n%s", cases[c].want, fake_events());
+    tcc_kernel_unload(k);
+  }
+  /* a constant of the module as cuBLAS's B */
+  gemm_manifest x;
+  gemm_manifest_init(&x, TCC__V1__DTYPE__FLOAT32);
+  x.b.base_case = TCC__V1__BUFFER_REF__BASE_CONSTANT, x.b.constant = (char *)"b3_data", x.b.offset_bytes = 8;
+  tcc_kernel *k = NULL;
+  fake_reset();
+  ck_assert_msg(tcc_kernel_load(cubin, sizeof cubin, hex, &x.m, &k, &err) == 0, "%s", err.msg);
+  EXPECT_SEQ("load cubin", "global b3_data");
+  fake_reset();
+  ck_assert_msg(tcc_kernel_run(k, in, out, P(0x4000), &err) == 0, "%s", err.msg);
+  EXPECT_SEQ("cublas gemm NT m=45", "launch k1");
+  ck_assert_ptr_nonnull(strstr(fake_events(), " B=7308 "));
+  tcc_kernel_unload(k);
+  x.b.constant = (char *)"missing_data";
+  ck_assert_int_eq(tcc_kernel_load(cubin, sizeof cubin, hex, &x.m, &k, &err), TCC_E_NOT_FOUND);
+  ck_assert_msg(strstr(err.msg, "constant 'missing_data' is not in the module"), "%s", err.msg);
+  /* bad steps */
+  gemm_manifest_init(&x, TCC__V1__DTYPE__FLOAT32);
+  x.g.lda = 10;
+  ck_assert_int_eq(tcc_kernel_load(cubin, sizeof cubin, hex, &x.m, &k, &err), TCC_E_INVALID_ARGUMENT);
+  ck_assert_msg(strstr(err.msg, "manifest kernel 0 ('k0'): gemm leading dimensions"), "%s", err.msg);
+  gemm_manifest_init(&x, TCC__V1__DTYPE__FLOAT32);
+  x.g.compute_type = (char *)"16F";
+  ck_assert_int_eq(tcc_kernel_load(cubin, sizeof cubin, hex, &x.m, &k, &err), TCC_E_INVALID_ARGUMENT);
+  ck_assert_msg(strstr(err.msg, "unknown gemm compute type '16F'"), "%s", err.msg);
+  gemm_manifest_init(&x, TCC__V1__DTYPE__FLOAT32);
+  x.a.input = 7;
+  ck_assert_int_eq(tcc_kernel_load(cubin, sizeof cubin, hex, &x.m, &k, &err), TCC_E_INVALID_ARGUMENT);
+  ck_assert_msg(strstr(err.msg, "step 'k0' (launch 1 of 2): operand a names no buffer"), "%s", err.msg);
+  gemm_manifest_init(&x, TCC__V1__DTYPE__FLOAT32);
+  x.k0.gemm = NULL;
+  ck_assert_int_eq(tcc_kernel_load(cubin, sizeof cubin, hex, &x.m, &k, &err), TCC_E_INVALID_ARGUMENT);
+  ck_assert_msg(strstr(err.msg, "extern step without a gemm"), "%s", err.msg);
+  ck_assert_int_eq(fake_depth(), 0);
+}
+END_TEST
+
+/* Manifest.ptx: the driver's JIT runs it when the cubin's arch does not
+ * fit the device; without it, a clear arch mismatch. */
+START_TEST(manifest_ptx_is_the_jit_fallback) {
+  uint8_t cubin[256];
+  fake_cubin(cubin, 90);
+  char hex[TCC_SHA256_HEX];
+  cubin_hex(cubin, sizeof cubin, hex);
+  setenv("FAKE_CUDA_NPARAMS", "4", 1);
+  setenv("FAKE_CUDA_CC", "100", 1);   /* a Blackwell: sm_90 cubins do not run there */
+  gemm_manifest x;
+  gemm_manifest_init(&x, TCC__V1__DTYPE__FLOAT32);
+  x.m.n_kernels = 1;
+  x.kis[0] = &x.k1;
+  static const char ptx[] = "//\n.version 9.0\n.target sm_90\n.address_size 64\n.visible .entry k1(\n)\n{ ret; }\n";
+  x.m.ptx.data = (uint8_t *)ptx;
+  x.m.ptx.len = strlen(ptx);
+  tcc_kernel *k = NULL;
+  tcc_error err = {0};
+  fake_reset();
+  ck_assert_msg(tcc_kernel_load(cubin, sizeof cubin, hex, &x.m, &k, &err) == 0, "%s", err.msg);
+  EXPECT_SEQ("load ptx");
+  ck_assert_int_eq(log_count("load cubin"), 0);
+  tcc_cuda_stats st;
+  tcc_cuda_kernel_stats(tcc_kernel_cuda(k), &st);
+  ck_assert_int_eq(st.from_ptx, 1);
+  ck_assert_str_eq(st.device_arch, "sm_100");
+  tcc_kernel_unload(k);
+  /* the same device, no PTX: the message says what to do */
+  x.m.ptx.len = 0;
+  x.m.ptx.data = NULL;
+  ck_assert_int_eq(tcc_kernel_load(cubin, sizeof cubin, hex, &x.m, &k, &err), TCC_E_FAILED_PRECONDITION);
+  ck_assert_msg(strstr(err.msg, "arch mismatch: artifact sm_90, device sm_100 (no PTX to JIT-compile"), "%s",
+                err.msg);
+  /* an older device than the PTX: neither works */
+  setenv("FAKE_CUDA_CC", "80", 1);
+  x.m.ptx.data = (uint8_t *)ptx;
+  x.m.ptx.len = strlen(ptx);
+  ck_assert_int_eq(tcc_kernel_load(cubin, sizeof cubin, hex, &x.m, &k, &err), TCC_E_FAILED_PRECONDITION);
+  ck_assert_msg(strstr(err.msg, "arch mismatch: artifact sm_90, device sm_80 (the PTX cannot run there either"),
+                "%s", err.msg);
+  /* PTX with a NUL byte is refused */
+  setenv("FAKE_CUDA_CC", "100", 1);
+  static const uint8_t bad[] = {'.', 'v', 0, 'x'};
+  x.m.ptx.data = (uint8_t *)bad;
+  x.m.ptx.len = sizeof bad;
+  ck_assert_int_eq(tcc_kernel_load(cubin, sizeof cubin, hex, &x.m, &k, &err), TCC_E_INVALID_ARGUMENT);
+  ck_assert_int_eq(fake_depth(), 0);
+}
+END_TEST
+
+/* Without cuBLAS (TCC_CUBLAS_LIBRARY names nothing) a plan with a GEMM
+ * step fails to load, saying so; plans without one load as before. */
+START_TEST(gemm_steps_need_cublas) {
+  uint8_t cubin[256];
+  fake_cubin(cubin, 90);
+  char hex[TCC_SHA256_HEX];
+  cubin_hex(cubin, sizeof cubin, hex);
+  setenv("FAKE_CUDA_NPARAMS", "4", 1);
+  gemm_manifest x;
+  gemm_manifest_init(&x, TCC__V1__DTYPE__FLOAT32);
+  tcc_kernel *k = NULL;
+  tcc_error err = {0};
+  ck_assert_int_eq(tcc_kernel_load(cubin, sizeof cubin, hex, &x.m, &k, &err), TCC_E_FAILED_PRECONDITION);
+  ck_assert_msg(strstr(err.msg, "step 'k0' (launch 1 of 2): /nonexistent/libcublas.so.13 not found: the plan has a "
+                                "matmul (cuBLAS) step"),
+                "%s", err.msg);
+  x.m.n_kernels = 1;
+  x.kis[0] = &x.k1;
+  ck_assert_msg(tcc_kernel_load(cubin, sizeof cubin, hex, &x.m, &k, &err) == 0, "%s", err.msg);
+  tcc_kernel_unload(k);
+  ck_assert_int_eq(fake_depth(), 0);
+}
+END_TEST
+
 START_TEST(cuinit_failure_is_reported) {
   tcc_error err = {0};
   ck_assert_int_eq(tcc_cuda_available(&err), TCC_E_FAILED_PRECONDITION);
@@ -471,7 +712,12 @@ int main(void) {
   tcase_add_checked_fixture(tc, default_knobs, NULL);
   if (getenv("FAKE_CUDA_INIT_ERROR")) {
     tcase_add_test(tc, cuinit_failure_is_reported);
+  } else if (getenv("FAKE_NO_CUBLAS")) {
+    tcase_add_test(tc, gemm_steps_need_cublas);
   } else {
+    tcase_add_test(tc, gemm_steps_run_through_cublas_in_plan_order);
+    tcase_add_test(tc, gemm_dtypes_constants_and_bad_steps);
+    tcase_add_test(tc, manifest_ptx_is_the_jit_fallback);
     tcase_add_test(tc, launches_bind_inputs_outputs_workspace);
     tcase_add_test(tc, plans_run_in_order_with_workspace_and_shared);
     tcase_add_test(tc, arch_decides_cubin_ptx_or_mismatch);

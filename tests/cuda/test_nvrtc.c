@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cutest.h"
 #include "nvrtc.h"
@@ -267,6 +268,32 @@ START_TEST(cubin_readers_refuse_other_bytes) {
 }
 END_TEST
 
+/* opts.timeout_ms: a compile over its deadline is abandoned
+ * (DEADLINE_EXCEEDED) and finishes in the background; one within it
+ * returns as without a deadline, errors and NVRTC's log included. */
+START_TEST(timeouts_abandon_the_compile) {
+  const char *names[] = {CUTEST_POINTWISE_NAME, NULL};
+  tcc_nvrtc_options o = {.timeout_ms = 1};
+  tcc_nvrtc_result r;
+  tcc_error err = {0};
+  int rc = tcc_nvrtc_build_ex(POINTWISE, "sm_90", names, &o, &r, &err);
+  ck_assert_int_eq(rc, TCC_E_DEADLINE_EXCEEDED);
+  ck_assert_msg(strstr(err.msg, "nvrtc: compiling for sm_90 took longer than 1 ms (abandoned)"), "%s", err.msg);
+  ck_assert_ptr_null(r.cubin);
+  /* the abandoned compile ends on its own and frees what it made */
+  for (int i = 0; i < 1200 && tcc_nvrtc_abandoned() > 0; i++) usleep(100 * 1000);
+  ck_assert_int_eq(tcc_nvrtc_abandoned(), 0);
+  o.timeout_ms = 120000;
+  ck_assert_msg(tcc_nvrtc_build_ex(POINTWISE, "sm_90", names, &o, &r, &err) == 0, "%s", err.msg);
+  check_build(&r, "sm_90", 90, names, 1);
+  tcc_nvrtc_result_free(&r);
+  rc = tcc_nvrtc_build_ex("extern \"C\" __global__ void k(float *p) { p[0] = undefined_thing; }\n", "sm_80", NULL,
+                          &o, &r, &err);
+  ck_assert_int_eq(rc, TCC_E_INTERNAL);
+  ck_assert_msg(strstr(err.msg, "undefined_thing"), "%s", err.msg);
+}
+END_TEST
+
 int main(void) {
   tcc_error err = {0};
   if (tcc_nvrtc_available(&err) != 0) cutest_skip("%s", err.msg); /* "NVRTC not available: why" */
@@ -283,6 +310,7 @@ int main(void) {
   tcase_add_test(tc, options_are_passed_and_checked);
   tcase_add_test(tc, concurrent_builds);
   tcase_add_test(tc, cubin_readers_refuse_other_bytes);
+  tcase_add_test(tc, timeouts_abandon_the_compile);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);

@@ -147,7 +147,8 @@ def daemon_factory(tmp_path, signing_key):
 
     def make(cache_dir=None, signing_key=_DEFAULT, **kw):
         key = signing_key_default if signing_key is _DEFAULT else signing_key
-        d = Daemon(cache_dir or str(tmp_path / "cache"), workdir=str(tmp_path), signing_key=key, **kw)
+        kw.setdefault("workdir", str(tmp_path))  # several daemons: give each its own (its log)
+        d = Daemon(cache_dir or str(tmp_path / "cache"), signing_key=key, **kw)
         started.append(d)
         return d
 
@@ -276,3 +277,65 @@ class Redis:
             n = int(rest)
             return None if n < 0 else [self._read(f) for _ in range(n)]
         raise RuntimeError(f"bad RESP line {line!r}")
+
+
+class RedisCluster:
+    """A Redis Cluster of `masters` redis-server processes on free loopback
+    ports (cluster-enabled, no replicas, no persistence), the slots split
+    evenly with CLUSTER ADDSLOTSRANGE and joined with CLUSTER MEET (no
+    redis-cli needed). stop() ends every process."""
+
+    def __init__(self, workdir, masters=3):
+        self.dir = workdir
+        self.nodes = []
+        self.bus_ports = [free_port() for _ in range(masters)]  # port + 10000 may not exist
+        for i in range(masters):
+            d = os.path.join(workdir, f"node{i}")
+            os.makedirs(d, exist_ok=True)
+            self.nodes.append(Redis(d, args=["--cluster-enabled", "yes", "--cluster-config-file",
+                                             os.path.join(d, "nodes.conf"), "--cluster-node-timeout", "2000",
+                                             "--cluster-port", str(self.bus_ports[i])]))
+
+    def start(self):
+        try:
+            for n in self.nodes:
+                n.start()
+            per = 16384 // len(self.nodes)
+            for i, n in enumerate(self.nodes):
+                lo, hi = i * per, (16383 if i == len(self.nodes) - 1 else (i + 1) * per - 1)
+                n.cmd("CLUSTER", "ADDSLOTSRANGE", lo, hi)
+            for n in self.nodes[1:]:
+                n.cmd("CLUSTER", "MEET", "127.0.0.1", self.nodes[0].port, self.bus_ports[0])
+            deadline = time.time() + 30
+            while time.time() < deadline:
+                if all(b"cluster_state:ok" in n.cmd("CLUSTER", "INFO") and
+                       len(n.cmd("CLUSTER", "SLOTS")) == len(self.nodes) for n in self.nodes):
+                    return self
+                time.sleep(0.1)
+            raise RuntimeError("the redis cluster did not become ok")
+        except Exception:
+            self.stop()
+            raise
+
+    def stop(self):
+        for n in self.nodes:
+            n.stop()
+
+    def node_id(self, n):
+        return n.cmd("CLUSTER", "MYID").decode()
+
+    def owner(self, key):
+        """The node that owns key's slot."""
+        slot = self.nodes[0].cmd("CLUSTER", "KEYSLOT", key)
+        for n in self.nodes:
+            for lo, hi, master, *_ in n.cmd("CLUSTER", "SLOTS"):
+                if lo <= slot <= hi:
+                    port = master[1]
+                    return next(x for x in self.nodes if x.port == port)
+        raise AssertionError(f"no owner for slot {slot}")
+
+    def url(self, *nodes):
+        return ",".join(f"redis://127.0.0.1:{n.port}" for n in (nodes or self.nodes))
+
+    def keys(self, n, pattern="tccd:*"):
+        return {k.decode() for k in n.cmd("KEYS", pattern)}

@@ -3,9 +3,10 @@ CUDA target end to end against the real tccd: `tcctl compile --target
 cuda:sm_XX` of the example graphs gives a cubin artifact whose manifest
 describes ABI-1 launches (target, kernels with grid/block, identity naming
 NVRTC); the two archs are different cache entries, a second compile hits,
-`tcctl fetch` returns an ELF cubin for the right SM, and a graph with a
-matmul is refused with UNIMPLEMENTED naming cuBLAS. Skipped when the build
-has no NVRTC (scripts/setup-cuda). No GPU needed.
+`tcctl fetch` returns an ELF cubin for the right SM, the manifest carries
+the PTX, and a graph with a matmul becomes a cuBLAS step (GemmStep) before
+its fused epilogue kernel. Skipped when the build has no NVRTC
+(scripts/setup-cuda). No GPU needed.
 """
 import json
 import os
@@ -78,8 +79,15 @@ def test_compile_for_cuda(nvrtc_daemon, tmp_path, graph, kinds):
     assert cpu["guard_hash"] not in seen.values()
 
 
-def test_matmul_is_refused_clearly(nvrtc_daemon, tmp_path):
-    p = nvrtc_daemon.tcctl("compile", cuda_json("gelu_mlp.json", tmp_path), "--target", "cuda:sm_90",
-                           check=False)
-    assert p.returncode != 0
-    assert "UNIMPLEMENTED" in p.stderr and "matmul on CUDA needs cuBLAS (not built yet)" in p.stderr
+def test_matmul_is_a_cublas_step(nvrtc_daemon, tmp_path):
+    r = nvrtc_daemon.tcctl("compile", cuda_json("gelu_mlp.json", tmp_path), "--target", "cuda:sm_90")
+    m = r["manifest"]
+    assert [k["kind"] for k in m["kernels"]] == ["extern", "pointwise"]
+    g = m["kernels"][0]["gemm"]
+    # gelu(x @ w.T + b), x 512x768, w 3072x768: cuBLAS C^T = w x^T (op T on w)
+    assert (g["m"], g["n"], g["k"]) == ("3072", "512", "768") or (g["m"], g["n"], g["k"]) == (3072, 512, 768)
+    assert g.get("trans_a") and not g.get("trans_b")
+    assert g["compute_type"] == "32F"   # float32 without TF32, like torch's default
+    assert g["a"]["input"] == 1 and g.get("b", {}).get("input", 0) == 0 and g["c"]["workspace"]
+    assert not m["kernels"][0].get("grid") and m["kernels"][1]["grid"]
+    assert m.get("ptx"), "the manifest carries the PTX"

@@ -1,0 +1,490 @@
+/*
+ * tune.c — autotuning support: kernel configs and candidates, kernel
+ * signatures, benchmark hooks, the benchmark child's protocol, the
+ * output check and tuning records (compiler.h, "tune.c").
+ *
+ * DESIGN
+ *
+ *   A candidate is one tcc_kernel_config applied to every kernel of a
+ *   graph: one .so per candidate (built with tcc_compile_tuned and
+ *   bench_hooks), so N candidates cost N builds however many kernels the
+ *   graph has, and each benchmark run times every kernel separately
+ *   through the hook
+ *
+ *     int tcc_tune_kernel(int k, const void *const *in, void *const *out,
+ *                         void *workspace);     (runs kernel k alone)
+ *
+ *   The caller (the daemon) then picks each kernel's best config on its
+ *   own and builds the final .so with one config per kernel.
+ *
+ *   Candidates (CPU; index 0 is the default, the code tcc_compile makes):
+ *     0  default     parallel outer loop above TCC_PARALLEL_WORK, else serial
+ *     1  par         outer loop always parallel (GEMM: batch in parallel,
+ *                    one BLAS thread each when batched)
+ *     2  serial      never parallel; GEMM with one OpenBLAS thread
+ *     3  par+unroll  parallel outer loop, innermost plain loop unrolled 4x
+ *     4  ser+unroll  serial, innermost plain loop unrolled 4x
+ *     5  par chunk   parallel outer loop, schedule(static, 8) (interleaved
+ *                    rows: better balance for few, long rows)
+ *
+ *   Kernel signature: SHA-256("tccd-tune-sig/1", target, identity, the
+ *   kernel's default C source with its identifiers renumbered: k<j> ->
+ *   k, buffers b<n> numbered by first use, in[i]/out[i]/ws offsets
+ *   erased). The same computation over the same shapes and strides in
+ *   another graph therefore has the same signature, and a tuning record
+ *   found for it needs no benchmark.
+ *
+ *   The benchmark child (daemon/bench.c, tccd-bench) is run with
+ *
+ *     tccd-bench SO MANIFEST OUTFILE SEED REPS SETS CANDIDATE
+ *
+ *   through tcc_run_tool (process group, prlimit: address space 4 GiB,
+ *   CPU seconds timeout/1000 + 5, no core; killed at the wall-clock
+ *   timeout). It fills SETS input sets with random data from SEED (the
+ *   same data for every candidate), warms up on each, times REPS runs of
+ *   every kernel rotating through the sets, and prints
+ *
+ *     tccd-bench 1
+ *     kernels N
+ *     bad 0|1
+ *     k <j> <median ns>        (N lines)
+ *     end
+ *
+ *   then writes every output's storage (zero-filled before the runs),
+ *   in order, after one tcc_entry call on input set 0, to OUTFILE.
+ */
+#include "loop.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* ------------------------------------------------------------ configs */
+
+const tcc_kernel_config *tcc_kernel_config_of(const tcc_program *p, int kno) {
+  if (!p->kcfg || kno < 0 || kno >= p->nkcfg) return NULL;
+  const tcc_kernel_config *c = &p->kcfg[kno];
+  return tcc_kernel_config_is_default(c) ? NULL : c;
+}
+
+int tcc_kernel_config_is_default(const tcc_kernel_config *c) {
+  return !c->parallel && !c->threads && !c->chunk && !c->unroll && !c->blas_threads;
+}
+
+int tcc_tune_candidates(int device, tcc_kernel_config *out) {
+  static const tcc_kernel_config cpu[] = {
+    {0, 0, 0, 0, 0},  /* default */
+    {1, 0, 0, 0, 0},  /* parallel */
+    {-1, 0, 0, 0, 1}, /* serial */
+    {1, 0, 0, 4, 0},  /* parallel + unroll 4 */
+    {-1, 0, 0, 4, 1}, /* serial + unroll 4 */
+    {1, 0, 8, 0, 0},  /* parallel, static chunks of 8 */
+  };
+  if (device == TCC__V1__DEVICE_TYPE__CUDA) { /* no GPU to measure on: the default */
+    memset(&out[0], 0, sizeof out[0]);
+    return 1;
+  }
+  int n = (int)(sizeof cpu / sizeof cpu[0]);
+  memcpy(out, cpu, sizeof cpu);
+  return n;
+}
+
+const char *tcc_kernel_config_format(const tcc_kernel_config *c, char *buf, size_t cap) {
+  snprintf(buf, cap, "par=%d thr=%d chunk=%d unroll=%d blas=%d", c->parallel, c->threads, c->chunk,
+           c->unroll, c->blas_threads);
+  return buf;
+}
+
+int tcc_kernel_config_parse(const char *s, tcc_kernel_config *out) {
+  tcc_kernel_config c;
+  int n = 0;
+  if (sscanf(s, "par=%d thr=%d chunk=%d unroll=%d blas=%d%n", &c.parallel, &c.threads, &c.chunk,
+             &c.unroll, &c.blas_threads, &n) != 5)
+    return TCC_E_INVALID_ARGUMENT;
+  if (c.parallel < -1 || c.parallel > 1 || c.threads < 0 || c.threads > 1024 || c.chunk < 0 ||
+      c.chunk > 1 << 20 || c.unroll < 0 || c.unroll > 64 || c.blas_threads < 0 ||
+      c.blas_threads > 1024)
+    return TCC_E_INVALID_ARGUMENT;
+  *out = c;
+  return 0;
+}
+
+/* ------------------------------------------------------------ hooks */
+
+void tcc_tune_append_hooks(tcc_buf *src, int nkernels) {
+  tcc_buf_puts(src, "\n/* benchmark hooks (tuning builds only) */\n"
+                    "__attribute__((visibility(\"default\")))\n"
+                    "int tcc_tune_kernel(int k, const void *const *inputs, void *const *outputs,"
+                    " void *workspace) {\n  (void)inputs; (void)outputs; (void)workspace;\n"
+                    "  switch (k) {\n");
+  for (int k = 0; k < nkernels; k++)
+    tcc_buf_printf(src, "  case %d: return k%d(inputs, outputs, (char *)workspace);\n", k, k);
+  tcc_buf_puts(src, "  }\n  return 0;\n}\n");
+}
+
+/* ------------------------------------------------------------ signatures */
+
+/* Appends kernel text [s, e) to b with its identifiers renumbered (see
+ * the header). */
+static void normalize_kernel(tcc_buf *b, const char *s, const char *e) {
+  int64_t map[512];
+  int nmap = 0;
+  const char *q = s;
+  while (q < e) {
+    int word_start = q == s || !(isalnum((unsigned char)q[-1]) || q[-1] == '_');
+    if (word_start && (*q == 'b' || *q == 'k') && q + 1 < e && isdigit((unsigned char)q[1])) {
+      const char *d = q + 1;
+      int64_t n = 0;
+      while (d < e && isdigit((unsigned char)*d)) n = n * 10 + (*d++ - '0');
+      if (*q == 'k' && (d >= e || !(isalnum((unsigned char)*d) || *d == '_'))) {
+        tcc_buf_puts(b, "k");
+        q = d;
+        continue;
+      }
+      if (*q == 'b') {
+        int idx = -1;
+        for (int i = 0; i < nmap; i++)
+          if (map[i] == n) idx = i;
+        if (idx < 0 && nmap < 512) map[idx = nmap++] = n;
+        tcc_buf_printf(b, "b%d", idx);
+        q = d;
+        continue;
+      }
+    }
+    if (word_start && (strncmp(q, "in[", 3) == 0 || strncmp(q, "out[", 4) == 0)) {
+      const char *d = q + (*q == 'i' ? 3 : 4);
+      const char *f = d;
+      while (f < e && isdigit((unsigned char)*f)) f++;
+      if (f > d && f < e && *f == ']') {
+        tcc_buf_put(b, q, (size_t)(d - q));
+        q = f;
+        continue;
+      }
+    }
+    if (strncmp(q, "(ws + ", 6) == 0) {
+      const char *f = q + 6;
+      while (f < e && isdigit((unsigned char)*f)) f++;
+      tcc_buf_puts(b, "(ws + _");
+      q = f;
+      continue;
+    }
+    tcc_buf_put(b, q, 1);
+    q++;
+  }
+}
+
+/* The kind named in a kernel's header comment ("/\* k3: reduction over"). */
+static void kernel_kind(const char *s, const char *e, char *out, size_t cap) {
+  const char *c = memchr(s, ':', (size_t)(e - s));
+  snprintf(out, cap, "pointwise");
+  if (!c) return;
+  c += 2;
+  if (strncmp(c, "extern", 6) == 0) snprintf(out, cap, "extern");
+  else if (strncmp(c, "reduction", 9) == 0) snprintf(out, cap, "reduction");
+}
+
+int tcc_tune_plan_make(const tcc_prepared *p, tcc_tune_plan *out, tcc_error *err) {
+  memset(out, 0, sizeof *out);
+  if (!p || !p->graph || p->graph->target.device != TCC__V1__DEVICE_TYPE__CPU)
+    return tcc_error_set(err, TCC_E_UNIMPLEMENTED, "kernel signatures are for CPU targets");
+  if (p->graph->nsyms)
+    return tcc_error_set(err, TCC_E_UNIMPLEMENTED, "autotuning dynamic-shape graphs is not supported yet");
+  char *src;
+  size_t len;
+  int nk = 0;
+  int rc = tcc_generate_source(p, &src, &len, &nk, err);
+  if (rc) return rc;
+  out->kernels = calloc((size_t)nk + 1, sizeof *out->kernels);
+  if (!out->kernels) {
+    free(src);
+    return tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "out of memory");
+  }
+  out->nkernels = nk;
+  const char *end = strstr(src, "\n__attribute__((visibility(\"default\")))\nint tcc_entry");
+  if (!end) end = src + len;
+  for (int k = 0; k < nk; k++) {
+    char mark[32];
+    snprintf(mark, sizeof mark, "\n/* k%d: ", k);
+    const char *s = strstr(src, mark);
+    snprintf(mark, sizeof mark, "\n/* k%d: ", k + 1);
+    const char *e = s ? strstr(s + 1, mark) : NULL;
+    if (!e || e > end) e = end;
+    if (!s) {
+      tcc_tune_plan_free(out);
+      free(src);
+      return tcc_error_set(err, TCC_E_INTERNAL, "kernel k%d not found in the generated source", k);
+    }
+    tcc_buf b = {0};
+    tcc_buf_printf(&b, "tccd-tune-sig/1%c%s%c%s%c", 0, p->graph->target_label, 0,
+                   p->graph->identity ? p->graph->identity : "", 0);
+    normalize_kernel(&b, s, e);
+    if (b.failed) {
+      tcc_buf_free(&b);
+      tcc_tune_plan_free(out);
+      free(src);
+      return tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "out of memory");
+    }
+    tcc_tune_kernel *K = &out->kernels[k];
+    tcc_sha256(b.data, b.len, K->signature);
+    tcc_hex_encode(K->signature, TCC_SHA256_BYTES, K->signature_hex);
+    kernel_kind(s, e, K->kind, sizeof K->kind);
+    tcc_buf_free(&b);
+  }
+  free(src);
+  return 0;
+}
+
+void tcc_tune_plan_free(tcc_tune_plan *plan) {
+  if (!plan) return;
+  free(plan->kernels);
+  memset(plan, 0, sizeof *plan);
+}
+
+/* ------------------------------------------------------------ the child */
+
+static int write_all(const char *path, const void *data, size_t len) {
+  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return -1;
+  const uint8_t *p = data;
+  while (len) {
+    ssize_t w = write(fd, p, len);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) {
+      close(fd);
+      return -1;
+    }
+    p += w;
+    len -= (size_t)w;
+  }
+  return close(fd);
+}
+
+static int read_all(const char *path, uint8_t **out, size_t *len) {
+  FILE *f = fopen(path, "rbe");
+  if (!f) return -1;
+  tcc_buf b = {0};
+  char chunk[65536];
+  size_t n;
+  while ((n = fread(chunk, 1, sizeof chunk, f)) > 0) tcc_buf_put(&b, chunk, n);
+  fclose(f);
+  if (b.failed) {
+    tcc_buf_free(&b);
+    return -1;
+  }
+  *out = (uint8_t *)tcc_buf_take(&b, len);
+  if (!*out) {
+    *out = malloc(1);
+    *len = 0;
+  }
+  return *out ? 0 : -1;
+}
+
+/* Parses the child's report into r. Returns 0 or -1. */
+static int parse_report(const char *text, tcc_bench_result *r) {
+  const char *p = strstr(text, "tccd-bench 1\n");
+  if (!p) return -1;
+  p += 13;
+  int nk, bad;
+  if (sscanf(p, "kernels %d\nbad %d\n", &nk, &bad) != 2 || nk < 0 || nk > 1 << 20) return -1;
+  r->nkernels = nk;
+  r->entry_bad = bad != 0;
+  r->kernel_ns = calloc((size_t)nk + 1, sizeof *r->kernel_ns);
+  if (!r->kernel_ns) return -1;
+  p = strstr(p, "\nbad ");
+  p = p ? strchr(p + 1, '\n') : NULL;
+  for (int k = 0; k < nk; k++) {
+    int j;
+    double ns;
+    if (!p || sscanf(p + 1, "k %d %lf", &j, &ns) != 2 || j != k || !(ns >= 0) || !isfinite(ns))
+      return -1;
+    r->kernel_ns[k] = ns;
+    p = strchr(p + 1, '\n');
+  }
+  return p && strncmp(p + 1, "end", 3) == 0 ? 0 : -1;
+}
+
+int tcc_bench_run(const tcc_bench_options *o, const tcc_artifact *a, tcc_bench_result *out,
+                  tcc_error *err) {
+  memset(out, 0, sizeof *out);
+  const char *base = o->work_dir && o->work_dir[0] ? o->work_dir : getenv("TMPDIR");
+  if (!base || !base[0]) base = "/tmp";
+  char dir[4096], so[4200], man[4200], outf[4200];
+  if ((size_t)snprintf(dir, sizeof dir, "%s/tccd-bench-XXXXXX", base) >= sizeof dir)
+    return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "work_dir path too long");
+  if (!mkdtemp(dir))
+    return tcc_error_set(err, TCC_E_INTERNAL, "cannot create a benchmark directory under '%s': %s",
+                         base, strerror(errno));
+  snprintf(so, sizeof so, "%s/candidate.so", dir);
+  snprintf(man, sizeof man, "%s/manifest.pb", dir);
+  snprintf(outf, sizeof outf, "%s/outputs.bin", dir);
+  int rc = 0;
+  char *report = NULL;
+  if (write_all(so, a->data, a->size) || write_all(man, a->manifest, a->manifest_len)) {
+    rc = tcc_error_set(err, TCC_E_INTERNAL, "cannot write the candidate to %s: %s", dir,
+                       strerror(errno));
+    goto done;
+  }
+  char seed[32], reps[16], sets[16], cand[16];
+  snprintf(seed, sizeof seed, "%" PRIu64, o->seed);
+  snprintf(reps, sizeof reps, "%d", o->reps > 0 ? o->reps : 9);
+  snprintf(sets, sizeof sets, "%d", o->input_sets > 0 ? o->input_sets : 3);
+  snprintf(cand, sizeof cand, "%d", o->candidate);
+  const char *argv[] = {o->bench_exe, so, man, outf, seed, reps, sets, cand, NULL};
+  rc = tcc_run_tool(argv, o->timeout_ms > 0 ? o->timeout_ms : 20000, &report, err);
+  if (rc) {
+    tcc_error_prefix(err, "benchmark child");
+    goto done;
+  }
+  if (parse_report(report ? report : "", out) != 0) {
+    rc = tcc_error_set(err, TCC_E_DATA_LOSS, "benchmark child: malformed report: %.200s",
+                       report ? report : "");
+    goto done;
+  }
+  if (read_all(outf, &out->outputs, &out->outputs_len) != 0)
+    rc = tcc_error_set(err, TCC_E_DATA_LOSS, "benchmark child wrote no outputs (%s)", strerror(errno));
+done:
+  free(report);
+  unlink(so);
+  unlink(man);
+  unlink(outf);
+  rmdir(dir);
+  if (rc) tcc_bench_result_free(out);
+  return rc;
+}
+
+void tcc_bench_result_free(tcc_bench_result *r) {
+  if (!r) return;
+  free(r->kernel_ns);
+  free(r->outputs);
+  memset(r, 0, sizeof *r);
+}
+
+/* ------------------------------------------------------------ output check */
+
+/* Elements of a tensor's storage span (offset + last element + 1). */
+static int64_t storage_elems(const Tcc__V1__TensorMeta *m) {
+  int64_t last = 0;
+  for (size_t d = 0; d < m->n_sizes; d++) {
+    if (m->sizes[d] == 0) return 0;
+    last += (m->sizes[d] - 1) * (d < m->n_strides ? m->strides[d] : 0);
+  }
+  return m->storage_offset + last + 1;
+}
+
+static double load_float(const uint8_t *p, int dt) {
+  switch (dt) {
+  case TCC__V1__DTYPE__FLOAT32: { float f; memcpy(&f, p, 4); return f; }
+  case TCC__V1__DTYPE__FLOAT64: { double f; memcpy(&f, p, 8); return f; }
+  case TCC__V1__DTYPE__FLOAT16: { /* exact: every half is a double */
+    uint16_t h;
+    memcpy(&h, p, 2);
+    int e = (h >> 10) & 0x1f, m = h & 0x3ff;
+    double v = e == 0 ? ldexp(m, -24) : e == 31 ? (m ? NAN : INFINITY) : ldexp(m + 1024, e - 25);
+    return (h & 0x8000) ? -v : v;
+  }
+  case TCC__V1__DTYPE__BFLOAT16: {
+    uint16_t h;
+    memcpy(&h, p, 2);
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+  }
+  default: return 0;
+  }
+}
+
+int tcc_bench_compare(const uint8_t *manifest, size_t manifest_len, const tcc_bench_result *ref,
+                      const tcc_bench_result *cand, tcc_error *err) {
+  Tcc__V1__Manifest *m = tcc__v1__manifest__unpack(NULL, manifest_len, manifest);
+  if (!m) return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "undecodable manifest");
+  int rc = 0;
+  if (ref->outputs_len != cand->outputs_len) {
+    rc = tcc_error_set(err, TCC_E_OUT_OF_RANGE, "outputs are %zu bytes, the default's %zu",
+                       cand->outputs_len, ref->outputs_len);
+    goto done;
+  }
+  size_t off = 0;
+  for (size_t o = 0; o < m->n_outputs && !rc; o++) {
+    const Tcc__V1__TensorMeta *t = m->outputs[o];
+    int dt = t->dtype;
+    int es = tcc_dtype_size(dt);
+    int64_t n = storage_elems(t);
+    size_t bytes = (size_t)n * (size_t)es;
+    if (off + bytes > ref->outputs_len) {
+      rc = tcc_error_set(err, TCC_E_OUT_OF_RANGE, "output %zu is past the reported bytes", o);
+      break;
+    }
+    const uint8_t *a = cand->outputs + off, *b = ref->outputs + off;
+    if (tcc_dtype_is_float(dt)) {
+      double maxabs = 0;
+      for (int64_t i = 0; i < n; i++) {
+        double v = fabs(load_float(b + i * es, dt));
+        if (isfinite(v) && v > maxabs) maxabs = v;
+      }
+      int f64 = dt == TCC__V1__DTYPE__FLOAT64;
+      double rtol = f64 ? 1e-9 : 1e-3, atol = (f64 ? 1e-12 : 1e-4) * (maxabs > 1 ? maxabs : 1);
+      for (int64_t i = 0; i < n; i++) {
+        double x = load_float(a + i * es, dt), y = load_float(b + i * es, dt);
+        if (isnan(x) && isnan(y)) continue;
+        if (x == y) continue; /* equal infinities */
+        if (!(fabs(x - y) <= atol + rtol * fabs(y))) {
+          rc = tcc_error_set(err, TCC_E_OUT_OF_RANGE,
+                             "output %zu element %" PRId64 " is %.9g, the default config gives %.9g",
+                             o, i, x, y);
+          break;
+        }
+      }
+    } else if (memcmp(a, b, bytes) != 0) {
+      size_t i = 0;
+      while (a[i] == b[i]) i++;
+      rc = tcc_error_set(err, TCC_E_OUT_OF_RANGE,
+                         "output %zu differs from the default config's at element %zu", o,
+                         i / (size_t)es);
+    }
+    off += bytes;
+  }
+done:
+  tcc__v1__manifest__free_unpacked(m, NULL);
+  return rc;
+}
+
+/* ------------------------------------------------------------ records */
+
+int tcc_tune_record_encode(const tcc_tune_record *r, uint8_t **out, size_t *len, tcc_error *err) {
+  char cfg[TCC_TUNE_CONFIG_TEXT];
+  tcc_kernel_config_format(&r->config, cfg, sizeof cfg);
+  char *s = NULL;
+  int n = asprintf(&s, "tccd-tune/1 %s;best_ns=%.17g;default_ns=%.17g;tried=%d;discarded=%d", cfg,
+                   r->best_ns, r->default_ns, r->tried, r->discarded);
+  if (n < 0) return tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "out of memory");
+  *out = (uint8_t *)s;
+  *len = (size_t)n;
+  return 0;
+}
+
+int tcc_tune_record_decode(const uint8_t *data, size_t len, tcc_tune_record *out, tcc_error *err) {
+  char s[512];
+  if (len == 0 || len >= sizeof s || memcmp(data, "tccd-tune/1 ", len < 12 ? len : 12) != 0)
+    return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "not a tccd-tune/1 record");
+  memcpy(s, data, len);
+  s[len] = '\0';
+  tcc_tune_record r;
+  memset(&r, 0, sizeof r);
+  char *semi = strchr(s + 12, ';');
+  if (!semi) return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "tuning record without fields");
+  *semi = '\0';
+  if (tcc_kernel_config_parse(s + 12, &r.config) != 0 ||
+      sscanf(semi + 1, "best_ns=%lf;default_ns=%lf;tried=%d;discarded=%d", &r.best_ns,
+             &r.default_ns, &r.tried, &r.discarded) != 4)
+    return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "malformed tuning record");
+  *out = r;
+  return 0;
+}

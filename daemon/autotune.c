@@ -1,0 +1,414 @@
+/*
+ * autotune.c — max-autotune: candidate builds, benchmark children,
+ * tuning records (daemon.h, "autotune.c").
+ *
+ * DESIGN
+ *
+ *   A compile job whose mode is max-autotune(-no-cudagraphs) goes from
+ *   COMPILING to AUTOTUNING (compile.c) once its default artifact is
+ *   built. A tuning run then moves through these steps; every arrow
+ *   between a pool item and the loop is one uv_queue_work:
+ *
+ *     loop                         pool (--workers threads)
+ *     ----                         ------------------------
+ *     start ─────────────────────► plan: kernel signatures (tune.c)
+ *     plan_done: tuning records ◄─┘
+ *       every kernel has one? ─────────────────────────────────┐
+ *       else: one item per candidate ─► build candidate c      │
+ *                                       (tcc_compile_tuned,     │
+ *                                        benchmark hooks)       │
+ *     build_done (last one) ─────────► bench: tccd-bench child  │
+ *                                      per candidate, ONE AT A  │
+ *                                      TIME (timings must not   │
+ *                                      compete), under limits   │
+ *     bench_done: discard crashed / ◄─┘                         │
+ *       timed-out / wrong candidates (logged, counted),         │
+ *       pick each kernel's best, store the records             │
+ *     final ◄──────────────────────────────────────────────────┘
+ *       every kernel default? ─► done (the default artifact stays:
+ *                                byte for byte what default mode builds)
+ *       else ─────────────────────► build with one config per kernel
+ *     final_done ─► done(tuned artifact) ◄─┘
+ *
+ *   Candidate 0 is the default config: its outputs are the reference of
+ *   the output check and its times the bar. A kernel takes another
+ *   config only when that is at least TUNE_MIN_GAIN faster, so noise
+ *   does not swap configs and max-autotune is never slower than default
+ *   by choice. If the default candidate itself cannot be built or
+ *   measured, the run ends with the default artifact (logged).
+ *
+ *   Tuning records: (kernel signature, target) -> config, times and
+ *   candidates tried (compiler/tune.c's record, the cache's tuning
+ *   table). They are looked up before anything is built, so a kernel
+ *   met again in another graph costs no benchmark: the run goes straight
+ *   to the final build (or to nothing when every record says default).
+ *
+ *   CUDA targets: this daemon has no GPU to measure on, so tuning is not
+ *   run; the emitter's launch heuristic (emit_cuda.c: 256-thread blocks,
+ *   one block per row for reductions) stays, and the entry is counted
+ *   untuned (stats autotune_untuned) and logged as such.
+ *
+ *   The pool items touch only their own fields of the run; everything
+ *   else (cache, counters, the job) is the loop's. A shutdown
+ *   (st->draining) ends a run at its next step with the default
+ *   artifact.
+ */
+#include <limits.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "daemon.h"
+
+/* A config must beat the default's median by this much to be chosen. */
+#define TUNE_MIN_GAIN 0.03
+
+typedef struct tune_candidate {
+  tccd_tune *run;
+  int index;
+  uv_work_t work;
+  int build_rc;
+  tcc_error build_err;
+  tcc_artifact art;
+  int bench_rc;
+  tcc_error bench_err;
+  tcc_bench_result res;
+} tune_candidate;
+
+struct tccd_tune {
+  tccd_state *st;
+  const tcc_prepared *prep;
+  tccd_tune_done done;
+  void *arg;
+  uint64_t start_ns;
+  tcc_build_options build;
+  tcc_bench_options bench;
+  char bench_exe[PATH_MAX];
+  uv_work_t work;              /* plan, bench, final build */
+  int rc;
+  tcc_error err;
+  tcc_tune_plan plan;
+  int ncand;
+  tcc_kernel_config cands[TCC_TUNE_MAX_CANDIDATES];
+  tune_candidate cand[TCC_TUNE_MAX_CANDIDATES];
+  int builds_pending;
+  tcc_kernel_config *chosen;   /* per kernel */
+  int *measure;                /* per kernel: no record, benchmark it */
+  int nmeasure;
+  _Atomic int benched;         /* candidates benchmarked so far */
+  tcc_artifact final;
+};
+
+/* The benchmark child: $TCCD_BENCH_EXE, else tccd-bench beside tccd. */
+static void bench_exe_path(char *out, size_t cap) {
+  const char *env = getenv("TCCD_BENCH_EXE");
+  if (env && env[0]) {
+    snprintf(out, cap, "%s", env);
+    return;
+  }
+  char self[PATH_MAX - 16];
+  ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n <= 0) {
+    snprintf(out, cap, "tccd-bench");
+    return;
+  }
+  self[n] = '\0';
+  char *slash = strrchr(self, '/');
+  if (slash) *slash = '\0';
+  snprintf(out, cap, "%s/tccd-bench", self);
+}
+
+int tccd_autotune_wanted(const tcc_prepared *prep) {
+  return prep->mode == TCC__V1__MODE__MAX_AUTOTUNE ||
+         prep->mode == TCC__V1__MODE__MAX_AUTOTUNE_NO_CUDAGRAPHS;
+}
+
+void tccd_autotune_progress(const tccd_tune *t, int *done, int *total) {
+  *done = t ? atomic_load(&t->benched) : 0;
+  *total = t ? (t->nmeasure ? t->ncand : 0) : 0;
+}
+
+/* Ends the run: done() with the tuned artifact (or none), then frees. */
+static void tune_finish(tccd_tune *t, tcc_artifact *tuned) {
+  tccd_state *st = t->st;
+  double ms = tccd_ms_since(t->start_ns);
+  tcc_cache_count(st->cache, TCC_COUNTER_autotune_ms, (int64_t)(ms + 0.5));
+  tcc_artifact none;
+  memset(&none, 0, sizeof none);
+  t->done(t->arg, tuned ? tuned : &none, ms);
+  for (int c = 0; c < t->ncand; c++) {
+    tcc_artifact_free(&t->cand[c].art);
+    tcc_bench_result_free(&t->cand[c].res);
+  }
+  tcc_artifact_free(&t->final);
+  tcc_tune_plan_free(&t->plan);
+  free(t->chosen);
+  free(t->measure);
+  free(t);
+}
+
+/* ------------------------------------------------------------ final build */
+
+static void final_work(uv_work_t *w) {
+  tccd_tune *t = w->data;
+  t->rc = tcc_compile_tuned(t->prep, &t->build, t->chosen, t->plan.nkernels, 0, &t->final, &t->err);
+}
+
+static void final_done(uv_work_t *w, int status) {
+  tccd_tune *t = w->data;
+  if (status == UV_ECANCELED || t->rc != 0) {
+    log_warn("autotune %.12s: the tuned build failed, keeping the default: %s", t->prep->hash_hex,
+             status == UV_ECANCELED ? "cancelled" : t->err.msg);
+    tune_finish(t, NULL);
+    return;
+  }
+  tune_finish(t, &t->final);
+}
+
+/* Builds the final artifact with t->chosen, unless every kernel keeps
+ * the default (then the default artifact stays). */
+static void tune_final(tccd_tune *t) {
+  int tuned = 0;
+  for (int k = 0; k < t->plan.nkernels; k++) tuned |= !tcc_kernel_config_is_default(&t->chosen[k]);
+  if (!tuned || t->st->draining) {
+    log_debug("autotune %.12s: every kernel keeps the default config", t->prep->hash_hex);
+    tune_finish(t, NULL);
+    return;
+  }
+  t->work.data = t;
+  if (uv_queue_work(t->st->loop, &t->work, final_work, final_done) != 0) tune_finish(t, NULL);
+}
+
+/* ------------------------------------------------------------ benchmarks */
+
+static void bench_work(uv_work_t *w) {
+  tccd_tune *t = w->data;
+  /* one child at a time, the default first: its outputs are the reference */
+  for (int c = 0; c < t->ncand; c++) {
+    tune_candidate *cd = &t->cand[c];
+    if (cd->build_rc != 0) continue;
+    tcc_bench_options o = t->bench;
+    o.candidate = c;
+    cd->bench_rc = tcc_bench_run(&o, &cd->art, &cd->res, &cd->bench_err);
+    if (cd->bench_rc == 0 && cd->res.nkernels != t->plan.nkernels)
+      cd->bench_rc = tcc_error_set(&cd->bench_err, TCC_E_DATA_LOSS,
+                                   "benchmark child reported %d kernels, expected %d",
+                                   cd->res.nkernels, t->plan.nkernels);
+    atomic_fetch_add(&t->benched, 1);
+    if (c == 0 && cd->bench_rc != 0) break; /* nothing to compare with */
+  }
+}
+
+/* Stores the tuning record of kernel k (best candidate `best`). */
+static void tune_record(tccd_tune *t, int k, int best, int tried, int discarded) {
+  tcc_tune_record r = {.config = t->cands[best],
+                       .best_ns = t->cand[best].res.kernel_ns[k],
+                       .default_ns = t->cand[0].res.kernel_ns[k],
+                       .tried = tried,
+                       .discarded = discarded};
+  uint8_t *bytes;
+  size_t len;
+  tcc_error err;
+  if (tcc_tune_record_encode(&r, &bytes, &len, &err) == 0) {
+    if (tcc_cache_tuning_put(t->st->cache, t->plan.kernels[k].signature, t->prep->target, bytes,
+                             len, &err) != 0)
+      log_warn("autotune: could not store the tuning record: %s", err.msg);
+    free(bytes);
+  }
+}
+
+static void bench_done(uv_work_t *w, int status) {
+  tccd_tune *t = w->data;
+  tccd_state *st = t->st;
+  const char *h = t->prep->hash_hex;
+  tune_candidate *ref = &t->cand[0];
+  if (status == UV_ECANCELED || ref->build_rc != 0 || ref->bench_rc != 0) {
+    log_warn("autotune %.12s: the default config could not be measured (%s); keeping it untuned", h,
+             status == UV_ECANCELED ? "cancelled"
+             : ref->build_rc        ? ref->build_err.msg
+                                    : ref->bench_err.msg);
+    if (ref->bench_rc == TCC_E_DEADLINE_EXCEEDED)
+      tcc_cache_count(st->cache, TCC_COUNTER_autotune_timeouts, 1);
+    else if (ref->build_rc == 0 && status != UV_ECANCELED)
+      tcc_cache_count(st->cache, TCC_COUNTER_autotune_crashed, 1);
+    tune_finish(t, NULL);
+    return;
+  }
+  int valid[TCC_TUNE_MAX_CANDIDATES] = {0}, tried = 0, discarded = 0;
+  char cfg[TCC_TUNE_CONFIG_TEXT];
+  for (int c = 0; c < t->ncand; c++) {
+    tune_candidate *cd = &t->cand[c];
+    tcc_kernel_config_format(&t->cands[c], cfg, sizeof cfg);
+    if (cd->build_rc != 0) {
+      log_warn("autotune %.12s: candidate %d (%s) discarded: build failed: %s", h, c, cfg,
+               cd->build_err.msg);
+      discarded++;
+      continue;
+    }
+    tried++;
+    if (cd->bench_rc != 0) {
+      int timeout = cd->bench_rc == TCC_E_DEADLINE_EXCEEDED;
+      tcc_cache_count(st->cache, timeout ? TCC_COUNTER_autotune_timeouts : TCC_COUNTER_autotune_crashed, 1);
+      log_warn("autotune %.12s: candidate %d (%s) discarded: %s: %s", h, c, cfg,
+               timeout ? "timed out" : "crashed", cd->bench_err.msg);
+      discarded++;
+      continue;
+    }
+    tcc_error cerr;
+    if (c > 0 && !ref->res.entry_bad &&
+        tcc_bench_compare(ref->art.manifest, ref->art.manifest_len, &ref->res, &cd->res, &cerr) != 0) {
+      tcc_cache_count(st->cache, TCC_COUNTER_autotune_wrong, 1);
+      log_warn("autotune %.12s: candidate %d (%s) discarded: wrong output: %s", h, c, cfg, cerr.msg);
+      discarded++;
+      continue;
+    }
+    valid[c] = 1;
+  }
+  tcc_cache_count(st->cache, TCC_COUNTER_autotune_candidates, tried);
+  for (int k = 0; k < t->plan.nkernels; k++) {
+    if (!t->measure[k]) continue;
+    int best = 0;
+    double best_ns = ref->res.kernel_ns[k];
+    for (int c = 1; c < t->ncand; c++)
+      if (valid[c] && t->cand[c].res.kernel_ns[k] < best_ns) {
+        best = c;
+        best_ns = t->cand[c].res.kernel_ns[k];
+      }
+    if (best_ns > ref->res.kernel_ns[k] * (1 - TUNE_MIN_GAIN)) best = 0;
+    t->chosen[k] = t->cands[best];
+    tune_record(t, k, best, tried, discarded);
+    log_info("autotune %.12s: k%d (%s) -> candidate %d (%s): %.0f ns vs default %.0f ns", h, k,
+             t->plan.kernels[k].kind, best, tcc_kernel_config_format(&t->cands[best], cfg, sizeof cfg),
+             t->cand[best].res.kernel_ns[k], ref->res.kernel_ns[k]);
+  }
+  tune_final(t);
+}
+
+/* ------------------------------------------------------------ candidate builds */
+
+static void build_work(uv_work_t *w) {
+  tune_candidate *cd = w->data;
+  tccd_tune *t = cd->run;
+  int nk = t->plan.nkernels;
+  tcc_kernel_config *cfg = calloc((size_t)nk + 1, sizeof *cfg);
+  if (!cfg) {
+    cd->build_rc = tcc_error_set(&cd->build_err, TCC_E_RESOURCE_EXHAUSTED, "out of memory");
+    return;
+  }
+  for (int k = 0; k < nk; k++) cfg[k] = t->cands[cd->index];
+  cd->build_rc = tcc_compile_tuned(t->prep, &t->build, cfg, nk, 1, &cd->art, &cd->build_err);
+  free(cfg);
+}
+
+static void build_done(uv_work_t *w, int status) {
+  tune_candidate *cd = w->data;
+  tccd_tune *t = cd->run;
+  if (status == UV_ECANCELED)
+    cd->build_rc = tcc_error_set(&cd->build_err, TCC_E_UNAVAILABLE, "cancelled");
+  if (--t->builds_pending > 0) return;
+  if (t->st->draining) {
+    tune_finish(t, NULL);
+    return;
+  }
+  tcc_cache_count(t->st->cache, TCC_COUNTER_autotune_runs, 1);
+  t->work.data = t;
+  if (uv_queue_work(t->st->loop, &t->work, bench_work, bench_done) != 0) tune_finish(t, NULL);
+}
+
+/* ------------------------------------------------------------ plan + records */
+
+static void plan_work(uv_work_t *w) {
+  tccd_tune *t = w->data;
+  t->rc = tcc_tune_plan_make(t->prep, &t->plan, &t->err);
+}
+
+static void plan_done(uv_work_t *w, int status) {
+  tccd_tune *t = w->data;
+  tccd_state *st = t->st;
+  if (status == UV_ECANCELED || t->rc != 0 || st->draining) {
+    if (t->rc) log_warn("autotune %.12s: no kernel plan: %s", t->prep->hash_hex, t->err.msg);
+    tune_finish(t, NULL);
+    return;
+  }
+  int nk = t->plan.nkernels;
+  t->chosen = calloc((size_t)nk + 1, sizeof *t->chosen);
+  t->measure = calloc((size_t)nk + 1, sizeof *t->measure);
+  if (!t->chosen || !t->measure) {
+    tune_finish(t, NULL);
+    return;
+  }
+  for (int k = 0; k < nk; k++) {
+    uint8_t *bytes;
+    size_t len;
+    tcc_error err;
+    tcc_tune_record r;
+    int rc = tcc_cache_tuning_get(st->cache, t->plan.kernels[k].signature, t->prep->target, &bytes,
+                                  &len, &err);
+    if (rc == 0) {
+      rc = tcc_tune_record_decode(bytes, len, &r, &err);
+      free(bytes);
+    }
+    if (rc == 0) {
+      t->chosen[k] = r.config;
+      tcc_cache_count(st->cache, TCC_COUNTER_autotune_record_hits, 1);
+      log_debug("autotune %.12s: k%d has a tuning record (%.12s)", t->prep->hash_hex, k,
+                t->plan.kernels[k].signature_hex);
+    } else {
+      if (rc != TCC_E_NOT_FOUND) log_warn("autotune: ignoring a tuning record: %s", err.msg);
+      t->measure[k] = 1;
+      t->nmeasure++;
+    }
+  }
+  if (t->nmeasure == 0) {
+    tune_final(t);
+    return;
+  }
+  t->ncand = tcc_tune_candidates(t->prep->device, t->cands);
+  t->builds_pending = t->ncand;
+  log_info("autotune %.12s: %d kernel(s) to measure, %d candidate(s)", t->prep->hash_hex,
+           t->nmeasure, t->ncand);
+  for (int c = 0; c < t->ncand; c++) {
+    tune_candidate *cd = &t->cand[c];
+    cd->run = t;
+    cd->index = c;
+    cd->work.data = cd;
+    if (uv_queue_work(st->loop, &cd->work, build_work, build_done) != 0) {
+      cd->build_rc = tcc_error_set(&cd->build_err, TCC_E_RESOURCE_EXHAUSTED, "cannot queue the build");
+      t->builds_pending--;
+    }
+  }
+  if (t->builds_pending == 0) tune_finish(t, NULL);
+}
+
+tccd_tune *tccd_autotune_start(tccd_state *st, const tcc_prepared *prep, tccd_tune_done done,
+                               void *arg) {
+  if (prep->device == TCC__V1__DEVICE_TYPE__CUDA) {
+    tcc_cache_count(st->cache, TCC_COUNTER_autotune_untuned, 1);
+    log_info("autotune %.12s: no GPU on this daemon to measure %s kernels; the launch heuristic "
+             "stays (untuned)", prep->hash_hex, prep->target);
+    return NULL;
+  }
+  tccd_tune *t = calloc(1, sizeof *t);
+  if (!t) return NULL;
+  t->st = st;
+  t->prep = prep;
+  t->done = done;
+  t->arg = arg;
+  t->start_ns = uv_hrtime();
+  t->build.cc = st->cfg->cc;
+  t->build.timeout_ms = st->cfg->compile_timeout_ms;
+  bench_exe_path(t->bench_exe, sizeof t->bench_exe);
+  t->bench.bench_exe = t->bench_exe;
+  t->bench.timeout_ms = st->cfg->autotune_timeout_ms;
+  t->bench.reps = st->cfg->autotune_reps;
+  t->bench.input_sets = 3;
+  t->bench.seed = (uint64_t)time(NULL) ^ ((uint64_t)prep->hash[0] << 32 | prep->hash[1]);
+  t->work.data = t;
+  if (uv_queue_work(st->loop, &t->work, plan_work, plan_done) != 0) {
+    free(t);
+    return NULL;
+  }
+  return t;
+}
