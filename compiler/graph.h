@@ -57,7 +57,7 @@ tcc_dtype tcc_dtype_promote(tcc_dtype a, tcc_dtype b);
 
 #define TCC_SCHEMA_MAX_PARAMS 24
 #define TCC_SCHEMA_MAX_RETURNS 8
-#define TCC_NAME_MAX 48
+#define TCC_NAME_MAX 64   /* "_scaled_dot_product_flash_attention_for_cpu_backward" is 52 */
 #define TCC_DEFAULT_MAX_INTS 8
 
 /* Base type of a schema parameter or return. */

@@ -301,6 +301,13 @@ const tcc_vx *tcc_lower_operand(tcc_lower_ctx *lc, const tcc_arg *a, int rank,
 int tcc_lower_realize(tcc_lower_ctx *lc, const tcc_node *n, int o, const tcc_vx *body,
                       tcc_error *err);
 
+/* A GEMM step C[b, m, n] = sum_k A[b, m, k] B[b, k, n] (an EXTERN kernel
+ * into a TEMP; an operand BLAS cannot read as it is gets packed first):
+ * a over (b, m, k), b over (b, k, n), dt float32/float64. Returns a load
+ * of C over (b, m, n), or NULL when out of memory. For conv.c. */
+const tcc_vx *tcc_lower_gemm(tcc_lower_ctx *lc, const tcc_vx *a, const tcc_vx *b, int64_t batch,
+                             int64_t M, int64_t N, int64_t K, tcc_dtype dt);
+
 /* ------------------------------------------------------------ fuse.c */
 
 /* Deepest value expression fusion builds; a producer whose inlining would

@@ -1464,6 +1464,12 @@ int tcc_lower_matmul(tcc_lower_ctx *lc, const tcc_node *n, tcc_error *err) {
   }
   return result(lc, n, 0, y, err);
 }
+/* gemm() for extern lowerings in other files (conv.c). */
+const tcc_vx *tcc_lower_gemm(tcc_lower_ctx *lc, const tcc_vx *a, const tcc_vx *b, int64_t batch,
+                             int64_t M, int64_t N, int64_t K, tcc_dtype dt) {
+  return gemm(lc, a, b, batch, M, N, K, dt);
+}
+
 /* ------------------------------------------------------------- driver */
 
 /* Checks that the backend can lower node n's dtypes. */

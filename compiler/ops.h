@@ -518,7 +518,22 @@
     EXTERN, matmul, matmul, NONE)                                                       \
   X(LINEAR, "aten.linear.default",                                                      \
     "linear(Tensor input, Tensor weight, Tensor? bias=None) -> Tensor",                 \
-    EXTERN, matmul, matmul, NONE)
+    EXTERN, matmul, matmul, NONE)                                                       \
+  X(CONVOLUTION, "aten.convolution.default",                                            \
+    "convolution(Tensor input, Tensor weight, Tensor? bias, SymInt[] stride, SymInt[] padding, SymInt[] dilation, bool transposed, SymInt[] output_padding, SymInt groups) -> Tensor", \
+    EXTERN, conv, conv, NONE)                                                           \
+  X(CONVOLUTION_BACKWARD, "aten.convolution_backward.default",                          \
+    "convolution_backward(Tensor grad_output, Tensor input, Tensor weight, SymInt[]? bias_sizes, SymInt[] stride, SymInt[] padding, SymInt[] dilation, bool transposed, SymInt[] output_padding, SymInt groups, bool[3] output_mask) -> (Tensor, Tensor, Tensor)", \
+    EXTERN, conv_backward, conv_backward, NONE)                                         \
+  X(NATIVE_DROPOUT, "aten.native_dropout.default",                                      \
+    "native_dropout(Tensor input, float p, bool? train, *, Tensor? seed=None) -> (Tensor, Tensor)", \
+    POINTWISE, native_dropout, native_dropout, NONE)                                    \
+  X(ATTENTION_CPU, "aten._scaled_dot_product_flash_attention_for_cpu.default",          \
+    "_scaled_dot_product_flash_attention_for_cpu(Tensor query, Tensor key, Tensor value, float dropout_p=0.0, bool is_causal=False, *, Tensor? attn_mask=None, float? scale=None) -> (Tensor output, Tensor logsumexp)", \
+    EXTERN, attention, attention, NONE)                                                 \
+  X(ATTENTION_CPU_BACKWARD, "aten._scaled_dot_product_flash_attention_for_cpu_backward.default", \
+    "_scaled_dot_product_flash_attention_for_cpu_backward(Tensor grad_out, Tensor query, Tensor key, Tensor value, Tensor out, Tensor logsumexp, float dropout_p, bool is_causal, *, Tensor? attn_mask=None, float? scale=None) -> (Tensor grad_query, Tensor grad_key, Tensor grad_value)", \
+    EXTERN, attention_backward, attention_backward, NONE)
 
 /* X(ID, arity, "name") — loop-IR scalar primitives. LOAD reads a buffer
  * element, CONST is a literal, CAST converts between dtypes, INDEX is the

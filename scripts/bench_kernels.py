@@ -79,6 +79,25 @@ class MLPBlock(torch.nn.Module):
         return self.ln(x + self.l2(F.gelu(self.l1(x))))
 
 
+class ResNetBlock(torch.nn.Module):
+    """ResNet's basic block (conv3x3-bn-relu-conv3x3-bn + identity, relu),
+    eval mode: convolutions are tccd extern steps (im2col + sgemm) with
+    batch norm, the residual add and relu fused into their epilogues."""
+
+    def __init__(self, c=64):
+        super().__init__()
+        self.c1 = torch.nn.Conv2d(c, c, 3, 1, 1, bias=False)
+        self.b1 = torch.nn.BatchNorm2d(c)
+        self.c2 = torch.nn.Conv2d(c, c, 3, 1, 1, bias=False)
+        self.b2 = torch.nn.BatchNorm2d(c)
+        for b in (self.b1, self.b2):   # non-trivial running statistics
+            b.running_mean.uniform_(-0.5, 0.5)
+            b.running_var.uniform_(0.5, 1.5)
+
+    def forward(self, x):
+        return F.relu(x + self.b2(self.c2(F.relu(self.b1(self.c1(x))))))
+
+
 def cases(quick):
     R, C = (256, 1024) if quick else (1024, 4096)
     ln_w, ln_b = torch.randn(C), torch.randn(C)
@@ -100,6 +119,8 @@ def cases(quick):
         case("mlp_block", None, lambda: [torch.randn(4, 128, 512)], memory_bound=False, module=MLPBlock),
         case("transformer_encoder", None, lambda: [torch.randn(4, 128, 256)], memory_bound=False,
              module=lambda: torch.nn.TransformerEncoderLayer(256, 4, 1024, dropout=0.0, batch_first=True)),
+        case("resnet_block", None, lambda: [torch.randn(2 if quick else 8, 64, 32, 32)],
+             memory_bound=False, module=ResNetBlock),
     ]
     return out
 

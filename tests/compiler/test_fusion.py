@@ -86,6 +86,40 @@ def test_gelu_mlp_is_gemm_plus_one_kernel():
     torch.testing.assert_close(k(x, w, b)[0], want, rtol=1e-4, atol=1e-4)
 
 
+def test_conv_bias_relu_is_pack_gemm_plus_one_kernel():
+    """conv + bias + relu: the im2col packing kernel, the GEMM (extern) and
+    ONE epilogue kernel holding bias and relu (nothing between); with
+    inference batch norm and a residual add the epilogue is still one
+    kernel. A 1x1 conv on a batch of 1 needs no packing: extern + 1."""
+    x, w, b = torch.randn(2, 8, 12, 12), torch.randn(16, 8, 3, 3), torch.randn(16)
+    def f(x, w, b):
+        return A.relu.default(A.convolution.default(x, w, b, [1, 1], [1, 1], [1, 1], False, [0, 0], 1))
+    gm = tk.aten_graph(f, [x, w, b], decompose=False)
+    k = tk.compile_fx(gm, [x, w, b])
+    assert k.kinds == ["pointwise", "extern", "pointwise"], k.kinds
+    torch.testing.assert_close(k(x, w, b)[0], f(x, w, b), rtol=1e-4, atol=1e-4)
+
+    rm, rv, g, beta = torch.randn(16), torch.rand(16) + 0.5, torch.randn(16), torch.randn(16)
+    res = torch.randn(2, 16, 12, 12)
+    def h(x, w, rm, rv, g, beta, res):
+        y = A.convolution.default(x, w, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1)
+        y = A._native_batch_norm_legit_no_training.default(y, g, beta, rm, rv, 0.1, 1e-5)[0]
+        return A.relu.default(A.add.Tensor(y, res))
+    ins = [x, w, rm, rv, g, beta, res]
+    gm = tk.aten_graph(h, ins, decompose=False)
+    k = tk.compile_fx(gm, ins)
+    assert k.kinds == ["pointwise", "extern", "pointwise"], k.kinds
+    torch.testing.assert_close(k(*ins)[0], h(*ins), rtol=1e-4, atol=1e-4)
+
+    x1, w1 = torch.randn(1, 8, 7, 7), torch.randn(4, 8, 1, 1)
+    def f1(x, w, b):
+        return A.relu.default(A.convolution.default(x, w, b, [1, 1], [0, 0], [1, 1], False, [0, 0], 1))
+    gm = tk.aten_graph(f1, [x1, w1, b[:4]], decompose=False)
+    k = tk.compile_fx(gm, [x1, w1, b[:4].clone()])
+    assert k.kinds == ["extern", "pointwise"], k.kinds
+    torch.testing.assert_close(k(x1, w1, b[:4].clone())[0], f1(x1, w1, b[:4]), rtol=1e-4, atol=1e-4)
+
+
 def test_native_layer_norm_three_outputs_one_kernel():
     x = torch.randn(32, 64)
     gm, ins = tk.op_graph(A.native_layer_norm.default, (x, [64], torch.randn(64), torch.randn(64), 1e-5), nout=3)

@@ -17,6 +17,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
 import tcckern as tk  # noqa: E402
+from tccd._proto import tcc_pb2 as pb  # noqa: E402
 
 A = torch.ops.aten
 SEED = int(os.environ.get("TCC_TEST_SEED", time.time_ns() % (1 << 31)))
@@ -594,6 +595,201 @@ def test_matmul_shapes():
 def test_empty_matmul():
     run_op(A.mm.default, (torch.randn(3, 0), torch.randn(0, 4)))
     run_op(A.mm.default, (torch.randn(0, 3), torch.randn(3, 4)))
+
+
+# ------------------------------------------------------ convolution
+#
+# im2col + GEMM (extern) + a fused epilogue; backward: GEMMs + a col2im
+# gather. Reference: eager aten.convolution(_backward) on the same inputs.
+# float32 tolerance (1e-4, 1e-4): sums of up to a few hundred products in
+# a different order (OpenBLAS vs oneDNN); float64 1e-10.
+
+CONV_TOL = {torch.float32: (1e-4, 1e-4), torch.float64: (1e-10, 1e-10)}
+
+# (N, Cin, spatial, Cout, kernel, stride, padding, dilation, groups, bias)
+CONV_CASES = [
+    (2, 4, (9, 9), 6, (3, 3), (1, 1), (1, 1), (1, 1), 1, True),      # 3x3 same padding
+    (1, 3, (8, 8), 5, (3, 3), (1, 1), (1, 1), (1, 1), 1, False),     # batch 1
+    (3, 4, (7, 9), 6, (1, 1), (1, 1), (0, 0), (1, 1), 1, True),      # 1x1
+    (1, 4, (6, 6), 8, (1, 1), (1, 1), (0, 0), (1, 1), 1, False),     # 1x1, batch 1 (no im2col)
+    (2, 4, (10, 9), 6, (1, 1), (2, 2), (0, 0), (1, 1), 1, False),    # 1x1 stride 2 (shortcut)
+    (2, 4, (9, 10), 6, (3, 3), (2, 2), (1, 1), (1, 1), 1, True),     # stride 2
+    (2, 4, (11, 11), 6, (3, 3), (1, 1), (2, 2), (2, 2), 1, True),    # dilation 2
+    (2, 4, (9, 9), 6, (3, 2), (2, 1), (2, 0), (2, 1), 2, True),      # groups 2, mixed params
+    (2, 6, (8, 8), 6, (3, 3), (1, 1), (1, 1), (1, 1), 6, True),      # depthwise
+    (2, 6, (8, 8), 12, (3, 3), (2, 2), (1, 1), (1, 1), 6, False),    # depthwise, multiplier 2
+    (2, 4, (17,), 6, (5,), (2,), (2,), (1,), 1, True),              # 1-D
+    (3, 4, (16,), 4, (3,), (1,), (2,), (2,), 2, False),             # 1-D grouped, dilated
+    (1, 2, (5, 4, 6), 3, (3, 2, 3), (1, 2, 1), (1, 0, 1), (1, 1, 1), 1, True),  # 3-D
+]
+
+
+def _conv_inputs(case, dtype, layout, g):
+    n, cin, sp, cout, k, s, p, d, groups, bias = case
+    x = rnd((n, cin) + sp, dtype, g, -2, 2, "contig" if layout == "channels_last" else layout)
+    if layout == "channels_last":
+        x = x.contiguous(memory_format=torch.channels_last if len(sp) == 2 else
+                         torch.channels_last_3d if len(sp) == 3 else torch.contiguous_format)
+        if len(sp) == 1:    # channels last of a 1-D conv: [N, L, C] storage
+            x = x.transpose(1, 2).contiguous().transpose(1, 2)
+    w = rnd((cout, cin // groups) + k, dtype, g, -1, 1)
+    b = rnd((cout,), dtype, g) if bias else None
+    return x, w, b, list(s), list(p), list(d), groups
+
+
+@pytest.mark.parametrize("layout", ["contig", "channels_last", "slice"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("case", range(len(CONV_CASES)))
+def test_convolution(case, dtype, layout):
+    g = gen(hash((case, str(dtype), layout, "conv")) & 0xffff)
+    x, w, b, s, p, d, groups = _conv_inputs(CONV_CASES[case], dtype, layout, g)
+    args = (x, w, b, s, p, d, False, [0] * len(s), groups)
+    k = run_op(A.convolution.default, args, tol=CONV_TOL[dtype])
+    assert "extern" in k.kinds
+    gy = rnd(A.convolution.default(*args).shape, dtype, g, -1, 1, "t")
+    for mask in ([True, True, b is not None], [True, False, False], [False, True, False]):
+        bargs = (gy, x, w, [w.shape[0]] if b is not None else None, s, p, d, False, [0] * len(s),
+                 groups, mask)
+        take = [i for i in range(3) if mask[i]]
+        run_op(A.convolution_backward.default, bargs, nout=3, take=take, tol=CONV_TOL[dtype])
+
+
+def test_convolution_unsupported_forms_are_refused():
+    x, w = torch.randn(1, 2, 5, 5), torch.randn(2, 2, 3, 3)
+    for dt in (torch.float16, torch.bfloat16):
+        gm, ins = tk.op_graph(A.convolution.default,
+                              (x.to(dt), w.to(dt), None, [1, 1], [0, 0], [1, 1], False, [0, 0], 1))
+        with pytest.raises(tk.CompileError) as e:
+            tk.compile_fx(gm, ins)
+        assert e.value.code == -12 and "aten.convolution.default" in e.value.message
+        assert tk.PB_TO_TORCH and str(dt).split(".")[1] in e.value.message
+    gm, ins = tk.op_graph(A.convolution.default,
+                          (x, w, None, [1, 1], [0, 0], [1, 1], True, [0, 0], 1))
+    with pytest.raises(tk.CompileError) as e:
+        tk.compile_fx(gm, ins)
+    assert e.value.code == -12 and "transposed" in e.value.message
+
+
+# ------------------------------------------------------ CPU attention
+#
+# _scaled_dot_product_flash_attention_for_cpu (+ backward), which the
+# Python client keeps whole (its decomposition gives wrong gradients in
+# torch 2.13): GEMM steps + fused softmax. float32 (1e-4, 1e-5), float64
+# 1e-10 against eager's flash kernel.
+
+ATTN = A._scaled_dot_product_flash_attention_for_cpu.default
+ATTN_BW = A._scaled_dot_product_flash_attention_for_cpu_backward.default
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("form", ["plain", "causal", "cross_causal", "mask", "mask_bcast_scale",
+                                  "batch1", "strided"])
+def test_cpu_flash_attention(form, dtype):
+    g = gen(hash((form, str(dtype), "attn")) & 0xffff)
+    L, S, E = 16, (12 if form.startswith("cross") else 16), 8
+    lead = (3, 4) if form != "batch1" else (1, 2)
+    q = rnd(lead + (L, E), dtype, g, -2, 2)
+    k = rnd(lead + (S, E), dtype, g, -2, 2)
+    v = rnd(lead + (S, E), dtype, g, -2, 2)
+    if form == "strided":   # q/k/v as nn.MultiheadAttention hands them: [B, L, H, E] transposed
+        q = rnd((3, L, 4, E), dtype, g, -2, 2).transpose(1, 2)
+        k = rnd((3, S, 4, E), dtype, g, -2, 2).transpose(1, 2)
+    kw = {}
+    if form == "mask":
+        kw["attn_mask"] = rnd((L, S), dtype, g, -3, 1)
+    if form == "mask_bcast_scale":
+        kw["attn_mask"] = rnd((3, 1, L, S), dtype, g, -3, 1)
+        kw["scale"] = 0.3
+    causal = "causal" in form
+    tol = {torch.float32: (1e-4, 1e-5), torch.float64: (1e-10, 1e-10)}[dtype]
+    k_ = run_op(ATTN, (q, k, v, 0.0, causal), kw, nout=2, tol=tol)
+    assert k_.kinds.count("extern") == 2
+    o, lse = ATTN(q, k, v, 0.0, causal, **kw)
+    go = rnd(o.shape, dtype, g, -1, 1)
+    run_op(ATTN_BW, (go, q, k, v, o, lse, 0.0, causal), kw, nout=3, tol=tol)
+
+
+def test_cpu_flash_attention_dropout_is_refused():
+    q = torch.randn(1, 2, 4, 8)
+    gm, ins = tk.op_graph(ATTN, (q, q, q, 0.1, False), nout=2)
+    with pytest.raises(tk.CompileError) as e:
+        tk.compile_fx(gm, ins)
+    assert e.value.code == -12 and "dropout" in e.value.message
+
+
+# ------------------------------------------------------ dropout (training)
+#
+# native_dropout(x, p, train=True, *, seed): the client adds an int64
+# tensor of one element, fresh per call. Mask mean: a binomial of n
+# draws has standard deviation sqrt(p (1 - p) / n); the tests allow 6 of
+# them (a false failure about once in 5e8 runs).
+
+def _dropout_kernel(x, p, shape_seed=(), seed=True):
+    """The kernel of native_dropout(x, p, True); the client's converter
+    appends the seed input (tccd.graph.SEEDED_OPS)."""
+    gm, ins = tk.op_graph(A.native_dropout.default, (x, p, True), nout=2)
+    req = tk.request_for(gm, ins)
+    assert req.graph.inputs[-1].endswith("__seed")
+    sv = [v for v in req.graph.values if v.name == req.graph.inputs[-1]][0]
+    sv.meta.sizes[:] = list(shape_seed)
+    sv.meta.strides[:] = [1] * len(shape_seed)
+    if not seed:
+        del req.graph.inputs[-1]
+        node = req.graph.nodes[0]
+        keep = [a for a in node.inputs if a.name != "seed"]
+        del node.inputs[:]
+        node.inputs.extend(keep)
+    return tk.compile_request(req)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+@pytest.mark.parametrize("p", [0.1, 0.5, 0.8])
+def test_native_dropout_training(dtype, p):
+    g = gen(hash((str(dtype), p, "dropout")) & 0xffff)
+    x = rnd((64, 257), dtype, g, -3, 3, "t")
+    k = _dropout_kernel(x, p)
+    s1 = torch.randint(-2**62, 2**62, (), generator=g, dtype=torch.int64)
+    s2 = s1 + 1
+    y1, m1 = k(x, s1)
+    y1b, m1b = k(x, s1.clone())
+    y2, m2 = k(x, s2)
+    assert m1.dtype == torch.bool and y1.dtype == dtype
+    n = m1.numel()
+    sd = (p * (1 - p) / n) ** 0.5
+    for m in (m1, m2):
+        assert abs(m.double().mean().item() - (1 - p)) <= 6 * sd, (m.double().mean().item(), 1 - p)
+    assert torch.equal(m1, m1b) and torch.equal(y1, y1b), "same seed, same mask"
+    assert not torch.equal(m1, m2), "seeds differ by one, masks must differ"
+    # about p^2 + (1-p)^2 of the elements agree between independent masks
+    agree = (m1 == m2).double().mean().item()
+    assert abs(agree - (p * p + (1 - p) ** 2)) <= 6 * (0.25 / n) ** 0.5
+    # the output is exactly eager's formula on that mask
+    want = x * m1 * (1.0 / (1.0 - p))
+    assert torch.equal(y1, want)
+    # backward (decomposed by AOTAutograd into pointwise ops) with this mask
+    go = rnd(x.shape, dtype, g)
+    torch.testing.assert_close(A.native_dropout_backward.default(go, m1, 1.0 / (1 - p)),
+                               go * m1 * (1.0 / (1 - p)), rtol=0, atol=0)
+    # neighbouring elements are not correlated
+    mf = m1.reshape(-1).double()
+    cov = ((mf[1:] - mf.mean()) * (mf[:-1] - mf.mean())).mean().item()
+    assert abs(cov) <= 6 * p * (1 - p) / (n - 1) ** 0.5
+
+
+def test_native_dropout_edges():
+    x = torch.randn(3, 5)
+    y, m = _dropout_kernel(x, 0.0)(x, torch.tensor(7))
+    assert m.all() and torch.equal(y, x)
+    y, m = _dropout_kernel(x, 1.0)(x, torch.tensor(7))
+    assert not m.any() and not y.any()
+    # a seed of shape [1] works too; eval mode needs no seed
+    y, m = _dropout_kernel(x, 0.5, (1,))(x, torch.tensor([7]))
+    assert torch.equal(y, x * m * 2.0)
+    run_op(A.native_dropout.default, (x, 0.5, False), nout=2)
+    # train=True without a seed is refused, naming what is missing
+    with pytest.raises(tk.CompileError) as e:
+        _dropout_kernel(x, 0.5, seed=False)
+    assert e.value.code == -12 and "seed" in e.value.message
 
 
 # ------------------------------------------------------ bad graphs

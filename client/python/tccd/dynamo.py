@@ -132,6 +132,8 @@ class CompiledPartition(torch.nn.Module):
             k = self.kernel_for(key)
         if k is _EAGER:
             return self._eager(args)
+        if getattr(k, "tccd_seeds", 0):   # random ops: fresh seed tensors as extra inputs
+            args = tuple(args) + tuple(G.fresh_seeds(k.tccd_seeds))
         if _CHECK:
             return self._checked(k, args)
         return k.run(args, check=False)
@@ -139,7 +141,7 @@ class CompiledPartition(torch.nn.Module):
     def _checked(self, k, args):
         """TCCD_CHECK=1: runs the partition eagerly too and compares."""
         got = k.run(args, check=True)
-        want = self._eager(args)
+        want = self._eager(args[:len(args) - getattr(k, "tccd_seeds", 0)])
         for i, (g, w) in enumerate(zip(got, want)):
             if g.shape != w.shape or g.dtype != w.dtype or not torch.allclose(
                     g, w, rtol=1e-4, atol=1e-5, equal_nan=True):
@@ -452,6 +454,7 @@ class _CompiledGraph:
             if self.cfg.fallback != "eager":
                 raise
             return self._compile_failed(part, e)
+        kernel.tccd_seeds = G.seed_count(graph, specs)
         status = pb.CacheStatus.Name(resp.cache).lower()
         _stats.add(kernels=1, compile_requests=1, compile_seconds=time.perf_counter() - t0,
                    **{f"cache_{status}": 1} if status in ("miss", "hit", "coalesced",

@@ -115,7 +115,7 @@ def resolve_target(node):
         return target, bound
     alt_args = {a.name: a for a in alt._schema.arguments}
     if (set(alt_args) != {a.name for a in schema.arguments}
-            or str(alt_args["other"].type) != "Scalar"):
+            or str(alt_args["other"].type) not in ("Scalar", "number")):  # torch 2.13 prints "number"
         return target, bound
     return alt, [(alt_args[a.name], v) for a, v in bound]
 
@@ -333,8 +333,29 @@ def propagate(gm, input_specs, constants):
 
 # ------------------------------------------------------------------ request
 
-def _out_strides(t):
+def _dense_strides(sizes, strides):
+    """Do strides lay sizes out without gaps or overlap (a permutation of a
+    contiguous layout)? Plain ints; works for fake tensors of any mode."""
+    dims = sorted((st, sz) for sz, st in zip(sizes, strides) if sz != 1)
+    expect = 1
+    for st, sz in dims:
+        if st != expect:
+            return False
+        expect *= sz
+    return True
+
+
+def _out_strides(t, traced=None):
+    """Strides a node output is declared with: its propagated value's when
+    dense (else contiguous), or the traced value's (node.meta["val"]), which
+    the eager rest of the program was traced against, when that one is
+    dense, concrete and of the same shape and dtype (fake propagation gives
+    _scaled_dot_product_flash_attention_for_cpu's output contiguous strides
+    where the trace has them follow the inputs)."""
     sizes = tuple(int(s) for s in t.shape)
+    if (isinstance(traced, torch.Tensor) and is_concrete(traced) and traced.dtype == t.dtype
+            and tuple(traced.shape) == sizes and _dense_strides(sizes, traced.stride())):
+        return tuple(int(s) for s in traced.stride())
     if is_dense(t):
         return tuple(int(s) for s in t.stride())
     return contiguous_strides(sizes)
@@ -345,6 +366,36 @@ def _constant_bytes(t):
     if t.numel() == 0:
         return b""
     return t.reshape(-1).view(torch.uint8).numpy().tobytes()
+
+
+# Random ops the daemon compiles with a seed tensor: a graph input appended
+# after the partition's own inputs (one int64 0-dim tensor per node, drawn
+# fresh per call by the caller: see fresh_seeds).
+SEEDED_OPS = ("aten.native_dropout.default",)
+
+
+def _add_seed(g, node, node_pb, seeds):
+    if node_pb.target not in SEEDED_OPS:
+        return
+    train = node.kwargs.get("train", node.args[2] if len(node.args) > 2 else None)
+    if train is False:
+        return
+    name = f"{node.name}__seed"
+    g.values.append(pb.TensorValue(name=name, meta=tensor_meta(torch.int64, (), ())))
+    seeds.append(name)     # graph inputs after every placeholder
+    node_pb.inputs.append(pb.NamedArgument(name="seed",
+                                           arg=pb.Argument(as_tensor=pb.TensorRef(name=name))))
+
+
+def seed_count(graph, input_specs):
+    """How many seed inputs build_graph appended to `graph`."""
+    return len(graph.inputs) - len(input_specs)
+
+
+def fresh_seeds(n):
+    """n fresh seed tensors from torch's default generator (so
+    torch.manual_seed makes compiled runs reproducible)."""
+    return [torch.randint(0, 1 << 62, (), dtype=torch.int64) for _ in range(n)]
 
 
 def build_graph(gm, input_specs, constants=None):
@@ -373,6 +424,7 @@ def build_graph(gm, input_specs, constants=None):
         g.constants.append(pb.Constant(name=name, data=_constant_bytes(t)))
         return name
 
+    seeds = []            # seed inputs of random ops (_add_seed)
     it = iter(input_specs)
     placeholder_index = 0
     for n in gm.graph.nodes:
@@ -398,7 +450,7 @@ def build_graph(gm, input_specs, constants=None):
             if isinstance(val, torch.Tensor):
                 outs = [n.name]
                 names[n] = n.name
-                add_value(n.name, tensor_meta(val.dtype, val.shape, _out_strides(val)))
+                add_value(n.name, tensor_meta(val.dtype, val.shape, _out_strides(val, meta_val(n))))
             elif isinstance(val, (tuple, list)):
                 outs = [""] * len(val)
                 for u in n.users:
@@ -406,15 +458,19 @@ def build_graph(gm, input_specs, constants=None):
                         outs[u.args[1]] = u.name
                     else:
                         raise Unsupported(f"{n.name}: a multi-output value used whole")
-                for o, v in zip(outs, val):
+                traced = [meta_val(u) if is_getitem(u) else None for u in n.users]
+                traced = {u.args[1]: t for u, t in zip(n.users, traced) if is_getitem(u)}
+                traced = [traced.get(i) for i in range(len(val))]
+                for o, v, tv in zip(outs, val, traced):
                     if o:
                         if not isinstance(v, torch.Tensor):
                             raise Unsupported(f"{n.name}: non-tensor output")
-                        add_value(o, tensor_meta(v.dtype, v.shape, _out_strides(v)))
+                        add_value(o, tensor_meta(v.dtype, v.shape, _out_strides(v, tv)))
                 multi[n] = outs
             else:
                 raise Unsupported(f"{n.name} produces a {type(val).__name__}")
             node_pb, _ = encode_node(n, name_of, outs, env.get, add_constant)
+            _add_seed(g, n, node_pb, seeds)
             g.nodes.append(node_pb)
             fx_nodes.append(n)
         elif n.op == "output":
@@ -427,4 +483,5 @@ def build_graph(gm, input_specs, constants=None):
             out_vals = [env[o] for o in outs]
         else:
             raise Unsupported(f"{n.op} node {n.name!r}")
+    g.inputs.extend(seeds)
     return g, out_vals, fx_nodes

@@ -213,6 +213,11 @@ def _tensors(val):
         return [val]
     if isinstance(val, (tuple, list)) and val and all(isinstance(v, torch.Tensor) for v in val):
         return list(val)
+    # multi-output ops whose output_mask leaves some results undefined
+    # (convolution_backward without a bias): the daemon discards those
+    if (isinstance(val, (tuple, list)) and any(isinstance(v, torch.Tensor) for v in val)
+            and all(v is None or isinstance(v, torch.Tensor) for v in val)):
+        return [v for v in val if v is not None]
     return None
 
 

@@ -1,0 +1,577 @@
+/*
+ * conv.c — convolution (forward and backward) as extern GEMM steps, and
+ * training-mode dropout with a counter-based RNG (the `conv*` and
+ * `native_dropout` rows of ops.h).
+ *
+ * Requires: a canonical graph (lower.c's driver calls these through the
+ * op table) and verified tensor arguments.
+ *
+ * Convolution (N-d, S = 1..3 spatial dims; groups G; Cig = Cin/G input and
+ * Cog = Cout/G output channels per group; KK = prod(kernel), O =
+ * prod(output spatial), J = N*O, Kd = Cig*KK):
+ *
+ *   col[g, ci, k.., n, o..] = x[n, g*Cig+ci, o*s - p + k*d ..]  (0 outside:
+ *                              padding)               im2col, a pointwise
+ *                                                     kernel into a TEMP
+ *   C[g, m, j]   = sum_kk W[g*Cog+m, kk] col[g, kk, j]   GEMM (extern),
+ *                                                     batch G, M=Cog, N=J
+ *   y[n, c, o..] = C[c/Cog, c%Cog, n*O+o] (+ bias[c])  epilogue: pointwise,
+ *                                                     fuse.c merges the
+ *                                                     batch norm / relu /
+ *                                                     residual add after it
+ *
+ * Backward (convolution_backward, per output_mask):
+ *   grad_weight = gy^T . col^T per group (GEMM over J = N*O; gy packed once
+ *                 into [G, Cog, N, o..]),
+ *   grad_input  = col2im(W^T . gy): dcol[g, kk, j] by GEMM, then a gather
+ *                 kernel: gx[n, c, h..] = sum over the kernel taps k of
+ *                 dcol[.., (h + p - k*d)/s] where that divides and is in
+ *                 range (no scatter, no atomics),
+ *   grad_bias   = a reduction of gy over n and o.
+ *
+ * The temporaries (col, packed gy, GEMM results) are ordinary TEMP
+ * buffers: plan.c places them in the workspace (Manifest.workspace_bytes);
+ * kernels allocate nothing. Every operand is read through its layout, so
+ * channels_last and other strided inputs need no copy first. float32 and
+ * float64 only (sgemm/dgemm); other dtypes, transposed convolution and
+ * CUDA targets are TCC_E_UNIMPLEMENTED naming the node.
+ *
+ * Dropout (native_dropout with train=True): the client passes a `seed`
+ * (an int64 tensor of one element, fresh per call; see tcc.proto). The
+ * kernel draws u = hash(seed, flat element index) with a murmur3-style
+ * 32-bit finalizer applied twice (only integer add/mul/xor/and/floordiv,
+ * so every backend computes the same bits), keeps an element when its top
+ * 24 bits are >= round(p * 2^24), and writes mask (bool) and
+ * x * mask * (1 / (1 - p)). Same seed: same mask; the element index is
+ * the row-major index in the output's shape, whatever the layouts.
+ */
+#include "loop.h"
+
+#include <math.h>
+#include <string.h>
+
+#define BAD(...) tcc_error_set(err, TCC_E_INVALID_ARGUMENT, __VA_ARGS__)
+#define OOM() tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "out of memory lowering")
+#define ARG(name) tcc_node_arg(n, name)
+#define BIN(op, x, y) tcc_vx_binary(p, TCC_PRIM_##op, x, y)
+#define I64 TCC__V1__DTYPE__INT64
+
+/* ---------------------------------------------------------- geometry */
+
+#define CONV_MAX_SPATIAL 3
+
+/* The shape of one convolution (forward or backward node). */
+typedef struct conv_geom {
+  int S;                              /* spatial dims */
+  int64_t N, Cin, Cout, G, Cig, Cog;
+  int64_t in[CONV_MAX_SPATIAL], k[CONV_MAX_SPATIAL], o[CONV_MAX_SPATIAL];
+  int64_t s[CONV_MAX_SPATIAL], p[CONV_MAX_SPATIAL], d[CONV_MAX_SPATIAL];
+  int transposed;
+  int64_t KK, O, J, Kd;               /* prod(k), prod(o), N*O, Cig*KK */
+} conv_geom;
+
+static const tcc_meta *tmeta(const tcc_graph *g, const tcc_arg *a) {
+  return a && a->kind == TCC_ARG_TENSOR ? &g->values[a->v].meta : NULL;
+}
+
+/* One of stride/padding/dilation: 1 or S values. Returns 0 or -1. */
+static int spatial_list(const tcc_arg *a, int S, int64_t *out, int64_t min) {
+  if (!a || a->kind != TCC_ARG_INTS || (a->n != 1 && a->n != S)) return -1;
+  for (int d = 0; d < S; d++) {
+    out[d] = a->ints[a->n == 1 ? 0 : d];
+    if (out[d] < min) return -1;
+  }
+  return 0;
+}
+
+/* Fills cg from a convolution or convolution_backward node (x: the
+ * `input` argument, w: `weight`). Returns 0 or TCC_E_INVALID_ARGUMENT
+ * (message without the node prefix). */
+static int conv_geom_of(const tcc_graph *g, const tcc_node *n, conv_geom *cg, tcc_error *err) {
+  const tcc_meta *x = tmeta(g, ARG("input")), *w = tmeta(g, ARG("weight"));
+  memset(cg, 0, sizeof *cg);
+  if (!x || !w) return BAD("convolution needs input and weight tensors");
+  if (x->rank < 3 || x->rank > 2 + CONV_MAX_SPATIAL)
+    return BAD("convolution input must be 3-D, 4-D or 5-D (batched), got %d-D", x->rank);
+  if (w->rank != x->rank)
+    return BAD("weight of rank %d for an input of rank %d", w->rank, x->rank);
+  int S = cg->S = x->rank - 2;
+  if (spatial_list(ARG("stride"), S, cg->s, 1))
+    return BAD("stride must hold 1 or %d positive ints", S);
+  if (spatial_list(ARG("padding"), S, cg->p, 0))
+    return BAD("padding must hold 1 or %d non-negative ints", S);
+  if (spatial_list(ARG("dilation"), S, cg->d, 1))
+    return BAD("dilation must hold 1 or %d positive ints", S);
+  cg->transposed = ARG("transposed")->i != 0;
+  cg->G = ARG("groups")->i;
+  if (cg->G < 1) return BAD("groups must be positive, got %lld", (long long)cg->G);
+  cg->N = x->sizes[0];
+  cg->Cin = x->sizes[1];
+  if (cg->transposed) {
+    int64_t op[CONV_MAX_SPATIAL];
+    if (spatial_list(ARG("output_padding"), S, op, 0))
+      return BAD("output_padding must hold 1 or %d non-negative ints", S);
+    if (w->sizes[0] != cg->Cin) return BAD("transposed convolution: weight.size(0) must be the input channels");
+    cg->Cout = w->sizes[1] * cg->G;
+    for (int d = 0; d < S; d++) {
+      cg->in[d] = x->sizes[2 + d];
+      cg->k[d] = w->sizes[2 + d];
+      cg->o[d] = (cg->in[d] - 1) * cg->s[d] - 2 * cg->p[d] + cg->d[d] * (cg->k[d] - 1) + op[d] + 1;
+      if (cg->o[d] < 0) return BAD("transposed convolution: negative output size");
+    }
+  } else {
+    cg->Cout = w->sizes[0];
+    if (w->sizes[1] * cg->G != cg->Cin)
+      return BAD("expected input with %lld channels (weight [%lld, %lld, ...] x groups %lld), got %lld",
+                 (long long)(w->sizes[1] * cg->G), (long long)w->sizes[0], (long long)w->sizes[1],
+                 (long long)cg->G, (long long)cg->Cin);
+    if (cg->Cout % cg->G) return BAD("output channels %lld not divisible by groups %lld",
+                                     (long long)cg->Cout, (long long)cg->G);
+    for (int d = 0; d < S; d++) {
+      cg->in[d] = x->sizes[2 + d];
+      cg->k[d] = w->sizes[2 + d];
+      int64_t span = cg->d[d] * (cg->k[d] - 1) + 1;
+      if (cg->in[d] + 2 * cg->p[d] < span)
+        return BAD("kernel size %lld (dilated %lld) is larger than the padded input %lld in spatial dim %d",
+                   (long long)cg->k[d], (long long)span, (long long)(cg->in[d] + 2 * cg->p[d]), d);
+      cg->o[d] = (cg->in[d] + 2 * cg->p[d] - span) / cg->s[d] + 1;
+    }
+  }
+  cg->Cig = cg->Cin / cg->G;
+  cg->Cog = cg->Cout / cg->G;
+  cg->KK = cg->O = 1;
+  for (int d = 0; d < S; d++) {
+    cg->KK *= cg->k[d];
+    cg->O *= cg->o[d];
+  }
+  cg->J = cg->N * cg->O;
+  cg->Kd = cg->Cig * cg->KK;
+  return 0;
+}
+
+/* Contiguous output meta of `rank` sizes in x's dtype. */
+static int finish_meta(const tcc_graph *g, tcc_meta *out, tcc_dtype dt, int rank,
+                       const int64_t *sizes, tcc_error *err) {
+  int64_t numel = 1;
+  out->dtype = dt;
+  out->device = g->target.device;
+  out->rank = rank;
+  for (int d = 0; d < rank; d++) {
+    out->sizes[d] = sizes[d];
+    if (sizes[d] < 0 || __builtin_mul_overflow(numel, sizes[d], &numel) || numel > (INT64_MAX >> 4))
+      return BAD("convolution result is too large");
+  }
+  tcc_meta_contiguous(out);
+  return 0;
+}
+
+int tcc_infer_conv(const tcc_graph *g, const tcc_node *n, tcc_meta *out, tcc_error *err) {
+  conv_geom cg;
+  int rc = conv_geom_of(g, n, &cg, err);
+  if (rc) return rc;
+  const tcc_meta *x = tmeta(g, ARG("input")), *w = tmeta(g, ARG("weight"));
+  if (x->dtype != w->dtype)
+    return BAD("input (%s) and weight (%s) must have the same dtype", tcc_dtype_name(x->dtype),
+               tcc_dtype_name(w->dtype));
+  const tcc_meta *b = tmeta(g, ARG("bias"));
+  if (b && (b->rank != 1 || b->sizes[0] != cg.Cout || b->dtype != x->dtype))
+    return BAD("bias must be a 1-D %s tensor of %lld elements", tcc_dtype_name(x->dtype),
+               (long long)cg.Cout);
+  int64_t sizes[TCC_MAX_DIMS] = {cg.N, cg.Cout};
+  for (int d = 0; d < cg.S; d++) sizes[2 + d] = cg.o[d];
+  return finish_meta(g, &out[0], x->dtype, x->rank, sizes, err);
+}
+
+int tcc_infer_conv_backward(const tcc_graph *g, const tcc_node *n, tcc_meta *out, tcc_error *err) {
+  conv_geom cg;
+  int rc = conv_geom_of(g, n, &cg, err);
+  if (rc) return rc;
+  const tcc_meta *x = tmeta(g, ARG("input")), *w = tmeta(g, ARG("weight")),
+                 *gy = tmeta(g, ARG("grad_output"));
+  if (x->dtype != w->dtype || gy->dtype != x->dtype)
+    return BAD("grad_output, input and weight must have one dtype");
+  if (gy->rank != x->rank || gy->sizes[0] != cg.N || gy->sizes[1] != cg.Cout)
+    return BAD("grad_output has the wrong shape");
+  for (int d = 0; d < cg.S; d++)
+    if (gy->sizes[2 + d] != cg.o[d]) return BAD("grad_output has the wrong shape");
+  if ((rc = finish_meta(g, &out[0], x->dtype, x->rank, x->sizes, err))) return rc;
+  if ((rc = finish_meta(g, &out[1], x->dtype, w->rank, w->sizes, err))) return rc;
+  int64_t c = cg.Cout;
+  return finish_meta(g, &out[2], x->dtype, 1, &c, err);
+}
+
+/* ---------------------------------------------------------- lowering */
+
+/* Contiguous TEMP buffer of `sizes` in dtype dt, written by a kernel that
+ * stores body (over the identity vars) into it. Returns the buffer id or
+ * -1 (out of memory). */
+static int pack(tcc_lower_ctx *lc, const tcc_vx *body, int rank, const int64_t *sizes,
+                tcc_dtype dt) {
+  tcc_program *p = lc->prog;
+  tcc_buffer b = {.kind = TCC_BUF_TEMP, .pos = -1, .value = -1};
+  b.layout.dtype = dt;
+  b.layout.device = lc->g->target.device;
+  b.layout.rank = rank;
+  memcpy(b.layout.sizes, sizes, sizeof(int64_t) * (size_t)rank);
+  tcc_meta_contiguous(&b.layout);
+  const tcc_ix *idx[TCC_MAX_DIMS];
+  for (int d = 0; d < rank; d++)
+    if (!(idx[d] = tcc_ix_var(p, d))) return -1;
+  int id = tcc_program_add_buffer(p, &b);
+  if (id < 0 || !body) return -1;
+  int k = tcc_program_add_kernel(p, rank, sizes);
+  if (k < 0 || tcc_kernel_add_store(p, k, id, idx, tcc_vx_cast(p, body, dt))) return -1;
+  return id;
+}
+
+/* Splits flat index `lin` over sizes[0..n) (row-major) into out[0..n). */
+static void unflatten(tcc_program *p, const tcc_ix *lin, const int64_t *sizes, int n,
+                      const tcc_ix **out) {
+  int outer = 0;   /* the outermost dim of size > 1 takes the rest whole */
+  while (outer < n - 1 && sizes[outer] == 1) outer++;
+  for (int d = n - 1; d >= 0; d--) {
+    if (sizes[d] == 1) {
+      out[d] = tcc_ix_const(p, 0);
+      continue;
+    }
+    out[d] = d == outer ? lin : tcc_ix_mod(p, lin, sizes[d]);
+    lin = tcc_ix_div(p, lin, sizes[d]);
+  }
+}
+
+/* Flat row-major index of idx[0..n) over sizes. */
+static const tcc_ix *flatten(tcc_program *p, const tcc_ix *const *idx, const int64_t *sizes, int n) {
+  const tcc_ix *lin = tcc_ix_const(p, 0);
+  for (int d = 0; d < n; d++) lin = tcc_ix_add(p, tcc_ix_mul(p, lin, sizes[d]), idx[d]);
+  return lin;
+}
+
+/* Value v's body read at idx, cast to dt. */
+static const tcc_vx *read(tcc_lower_ctx *lc, int v, const tcc_ix *const *idx, tcc_dtype dt) {
+  const tcc_lval *lv = &lc->vals[v];
+  return tcc_vx_cast(lc->prog, tcc_vx_subst(lc->prog, lv->body, lv->rank, idx), dt);
+}
+
+static const tcc_vx *cst(tcc_program *p, tcc_dtype dt, double f) {
+  return tcc_vx_cast(p, tcc_vx_const(p, TCC__V1__DTYPE__FLOAT64, f, 0), dt);
+}
+
+static const tcc_vx *icst(tcc_program *p, int64_t i) {
+  return tcc_vx_const(p, I64, (double)i, i);
+}
+
+/* Channel g*C + c of a grouped dim (just c when there is one group). */
+static const tcc_ix *grouped(tcc_program *p, const conv_geom *cg, const tcc_ix *g, const tcc_ix *c,
+                             int64_t C) {
+  return cg->G == 1 ? c : tcc_ix_add(p, tcc_ix_mul(p, g, C), c);
+}
+
+/* The im2col buffer [G, Cig, k.., N, o..] of input x, or -1. */
+static int im2col(tcc_lower_ctx *lc, const conv_geom *cg, int xv, tcc_dtype dt) {
+  tcc_program *p = lc->prog;
+  int S = cg->S;
+  int64_t sizes[TCC_MAX_DIMS];
+  sizes[0] = cg->G;
+  sizes[1] = cg->Cig;
+  for (int d = 0; d < S; d++) {
+    sizes[2 + d] = cg->k[d];
+    sizes[3 + S + d] = cg->o[d];
+  }
+  sizes[2 + S] = cg->N;
+  const tcc_ix *xi[TCC_MAX_DIMS];
+  const tcc_vx *ok = NULL;
+  xi[0] = tcc_ix_var(p, 2 + S);
+  xi[1] = grouped(p, cg, tcc_ix_var(p, 0), tcc_ix_var(p, 1), cg->Cig);
+  for (int d = 0; d < S; d++) {
+    const tcc_ix *e = tcc_ix_add(p, tcc_ix_add(p, tcc_ix_mul(p, tcc_ix_var(p, 3 + S + d), cg->s[d]),
+                                               tcc_ix_mul(p, tcc_ix_var(p, 2 + d), cg->d[d])),
+                                 tcc_ix_const(p, -cg->p[d]));
+    if (cg->p[d] > 0) {
+      const tcc_vx *ev = tcc_vx_index(p, e);
+      const tcc_vx *c = tcc_vx_pred(p, TCC_PRIM_AND, tcc_vx_pred(p, TCC_PRIM_GE, ev, icst(p, 0)),
+                                    tcc_vx_pred(p, TCC_PRIM_LT, ev, icst(p, cg->in[d])));
+      ok = ok ? tcc_vx_pred(p, TCC_PRIM_AND, ok, c) : c;
+      e = tcc_ix_clamp(p, e, cg->in[d]);
+    }
+    xi[2 + d] = e;
+  }
+  const tcc_vx *v = read(lc, xv, xi, dt);
+  if (ok) v = tcc_vx_where(p, ok, v, cst(p, dt, 0));
+  return pack(lc, v, 3 + 2 * S, sizes, dt);
+}
+
+/* A load of buffer `buf` [G, A.., B..] (sizes as given) at (g, flat a,
+ * flat b): a over na dims, b over nb dims. */
+static const tcc_vx *load3(tcc_program *p, int buf, const tcc_ix *g, const tcc_ix *a,
+                           const int64_t *asz, int na, const tcc_ix *b, const int64_t *bsz, int nb) {
+  const tcc_ix *idx[TCC_MAX_DIMS];
+  idx[0] = g;
+  unflatten(p, a, asz, na, idx + 1);
+  unflatten(p, b, bsz, nb, idx + 1 + na);
+  return tcc_vx_load(p, buf, 1 + na + nb, idx);
+}
+
+/* Sizes (Cig, k..) and (N, o..) of the flattened kk and j indices. */
+static void kk_j_sizes(const conv_geom *cg, int64_t *kk, int64_t *j) {
+  kk[0] = cg->Cig;
+  j[0] = cg->N;
+  for (int d = 0; d < cg->S; d++) {
+    kk[1 + d] = cg->k[d];
+    j[1 + d] = cg->o[d];
+  }
+}
+
+/* The GEMM dtype of node n (float32/float64), or 0 with err set. */
+static tcc_dtype gemm_dtype(tcc_lower_ctx *lc, const tcc_node *n, const conv_geom *cg, tcc_error *err) {
+  tcc_dtype dt = tmeta(lc->g, ARG("input"))->dtype;
+  if (lc->g->target.device == TCC__V1__DEVICE_TYPE__CUDA) {
+    tcc_error_set(err, TCC_E_UNIMPLEMENTED, "node %d (%s): convolution on CUDA is not supported yet",
+                  n->src_index, n->op->name);
+    return 0;
+  }
+  if (cg->transposed) {
+    tcc_error_set(err, TCC_E_UNIMPLEMENTED, "node %d (%s): transposed convolution is not supported "
+                  "by the CPU backend yet", n->src_index, n->op->name);
+    return 0;
+  }
+  if (dt != TCC__V1__DTYPE__FLOAT32 && dt != TCC__V1__DTYPE__FLOAT64) {
+    tcc_error_set(err, TCC_E_UNIMPLEMENTED, "node %d (%s): %s convolution is not supported by the "
+                  "CPU backend (float32 and float64 only)", n->src_index, n->op->name,
+                  tcc_dtype_name(dt));
+    return 0;
+  }
+  return dt;
+}
+
+/* Casts body to output o's dtype and realizes it (nothing when the
+ * output is discarded). */
+static int put(tcc_lower_ctx *lc, const tcc_node *n, int o, const tcc_vx *body, tcc_error *err) {
+  if (o >= n->nout || n->outs[o] < 0) return 0;
+  if (!body) return OOM();
+  const tcc_meta *m = &lc->g->values[n->outs[o]].meta;
+  return tcc_lower_realize(lc, n, o, tcc_vx_cast(lc->prog, body, m->dtype), err);
+}
+
+int tcc_lower_conv(tcc_lower_ctx *lc, const tcc_node *n, tcc_error *err) {
+  if (n->outs[0] < 0) return 0;
+  tcc_program *p = lc->prog;
+  conv_geom cg;
+  int rc = conv_geom_of(lc->g, n, &cg, err);
+  if (rc) return rc;
+  tcc_dtype dt = gemm_dtype(lc, n, &cg, err);
+  if (!dt) return err->code;
+  int S = cg.S, xv = ARG("input")->v, wv = ARG("weight")->v;
+  int64_t kks[TCC_MAX_DIMS], js[TCC_MAX_DIMS];
+  kk_j_sizes(&cg, kks, js);
+  const tcc_ix *vb = tcc_ix_var(p, 0), *vr = tcc_ix_var(p, 1), *vc = tcc_ix_var(p, 2);
+  /* A(b, m, kk) = W[b*Cog + m, kk..] */
+  const tcc_ix *wi[TCC_MAX_DIMS];
+  wi[0] = grouped(p, &cg, vb, vr, cg.Cog);
+  unflatten(p, vc, kks, 1 + S, wi + 1);
+  const tcc_vx *a = read(lc, wv, wi, dt);
+  /* B(b, kk, j): the input itself for a 1x1, stride-1, unpadded kernel
+   * (gemm() packs it when BLAS cannot read it as it is), else im2col */
+  int direct = 1;
+  for (int d = 0; d < S; d++)
+    if (cg.k[d] != 1 || cg.s[d] != 1 || cg.p[d] != 0) direct = 0;
+  const tcc_vx *b;
+  if (direct) {
+    const tcc_ix *xi[TCC_MAX_DIMS], *jj[TCC_MAX_DIMS];
+    unflatten(p, vc, js, 1 + S, jj);
+    xi[0] = jj[0];
+    xi[1] = grouped(p, &cg, vb, vr, cg.Cig);
+    for (int d = 0; d < S; d++) xi[2 + d] = jj[1 + d];
+    b = read(lc, xv, xi, dt);
+  } else {
+    int col = im2col(lc, &cg, xv, dt);
+    if (col < 0) return OOM();
+    b = load3(p, col, vb, vr, kks, 1 + S, vc, js, 1 + S);
+  }
+  const tcc_vx *c = tcc_lower_gemm(lc, a, b, cg.G, cg.Cog, cg.J, cg.Kd, dt);
+  if (!c) return OOM();
+  /* epilogue over the output (n, c, o..) */
+  const tcc_ix *o[TCC_MAX_DIMS], *ci[3];
+  for (int d = 0; d < 2 + S; d++) o[d] = tcc_ix_var(p, d);
+  ci[0] = cg.G == 1 ? tcc_ix_const(p, 0) : tcc_ix_div(p, o[1], cg.Cog);
+  ci[1] = cg.G == 1 ? o[1] : tcc_ix_mod(p, o[1], cg.Cog);
+  ci[2] = tcc_ix_add(p, tcc_ix_mul(p, o[0], cg.O), flatten(p, o + 2, cg.o, S));
+  const tcc_vx *y = tcc_vx_subst(p, c, 3, ci);
+  const tcc_arg *bias = ARG("bias");
+  if (bias->kind == TCC_ARG_TENSOR) y = BIN(ADD, y, read(lc, bias->v, o + 1, dt));
+  return put(lc, n, 0, y, err);
+}
+
+int tcc_lower_conv_backward(tcc_lower_ctx *lc, const tcc_node *n, tcc_error *err) {
+  tcc_program *p = lc->prog;
+  conv_geom cg;
+  int rc = conv_geom_of(lc->g, n, &cg, err);
+  if (rc) return rc;
+  tcc_dtype dt = gemm_dtype(lc, n, &cg, err);
+  if (!dt) return err->code;
+  const tcc_arg *mask = ARG("output_mask");
+  int want[3];
+  for (int o = 0; o < 3; o++)
+    want[o] = o < n->nout && n->outs[o] >= 0 && (mask->kind != TCC_ARG_BOOLS || o >= mask->n || mask->bools[o]);
+  int S = cg.S, xv = ARG("input")->v, wv = ARG("weight")->v, gv = ARG("grad_output")->v;
+  int64_t kks[TCC_MAX_DIMS], js[TCC_MAX_DIMS];
+  kk_j_sizes(&cg, kks, js);
+  const tcc_ix *vb = tcc_ix_var(p, 0), *vr = tcc_ix_var(p, 1), *vc = tcc_ix_var(p, 2);
+
+  /* grad_bias[c] = sum over n, o.. of gy[n, c, o..] */
+  if (want[2]) {
+    int first = tcc_program_fresh_vars(p, 1 + S);
+    const tcc_ix *gi[TCC_MAX_DIMS];
+    int64_t ext[TCC_MAX_DIMS];
+    gi[0] = tcc_ix_var(p, first);
+    gi[1] = tcc_ix_var(p, 0);
+    ext[0] = cg.N;
+    for (int d = 0; d < S; d++) {
+      gi[2 + d] = tcc_ix_var(p, first + 1 + d);
+      ext[1 + d] = cg.o[d];
+    }
+    const tcc_vx *sum = tcc_vx_reduce(p, TCC_RED_SUM, dt, read(lc, gv, gi, dt), first, 1 + S, ext);
+    if ((rc = put(lc, n, 2, sum, err))) return rc;
+  }
+  if (!want[0] && !want[1]) return 0;
+
+  /* gy packed as [G, Cog, N, o..] (both GEMMs read it as [G, Cog, J]) */
+  int64_t gsz[TCC_MAX_DIMS];
+  const tcc_ix *gi[TCC_MAX_DIMS];
+  gsz[0] = cg.G;
+  gsz[1] = cg.Cog;
+  gsz[2] = cg.N;
+  gi[0] = tcc_ix_var(p, 2);
+  gi[1] = grouped(p, &cg, tcc_ix_var(p, 0), tcc_ix_var(p, 1), cg.Cog);
+  for (int d = 0; d < S; d++) {
+    gsz[3 + d] = cg.o[d];
+    gi[2 + d] = tcc_ix_var(p, 3 + d);
+  }
+  int gyt = pack(lc, read(lc, gv, gi, dt), 3 + S, gsz, dt);
+  if (gyt < 0) return OOM();
+  int64_t cogs[1] = {cg.Cog};
+
+  /* grad_weight: C[g, m, kk] = sum_j gyT[g, m, j] col[g, kk, j] */
+  if (want[1]) {
+    int col = im2col(lc, &cg, xv, dt);
+    if (col < 0) return OOM();
+    const tcc_vx *a = load3(p, gyt, vb, vr, cogs, 1, vc, js, 1 + S);
+    const tcc_vx *b = load3(p, col, vb, vc, kks, 1 + S, vr, js, 1 + S);
+    const tcc_vx *c = tcc_lower_gemm(lc, a, b, cg.G, cg.Cog, cg.Kd, cg.J, dt);
+    if (!c) return OOM();
+    const tcc_ix *o[TCC_MAX_DIMS], *ci[3];
+    for (int d = 0; d < 2 + S; d++) o[d] = tcc_ix_var(p, d);
+    ci[0] = cg.G == 1 ? tcc_ix_const(p, 0) : tcc_ix_div(p, o[0], cg.Cog);
+    ci[1] = cg.G == 1 ? o[0] : tcc_ix_mod(p, o[0], cg.Cog);
+    ci[2] = flatten(p, o + 1, kks, 1 + S);
+    if ((rc = put(lc, n, 1, tcc_vx_subst(p, c, 3, ci), err))) return rc;
+  }
+
+  /* grad_input: dcol[g, kk, j] = sum_m W[g*Cog + m, kk] gyT[g, m, j], then
+   * gx[n, c, h..] = sum over taps k.. of dcol[g, (ci, k..), (n, o..)] with
+   * o = (h + p - k*d) / s where that divides and lies in [0, o_size) */
+  if (want[0]) {
+    const tcc_ix *wi[TCC_MAX_DIMS];
+    wi[0] = grouped(p, &cg, vb, vc, cg.Cog);
+    unflatten(p, vr, kks, 1 + S, wi + 1);
+    const tcc_vx *a = read(lc, wv, wi, dt);
+    const tcc_vx *b = load3(p, gyt, vb, vr, cogs, 1, vc, js, 1 + S);
+    const tcc_vx *dcol = tcc_lower_gemm(lc, a, b, cg.G, cg.Kd, cg.J, cg.Cog, dt);
+    if (!dcol) return OOM();
+    int first = tcc_program_fresh_vars(p, S);
+    const tcc_ix *o[TCC_MAX_DIMS], *kv[TCC_MAX_DIMS], *oi[TCC_MAX_DIMS], *ci[3];
+    for (int d = 0; d < 2 + S; d++) o[d] = tcc_ix_var(p, d);
+    const tcc_vx *ok = NULL;
+    for (int d = 0; d < S; d++) {
+      kv[d] = tcc_ix_var(p, first + d);
+      /* u = h + p - k*dil + s*q >= 0 for every tap (q: whole strides) */
+      int64_t q = (cg.d[d] * (cg.k[d] - 1) + cg.s[d] - 1) / cg.s[d] + 1;
+      const tcc_ix *u = tcc_ix_add(p, tcc_ix_add(p, o[2 + d], tcc_ix_mul(p, kv[d], -cg.d[d])),
+                                   tcc_ix_const(p, cg.p[d] + cg.s[d] * q));
+      const tcc_ix *t = tcc_ix_div(p, u, cg.s[d]);          /* o + q */
+      const tcc_vx *tv = tcc_vx_index(p, t);
+      const tcc_vx *c = tcc_vx_pred(p, TCC_PRIM_AND, tcc_vx_pred(p, TCC_PRIM_GE, tv, icst(p, q)),
+                                    tcc_vx_pred(p, TCC_PRIM_LT, tv, icst(p, q + cg.o[d])));
+      if (cg.s[d] > 1)
+        c = tcc_vx_pred(p, TCC_PRIM_AND, c,
+                        tcc_vx_pred(p, TCC_PRIM_EQ, tcc_vx_index(p, tcc_ix_mod(p, u, cg.s[d])), icst(p, 0)));
+      ok = ok ? tcc_vx_pred(p, TCC_PRIM_AND, ok, c) : c;
+      oi[d] = tcc_ix_clamp(p, tcc_ix_add(p, t, tcc_ix_const(p, -q)), cg.o[d]);
+    }
+    const tcc_ix *cig = cg.G == 1 ? o[1] : tcc_ix_mod(p, o[1], cg.Cig);
+    ci[0] = cg.G == 1 ? tcc_ix_const(p, 0) : tcc_ix_div(p, o[1], cg.Cig);
+    ci[1] = tcc_ix_add(p, tcc_ix_mul(p, cig, cg.KK), flatten(p, kv, cg.k, S));
+    ci[2] = tcc_ix_add(p, tcc_ix_mul(p, o[0], cg.O), flatten(p, oi, cg.o, S));
+    const tcc_vx *v = tcc_vx_where(p, ok, tcc_vx_subst(p, dcol, 3, ci), cst(p, dt, 0));
+    const tcc_vx *sum = tcc_vx_reduce(p, TCC_RED_SUM, dt, v, first, S, cg.k);
+    if ((rc = put(lc, n, 0, sum, err))) return rc;
+  }
+  return 0;
+}
+
+/* ----------------------------------------------------------- dropout */
+
+int tcc_infer_native_dropout(const tcc_graph *g, const tcc_node *n, tcc_meta *out, tcc_error *err) {
+  const tcc_meta *x = tmeta(g, ARG("input")), *seed = tmeta(g, ARG("seed"));
+  double pr = ARG("p")->f;
+  if (!(pr >= 0 && pr <= 1)) return BAD("dropout probability has to be between 0 and 1, but got %g", pr);
+  if (seed && (seed->dtype != I64 || seed->numel != 1))
+    return BAD("seed must be an int64 tensor of one element, got %s with %lld elements",
+               tcc_dtype_name(seed->dtype), (long long)seed->numel);
+  int rc = finish_meta(g, &out[0], x->dtype, x->rank, x->sizes, err);
+  if (!rc) rc = finish_meta(g, &out[1], TCC__V1__DTYPE__BOOL, x->rank, x->sizes, err);
+  return rc;
+}
+
+/* murmur3's 32-bit finalizer on h in [0, 2^32), in int64 arithmetic. */
+static const tcc_vx *fmix32(tcc_program *p, const tcc_vx *h) {
+  const tcc_vx *m32 = icst(p, 0xffffffffLL);
+  h = BIN(BITXOR, h, BIN(FLOORDIV, h, icst(p, 1 << 16)));
+  h = BIN(BITAND, BIN(MUL, h, icst(p, 0x85ebca6bLL)), m32);
+  h = BIN(BITXOR, h, BIN(FLOORDIV, h, icst(p, 1 << 13)));
+  h = BIN(BITAND, BIN(MUL, h, icst(p, 0xc2b2ae35LL)), m32);
+  return BIN(BITXOR, h, BIN(FLOORDIV, h, icst(p, 1 << 16)));
+}
+
+int tcc_lower_native_dropout(tcc_lower_ctx *lc, const tcc_node *n, tcc_error *err) {
+  tcc_program *p = lc->prog;
+  const tcc_arg *xa = ARG("input"), *train = ARG("train"), *seed = ARG("seed");
+  const tcc_meta *x = tmeta(lc->g, xa);
+  tcc_dtype cd = x->dtype == TCC__V1__DTYPE__FLOAT16 || x->dtype == TCC__V1__DTYPE__BFLOAT16
+                     ? TCC__V1__DTYPE__FLOAT32 : x->dtype;
+  const tcc_ix *id[TCC_MAX_DIMS], *zero[TCC_MAX_DIMS];
+  for (int d = 0; d < x->rank; d++) {
+    id[d] = tcc_ix_var(p, d);
+    zero[d] = tcc_ix_const(p, 0);
+  }
+  const tcc_vx *xv = read(lc, xa->v, id, cd);
+  double pr = ARG("p")->f;
+  int rc;
+  if (train->kind == TCC_ARG_BOOL && !train->i) {   /* eval: identity, all kept */
+    if ((rc = put(lc, n, 0, xv, err))) return rc;
+    return put(lc, n, 1, tcc_vx_const(p, TCC__V1__DTYPE__BOOL, 1, 1), err);
+  }
+  if (!tcc_dtype_is_float(x->dtype))
+    return tcc_error_set(err, TCC_E_UNIMPLEMENTED, "node %d (%s): %s dropout is not supported",
+                         n->src_index, n->op->name, tcc_dtype_name(x->dtype));
+  if (seed->kind != TCC_ARG_TENSOR)
+    return tcc_error_set(err, TCC_E_UNIMPLEMENTED, "node %d (%s): dropout in training mode needs a "
+                         "'seed' tensor argument (an int64 tensor of one element, fresh per call; "
+                         "see tcc.proto)", n->src_index, n->op->name);
+  const tcc_meta *sm = tmeta(lc->g, seed);
+  const tcc_vx *s = read(lc, seed->v, zero, I64);
+  (void)sm;
+  const tcc_vx *m32 = icst(p, 0xffffffffLL), *two32 = icst(p, INT64_C(1) << 32);
+  const tcc_vx *i = tcc_vx_index(p, flatten(p, id, x->sizes, x->rank));
+  const tcc_vx *s_lo = BIN(BITAND, s, m32), *s_hi = BIN(BITAND, BIN(FLOORDIV, s, two32), m32);
+  const tcc_vx *i_lo = BIN(BITAND, i, m32), *i_hi = BIN(FLOORDIV, i, two32);
+  /* key from (seed, high index bits); two rounds over the low bits */
+  const tcc_vx *key = fmix32(p, BIN(BITAND, BIN(ADD, s_lo, fmix32(p, BIN(BITXOR, s_hi, i_hi))), m32));
+  const tcc_vx *h = fmix32(p, BIN(BITXOR, i_lo, key));
+  h = fmix32(p, BIN(BITAND, BIN(ADD, h, key), m32));
+  int64_t thr = (int64_t)llround(pr * (double)(1 << 24));
+  const tcc_vx *keep = tcc_vx_pred(p, TCC_PRIM_GE, BIN(FLOORDIV, h, icst(p, 1 << 8)), icst(p, thr));
+  double scale = pr < 1 ? 1.0 / (1.0 - pr) : 0.0;
+  const tcc_vx *y = BIN(MUL, BIN(MUL, xv, tcc_vx_cast(p, keep, cd)), cst(p, cd, scale));
+  if ((rc = put(lc, n, 0, y, err))) return rc;
+  return put(lc, n, 1, keep, err);
+}
