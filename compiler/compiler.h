@@ -159,7 +159,7 @@ typedef struct tcc_artifact {
  * .so for CPU, a cubin for CUDA). Thread-safe: many compiles may run at
  * once on different preparations.
  * Returns 0, or TCC_E_UNIMPLEMENTED (op/dtype the target cannot do yet,
- * convolution on CUDA), TCC_E_FAILED_PRECONDITION (CUDA without NVRTC),
+ * CPU attention on CUDA), TCC_E_FAILED_PRECONDITION (CUDA without NVRTC),
  * TCC_E_INTERNAL (the compiler failed: its output is in the message),
  * TCC_E_DEADLINE_EXCEEDED (timeout). */
 int tcc_compile(const tcc_prepared *p, const tcc_build_options *opts,

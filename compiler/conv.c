@@ -33,8 +33,10 @@
  * buffers: plan.c places them in the workspace (Manifest.workspace_bytes);
  * kernels allocate nothing. Every operand is read through its layout, so
  * channels_last and other strided inputs need no copy first. float32 and
- * float64 only (sgemm/dgemm); other dtypes, transposed convolution and
- * CUDA targets are TCC_E_UNIMPLEMENTED naming the node.
+ * float64 only (sgemm/dgemm); other dtypes and transposed convolution
+ * are TCC_E_UNIMPLEMENTED naming the node. On CUDA the same program runs:
+ * the packing and epilogue kernels are CUDA kernels and each GEMM is a
+ * cuBLAS step the client makes (emit_cuda.c).
  *
  * Dropout (native_dropout with train=True): the client passes a `seed`
  * (an int64 tensor of one element, fresh per call; see tcc.proto). The
@@ -324,11 +326,6 @@ static void kk_j_sizes(const conv_geom *cg, int64_t *kk, int64_t *j) {
 /* The GEMM dtype of node n (float32/float64), or 0 with err set. */
 static tcc_dtype gemm_dtype(tcc_lower_ctx *lc, const tcc_node *n, const conv_geom *cg, tcc_error *err) {
   tcc_dtype dt = tmeta(lc->g, ARG("input"))->dtype;
-  if (lc->g->target.device == TCC__V1__DEVICE_TYPE__CUDA) {
-    tcc_error_set(err, TCC_E_UNIMPLEMENTED, "node %d (%s): convolution on CUDA is not supported yet",
-                  n->src_index, n->op->name);
-    return 0;
-  }
   if (cg->transposed) {
     tcc_error_set(err, TCC_E_UNIMPLEMENTED, "node %d (%s): transposed convolution is not supported "
                   "by the CPU backend yet", n->src_index, n->op->name);

@@ -469,9 +469,11 @@ const tcc_op *tcc_op_get(int id) {
 
 /* ------------------------------------------------ the table, published */
 
-/* Extern ops the CUDA target runs (cuBLAS GEMMs on the client). */
+/* Extern ops the CUDA target runs: the matmul family and convolution
+ * (im2col packing kernels around cuBLAS GEMM steps on the client). */
 int tcc_cuda_extern_op(int id) {
-  return id == TCC_OP_MM || id == TCC_OP_BMM || id == TCC_OP_ADDMM || id == TCC_OP_MATMUL || id == TCC_OP_LINEAR;
+  return id == TCC_OP_MM || id == TCC_OP_BMM || id == TCC_OP_ADDMM || id == TCC_OP_MATMUL || id == TCC_OP_LINEAR ||
+         id == TCC_OP_CONVOLUTION || id == TCC_OP_CONVOLUTION_BACKWARD;
 }
 
 size_t tcc_compiler_ops(int device, tcc_op_info *out, size_t cap) {
@@ -486,9 +488,8 @@ size_t tcc_compiler_ops(int device, tcc_op_info *out, size_t cap) {
   for (size_t i = 0; i < TCC_OP_COUNT; i++) {
     /* CUDA: of the extern steps, the matmul family (cuBLAS on the client) */
     if (cuda && op_table[i].kind == TCC_OPK_EXTERN && !tcc_cuda_extern_op((int)i)) continue;
-    /* CUDA: convolution and CPU attention lower to GEMM steps the CUDA backend lacks */
-    if (cuda && (op_table[i].id == TCC_OP_CONVOLUTION || op_table[i].id == TCC_OP_CONVOLUTION_BACKWARD ||
-                 op_table[i].id == TCC_OP_ATTENTION_CPU || op_table[i].id == TCC_OP_ATTENTION_CPU_BACKWARD))
+    /* CUDA: the CPU attention op has no CUDA lowering */
+    if (cuda && (op_table[i].id == TCC_OP_ATTENTION_CPU || op_table[i].id == TCC_OP_ATTENTION_CPU_BACKWARD))
       continue;
     if (n < cap) out[n] = (tcc_op_info){op_table[i].name, op_table[i].schema_text, kinds[op_table[i].kind]};
     n++;

@@ -186,6 +186,24 @@ Tcc__V1__Argument *reqb_arg_int(reqb *b, Tcc__V1__Node *n, const char *param, in
   return a;
 }
 
+/* An int list; its storage is one builder-owned allocation (freed with
+ * the strings). */
+Tcc__V1__Argument *reqb_arg_ints(reqb *b, Tcc__V1__Node *n, const char *param, int count,
+                                 const int64_t *v) {
+  Tcc__V1__Argument *a = new_arg(b, n, param);
+  need(b->nstrs < RB_STRS, "strings");
+  Tcc__V1__IntList *l = calloc(1, sizeof *l + sizeof *v * (size_t)(count + 1));
+  need(l != NULL, "memory");
+  b->strs[b->nstrs++] = (char *)l;
+  tcc__v1__int_list__init(l);
+  l->values = (int64_t *)(l + 1);
+  if (count) memcpy(l->values, v, sizeof *v * (size_t)count);
+  l->n_values = (size_t)count;
+  a->kind_case = TCC__V1__ARGUMENT__KIND_AS_INTS;
+  a->as_ints = l;
+  return a;
+}
+
 Tcc__V1__Argument *reqb_arg_float(reqb *b, Tcc__V1__Node *n, const char *param, double v) {
   Tcc__V1__Argument *a = new_arg(b, n, param);
   a->kind_case = TCC__V1__ARGUMENT__KIND_AS_FLOAT;

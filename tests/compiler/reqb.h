@@ -45,6 +45,8 @@ Tcc__V1__Argument *reqb_arg_int(reqb *b, Tcc__V1__Node *n, const char *param, in
 Tcc__V1__Argument *reqb_arg_float(reqb *b, Tcc__V1__Node *n, const char *param, double v);
 Tcc__V1__Argument *reqb_arg_bool(reqb *b, Tcc__V1__Node *n, const char *param, int v);
 Tcc__V1__Argument *reqb_arg_none(reqb *b, Tcc__V1__Node *n, const char *param);
+Tcc__V1__Argument *reqb_arg_ints(reqb *b, Tcc__V1__Node *n, const char *param, int count,
+                                 const int64_t *v);
 
 /* Convenience: out = target(self=x) / target(self=x, other=y). The values
  * must be declared separately. */

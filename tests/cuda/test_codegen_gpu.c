@@ -554,6 +554,83 @@ START_TEST(matmul_vs_float64) {
 }
 END_TEST
 
+/* relu(conv2d(x, w, bias, stride, pad, groups)) (float32): an im2col
+ * packing kernel, a cuBLAS GEMM step, the bias + relu epilogue kernel,
+ * against a float64 direct convolution. */
+static void conv_case(const char *what, int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, int64_t kh,
+                      int64_t kw, int64_t stride, int64_t pad, int64_t groups) {
+  const Tcc__V1__DType dt = TCC__V1__DTYPE__FLOAT32;
+  int64_t Ho = (H + 2 * pad - kh) / stride + 1, Wo = (W + 2 * pad - kw) / stride + 1, Cg = C / groups;
+  reqb *b = reqb_new("");
+  reqb_value(b, "x", dt, 4, (int64_t[]){N, C, H, W}, NULL, 0);
+  reqb_value(b, "w", dt, 4, (int64_t[]){O, Cg, kh, kw}, NULL, 0);
+  reqb_value(b, "bias", dt, 1, (int64_t[]){O}, NULL, 0);
+  reqb_value(b, "y", dt, 4, (int64_t[]){N, O, Ho, Wo}, NULL, 0);
+  reqb_value(b, "r", dt, 4, (int64_t[]){N, O, Ho, Wo}, NULL, 0);
+  reqb_input(b, "x");
+  reqb_input(b, "w");
+  reqb_input(b, "bias");
+  Tcc__V1__Node *n = reqb_node(b, "aten.convolution.default", "y");
+  reqb_arg_tensor(b, n, "input", "x");
+  reqb_arg_tensor(b, n, "weight", "w");
+  reqb_arg_tensor(b, n, "bias", "bias");
+  reqb_arg_ints(b, n, "stride", 2, (int64_t[]){stride, stride});
+  reqb_arg_ints(b, n, "padding", 2, (int64_t[]){pad, pad});
+  reqb_arg_ints(b, n, "dilation", 2, (int64_t[]){1, 1});
+  reqb_arg_bool(b, n, "transposed", 0);
+  reqb_arg_ints(b, n, "output_padding", 2, (int64_t[]){0, 0});
+  reqb_arg_int(b, n, "groups", groups);
+  reqb_unary(b, "aten.relu.default", "y", "r");
+  reqb_output(b, "r");
+  void **hin, **hout;
+  Tcc__V1__Manifest *m = gpu_run(b, what, &hin, &hout);
+  int has_gemm = 0;
+  for (size_t k = 0; k < m->n_kernels; k++) has_gemm |= m->kernels[k]->gemm != NULL;
+  ck_assert_msg(has_gemm, "%s: no cuBLAS step", what);
+  size_t bad = 0;
+  for (int64_t nn = 0; nn < N; nn++)
+    for (int64_t o = 0; o < O; o++)
+      for (int64_t i = 0; i < Ho; i++)
+        for (int64_t j = 0; j < Wo; j++) {
+          double ref = elem(hin[2], dt, (size_t)o), mag = fabs(ref);
+          int64_t g = o / (O / groups);
+          for (int64_t c = 0; c < Cg; c++)
+            for (int64_t u = 0; u < kh; u++)
+              for (int64_t v = 0; v < kw; v++) {
+                int64_t y = i * stride - pad + u, x = j * stride - pad + v;
+                if (y < 0 || y >= H || x < 0 || x >= W) continue;
+                double a = elem(hin[0], dt, (size_t)(((nn * C + g * Cg + c) * H + y) * W + x));
+                double wv = elem(hin[1], dt, (size_t)(((o * Cg + c) * kh + u) * kw + v));
+                ref += a * wv;
+                mag += fabs(a * wv);
+              }
+          ref = ref > 0 ? ref : 0;
+          double got = elem(hout[0], dt, (size_t)(((nn * O + o) * Ho + i) * Wo + j));
+          if (!(fabs(got - ref) <= 1e-5 * mag + 0x1p-22 * fabs(ref) + 1e-30)) {
+            if (bad < 5) printf("  %s: [%lld, %lld, %lld, %lld]: gpu %.9g, float64 %.9g\n", what, (long long)nn,
+                                (long long)o, (long long)i, (long long)j, got, ref);
+            bad++;
+          }
+        }
+  ck_assert_msg(bad == 0, "%s: %zu elements differ from float64 (seed %u)", what, bad, seed);
+  printf("  %s: %zu steps, matches float64\n", what, m->n_kernels);
+  free_all(hin, m->n_inputs);
+  free_all(hout, m->n_outputs);
+  tcc__v1__manifest__free_unpacked(m, NULL);
+  reqb_free(b);
+}
+
+START_TEST(conv_vs_float64) {
+  if (!have_cublas()) {
+    printf("  SKIP conv: no libcublas.so.13/.so.12 here (set TCC_CUBLAS_LIBRARY; scripts/gpu-check looks for it)\n");
+    return;
+  }
+  conv_case("conv2d 3x3 pad 1 [4,16,20,20] -> 32 + bias, relu", 4, 16, 20, 20, 32, 3, 3, 1, 1, 1);
+  conv_case("conv2d 3x3 stride 2 [2,8,17,17] -> 12, groups 4", 2, 8, 17, 17, 12, 3, 3, 2, 1, 4);
+  conv_case("conv2d 1x1 [1,64,8,8] -> 32", 1, 64, 8, 8, 32, 1, 1, 1, 0, 1);
+}
+END_TEST
+
 /* Split reductions: a sum of 2^24 float32 into one value, and 4 rows of
  * 200000, against float64 sums (float32 partials: |err| <= 1e-6 sum|x|). */
 START_TEST(split_reduction_vs_float64) {
@@ -612,6 +689,7 @@ int main(void) {
   tcase_add_test(tc, softmax_rows);
   tcase_add_test(tc, layer_norm_sum_argmax);
   tcase_add_test(tc, matmul_vs_float64);
+  tcase_add_test(tc, conv_vs_float64);
   tcase_add_test(tc, split_reduction_vs_float64);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
