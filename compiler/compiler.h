@@ -215,6 +215,8 @@ typedef struct tcc_kernel_config {
   int chunk;         /* schedule(static, chunk); 0 = even split */
   int unroll;        /* #pragma GCC unroll N on the innermost plain loop; 0 = none */
   int blas_threads;  /* OpenBLAS threads for extern GEMMs; 0 = OpenBLAS's own */
+  int vec;           /* simdlen(N) on the SIMD loops (vector width in
+                      * elements); 0 = the C compiler's choice */
 } tcc_kernel_config;
 
 #define TCC_TUNE_MAX_CANDIDATES 8

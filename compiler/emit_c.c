@@ -230,6 +230,7 @@ typedef struct kernel_emit {
   const char *vname[3];      /* extern: names of vars 0..2 (NULL: i<n>) */
   int naccs;                 /* accumulators */
   pending *pend;             /* NULL outside the kernel-level walk */
+  int simdlen;               /* the kernel config's vector width; 0 = cc's */
   int oom;
 } kernel_emit;
 
@@ -794,6 +795,7 @@ static int emit_reduce_group(kernel_emit *ke, const tcc_vx *const *group, int ng
   for (int r = 0; r < r0->nidx; r++) {
     if (r == r0->nidx - 1 && simd && total > 1) {
       tcc_buf_printf(b, "%*s#pragma omp simd reduction(|:bad)", ind, "");
+      if (ke->simdlen) tcc_buf_printf(b, " simdlen(%d)", ke->simdlen);
       for (int g = 0; g < ng; g++) {
         const tcc_vx *q = group[g];
         const char *op = q->i == TCC_RED_SUM ? "+" : q->i == TCC_RED_PROD ? "*"
@@ -1245,6 +1247,7 @@ static int emit_kernel(const tcc_program *p, const tcc_kernel *k, int kno, tcc_b
   }
   int par = -1;
   const tcc_kernel_config *cfg = p->graph->nsyms ? NULL : tcc_kernel_config_of(p, kno);
+  ke.simdlen = cfg ? cfg->vec : 0;
   if (cfg && cfg->parallel) {
     for (int j = 0; j < ke.plan.nloops && par < 0 && cfg->parallel > 0; j++)
       if (ke.plan.size[j] > 1) par = j;
@@ -1268,12 +1271,14 @@ static int emit_kernel(const tcc_program *p, const tcc_kernel *k, int kno, tcc_b
         tcc_buf_puts(b, " >= 65536.0)\n");
       } else if (j == par)
         put_parallel_pragma(b, indent, cfg);
-      else if (j == ke.plan.nloops - 1 && !ke.plan.affine && ke.plan.size[j] > 1 && !inner_red)
+      else if (j == ke.plan.nloops - 1 && !ke.plan.affine && ke.plan.size[j] > 1 && !inner_red) {
         /* the element loop: iterations store distinct elements and read
          * nothing the kernel writes (tcc_check_program), so it may run
          * in SIMD lanes; this lets gcc if-convert selects (masks) */
-        tcc_buf_printf(b, "%*s#pragma omp simd reduction(|:bad)\n", indent, "");
-      else if (cfg && cfg->unroll > 0 && j == ke.plan.nloops - 1)
+        tcc_buf_printf(b, "%*s#pragma omp simd reduction(|:bad)", indent, "");
+        if (ke.simdlen) tcc_buf_printf(b, " simdlen(%d)", ke.simdlen);
+        tcc_buf_puts(b, "\n");
+      } else if (cfg && cfg->unroll > 0 && j == ke.plan.nloops - 1)
         tcc_buf_printf(b, "%*s#pragma GCC unroll %d\n", indent, "", cfg->unroll);
       tcc_buf_printf(b, "%*sfor (int64_t i%d = 0; i%d < %" PRId64 "; i%d++) {\n", indent, "", j, j,
                      ke.plan.size[j], j);
