@@ -328,12 +328,12 @@ static tcc_dtype gemm_dtype(tcc_lower_ctx *lc, const tcc_node *n, const conv_geo
   tcc_dtype dt = tmeta(lc->g, ARG("input"))->dtype;
   if (cg->transposed) {
     tcc_error_set(err, TCC_E_UNIMPLEMENTED, "node %d (%s): transposed convolution is not supported "
-                  "by the CPU backend yet", n->src_index, n->op->name);
+                  "yet", n->src_index, n->op->name);
     return 0;
   }
   if (dt != TCC__V1__DTYPE__FLOAT32 && dt != TCC__V1__DTYPE__FLOAT64) {
-    tcc_error_set(err, TCC_E_UNIMPLEMENTED, "node %d (%s): %s convolution is not supported by the "
-                  "CPU backend (float32 and float64 only)", n->src_index, n->op->name,
+    tcc_error_set(err, TCC_E_UNIMPLEMENTED, "node %d (%s): %s convolution is not supported yet "
+                  "(float32 and float64 only)", n->src_index, n->op->name,
                   tcc_dtype_name(dt));
     return 0;
   }
