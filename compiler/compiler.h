@@ -217,9 +217,12 @@ typedef struct tcc_kernel_config {
   int blas_threads;  /* OpenBLAS threads for extern GEMMs; 0 = OpenBLAS's own */
   int vec;           /* simdlen(N) on the SIMD loops (vector width in
                       * elements); 0 = the C compiler's choice */
+  int order;         /* loop order of pointwise kernels: 0 = by the first
+                      * store's strides (writes contiguous innermost);
+                      * 1 = by the first load's (reads contiguous) */
 } tcc_kernel_config;
 
-#define TCC_TUNE_MAX_CANDIDATES 8
+#define TCC_TUNE_MAX_CANDIDATES 12
 #define TCC_TUNE_CONFIG_TEXT 96
 
 /* One live kernel of a plan. */

@@ -231,6 +231,7 @@ typedef struct kernel_emit {
   int naccs;                 /* accumulators */
   pending *pend;             /* NULL outside the kernel-level walk */
   int simdlen;               /* the kernel config's vector width; 0 = cc's */
+  int loop_order;            /* the kernel config's loop order (plan_loops) */
   int oom;
 } kernel_emit;
 
@@ -279,6 +280,7 @@ static int plan_loops(kernel_emit *ke) {
   }
   int simple = 1;
   for (int s = 0; s < k->nstores; s++) add_access(ke, k->stores[s].buf, k->stores[s].idx);
+  int nstore_acc = ke->nacc;
   for (int s = 0; s < k->nstores; s++)
     if (gather_loads(ke, &seen, k->stores[s].value, &simple)) {
       tcc_ptrmap_free(&seen);
@@ -308,11 +310,13 @@ static int plan_loops(kernel_emit *ke) {
     return 0;
   }
   /* Dims of size 1 vanish; order by the first store's |coef|, largest
-   * outermost, stable. */
+   * outermost, stable (a tuning config may order by the first load's:
+   * accesses are the distinct stores first, then the loads). */
   int order[TCC_MAX_DIMS], n = 0;
   for (int d = 0; d < k->rank; d++)
     if (k->sizes[d] != 1) order[n++] = d;
   const int64_t *key = ke->acc[0].coef;        /* acc[0] is the first store */
+  if (ke->loop_order == 1 && nstore_acc < ke->nacc) key = ke->acc[nstore_acc].coef;
   for (int i = 1; i < n; i++)
     for (int j = i; j > 0 && llabs(key[order[j]]) > llabs(key[order[j - 1]]); j--) {
       int t = order[j];
@@ -1196,6 +1200,8 @@ static int emit_kernel(const tcc_program *p, const tcc_kernel *k, int kno, tcc_b
     rc = emit_extern(&ke, kno);
     goto done;
   }
+  const tcc_kernel_config *kcfg = p->graph->nsyms ? NULL : tcc_kernel_config_of(p, kno);
+  ke.loop_order = kcfg ? kcfg->order : 0;
   if (plan_loops(&ke)) goto done;
   /* the nodes outside reductions, their loop levels, the stores' levels */
   tcc_ptrmap seen;

@@ -75,7 +75,8 @@ const tcc_kernel_config *tcc_kernel_config_of(const tcc_program *p, int kno) {
 }
 
 int tcc_kernel_config_is_default(const tcc_kernel_config *c) {
-  return !c->parallel && !c->threads && !c->chunk && !c->unroll && !c->blas_threads && !c->vec;
+  return !c->parallel && !c->threads && !c->chunk && !c->unroll && !c->blas_threads && !c->vec &&
+         !c->order;
 }
 
 int tcc_tune_candidates(int device, tcc_kernel_config *out) {
@@ -88,6 +89,7 @@ int tcc_tune_candidates(int device, tcc_kernel_config *out) {
     {1, 0, 8, 0, 0},  /* parallel, static chunks of 8 */
     {0, 0, 0, 0, 0, 4},   /* default, vector width 4 */
     {1, 0, 0, 0, 0, 16},  /* parallel, vector width 16 */
+    {0, 0, 0, 0, 0, 0, 1},  /* loops ordered by the first load (reads contiguous) */
   };
   if (device == TCC__V1__DEVICE_TYPE__CUDA) { /* no GPU to measure on: the default */
     memset(&out[0], 0, sizeof out[0]);
@@ -99,17 +101,18 @@ int tcc_tune_candidates(int device, tcc_kernel_config *out) {
 }
 
 const char *tcc_kernel_config_format(const tcc_kernel_config *c, char *buf, size_t cap) {
-  snprintf(buf, cap, "par=%d thr=%d chunk=%d unroll=%d blas=%d vec=%d", c->parallel, c->threads,
-           c->chunk, c->unroll, c->blas_threads, c->vec);
+  snprintf(buf, cap, "par=%d thr=%d chunk=%d unroll=%d blas=%d vec=%d order=%d", c->parallel,
+           c->threads, c->chunk, c->unroll, c->blas_threads, c->vec, c->order);
   return buf;
 }
 
 int tcc_kernel_config_parse(const char *s, tcc_kernel_config *out) {
   tcc_kernel_config c;
   int n = 0;
-  if (sscanf(s, "par=%d thr=%d chunk=%d unroll=%d blas=%d vec=%d%n", &c.parallel, &c.threads,
-             &c.chunk, &c.unroll, &c.blas_threads, &c.vec, &n) != 6)
+  if (sscanf(s, "par=%d thr=%d chunk=%d unroll=%d blas=%d vec=%d order=%d%n", &c.parallel,
+             &c.threads, &c.chunk, &c.unroll, &c.blas_threads, &c.vec, &c.order, &n) != 7)
     return TCC_E_INVALID_ARGUMENT;
+  if (c.order != 0 && c.order != 1) return TCC_E_INVALID_ARGUMENT;
   if (c.vec != 0 && c.vec != 2 && c.vec != 4 && c.vec != 8 && c.vec != 16 && c.vec != 32)
     return TCC_E_INVALID_ARGUMENT;
   if (c.parallel < -1 || c.parallel > 1 || c.threads < 0 || c.threads > 1024 || c.chunk < 0 ||

@@ -59,7 +59,7 @@ int main(int argc, char **argv) {
   }
   free(buf);
   tcc_artifact art;
-  /* TCC_TUNE_CONFIG="par=1 thr=0 chunk=0 unroll=4 blas=0 vec=0": every kernel
+  /* TCC_TUNE_CONFIG="par=1 thr=0 chunk=0 unroll=4 blas=0 vec=0 order=0": every kernel
    * built with that tuning config (compiler.h, tune.c) */
   const char *tune = getenv("TCC_TUNE_CONFIG");
   tcc_kernel_config cfgs[256];

@@ -331,3 +331,23 @@ def test_model_graphs(name, train):
         want = [want[i] for i in keep]
         for g, w in zip(got, want):
             torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-4)
+
+
+def test_loop_order_tuning_config_reorders_a_transpose():
+    """The autotuner's loop-order knob (order=1: loops ordered by the first
+    load's strides instead of the store's) turns the loop nest of a
+    transposing copy around and still computes eager's result."""
+    def f(x, y):
+        return x.permute(1, 0).contiguous() + y.exp()
+    x, y = torch.randn(96, 80), torch.randn(80, 96)
+    gm = tk.aten_graph(f, [x, y], decompose=False)
+    loops = {}
+    for order in (0, 1):
+        cfg = f"par=0 thr=0 chunk=0 unroll=0 blas=0 vec=0 order={order}"
+        k = tk.compile_fx(gm, [x, y], env=dict(os.environ, TCC_TUNE_CONFIG=cfg), keep_source=True)
+        out = k(x, y)
+        out = out[0] if isinstance(out, (list, tuple)) else out
+        torch.testing.assert_close(out, f(x, y), rtol=1e-6, atol=1e-6)
+        loops[order] = re.findall(r"for \(int64_t i\d+ = 0; i\d+ < (\d+);", k.source)
+    assert loops[0] == ["80", "96"], loops      # the store (80 x 96, row-major) innermost
+    assert loops[1] == ["96", "80"], loops      # the transposed read innermost

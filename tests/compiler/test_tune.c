@@ -65,22 +65,26 @@ START_TEST(test_config_roundtrip) {
   for (int i = 0; i < 200; i++) {
     static const int widths[] = {0, 2, 4, 8, 16, 32};
     tcc_kernel_config c = {(int)range(-1, 1), (int)range(0, 64), (int)range(0, 4096), (int)range(0, 16),
-                           (int)range(0, 64), widths[range(0, 5)]};
+                           (int)range(0, 64), widths[range(0, 5)], (int)range(0, 1)};
     char text[TCC_TUNE_CONFIG_TEXT];
     tcc_kernel_config_format(&c, text, sizeof text);
     tcc_kernel_config back;
     ck_assert_int_eq(tcc_kernel_config_parse(text, &back), 0);
     ck_assert_mem_eq(&back, &c, sizeof c);
     ck_assert_int_eq(tcc_kernel_config_is_default(&c), !c.parallel && !c.threads && !c.chunk &&
-                                                           !c.unroll && !c.blas_threads && !c.vec);
+                                                           !c.unroll && !c.blas_threads && !c.vec &&
+                                                           !c.order);
   }
   tcc_kernel_config c;
   ck_assert_int_eq(tcc_kernel_config_parse("par=2 thr=0 chunk=0 unroll=0 blas=0", &c), TCC_E_INVALID_ARGUMENT);
   ck_assert_int_eq(tcc_kernel_config_parse("par=1", &c), TCC_E_INVALID_ARGUMENT);
-  ck_assert_int_eq(tcc_kernel_config_parse("par=1 thr=0 chunk=0 unroll=0 blas=0 vec=3", &c),
+  ck_assert_int_eq(tcc_kernel_config_parse("par=1 thr=0 chunk=0 unroll=0 blas=0 vec=3 order=0", &c),
                    TCC_E_INVALID_ARGUMENT);   /* not a vector width */
-  ck_assert_int_eq(tcc_kernel_config_parse("par=1 thr=0 chunk=0 unroll=0 blas=0 vec=8", &c), 0);
+  ck_assert_int_eq(tcc_kernel_config_parse("par=1 thr=0 chunk=0 unroll=0 blas=0 vec=8 order=2", &c),
+                   TCC_E_INVALID_ARGUMENT);   /* not a loop order */
+  ck_assert_int_eq(tcc_kernel_config_parse("par=1 thr=0 chunk=0 unroll=0 blas=0 vec=8 order=1", &c), 0);
   ck_assert_int_eq(c.vec, 8);
+  ck_assert_int_eq(c.order, 1);
   tcc_kernel_config cands[TCC_TUNE_MAX_CANDIDATES];
   int n = tcc_tune_candidates(TCC__V1__DEVICE_TYPE__CPU, cands);
   ck_assert(n >= 4 && n <= TCC_TUNE_MAX_CANDIDATES);

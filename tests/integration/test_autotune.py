@@ -381,7 +381,7 @@ def test_tuning_records_are_shared_through_redis(daemon_factory, redis, tmp_path
 
     # an unsigned daemon takes unsigned records, but still validates them
     forged = [b"not a tuning record",
-              b"tccd-tune/1 par=1 thr=999 chunk=0 unroll=0 blas=0 vec=0;best_ns=1;default_ns=2;tried=1;discarded=0"]
+              b"tccd-tune/1 par=1 thr=999 chunk=0 unroll=0 blas=0 vec=0 order=0;best_ns=1;default_ns=2;tried=1;discarded=0"]
     forget_b()
     for k, blob in zip(keys, forged):
         assert redis.cmd("SET", k, b"TCR1" + bytes(RECORD_HEAD - 4) + blob) == "OK"
