@@ -339,3 +339,39 @@ class RedisCluster:
 
     def keys(self, n, pattern="tccd:*"):
         return {k.decode() for k in n.cmd("KEYS", pattern)}
+
+
+# ------------------------------------------------ helpers shared by tests
+
+def sin_cos_request(pb, rows):
+    """The seed graph with `rows` rows (a new guard hash per value), as a
+    tcc.v1.CompileRequest message."""
+    from google.protobuf import json_format
+    req = load_request_json("sin_cos.json")
+    for v in req["graph"]["values"]:
+        v["meta"]["sizes"] = [rows, 10]
+    return json_format.ParseDict(req, pb.CompileRequest())
+
+
+def sin_cos_variant(pb, rows):
+    """sin_cos_request, encoded."""
+    return sin_cos_request(pb, rows).SerializeToString()
+
+
+def compile_on(d, payload, pb, timeout=120):
+    """One raw Compile call to daemon d; the decoded CompileResponse."""
+    import grpc
+    with grpc.insecure_channel(d.addr) as ch:
+        raw = ch.unary_unary("/tcc.v1.Compiler/Compile", request_serializer=None,
+                             response_deserializer=None)(payload, timeout=timeout)
+    return pb.CompileResponse.FromString(raw)
+
+
+def wait_for(pred, timeout=20, what="condition"):
+    """Polls pred() every 50 ms; AssertionError after timeout seconds."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if pred():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")

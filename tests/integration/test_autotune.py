@@ -17,7 +17,7 @@ import time
 import numpy as np
 import pytest
 
-from conftest import GRAPHS, TCC_RUN, TCCTL, load_request_json
+from conftest import GRAPHS, TCC_RUN, TCCTL, load_request_json, wait_for
 
 FAST = ["--autotune-reps", "3", "--autotune-timeout-ms", "20000"]
 
@@ -309,15 +309,6 @@ def redis(tmp_path):
 
 def tune_keys(r):
     return sorted(k.decode() for k in r.cmd("KEYS", "tccd:{*}:rec:tune"))
-
-
-def wait_for(pred, timeout=15, what="condition"):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if pred():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def check_b(d, b_path, tmp_path):

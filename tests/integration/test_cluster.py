@@ -18,11 +18,10 @@ import grpc
 import numpy as np
 import pytest
 
-from conftest import GRAPHS, TCC_RUN, Redis, keygen, load_request_json
+from conftest import GRAPHS, TCC_RUN, Redis, keygen, compile_on, wait_for, sin_cos_variant as variant
 
 pytestmark = pytest.mark.skipif(shutil.which("redis-server") is None, reason="redis-server not installed")
 
-COMPILE = "/tcc.v1.Compiler/Compile"
 SIN_COS = os.path.join(GRAPHS, "sin_cos.json")
 
 
@@ -35,32 +34,8 @@ def redis(tmp_path):
     r.stop()
 
 
-def variant(pb, rows):
-    """sin_cos with `rows` rows: a new guard hash per value."""
-    from google.protobuf import json_format
-    req = load_request_json("sin_cos.json")
-    for v in req["graph"]["values"]:
-        v["meta"]["sizes"] = [rows, 10]
-    return json_format.ParseDict(req, pb.CompileRequest()).SerializeToString()
-
-
-def compile_on(d, payload, pb, timeout=120):
-    with grpc.insecure_channel(d.addr) as ch:
-        raw = ch.unary_unary(COMPILE, request_serializer=None, response_deserializer=None)(payload, timeout=timeout)
-    return pb.CompileResponse.FromString(raw)
-
-
 def keys_of(guard_hash):
     return {part: f"tccd:{{{guard_hash}}}:{part}" for part in ("entry", "artifact", "lock")}
-
-
-def wait_for(pred, timeout=15, what="condition"):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if pred():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def slow_cc(tmp_path, seconds):

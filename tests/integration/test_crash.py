@@ -13,18 +13,9 @@ import time
 
 import grpc
 
-from conftest import load_request_json
+from conftest import sin_cos_request as variant
 
 COMPILE = "/tcc.v1.Compiler/Compile"
-
-
-def variant(pb, rows):
-    """sin_cos with a different first dimension: a distinct guard hash."""
-    from google.protobuf import json_format
-    req = load_request_json("sin_cos.json")
-    for v in req["graph"]["values"]:
-        v["meta"]["sizes"] = [rows, 10]
-    return json_format.ParseDict(req, pb.CompileRequest())
 
 
 def test_kill9_keeps_every_acknowledged_entry(daemon_factory, pb):

@@ -12,7 +12,7 @@ import time
 import grpc
 import pytest
 
-from conftest import load_request_json
+from conftest import sin_cos_variant as variant
 
 COMPILE = "/tcc.v1.Compiler/Compile"
 
@@ -23,14 +23,6 @@ def fake_cc(tmp_path, name, body):
     p.write_text(f'#!/bin/sh\ncase "$*" in *--version*) exec cc "$@";; esac\n{body}\n')
     p.chmod(0o755)
     return str(p)
-
-
-def variant(pb, rows):
-    from google.protobuf import json_format
-    req = load_request_json("sin_cos.json")
-    for v in req["graph"]["values"]:
-        v["meta"]["sizes"] = [rows, 10]
-    return json_format.ParseDict(req, pb.CompileRequest()).SerializeToString()
 
 
 def call(addr, payload, timeout=60):

@@ -19,11 +19,10 @@ import time
 import grpc
 import pytest
 
-from conftest import RedisCluster
+from conftest import RedisCluster, compile_on, wait_for, sin_cos_variant as variant
 
 pytestmark = pytest.mark.skipif(shutil.which("redis-server") is None, reason="redis-server not installed")
 
-COMPILE = "/tcc.v1.Compiler/Compile"
 
 
 @pytest.fixture
@@ -35,33 +34,8 @@ def rcluster(tmp_path):
     c.stop()
 
 
-def variant(pb, rows):
-    """sin_cos with `rows` rows: a new guard hash per value."""
-    from google.protobuf import json_format
-    from conftest import load_request_json
-    req = load_request_json("sin_cos.json")
-    for v in req["graph"]["values"]:
-        v["meta"]["sizes"] = [rows, 10]
-    return json_format.ParseDict(req, pb.CompileRequest()).SerializeToString()
-
-
-def compile_on(d, payload, pb, timeout=120):
-    with grpc.insecure_channel(d.addr) as ch:
-        raw = ch.unary_unary(COMPILE, request_serializer=None, response_deserializer=None)(payload, timeout=timeout)
-    return pb.CompileResponse.FromString(raw)
-
-
 def keys_of(h):
     return {part: f"tccd:{{{h}}}:{part}" for part in ("entry", "artifact", "lock", "failure")}
-
-
-def wait_for(pred, timeout=20, what="condition"):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if pred():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def own_dir(tmp_path, name):
