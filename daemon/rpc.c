@@ -283,6 +283,47 @@ void tccd_rpc_show(tccd_state *st, tccd_call *c) {
 
 /* ------------------------------------------------------------ Evict / Gc */
 
+/* An Evict waiting on Redis (with a remote tier, the hash's shared keys
+ * go too: see tccd_remote_evict). */
+typedef struct evict_wait {
+  tccd_call *c;
+  int local;                       /* a local entry or failure was removed */
+  char hex[TCC_SHA256_HEX];
+} evict_wait;
+
+/* Answers an Evict: what went locally and, with a remote tier, in Redis
+ * (res NULL: none). Nothing anywhere (and no Redis error) is NOT_FOUND. */
+static void evict_reply(tccd_call *c, int local, const char *hex, const tccd_remote_evict_result *res) {
+  Tcc__V1__EvictResponse r = TCC__V1__EVICT_RESPONSE__INIT;
+  char *removed[3];
+  size_t n = 0;
+  if (res && !res->error) {
+    if (res->entry) removed[n++] = "entry";
+    if (res->artifact) removed[n++] = "artifact";
+    if (res->failure) removed[n++] = "failure";
+  }
+  if (!local && !n && (!res || !res->error)) {
+    tccd_call_fail(c, TCC_E_NOT_FOUND, "no cache entry or recorded failure for %s%s", hex,
+                   res ? " (here or in redis)" : "");
+    return;
+  }
+  log_info("evicted %.12s on request: %s locally; redis: %s%s%s", hex, local ? "removed" : "nothing",
+           !res ? "none" : res->error ? "not removed (" : n ? "removed" : "nothing stored",
+           res && res->error ? res->message : "", res && res->error ? ")" : "");
+  r.evicted = local;
+  r.remote_enabled = res != NULL;
+  r.n_remote_removed = n;
+  r.remote_removed = removed;
+  r.remote_error = (char *)(res && res->error ? res->message : "");
+  tccd_call_reply(c, &r.base);
+}
+
+static void evict_remote_done(void *arg, const tccd_remote_evict_result *res) {
+  evict_wait *w = arg;
+  evict_reply(w->c, w->local, w->hex, res);
+  free(w);
+}
+
 void tccd_rpc_evict(tccd_state *st, tccd_call *c) {
   Tcc__V1__EvictRequest *req =
       (Tcc__V1__EvictRequest *)unpack_request(c, &tcc__v1__evict_request__descriptor);
@@ -292,16 +333,33 @@ void tccd_rpc_evict(tccd_state *st, tccd_call *c) {
   tcc__v1__evict_request__free_unpacked(req, NULL);
   if (bad) return;
   tcc_error err;
-  if (tcc_cache_evict(st->cache, hash, &err) != 0) {
+  int code = tcc_cache_evict(st->cache, hash, &err);
+  if (code != 0 && (code != TCC_E_NOT_FOUND || !st->remote)) {
     tccd_call_fail_error(c, &err);
     return;
   }
   char hex[TCC_SHA256_HEX];
   tcc_hex_encode(hash, TCC_SHA256_BYTES, hex);
-  log_info("evicted %.12s on request", hex);
-  Tcc__V1__EvictResponse r = TCC__V1__EVICT_RESPONSE__INIT;
-  r.evicted = 1;
-  tccd_call_reply(c, &r.base);
+  if (!st->remote) {
+    evict_reply(c, 1, hex, NULL);
+    return;
+  }
+  evict_wait *w = calloc(1, sizeof *w);
+  if (!w) {
+    tccd_call_fail(c, TCC_E_RESOURCE_EXHAUSTED, "out of memory");
+    return;
+  }
+  w->c = c;
+  w->local = code == 0;
+  memcpy(w->hex, hex, sizeof hex);
+  int rc = tccd_remote_evict(st, hash, evict_remote_done, w, &err);
+  if (rc == 0) return; /* evict_remote_done answers */
+  free(w);
+  tccd_remote_evict_result res;
+  memset(&res, 0, sizeof res);
+  res.error = rc < 0 && rc != -1 ? rc : TCC_E_UNAVAILABLE;
+  snprintf(res.message, sizeof res.message, "%s", rc == -1 ? "the remote tier is closed" : err.msg);
+  evict_reply(c, code == 0, hex, &res);
 }
 
 void tccd_rpc_gc(tccd_state *st, tccd_call *c) {

@@ -367,6 +367,16 @@ def compile_on(d, payload, pb, timeout=120):
     return pb.CompileResponse.FromString(raw)
 
 
+def fake_cc(tmp_path, name, body):
+    """A C compiler wrapper at tmp_path/name: answers --version like cc (so
+    the compiler identity, and the guard hashes, stay those of cc), else
+    runs the shell `body`."""
+    p = tmp_path / name
+    p.write_text(f'#!/bin/sh\ncase "$*" in *--version*) exec cc "$@";; esac\n{body}\n')
+    p.chmod(0o755)
+    return str(p)
+
+
 def wait_for(pred, timeout=20, what="condition"):
     """Polls pred() every 50 ms; AssertionError after timeout seconds."""
     deadline = time.time() + timeout
