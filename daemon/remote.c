@@ -992,7 +992,7 @@ static void evict_fail(remote_evict *v, int code, const char *fmt, ...) {
   va_end(ap);
   res.error = code;
   if (!v->r->closing) count(v->r, TCC_COUNTER_remote_errors);
-  log_warn("redis %s: evict %.12s: %s", v->r->display, v->hex, res.message);
+  log_warn("evict %.12s: %s", v->hex, res.message);
   evict_finish(v, &res);
 }
 
