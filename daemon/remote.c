@@ -67,8 +67,13 @@
  * as a warning, the rest at debug, and recovery once at info; every
  * failure counts in remote_errors.
  *
- * One timer (`tick`, every 10 ms while a flight or a record get waits)
- * runs the command timeouts and the WAIT polls.
+ * One timer (`tick`, every 10 ms while a flight, a record get or an
+ * evict waits) runs the command timeouts and the WAIT polls.
+ *
+ * Evict (tcctl evict, tccd_remote_evict): one script deletes a hash's
+ * entry, artifact and failure keys and answers which existed; its reply
+ * (or an error, or --redis-timeout-ms passing, or shutdown) goes to the
+ * Evict call waiting on the loop. The lock and records stay.
  *
  * Trust: an entry from Redis is used only when its artifact hashes to the
  * entry's digest, its canonical key equals the requester's (no hash
@@ -1049,7 +1054,7 @@ int tccd_remote_evict(tccd_state *st, const uint8_t hash[TCC_SHA256_BYTES], tccd
   if (remote_send(r, NULL, TCC_COUNTER__COUNT, "evict", k1, 6, argv, NULL) != 0) {
     free(v);
     count(r, TCC_COUNTER_remote_errors);
-    return tcc_error_set(err, TCC_E_UNAVAILABLE, "redis %s: not connected (the node for this hash is down)",
+    return tcc_error_set(err, TCC_E_UNAVAILABLE, "redis %s: not connected to the node holding this hash",
                          r->display);
   }
   v->r = r;
