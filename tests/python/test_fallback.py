@@ -275,3 +275,27 @@ def test_multi_output_ops_and_getitem_stay_together():
     names = {str(n.target) for n in parts[0]}
     assert "aten.native_layer_norm.default" in names and str(operator.getitem) in {
         str(n.target) for n in parts[0]}
+
+
+def test_advanced_indexing_compiles(daemon):
+    """x[i], x[:, j], broadcast index pairs and a boolean table read by
+    index tensors (transformers' padding mask) compile: values equal
+    eager's, no op falls back; an index out of range is an error, not a
+    wrong answer."""
+    def f(x, i, j, m):
+        return (x[i] * 2, x[:, j] + 1, x[i.view(-1, 1), j.view(1, -1)].sin(),
+                m[i.view(-1, 1, 1), j.view(1, 1, -1)])
+
+    opt = torch.compile(f, backend="tccd")
+    for _ in range(2):
+        x = torch.randn(5, 7)
+        i, j = torch.randint(-5, 5, (3,)), torch.randint(0, 7, (4,))
+        m = torch.rand(5, 7) > 0.5
+        for g, w in zip(opt(x, i, j, m), f(x.double(), i, j, m)):
+            assert g.shape == w.shape
+            torch.testing.assert_close(g.double() if g.is_floating_point() else g,
+                                       w, **F64)
+    assert tccd.stats()["fallback_ops"] == 0, tccd.fallback_ops()
+    with pytest.raises(Exception, match="range|bounds"):
+        opt(torch.randn(5, 7), torch.tensor([0, 9, 1]), torch.tensor([0, 1, 2, 3]),
+            torch.rand(5, 7) > 0.5)

@@ -612,7 +612,10 @@ def decompositions():
     return table
 
 
-_KEEP_WHOLE = ("aten._scaled_dot_product_flash_attention_for_cpu.default",)
+_KEEP_WHOLE = ("aten._scaled_dot_product_flash_attention_for_cpu.default",
+               # the daemon compiles these whole; decomposed they are
+               # index.Tensor and an accumulating index_put, which it does not
+               "aten.embedding.default", "aten.embedding_dense_backward.default")
 
 
 def _resolve(name):
