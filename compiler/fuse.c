@@ -24,7 +24,11 @@
  *      order and hoists each value out of the loops it does not depend
  *      on), never at a reduction's bound variables. So softmax's max and
  *      sum end inside the one kernel that writes the result, computed
- *      once per row.
+ *      once per row. It stays a load when an EXTERN kernel sits between
+ *      its first and last reader (those readers cannot all merge into
+ *      one kernel, so each would run the reduction again: a strided
+ *      convolution's grad-input gather was computed three times in a
+ *      ResNet backward).
  *   2. dead buffers: stores to temporaries nothing reads any more are
  *      dropped, and kernels left without stores die.
  *   3. merging: a kernel joins the nearest earlier live kernel whose
@@ -55,6 +59,8 @@ typedef struct fuse_ctx {
   int *readers;              /* per buffer: kernels loading it before fusion */
   char *stored;              /* per buffer: stored whatever fusion does (an
                                 output, or an EXTERN kernel's operand) */
+  char *split;               /* per buffer: an EXTERN kernel between its
+                                first and last reader */
 } fuse_ctx;
 
 /* Is the current consumer one that cannot merge with the kernel storing
@@ -96,6 +102,7 @@ static int reduce_vars(const tcc_vx *e, tcc_ptrmap *seen, uint32_t *mask) {
  * current consumer without recomputing its reductions (file header)? */
 static int reduce_inline_ok(fuse_ctx *fc, const tcc_vx *prod, const tcc_vx *load) {
   if (!tcc_vx_has_reduce(prod)) return 1;
+  if (fc->split[load->buf]) return 0;
   tcc_ptrmap seen;
   uint32_t pm = 0, cm = 0;
   if (tcc_ptrmap_init(&seen, 64) || reduce_vars(prod, &seen, &pm)) {
@@ -342,18 +349,30 @@ int tcc_fuse(tcc_program *p, tcc_error *err) {
   fc.readers = tcc_arena_array(p->arena, (size_t)nb + 1, sizeof *fc.readers);
   fc.producer_kernel = tcc_arena_array(p->arena, (size_t)nb + 1, sizeof *fc.producer_kernel);
   fc.stored = tcc_arena_alloc(p->arena, (size_t)nb + 1);
-  if (!fc.readers || !fc.producer_kernel || !fc.stored) goto oom;
+  fc.split = tcc_arena_alloc(p->arena, (size_t)nb + 1);
+  int *first_reader = tcc_arena_array(p->arena, (size_t)nb + 1, sizeof *first_reader);
+  int *externs_before = tcc_arena_array(p->arena, (size_t)nk + 1, sizeof *externs_before);
+  if (!fc.readers || !fc.producer_kernel || !fc.stored || !fc.split || !first_reader ||
+      !externs_before)
+    goto oom;
   for (int b = 0; b < nb; b++) {
     stamp[b] = -1;
+    first_reader[b] = -1;
     fc.stored[b] = p->bufs[b].kind == TCC_BUF_OUTPUT;
+    fc.split[b] = 0;
   }
+  externs_before[0] = 0;
   for (int k = 0; k < nk; k++) {
+    externs_before[k + 1] = externs_before[k] + (p->kernels[k].kind == TCC_OPK_EXTERN);
     for (int s = 0; s < p->kernels[k].nstores; s++) fc.writers[p->kernels[k].stores[s].buf]++;
     int n;
     if (kernel_reads(p, &p->kernels[k], stamp, k, tmp, &reads[k], &n)) goto oom;
     for (int i = 0; i < n; i++) {
-      fc.readers[reads[k][i]]++;
-      if (p->kernels[k].kind == TCC_OPK_EXTERN) fc.stored[reads[k][i]] = 1;
+      int b = reads[k][i];
+      fc.readers[b]++;
+      if (p->kernels[k].kind == TCC_OPK_EXTERN) fc.stored[b] = 1;
+      if (first_reader[b] < 0) first_reader[b] = k;
+      else if (externs_before[k] - externs_before[first_reader[b] + 1] > 0) fc.split[b] = 1;
     }
   }
 

@@ -196,6 +196,25 @@ def test_stored_producer_is_read_not_recomputed_in_a_reduction():
     assert len(calls) == 1, k.source
 
 
+def test_reduction_read_across_a_gemm_is_computed_once():
+    """A reduction read by a kernel before a GEMM and by one after it
+    (those cannot merge) is stored once and loaded, not run in both."""
+    x = torch.randn(64, 32, 5)
+    w = torch.randn(32, 32)
+
+    def f(x, w):
+        r = A.sum.dim_IntList(x, [2])
+        m = A.mm.default(A.relu.default(r), w)
+        return A.mul.Tensor(r, m)
+
+    gm = tk.aten_graph(f, [x, w], decompose=False)
+    k = tk.compile_fx(gm, [x, w], keep_source=True)
+    torch.testing.assert_close(k(x, w)[0].double(), f(x.double(), w.double()),
+                               rtol=1e-4, atol=1e-4)
+    body = k.source.split("#endif", 1)[1]
+    assert len(re.findall(r"reduction\(\+:", body)) == 1, k.source
+
+
 def test_pointwise_chain_is_one_kernel_and_workspace_is_reused():
     x = torch.randn(64, 32)
     w1, w2, w3 = torch.randn(32, 32), torch.randn(32, 32), torch.randn(32, 32)
