@@ -384,11 +384,28 @@ typedef struct kplan {
   int warp_rows;          /* > 0: one warp per row, this many rows per block */
   node_list coop;         /* cooperative reductions, dependency order */
   int64_t split;          /* > 1: split reduction into this many groups per row */
+  int64_t split_block;    /* threads per block of the split stage */
   tcc_cuda_geometry launch;
 } kplan;
 
+/* The tuning config of kernel k (tune.c; NULL: the heuristic below). */
+static const tcc_kernel_config *kernel_config(const tcc_program *p, const tcc_kernel *k) {
+  if (!p->kcfg) return NULL;
+  int kno = 0;
+  for (const tcc_kernel *q = p->kernels; q < k; q++) kno += !q->dead;
+  return tcc_kernel_config_of(p, kno);
+}
+
+/* The launch geometry below is the heuristic unless kernel k has a
+ * tuning config (tcc_kernel_config: block, ipt, wrow, split), which
+ * replaces the matching choice; every choice lands in kp->launch (and
+ * split_block), which both the code (__launch_bounds__, the loops' row
+ * counts) and the manifest read, so they cannot disagree. */
 static int plan_kernel(const tcc_program *p, const tcc_kernel *k, fvctx *fc, kplan *kp) {
   memset(kp, 0, sizeof *kp);
+  const tcc_kernel_config *cfg = kernel_config(p, k);
+  int64_t cblock = cfg ? cfg->block : 0, ipt = cfg && cfg->ipt > 0 ? cfg->ipt : 1;
+  int wrow = cfg ? cfg->wrow : 0;
   kp->numel = 1;
   for (int d = 0; d < k->rank; d++) kp->numel *= k->sizes[d];
   kp->reduction = has_reduce_any(k);
@@ -419,18 +436,19 @@ static int plan_kernel(const tcc_program *p, const tcc_kernel *k, fvctx *fc, kpl
   kp->inner = kp->rows ? kp->numel / kp->rows : 0;
   if (!kp->rows) kp->inner = 0;
   int64_t block, grid;
-  if (kp->reduction && kp->red_max <= 32 && kp->rows > 1) {
+  if (kp->reduction && kp->rows > 1 && (wrow > 0 || (wrow == 0 && kp->red_max <= 32))) {
     /* short rows: a warp per row, WARP_ROWS rows per block */
-    kp->warp_rows = WARP_ROWS;
-    block = 32 * WARP_ROWS;
-    grid = (kp->rows + WARP_ROWS - 1) / WARP_ROWS;
+    kp->warp_rows = cblock ? (int)(cblock / 32) : WARP_ROWS;
+    block = 32 * (int64_t)kp->warp_rows;
+    grid = (kp->rows + kp->warp_rows - 1) / kp->warp_rows;
   } else if (kp->reduction) {
     block = 32;
     while (block < kp->red_max && block < MAX_RED_BLOCK) block *= 2;
+    if (cblock) block = cblock;
     grid = kp->rows;
   } else {
-    block = POINTWISE_BLOCK;
-    grid = (kp->numel + block - 1) / block;
+    block = cblock ? cblock : POINTWISE_BLOCK;
+    grid = (kp->numel + block * ipt - 1) / (block * ipt);
   }
   /* A very long reduction into few rows: one block per row would leave
    * the GPU idle, so it is split (split_groups). */
@@ -438,7 +456,9 @@ static int plan_kernel(const tcc_program *p, const tcc_kernel *k, fvctx *fc, kpl
       kp->red_max >= SPLIT_MIN_EXTENT && kp->coop.v[0]->i != TCC_RED_ARGMAX && kp->coop.v[0]->i != TCC_RED_ARGMIN) {
     int64_t groups = (kp->red_max + SPLIT_CHUNK - 1) / SPLIT_CHUNK;
     if (groups > SPLIT_MAX_GROUPS) groups = SPLIT_MAX_GROUPS;
+    if (cfg && cfg->split > 0) groups = cfg->split;
     if (groups >= 2) kp->split = groups;
+    kp->split_block = cblock ? cblock : MAX_RED_BLOCK;
   }
   if (grid < 1) grid = 1;
   if (grid > MAX_GRID) grid = MAX_GRID;
@@ -1115,10 +1135,11 @@ static int emit_kernel(const tcc_program *p, const tcc_kernel *k, int kno, tcc_b
 
   if (split_stage) {
     tcc_buf_printf(b, "\n/* k%d_split: first stage of k%d's split reduction: grid (%" PRId64 ", %" PRId64
-                      "), block %d; block (g, row) folds a grid-stride slice of row's %" PRId64
+                      "), block %" PRId64 "; block (g, row) folds a grid-stride slice of row's %" PRId64
                       " elements into partial [row * %" PRId64 " + g] at ws + %" PRId64 "; %s indices */\n",
-                   kno, kno, kp.split, kp.rows, MAX_RED_BLOCK, kp.red_max, kp.split, split_off, ce.I);
-    tcc_buf_printf(b, "extern \"C\" __global__ void __launch_bounds__(%d) k%d_split(", MAX_RED_BLOCK, kno);
+                   kno, kno, kp.split, kp.rows, kp.split_block, kp.red_max, kp.split, split_off, ce.I);
+    tcc_buf_printf(b, "extern \"C\" __global__ void __launch_bounds__(%" PRId64 ") k%d_split(", kp.split_block,
+                   kno);
   } else {
     tcc_buf_printf(b, "\n/* k%d: %s over [", kno, kp.launch.reduction ? "reduction" : "pointwise");
     for (int d = 0; d < k->rank; d++) tcc_buf_printf(b, "%s%" PRId64, d ? ", " : "", k->sizes[d]);
@@ -1456,7 +1477,7 @@ int tcc_cuda_schedule_make(const tcc_program *p, tcc_cuda_schedule *s, tcc_error
         sp->split_stage = 1;
         sp->grid[0] = kp.split;
         sp->grid[1] = kp.rows;
-        sp->block = MAX_RED_BLOCK;
+        sp->block = kp.split_block;
         sp->numel = kp.red_max * kp.rows;
         sp->split_off = off;
         s->n_global++;

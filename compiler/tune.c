@@ -76,7 +76,7 @@ const tcc_kernel_config *tcc_kernel_config_of(const tcc_program *p, int kno) {
 
 int tcc_kernel_config_is_default(const tcc_kernel_config *c) {
   return !c->parallel && !c->threads && !c->chunk && !c->unroll && !c->blas_threads && !c->vec &&
-         !c->order;
+         !c->order && !c->block && !c->ipt && !c->wrow && !c->split;
 }
 
 int tcc_tune_candidates(int device, tcc_kernel_config *out) {
@@ -91,9 +91,23 @@ int tcc_tune_candidates(int device, tcc_kernel_config *out) {
     {1, 0, 0, 0, 0, 16},  /* parallel, vector width 16 */
     {0, 0, 0, 0, 0, 0, 1},  /* loops ordered by the first load (reads contiguous) */
   };
-  if (device == TCC__V1__DEVICE_TYPE__CUDA) { /* no GPU to measure on: the default */
-    memset(&out[0], 0, sizeof out[0]);
-    return 1;
+  /* CUDA (see the header): block, ipt, wrow, split; the rest stays 0 */
+  static const tcc_kernel_config cuda[] = {
+    {.block = 0},                 /* default: the emitter's heuristic */
+    {.block = 128},
+    {.block = 512},
+    {.block = 1024},
+    {.ipt = 4},                   /* 256 threads, 4 elements each */
+    {.block = 512, .ipt = 8},
+    {.wrow = 1},                  /* reductions: a warp per row */
+    {.wrow = -1},                 /* reductions: a block per row, short rows too */
+    {.split = 1},                 /* split reductions: not split */
+    {.split = 128},
+    {.split = 1024},
+  };
+  if (device == TCC__V1__DEVICE_TYPE__CUDA) {
+    memcpy(out, cuda, sizeof cuda);
+    return (int)(sizeof cuda / sizeof cuda[0]);
   }
   int n = (int)(sizeof cpu / sizeof cpu[0]);
   memcpy(out, cpu, sizeof cpu);
@@ -101,16 +115,34 @@ int tcc_tune_candidates(int device, tcc_kernel_config *out) {
 }
 
 const char *tcc_kernel_config_format(const tcc_kernel_config *c, char *buf, size_t cap) {
-  snprintf(buf, cap, "par=%d thr=%d chunk=%d unroll=%d blas=%d vec=%d order=%d", c->parallel,
-           c->threads, c->chunk, c->unroll, c->blas_threads, c->vec, c->order);
+  int n = snprintf(buf, cap, "par=%d thr=%d chunk=%d unroll=%d blas=%d vec=%d order=%d", c->parallel,
+                   c->threads, c->chunk, c->unroll, c->blas_threads, c->vec, c->order);
+  if ((c->block || c->ipt || c->wrow || c->split) && n >= 0 && (size_t)n < cap)
+    snprintf(buf + n, cap - (size_t)n, " block=%d ipt=%d wrow=%d split=%d", c->block, c->ipt, c->wrow,
+             c->split);
   return buf;
+}
+
+/* 1 when v is 0 or a power of two in [lo, hi]. */
+static int pow2_or_zero(int v, int lo, int hi) {
+  return v == 0 || (v >= lo && v <= hi && (v & (v - 1)) == 0);
 }
 
 int tcc_kernel_config_parse(const char *s, tcc_kernel_config *out) {
   tcc_kernel_config c;
+  memset(&c, 0, sizeof c);
   int n = 0;
   if (sscanf(s, "par=%d thr=%d chunk=%d unroll=%d blas=%d vec=%d order=%d%n", &c.parallel,
              &c.threads, &c.chunk, &c.unroll, &c.blas_threads, &c.vec, &c.order, &n) != 7)
+    return TCC_E_INVALID_ARGUMENT;
+  if (s[n]) { /* the CUDA fields, all four, and nothing after them */
+    int m = 0;
+    if (sscanf(s + n, " block=%d ipt=%d wrow=%d split=%d%n", &c.block, &c.ipt, &c.wrow, &c.split, &m) != 4 ||
+        s[n + m])
+      return TCC_E_INVALID_ARGUMENT;
+  }
+  if (!pow2_or_zero(c.block, 32, 1024) || !pow2_or_zero(c.ipt, 1, 64) || c.wrow < -1 || c.wrow > 1 ||
+      c.split < 0 || c.split > 4096)
     return TCC_E_INVALID_ARGUMENT;
   if (c.order != 0 && c.order != 1) return TCC_E_INVALID_ARGUMENT;
   if (c.vec != 0 && c.vec != 2 && c.vec != 4 && c.vec != 8 && c.vec != 16 && c.vec != 32)
@@ -199,8 +231,9 @@ static void kernel_kind(const char *s, const char *e, char *out, size_t cap) {
 
 int tcc_tune_plan_make(const tcc_prepared *p, tcc_tune_plan *out, tcc_error *err) {
   memset(out, 0, sizeof *out);
-  if (!p || !p->graph || p->graph->target.device != TCC__V1__DEVICE_TYPE__CPU)
-    return tcc_error_set(err, TCC_E_UNIMPLEMENTED, "kernel signatures are for CPU targets");
+  if (!p || !p->graph || (p->graph->target.device != TCC__V1__DEVICE_TYPE__CPU &&
+                          p->graph->target.device != TCC__V1__DEVICE_TYPE__CUDA))
+    return tcc_error_set(err, TCC_E_UNIMPLEMENTED, "kernel signatures are for CPU and CUDA targets");
   if (p->graph->nsyms)
     return tcc_error_set(err, TCC_E_UNIMPLEMENTED, "autotuning dynamic-shape graphs is not supported yet");
   char *src;
@@ -217,13 +250,21 @@ int tcc_tune_plan_make(const tcc_prepared *p, tcc_tune_plan *out, tcc_error *err
   const char *end = strstr(src, "\n__attribute__((visibility(\"default\")))\nint tcc_entry");
   if (!end) end = src + len;
   for (int k = 0; k < nk; k++) {
+    /* kernel k's text: from its header comment (CUDA: its split stage's,
+     * when it has one, which comes first) to the next kernel's */
     char mark[32];
     snprintf(mark, sizeof mark, "\n/* k%d: ", k);
+    const char *head = strstr(src, mark);
+    snprintf(mark, sizeof mark, "\n/* k%d_split: ", k);
     const char *s = strstr(src, mark);
+    if (!s || (head && s > head)) s = head;
     snprintf(mark, sizeof mark, "\n/* k%d: ", k + 1);
     const char *e = s ? strstr(s + 1, mark) : NULL;
+    snprintf(mark, sizeof mark, "\n/* k%d_split: ", k + 1);
+    const char *e2 = s ? strstr(s + 1, mark) : NULL;
+    if (e2 && (!e || e2 < e)) e = e2;
     if (!e || e > end) e = end;
-    if (!s) {
+    if (!s || !head) {
       tcc_tune_plan_free(out);
       free(src);
       return tcc_error_set(err, TCC_E_INTERNAL, "kernel k%d not found in the generated source", k);
@@ -241,7 +282,7 @@ int tcc_tune_plan_make(const tcc_prepared *p, tcc_tune_plan *out, tcc_error *err
     tcc_tune_kernel *K = &out->kernels[k];
     tcc_sha256(b.data, b.len, K->signature);
     tcc_hex_encode(K->signature, TCC_SHA256_BYTES, K->signature_hex);
-    kernel_kind(s, e, K->kind, sizeof K->kind);
+    kernel_kind(head, e > head ? e : end, K->kind, sizeof K->kind);
     tcc_buf_free(&b);
   }
   free(src);
@@ -328,7 +369,8 @@ int tcc_bench_run(const tcc_bench_options *o, const tcc_artifact *a, tcc_bench_r
   if (!mkdtemp(dir))
     return tcc_error_set(err, TCC_E_INTERNAL, "cannot create a benchmark directory under '%s': %s",
                          base, strerror(errno));
-  snprintf(so, sizeof so, "%s/candidate.so", dir);
+  int cubin = a->kind == TCC__V1__ARTIFACT_KIND__CUBIN;
+  snprintf(so, sizeof so, "%s/candidate.%s", dir, cubin ? "cubin" : "so");
   snprintf(man, sizeof man, "%s/manifest.pb", dir);
   snprintf(outf, sizeof outf, "%s/outputs.bin", dir);
   int rc = 0;
@@ -338,13 +380,14 @@ int tcc_bench_run(const tcc_bench_options *o, const tcc_artifact *a, tcc_bench_r
                        strerror(errno));
     goto done;
   }
-  char seed[32], reps[16], sets[16], cand[16];
+  char seed[32], reps[16], sets[16], cand[16], dev[16];
   snprintf(seed, sizeof seed, "%" PRIu64, o->seed);
   snprintf(reps, sizeof reps, "%d", o->reps > 0 ? o->reps : 9);
   snprintf(sets, sizeof sets, "%d", o->input_sets > 0 ? o->input_sets : 3);
   snprintf(cand, sizeof cand, "%d", o->candidate);
-  const char *argv[] = {o->bench_exe, so, man, outf, seed, reps, sets, cand, NULL};
-  rc = tcc_run_tool(argv, o->timeout_ms > 0 ? o->timeout_ms : 20000, &report, err);
+  snprintf(dev, sizeof dev, "%d", o->cuda_device);
+  const char *argv[] = {o->bench_exe, so, man, outf, seed, reps, sets, cand, cubin ? dev : NULL, NULL};
+  rc = tcc_run_tool_limits(argv, o->timeout_ms > 0 ? o->timeout_ms : 20000, !cubin, &report, err);
   if (rc) {
     tcc_error_prefix(err, "benchmark child");
     goto done;
@@ -371,6 +414,63 @@ void tcc_bench_result_free(tcc_bench_result *r) {
   free(r->kernel_ns);
   free(r->outputs);
   memset(r, 0, sizeof *r);
+}
+
+/* ------------------------------------------------------------ the GPU probe */
+
+int tcc_cuda_probe(const char *bench_exe, int timeout_ms, tcc_cuda_probe_result *out, tcc_error *err) {
+  memset(out, 0, sizeof *out);
+  const char *argv[] = {bench_exe, "--probe", NULL};
+  char *text = NULL;
+  int rc = tcc_run_tool_limits(argv, timeout_ms > 0 ? timeout_ms : 30000, 0, &text, err);
+  if (rc) {
+    free(text);
+    tcc_error_prefix(err, "GPU probe");
+    return rc;
+  }
+  const char *p = text ? strstr(text, "tccd-bench-probe 1\n") : NULL;
+  if (!p) {
+    rc = tcc_error_set(err, TCC_E_INTERNAL, "GPU probe: malformed report: %.200s", text ? text : "");
+    free(text);
+    return rc;
+  }
+  for (p = strchr(p, '\n'); p && p[1]; p = strchr(p + 1, '\n')) {
+    int idx, len = 0;
+    char arch[16];
+    if (sscanf(p + 1, "device %d %15s %n", &idx, arch, &len) == 2 && idx == out->ndevices &&
+        out->ndevices < (int)(sizeof out->device / sizeof out->device[0])) {
+      snprintf(out->device[idx].arch, sizeof out->device[idx].arch, "%s", arch);
+      size_t n = strcspn(p + 1 + len, "\n");
+      snprintf(out->device[idx].name, sizeof out->device[idx].name, "%.*s", (int)n, p + 1 + len);
+      out->ndevices++;
+    } else if (strncmp(p + 1, "none ", 5) == 0) {
+      size_t n = strcspn(p + 6, "\n");
+      snprintf(out->why, sizeof out->why, "%.*s", (int)n, p + 6);
+    }
+  }
+  free(text);
+  return 0;
+}
+
+/* "sm_90a" -> 9, 0, 1. Returns 0 or -1. */
+static int parse_arch(const char *arch, int *major, int *minor, int *exact) {
+  int cc = 0, n = 0;
+  if (!arch || sscanf(arch, "sm_%d%n", &cc, &n) != 1 || cc < 10) return -1;
+  *major = cc / 10;
+  *minor = cc % 10;
+  *exact = arch[n] == 'a' || arch[n] == 'f';
+  return 0;
+}
+
+int tcc_cuda_probe_pick(const tcc_cuda_probe_result *probe, const char *arch) {
+  int tM, tm, te;
+  if (parse_arch(arch, &tM, &tm, &te)) return -1;
+  for (int i = 0; i < probe->ndevices; i++) {
+    int dM, dm, de;
+    if (parse_arch(probe->device[i].arch, &dM, &dm, &de)) continue;
+    if (dM == tM && (te ? dm == tm : dm >= tm)) return i;
+  }
+  return -1;
 }
 
 /* ------------------------------------------------------------ output check */
