@@ -219,6 +219,48 @@ static void normalize_kernel(tcc_buf *b, const char *s, const char *e) {
   }
 }
 
+/* CUDA kernel text [s, e) without what depends on the graph's argument
+ * count rather than on the kernel: the parameter lists ("k0(const void
+ * *__restrict__ in0, ..., char *__restrict__ ws)"), the "(void)in3;"
+ * lines, and the argument numbers of in<i> / out<i>. Appended to b. */
+static void cuda_strip_arguments(tcc_buf *b, const char *s, const char *e) {
+  const char *q = s;
+  while (q < e) {
+    const char *eol = memchr(q, '\n', (size_t)(e - q));
+    const char *end = eol ? eol + 1 : e;
+    if (strncmp(q, "  (void)in", 10) == 0 || strncmp(q, "  (void)out", 11) == 0 || strncmp(q, "  (void)ws;", 11) == 0) {
+      q = end;
+      continue;
+    }
+    const char *g = strstr(q, "__global__ void ");
+    if (g && g < end) {   /* "... k0(<params>) {": keep up to '(' */
+      const char *paren = memchr(g, '(', (size_t)(end - g));
+      const char *close = paren ? strstr(paren, ") {") : NULL;
+      if (paren && close && close < end) {
+        tcc_buf_put(b, q, (size_t)(paren - q) + 1);
+        tcc_buf_put(b, close, (size_t)(end - close));
+        q = end;
+        continue;
+      }
+    }
+    for (const char *c = q; c < end; c++) {
+      int word_start = c == s || !(isalnum((unsigned char)c[-1]) || c[-1] == '_');
+      size_t w = word_start && strncmp(c, "in", 2) == 0 ? 2 : word_start && strncmp(c, "out", 3) == 0 ? 3 : 0;
+      if (w && c + w < end && isdigit((unsigned char)c[w])) {
+        const char *d = c + w;
+        while (d < end && isdigit((unsigned char)*d)) d++;
+        if (d >= end || !(isalnum((unsigned char)*d) || *d == '_')) {
+          tcc_buf_put(b, c, w);
+          c = d - 1;
+          continue;
+        }
+      }
+      tcc_buf_put(b, c, 1);
+    }
+    q = end;
+  }
+}
+
 /* The kind named in a kernel's header comment ("/\* k3: reduction over"). */
 static void kernel_kind(const char *s, const char *e, char *out, size_t cap) {
   const char *c = memchr(s, ':', (size_t)(e - s));
@@ -272,7 +314,15 @@ int tcc_tune_plan_make(const tcc_prepared *p, tcc_tune_plan *out, tcc_error *err
     tcc_buf b = {0};
     tcc_buf_printf(&b, "tccd-tune-sig/1%c%s%c%s%c", 0, p->graph->target_label, 0,
                    p->graph->identity ? p->graph->identity : "", 0);
-    normalize_kernel(&b, s, e);
+    if (p->graph->target.device == TCC__V1__DEVICE_TYPE__CUDA) {
+      tcc_buf c = {0};
+      cuda_strip_arguments(&c, s, e);
+      if (!c.failed) normalize_kernel(&b, c.data, c.data + c.len);
+      b.failed |= c.failed;
+      tcc_buf_free(&c);
+    } else {
+      normalize_kernel(&b, s, e);
+    }
     if (b.failed) {
       tcc_buf_free(&b);
       tcc_tune_plan_free(out);
