@@ -231,6 +231,10 @@ typedef struct tcc_kernel_config {
                       * even for rows <= 32; 0 = heuristic */
   int split;         /* split reductions: partial groups per row; 1 = never
                       * split; 0 = heuristic */
+  int persist;       /* block-per-row reductions: 1 = each input the row
+                      * reads more than once is copied into shared memory
+                      * once per row ("persistent"); 0 = every pass reads
+                      * global memory ("looped") */
 } tcc_kernel_config;
 
 #define TCC_TUNE_MAX_CANDIDATES 12
@@ -261,7 +265,7 @@ void tcc_tune_plan_free(tcc_tune_plan *plan);
 int tcc_tune_candidates(int device, tcc_kernel_config *out);
 
 /* "par=1 thr=0 chunk=0 unroll=4 blas=0 vec=0 order=0" into buf (cap
- * bytes), then " block=B ipt=I wrow=W split=S" when any CUDA field is
+ * bytes), then " block=B ipt=I wrow=W split=S persist=P" when any CUDA field is
  * set (so CPU configs read as they always did); returns buf. */
 const char *tcc_kernel_config_format(const tcc_kernel_config *c, char *buf, size_t cap);
 /* The inverse. Returns 0 or TCC_E_INVALID_ARGUMENT. */

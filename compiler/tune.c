@@ -76,7 +76,7 @@ const tcc_kernel_config *tcc_kernel_config_of(const tcc_program *p, int kno) {
 
 int tcc_kernel_config_is_default(const tcc_kernel_config *c) {
   return !c->parallel && !c->threads && !c->chunk && !c->unroll && !c->blas_threads && !c->vec &&
-         !c->order && !c->block && !c->ipt && !c->wrow && !c->split;
+         !c->order && !c->block && !c->ipt && !c->wrow && !c->split && !c->persist;
 }
 
 int tcc_tune_candidates(int device, tcc_kernel_config *out) {
@@ -104,6 +104,7 @@ int tcc_tune_candidates(int device, tcc_kernel_config *out) {
     {.split = 1},                 /* split reductions: not split */
     {.split = 128},
     {.split = 1024},
+    {.persist = 1},               /* reductions: the row in shared memory */
   };
   if (device == TCC__V1__DEVICE_TYPE__CUDA) {
     memcpy(out, cuda, sizeof cuda);
@@ -117,9 +118,9 @@ int tcc_tune_candidates(int device, tcc_kernel_config *out) {
 const char *tcc_kernel_config_format(const tcc_kernel_config *c, char *buf, size_t cap) {
   int n = snprintf(buf, cap, "par=%d thr=%d chunk=%d unroll=%d blas=%d vec=%d order=%d", c->parallel,
                    c->threads, c->chunk, c->unroll, c->blas_threads, c->vec, c->order);
-  if ((c->block || c->ipt || c->wrow || c->split) && n >= 0 && (size_t)n < cap)
-    snprintf(buf + n, cap - (size_t)n, " block=%d ipt=%d wrow=%d split=%d", c->block, c->ipt, c->wrow,
-             c->split);
+  if ((c->block || c->ipt || c->wrow || c->split || c->persist) && n >= 0 && (size_t)n < cap)
+    snprintf(buf + n, cap - (size_t)n, " block=%d ipt=%d wrow=%d split=%d persist=%d", c->block, c->ipt,
+             c->wrow, c->split, c->persist);
   return buf;
 }
 
@@ -135,14 +136,15 @@ int tcc_kernel_config_parse(const char *s, tcc_kernel_config *out) {
   if (sscanf(s, "par=%d thr=%d chunk=%d unroll=%d blas=%d vec=%d order=%d%n", &c.parallel,
              &c.threads, &c.chunk, &c.unroll, &c.blas_threads, &c.vec, &c.order, &n) != 7)
     return TCC_E_INVALID_ARGUMENT;
-  if (s[n]) { /* the CUDA fields, all four, and nothing after them */
+  if (s[n]) { /* the CUDA fields, all five, and nothing after them */
     int m = 0;
-    if (sscanf(s + n, " block=%d ipt=%d wrow=%d split=%d%n", &c.block, &c.ipt, &c.wrow, &c.split, &m) != 4 ||
+    if (sscanf(s + n, " block=%d ipt=%d wrow=%d split=%d persist=%d%n", &c.block, &c.ipt, &c.wrow, &c.split,
+               &c.persist, &m) != 5 ||
         s[n + m])
       return TCC_E_INVALID_ARGUMENT;
   }
   if (!pow2_or_zero(c.block, 32, 1024) || !pow2_or_zero(c.ipt, 1, 64) || c.wrow < -1 || c.wrow > 1 ||
-      c.split < 0 || c.split > 4096)
+      c.split < 0 || c.split > 4096 || c.persist < 0 || c.persist > 1)
     return TCC_E_INVALID_ARGUMENT;
   if (c.order != 0 && c.order != 1) return TCC_E_INVALID_ARGUMENT;
   if (c.vec != 0 && c.vec != 2 && c.vec != 4 && c.vec != 8 && c.vec != 16 && c.vec != 32)

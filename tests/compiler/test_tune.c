@@ -111,37 +111,44 @@ START_TEST(test_cuda_config_text) {
   static const int blocks[] = {0, 32, 64, 128, 256, 512, 1024}, ipts[] = {0, 1, 2, 4, 8, 16, 32, 64};
   for (int i = 0; i < 200; i++) {
     tcc_kernel_config c = {.block = blocks[range(0, 6)], .ipt = ipts[range(0, 7)], .wrow = (int)range(-1, 1),
-                           .split = (int)range(0, 4096)};
+                           .split = (int)range(0, 4096), .persist = (int)range(0, 1)};
     if (range(0, 1)) c.parallel = (int)range(-1, 1), c.vec = 4;
     char text[TCC_TUNE_CONFIG_TEXT];
     tcc_kernel_config_format(&c, text, sizeof text);
-    ck_assert_int_eq(!!strstr(text, " block="), c.block || c.ipt || c.wrow || c.split);
+    ck_assert_int_eq(!!strstr(text, " block="), c.block || c.ipt || c.wrow || c.split || c.persist);
     tcc_kernel_config back;
     ck_assert_msg(tcc_kernel_config_parse(text, &back) == 0, "%s", text);
     ck_assert_mem_eq(&back, &c, sizeof c);
     ck_assert_int_eq(tcc_kernel_config_is_default(&c), !c.parallel && !c.vec && !c.block && !c.ipt &&
-                                                           !c.wrow && !c.split);
+                                                           !c.wrow && !c.split && !c.persist);
   }
   tcc_kernel_config c;
   const char *base = "par=0 thr=0 chunk=0 unroll=0 blas=0 vec=0 order=0";
-  static const char *const bad[] = {" block=96 ipt=0 wrow=0 split=0",  /* not a power of two */
-                                    " block=2048 ipt=0 wrow=0 split=0", " block=16 ipt=0 wrow=0 split=0",
-                                    " block=0 ipt=3 wrow=0 split=0",    " block=0 ipt=0 wrow=2 split=0",
-                                    " block=0 ipt=0 wrow=0 split=-1",   " block=0 ipt=0 wrow=0 split=5000",
-                                    " block=128",                       " block=128 ipt=0 wrow=0 split=0 x",
-                                    " garbage"};
+  static const char *const bad[] = {
+      " block=96 ipt=0 wrow=0 split=0 persist=0", /* not a power of two */
+      " block=2048 ipt=0 wrow=0 split=0 persist=0",
+      " block=16 ipt=0 wrow=0 split=0 persist=0",
+      " block=0 ipt=3 wrow=0 split=0 persist=0",
+      " block=0 ipt=0 wrow=2 split=0 persist=0",
+      " block=0 ipt=0 wrow=0 split=-1 persist=0",
+      " block=0 ipt=0 wrow=0 split=5000 persist=0",
+      " block=0 ipt=0 wrow=0 split=0 persist=2",
+      " block=128 ipt=0 wrow=0 split=0",          /* a field missing */
+      " block=128 ipt=0 wrow=0 split=0 persist=0 x",
+      " garbage"};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     char text[256];
     snprintf(text, sizeof text, "%s%s", base, bad[i]);
     ck_assert_msg(tcc_kernel_config_parse(text, &c) == TCC_E_INVALID_ARGUMENT, "accepted '%s'", text);
   }
   char text[256];
-  snprintf(text, sizeof text, "%s block=512 ipt=8 wrow=-1 split=128", base);
+  snprintf(text, sizeof text, "%s block=512 ipt=8 wrow=-1 split=128 persist=1", base);
   ck_assert_int_eq(tcc_kernel_config_parse(text, &c), 0);
   ck_assert_int_eq(c.block, 512);
   ck_assert_int_eq(c.ipt, 8);
   ck_assert_int_eq(c.wrow, -1);
   ck_assert_int_eq(c.split, 128);
+  ck_assert_int_eq(c.persist, 1);
   /* a CPU record's text (no CUDA fields) still reads, CUDA fields zero */
   ck_assert_int_eq(tcc_kernel_config_parse(base, &c), 0);
   ck_assert(tcc_kernel_config_is_default(&c));

@@ -13,7 +13,9 @@
  *     pointwise grid = ceil(numel / (block * ipt)) (at most 65536), a
  *     split stage's grid = the config's split, no split stage with
  *     split=1, one warp per row with wrow=1 (rows > 1), one block per row
- *     with wrow=-1;
+ *     with wrow=-1; persist=1 puts a softmax row in shared memory once
+ *     and reads it from there in every pass, and leaves kernels it does
+ *     not apply to unchanged;
  *   - the default candidate (0) gives the same source and manifest bytes
  *     as tcc_compile (default mode artifacts unchanged);
  *   - tcc_tune_plan_make works for CUDA (one signature per live kernel,
@@ -267,6 +269,57 @@ START_TEST(split_factor_in_the_code) {
 }
 END_TEST
 
+/* Source of b (retargeted to sm_90) under cfg on its one kernel. */
+static char *source_under(reqb *b, tcc_kernel_config cfg) {
+  retarget(reqb_req(b), reqb_str(b, "sm_90"));
+  tcc_prepared *p;
+  tcc_error err;
+  ck_assert_msg(tcc_prepare(reqb_req(b), "test-id", &p, &err) == 0, "%s", err.msg);
+  tcc_artifact a;
+  ck_assert_msg(tcc_compile_tuned(p, NULL, &cfg, 1, 0, &a, &err) == 0, "%s", err.msg);
+  char *src = a.source;
+  a.source = NULL;
+  tcc_artifact_free(&a);
+  tcc_prepared_free(p);
+  return src;
+}
+
+static int count(const char *s, const char *what) {
+  int n = 0;
+  for (const char *q = strstr(s, what); q; q = strstr(q + 1, what)) n++;
+  return n;
+}
+
+/* persist=1: softmax reads its row from shared memory in all three
+ * passes (one copy from global memory per row); a kernel that reads
+ * its row once, or whose row does not fit, is the looped code. */
+START_TEST(persistent_rows) {
+  tcc_kernel_config persist = {.persist = 1}, def = {0};
+  reqb *b = softmax_rows(64, 1000);
+  char *src = source_under(b, persist);
+  ck_assert_ptr_nonnull(strstr(src, "persistent: 1 input's row in shared memory"));
+  ck_assert_ptr_nonnull(strstr(src, "__shared__ float s0[1000];"));
+  ck_assert_int_eq(count(src, "s0[(long long)("), 3);   /* max, sum, stores */
+  ck_assert_int_eq(count(src, "b0["), 1);               /* the copy */
+  ck_assert_int_eq(count(src, "__syncthreads();"), 2 + 3);   /* the fill's two, the block reduction's three */
+  free(src);
+  reqb_free(b);
+  struct {
+    reqb *(*make)(int64_t, int64_t);
+    int64_t R, C;
+  } same[] = {{sum_rows, 300, 70}, {softmax_rows, 4, 20000}};
+  for (int i = 0; i < 2; i++) {
+    reqb *b1 = same[i].make(same[i].R, same[i].C), *b2 = same[i].make(same[i].R, same[i].C);
+    char *s1 = source_under(b1, persist), *s2 = source_under(b2, def);
+    ck_assert_msg(!strcmp(s1, s2), "case %d: persist=1 changed a kernel it does not apply to", i);
+    free(s1);
+    free(s2);
+    reqb_free(b1);
+    reqb_free(b2);
+  }
+}
+END_TEST
+
 START_TEST(plan_signatures) {
   /* softmax alone, and softmax next to a sum: the softmax kernel has the
    * same signature in both; sm_80 and sm_90 differ */
@@ -349,6 +402,7 @@ int main(void) {
     tcase_set_timeout(tc, 1500);
     tcase_add_test(tc, plan_signatures);
     tcase_add_test(tc, split_factor_in_the_code);
+    tcase_add_test(tc, persistent_rows);
     tcase_add_test(tc, reduction_candidates);
     tcase_add_test(tc, example_graph_candidates);
     suite_add_tcase(s, tc);

@@ -61,7 +61,7 @@ def test_fastest_candidate_is_served_and_its_record_reused(daemon_factory, tmp_p
     assert blocks(r) == {"k0": 512}, r["manifest"]["kernels"]
     s = d.stats()
     assert s["autotune_runs"] == 1 and s["autotune_untuned"] == 0, s
-    assert s["autotune_candidates"] == 11 and s["autotune_discarded"] == 0, s
+    assert s["autotune_candidates"] == 12 and s["autotune_discarded"] == 0, s
     assert s["tuning_records"] == 1
     log = d.read_log()
     assert "k0 (reduction) -> candidate 2 (" in log and "block=512" in log
@@ -77,7 +77,7 @@ def test_fastest_candidate_is_served_and_its_record_reused(daemon_factory, tmp_p
     assert r2["cache"] == "miss" and r2["guard_hash"] != r["guard_hash"]
     assert blocks(r2) == {"k0": 512}
     s = d.stats()
-    assert s["autotune_runs"] == 1 and s["autotune_candidates"] == 11, "(counters persist) nothing benchmarked"
+    assert s["autotune_runs"] == 1 and s["autotune_candidates"] == 12, "(counters persist) nothing benchmarked"
     assert s["autotune_record_hits"] == 1, s
     assert d.stop() == 0
 
@@ -94,7 +94,7 @@ def test_failing_candidates_are_discarded(daemon_factory, tmp_path):
     s = d.stats()
     assert s["autotune_runs"] == 1
     assert s["autotune_crashed"] == 2 and s["autotune_wrong"] == 1 and s["autotune_timeouts"] == 0, s
-    assert s["autotune_discarded"] == 3 and s["autotune_candidates"] == 11, s
+    assert s["autotune_discarded"] == 3 and s["autotune_candidates"] == 12, s
     log = d.read_log()
     assert "candidate 2 (" in log and "discarded: crashed" in log
     assert "candidate 3 (" in log and "cuLaunchKernel" in log
