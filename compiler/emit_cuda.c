@@ -14,7 +14,9 @@
  * (ABI 1 of client/cuda.h: inputs, outputs, workspace; every kernel takes
  * all of them). Shapes, strides, storage offsets and workspace offsets
  * are compiled in. The launch configuration of each kernel
- * (tcc_cuda_geometry_for) is a pure function of the kernel, so the
+ * (tcc_cuda_geometry_for) is a pure function of the kernel and its
+ * tuning config (max-autotune: tcc_kernel_config's block, ipt, wrow,
+ * split, persist; all zero = the heuristic below, byte for byte), so the
  * emitter (its __launch_bounds__) and the manifest agree.
  *
  * Kernel structure.
@@ -44,8 +46,9 @@
  *              then the sum that reads the max), then the threads share
  *              the row's remaining dims for the stores. So softmax and
  *              layer_norm are one kernel, looped over the row (each
- *              reduction re-reads the row; no register-resident
- *              "persistent" variant yet). A reduction nested in another
+ *              reduction re-reads the row; the tuning config persist=1
+ *              copies such rows to shared memory once instead: see
+ *              plan_row_cache). A reduction nested in another
  *              one's body that depends on the outer's variables is folded
  *              sequentially by each thread. Block size: the reduction
  *              extent rounded up to a power of two, 32..256. Rows of at

@@ -27,10 +27,30 @@
  *     5  par chunk   parallel outer loop, schedule(static, 8) (interleaved
  *                    rows: better balance for few, long rows)
  *
+ *   Candidates (CUDA; emit_cuda.c reads block/ipt/wrow/split/persist, the
+ *   launch geometry in the manifest follows; index 0 is the default):
+ *     0  default     the emitter's heuristic (256-thread pointwise blocks,
+ *                    reductions: the extent rounded up to 32..256)
+ *     1-3 block      128, 512, 1024 threads per block (everything)
+ *     4  ipt=4       pointwise: a grid of numel / (256 * 4) blocks, so each
+ *                    thread of the grid-stride loop takes 4 elements
+ *     5  512 x 8     512 threads, 8 elements each
+ *     6  wrow=1      reductions: a warp per row (block/32 rows per block)
+ *     7  wrow=-1     reductions: a block per row, rows <= 32 too
+ *     8  split=1     long reductions into few rows: not split
+ *     9, 10 split    128 and 1024 partial groups per row
+ *     11 persist     block-per-row reductions: inputs read more than once
+ *                    per row copied to shared memory once ("persistent")
+ *   A config field that does not apply to a kernel leaves it as the
+ *   default makes it, so such candidates time the same and lose to the
+ *   default's TUNE_MIN_GAIN margin.
+ *
  *   Kernel signature: SHA-256("tccd-tune-sig/1", target, identity, the
  *   kernel's default C source with its identifiers renumbered: k<j> ->
  *   k, buffers b<n> numbered by first use, in[i]/out[i]/ws offsets
- *   erased). The same computation over the same shapes and strides in
+ *   erased; CUDA: its CUDA source, with the parameter list, the
+ *   "(void)in3;" lines and the in<i>/out<i> numbers erased too). The
+ *   same computation over the same shapes and strides in
  *   another graph therefore has the same signature, and a tuning record
  *   found for it needs no benchmark.
  *
@@ -52,6 +72,20 @@
  *
  *   then writes every output's storage (zero-filled before the runs),
  *   in order, after one tcc_entry call on input set 0, to OUTFILE.
+ *
+ *   CUDA: the artifact is a cubin (written as candidate.cubin) and the
+ *   child gets DEVICE as an 8th argument; it runs without the address
+ *   space limit (the driver maps far more virtual memory). It times each
+ *   live kernel's manifest steps (k<j>_split, k<j>, or its cuBLAS call)
+ *   with CUDA events and reports the same lines ("bad 0"). No hooks are
+ *   built in. tccd-bench --probe prints
+ *
+ *     tccd-bench-probe 1
+ *     device <i> <sm_XY> <name>     (one per device), or: none <why>
+ *
+ *   (tcc_cuda_probe); a device fits a target when the cubin runs on it
+ *   natively (tcc_cuda_probe_pick: same major, minor >= the arch's, "a"
+ *   archs exactly).
  */
 #include "loop.h"
 

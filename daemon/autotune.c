@@ -50,10 +50,19 @@
  *   this daemon's own candidates is taken (and stored locally). Every
  *   new record is put to Redis as well as the cache.
  *
- *   CUDA targets: this daemon has no GPU to measure on, so tuning is not
- *   run; the emitter's launch heuristic (emit_cuda.c: 256-thread blocks,
- *   one block per row for reductions) stays, and the entry is counted
- *   untuned (stats autotune_untuned) and logged as such.
+ *   CUDA targets: the first CUDA run probes the GPUs once per process
+ *   (pick_gpu: tccd-bench --probe in a child, so libcuda is never loaded
+ *   here). With a device that runs the target's cubin natively (same
+ *   major compute capability, minor at least the arch's), the run is the
+ *   CPU one: the CUDA candidates (tune.c: block size, elements per
+ *   thread, warp- or block-per-row and persistent reductions, split
+ *   factor) are built by NVRTC and benchmarked in tccd-bench on that
+ *   device (cuEvent timing, outputs checked against the default's),
+ *   discarded, counted and recorded the same way. Without one (no
+ *   driver, no device, another arch) tuning is not run: the emitter's
+ *   launch heuristic (emit_cuda.c: 256-thread blocks, one block per row
+ *   for reductions) stays, and the entry is counted untuned (stats
+ *   autotune_untuned) and logged as such, with the reason.
  *
  *   The pool items touch only their own fields of the run; everything
  *   else (cache, counters, the job) is the loop's. A shutdown

@@ -2,6 +2,8 @@
  * bench.c — tccd-bench, the benchmark child of autotuning.
  *
  *   tccd-bench SO MANIFEST OUTFILE SEED REPS SETS CANDIDATE
+ *   tccd-bench CUBIN MANIFEST OUTFILE SEED REPS SETS CANDIDATE DEVICE
+ *   tccd-bench --probe
  *
  * tccd never runs generated code in its own process: for each candidate
  * it runs this program (compiler/tune.c's tcc_bench_run: own process
@@ -17,6 +19,15 @@
  * tune.c), with OMP_WAIT_POLICY=PASSIVE unless the environment sets it.
  * Last, it zero-fills the outputs, runs tcc_entry on input set
  * 0 and writes every output's storage to OUTFILE for the output check.
+ *
+ * CUDA (the manifest's target is "cuda:..."): the same, on GPU DEVICE,
+ * through libtccclient's CUDA loader (client/cuda.h; libcuda dlopen'ed,
+ * never linked): the whole plan for the warm-up and the outputs, one
+ * plan per live kernel (its steps of the manifest, from the same module)
+ * for the timings, which are CUDA events around each launch on one
+ * stream (cuda_bench). Any CUDA error exits 2 with the message (the
+ * daemon discards the candidate as crashed). --probe lists the devices
+ * (cuda_probe) so the daemon never loads libcuda itself.
  *
  * Fault injection (TEST ONLY): TCCD_BENCH_FAULT="crash=I,hang=J,wrong=K"
  * (any subset) makes the child crash (SIGSEGV), hang (sleep until
