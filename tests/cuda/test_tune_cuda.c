@@ -398,11 +398,14 @@ int main(void) {
   int nvrtc = tcc_nvrtc_available(&err) == 0;
   if (!nvrtc) printf("no NVRTC (%s): only the probe test runs\n", err.msg);
   if (nvrtc) {
+    tc = tcase_create("quick");   /* CK_RUN_CASE=quick: what valgrind runs */
+    tcase_set_timeout(tc, 1500);
+    tcase_add_test(tc, split_factor_in_the_code);
+    tcase_add_test(tc, persistent_rows);
+    suite_add_tcase(s, tc);
     tc = tcase_create("candidates");
     tcase_set_timeout(tc, 1500);
     tcase_add_test(tc, plan_signatures);
-    tcase_add_test(tc, split_factor_in_the_code);
-    tcase_add_test(tc, persistent_rows);
     tcase_add_test(tc, reduction_candidates);
     tcase_add_test(tc, example_graph_candidates);
     suite_add_tcase(s, tc);
