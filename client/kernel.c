@@ -228,6 +228,18 @@ fail:
   return rc;
 }
 
+/* The error for an entry point's nonzero return: 1 means the inputs made
+ * an index read from a tensor go out of range, or an integer division by
+ * zero (PyTorch raises there too); anything else is the kernel's fault. */
+static int entry_failed(const tcc_kernel *k, int rc, tcc_error *err) {
+  if (rc == 1)
+    return tcc_error_set(err, TCC_E_INVALID_ARGUMENT,
+                         "kernel %.12s: index out of range (an index read from a tensor: gather, "
+                         "index, index_select, embedding), or an integer division by zero",
+                         k->sha256);
+  return tcc_error_set(err, TCC_E_INTERNAL, "kernel %.12s: entry returned %d", k->sha256, rc);
+}
+
 int tcc_kernel_run(tcc_kernel *k, const void *const *inputs, void *const *outputs, void *workspace,
                    tcc_error *err) {
   if (k && k->cuda) return tcc_cuda_kernel_launch(k->cuda, NULL, inputs, outputs, workspace, err);
@@ -243,9 +255,7 @@ int tcc_kernel_run(tcc_kernel *k, const void *const *inputs, void *const *output
     return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "the kernel takes %zu inputs and %zu outputs",
                          k->manifest->n_inputs, k->manifest->n_outputs);
   int rc = k->entry(inputs, outputs, workspace);
-  if (rc != 0)
-    return tcc_error_set(err, TCC_E_INTERNAL, "kernel %.12s: entry returned %d", k->sha256, rc);
-  return 0;
+  return rc ? entry_failed(k, rc, err) : 0;
 }
 
 const Tcc__V1__Manifest *tcc_kernel_manifest(const tcc_kernel *k) { return k ? k->manifest : NULL; }
@@ -428,7 +438,5 @@ int tcc_kernel_run_sym(tcc_kernel *k, const void *const *inputs, void *const *ou
     return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "the kernel takes %zu inputs and %zu outputs",
                          k->manifest->n_inputs, k->manifest->n_outputs);
   int rc = k->entry2(inputs, outputs, workspace, syms);
-  if (rc != 0)
-    return tcc_error_set(err, TCC_E_INTERNAL, "kernel %.12s: entry returned %d", k->sha256, rc);
-  return 0;
+  return rc ? entry_failed(k, rc, err) : 0;
 }

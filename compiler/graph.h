@@ -339,6 +339,19 @@ int tcc_select_params(const tcc_graph *g, const tcc_node *n, int *dim, int64_t *
 /* Reduced dims of a reduction node as a bit mask, and keepdim. */
 int tcc_reduce_dims(const tcc_graph *g, const tcc_node *n, uint32_t *mask, int *keepdim,
                     tcc_error *err);
+/* Advanced indexing (index.Tensor): the index tensors (int) sit in the
+ * adjacent dims [first, first + count) of self; they broadcast to
+ * sizes[0..rank), which replace those dims in the result. */
+typedef struct tcc_index_layout {
+  int first, count;
+  int rank;
+  int64_t sizes[TCC_MAX_DIMS];
+} tcc_index_layout;
+/* Fills *l for an index.Tensor node. Returns 0, INVALID_ARGUMENT (sizes
+ * that do not broadcast, too many indices) or UNIMPLEMENTED (boolean
+ * masks, index tensors in dims that are not adjacent). */
+int tcc_index_layout_of(const tcc_graph *g, const tcc_node *n, tcc_index_layout *l,
+                        tcc_error *err);
 /* First normalized dim of a layer norm, or -1 with err set. */
 int tcc_norm_axis(const tcc_meta *m, const tcc_arg *shape, tcc_error *err);
 

@@ -626,6 +626,54 @@ int tcc_infer_gather(const tcc_graph *g, const tcc_node *n, tcc_meta *out, tcc_e
   return finish(g, out, err);
 }
 
+int tcc_index_layout_of(const tcc_graph *g, const tcc_node *n, tcc_index_layout *l,
+                        tcc_error *err) {
+  const tcc_meta *m = tensor_meta(g, &n->args[0]);
+  const tcc_arg *ix = ARG("indices");
+  if (ix->n > m->rank)
+    return BAD("index: too many indices (%d) for a tensor of rank %d", ix->n, m->rank);
+  l->first = -1;
+  l->count = 0;
+  l->rank = 0;
+  int last = -1;
+  for (int k = 0; k < ix->n; k++) {
+    if (ix->vals[k] < 0) continue;
+    const tcc_meta *t = &g->values[ix->vals[k]].meta;
+    if (t->dtype == TCC__V1__DTYPE__BOOL || t->dtype == TCC__V1__DTYPE__UINT8)
+      return tcc_error_set(err, TCC_E_UNIMPLEMENTED, "boolean mask indices (their result size "
+                           "depends on the data)");
+    if (!index_dtype_ok(t)) return BAD("index: indices %d must be int32 or int64", k);
+    if (l->first < 0) l->first = k;
+    else if (last != k - 1)
+      return tcc_error_set(err, TCC_E_UNIMPLEMENTED, "index tensors in dims that are not "
+                           "adjacent (None between them)");
+    last = k;
+    int64_t b[TCC_MAX_DIMS];
+    int rb;
+    int rc = tcc_broadcast(l->sizes, l->rank, t->sizes, t->rank, b, &rb, err);
+    if (rc) return rc;
+    memcpy(l->sizes, b, sizeof b);
+    l->rank = rb;
+  }
+  if (l->first < 0) return BAD("index: no index tensor (all None)");
+  l->count = last - l->first + 1;
+  if (m->rank - l->count + l->rank > TCC_MAX_DIMS) return BAD("rank exceeds %d", TCC_MAX_DIMS);
+  return 0;
+}
+
+int tcc_infer_index(const tcc_graph *g, const tcc_node *n, tcc_meta *out, tcc_error *err) {
+  const tcc_meta *m = tensor_meta(g, &n->args[0]);
+  tcc_index_layout l;
+  int rc = tcc_index_layout_of(g, n, &l, err);
+  if (rc) return rc;
+  *out = *m;
+  out->rank = 0;
+  for (int d = 0; d < l.first; d++) out->sizes[out->rank++] = m->sizes[d];
+  for (int d = 0; d < l.rank; d++) out->sizes[out->rank++] = l.sizes[d];
+  for (int d = l.first + l.count; d < m->rank; d++) out->sizes[out->rank++] = m->sizes[d];
+  return finish(g, out, err);
+}
+
 int tcc_infer_embedding(const tcc_graph *g, const tcc_node *n, tcc_meta *out, tcc_error *err) {
   const tcc_meta *w = tensor_meta(g, ARG("weight")), *ix = tensor_meta(g, ARG("indices"));
   if (w->rank != 2) return BAD("embedding: weight must be 2-D");

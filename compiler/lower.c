@@ -767,6 +767,33 @@ int tcc_lower_gather(tcc_lower_ctx *lc, const tcc_node *n, tcc_error *err) {
   return result(lc, n, 0, body_at(lc, n->args[0].v, in), err);
 }
 
+/* x[..., i0, i1, ...]: each indexed dim reads its index tensor at the
+ * result's broadcast position (size-1 dims of an index tensor at 0);
+ * negative indices count from the end, out of range sets the kernel's
+ * error flag. */
+int tcc_lower_index(tcc_lower_ctx *lc, const tcc_node *n, tcc_error *err) {
+  const tcc_meta *m = out_meta(lc, n, 0), *x = arg_meta(lc, &n->args[0]);
+  if (!m) return 0;
+  tcc_program *p = lc->prog;
+  tcc_index_layout l;
+  int rc = tcc_index_layout_of(lc->g, n, &l, err);
+  if (rc) return rc;
+  const tcc_arg *ix = ARG("indices");
+  const tcc_ix *in[TCC_MAX_DIMS];
+  for (int d = 0; d < l.first; d++) in[d] = tcc_ix_var(p, d);
+  for (int k = 0; k < l.count; k++) {
+    int t = ix->vals[l.first + k];
+    const tcc_meta *tm = &lc->g->values[t].meta;
+    const tcc_ix *ii[TCC_MAX_DIMS];
+    for (int j = 0; j < tm->rank; j++)
+      ii[j] = tm->sizes[j] == 1 ? tcc_ix_const(p, 0)
+                                : tcc_ix_var(p, l.first + (l.rank - tm->rank) + j);
+    in[l.first + k] = index_from(lc, t, ii, x->sizes[l.first + k], 1);
+  }
+  for (int d = l.first + l.count; d < x->rank; d++) in[d] = tcc_ix_var(p, d - l.count + l.rank);
+  return result(lc, n, 0, body_at(lc, n->args[0].v, in), err);
+}
+
 int tcc_lower_embedding(tcc_lower_ctx *lc, const tcc_node *n, tcc_error *err) {
   const tcc_meta *m = out_meta(lc, n, 0), *w = arg_meta(lc, ARG("weight"));
   if (!m) return 0;

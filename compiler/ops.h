@@ -357,6 +357,9 @@
   X(GATHER, "aten.gather.default",                                                      \
     "gather(Tensor self, int dim, Tensor index, *, bool sparse_grad=False) -> Tensor",  \
     POINTWISE, gather, gather, NONE)                                                    \
+  X(INDEX_TENSOR, "aten.index.Tensor",                                                  \
+    "index.Tensor(Tensor self, Tensor?[] indices) -> Tensor",                           \
+    POINTWISE, index, index, NONE)                                                      \
   X(EMBEDDING, "aten.embedding.default",                                                \
     "embedding(Tensor weight, Tensor indices, SymInt padding_idx=-1, bool scale_grad_by_freq=False, bool sparse=False) -> Tensor", \
     POINTWISE, embedding, embedding, NONE)                                              \

@@ -211,6 +211,10 @@ def test_integer_division_by_zero_is_an_error():
     k = tk.compile_fx(gm, ins)
     with pytest.raises(RuntimeError):
         k(*ins)
+    gm, ins = tk.op_graph(A.index.Tensor, (x, [None, torch.tensor([1, -5])]))
+    k = tk.compile_fx(gm, ins)
+    with pytest.raises(RuntimeError):
+        k(*ins)
 
 
 @pytest.mark.parametrize("name", COMPARE)
@@ -393,6 +397,36 @@ def test_cat_pad_index():
     w = rnd((10, 6), torch.float32, g)
     ids = torch.randint(0, 10, (4, 7), generator=g)
     run_op(A.embedding.default, (w, ids))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bool, torch.int64])
+def test_advanced_index(dtype):
+    """aten.index.Tensor: index tensors in adjacent dims (None before them),
+    broadcasting, negative indices, int32/int64, non-contiguous self."""
+    g = gen(211 + FLOATS.index(dtype) if dtype in FLOATS else 233)
+    x = rnd((5, 6, 7), dtype, g, layout="t")
+    i = torch.randint(-5, 5, (4,), generator=g)
+    j = torch.randint(0, 6, (3,), generator=g)
+    k = torch.randint(-7, 7, (2, 1, 3), generator=g)
+    run_op(A.index.Tensor, (x, [i]))
+    run_op(A.index.Tensor, (x, [None, j]))
+    run_op(A.index.Tensor, (x, [None, None, k]))
+    run_op(A.index.Tensor, (x, [i.view(4, 1), j.view(1, 3).to(torch.int32)]))
+    run_op(A.index.Tensor, (x, [None, j.view(3, 1), k[0]]))
+    run_op(A.index.Tensor, (x, [i.view(2, 2, 1), j[:1], k[0, 0, :1]]))
+
+
+def test_advanced_index_refusals():
+    """Index tensors in dims that are not adjacent are UNIMPLEMENTED naming
+    the op (the Python backend runs them eagerly)."""
+    x = torch.randn(4, 5, 6)
+    i = torch.tensor([0, 2])
+    for indices in ([i, None, i],):
+        gm, ins = tk.op_graph(A.index.Tensor, (x, indices))
+        with pytest.raises(tk.CompileError) as e:
+            tk.compile_fx(gm, ins)
+        assert e.value.code == -12 and "aten.index.Tensor" in e.value.message, \
+            str(e.value)
 
 
 def test_out_of_range_index_is_an_error():

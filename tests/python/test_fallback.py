@@ -129,31 +129,135 @@ def _fx(f, *args):
     return gm
 
 
-def test_views_never_leave_a_partition():
-    """A view op may be inside a partition only while its result stays
-    there: a view returned or used outside is computed eagerly."""
+def test_views_leave_a_partition_only_as_aliases():
+    """A plain view may be inside a partition whether or not its result
+    leaves it (the wrapper hands it back as an alias); a view the wrapper
+    cannot re-make (a dtype view) stays inside only while its result does,
+    and runs eagerly when it leaves."""
     table = P.OpTable("rpc", dict(POINTWISE, **{"aten.permute.default": "view",
-                                                 "aten.view.default": "view"}),
-                      (torch.float32,))
+                                                 "aten.view.default": "view",
+                                                 "aten.view.dtype": "view"}),
+                      (torch.float32, torch.int32))
 
     def f(x):
         inner = torch.sin(x.permute(1, 0))          # permute used inside only
-        leaving = torch.cos(x).view(-1)             # view returned
-        return inner, leaving
+        leaving = torch.cos(x).view(-1)             # plain view returned
+        bits = torch.sin(x).view(torch.int32)       # dtype view returned
+        return inner, leaving, bits
 
     gm = _fx(f, torch.randn(3, 4))
     verdict, trials = P.verdicts(gm, table)
     assert trials == 0
     parts = P.propose(gm, verdict, table)
     members = {n.name: i for i, p in enumerate(parts) for n in p}
-    views = {n.name: n for n in gm.graph.nodes if n.op == "call_function"
-             and str(n.target) in ("aten.permute.default", "aten.view.default")}
-    assert len(views) == 2
-    permute = next(k for k in views if k.startswith("permute"))
-    view = next(k for k in views if k.startswith("view"))
-    assert permute in members                                    # kept inside
-    assert view not in members                                   # leaves: eager
-    assert "leaves" in verdict[views[view]][1]
+    by_target = {}
+    for n in gm.graph.nodes:
+        if n.op == "call_function":
+            by_target.setdefault(str(n.target), []).append(n)
+    permute = by_target["aten.permute.default"][0]
+    view = by_target["aten.view.default"][0]
+    dview = by_target["aten.view.dtype"][0]
+    assert permute.name in members                       # kept inside
+    assert view.name in members                          # leaves as an alias
+    assert P.view_source(view) is not None and P.view_source(dview) is None
+    assert dview.name not in members                     # leaves: eager
+    assert "leaves" in verdict[dview][1]
+
+
+def _partition_of(f, *args):
+    gm = _fx(f, *args)
+    sub = torch.fx.GraphModule(gm, gm.graph)
+    return sub
+
+
+def test_output_plan_makes_views_aliases_of_the_kernel_buffers():
+    """OutputPlan: outputs that are views of a computed value or of an
+    input are not kernel outputs; they come back as aliases whose values
+    and layouts are eager's."""
+    def f(x):
+        y = torch.sin(x) * 2
+        return y, y.permute(1, 0)[1:], x.t().unsqueeze(0), torch.cos(y).view(-1)
+
+    x = torch.randn(5, 6)
+    sub = _partition_of(f, x)
+    plan = P.OutputPlan(sub)
+    kinds = [s[0] for s in plan.steps]
+    assert kinds == ["kernel", "view", "view", "view"], plan.steps
+    assert plan.steps[1][1] == ("kernel", 0)       # a view of y: y's buffer
+    assert plan.steps[2][1] == ("input", 0)        # a view of x: x itself
+    assert plan.steps[3][1] == ("kernel", 1)       # cos(y) computed, viewed
+    kouts = plan.kernel_gm.graph.output_node().args[0]
+    assert len(kouts) == 2
+    left = {str(n.target) for n in plan.kernel_gm.graph.nodes if n.op == "call_function"}
+    assert "aten.permute.default" not in left and "aten.t.default" not in left, left
+    # assemble over buffers computed eagerly by the kernel graph
+    kernel_outs = list(plan.kernel_gm(x))
+    key = ("sig",)
+    for _ in range(2):                             # the second call reuses the layouts
+        got = plan.assemble(key, [x], kernel_outs)
+        want = f(x)
+        for g, w in zip(got, want):
+            assert g.shape == w.shape and g.stride() == w.stride()
+            assert g.storage_offset() == w.storage_offset()
+            torch.testing.assert_close(g, w, rtol=0, atol=0)
+    assert got[1].untyped_storage().data_ptr() == kernel_outs[0].untyped_storage().data_ptr()
+    assert got[2].untyped_storage().data_ptr() == x.untyped_storage().data_ptr()
+
+
+def test_output_plan_of_views_only_needs_no_kernel():
+    def f(x):
+        return x.permute(1, 0), x[2:, 1:]
+
+    x = torch.randn(6, 4)
+    plan = P.OutputPlan(_partition_of(f, x))
+    assert plan.kernel_gm is None
+    got = plan.assemble(("k",), [x], [])
+    for g, w in zip(got, f(x)):
+        assert g.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()
+        assert (g.shape, g.stride(), g.storage_offset()) == (w.shape, w.stride(),
+                                                             w.storage_offset())
+
+
+def test_splits_become_slices():
+    def f(x):
+        a, b, c = torch.split(x, [2, 3, 1], dim=1)
+        d, e = x.chunk(2, dim=0)
+        u = torch.unbind(x, 0)
+        return a.sin(), b * c, d + e, u[1] - u[3]
+
+    x = torch.randn(4, 6)
+    gm = _fx(f, x)
+    n = P.splits_to_slices(gm)
+    assert n == 3
+    left = {str(n.target) for n in gm.graph.nodes if n.op == "call_function"}
+    assert not left & {"aten.split_with_sizes.default", "aten.split.Tensor",
+                       "aten.unbind.int"}, left
+    for g, w in zip(gm(x), f(x)):
+        torch.testing.assert_close(g, w, rtol=0, atol=0)
+
+
+def test_escaping_views_compile_with_zero_fallbacks(daemon):
+    """Through torch.compile: views returned from a graph (of computed
+    values and of inputs) and a split's pieces are compiled (no op falls
+    back), values match float64, and a returned view of a returned value
+    shares its storage as in eager."""
+    def f(x, w):
+        h = torch.relu(x @ w)
+        q, k = h.split([3, 5], dim=1)
+        return h, h.t(), (q.sum(1, keepdim=True) * k).view(-1), w.t()
+
+    opt = torch.compile(f, backend="tccd")
+    for _ in range(2):
+        x, w = torch.randn(6, 4), torch.randn(4, 8)
+        got = opt(x, w)
+        want = f(x.double(), w.double())
+        for g, r in zip(got, want):
+            torch.testing.assert_close(g.double(), r, **F64)
+        assert got[1].untyped_storage().data_ptr() == got[0].untyped_storage().data_ptr()
+        assert got[3].untyped_storage().data_ptr() == w.untyped_storage().data_ptr()
+    s = tccd.stats()
+    assert s["fallback_ops"] == 0, tccd.fallback_ops()
+    assert s["compiled_ops"] == s["ops"] > 0
 
 
 def test_multi_output_ops_and_getitem_stay_together():
@@ -171,3 +275,27 @@ def test_multi_output_ops_and_getitem_stay_together():
     names = {str(n.target) for n in parts[0]}
     assert "aten.native_layer_norm.default" in names and str(operator.getitem) in {
         str(n.target) for n in parts[0]}
+
+
+def test_advanced_indexing_compiles(daemon):
+    """x[i], x[:, j], broadcast index pairs and a boolean table read by
+    index tensors (transformers' padding mask) compile: values equal
+    eager's, no op falls back; an index out of range is an error, not a
+    wrong answer."""
+    def f(x, i, j, m):
+        return (x[i] * 2, x[:, j] + 1, x[i.view(-1, 1), j.view(1, -1)].sin(),
+                m[i.view(-1, 1, 1), j.view(1, 1, -1)])
+
+    opt = torch.compile(f, backend="tccd")
+    for _ in range(2):
+        x = torch.randn(5, 7)
+        i, j = torch.randint(-5, 5, (3,)), torch.randint(0, 7, (4,))
+        m = torch.rand(5, 7) > 0.5
+        for g, w in zip(opt(x, i, j, m), f(x.double(), i, j, m)):
+            assert g.shape == w.shape
+            torch.testing.assert_close(g.double() if g.is_floating_point() else g,
+                                       w, **F64)
+    assert tccd.stats()["fallback_ops"] == 0, tccd.fallback_ops()
+    with pytest.raises(Exception, match="range|bounds"):
+        opt(torch.randn(5, 7), torch.tensor([0, 9, 1]), torch.tensor([0, 1, 2, 3]),
+            torch.rand(5, 7) > 0.5)

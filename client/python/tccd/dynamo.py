@@ -107,24 +107,47 @@ class CompiledPartition(torch.nn.Module):
         self.constants = constants       # {placeholder index: tensor}
         self.owner = owner
         self.n_ops = P.count_ops(sub_gm)
+        self.plan = P.OutputPlan(sub_gm)  # views among the outputs come back as aliases
+        self.kernel_gm = self.plan.kernel_gm   # what the daemon compiles (None: nothing)
         self.eager_reason = None         # set when the whole partition runs eagerly
         self._kernels = {}
         self._dyn = None                 # a dynamic-shape Kernel (ABI 2), when compiled
         self.dyn_refused = None          # why the daemon compiled no dynamic kernel
         self._lock = threading.Lock()
 
-    def _eager(self, args):
+    def _full(self, args):
+        """The sub-graph's arguments: `args` with the constants put back."""
         if not self.constants:
-            return self.sub_gm(*args)
+            return args
         it = iter(args)
         n = len(self.constants) + len(args)
-        full = [self.constants[i] if i in self.constants else next(it) for i in range(n)]
-        return self.sub_gm(*full)
+        return [self.constants[i] if i in self.constants else next(it) for i in range(n)]
+
+    def _eager(self, args):
+        return self.sub_gm(*self._full(args))
+
+    def _outputs(self, key, args, kernel_outs):
+        """The partition's outputs: the kernel's, and views of them or of
+        the inputs as aliases (OutputPlan). A view this layout cannot make
+        sends the signature to eager."""
+        try:
+            return self.plan.assemble(key, self._full(args), kernel_outs)
+        except RuntimeError as e:
+            log.info("tccd: %s: an output view does not fit the kernel's layout (%s); this "
+                     "signature runs eagerly", self.name, e)
+            with self._lock:
+                self._kernels[key] = _EAGER
+            _stats.add(fallback_ops=self.n_ops)
+            return self._eager(args)
 
     def __call__(self, *args):
         if self.eager_reason is not None:
             return self._eager(args)
         key = tuple((a.dtype, a.shape, a.stride(), a.storage_offset(), a.is_cpu) for a in args)
+        if self.kernel_gm is None:                # only views of the inputs
+            if self._kernels.get(key) is _EAGER:
+                return self._eager(args)
+            return self._outputs(key, args, [])
         k = self._kernels.get(key)
         if k is None and self._dyn is not None and self._dyn.accepts(args):
             k = self._kernels[key] = self._dyn      # its guards admit these sizes
@@ -132,16 +155,17 @@ class CompiledPartition(torch.nn.Module):
             k = self.kernel_for(key)
         if k is _EAGER:
             return self._eager(args)
+        run_args = args
         if getattr(k, "tccd_seeds", 0):   # random ops: fresh seed tensors as extra inputs
-            args = tuple(args) + tuple(G.fresh_seeds(k.tccd_seeds))
+            run_args = tuple(args) + tuple(G.fresh_seeds(k.tccd_seeds))
         if _CHECK:
-            return self._checked(k, args)
-        return k.run(args, check=False)
+            return self._checked(k, key, args, run_args)
+        return self._outputs(key, args, k.run(run_args, check=False))
 
-    def _checked(self, k, args):
+    def _checked(self, k, key, args, run_args):
         """TCCD_CHECK=1: runs the partition eagerly too and compares."""
-        got = k.run(args, check=True)
-        want = self._eager(args[:len(args) - getattr(k, "tccd_seeds", 0)])
+        got = self._outputs(key, args, k.run(run_args, check=True))
+        want = self._eager(args)
         for i, (g, w) in enumerate(zip(got, want)):
             if g.shape != w.shape or g.dtype != w.dtype or not torch.allclose(
                     g, w, rtol=1e-4, atol=1e-5, equal_nan=True):
@@ -308,6 +332,7 @@ class _CompiledGraph:
         label = f"python pid {os.getpid()} graph {self.id} ({self.kind})"
         self.base = request_base(self.cfg, self.dynamic, self.fullgraph, label)
         _read_constants_directly(gm)
+        P.splits_to_slices(gm)
         self.n_ops = P.count_ops(gm)
         verdict, trials = P.verdicts(gm, table, self.client, self.base)
         _stats.add(trial_compiles=trials)
@@ -377,6 +402,8 @@ class _CompiledGraph:
         """Compiles every partition whose input shapes are static, in parallel."""
         jobs = []
         for p in self.partitions:
+            if p.kernel_gm is None:
+                continue
             vals = [G.meta_val(n) for i, n in enumerate(
                 [n for n in p.sub_gm.graph.nodes if n.op == "placeholder"]) if i not in p.constants]
             key = CompiledPartition.key_of_vals(vals)
@@ -409,7 +436,7 @@ class _CompiledGraph:
             return _EAGER
         specs = [k[:4] for k in key]
         try:
-            graph, _, fx_nodes = G.build_graph(part.sub_gm, specs, part.constants)
+            graph, _, fx_nodes = G.build_graph(part.kernel_gm, specs, part.constants)
         except G.Unsupported as e:
             self._partition_eager(part, f"cannot encode: {e}")
             return _EAGER
@@ -462,7 +489,7 @@ class _CompiledGraph:
         log.debug("tccd: graph %d %s: %s %s (%d kernels, %.1f ms in the daemon)", self.id,
                   part.name, status, resp.guard_hash[:12], len(resp.manifest.kernels),
                   resp.timings.total_ms)
-        if len(resp.manifest.outputs) != len(part.sub_gm.graph.output_node().args[0]):
+        if len(resp.manifest.outputs) != len(part.kernel_gm.graph.output_node().args[0]):
             raise TccdError(f"{part.name}: manifest has {len(resp.manifest.outputs)} outputs, "
                             "the partition more or fewer", status="INTERNAL", addr=self.cfg.addr)
         return kernel
@@ -585,7 +612,10 @@ def decompositions():
     return table
 
 
-_KEEP_WHOLE = ("aten._scaled_dot_product_flash_attention_for_cpu.default",)
+_KEEP_WHOLE = ("aten._scaled_dot_product_flash_attention_for_cpu.default",
+               # the daemon compiles these whole; decomposed they are
+               # index.Tensor and an accumulating index_put, which it does not
+               "aten.embedding.default", "aten.embedding_dense_backward.default")
 
 
 def _resolve(name):

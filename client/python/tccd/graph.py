@@ -234,16 +234,21 @@ def encode_argument(schema_arg, value, name_of, val_of=meta_val):
 def _encode_list(schema_arg, values, name_of, val_of):
     typ = str(schema_arg.type)
     if not values:
-        if typ.startswith("Tensor"):
+        if typ.startswith("Tensor") or "Tensor" in typ:
             return pb.Argument(as_tensors=pb.TensorList())
         if typ.startswith("float"):
             return pb.Argument(as_floats=pb.FloatList())
         if typ.startswith("bool"):
             return pb.Argument(as_bools=pb.BoolList())
         return pb.Argument(as_ints=pb.IntList())
-    if all(isinstance(v, torch.fx.Node) for v in values):
+    optional = typ in ("Tensor?[]", "List[Optional[Tensor]]")   # None elements ride as ""
+    if all(isinstance(v, torch.fx.Node) or (optional and v is None) for v in values) and any(
+            isinstance(v, torch.fx.Node) for v in values):
         refs = []
         for v in values:
+            if v is None:
+                refs.append(pb.TensorRef(name=""))
+                continue
             if not isinstance(val_of(v), torch.Tensor):
                 raise Unsupported(f"argument {schema_arg.name!r}: a non-tensor in a tensor list")
             refs.append(pb.TensorRef(name=name_of(v)))

@@ -18,10 +18,14 @@
    acyclic groups of supported nodes (single nodes included); each becomes
    a submodule `tccd_<i>` of the graph (fuse_by_partitions).
 4. Views: an op that returns an alias of its input (schema `Tensor(a)`,
-   or kind "view" in the table) may live inside a partition, but its
-   result must not leave it: the kernel would hand back a copy where the
-   program expects a view. Such nodes are marked eager and the partitions
-   are proposed again until none escapes.
+   or kind "view" in the table) may live inside a partition. When its
+   result leaves the partition it must stay a view, not a copy: a plain
+   metadata view (view_source) is handed back by the partition's wrapper
+   as an alias of the kernel's buffer or of the input it views
+   (OutputPlan); any other (a view with a computed argument, a dtype
+   view, a multi-output split still used whole) is marked eager and the
+   partitions are proposed again until none escapes. Splits whose pieces
+   are taken one by one become slices first (splits_to_slices).
 """
 import concurrent.futures
 import logging
@@ -335,7 +339,8 @@ def propose(gm, verdict, table):
             for n in members:
                 if G.is_getitem(n) or not isinstance(n.target, OpOverload):
                     continue
-                if returns_alias(n.target, table) and any(u not in members for u in n.users):
+                if (returns_alias(n.target, table) and view_source(n) is None
+                        and any(u not in members for u in n.users)):
                     escaping.append(n)
         if not escaping:
             return [list(p.nodes) for p in parts]
@@ -368,3 +373,187 @@ def op_names(gm):
                 n.target, "__name__", str(n.target))
             out[k] = out.get(k, 0) + 1
     return out
+
+
+# ------------------------------------------------------------------ splits
+
+_SPLITS = ("aten.split_with_sizes.default", "aten.split.Tensor", "aten.unbind.int")
+
+
+def splits_to_slices(gm):
+    """Rewrites split_with_sizes / split / unbind, whose pieces are taken
+    with getitem, into one slice (select for unbind) per piece used: the
+    same views, as single-output ops the daemon compiles and the wrapper
+    can hand back as aliases. Leaves a split alone when its sizes are not
+    plain ints or its result is used whole. Returns the number rewritten."""
+    aten = torch.ops.aten
+    done = 0
+    for n in list(gm.graph.nodes):
+        if n.op != "call_function" or str(n.target) not in _SPLITS:
+            continue
+        if not n.users or not all(G.is_getitem(u) for u in n.users):
+            continue
+        src = n.args[0]
+        sv = G.meta_val(src)
+        if not isinstance(src, torch.fx.Node) or not isinstance(sv, torch.Tensor):
+            continue
+        rest = list(n.args[1:])
+        kw = dict(n.kwargs)
+        unbind = str(n.target) == "aten.unbind.int"
+        dim = kw.pop("dim", rest[1] if len(rest) > 1 else 0) if not unbind else \
+            kw.pop("dim", rest[0] if rest else 0)
+        if kw or not isinstance(dim, int) or not G.is_concrete(sv):
+            continue
+        dim = dim % sv.dim() if sv.dim() else 0
+        length = int(sv.shape[dim])
+        if unbind:
+            bounds = [(i, None) for i in range(length)]
+        else:
+            arg = rest[0]
+            if isinstance(arg, int):                       # split.Tensor: piece size
+                if arg <= 0:
+                    continue
+                sizes = [min(arg, length - s) for s in range(0, length, arg)] or [0]
+            elif isinstance(arg, (list, tuple)) and all(isinstance(s, int) for s in arg):
+                sizes = list(arg)
+            else:
+                continue
+            starts = [sum(sizes[:i]) for i in range(len(sizes))]
+            bounds = [(s, s + z) for s, z in zip(starts, sizes)]
+        for u in list(n.users):
+            i = u.args[1]
+            with gm.graph.inserting_before(u):
+                if unbind:
+                    piece = gm.graph.call_function(aten.select.int, (src, dim, bounds[i][0]))
+                else:
+                    piece = gm.graph.call_function(aten.slice.Tensor,
+                                                   (src, dim, bounds[i][0], bounds[i][1]))
+            piece.meta = dict(u.meta)
+            u.replace_all_uses_with(piece)
+            gm.graph.erase_node(u)
+        gm.graph.erase_node(n)
+        done += 1
+    if done:
+        gm.graph.lint()
+        gm.recompile()
+    return done
+
+
+# ------------------------------------------------------------------ alias outputs
+
+def view_source(node):
+    """The node whose tensor `node` is a view of, when `node` is a pure
+    metadata view the partition wrapper can re-make over a real buffer: an
+    ATen overload returning one alias of its first argument, reading no
+    other graph value and keeping the dtype. None otherwise."""
+    if node.op != "call_function" or not isinstance(node.target, OpOverload):
+        return None
+    rets = node.target._schema.returns
+    if (len(rets) != 1 or rets[0].alias_info is None or rets[0].alias_info.is_write
+            or str(rets[0].type) != "Tensor"):
+        return None
+    if not node.args or not isinstance(node.args[0], torch.fx.Node):
+        return None
+    src = node.args[0]
+    flat = list(node.args[1:]) + list(node.kwargs.values())
+    while flat:
+        a = flat.pop()
+        if isinstance(a, (list, tuple)):
+            flat.extend(a)
+        elif isinstance(a, (torch.fx.Node, torch.SymInt, torch.SymFloat, torch.SymBool)):
+            return None
+    v, sv = G.meta_val(node), G.meta_val(src)
+    if not isinstance(v, torch.Tensor) or not isinstance(sv, torch.Tensor) or v.dtype != sv.dtype:
+        return None
+    return src
+
+
+class OutputPlan:
+    """How a partition's outputs are made. Most are kernel outputs; an
+    output that is a view (a chain of view_source steps) of a kernel output
+    or of a partition input is handed back as an alias of that buffer, as
+    eager would: its sizes, strides and offset come from replaying the
+    chain on a meta tensor laid out like the real buffer (once per input
+    signature), then one as_strided call per run (Inductor's wrapper does
+    the same with reinterpret_tensor). The kernel computes only
+    `kernel_gm`: the partition with those outputs replaced by their
+    roots and the views nothing else reads removed.
+
+    steps[i] for output i: ("kernel", j), or ("view", source, chain) with
+    source ("kernel", j) or ("input", placeholder index) and chain the view
+    nodes from the root outwards."""
+
+    def __init__(self, sub_gm):
+        graph = sub_gm.graph
+        outs = list(graph.output_node().args[0])
+        placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+        kernel_outs = []
+
+        def kernel_index(n):
+            if n not in kernel_outs:
+                kernel_outs.append(n)
+            return kernel_outs.index(n)
+
+        self.steps = []
+        for o in outs:
+            chain, root = [], o
+            while view_source(root) is not None:
+                chain.append(root)
+                root = view_source(root)
+            if not chain:
+                self.steps.append(("kernel", kernel_index(o)))
+            elif root.op == "placeholder":
+                self.steps.append(("view", ("input", placeholders.index(root)), chain[::-1]))
+            else:
+                self.steps.append(("view", ("kernel", kernel_index(root)), chain[::-1]))
+        self.trivial = kernel_outs == outs
+        self.n_views = sum(1 for s in self.steps if s[0] == "view")
+        if self.trivial:
+            self.kernel_gm = sub_gm
+        elif not kernel_outs:
+            self.kernel_gm = None            # nothing to compute: views of inputs only
+        else:
+            g = torch.fx.Graph()
+            env = {}
+            g.graph_copy(graph, env)
+            g.output(tuple(env[n] for n in kernel_outs))
+            g.eliminate_dead_code()
+            self.kernel_gm = torch.fx.GraphModule(sub_gm, g)
+        self._layouts = {}                   # signature key -> [(sizes, strides, offset)]
+
+    @staticmethod
+    def _replay(chain, base):
+        """The view `chain` applied to a meta tensor laid out like `base`:
+        (sizes, strides, storage offset). Raises RuntimeError when the
+        chain cannot view this layout."""
+        span = 1 + sum((s - 1) * abs(st) for s, st in zip(base.shape, base.stride()))
+        if any(s == 0 for s in base.shape):
+            span = 0
+        meta = torch.empty(base.storage_offset() + span, dtype=base.dtype,
+                           device="meta").as_strided(base.shape, base.stride(),
+                                                     base.storage_offset())
+        v = meta
+        for node in chain:
+            v = node.target(v, *node.args[1:], **node.kwargs)
+        return tuple(v.shape), tuple(v.stride()), v.storage_offset()
+
+    def assemble(self, key, inputs, kernel_outs):
+        """The partition's outputs from the kernel's and the (full,
+        constants included) inputs. Raises RuntimeError when a view cannot
+        be made over these buffers (the caller runs eagerly)."""
+        if self.trivial:
+            return kernel_outs
+        layouts = self._layouts.get(key)
+        bases = [inputs[s[1][1]] if s[0] == "view" and s[1][0] == "input"
+                 else kernel_outs[s[1][1]] if s[0] == "view" else None for s in self.steps]
+        if layouts is None:
+            layouts = [self._replay(s[2], b) if s[0] == "view" else None
+                       for s, b in zip(self.steps, bases)]
+            self._layouts[key] = layouts
+        out = []
+        for s, b, lay in zip(self.steps, bases, layouts):
+            if s[0] == "kernel":
+                out.append(kernel_outs[s[1]])
+            else:
+                out.append(b.as_strided(*lay))
+        return out
