@@ -998,9 +998,20 @@ static void ix_deps(const tcc_ix *x, int row_rank, int *row, int *other, int *va
   ix_deps(x->b, row_rank, row, other, value);
 }
 
+/* Bounds past which ix_range gives up (no int64 overflow below). */
+#define IX_RANGE_LIMIT (INT64_C(1) << 40)
+
+static int ix_range_raw(const tcc_ix *x, const int64_t *ext, int64_t *lo, int64_t *hi);
+
 /* [lo, hi] of x over the variables' extents. Returns 0, or -1 when x
- * cannot be bounded (a tensor value, an unknown variable). */
+ * cannot be bounded (a tensor value, an unknown variable, a bound beyond
+ * IX_RANGE_LIMIT). */
 static int ix_range(const tcc_ix *x, const int64_t *ext, int64_t *lo, int64_t *hi) {
+  if (ix_range_raw(x, ext, lo, hi)) return -1;
+  return *lo < -IX_RANGE_LIMIT || *hi > IX_RANGE_LIMIT ? -1 : 0;
+}
+
+static int ix_range_raw(const tcc_ix *x, const int64_t *ext, int64_t *lo, int64_t *hi) {
   int64_t alo, ahi, blo, bhi;
   switch (x->kind) {
   case TCC_IX_CONST: *lo = *hi = x->c; return 0;
@@ -1013,9 +1024,11 @@ static int ix_range(const tcc_ix *x, const int64_t *ext, int64_t *lo, int64_t *h
     *lo = alo + blo, *hi = ahi + bhi;
     return 0;
   case TCC_IX_MUL:
-    if (ix_range(x->a, ext, &alo, &ahi)) return -1;
-    *lo = x->c >= 0 ? alo * x->c : ahi * x->c;
-    *hi = x->c >= 0 ? ahi * x->c : alo * x->c;
+    if (ix_range(x->a, ext, &alo, &ahi) || __builtin_mul_overflow(alo, x->c, &alo) ||
+        __builtin_mul_overflow(ahi, x->c, &ahi))
+      return -1;
+    *lo = x->c >= 0 ? alo : ahi;
+    *hi = x->c >= 0 ? ahi : alo;
     return 0;
   case TCC_IX_DIV:
   case TCC_IX_MOD:
@@ -1065,12 +1078,12 @@ static void row_load(row_walk *rw, const tcc_vx *e) {
       rowdims |= 1u << d;
       continue;
     }
-    if (ix_range(e->idx[d], rw->ext, &dlo, &dhi)) {
+    if (ix_range(e->idx[d], rw->ext, &dlo, &dhi) || m->strides[d] > IX_RANGE_LIMIT ||
+        __builtin_mul_overflow(dlo, m->strides[d], &dlo) || __builtin_mul_overflow(dhi, m->strides[d], &dhi) ||
+        __builtin_add_overflow(lo, dlo, &lo) || __builtin_add_overflow(hi, dhi, &hi)) {
       w->state = -1;
       return;
     }
-    lo += dlo * m->strides[d];
-    hi += dhi * m->strides[d];
   }
   if (w->state == 0) {
     w->state = 1;
