@@ -11,7 +11,12 @@
  *      load when its expression is deeper than TCC_MAX_EXPR_DEPTH / 2
  *      (which bounds expression depth), or when several kernels read it
  *      and it has more than TCC_MAX_SHARED_INLINE_OPS operations (compute
- *      once, read many).
+ *      once, read many), or when its buffer is stored anyway (a graph
+ *      output, or read by an EXTERN step such as a GEMM), its expression
+ *      has more than TCC_MATERIALIZED_INLINE_OPS operations and the
+ *      consumer cannot merge with it (a reduction, or another iteration
+ *      space): recomputing a GELU backward's tanh inside a bias-grad
+ *      reduction cost more than the whole GEMM it fed.
  *      A producer holding a reduction (REDUCE) is inlined only where the
  *      reduction stays computed once per element of its own result: the
  *      load reads it at plain loop variables of the consumer that form a
@@ -48,7 +53,19 @@ typedef struct fuse_ctx {
   int *producer_kernel;      /* per buffer: the kernel storing producer */
   int *writers;              /* per buffer: number of stores writing it */
   int *readers;              /* per buffer: kernels loading it before fusion */
+  char *stored;              /* per buffer: stored whatever fusion does (an
+                                output, or an EXTERN kernel's operand) */
 } fuse_ctx;
+
+/* Is the current consumer one that cannot merge with the kernel storing
+ * `buf` (a reduction, or a different iteration space)? */
+static int apart_from_producer(const fuse_ctx *fc, int buf) {
+  const tcc_kernel *P = &fc->p->kernels[fc->producer_kernel[buf]], *C = fc->k;
+  if (C->kind != TCC_OPK_POINTWISE || C->rank != P->rank) return 1;
+  for (int d = 0; d < C->rank; d++)
+    if (C->sizes[d] != P->sizes[d]) return 1;
+  return 0;
+}
 
 /* Is store s of kernel k an identity write of its whole buffer? */
 static int identity_store(const tcc_program *p, const tcc_kernel *k, const tcc_store *s) {
@@ -158,6 +175,8 @@ static const tcc_vx *inline_rec(fuse_ctx *fc, tcc_ptrmap *memo, const tcc_vx *e)
     const tcc_vx *prod = e->op == TCC_PRIM_LOAD ? fc->producer[e->buf] : NULL;
     if (prod && prod->depth <= TCC_MAX_EXPR_DEPTH / 2 &&
         (fc->readers[e->buf] <= 1 || prod->ops <= TCC_MAX_SHARED_INLINE_OPS) &&
+        !(fc->stored[e->buf] && prod->ops > TCC_MATERIALIZED_INLINE_OPS &&
+          apart_from_producer(fc, e->buf)) &&
         reduce_inline_ok(fc, prod, r)) {
       r = tcc_vx_subst(p, prod, r->nidx, r->idx);
       if (!r || tcc_kernel_add_nodes(p, fc->kid, fc->producer_kernel[e->buf])) return NULL;
@@ -322,13 +341,20 @@ int tcc_fuse(tcc_program *p, tcc_error *err) {
   if (!fc.producer || !fc.writers || !stamp || !reads || !nreads || !live || !tmp) goto oom;
   fc.readers = tcc_arena_array(p->arena, (size_t)nb + 1, sizeof *fc.readers);
   fc.producer_kernel = tcc_arena_array(p->arena, (size_t)nb + 1, sizeof *fc.producer_kernel);
-  if (!fc.readers || !fc.producer_kernel) goto oom;
-  for (int b = 0; b < nb; b++) stamp[b] = -1;
+  fc.stored = tcc_arena_alloc(p->arena, (size_t)nb + 1);
+  if (!fc.readers || !fc.producer_kernel || !fc.stored) goto oom;
+  for (int b = 0; b < nb; b++) {
+    stamp[b] = -1;
+    fc.stored[b] = p->bufs[b].kind == TCC_BUF_OUTPUT;
+  }
   for (int k = 0; k < nk; k++) {
     for (int s = 0; s < p->kernels[k].nstores; s++) fc.writers[p->kernels[k].stores[s].buf]++;
     int n;
     if (kernel_reads(p, &p->kernels[k], stamp, k, tmp, &reads[k], &n)) goto oom;
-    for (int i = 0; i < n; i++) fc.readers[reads[k][i]]++;
+    for (int i = 0; i < n; i++) {
+      fc.readers[reads[k][i]]++;
+      if (p->kernels[k].kind == TCC_OPK_EXTERN) fc.stored[reads[k][i]] = 1;
+    }
   }
 
   const char *nf = getenv("TCC_NO_FUSION");

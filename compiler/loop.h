@@ -317,6 +317,9 @@ const tcc_vx *tcc_lower_gemm(tcc_lower_ctx *lc, const tcc_vx *a, const tcc_vx *b
  * while its expression has at most this many operations; beyond, it is
  * computed once into a buffer (TorchInductor's realize heuristics). */
 #define TCC_MAX_SHARED_INLINE_OPS 64
+/* ... and one stored anyway is recomputed in a consumer that cannot merge
+ * with it only up to this many operations (fuse.c). */
+#define TCC_MATERIALIZED_INLINE_OPS 8
 /* How far back (in live kernels) fusion looks for a kernel to merge into. */
 #define TCC_FUSE_WINDOW 256
 

@@ -171,6 +171,31 @@ def test_reduction_not_recomputed_per_element():
         assert "#pragma omp simd" not in m.group(1)
 
 
+def test_stored_producer_is_read_not_recomputed_in_a_reduction():
+    """A tanh-GELU backward feeds a GEMM (so it is stored anyway) and a
+    bias-gradient reduction over rows: the reduction reads the stored
+    values instead of recomputing the tanh chain per element; a cheap
+    producer is still inlined."""
+    g = torch.randn(64, 256)
+    x = torch.randn(64, 256)
+    w = torch.randn(256, 32)
+
+    def f(g, x, w):
+        t = torch.tanh(0.79788456 * (x + 0.044715 * x * x * x))
+        dx = g * (0.5 * (1 + t) + 0.5 * x * (1 - t * t) * 0.79788456 * (1 + 0.134145 * x * x))
+        return A.mm.default(dx, w), A.sum.dim_IntList(dx, [0], True), A.sum.dim_IntList(
+            A.mul.Tensor(g, 2.0), [0], True)
+
+    gm = tk.aten_graph(f, [g, x, w])
+    k = tk.compile_fx(gm, [g, x, w], keep_source=True)
+    want = f(g.double(), x.double(), w.double())
+    for got, ref in zip(k(g, x, w), want):
+        torch.testing.assert_close(got.double(), ref, rtol=1e-4, atol=1e-4)
+    # tanhf appears once (the producer), not again in the reduction
+    calls = re.findall(r"tanhf\(", k.source.split("#endif", 1)[1])
+    assert len(calls) == 1, k.source
+
+
 def test_pointwise_chain_is_one_kernel_and_workspace_is_reused():
     x = torch.randn(64, 32)
     w1, w2, w3 = torch.randn(32, 32), torch.randn(32, 32), torch.randn(32, 32)

@@ -211,10 +211,6 @@ def test_integer_division_by_zero_is_an_error():
     k = tk.compile_fx(gm, ins)
     with pytest.raises(RuntimeError):
         k(*ins)
-    gm, ins = tk.op_graph(A.index.Tensor, (x, [None, torch.tensor([1, -5])]))
-    k = tk.compile_fx(gm, ins)
-    with pytest.raises(RuntimeError):
-        k(*ins)
 
 
 @pytest.mark.parametrize("name", COMPARE)
@@ -432,6 +428,10 @@ def test_advanced_index_refusals():
 def test_out_of_range_index_is_an_error():
     x = torch.randn(3, 4)
     gm, ins = tk.op_graph(A.index_select.default, (x, 0, torch.tensor([0, 3])))
+    k = tk.compile_fx(gm, ins)
+    with pytest.raises(RuntimeError):
+        k(*ins)
+    gm, ins = tk.op_graph(A.index.Tensor, (x, [None, torch.tensor([1, -5])]))
     k = tk.compile_fx(gm, ins)
     with pytest.raises(RuntimeError):
         k(*ins)

@@ -211,6 +211,11 @@ class Kernel:
         self.dynamic = bool(self.symbols)
         self._out_ranks = [len(m.sizes) for m in manifest.outputs]
         self._in_dtypes = [PB_TO_TORCH.get(m.dtype) for m in manifest.inputs]
+        # A CUDA artifact (cubin): launched with tcc_cuda_kernel_launch on
+        # a stream, with device pointers (libtccclient's Driver API loader,
+        # in the thread's current context: PyTorch's for its device).
+        self._cuda = _lib.load().tcc_kernel_cuda(handle) or None
+        self.device_type = "cuda" if self._cuda else "cpu"
 
     def __del__(self):
         h = getattr(self, "_h", None)
@@ -224,9 +229,9 @@ class Kernel:
             raise ValueError(f"kernel takes {self.n_inputs} inputs, got {len(inputs)}")
         for i, (t, (sizes, strides, off, dt)) in enumerate(zip(inputs, self.input_specs)):
             got = (tuple(t.shape), t.stride(), t.storage_offset(), t.dtype)
-            if got != (sizes, strides, off, dt) or t.device.type != "cpu":
+            if got != (sizes, strides, off, dt) or t.device.type != self.device_type:
                 raise ValueError(f"input {i}: kernel wants sizes {sizes} strides {strides} "
-                                 f"offset {off} {dt} on cpu, got {got[0]} {got[1]} {got[2]} "
+                                 f"offset {off} {dt} on {self.device_type}, got {got[0]} {got[1]} {got[2]} "
                                  f"{got[3]} on {t.device}")
 
     def bind(self, inputs):
@@ -290,6 +295,8 @@ class Kernel:
             return self._run_dynamic(inputs)
         if check:
             self.check_inputs(inputs)
+        if self._cuda:
+            return self._run_cuda(inputs)
         outs = [torch.empty_strided(s, st, dtype=dt) for s, st, dt in self.output_specs]
         ins = self._in_t(*[t.data_ptr() - t.storage_offset() * t.element_size() for t in inputs])
         outp = self._out_t(*[o.data_ptr() for o in outs])
@@ -303,3 +310,51 @@ class Kernel:
         if rc:
             raise error_for(rc, err.message, addr=self.addr, what="run", default=TccdKernelError)
         return outs
+
+    # ---------------------------------------------------------------- CUDA
+
+    def launch_cuda(self, in_ptrs, out_ptrs, workspace_ptr, stream):
+        """Launches a CUDA kernel's plan on `stream` (a CUstream as an int;
+        0 = the legacy default stream) with device pointers: each input's
+        storage base (data_ptr - storage_offset * element size), each
+        output, the workspace (Manifest.workspace_bytes; 0 when none).
+        Asynchronous. Raises TccdKernelError."""
+        if not self._cuda:
+            raise TccdKernelError("not a CUDA kernel", status="INVALID_ARGUMENT",
+                                  addr=self.addr, what="run")
+        ins = self._in_t(*in_ptrs)
+        outs = self._out_t(*out_ptrs)
+        err = _lib.thread_error()
+        rc = _lib.load().tcc_cuda_kernel_launch(self._cuda, stream or None, ins, outs,
+                                                workspace_ptr or None, err.ptr)
+        if rc:
+            raise error_for(rc, err.message, addr=self.addr, what="run", default=TccdKernelError)
+
+    def _run_cuda(self, inputs):
+        """Outputs and workspace on the inputs' device, launched on
+        PyTorch's current stream there (ordered with the eager ops around
+        it, like any CUDA op)."""
+        device = inputs[0].device if inputs else torch.device("cuda", torch.cuda.current_device())
+        outs = [torch.empty_strided(s, st, dtype=dt, device=device)
+                for s, st, dt in self.output_specs]
+        ws = None
+        if self.workspace_bytes:
+            ws = torch.empty(self.workspace_bytes, dtype=torch.uint8, device=device)
+        stream = torch.cuda.current_stream(device).cuda_stream
+        self.launch_cuda([t.data_ptr() - t.storage_offset() * t.element_size() for t in inputs],
+                         [o.data_ptr() for o in outs], ws.data_ptr() if ws is not None else 0,
+                         stream)
+        return outs
+
+
+def cuda_device_arch(index=0):
+    """The arch ("sm_90") and name of CUDA device `index`, as libtccclient's
+    Driver API loader sees it. Raises TccdError (FAILED_PRECONDITION: no
+    driver or no device)."""
+    arch = ctypes.create_string_buffer(16)
+    name = ctypes.create_string_buffer(256)
+    err = _lib.Error()
+    rc = _lib.load().tcc_cuda_device_arch(int(index), arch, name, len(name), err.ptr)
+    if rc:
+        raise error_for(rc, err.message, what="cuda")
+    return arch.value.decode(), name.value.decode(errors="replace")

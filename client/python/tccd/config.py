@@ -13,6 +13,7 @@ and the environment.
 | artifact_dir       | TCCD_ARTIFACT_DIR        | none (no local artifact cache) |
 | cpu_isa            | TCCD_CPU_ISA             | "auto" (this host's x86-64 level) |
 | ops                | TCCD_OPS                 | "auto": the Ops RPC, else trial compiles ("probe") |
+| cuda               | TCCD_CUDA                | "eager": graphs on CUDA tensors run eagerly; "compile": compiled for the device's arch (NVRTC cubin) and launched on the current stream |
 
 The environment is read when a backend is made (tccd.backend(...)) or,
 for torch.compile(backend="tccd"), when Dynamo hands over a graph.
@@ -25,6 +26,7 @@ from .dtypes import MODES
 
 FALLBACKS = ("raise", "eager")
 OPS_SOURCES = ("auto", "rpc", "probe")
+CUDA_MODES = ("eager", "compile")
 
 
 def _env_int(name, default):
@@ -77,6 +79,7 @@ class Config:
     artifact_dir: object = None
     cpu_isa: str = ""
     ops: str = "auto"
+    cuda: str = "eager"
 
     @staticmethod
     def make(**kw):
@@ -102,6 +105,7 @@ class Config:
             artifact_dir=kw.pop("artifact_dir", None) or os.environ.get("TCCD_ARTIFACT_DIR") or None,
             cpu_isa=kw.pop("cpu_isa", None) or os.environ.get("TCCD_CPU_ISA") or "auto",
             ops=kw.pop("ops", None) or os.environ.get("TCCD_OPS") or "auto",
+            cuda=kw.pop("cuda", None) or os.environ.get("TCCD_CUDA") or "eager",
         )
         if cfg.mode not in MODES:
             raise ValueError(f"tccd: unknown mode {cfg.mode!r}; expected one of {', '.join(MODES)}")
@@ -109,6 +113,8 @@ class Config:
             raise ValueError(f"tccd: fallback must be one of {FALLBACKS}, got {cfg.fallback!r}")
         if cfg.ops not in OPS_SOURCES:
             raise ValueError(f"tccd: ops must be one of {OPS_SOURCES}, got {cfg.ops!r}")
+        if cfg.cuda not in CUDA_MODES:
+            raise ValueError(f"tccd: cuda must be one of {CUDA_MODES}, got {cfg.cuda!r}")
         if cfg.deadline_ms <= 0 or cfg.connect_timeout_ms <= 0:
             raise ValueError("tccd: deadline_ms and connect_timeout_ms must be positive")
         if cfg.cpu_isa == "auto":

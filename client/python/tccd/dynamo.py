@@ -81,16 +81,24 @@ def client_for(cfg):
         return _clients.setdefault(key, c)
 
 
-def request_base(cfg, dynamic, fullgraph, label):
-    """A CompileRequest with target, options and client label (no graph)."""
+def request_base(cfg, dynamic, fullgraph, label, cuda_arch=None):
+    """A CompileRequest with target (the CPU, or the CUDA arch given),
+    options and client label (no graph)."""
+    target = (pb.Target(device=pb.CUDA, cuda_arch=cuda_arch) if cuda_arch
+              else pb.Target(device=pb.CPU, cpu_isa=cfg.cpu_isa))
     return pb.CompileRequest(
-        target=pb.Target(device=pb.CPU, cpu_isa=cfg.cpu_isa),
+        target=target,
         options=pb.Options(mode=mode_to_pb(cfg.mode), dynamic=bool(dynamic),
                            fullgraph=bool(fullgraph)),
         client=label)
 
 
 # ------------------------------------------------------------------ partitions
+
+def _device_type(t):
+    """t.device.type, without making a torch.device for the usual two."""
+    return "cpu" if t.is_cpu else "cuda" if t.is_cuda else t.device.type
+
 
 _EAGER = object()      # kernel-table entry: this signature runs eagerly
 _ALL_EAGER = object()  # _build's answer when the whole graph runs eagerly
@@ -143,7 +151,8 @@ class CompiledPartition(torch.nn.Module):
     def __call__(self, *args):
         if self.eager_reason is not None:
             return self._eager(args)
-        key = tuple((a.dtype, a.shape, a.stride(), a.storage_offset(), a.is_cpu) for a in args)
+        key = tuple((a.dtype, a.shape, a.stride(), a.storage_offset(), _device_type(a))
+                    for a in args)
         if self.kernel_gm is None:                # only views of the inputs
             if self._kernels.get(key) is _EAGER:
                 return self._eager(args)
@@ -157,7 +166,8 @@ class CompiledPartition(torch.nn.Module):
             return self._eager(args)
         run_args = args
         if getattr(k, "tccd_seeds", 0):   # random ops: fresh seed tensors as extra inputs
-            run_args = tuple(args) + tuple(G.fresh_seeds(k.tccd_seeds))
+            run_args = tuple(args) + tuple(G.fresh_seeds(
+                k.tccd_seeds, args[0].device if args else self.owner.device))
         if _CHECK:
             return self._checked(k, key, args, run_args)
         return self._outputs(key, args, k.run(run_args, check=False))
@@ -226,7 +236,7 @@ class CompiledPartition(torch.nn.Module):
         for v in vals:
             if not isinstance(v, torch.Tensor) or not G.is_concrete(v):
                 return None
-            key.append((v.dtype, v.shape, v.stride(), v.storage_offset(), v.device.type == "cpu"))
+            key.append((v.dtype, v.shape, v.stride(), v.storage_offset(), v.device.type))
         return tuple(key)
 
 
@@ -252,6 +262,8 @@ class _CompiledGraph:
         self.record = None
         self.reasons = {}
         self.n_ops = 0
+        self.device = "cpu"              # the target: "cpu", or "cuda" (cfg.cuda="compile")
+        self.cuda_index = None
         self._built = None
         self._pristine = None
         self._learned = False
@@ -319,22 +331,33 @@ class _CompiledGraph:
         compiled yet). Every daemon call that can fail comes before the
         graph is changed. Returns the boxed runner, or _ALL_EAGER."""
         gm = self.gm
-        for n in gm.graph.nodes:
-            if n.op != "placeholder":
-                continue
-            v = G.meta_val(n)
-            if isinstance(v, torch.Tensor) and v.device.type != "cpu":
-                self._account_eager(f"{v.device.type} tensors: tccd has no {v.device.type} "
-                                    "target yet")
+        devices = {G.meta_val(n).device for n in gm.graph.nodes if n.op == "placeholder"
+                   and isinstance(G.meta_val(n), torch.Tensor)}
+        kinds = {d.type for d in devices}
+        cuda_arch = None
+        if kinds - {"cpu"}:
+            if kinds != {"cuda"} or len(devices) != 1:
+                what = ", ".join(sorted(kinds))
+                self._account_eager(f"{what} tensors: tccd compiles graphs whose tensors are "
+                                    "all on the CPU or all on one CUDA device")
                 return _ALL_EAGER
+            if self.cfg.cuda != "compile":
+                self._account_eager("cuda tensors run eagerly unless cuda='compile' "
+                                    "(TCCD_CUDA=compile)")
+                return _ALL_EAGER
+            from .client import cuda_device_arch
+
+            self.device = "cuda"
+            self.cuda_index = next(iter(devices)).index or 0
+            cuda_arch = cuda_device_arch(self.cuda_index)[0]
         self.client = client_for(self.cfg)
-        table = P.op_table(self.client, self.cfg)
+        table = P.op_table(self.client, self.cfg, pb.CUDA if cuda_arch else pb.CPU)
         label = f"python pid {os.getpid()} graph {self.id} ({self.kind})"
-        self.base = request_base(self.cfg, self.dynamic, self.fullgraph, label)
+        self.base = request_base(self.cfg, self.dynamic, self.fullgraph, label, cuda_arch)
         _read_constants_directly(gm)
         P.splits_to_slices(gm)
         self.n_ops = P.count_ops(gm)
-        verdict, trials = P.verdicts(gm, table, self.client, self.base)
+        verdict, trials = P.verdicts(gm, table, self.client, self.base, self.device)
         _stats.add(trial_compiles=trials)
         parts = P.propose(gm, verdict, table)
         self._pristine = copy.deepcopy(gm)
@@ -432,11 +455,11 @@ class _CompiledGraph:
         """Compiles `part` for signature `key`: a Kernel, or _EAGER when the
         daemon cannot compile it (UNIMPLEMENTED) or, with fallback="eager",
         when compiling fails."""
-        if not all(k[4] for k in key):
+        if not all(k[4] == self.device for k in key):
             return _EAGER
         specs = [k[:4] for k in key]
         try:
-            graph, _, fx_nodes = G.build_graph(part.kernel_gm, specs, part.constants)
+            graph, _, fx_nodes = G.build_graph(part.kernel_gm, specs, part.constants, self.device)
         except G.Unsupported as e:
             self._partition_eager(part, f"cannot encode: {e}")
             return _EAGER
@@ -459,7 +482,7 @@ class _CompiledGraph:
                       resp.guard_hash[:12], ", ".join(kernel.symbols) or "(none)")
             return kernel
         try:
-            kernel, resp = self.client.get_kernel(req)
+            kernel, resp = self._get_kernel(req)
         except (TccdUnsupported, TccdCompileError) as e:
             if e.status not in ("UNIMPLEMENTED", "INVALID_ARGUMENT"):
                 if self.cfg.fallback != "eager":
@@ -513,7 +536,7 @@ class _CompiledGraph:
             if any(names):
                 by_name[name].meta.sym_sizes.extend(names)
         try:
-            kernel, resp = self.client.get_kernel(dreq)
+            kernel, resp = self._get_kernel(dreq)
         except (TccdUnsupported, TccdCompileError) as e:
             if e.status not in ("UNIMPLEMENTED", "INVALID_ARGUMENT", "FAILED_PRECONDITION"):
                 raise
@@ -524,6 +547,15 @@ class _CompiledGraph:
         # A static kernel comes back when every symbolic dim is 0 or 1 here
         # (specialised, as in Dynamo): it serves this signature.
         return kernel, resp
+
+    def _get_kernel(self, req):
+        """Compile + fetch + load. A CUDA artifact loads into the calling
+        thread's current context, so it is made PyTorch's for the graph's
+        device first (compiles run on worker threads)."""
+        if self.device != "cuda" or not torch.cuda.is_available():
+            return self.client.get_kernel(req)
+        with torch.cuda.device(self.cuda_index):
+            return self.client.get_kernel(req)
 
     def _compile_failed(self, part, e):
         """fallback="eager": a failed compile warns and runs the partition eagerly."""
@@ -687,10 +719,10 @@ class Backend:
 
 def backend(*, addr=None, mode=None, dynamic=None, fullgraph=None, fallback=None,
             deadline_ms=None, connect_timeout_ms=None, artifact_dir=None, cpu_isa=None,
-            ops=None):
+            ops=None, cuda=None):
     """A tccd backend with options (see tccd.config for each and its env
     variable); None = the environment's or the built-in default."""
     kw = dict(addr=addr, mode=mode, dynamic=dynamic, fullgraph=fullgraph, fallback=fallback,
               deadline_ms=deadline_ms, connect_timeout_ms=connect_timeout_ms,
-              artifact_dir=artifact_dir, cpu_isa=cpu_isa, ops=ops)
+              artifact_dir=artifact_dir, cpu_isa=cpu_isa, ops=ops, cuda=cuda)
     return Backend(**{k: v for k, v in kw.items() if v is not None})

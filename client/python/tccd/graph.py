@@ -379,14 +379,15 @@ def _constant_bytes(t):
 SEEDED_OPS = ("aten.native_dropout.default",)
 
 
-def _add_seed(g, node, node_pb, seeds):
+def _add_seed(g, node, node_pb, seeds, device="cpu"):
     if node_pb.target not in SEEDED_OPS:
         return
     train = node.kwargs.get("train", node.args[2] if len(node.args) > 2 else None)
     if train is False:
         return
     name = f"{node.name}__seed"
-    g.values.append(pb.TensorValue(name=name, meta=tensor_meta(torch.int64, (), ())))
+    g.values.append(pb.TensorValue(name=name, meta=tensor_meta(torch.int64, (), (),
+                                                               device=device)))
     seeds.append(name)     # graph inputs after every placeholder
     node_pb.inputs.append(pb.NamedArgument(name="seed",
                                            arg=pb.Argument(as_tensor=pb.TensorRef(name=name))))
@@ -397,19 +398,24 @@ def seed_count(graph, input_specs):
     return len(graph.inputs) - len(input_specs)
 
 
-def fresh_seeds(n):
+def fresh_seeds(n, device="cpu"):
     """n fresh seed tensors from torch's default generator (so
-    torch.manual_seed makes compiled runs reproducible)."""
-    return [torch.randint(0, 1 << 62, (), dtype=torch.int64) for _ in range(n)]
+    torch.manual_seed makes compiled runs reproducible), on `device`."""
+    return [torch.randint(0, 1 << 62, (), dtype=torch.int64, device=device) for _ in range(n)]
 
 
-def build_graph(gm, input_specs, constants=None):
+def build_graph(gm, input_specs, constants=None, device="cpu"):
     """tcc.v1.Graph for partition `gm` with its non-constant placeholders
     laid out as `input_specs` ([(dtype, sizes, strides, offset)]) and
-    `constants` ({placeholder index: tensor}) baked in. Returns
+    `constants` ({placeholder index: tensor}) baked in, every value on
+    `device` ("cpu" or "cuda": the target's). Returns
     (graph, output fake values, the fx node of each Graph.nodes entry).
     Raises Unsupported."""
     constants = constants or {}
+
+    def _meta(*a):
+        return tensor_meta(*a, device=device)
+
     env = propagate(gm, input_specs, constants)
     g = pb.Graph()
     fx_nodes = []         # the fx node behind each g.nodes entry
@@ -425,7 +431,7 @@ def build_graph(gm, input_specs, constants=None):
         g.values.append(pb.TensorValue(name=name, meta=meta))
 
     def add_constant(name, t):
-        add_value(name, tensor_meta(t.dtype, t.shape, contiguous_strides(t.shape)))
+        add_value(name, _meta(t.dtype, t.shape, contiguous_strides(t.shape)))
         g.constants.append(pb.Constant(name=name, data=_constant_bytes(t)))
         return name
 
@@ -439,11 +445,11 @@ def build_graph(gm, input_specs, constants=None):
             names[n] = n.name
             if i in constants:
                 c = constants[i]
-                add_value(n.name, tensor_meta(c.dtype, c.shape, contiguous_strides(c.shape)))
+                add_value(n.name, _meta(c.dtype, c.shape, contiguous_strides(c.shape)))
                 g.constants.append(pb.Constant(name=n.name, data=_constant_bytes(c)))
             else:
                 dtype, sizes, strides, offset = next(it)[:4]
-                add_value(n.name, tensor_meta(dtype, sizes, strides, offset))
+                add_value(n.name, _meta(dtype, sizes, strides, offset))
                 g.inputs.append(n.name)
         elif n.op == "call_function" and is_getitem(n):
             src, idx = n.args
@@ -455,7 +461,7 @@ def build_graph(gm, input_specs, constants=None):
             if isinstance(val, torch.Tensor):
                 outs = [n.name]
                 names[n] = n.name
-                add_value(n.name, tensor_meta(val.dtype, val.shape, _out_strides(val, meta_val(n))))
+                add_value(n.name, _meta(val.dtype, val.shape, _out_strides(val, meta_val(n))))
             elif isinstance(val, (tuple, list)):
                 outs = [""] * len(val)
                 for u in n.users:
@@ -470,12 +476,12 @@ def build_graph(gm, input_specs, constants=None):
                     if o:
                         if not isinstance(v, torch.Tensor):
                             raise Unsupported(f"{n.name}: non-tensor output")
-                        add_value(o, tensor_meta(v.dtype, v.shape, _out_strides(v, tv)))
+                        add_value(o, _meta(v.dtype, v.shape, _out_strides(v, tv)))
                 multi[n] = outs
             else:
                 raise Unsupported(f"{n.name} produces a {type(val).__name__}")
             node_pb, _ = encode_node(n, name_of, outs, env.get, add_constant)
-            _add_seed(g, n, node_pb, seeds)
+            _add_seed(g, n, node_pb, seeds, device)
             g.nodes.append(node_pb)
             fx_nodes.append(n)
         elif n.op == "output":

@@ -189,7 +189,8 @@ def _probe(client, request_base, node, overload):
     """Trial-compiles one node; returns (ok, reason)."""
     try:
         gm, specs = _probe_graph(node)
-        graph = G.build_graph(gm, specs)[0]
+        device = "cuda" if request_base.target.device == pb.CUDA else "cpu"
+        graph = G.build_graph(gm, specs, device=device)[0]
     except (G.Unsupported, RuntimeError, TypeError, ValueError) as e:
         return False, f"cannot build a trial graph: {e}"
     req = pb.CompileRequest()
@@ -231,8 +232,9 @@ def returns_alias(overload, table):
     return any(r.alias_info is not None for r in overload._schema.returns)
 
 
-def static_verdict(node, table):
-    """(overload or None, reason): whether `node` may be sent at all."""
+def static_verdict(node, table, device="cpu"):
+    """(overload or None, reason): whether `node` may be sent at all (its
+    tensors all on `device`, the graph's)."""
     target = node.target
     if not isinstance(target, OpOverload):
         return None, "not an ATen overload"
@@ -248,8 +250,8 @@ def static_verdict(node, table):
             return None, f"reads a {type(v).__name__} computed in the graph"
         ins.append(v)
     for t in ins + outs:
-        if t.device.type != "cpu":
-            return None, f"{t.device.type} tensors run eagerly (tccd has no {t.device.type} target yet)"
+        if t.device.type != device:
+            return None, f"a {t.device.type} tensor in a {device} graph"
         if dtype_to_pb(t.dtype) is None:
             return None, f"dtype {t.dtype}"
         if table.source == "rpc" and t.dtype not in table.dtypes:
@@ -263,7 +265,7 @@ def static_verdict(node, table):
     return overload, ""
 
 
-def verdicts(gm, table, client=None, request_base=None):
+def verdicts(gm, table, client=None, request_base=None, device="cpu"):
     """({node: (ok, reason)} for every call_function node of gm, number of
     trial compiles made)."""
     out = {}
@@ -272,7 +274,7 @@ def verdicts(gm, table, client=None, request_base=None):
     for n in gm.graph.nodes:
         if n.op != "call_function" or G.is_getitem(n):
             continue
-        overload, reason = static_verdict(n, table)
+        overload, reason = static_verdict(n, table, device)
         if overload is not None and client is not None:
             why = rejected(client.addr, n, overload)
             if why is not None:

@@ -1,0 +1,57 @@
+"""Child process of test_cuda.py: a graph on (fake) CUDA tensors through the
+backend's setup, against libtccclient bound to the recording fake libcuda
+($TCC_CUDA_LIBRARY) and fake libcublas; prints a JSON report."""
+import ctypes
+import json
+import os
+import sys
+
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.fx.experimental.proxy_tensor import make_fx
+
+sys.path.insert(0, os.environ["TCCD_PKG"])
+from tccd import _lib, config, dynamo  # noqa: E402
+
+
+def f(x, y, w):
+    h = torch.sin(x) * y + 1
+    return h, torch.relu(h @ w), h.t()
+
+
+with FakeTensorMode(allow_non_fake_inputs=False):
+    args = (torch.empty(8, 16, device="cuda"), torch.empty(8, 16, device="cuda"),
+            torch.empty(16, 4, device="cuda"))
+    gm = make_fx(f)(*args)
+
+cfg = config.Config.make(cuda="compile")
+cg = dynamo._CompiledGraph(gm, "inference", cfg, False, False)
+cg._built = cg._build()
+cg._precompile()
+report = {"device": cg.device, "target": cg.base.target.cuda_arch,
+          "partitions": len(cg.partitions), "kernels": []}
+fake = ctypes.CDLL(os.environ["TCC_CUDA_LIBRARY"])
+fake.fake_cuda_events.restype = ctypes.c_char_p
+lib = _lib.load()
+lib.tcc_cuda_stream_create.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p]
+for p in cg.partitions:
+    report["views"] = p.plan.n_views
+    for k in p._kernels.values():
+        # the fake driver's device memory is host memory: host buffers stand in
+        ins = [torch.randn(s, dtype=dt) for s, _, _, dt in k.input_specs]
+        outs = [torch.empty_strided(s, st, dtype=dt) for s, st, dt in k.output_specs]
+        ws = torch.empty(max(k.workspace_bytes, 1), dtype=torch.uint8)
+        stream = ctypes.c_void_p()
+        err = _lib.Error()
+        assert lib.tcc_cuda_stream_create(0, ctypes.byref(stream), err.ptr) == 0, err.message
+        fake.fake_cuda_reset()
+        k.launch_cuda([t.data_ptr() for t in ins], [o.data_ptr() for o in outs], ws.data_ptr(),
+                      stream.value)
+        report["kernels"].append({
+            "device_type": k.device_type, "target": k.manifest.target,
+            "names": [x.name for x in k.manifest.kernels],
+            "kinds": [x.kind for x in k.manifest.kernels],
+            "inputs": ["%x" % t.data_ptr() for t in ins],
+            "outputs": ["%x" % o.data_ptr() for o in outs],
+            "events": fake.fake_cuda_events().decode().splitlines()})
+print("REPORT " + json.dumps(report))
