@@ -5,7 +5,7 @@ for a GPU in the benchmark children: its clock advances by a programmed
 time per launch (FAKE_CUDA_LAUNCH_US, by kernel name and block size), so
 the test decides which candidate is fastest and checks that the served
 artifact's launch geometry is that candidate's; candidates that crash,
-fail to launch (FAKE_CUDA_LAUNCH_FAIL) or compute a wrong answer
+hang, fail to launch (FAKE_CUDA_LAUNCH_FAIL) or compute a wrong answer
 (TCCD_BENCH_FAULT, test-only) are discarded and counted like CPU ones;
 the tuning record is reused with zero benchmarks; and a daemon whose
 driver has no device, or only one of another arch, stores the entry
@@ -84,21 +84,23 @@ def test_fastest_candidate_is_served_and_its_record_reused(daemon_factory, tmp_p
 
 def test_failing_candidates_are_discarded(daemon_factory, tmp_path):
     # 512 threads would win (candidates 2 and 5), 128 (candidate 1) next;
-    # candidate 2 crashes, 5 computes a wrong answer, and every launch
-    # with 1024 threads (candidate 3) fails: candidate 1 wins.
+    # candidate 2 crashes, 5 computes a wrong answer, 6 hangs (killed at
+    # --autotune-timeout-ms), and every launch with 1024 threads
+    # (candidate 3) fails: candidate 1 wins.
     env = fake_gpu(FAKE_CUDA_LAUNCH_US="k0@b512=5,k0@b128=20,k0=40", FAKE_CUDA_LAUNCH_FAIL="k0@b1024",
-                   TCCD_BENCH_FAULT="crash=2,wrong=5")
-    d = daemon_factory(extra_args=FAST, env=env).start()
+                   TCCD_BENCH_FAULT="crash=2,wrong=5,hang=6")
+    d = daemon_factory(extra_args=["--autotune-reps", "3", "--autotune-timeout-ms", "3000"], env=env).start()
     r = compile_cuda(d, tmp_path, "t.json", softmax_req())
     assert blocks(r) == {"k0": 128}, r["manifest"]["kernels"]
     s = d.stats()
     assert s["autotune_runs"] == 1
-    assert s["autotune_crashed"] == 2 and s["autotune_wrong"] == 1 and s["autotune_timeouts"] == 0, s
-    assert s["autotune_discarded"] == 3 and s["autotune_candidates"] == 12, s
+    assert s["autotune_crashed"] == 2 and s["autotune_wrong"] == 1 and s["autotune_timeouts"] == 1, s
+    assert s["autotune_discarded"] == 4 and s["autotune_candidates"] == 12, s
     log = d.read_log()
     assert "candidate 2 (" in log and "discarded: crashed" in log
     assert "candidate 3 (" in log and "cuLaunchKernel" in log
     assert "candidate 5 (" in log and "discarded: wrong output" in log
+    assert "candidate 6 (" in log and "discarded: timed out" in log
     assert "k0 (reduction) -> candidate 1 (" in log
     assert d.tcctl("health", json_out=False).strip() != ""
     assert d.stop() == 0
