@@ -50,7 +50,8 @@ static const char usage_text[] =
     "                               cache entries, most recent first\n"
     "  show HASH [--dot]            one cache entry, its manifest and kernels;\n"
     "                               --dot: the kernel grouping as Graphviz\n"
-    "  evict HASH                   remove one cache entry\n"
+    "  evict HASH                   remove one cache entry (and its shared\n"
+    "                               copy when tccd uses --redis)\n"
     "  gc [--max-bytes N]           evict down to N bytes (K/M/G suffixes;\n"
     "                               default: the daemon's --cache-max-bytes)\n"
     "  compile FILE [--target T]    compile a tcc.v1.CompileRequest in protobuf\n"
@@ -768,23 +769,47 @@ static int cmd_show(tcctl *t) {
 
 /* ------------------------------------------------------------ evict */
 
+/* With a remote tier the daemon deletes the hash's shared keys too; a
+ * Redis that could not delete them makes the exit status 1 (after the
+ * result), the local eviction having happened all the same. */
 static int cmd_evict(tcctl *t) {
   char *pos[1];
   if (split_args(t, NULL, NULL, pos, 1) != 1) usage_error("evict needs a HASH");
   char hash[TCC_SHA256_HEX];
   if (connect_client(t)) return fail_err(t);
   if (resolve_hash(t, pos[0], hash)) return 1;
-  int evicted = 0;
-  if (tcc_client_evict(t->client, hash, &evicted, &t->err)) return fail_err(t);
-  if (!evicted) return failf(t, TCC_E_NOT_FOUND, "no cache entry %s", hash);
+  Tcc__V1__EvictRequest req = TCC__V1__EVICT_REQUEST__INIT;
+  req.guard_hash = hash;
+  Tcc__V1__EvictResponse *r;
+  if (tcc_client_call_message(t->client, TCC_METHOD_EVICT, &req.base, &tcc__v1__evict_response__descriptor,
+                              (ProtobufCMessage **)&r, 0, &t->err))
+    return fail_err(t);
+  if (!r->evicted && !r->n_remote_removed && !r->remote_error[0]) {
+    tcc__v1__evict_response__free_unpacked(r, NULL);
+    return failf(t, TCC_E_NOT_FOUND, "no cache entry %s", hash);
+  }
+  char removed[64] = "";
+  for (size_t i = 0; i < r->n_remote_removed; i++)
+    snprintf(removed + strlen(removed), sizeof removed - strlen(removed), "%s%s", i ? ", " : "", r->remote_removed[i]);
+  int rc = 0;
   if (t->json) {
     cJSON *doc = cJSON_CreateObject();
     cJSON_AddStringToObject(doc, "guard_hash", hash);
-    cJSON_AddBoolToObject(doc, "evicted", 1);
-    return print_json(t, doc);
+    cJSON_AddBoolToObject(doc, "evicted", r->evicted);
+    cJSON_AddBoolToObject(doc, "remote_enabled", r->remote_enabled);
+    cJSON *arr = cJSON_AddArrayToObject(doc, "remote_removed");
+    for (size_t i = 0; i < r->n_remote_removed; i++) cJSON_AddItemToArray(arr, cJSON_CreateString(r->remote_removed[i]));
+    cJSON_AddStringToObject(doc, "remote_error", r->remote_error);
+    rc = print_json(t, doc);
+  } else {
+    printf(r->evicted ? "evicted %s\n" : "no local entry for %s\n", hash);
+    if (r->remote_enabled && !r->remote_error[0])
+      printf(r->n_remote_removed ? "redis: removed %s\n" : "redis: nothing stored for it\n", removed);
   }
-  printf("evicted %s\n", hash);
-  return 0;
+  if (r->remote_error[0])
+    rc = failf(t, TCC_E_UNAVAILABLE, "%s; the shared copy in redis was not removed", r->remote_error);
+  tcc__v1__evict_response__free_unpacked(r, NULL);
+  return rc;
 }
 
 /* ------------------------------------------------------------ gc */

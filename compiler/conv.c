@@ -23,10 +23,17 @@
  * Backward (convolution_backward, per output_mask):
  *   grad_weight = gy^T . col^T per group (GEMM over J = N*O; gy packed once
  *                 into [G, Cog, N, o..]),
- *   grad_input  = col2im(W^T . gy): dcol[g, kk, j] by GEMM, then a gather
- *                 kernel: gx[n, c, h..] = sum over the kernel taps k of
- *                 dcol[.., (h + p - k*d)/s] where that divides and is in
- *                 range (no scatter, no atomics),
+ *   grad_input  = for stride 1, a convolution of gy with W's taps
+ *                 mirrored: gcol[g, co, k.., n, h..] = gy[n, g*Cog+co,
+ *                 h + p - k*d] (0 outside; a pointwise packing kernel, the
+ *                 inner dim contiguous), then GEMM gx[g, ci, (n, h..)] =
+ *                 sum_(co, k..) W[g*Cog+co, ci, k..] gcol, then the
+ *                 epilogue. Other strides: col2im(W^T . gy): dcol[g, kk,
+ *                 j] by GEMM, then a gather kernel: gx[n, c, h..] = sum
+ *                 over the kernel taps k of dcol[.., (h + p - k*d)/s]
+ *                 where that divides and is in range (no scatter, no
+ *                 atomics; its index arithmetic does not vectorize, which
+ *                 made it most of a ResNet step),
  *   grad_bias   = a reduction of gy over n and o.
  *
  * The temporaries (col, packed gy, GEMM results) are ordinary TEMP
@@ -398,6 +405,63 @@ int tcc_lower_conv(tcc_lower_ctx *lc, const tcc_node *n, tcc_error *err) {
   return put(lc, n, 0, y, err);
 }
 
+/* grad_input of a stride-1 convolution as a convolution of gy (file
+ * header): the packed gy taps, one GEMM, the epilogue into output 0. */
+static int grad_input_unit_stride(tcc_lower_ctx *lc, const tcc_node *n, const conv_geom *cg,
+                                  int wv, int gv, tcc_dtype dt, tcc_error *err) {
+  tcc_program *p = lc->prog;
+  int S = cg->S;
+  /* gcol [G, Cog, k.., N, h..] */
+  int64_t sizes[TCC_MAX_DIMS], kks[TCC_MAX_DIMS], hs[TCC_MAX_DIMS];
+  sizes[0] = cg->G;
+  sizes[1] = cg->Cog;
+  sizes[2 + S] = cg->N;
+  kks[0] = cg->Cog;
+  hs[0] = cg->N;
+  int64_t H = 1;
+  for (int d = 0; d < S; d++) {
+    sizes[2 + d] = kks[1 + d] = cg->k[d];
+    sizes[3 + S + d] = hs[1 + d] = cg->in[d];
+    H *= cg->in[d];
+  }
+  const tcc_ix *gi[TCC_MAX_DIMS];
+  const tcc_vx *ok = NULL;
+  gi[0] = tcc_ix_var(p, 2 + S);
+  gi[1] = grouped(p, cg, tcc_ix_var(p, 0), tcc_ix_var(p, 1), cg->Cog);
+  for (int d = 0; d < S; d++) {
+    /* o = h + p - k*d, in [0, o_size) */
+    const tcc_ix *e = tcc_ix_add(p, tcc_ix_add(p, tcc_ix_var(p, 3 + S + d),
+                                               tcc_ix_mul(p, tcc_ix_var(p, 2 + d), -cg->d[d])),
+                                 tcc_ix_const(p, cg->p[d]));
+    const tcc_vx *ev = tcc_vx_index(p, e);
+    const tcc_vx *c = tcc_vx_pred(p, TCC_PRIM_AND, tcc_vx_pred(p, TCC_PRIM_GE, ev, icst(p, 0)),
+                                  tcc_vx_pred(p, TCC_PRIM_LT, ev, icst(p, cg->o[d])));
+    ok = ok ? tcc_vx_pred(p, TCC_PRIM_AND, ok, c) : c;
+    gi[2 + d] = tcc_ix_clamp(p, e, cg->o[d]);
+  }
+  const tcc_vx *v = tcc_vx_where(p, ok, read(lc, gv, gi, dt), cst(p, dt, 0));
+  int gcol = pack(lc, v, 3 + 2 * S, sizes, dt);
+  if (gcol < 0) return OOM();
+  /* C[g, ci, (n, h..)] = sum_(co, k..) W[g*Cog + co, ci, k..] gcol[g, (co, k..), (n, h..)] */
+  const tcc_ix *vb = tcc_ix_var(p, 0), *vr = tcc_ix_var(p, 1), *vc = tcc_ix_var(p, 2);
+  const tcc_ix *wi[TCC_MAX_DIMS], *ck[TCC_MAX_DIMS];
+  unflatten(p, vc, kks, 1 + S, ck);
+  wi[0] = grouped(p, cg, vb, ck[0], cg->Cog);
+  wi[1] = vr;
+  for (int d = 0; d < S; d++) wi[2 + d] = ck[1 + d];
+  const tcc_vx *a = read(lc, wv, wi, dt);
+  const tcc_vx *b = load3(p, gcol, vb, vr, kks, 1 + S, vc, hs, 1 + S);
+  const tcc_vx *c = tcc_lower_gemm(lc, a, b, cg->G, cg->Cig, cg->N * H, cg->Cog * cg->KK, dt);
+  if (!c) return OOM();
+  /* gx[n, c, h..] = C[c / Cig, c % Cig, n*H + flat(h..)] */
+  const tcc_ix *o[TCC_MAX_DIMS], *ci[3];
+  for (int d = 0; d < 2 + S; d++) o[d] = tcc_ix_var(p, d);
+  ci[0] = cg->G == 1 ? tcc_ix_const(p, 0) : tcc_ix_div(p, o[1], cg->Cig);
+  ci[1] = cg->G == 1 ? o[1] : tcc_ix_mod(p, o[1], cg->Cig);
+  ci[2] = tcc_ix_add(p, tcc_ix_mul(p, o[0], H), flatten(p, o + 2, cg->in, S));
+  return put(lc, n, 0, tcc_vx_subst(p, c, 3, ci), err);
+}
+
 int tcc_lower_conv_backward(tcc_lower_ctx *lc, const tcc_node *n, tcc_error *err) {
   tcc_program *p = lc->prog;
   conv_geom cg;
@@ -430,6 +494,9 @@ int tcc_lower_conv_backward(tcc_lower_ctx *lc, const tcc_node *n, tcc_error *err
     if ((rc = put(lc, n, 2, sum, err))) return rc;
   }
   if (!want[0] && !want[1]) return 0;
+  int unit_stride = 1;
+  for (int d = 0; d < S; d++) unit_stride &= cg.s[d] == 1;
+  if (!want[1] && unit_stride) return grad_input_unit_stride(lc, n, &cg, wv, gv, dt, err);
 
   /* gy packed as [G, Cog, N, o..] (both GEMMs read it as [G, Cog, J]) */
   int64_t gsz[TCC_MAX_DIMS];
@@ -466,6 +533,7 @@ int tcc_lower_conv_backward(tcc_lower_ctx *lc, const tcc_node *n, tcc_error *err
   /* grad_input: dcol[g, kk, j] = sum_m W[g*Cog + m, kk] gyT[g, m, j], then
    * gx[n, c, h..] = sum over taps k.. of dcol[g, (ci, k..), (n, o..)] with
    * o = (h + p - k*d) / s where that divides and lies in [0, o_size) */
+  if (want[0] && unit_stride) return grad_input_unit_stride(lc, n, &cg, wv, gv, dt, err);
   if (want[0]) {
     const tcc_ix *wi[TCC_MAX_DIMS];
     wi[0] = grouped(p, &cg, vb, vc, cg.Cog);

@@ -320,6 +320,24 @@ void tccd_remote_publish_failure(tccd_state *st, const uint8_t hash[TCC_SHA256_B
                                  size_t key_len, const char *target, int code, const char *message,
                                  const char *token);
 
+/* What tccd_remote_evict removed from the shared tier. */
+typedef struct tccd_remote_evict_result {
+  int entry, artifact, failure;    /* 1: that key existed and was deleted */
+  int error;                       /* 0, or a TCC_E_* code: Redis did not delete (message says why) */
+  char message[TCC_ERROR_MSG_MAX];
+} tccd_remote_evict_result;
+typedef void (*tccd_remote_evict_done)(void *arg, const tccd_remote_evict_result *res);
+/* `tcctl evict` cluster-wide: deletes tccd:{hash}:entry, :artifact and
+ * :failure in one script (the lock, held by a compile in progress, and
+ * tuning records, shared by every graph with that kernel, stay).
+ * done(arg, res) runs later on the loop exactly once (an error reply, a
+ * timeout (--redis-timeout-ms) or shutdown come as res->error). Returns
+ * 0; -1 when there is no remote tier; TCC_E_UNAVAILABLE with a message
+ * in err when the node for the hash is not connected (done never runs
+ * then). */
+int tccd_remote_evict(tccd_state *st, const uint8_t hash[TCC_SHA256_BYTES], tccd_remote_evict_done done,
+                      void *arg, tcc_error *err);
+
 /* Records: opaque blobs shared cluster-wide under tccd:{<tag>}:rec:<kind>
  * (e.g. kind "tune", tag the hex of a tuning-record key): the hook for
  * tuning records. tag and kind: 1-128 characters of [0-9A-Za-z_.-]; the

@@ -69,6 +69,7 @@
 #define RC_RECONNECT_MAX_MS 5000
 #define RC_REFRESH_FIRST_MS 100
 #define RC_REFRESH_MAX_MS 5000
+#define RC_STALE_REFRESH_MS 1000        /* the map names a master that is down */
 #define RC_STUCK_MIN_MS 5000
 #define RC_MAX_REDIRECTS 5
 #define RC_TRYAGAIN_TRIES 5
@@ -135,6 +136,7 @@ struct tccd_redis {
   int nseeds;
   int16_t slots[RC_SLOTS];        /* node index, -1 unknown */
   int refresh_wanted, refresh_inflight;
+  int refresh_recheck;            /* the one wanted is a stale map's recheck */
   uint64_t refresh_at_ns;
   unsigned refresh_ms;
   rc_req *delayed;
@@ -183,7 +185,12 @@ static void trouble(tccd_redis *rc, const char *fmt, ...) {
 static void arm_tick(tccd_redis *rc);
 
 static void want_refresh(tccd_redis *rc) {
-  if (rc->mode == RC_SINGLE || rc->refresh_wanted) return;
+  if (rc->mode == RC_SINGLE) return;
+  if (rc->refresh_recheck) { /* news (a MOVED, a lost node): ask now, not at the recheck */
+    rc->refresh_recheck = 0;
+    rc->refresh_at_ns = now_ns();
+  }
+  if (rc->refresh_wanted) return;
   rc->refresh_wanted = 1;
   if (rc->refresh_at_ns < now_ns()) rc->refresh_at_ns = now_ns();
   arm_tick(rc);
@@ -456,6 +463,7 @@ static void refresh_from(rc_node *n) {
   tccd_redis *rc = n->rc;
   rc->refresh_inflight = 1;
   rc->refresh_wanted = 0;
+  rc->refresh_recheck = 0;
   const char *argv[2] = {"CLUSTER", "SLOTS"};
   rc_req *q = req_new(rc, -1, 2, argv, NULL, on_slots_reply, n);
   if (!q || send_on(n, q) != 0) {
@@ -510,6 +518,23 @@ static void node_connect(rc_node *n) {
 }
 
 /* ------------------------------------------------------------ the slot map */
+
+/* A map that still names a master that is down (dead, and its replica
+ * not promoted yet) is asked for again in RC_STALE_REFRESH_MS, so a
+ * failover is followed within about a second of the promotion (its
+ * reconnects alone, backing off to 5 s, would notice later). */
+static void map_recheck_if_stale(tccd_redis *rc) {
+  for (int i = 0; i < RC_SLOTS; i++) {
+    int idx = rc->slots[i];
+    if (idx >= 0 && !rc->nodes[idx]->ac) {
+      rc->refresh_wanted = 1;
+      rc->refresh_recheck = 1;
+      rc->refresh_at_ns = now_ns() + (uint64_t)RC_STALE_REFRESH_MS * 1000000ull;
+      arm_tick(rc);
+      return;
+    }
+  }
+}
 
 /* CLUSTER SLOTS: [[start, end, [host, port, id, ...], replicas...], ...] */
 static void on_slots_reply(void *arg, redisReply *rep) {
@@ -567,6 +592,7 @@ static void on_slots_reply(void *arg, redisReply *rep) {
   if (was != RC_CLUSTER) log_info("redis %s: a cluster; slot map loaded (%d of %d slots)", from->addr, covered, RC_SLOTS);
   else log_debug("redis: slot map refreshed from %s (%d slots covered)", from->addr, covered);
   rc->refresh_ms = 0;
+  map_recheck_if_stale(rc);
 }
 
 /* ------------------------------------------------------------ routing */
@@ -598,7 +624,7 @@ static rc_node *route(tccd_redis *rc, int slot) {
 static int dispatch(rc_req *q) {
   rc_node *n = q->ask ? q->ask : route(q->rc, q->slot);
   if (send_on(n, q) == 0) return 0;
-  if (q->rc->mode == RC_CLUSTER) want_refresh(q->rc);
+  if (q->rc->mode == RC_CLUSTER && !q->rc->refresh_recheck) want_refresh(q->rc); /* a recheck is due anyway */
   return -1;
 }
 

@@ -67,8 +67,13 @@
  * as a warning, the rest at debug, and recovery once at info; every
  * failure counts in remote_errors.
  *
- * One timer (`tick`, every 10 ms while a flight or a record get waits)
- * runs the command timeouts and the WAIT polls.
+ * One timer (`tick`, every 10 ms while a flight, a record get or an
+ * evict waits) runs the command timeouts and the WAIT polls.
+ *
+ * Evict (tcctl evict, tccd_remote_evict): one script deletes a hash's
+ * entry, artifact and failure keys and answers which existed; its reply
+ * (or an error, or --redis-timeout-ms passing, or shutdown) goes to the
+ * Evict call waiting on the loop. The lock and records stay.
  *
  * Trust: an entry from Redis is used only when its artifact hashes to the
  * entry's digest, its canonical key equals the requester's (no hash
@@ -123,6 +128,11 @@ static const char FAILURE_SCRIPT[] =
 static const char RELEASE_SCRIPT[] =
     "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0";
 
+/* Evict: deletes each key, answering which existed (1) or not (0).
+ * KEYS entry, artifact, failure. */
+static const char EVICT_SCRIPT[] =
+    "local r = {} for i, k in ipairs(KEYS) do r[i] = redis.call('DEL', k) end return r";
+
 typedef enum flight_state { FLIGHT_PROBE, FLIGHT_LOCK, FLIGHT_WAIT } flight_state;
 
 struct tccd_remote_flight {
@@ -152,6 +162,7 @@ typedef struct remote_op {
   tcc_cache_counter ok_counter;   /* counted on success (fire-and-forget) */
   const char *what;
   struct remote_record_get *rec;  /* a record get waiting on it, or NULL */
+  struct remote_evict *evict;     /* an evict waiting on it, or NULL */
 } remote_op;
 
 /* A tccd_remote_record_get in progress. */
@@ -173,6 +184,7 @@ struct tccd_remote {
   int warned;                     /* the current trouble was logged */
   tccd_remote_flight *flights;
   remote_record_get *records;     /* record gets waiting for a reply */
+  struct remote_evict *evicts;    /* evicts waiting for a reply */
   remote_op *last_op;             /* the op remote_send made last */
   int closing;
 };
@@ -215,6 +227,7 @@ static void on_layer_trouble(void *arg, const char *msg) {
 static void on_layer_healthy(void *arg) { remote_healthy(arg); }
 
 static void on_tick(uv_timer_t *t);
+static void evicts_abort(tccd_remote *r);
 
 static void arm_tick(tccd_remote *r) {
   if (!r->closing && !uv_is_active((uv_handle_t *)&r->tick))
@@ -550,14 +563,21 @@ static void flight_on_lock(tccd_remote_flight *f, redisReply *rep) {
 
 static void record_finish(remote_record_get *g, int found, const uint8_t *data, size_t len);
 static void record_on_reply(remote_record_get *g, redisReply *rep);
+static void evict_on_reply(struct remote_evict *v, redisReply *rep);
 
 static void on_reply(void *privdata, redisReply *rep) {
   remote_op *op = privdata;
   tccd_remote *r = op->r;
   tccd_remote_flight *f = op->flight;
   remote_record_get *g = op->rec;
+  struct remote_evict *v = op->evict;
   if (f) f->op = NULL;
   if (g) g->op = NULL;
+  if (v) { /* reports its own errors (the operator sees them) */
+    free(op);
+    evict_on_reply(v, rep);
+    return;
+  }
   if (!rep || rep->type == REDIS_REPLY_ERROR) {
     if (!r->closing) {
       count(r, TCC_COUNTER_remote_errors);
@@ -576,6 +596,8 @@ static void on_reply(void *privdata, redisReply *rep) {
   if (f->state == FLIGHT_LOCK) flight_on_lock(f, rep);
   else flight_on_probe(f, rep);
 }
+
+static void evicts_check_timeouts(tccd_remote *r, uint64_t now);
 
 /* Every 10 ms while a flight is waiting: command timeouts and WAIT polls
  * (reconnects and hung connections are the connection layer's). */
@@ -606,7 +628,8 @@ static void on_tick(uv_timer_t *t) {
       record_finish(g, -1, NULL, 0);
     }
   }
-  if (!r->flights && !r->records) uv_timer_stop(t);
+  evicts_check_timeouts(r, now);
+  if (!r->flights && !r->records && !r->evicts) uv_timer_stop(t);
 }
 
 /* ------------------------------------------------------------ API */
@@ -638,6 +661,7 @@ void tccd_remote_close(tccd_state *st) {
   st->remote = NULL;
   while (r->flights) flight_compile_here(r->flights, 0); /* compile.c cancelled them already */
   while (r->records) record_finish(r->records, -1, NULL, 0);
+  evicts_abort(r);
   r->closing = 1;
   tccd_redis_stats rs;
   tccd_redis_info(r->rc, &rs);
@@ -932,6 +956,117 @@ int tccd_remote_record_get(tccd_state *st, const char *kind, const char *tag, tc
   g->next = r->records;
   if (r->records) r->records->prev = g;
   r->records = g;
+  arm_tick(r);
+  return 0;
+}
+
+/* ------------------------------------------------------------ evict */
+
+/* A tccd_remote_evict in progress. */
+typedef struct remote_evict {
+  tccd_remote *r;
+  char hex[TCC_SHA256_HEX];
+  tccd_remote_evict_done done;
+  void *arg;
+  uint64_t deadline_ns;
+  remote_op *op;
+  struct remote_evict *prev, *next;
+} remote_evict;
+
+/* Unlinks v, frees it and hands res to its owner. */
+static void evict_finish(remote_evict *v, const tccd_remote_evict_result *res) {
+  tccd_remote *r = v->r;
+  if (v->prev) v->prev->next = v->next;
+  else r->evicts = v->next;
+  if (v->next) v->next->prev = v->prev;
+  if (v->op) v->op->evict = NULL; /* its reply (if any) is dropped */
+  tccd_remote_evict_done done = v->done;
+  void *arg = v->arg;
+  free(v);
+  done(arg, res);
+}
+
+/* Ends v with an error (counted in remote_errors). */
+static void evict_fail(remote_evict *v, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void evict_fail(remote_evict *v, int code, const char *fmt, ...) {
+  tccd_remote_evict_result res;
+  memset(&res, 0, sizeof res);
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(res.message, sizeof res.message, fmt, ap);
+  va_end(ap);
+  res.error = code;
+  if (!v->r->closing) count(v->r, TCC_COUNTER_remote_errors);
+  log_warn("evict %.12s: %s", v->hex, res.message);
+  evict_finish(v, &res);
+}
+
+/* The script's answer: [entry, artifact, failure], 1 for each deleted. */
+static void evict_on_reply(remote_evict *v, redisReply *rep) {
+  v->op = NULL;
+  tccd_remote *r = v->r;
+  if (!rep) {
+    evict_fail(v, TCC_E_UNAVAILABLE, "redis %s: the connection closed before it answered", r->display);
+    return;
+  }
+  if (rep->type == REDIS_REPLY_ERROR) {
+    evict_fail(v, TCC_E_UNAVAILABLE, "redis %s answered: %.300s", r->display, rep->str);
+    return;
+  }
+  if (rep->type != REDIS_REPLY_ARRAY || rep->elements != 3) {
+    evict_fail(v, TCC_E_INTERNAL, "redis %s: unexpected answer to the delete (type %d)", r->display, rep->type);
+    return;
+  }
+  remote_healthy(r);
+  tccd_remote_evict_result res;
+  memset(&res, 0, sizeof res);
+  int *got[3] = {&res.entry, &res.artifact, &res.failure};
+  for (int i = 0; i < 3; i++)
+    *got[i] = rep->element[i]->type == REDIS_REPLY_INTEGER && rep->element[i]->integer > 0;
+  evict_finish(v, &res);
+}
+
+static void evicts_check_timeouts(tccd_remote *r, uint64_t now) {
+  for (remote_evict *v = r->evicts, *next; v; v = next) {
+    next = v->next;
+    if (now >= v->deadline_ns)
+      evict_fail(v, TCC_E_DEADLINE_EXCEEDED, "redis %s: no answer within %d ms (--redis-timeout-ms)", r->display,
+                 r->st->cfg->redis_timeout_ms);
+  }
+}
+
+static void evicts_abort(tccd_remote *r) {
+  while (r->evicts) evict_fail(r->evicts, TCC_E_UNAVAILABLE, "the daemon is shutting down");
+}
+
+int tccd_remote_evict(tccd_state *st, const uint8_t hash[TCC_SHA256_BYTES], tccd_remote_evict_done done, void *arg,
+                      tcc_error *err) {
+  tccd_remote *r = st->remote;
+  if (!r || r->closing) return -1;
+  char hex[TCC_SHA256_HEX], k1[REMOTE_KEY_MAX], k2[REMOTE_KEY_MAX], k3[REMOTE_KEY_MAX];
+  tcc_hex_encode(hash, TCC_SHA256_BYTES, hex);
+  key_name(k1, hex, "entry");
+  key_name(k2, hex, "artifact");
+  key_name(k3, hex, "failure");
+  remote_evict *v = calloc(1, sizeof *v);
+  if (!v) return tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "out of memory");
+  const char *argv[6] = {"EVAL", EVICT_SCRIPT, "3", k1, k2, k3};
+  if (remote_send(r, NULL, TCC_COUNTER__COUNT, "evict", k1, 6, argv, NULL) != 0) {
+    free(v);
+    count(r, TCC_COUNTER_remote_errors);
+    return tcc_error_set(err, TCC_E_UNAVAILABLE, "redis %s: not connected to the node holding this hash",
+                         r->display);
+  }
+  v->r = r;
+  memcpy(v->hex, hex, sizeof hex);
+  v->done = done;
+  v->arg = arg;
+  v->op = r->last_op; /* the op remote_send just made (its reply is async) */
+  v->op->evict = v;
+  v->deadline_ns = now_ns() + (uint64_t)st->cfg->redis_timeout_ms * 1000000ull;
+  v->next = r->evicts;
+  if (r->evicts) r->evicts->prev = v;
+  r->evicts = v;
   arm_tick(r);
   return 0;
 }

@@ -283,6 +283,60 @@ void tccd_rpc_show(tccd_state *st, tccd_call *c) {
 
 /* ------------------------------------------------------------ Evict / Gc */
 
+/* An Evict waiting on Redis (with a remote tier, the hash's shared keys
+ * go too: see tccd_remote_evict). Redis goes first and the local copy
+ * when it has answered: the other way round, a request in between would
+ * miss locally, find the entry still in Redis and store it here again. */
+typedef struct evict_wait {
+  tccd_state *st;
+  tccd_call *c;
+  uint8_t hash[TCC_SHA256_BYTES];
+} evict_wait;
+
+/* Evicts the local entry (and recorded failure), then answers what went
+ * locally and, with a remote tier, in Redis (res NULL: none). Nothing
+ * anywhere (and no Redis error) is NOT_FOUND. */
+static void evict_finish(tccd_state *st, tccd_call *c, const uint8_t hash[TCC_SHA256_BYTES],
+                         const tccd_remote_evict_result *res) {
+  char hex[TCC_SHA256_HEX];
+  tcc_hex_encode(hash, TCC_SHA256_BYTES, hex);
+  char *removed[3];
+  size_t n = 0;
+  if (res && !res->error) {
+    if (res->entry) removed[n++] = "entry";
+    if (res->artifact) removed[n++] = "artifact";
+    if (res->failure) removed[n++] = "failure";
+  }
+  tcc_error err;
+  int code = tcc_cache_evict(st->cache, hash, &err);
+  if (code != 0 && (code != TCC_E_NOT_FOUND || !res)) { /* without a remote tier: as it says */
+    if (n) log_warn("evict %.12s: removed from redis, but not locally: %s", hex, err.msg);
+    tccd_call_fail_error(c, &err);
+    return;
+  }
+  if (code != 0 && !n && !res->error) {
+    tccd_call_fail(c, TCC_E_NOT_FOUND, "no cache entry or recorded failure for %s, here or in redis", hex);
+    return;
+  }
+  int local = code == 0;
+  log_info("evicted %.12s on request: %s locally; redis: %s%s%s", hex, local ? "removed" : "nothing",
+           !res ? "none" : res->error ? "not removed (" : n ? "removed" : "nothing stored",
+           res && res->error ? res->message : "", res && res->error ? ")" : "");
+  Tcc__V1__EvictResponse r = TCC__V1__EVICT_RESPONSE__INIT;
+  r.evicted = local;
+  r.remote_enabled = res != NULL;
+  r.n_remote_removed = n;
+  r.remote_removed = removed;
+  r.remote_error = (char *)(res && res->error ? res->message : "");
+  tccd_call_reply(c, &r.base);
+}
+
+static void evict_remote_done(void *arg, const tccd_remote_evict_result *res) {
+  evict_wait *w = arg;
+  evict_finish(w->st, w->c, w->hash, res);
+  free(w);
+}
+
 void tccd_rpc_evict(tccd_state *st, tccd_call *c) {
   Tcc__V1__EvictRequest *req =
       (Tcc__V1__EvictRequest *)unpack_request(c, &tcc__v1__evict_request__descriptor);
@@ -291,17 +345,27 @@ void tccd_rpc_evict(tccd_state *st, tccd_call *c) {
   int bad = parse_hash(c, req->guard_hash, "guard_hash", hash);
   tcc__v1__evict_request__free_unpacked(req, NULL);
   if (bad) return;
-  tcc_error err;
-  if (tcc_cache_evict(st->cache, hash, &err) != 0) {
-    tccd_call_fail_error(c, &err);
+  if (!st->remote) {
+    evict_finish(st, c, hash, NULL);
     return;
   }
-  char hex[TCC_SHA256_HEX];
-  tcc_hex_encode(hash, TCC_SHA256_BYTES, hex);
-  log_info("evicted %.12s on request", hex);
-  Tcc__V1__EvictResponse r = TCC__V1__EVICT_RESPONSE__INIT;
-  r.evicted = 1;
-  tccd_call_reply(c, &r.base);
+  evict_wait *w = calloc(1, sizeof *w);
+  if (!w) {
+    tccd_call_fail(c, TCC_E_RESOURCE_EXHAUSTED, "out of memory");
+    return;
+  }
+  w->st = st;
+  w->c = c;
+  memcpy(w->hash, hash, sizeof hash);
+  tcc_error err;
+  int rc = tccd_remote_evict(st, hash, evict_remote_done, w, &err);
+  if (rc == 0) return; /* evict_remote_done finishes */
+  free(w);
+  tccd_remote_evict_result res;
+  memset(&res, 0, sizeof res);
+  res.error = rc == -1 ? TCC_E_UNAVAILABLE : rc;
+  snprintf(res.message, sizeof res.message, "%s", rc == -1 ? "the remote tier is closed" : err.msg);
+  evict_finish(st, c, hash, &res);
 }
 
 void tccd_rpc_gc(tccd_state *st, tccd_call *c) {

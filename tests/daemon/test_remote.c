@@ -296,6 +296,117 @@ START_TEST(test_records) {
 }
 END_TEST
 
+/* ------------------------------------------------------------ evict */
+
+typedef struct evicted {
+  int calls;
+  tccd_remote_evict_result res;
+} evicted;
+
+static void on_evict(void *arg, const tccd_remote_evict_result *res) {
+  evicted *e = arg;
+  e->calls++;
+  e->res = *res;
+}
+
+/* Evicts hash and runs the loop until the answer. */
+static evicted evict_hash(fixture *fx, const uint8_t hash[TCC_SHA256_BYTES]) {
+  evicted e = {0};
+  tcc_error err;
+  ck_assert_msg(tccd_remote_evict(&fx->st, hash, on_evict, &e, &err) == 0, "%s", err.msg);
+  for (int i = 0; i < 5000 && !e.calls; i++) {
+    uv_run(&fx->loop, UV_RUN_NOWAIT);
+    usleep(1000);
+  }
+  ck_assert_int_eq(e.calls, 1);
+  return e;
+}
+
+static int64_t redis_exists(redisContext *c, const char *key) {
+  redisReply *r = redisCommand(c, "EXISTS %s", key);
+  int64_t n = r && r->type == REDIS_REPLY_INTEGER ? r->integer : -1;
+  freeReplyObject(r);
+  return n;
+}
+
+#define REMOTE_TEST_KEY 120
+
+START_TEST(test_evict) {
+  if (redis_start() != 0) {
+    redis_stop();
+    fprintf(stderr, "redis-server not available: evict tests skipped\n");
+    return;
+  }
+  unsigned seed = (unsigned)time(NULL) ^ (unsigned)getpid();
+  fprintf(stderr, "test_evict seed %u\n", seed);
+  srand(seed);
+  uint8_t hash[TCC_SHA256_BYTES];
+  for (size_t i = 0; i < sizeof hash; i++) hash[i] = (uint8_t)rand();
+  char hex[TCC_SHA256_HEX], k[4][REMOTE_TEST_KEY];
+  tcc_hex_encode(hash, TCC_SHA256_BYTES, hex);
+  static const char *const parts[4] = {"entry", "artifact", "failure", "lock"};
+  redisContext *c = redis_sync();
+  ck_assert_ptr_nonnull(c);
+  for (int i = 0; i < 4; i++) {
+    snprintf(k[i], sizeof k[i], "tccd:{%s}:%s", hex, parts[i]);
+    freeReplyObject(redisCommand(c, "SET %s x%d", k[i], rand()));
+  }
+
+  fixture a;
+  fixture_open(&a, 0, NULL);
+  /* entry, artifact and failure go; the lock (a compile in progress) stays */
+  evicted e = evict_hash(&a, hash);
+  ck_assert_int_eq(e.res.error, 0);
+  ck_assert(e.res.entry && e.res.artifact && e.res.failure);
+  for (int i = 0; i < 3; i++) ck_assert_int_eq(redis_exists(c, k[i]), 0);
+  ck_assert_int_eq(redis_exists(c, k[3]), 1);
+  /* only the failure left (the negative cache): only it is reported */
+  freeReplyObject(redisCommand(c, "SET %s y", k[2]));
+  e = evict_hash(&a, hash);
+  ck_assert(!e.res.error && !e.res.entry && !e.res.artifact && e.res.failure);
+  e = evict_hash(&a, hash);
+  ck_assert(!e.res.error && !e.res.entry && !e.res.artifact && !e.res.failure);
+
+  /* a Redis that does not answer: the timeout, as an error */
+  a.cfg.redis_timeout_ms = 200;
+  freeReplyObject(redisCommand(c, "SET %s z", k[0]));
+  kill(redis_pid, SIGSTOP);
+  int64_t errors = counter(&a, TCC_COUNTER_remote_errors);
+  e = evict_hash(&a, hash);
+  kill(redis_pid, SIGCONT);
+  ck_assert_int_eq(e.res.error, TCC_E_DEADLINE_EXCEEDED);
+  ck_assert_msg(strstr(e.res.message, "no answer within 200 ms"), "%s", e.res.message);
+  ck_assert_int_eq(counter(&a, TCC_COUNTER_remote_errors), errors + 1);
+
+  /* one pending at shutdown is answered with an error */
+  evicted pending = {0};
+  tcc_error err;
+  ck_assert_int_eq(tccd_remote_evict(&a.st, hash, on_evict, &pending, &err), 0);
+  fixture_close(&a);
+  ck_assert_int_eq(pending.calls, 1);
+  ck_assert_int_eq(pending.res.error, TCC_E_UNAVAILABLE);
+
+  /* Redis gone: refused at once, or answered with an error once the loss is seen */
+  fixture b;
+  fixture_open(&b, 0, NULL);
+  redisFree(c);
+  redis_stop();
+  evicted gone = {0};
+  int rc = tccd_remote_evict(&b.st, hash, on_evict, &gone, &err);
+  for (int i = 0; i < 5000 && rc == 0 && !gone.calls; i++) {
+    uv_run(&b.loop, UV_RUN_NOWAIT);
+    usleep(1000);
+  }
+  if (rc == 0) ck_assert(gone.calls == 1 && gone.res.error != 0);
+  else ck_assert_msg(rc == TCC_E_UNAVAILABLE && strstr(err.msg, "not connected"), "%d %s", rc, err.msg);
+  ck_assert_int_eq(tccd_remote_evict(&b.st, hash, on_evict, &gone, &err), TCC_E_UNAVAILABLE);
+  fixture_close(&b);
+  /* no remote tier: -1, done never runs */
+  tccd_state none = {0};
+  ck_assert_int_eq(tccd_remote_evict(&none, hash, on_evict, &gone, &err), -1);
+}
+END_TEST
+
 int main(void) {
   snprintf(workdir, sizeof workdir, "/tmp/tccd-test-remote-XXXXXX");
   if (!mkdtemp(workdir)) return 1;
@@ -304,6 +415,7 @@ int main(void) {
   tcase_set_timeout(tc, 120);
   tcase_add_test(tc, test_slot_vectors);
   tcase_add_test(tc, test_records);
+  tcase_add_test(tc, test_evict);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_set_fork_status(sr, CK_NOFORK);

@@ -281,35 +281,52 @@ class Redis:
 
 class RedisCluster:
     """A Redis Cluster of `masters` redis-server processes on free loopback
-    ports (cluster-enabled, no replicas, no persistence), the slots split
-    evenly with CLUSTER ADDSLOTSRANGE and joined with CLUSTER MEET (no
-    redis-cli needed). stop() ends every process."""
+    ports (cluster-enabled, no persistence), the slots split evenly with
+    CLUSTER ADDSLOTSRANGE and joined with CLUSTER MEET (no redis-cli
+    needed); with `replicas`, that many more per master, attached with
+    CLUSTER REPLICATE (self.replicas[m] are master m's). stop() ends every
+    process."""
 
-    def __init__(self, workdir, masters=3):
+    def __init__(self, workdir, masters=3, replicas=0, node_timeout=2000):
         self.dir = workdir
         self.nodes = []
-        self.bus_ports = [free_port() for _ in range(masters)]  # port + 10000 may not exist
-        for i in range(masters):
+        total = masters * (1 + replicas)
+        self.bus_ports = [free_port() for _ in range(total)]  # port + 10000 may not exist
+        servers = []
+        for i in range(total):
             d = os.path.join(workdir, f"node{i}")
             os.makedirs(d, exist_ok=True)
-            self.nodes.append(Redis(d, args=["--cluster-enabled", "yes", "--cluster-config-file",
-                                             os.path.join(d, "nodes.conf"), "--cluster-node-timeout", "2000",
-                                             "--cluster-port", str(self.bus_ports[i])]))
+            servers.append(Redis(d, args=["--cluster-enabled", "yes", "--cluster-config-file",
+                                          os.path.join(d, "nodes.conf"), "--cluster-node-timeout",
+                                          str(node_timeout), "--cluster-port", str(self.bus_ports[i])]))
+        self.nodes = servers[:masters]
+        self.replicas = [servers[masters + m * replicas:masters + (m + 1) * replicas] for m in range(masters)]
+        self.all = servers
 
     def start(self):
         try:
-            for n in self.nodes:
+            for n in self.all:
                 n.start()
             per = 16384 // len(self.nodes)
             for i, n in enumerate(self.nodes):
                 lo, hi = i * per, (16383 if i == len(self.nodes) - 1 else (i + 1) * per - 1)
                 n.cmd("CLUSTER", "ADDSLOTSRANGE", lo, hi)
-            for n in self.nodes[1:]:
+            for n in self.all[1:]:
                 n.cmd("CLUSTER", "MEET", "127.0.0.1", self.nodes[0].port, self.bus_ports[0])
             deadline = time.time() + 30
+            for m, reps in zip(self.nodes, self.replicas):
+                mid = self.node_id(m)
+                for r in reps:  # a replica can follow a master once it knows it
+                    while mid.encode() not in r.cmd("CLUSTER", "NODES"):
+                        if time.time() > deadline:
+                            raise RuntimeError("a replica did not learn of its master")
+                        time.sleep(0.05)
+                    r.cmd("CLUSTER", "REPLICATE", mid)
+            want = min(len(r) for r in self.replicas)
             while time.time() < deadline:
                 if all(b"cluster_state:ok" in n.cmd("CLUSTER", "INFO") and
-                       len(n.cmd("CLUSTER", "SLOTS")) == len(self.nodes) for n in self.nodes):
+                       len(slots := n.cmd("CLUSTER", "SLOTS")) == len(self.nodes) and
+                       all(len(e) >= 3 + want for e in slots) for n in self.all):
                     return self
                 time.sleep(0.1)
             raise RuntimeError("the redis cluster did not become ok")
@@ -318,20 +335,19 @@ class RedisCluster:
             raise
 
     def stop(self):
-        for n in self.nodes:
+        for n in self.all:
             n.stop()
 
     def node_id(self, n):
         return n.cmd("CLUSTER", "MYID").decode()
 
     def owner(self, key):
-        """The node that owns key's slot."""
-        slot = self.nodes[0].cmd("CLUSTER", "KEYSLOT", key)
-        for n in self.nodes:
-            for lo, hi, master, *_ in n.cmd("CLUSTER", "SLOTS"):
-                if lo <= slot <= hi:
-                    port = master[1]
-                    return next(x for x in self.nodes if x.port == port)
+        """The node that owns key's slot (asking a node that is up)."""
+        live = [x for x in self.all if x.proc.poll() is None]
+        slot = live[0].cmd("CLUSTER", "KEYSLOT", key)
+        for lo, hi, master, *_ in live[0].cmd("CLUSTER", "SLOTS"):
+            if lo <= slot <= hi:
+                return next(x for x in self.all if x.port == master[1])
         raise AssertionError(f"no owner for slot {slot}")
 
     def url(self, *nodes):
@@ -365,6 +381,16 @@ def compile_on(d, payload, pb, timeout=120):
         raw = ch.unary_unary("/tcc.v1.Compiler/Compile", request_serializer=None,
                              response_deserializer=None)(payload, timeout=timeout)
     return pb.CompileResponse.FromString(raw)
+
+
+def fake_cc(tmp_path, name, body):
+    """A C compiler wrapper at tmp_path/name: answers --version like cc (so
+    the compiler identity, and the guard hashes, stay those of cc), else
+    runs the shell `body`."""
+    p = tmp_path / name
+    p.write_text(f'#!/bin/sh\ncase "$*" in *--version*) exec cc "$@";; esac\n{body}\n')
+    p.chmod(0o755)
+    return str(p)
 
 
 def wait_for(pred, timeout=20, what="condition"):

@@ -47,9 +47,10 @@ def test_daemon_session_under_valgrind(daemon_factory, tmp_path):
 @pytest.mark.skipif(shutil.which("valgrind") is None or shutil.which("redis-server") is None,
                     reason="valgrind or redis-server is not installed")
 def test_daemon_with_redis_under_valgrind(daemon_factory, tmp_path):
-    """The remote tier under valgrind: write-through, a remote hit (the
-    local entry evicted), Redis killed mid-run (errors, local compiles,
-    reconnect attempts), a clean SIGTERM while disconnected."""
+    """The remote tier under valgrind: a remote hit (another daemon's
+    write-through), an evict reaching Redis, write-through, Redis killed
+    mid-run (an evict that reports it, errors, local compiles, reconnect
+    attempts), a clean SIGTERM while disconnected."""
     rdir = tmp_path / "redis"
     rdir.mkdir()
     r = Redis(str(rdir)).start()
@@ -58,17 +59,28 @@ def test_daemon_with_redis_under_valgrind(daemon_factory, tmp_path):
                "--show-leak-kinds=definite,indirect", "--error-exitcode=99",
                f"--suppressions={SUPP}", f"--log-file={vg_log}"]
     try:
+        wdir = tmp_path / "writer"
+        wdir.mkdir()
+        w = daemon_factory(cache_dir=str(tmp_path / "writer-cache"), workdir=str(wdir),
+                           extra_args=["--redis", r.url]).start()
+        c = w.tcctl("compile", SIN_COS)
+        assert c["cache"] == "miss"
+        deadline = time.time() + 60
+        while w.stats()["remote_stores"] < 1 and time.time() < deadline:
+            time.sleep(0.1)
+        assert w.stop() == 0
         d = daemon_factory(wrapper=wrapper, extra_args=["--workers", "2", "--redis", r.url,
                                                         "--redis-timeout-ms", "2000"]).start(timeout=180)
-        c = d.tcctl("compile", SIN_COS, timeout=300)
-        assert c["cache"] == "miss"
+        assert d.tcctl("compile", SIN_COS, timeout=300)["cache"] == "remote_hit"
+        out = d.tcctl("evict", c["guard_hash"], timeout=300)
+        assert out["evicted"] and out["remote_removed"] == ["entry", "artifact"]
+        assert d.tcctl("compile", SIN_COS, timeout=300)["cache"] == "miss"
         deadline = time.time() + 60
         while d.stats()["remote_stores"] < 1 and time.time() < deadline:
             time.sleep(0.1)
-        d.tcctl("evict", c["guard_hash"], json_out=False, timeout=300)
-        assert d.tcctl("compile", SIN_COS, timeout=300)["cache"] == "remote_hit"
         r.kill()
-        d.tcctl("evict", c["guard_hash"], json_out=False, timeout=300)
+        p = d.tcctl("evict", c["guard_hash"], json_out=False, check=False, timeout=300)
+        assert p.returncode == 1 and p.stdout.startswith("evicted ") and "UNAVAILABLE" in p.stderr
         assert d.tcctl("compile", SIN_COS, timeout=300)["cache"] == "miss"
         assert d.stats()["remote_errors"] >= 1
         rc = d.stop(timeout=180)

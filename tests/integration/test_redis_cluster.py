@@ -10,6 +10,7 @@ sharing, never answers; a deterministic compile failure on one daemon is
 answered on another without compiling, and an altered failure record is
 refused.
 """
+import json
 import os
 import re
 import shutil
@@ -279,12 +280,77 @@ def test_cluster_paths_under_valgrind(daemon_factory, rcluster, tmp_path, pb):
     with pytest.raises(grpc.RpcError) as e:  # F's failure, shared (the same toolchain identity)
         compile_on(v, variant(pb, 86), pb, timeout=300)
     assert "shared through the remote tier" in e.value.details()
+    h86 = re.search(r"guard hash ([0-9a-f]{64})", e.value.details()).group(1)
+    out = v.tcctl("evict", h86, timeout=300)  # the shared failure goes, through the loop
+    assert out["evicted"] and out["remote_removed"] == ["failure"]
     rcluster.nodes[1].kill()
-    for rows in (83, 84, 85):
-        assert compile_on(v, variant(pb, rows), pb, timeout=300).cache == pb.MISS
+    hs = [compile_on(v, variant(pb, rows), pb, timeout=300) for rows in (83, 84, 85)]
+    assert all(r.cache == pb.MISS for r in hs)
     assert v.stats()["remote_errors"] >= 1
+    for r in hs:  # those on the dead master: evicted here, the Redis error reported
+        p = v.tcctl("evict", r.guard_hash, check=False, timeout=300)
+        assert json.loads(p.stdout)["evicted"] and (p.returncode == 0) == (not json.loads(p.stdout)["remote_error"])
     rc = v.stop(timeout=180)
     log = vg_log.read_text()
     assert rc == 0, f"valgrind exit {rc}:\n{log[-6000:]}"
     assert "ERROR SUMMARY: 0 errors" in log, log[-6000:]
     assert a.stop() == 0
+
+
+def test_cluster_failover_to_replica(daemon_factory, tmp_path, pb):
+    """A master dies and its replica takes over: the daemon follows the
+    promotion (its map refreshed from CLUSTER SLOTS, or a MOVED) without a
+    restart, and serves remote hits from the promoted replica. Meanwhile
+    the dead master's slots cost only sharing (a local compile), never an
+    error to the client."""
+    d = tmp_path / "rcluster"
+    d.mkdir()
+    rc = RedisCluster(str(d), masters=3, replicas=1, node_timeout=1000).start()
+    try:
+        a = daemon_factory(cache_dir=str(tmp_path / "a"), workdir=own_dir(tmp_path, "a"),
+                           extra_args=["--redis", rc.url()]).start()
+        b = daemon_factory(cache_dir=str(tmp_path / "b"), workdir=own_dir(tmp_path, "b"),
+                           extra_args=["--redis", rc.url(rc.nodes[0]), "--redis-timeout-ms", "500"]).start()
+        wait_for(lambda: "slot map loaded" in b.read_log(), what="B's slot map")
+        victim, replica = rc.nodes[1], rc.replicas[1][0]
+        rows = []
+        for r in range(100, 160):
+            h = compile_on(a, variant(pb, r), pb).guard_hash
+            if rc.owner(keys_of(h)["entry"]) is victim:
+                rows.append(r)
+                if len(rows) == 8:
+                    break
+        assert len(rows) == 8, "enough guard hashes on the victim's slots"
+        wait_for(lambda: a.stats()["remote_stores"] >= 8 and len(rc.keys(victim, "tccd:*:artifact")) == 8,
+                 what="write-through")
+        assert victim.cmd("WAIT", 1, 5000) == 1, "the replica has the writes"
+        assert len(rc.keys(replica, "tccd:*:artifact")) == 8
+
+        assert compile_on(b, variant(pb, rows[0]), pb).cache == pb.REMOTE_HIT
+        victim.kill()
+        # until the promotion: a local compile, not an error
+        r1 = compile_on(b, variant(pb, rows[1]), pb)
+        assert r1.cache == pb.MISS
+        wait_for(lambda: replica.cmd("ROLE")[0] == b"master", timeout=30, what="the replica's promotion")
+        t0 = time.time()
+        wait_for(lambda: f"redis 127.0.0.1:{replica.port}: connected" in b.read_log(), timeout=15,
+                 what="B following the promotion")
+        picked_up = time.time() - t0
+        assert picked_up < 4, f"the promotion was followed after {picked_up:.1f} s"
+        for r in rows[2:]:
+            resp = compile_on(b, variant(pb, r), pb)
+            assert resp.cache == pb.REMOTE_HIT, pb.CacheStatus.Name(resp.cache)
+        s = b.stats()
+        assert s["remote_hits"] == 7 and s["compiles"] == 1 and s["compile_failures"] == 0
+        assert s["remote_connected"]
+        # writes and evictions reach the promoted replica: A's copy of rows[1]
+        # (replicated before the kill) is evicted, B's own written through
+        out = b.tcctl("evict", r1.guard_hash)
+        assert out["evicted"] and out["remote_removed"] == ["entry", "artifact"] and not out["remote_error"]
+        stores = b.stats()["remote_stores"]
+        assert compile_on(b, variant(pb, rows[1]), pb).cache == pb.MISS
+        wait_for(lambda: b.stats()["remote_stores"] == stores + 1, what="the write-through after the failover")
+        assert replica.cmd("EXISTS", keys_of(r1.guard_hash)["artifact"]) == 1
+        assert a.stop() == 0 and b.stop() == 0
+    finally:
+        rc.stop()

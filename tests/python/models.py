@@ -102,3 +102,33 @@ MODELS = {
                     _mse),
     "gpt": (GPTBlock, lambda b=4: (torch.randn(b, 16, 64), torch.randn(b, 16, 64)), _mse),
 }
+
+
+class BertEncoder(nn.Module):
+    """BERT from `transformers`, random-initialised small config (no
+    downloads), as a module from token ids to its last hidden state."""
+
+    def __init__(self):
+        super().__init__()
+        from transformers import BertConfig, BertModel
+
+        cfg = BertConfig(vocab_size=256, hidden_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, intermediate_size=128,
+                         max_position_embeddings=64, hidden_dropout_prob=0.0,
+                         attention_probs_dropout_prob=0.0)
+        self.bert = BertModel(cfg, add_pooling_layer=False)
+
+    def forward(self, ids):
+        return self.bert(input_ids=ids).last_hidden_state
+
+
+# The benchmark's models (scripts/bench-torch): the test models, and BERT
+# when `transformers` is installed.
+BENCH_MODELS = dict(MODELS)
+try:
+    import transformers  # noqa: F401
+
+    BENCH_MODELS["bert"] = (BertEncoder, lambda b=4: (torch.randint(0, 256, (b, 24)),
+                                                      torch.randn(b, 24, 64)), _mse)
+except ImportError:
+    pass

@@ -177,6 +177,22 @@ def prepare_kernel_runtime():
         _runtime_ready = True
 
 
+_scratch = threading.local()
+
+
+def _workspace(nbytes):
+    """A 64-byte aligned CPU workspace of at least nbytes: the calling
+    thread's scratch buffer, grown when too small and reused by every CPU
+    kernel this thread runs after (a thread runs one kernel at a time and
+    nothing in a workspace outlives the run). Allocating it per call cost a
+    fresh mmap and its page faults for the large ones (a convolution's
+    im2col columns) on every step."""
+    buf = getattr(_scratch, "buf", None)
+    if buf is None or buf.numel() < nbytes + 64:
+        buf = _scratch.buf = torch.empty(nbytes + 64, dtype=torch.uint8)
+    return (buf.data_ptr() + 63) & ~63
+
+
 class Kernel:
     """A loaded artifact (tcc_kernel). run() may be called from several
     threads at once. Unloaded when garbage-collected."""
@@ -278,10 +294,7 @@ class Kernel:
         ins = self._in_t(*[t.data_ptr() - t.storage_offset() * t.element_size() for t in inputs])
         outp = self._out_t(*[o.data_ptr() for o in outs])
         nbytes = int(lib.tcc_kernel_workspace_bytes(self._h, syms))
-        ws = wp = None
-        if nbytes:
-            ws = torch.empty(nbytes + 64, dtype=torch.uint8)
-            wp = (ws.data_ptr() + 63) & ~63
+        wp = _workspace(nbytes) if nbytes else None
         rc = lib.tcc_kernel_run_sym(self._h, ins, outp, wp, syms, err.ptr)
         if rc:
             raise error_for(rc, err.message, addr=self.addr, what="run", default=TccdKernelError)
@@ -300,11 +313,7 @@ class Kernel:
         outs = [torch.empty_strided(s, st, dtype=dt) for s, st, dt in self.output_specs]
         ins = self._in_t(*[t.data_ptr() - t.storage_offset() * t.element_size() for t in inputs])
         outp = self._out_t(*[o.data_ptr() for o in outs])
-        ws = None
-        wp = None
-        if self.workspace_bytes:
-            ws = torch.empty(self.workspace_bytes + 64, dtype=torch.uint8)
-            wp = (ws.data_ptr() + 63) & ~63
+        wp = _workspace(self.workspace_bytes) if self.workspace_bytes else None
         err = _lib.thread_error()
         rc = self._run(self._h, ins, outp, wp, err.ptr)
         if rc:
