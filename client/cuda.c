@@ -877,3 +877,56 @@ int tcc_cuda_synchronize(int device, void *stream, tcc_error *err) {
   IN_PRIMARY(device, err, stream ? "cuStreamSynchronize" : "cuCtxSynchronize",
              stream ? drv.cuStreamSynchronize(stream) : drv.cuCtxSynchronize());
 }
+
+/* ------------------------------------------------------------------ events */
+
+/* FAILED_PRECONDITION unless the driver has every event call. */
+static int events_present(tcc_error *err) {
+  int rc = tcc_cuda_available(err);
+  if (rc) return rc;
+  if (!drv.cuEventCreate || !drv.cuEventRecord || !drv.cuEventSynchronize || !drv.cuEventDestroy_v2 ||
+      (!drv.cuEventElapsedTime && !drv.cuEventElapsedTime_v2))
+    return tcc_error_set(err, TCC_E_FAILED_PRECONDITION, "the CUDA driver has no event calls (cuEvent*)");
+  return 0;
+}
+
+int tcc_cuda_event_create(int device, void **event, tcc_error *err) {
+  *event = NULL;
+  int rc = events_present(err);
+  if (rc) return rc;
+  IN_PRIMARY(device, err, "cuEventCreate", drv.cuEventCreate((tcu_event *)event, 0));
+}
+
+int tcc_cuda_event_record(int device, void *event, void *stream, tcc_error *err) {
+  int rc = events_present(err);
+  if (rc) return rc;
+  IN_PRIMARY(device, err, "cuEventRecord", drv.cuEventRecord(event, stream));
+}
+
+int tcc_cuda_event_elapsed_ms(int device, void *start, void *end, float *ms, tcc_error *err) {
+  *ms = 0;
+  int rc = events_present(err);
+  if (rc) return rc;
+  tcu_context ctx;
+  int pushed;
+  if ((rc = primary_context(device, &ctx, err))) return rc;
+  tcu_result r = ctx_enter(ctx, &pushed);
+  const char *what = "cuEventSynchronize";
+  if (r == TCU_SUCCESS) {
+    r = drv.cuEventSynchronize(end);   /* a kernel's failure shows here */
+    if (r == TCU_SUCCESS) {
+      what = "cuEventElapsedTime";
+      r = drv.cuEventElapsedTime_v2 ? drv.cuEventElapsedTime_v2(ms, start, end)
+                                    : drv.cuEventElapsedTime(ms, start, end);
+    }
+    ctx_leave(pushed);
+  }
+  return r == TCU_SUCCESS ? 0 : cu_fail(err, TCC_E_INTERNAL, r, "%s", what);
+}
+
+int tcc_cuda_event_destroy(int device, void *event, tcc_error *err) {
+  if (!event) return 0;
+  int rc = events_present(err);
+  if (rc) return rc;
+  IN_PRIMARY(device, err, "cuEventDestroy", drv.cuEventDestroy_v2(event));
+}

@@ -273,4 +273,14 @@ int tcc_cuda_stream_destroy(int device, void *stream, tcc_error *err);
  * failure ("CUDA_ERROR_ILLEGAL_ADDRESS ..."). */
 int tcc_cuda_synchronize(int device, void *stream, tcc_error *err);
 
+/* Events for timing on a stream (tccd-bench): create (default flags,
+ * timing on), record on a stream (NULL: the legacy default stream),
+ * elapsed milliseconds from start to end (waits for end first), destroy.
+ * Each returns 0, tcc_cuda_available's error, FAILED_PRECONDITION when
+ * the driver lacks the event calls, or INTERNAL with the CUDA error. */
+int tcc_cuda_event_create(int device, void **event, tcc_error *err);
+int tcc_cuda_event_record(int device, void *event, void *stream, tcc_error *err);
+int tcc_cuda_event_elapsed_ms(int device, void *start, void *end, float *ms, tcc_error *err);
+int tcc_cuda_event_destroy(int device, void *event, tcc_error *err);
+
 #endif

@@ -24,6 +24,7 @@ typedef void *tcu_function;             /* CUfunction */
 typedef void *tcu_stream;               /* CUstream */
 typedef void *tcu_graph;                /* CUgraph */
 typedef void *tcu_graph_exec;           /* CUgraphExec */
+typedef void *tcu_event;                /* CUevent */
 
 /* CUresult values named in messages or decisions. */
 enum {
@@ -114,9 +115,18 @@ enum {
   X(cuMemcpyDtoH_v2, tcu_result, (void *dst, tcu_deviceptr src, size_t bytes))    \
   X(cuMemcpyDtoD_v2, tcu_result, (tcu_deviceptr dst, tcu_deviceptr src, size_t bytes))
 
-/* CUDA 12.4+: parameter layout of a kernel (used to check the ABI). */
+/* CUDA 12.4+: parameter layout of a kernel (used to check the ABI).
+ * Events (timing; tccd-bench): in every driver, optional here so that
+ * loading never depends on them; cuEventElapsedTime_v2 (12.8+) is taken
+ * when there, else the original cuEventElapsedTime. */
 #define TCU_DRIVER_OPTIONAL(X)                                                         \
   X(cuFuncGetParamInfo, tcu_result,                                                    \
-    (tcu_function fn, size_t index, size_t *offset, size_t *size))
+    (tcu_function fn, size_t index, size_t *offset, size_t *size))                     \
+  X(cuEventCreate, tcu_result, (tcu_event *e, unsigned flags))                         \
+  X(cuEventRecord, tcu_result, (tcu_event e, tcu_stream s))                            \
+  X(cuEventSynchronize, tcu_result, (tcu_event e))                                     \
+  X(cuEventDestroy_v2, tcu_result, (tcu_event e))                                      \
+  X(cuEventElapsedTime, tcu_result, (float *ms, tcu_event start, tcu_event end))       \
+  X(cuEventElapsedTime_v2, tcu_result, (float *ms, tcu_event start, tcu_event end))
 
 #endif

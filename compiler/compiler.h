@@ -200,6 +200,7 @@ size_t tcc_compiler_dtypes(int device, Tcc__V1__DType *out, size_t cap);
  *   tcc_tune_candidates()    the candidate configs (index 0 = default)
  *   tcc_compile_tuned()      a .so with one config per kernel, optionally
  *                            with timing hooks (tcc_tune_kernel)
+ *   tcc_cuda_probe()         the GPUs a benchmark child can see (CUDA)
  *   tcc_bench_run()          runs the benchmark child (tccd-bench) on a
  *                            hooked .so under limits: per-kernel medians
  *                            and the outputs on input set 0
@@ -220,10 +221,24 @@ typedef struct tcc_kernel_config {
   int order;         /* loop order of pointwise kernels: 0 = by the first
                       * store's strides (writes contiguous innermost);
                       * 1 = by the first load's (reads contiguous) */
+  /* CUDA kernels (emit_cuda.c; the C emitter ignores these; all zero =
+   * the emitter's launch heuristic, byte for byte) */
+  int block;         /* threads per block (32..1024, a power of two); 0 = heuristic */
+  int ipt;           /* pointwise: elements per thread of the grid-stride
+                      * loop (grid = numel / (block * ipt)); 0 = 1 */
+  int wrow;          /* reductions: 1 = one warp per row (block / 32 rows per
+                      * block) for any row length; -1 = one block per row
+                      * even for rows <= 32; 0 = heuristic */
+  int split;         /* split reductions: partial groups per row; 1 = never
+                      * split; 0 = heuristic */
+  int persist;       /* block-per-row reductions: 1 = each input the row
+                      * reads more than once is copied into shared memory
+                      * once per row ("persistent"); 0 = every pass reads
+                      * global memory ("looped") */
 } tcc_kernel_config;
 
 #define TCC_TUNE_MAX_CANDIDATES 12
-#define TCC_TUNE_CONFIG_TEXT 96
+#define TCC_TUNE_CONFIG_TEXT 160
 
 /* One live kernel of a plan. */
 typedef struct tcc_tune_kernel {
@@ -238,16 +253,20 @@ typedef struct tcc_tune_plan {
 } tcc_tune_plan;
 
 /* Signatures of p's live kernels (generates the default source; no
- * build). CPU targets only: TCC_E_UNIMPLEMENTED otherwise. Returns 0 or
+ * build). CPU and CUDA targets, static shapes: TCC_E_UNIMPLEMENTED
+ * otherwise. Returns 0 or
  * a TCC_E_* code. */
 int tcc_tune_plan_make(const tcc_prepared *p, tcc_tune_plan *out, tcc_error *err);
 void tcc_tune_plan_free(tcc_tune_plan *plan);
 
-/* Fills out[0..n) with the candidate configs for device and returns n
- * (<= TCC_TUNE_MAX_CANDIDATES); out[0] is always the default. */
+/* Fills out[0..n) with the candidate configs for device (CPU or CUDA)
+ * and returns n (<= TCC_TUNE_MAX_CANDIDATES); out[0] is always the
+ * default. */
 int tcc_tune_candidates(int device, tcc_kernel_config *out);
 
-/* "par=1 thr=0 chunk=0 unroll=4 blas=0" into buf (cap bytes); returns buf. */
+/* "par=1 thr=0 chunk=0 unroll=4 blas=0 vec=0 order=0" into buf (cap
+ * bytes), then " block=B ipt=I wrow=W split=S persist=P" when any CUDA field is
+ * set (so CPU configs read as they always did); returns buf. */
 const char *tcc_kernel_config_format(const tcc_kernel_config *c, char *buf, size_t cap);
 /* The inverse. Returns 0 or TCC_E_INVALID_ARGUMENT. */
 int tcc_kernel_config_parse(const char *s, tcc_kernel_config *out);
@@ -258,8 +277,10 @@ int tcc_kernel_config_is_default(const tcc_kernel_config *c);
  * config default: the same source as tcc_compile) and, with
  * bench_hooks, the exported tcc_tune_kernel(k, inputs, outputs,
  * workspace) that runs kernel k alone (benchmark builds only; never
- * stored). CPU targets only (else TCC_E_UNIMPLEMENTED). Returns as
- * tcc_compile. */
+ * stored). CPU and CUDA targets, static shapes (else
+ * TCC_E_UNIMPLEMENTED); a CUDA build needs no hooks (bench_hooks is
+ * ignored: the benchmark child launches each kernel's steps of the
+ * manifest alone). Returns as tcc_compile. */
 int tcc_compile_tuned(const tcc_prepared *p, const tcc_build_options *opts,
                       const tcc_kernel_config *configs, int nconfigs, int bench_hooks,
                       tcc_artifact *out, tcc_error *err);
@@ -273,6 +294,7 @@ typedef struct tcc_bench_options {
   int input_sets;          /* rotated input sets; 0 = 3 */
   uint64_t seed;           /* inputs are a function of the seed */
   int candidate;           /* passed on, for the fault-injection switch */
+  int cuda_device;         /* CUDA artifacts: the device index to run on */
 } tcc_bench_options;
 
 typedef struct tcc_bench_result {
@@ -285,13 +307,35 @@ typedef struct tcc_bench_result {
 
 /* Benchmarks a hooked artifact (tcc_compile_tuned with bench_hooks) in a
  * child process (tcc_run_tool: own process group, address space 4 GiB,
- * CPU time and wall-clock limits, no core). Returns 0, or
+ * CPU time and wall-clock limits, no core). A cubin (CUDA target) runs
+ * on device o->cuda_device with the same limits but the address-space
+ * one (the CUDA driver maps far more virtual memory than that). Returns 0, or
  * TCC_E_DEADLINE_EXCEEDED (killed after timeout_ms), TCC_E_INTERNAL
  * (the child crashed or failed: the message says how) or
  * TCC_E_DATA_LOSS (its report is malformed). */
 int tcc_bench_run(const tcc_bench_options *o, const tcc_artifact *a, tcc_bench_result *out,
                   tcc_error *err);
 void tcc_bench_result_free(tcc_bench_result *r);
+
+/* What `tccd-bench --probe` saw: the CUDA devices of this machine. */
+typedef struct tcc_cuda_probe_result {
+  int ndevices;
+  struct {
+    char arch[16];         /* "sm_90" */
+    char name[96];
+  } device[8];
+  char why[256];           /* no device: the driver's reason */
+} tcc_cuda_probe_result;
+
+/* Runs bench_exe --probe (a child: libcuda is never loaded by the
+ * caller) and fills out. Returns 0 (ndevices may be 0, with why), or
+ * TCC_E_INTERNAL / TCC_E_DEADLINE_EXCEEDED when the child failed. */
+int tcc_cuda_probe(const char *bench_exe, int timeout_ms, tcc_cuda_probe_result *out, tcc_error *err);
+
+/* The first probed device a cubin for arch ("sm_80", "sm_90a") runs on
+ * natively: same major compute capability and a minor at least the
+ * arch's ("a" archs: exactly that one). Returns its index, or -1. */
+int tcc_cuda_probe_pick(const tcc_cuda_probe_result *probe, const char *arch);
 
 /* Compares a candidate's outputs with the reference's, output by output
  * from the manifest: integers and bools exactly, floats within

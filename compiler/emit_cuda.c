@@ -14,7 +14,9 @@
  * (ABI 1 of client/cuda.h: inputs, outputs, workspace; every kernel takes
  * all of them). Shapes, strides, storage offsets and workspace offsets
  * are compiled in. The launch configuration of each kernel
- * (tcc_cuda_geometry_for) is a pure function of the kernel, so the
+ * (tcc_cuda_geometry_for) is a pure function of the kernel and its
+ * tuning config (max-autotune: tcc_kernel_config's block, ipt, wrow,
+ * split, persist; all zero = the heuristic below, byte for byte), so the
  * emitter (its __launch_bounds__) and the manifest agree.
  *
  * Kernel structure.
@@ -44,8 +46,9 @@
  *              then the sum that reads the max), then the threads share
  *              the row's remaining dims for the stores. So softmax and
  *              layer_norm are one kernel, looped over the row (each
- *              reduction re-reads the row; no register-resident
- *              "persistent" variant yet). A reduction nested in another
+ *              reduction re-reads the row; the tuning config persist=1
+ *              copies such rows to shared memory once instead: see
+ *              plan_row_cache). A reduction nested in another
  *              one's body that depends on the outer's variables is folded
  *              sequentially by each thread. Block size: the reduction
  *              extent rounded up to a power of two, 32..256. Rows of at
@@ -384,11 +387,28 @@ typedef struct kplan {
   int warp_rows;          /* > 0: one warp per row, this many rows per block */
   node_list coop;         /* cooperative reductions, dependency order */
   int64_t split;          /* > 1: split reduction into this many groups per row */
+  int64_t split_block;    /* threads per block of the split stage */
   tcc_cuda_geometry launch;
 } kplan;
 
+/* The tuning config of kernel k (tune.c; NULL: the heuristic below). */
+static const tcc_kernel_config *kernel_config(const tcc_program *p, const tcc_kernel *k) {
+  if (!p->kcfg) return NULL;
+  int kno = 0;
+  for (const tcc_kernel *q = p->kernels; q < k; q++) kno += !q->dead;
+  return tcc_kernel_config_of(p, kno);
+}
+
+/* The launch geometry below is the heuristic unless kernel k has a
+ * tuning config (tcc_kernel_config: block, ipt, wrow, split), which
+ * replaces the matching choice; every choice lands in kp->launch (and
+ * split_block), which both the code (__launch_bounds__, the loops' row
+ * counts) and the manifest read, so they cannot disagree. */
 static int plan_kernel(const tcc_program *p, const tcc_kernel *k, fvctx *fc, kplan *kp) {
   memset(kp, 0, sizeof *kp);
+  const tcc_kernel_config *cfg = kernel_config(p, k);
+  int64_t cblock = cfg ? cfg->block : 0, ipt = cfg && cfg->ipt > 0 ? cfg->ipt : 1;
+  int wrow = cfg ? cfg->wrow : 0;
   kp->numel = 1;
   for (int d = 0; d < k->rank; d++) kp->numel *= k->sizes[d];
   kp->reduction = has_reduce_any(k);
@@ -419,18 +439,19 @@ static int plan_kernel(const tcc_program *p, const tcc_kernel *k, fvctx *fc, kpl
   kp->inner = kp->rows ? kp->numel / kp->rows : 0;
   if (!kp->rows) kp->inner = 0;
   int64_t block, grid;
-  if (kp->reduction && kp->red_max <= 32 && kp->rows > 1) {
+  if (kp->reduction && kp->rows > 1 && (wrow > 0 || (wrow == 0 && kp->red_max <= 32))) {
     /* short rows: a warp per row, WARP_ROWS rows per block */
-    kp->warp_rows = WARP_ROWS;
-    block = 32 * WARP_ROWS;
-    grid = (kp->rows + WARP_ROWS - 1) / WARP_ROWS;
+    kp->warp_rows = cblock ? (int)(cblock / 32) : WARP_ROWS;
+    block = 32 * (int64_t)kp->warp_rows;
+    grid = (kp->rows + kp->warp_rows - 1) / kp->warp_rows;
   } else if (kp->reduction) {
     block = 32;
     while (block < kp->red_max && block < MAX_RED_BLOCK) block *= 2;
+    if (cblock) block = cblock;
     grid = kp->rows;
   } else {
-    block = POINTWISE_BLOCK;
-    grid = (kp->numel + block - 1) / block;
+    block = cblock ? cblock : POINTWISE_BLOCK;
+    grid = (kp->numel + block * ipt - 1) / (block * ipt);
   }
   /* A very long reduction into few rows: one block per row would leave
    * the GPU idle, so it is split (split_groups). */
@@ -438,7 +459,9 @@ static int plan_kernel(const tcc_program *p, const tcc_kernel *k, fvctx *fc, kpl
       kp->red_max >= SPLIT_MIN_EXTENT && kp->coop.v[0]->i != TCC_RED_ARGMAX && kp->coop.v[0]->i != TCC_RED_ARGMIN) {
     int64_t groups = (kp->red_max + SPLIT_CHUNK - 1) / SPLIT_CHUNK;
     if (groups > SPLIT_MAX_GROUPS) groups = SPLIT_MAX_GROUPS;
+    if (cfg && cfg->split > 0) groups = cfg->split;
     if (groups >= 2) kp->split = groups;
+    kp->split_block = cblock ? cblock : MAX_RED_BLOCK;
   }
   if (grid < 1) grid = 1;
   if (grid > MAX_GRID) grid = MAX_GRID;
@@ -467,6 +490,7 @@ int tcc_cuda_geometry_for(const tcc_program *p, const tcc_kernel *k, tcc_cuda_ge
 /* ---------------------------------------------------------- emission */
 
 #define MAX_VEC_ACCESS 32
+#define ROW_CACHE_MAX 4
 
 typedef struct memo_ent {
   const void *key;
@@ -500,7 +524,18 @@ typedef struct cuda_emit {
     int64_t c;             /* storage index at flat index 0 */
     int store;
   } vacc[MAX_VEC_ACCESS];
+  /* persistent rows (plan_row_cache): buffer rc[i].buf is read from
+   * s<buf>[storage index - rb<buf>] */
+  int nrc;
+  struct {
+    int buf;
+    int64_t lo, w;
+    const tcc_ix *const *idx;
+    unsigned rowdims;
+  } rc[ROW_CACHE_MAX];
 } cuda_emit;
+
+static int row_cache_of(const cuda_emit *ce, int buf);
 
 static int memo_get(cuda_emit *ce, const void *key) {
   for (int i = ce->nmemo - 1; i >= 0; i--)
@@ -879,6 +914,10 @@ static int emit_node(cuda_emit *ce, const tcc_vx *e, int ind) {
     if (ce->vacc[i].buf == e->buf && ce->vacc[i].idx == e->idx && !ce->vacc[i].store) va = i;
   if (e->op == TCC_PRIM_LOAD && va >= 0) {
     tcc_buf_printf(b, "v%d.v[l]", va);
+  } else if (e->op == TCC_PRIM_LOAD && row_cache_of(ce, e->buf) >= 0) {
+    tcc_buf_printf(b, "s%d[(long long)(", e->buf);
+    put_index(ce, e->buf, e->idx);
+    tcc_buf_printf(b, ") - rb%d]", e->buf);
   } else if (e->op == TCC_PRIM_LOAD) {
     tcc_buf_printf(b, "b%d[", e->buf);
     put_index(ce, e->buf, e->idx);
@@ -915,6 +954,263 @@ static int emit_stores(cuda_emit *ce, int ind) {
     tcc_buf_printf(ce->b, "] = %s;\n", x);
   }
   return 0;
+}
+
+/* ------------------------------------------ persistent reduction rows */
+
+/* Kernel config persist=1 on a block-per-row reduction: every buffer the
+ * row reads through two or more loads (softmax reads x in the max, in the
+ * sum and in the stores), each load affine in the row's variables apart
+ * from the rest, is copied once per row into shared memory: the window
+ * [row base + lo, row base + hi] that interval arithmetic over the
+ * variables' extents bounds every such load to (row base = the load's
+ * terms in the row variables + the storage offset, the same for every
+ * load of the buffer). Then each pass reads s<buf>[index - rb<buf>].
+ * At most ROW_CACHE_MAX buffers and ROW_CACHE_BYTES of static shared
+ * memory; a kernel with nothing to cache gets the looped code. */
+#define ROW_CACHE_BYTES (32 << 10)
+#define MAX_IX_VARS 256
+
+typedef struct row_window {
+  int state;                  /* 0 unseen, 1 cacheable so far, -1 not */
+  int loads;                  /* distinct loads of the buffer */
+  int64_t lo, hi;             /* storage index - row base, every load */
+  const tcc_ix *const *idx;   /* the first load's indices (its row dims) */
+  unsigned rowdims;           /* bit d: dim d reads row variables only */
+} row_window;
+
+typedef struct row_walk {
+  const tcc_program *p;
+  int row_rank;
+  int64_t ext[MAX_IX_VARS];   /* variable extents (0: unknown) */
+  row_window *w;              /* per buffer */
+  const char *written;        /* per buffer: stored by this kernel */
+  tcc_ptrmap seen;
+  int oom;
+} row_walk;
+
+/* Which variables x reads: row ones (< row_rank), others, a tensor value. */
+static void ix_deps(const tcc_ix *x, int row_rank, int *row, int *other, int *value) {
+  if (!x) return;
+  if (x->kind == TCC_IX_VAR) *(x->var < row_rank ? row : other) = 1;
+  if (x->kind == TCC_IX_VALUE) *value = 1;
+  ix_deps(x->a, row_rank, row, other, value);
+  ix_deps(x->b, row_rank, row, other, value);
+}
+
+/* Bounds past which ix_range gives up (no int64 overflow below). */
+#define IX_RANGE_LIMIT (INT64_C(1) << 40)
+
+static int ix_range_raw(const tcc_ix *x, const int64_t *ext, int64_t *lo, int64_t *hi);
+
+/* [lo, hi] of x over the variables' extents. Returns 0, or -1 when x
+ * cannot be bounded (a tensor value, an unknown variable, a bound beyond
+ * IX_RANGE_LIMIT). */
+static int ix_range(const tcc_ix *x, const int64_t *ext, int64_t *lo, int64_t *hi) {
+  if (ix_range_raw(x, ext, lo, hi)) return -1;
+  return *lo < -IX_RANGE_LIMIT || *hi > IX_RANGE_LIMIT ? -1 : 0;
+}
+
+static int ix_range_raw(const tcc_ix *x, const int64_t *ext, int64_t *lo, int64_t *hi) {
+  int64_t alo, ahi, blo, bhi;
+  switch (x->kind) {
+  case TCC_IX_CONST: *lo = *hi = x->c; return 0;
+  case TCC_IX_VAR:
+    if (x->var < 0 || x->var >= MAX_IX_VARS || ext[x->var] <= 0) return -1;
+    *lo = 0, *hi = ext[x->var] - 1;
+    return 0;
+  case TCC_IX_ADD:
+    if (ix_range(x->a, ext, &alo, &ahi) || ix_range(x->b, ext, &blo, &bhi)) return -1;
+    *lo = alo + blo, *hi = ahi + bhi;
+    return 0;
+  case TCC_IX_MUL:
+    if (ix_range(x->a, ext, &alo, &ahi) || __builtin_mul_overflow(alo, x->c, &alo) ||
+        __builtin_mul_overflow(ahi, x->c, &ahi))
+      return -1;
+    *lo = x->c >= 0 ? alo : ahi;
+    *hi = x->c >= 0 ? ahi : alo;
+    return 0;
+  case TCC_IX_DIV:
+  case TCC_IX_MOD:
+    if (ix_range(x->a, ext, &alo, &ahi) || alo < 0 || x->c <= 0) return -1;
+    if (x->kind == TCC_IX_DIV) *lo = alo / x->c, *hi = ahi / x->c;
+    else if (ahi < x->c) *lo = alo, *hi = ahi;
+    else *lo = 0, *hi = x->c - 1;
+    return 0;
+  case TCC_IX_MIN:
+  case TCC_IX_MAX:
+    if (ix_range(x->a, ext, &alo, &ahi)) return -1;
+    if (x->kind == TCC_IX_MIN) *lo = alo < x->c ? alo : x->c, *hi = ahi < x->c ? ahi : x->c;
+    else *lo = alo > x->c ? alo : x->c, *hi = ahi > x->c ? ahi : x->c;
+    return 0;
+  case TCC_IX_VALUE: return -1;
+  }
+  return -1;
+}
+
+/* The same index expression (no tensor values)? */
+static int ix_same(const tcc_ix *a, const tcc_ix *b) {
+  if (a == b) return 1;
+  if (!a || !b || a->kind != b->kind || a->kind == TCC_IX_VALUE || a->var != b->var || a->c != b->c) return 0;
+  return ix_same(a->a, b->a) && ix_same(a->b, b->b);
+}
+
+/* One load of buffer e->buf: its window, or the buffer is not cacheable. */
+static void row_load(row_walk *rw, const tcc_vx *e) {
+  row_window *w = &rw->w[e->buf];
+  const tcc_meta *m = &rw->p->bufs[e->buf].layout;
+  if (w->state < 0) return;
+  if (rw->written[e->buf] || rw->p->bufs[e->buf].kind == TCC_BUF_CONST || m->rank > 31) {
+    w->state = -1;
+    return;
+  }
+  unsigned rowdims = 0;
+  int64_t lo = 0, hi = 0;
+  for (int d = 0; d < m->rank; d++) {
+    int row = 0, other = 0, value = 0;
+    ix_deps(e->idx[d], rw->row_rank, &row, &other, &value);
+    int64_t dlo, dhi;
+    if (value || (row && other)) {
+      w->state = -1;
+      return;
+    }
+    if (row) {
+      rowdims |= 1u << d;
+      continue;
+    }
+    if (ix_range(e->idx[d], rw->ext, &dlo, &dhi) || m->strides[d] > IX_RANGE_LIMIT ||
+        __builtin_mul_overflow(dlo, m->strides[d], &dlo) || __builtin_mul_overflow(dhi, m->strides[d], &dhi) ||
+        __builtin_add_overflow(lo, dlo, &lo) || __builtin_add_overflow(hi, dhi, &hi)) {
+      w->state = -1;
+      return;
+    }
+  }
+  if (w->state == 0) {
+    w->state = 1;
+    w->idx = e->idx;
+    w->rowdims = rowdims;
+    w->lo = lo, w->hi = hi;
+    w->loads = 1;
+    return;
+  }
+  if (w->rowdims != rowdims) {
+    w->state = -1;
+    return;
+  }
+  for (int d = 0; d < m->rank; d++)
+    if ((rowdims >> d & 1) && !ix_same(w->idx[d], e->idx[d])) {
+      w->state = -1;
+      return;
+    }
+  if (lo < w->lo) w->lo = lo;
+  if (hi > w->hi) w->hi = hi;
+  w->loads++;
+}
+
+static void row_walk_ix(row_walk *rw, const tcc_ix *x);
+
+/* Every load under e (REDUCEs first record their variables' extents). */
+static void row_walk_vx(row_walk *rw, const tcc_vx *e) {
+  if (rw->oom || tcc_ptrmap_get(&rw->seen, e)) return;
+  if (tcc_ptrmap_put(&rw->seen, e, e)) {
+    rw->oom = 1;
+    return;
+  }
+  if (e->op == TCC_PRIM_REDUCE)
+    for (int i = 0; i < e->nidx; i++) {
+      int v = e->buf + i;
+      if (v >= 0 && v < MAX_IX_VARS && e->idx[i]->c > rw->ext[v]) rw->ext[v] = e->idx[i]->c;
+    }
+  if (e->op == TCC_PRIM_LOAD) row_load(rw, e);
+  if (e->op == TCC_PRIM_LOAD || e->op == TCC_PRIM_INDEX)
+    for (int d = 0; d < e->nidx; d++) row_walk_ix(rw, e->idx[d]);
+  if (e->op == TCC_PRIM_EXTERN) return;
+  if (e->a) row_walk_vx(rw, e->a);
+  if (e->b) row_walk_vx(rw, e->b);
+  if (e->c) row_walk_vx(rw, e->c);
+}
+
+static void row_walk_ix(row_walk *rw, const tcc_ix *x) {
+  if (!x) return;
+  if (x->kind == TCC_IX_VALUE) row_walk_vx(rw, x->v);
+  row_walk_ix(rw, x->a);
+  row_walk_ix(rw, x->b);
+}
+
+/* Chooses ce's row caches (ce->nrc) for kernel k. Returns 0 or -1 (out
+ * of memory). */
+static int plan_row_cache(cuda_emit *ce, const kplan *kp) {
+  const tcc_program *p = ce->p;
+  const tcc_kernel *k = ce->k;
+  row_walk *rw = calloc(1, sizeof *rw);
+  row_window *w = calloc((size_t)p->nbufs + 1, sizeof *w);
+  char *written = calloc((size_t)p->nbufs + 1, 1);
+  int rc = -1;
+  if (!rw || !w || !written || tcc_ptrmap_init(&rw->seen, 64)) goto done;
+  rw->p = p;
+  rw->row_rank = kp->row_rank;
+  rw->w = w;
+  rw->written = written;
+  for (int d = 0; d < k->rank && d < MAX_IX_VARS; d++) rw->ext[d] = k->sizes[d];
+  for (int s = 0; s < k->nstores; s++) written[k->stores[s].buf] = 1;
+  for (int s = 0; s < k->nstores; s++) {
+    row_walk_vx(rw, k->stores[s].value);
+    for (int d = 0; d < p->bufs[k->stores[s].buf].layout.rank; d++) row_walk_ix(rw, k->stores[s].idx[d]);
+  }
+  if (rw->oom) goto done;
+  int64_t bytes = 0;
+  for (int bi = 0; bi < p->nbufs && ce->nrc < ROW_CACHE_MAX; bi++) {
+    if (w[bi].state != 1 || w[bi].loads < 2) continue;
+    int64_t n = w[bi].hi - w[bi].lo + 1, sz = n * tcc_dtype_size(p->bufs[bi].layout.dtype);
+    if (n < 1 || bytes + sz > ROW_CACHE_BYTES) continue;
+    bytes += sz;
+    ce->rc[ce->nrc].buf = bi;
+    ce->rc[ce->nrc].lo = w[bi].lo;
+    ce->rc[ce->nrc].w = n;
+    ce->rc[ce->nrc].idx = w[bi].idx;
+    ce->rc[ce->nrc].rowdims = w[bi].rowdims;
+    ce->nrc++;
+  }
+  rc = 0;
+done:
+  if (rw) tcc_ptrmap_free(&rw->seen);
+  free(rw);
+  free(w);
+  free(written);
+  return rc;
+}
+
+/* The row cache of buffer buf (index into ce->rc), or -1. */
+static int row_cache_of(const cuda_emit *ce, int buf) {
+  for (int i = 0; i < ce->nrc; i++)
+    if (ce->rc[i].buf == buf) return i;
+  return -1;
+}
+
+/* At the top of a row: waits for the previous row's readers, copies each
+ * cached window into shared memory (bounds-checked against the storage),
+ * waits again. */
+static void emit_row_fill(cuda_emit *ce, int ind) {
+  tcc_buf *b = ce->b;
+  tcc_buf_printf(b, "%*s__syncthreads();   /* the previous row's readers are done */\n", ind, "");
+  for (int i = 0; i < ce->nrc; i++) {
+    int bi = ce->rc[i].buf;
+    const tcc_meta *m = &ce->p->bufs[bi].layout;
+    tcc_buf_printf(b, "%*sconst long long rb%d = (long long)%" PRId64, ind, "", bi, m->offset + ce->rc[i].lo);
+    for (int d = 0; d < m->rank; d++) {
+      if (!(ce->rc[i].rowdims >> d & 1)) continue;
+      tcc_buf_printf(b, " + (long long)%" PRId64 " * (long long)", m->strides[d]);
+      put_ix(ce, ce->rc[i].idx[d]);
+    }
+    tcc_buf_puts(b, ";\n");
+    tcc_buf_printf(b, "%*sfor (int w_ = threadIdx.x; w_ < %" PRId64 "; w_ += blockDim.x) {\n", ind, "",
+                   ce->rc[i].w);
+    tcc_buf_printf(b, "%*s  const long long g_ = rb%d + w_;\n", ind, "", bi);
+    tcc_buf_printf(b, "%*s  s%d[w_] = (g_ >= 0 && g_ < %" PRId64 "LL) ? b%d[g_] : (%s)0;\n", ind, "", bi, m->span, bi,
+                   ctype(m->dtype));
+    tcc_buf_printf(b, "%*s}\n", ind, "");
+  }
+  tcc_buf_printf(b, "%*s__syncthreads();\n", ind, "");
 }
 
 /* Vectorization of a pointwise kernel: every store, and the loads that
@@ -1112,13 +1408,18 @@ static int emit_kernel(const tcc_program *p, const tcc_kernel *k, int kno, tcc_b
     ce.split_r = kp.coop.v[0];
     ce.split_groups = kp.split;
   }
+  const tcc_kernel_config *kcfg = kernel_config(p, k);
+  if (kcfg && kcfg->persist && kp.reduction && !kp.warp_rows && kp.split <= 1 && !split_stage && kp.numel &&
+      plan_row_cache(&ce, &kp))
+    goto done;
 
   if (split_stage) {
     tcc_buf_printf(b, "\n/* k%d_split: first stage of k%d's split reduction: grid (%" PRId64 ", %" PRId64
-                      "), block %d; block (g, row) folds a grid-stride slice of row's %" PRId64
+                      "), block %" PRId64 "; block (g, row) folds a grid-stride slice of row's %" PRId64
                       " elements into partial [row * %" PRId64 " + g] at ws + %" PRId64 "; %s indices */\n",
-                   kno, kno, kp.split, kp.rows, MAX_RED_BLOCK, kp.red_max, kp.split, split_off, ce.I);
-    tcc_buf_printf(b, "extern \"C\" __global__ void __launch_bounds__(%d) k%d_split(", MAX_RED_BLOCK, kno);
+                   kno, kno, kp.split, kp.rows, kp.split_block, kp.red_max, kp.split, split_off, ce.I);
+    tcc_buf_printf(b, "extern \"C\" __global__ void __launch_bounds__(%" PRId64 ") k%d_split(", kp.split_block,
+                   kno);
   } else {
     tcc_buf_printf(b, "\n/* k%d: %s over [", kno, kp.launch.reduction ? "reduction" : "pointwise");
     for (int d = 0; d < k->rank; d++) tcc_buf_printf(b, "%s%" PRId64, d ? ", " : "", k->sizes[d]);
@@ -1130,6 +1431,8 @@ static int emit_kernel(const tcc_program *p, const tcc_kernel *k, int kno, tcc_b
     if (kp.split > 1)
       tcc_buf_printf(b, "; split: folds the %" PRId64 " partials per row k%d_split left at ws + %" PRId64, kp.split,
                      kno, split_off);
+    if (ce.nrc)
+      tcc_buf_printf(b, "; persistent: %d input%s row in shared memory", ce.nrc, ce.nrc == 1 ? "'s" : "s'");
     tcc_buf_printf(b, "; %s indices */\n", ce.I);
     tcc_buf_printf(b, "extern \"C\" __global__ void __launch_bounds__(%" PRId64 ") k%d(", kp.launch.block, kno);
   }
@@ -1158,6 +1461,9 @@ static int emit_kernel(const tcc_program *p, const tcc_kernel *k, int kno, tcc_b
       break;
     }
   }
+  for (int i = 0; i < ce.nrc; i++)
+    tcc_buf_printf(b, "  __shared__ %s s%d[%" PRId64 "];\n", ctype(p->bufs[ce.rc[i].buf].layout.dtype), ce.rc[i].buf,
+                   ce.rc[i].w);
   if (kp.numel == 0) {
     tcc_buf_puts(b, "  /* no elements */\n}\n");
     rc = 0;
@@ -1192,6 +1498,7 @@ static int emit_kernel(const tcc_program *p, const tcc_kernel *k, int kno, tcc_b
       tcc_buf_printf(b, "  for (%s row = blockIdx.x; row < (%s)%" PRId64 "LL; row += gridDim.x) {\n", ce.I,
                      ce.I, kp.rows);
     split_index(&ce, "row", 0, kp.row_rank, k->sizes, NULL, 4);
+    if (ce.nrc) emit_row_fill(&ce, 4);
     for (int i = 0; i < kp.coop.n; i++)
       if (emit_coop_reduce(&ce, kp.coop.v[i], 4)) goto done;
     tcc_buf_printf(b, "    for (%s e = %s; e < (%s)%" PRId64 "LL; e += %s) {\n", ce.I,
@@ -1456,7 +1763,7 @@ int tcc_cuda_schedule_make(const tcc_program *p, tcc_cuda_schedule *s, tcc_error
         sp->split_stage = 1;
         sp->grid[0] = kp.split;
         sp->grid[1] = kp.rows;
-        sp->block = MAX_RED_BLOCK;
+        sp->block = kp.split_block;
         sp->numel = kp.red_max * kp.rows;
         sp->split_off = off;
         s->n_global++;

@@ -490,6 +490,11 @@ int tcc_dyn_fit_source(int k, int nprobes, const int64_t (*assign)[TCC_MAX_SYMS]
  * TCC_E_DEADLINE_EXCEEDED on timeout; TCC_E_INTERNAL when it could not
  * start, died or exited non-zero (message says which). */
 int tcc_run_tool(const char *const *argv, int timeout_ms, char **output, tcc_error *err);
+/* The same; limit_as 0 leaves the address space unlimited (a process that
+ * loads the CUDA driver maps far more virtual memory than any such
+ * limit allows). Returns as tcc_run_tool. */
+int tcc_run_tool_limits(const char *const *argv, int timeout_ms, int limit_as, char **output,
+                        tcc_error *err);
 
 /* -------------------------------------------------------------- tune.c */
 

@@ -434,9 +434,13 @@ int tcc_compile_tuned(const tcc_prepared *p, const tcc_build_options *opts,
   tcc_error local;
   if (!err) err = &local;
   memset(out, 0, sizeof *out);
-  if (!p || !p->graph || p->graph->target.device != TCC__V1__DEVICE_TYPE__CPU)
-    return tcc_error_set(err, TCC_E_UNIMPLEMENTED, "tuned builds are for CPU targets");
-  return compile_program(p, opts, configs, nconfigs, bench_hooks, out, err);
+  if (!p || !p->graph)
+    return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "no prepared graph");
+  int cuda = p->graph->target.device == TCC__V1__DEVICE_TYPE__CUDA;
+  if (!cuda && p->graph->target.device != TCC__V1__DEVICE_TYPE__CPU)
+    return tcc_error_set(err, TCC_E_UNIMPLEMENTED, "tuned builds are for CPU and CUDA targets");
+  /* CUDA: no hooks; the benchmark child launches each kernel's steps alone */
+  return compile_program(p, opts, configs, nconfigs, cuda ? 0 : bench_hooks, out, err);
 }
 
 /* ------------------------------------------------- dynamic shapes */

@@ -13,8 +13,9 @@
  * (/usr/bin/prlimit, part of Debian's essential set), which sets them on
  * itself and then execs the tool, so the compiler driver and every cc1,
  * as and ld it starts are limited from their first instruction: address
- * space TCC_TOOL_MAX_MEMORY, CPU seconds timeout + 5, files it writes at
- * most TCC_TOOL_MAX_FILE bytes, no core dumps. (Setting them with
+ * space TCC_TOOL_MAX_MEMORY (except under tcc_run_tool_limits with
+ * limit_as 0: GPU benchmark children), CPU seconds timeout + 5, files it
+ * writes at most TCC_TOOL_MAX_FILE bytes, no core dumps. (Setting them with
  * prlimit(2) after posix_spawnp returns races the driver's own forks.) A
  * compiler that runs away is stopped by the kernel instead of taking the
  * node's memory or disk; the failure is reported like any other.
@@ -71,7 +72,7 @@ static int find_executable(const char *name, char *out, size_t cap) {
 /* argv with the prlimit(1) prefix that applies the limits above, in
  * storage the caller provides (prefix: 8 slots). Returns the argv to
  * spawn: limited when prlimit exists, else argv unchanged. */
-static const char *const *limited_argv(const char *const *argv, int timeout_ms,
+static const char *const *limited_argv(const char *const *argv, int timeout_ms, int limit_as,
                                        char bufs[4][48], const char **out, size_t cap) {
   size_t n = 0;
   while (argv[n]) n++;
@@ -82,7 +83,7 @@ static const char *const *limited_argv(const char *const *argv, int timeout_ms,
   snprintf(bufs[3], 48, "--core=0");
   size_t k = 0;
   out[k++] = TCC_PRLIMIT;
-  for (int i = 0; i < 4; i++) out[k++] = bufs[i];
+  for (int i = limit_as ? 0 : 1; i < 4; i++) out[k++] = bufs[i];
   out[k++] = "--";
   for (size_t i = 0; i <= n; i++) out[k++] = argv[i]; /* the NULL too */
   return out;
@@ -110,6 +111,11 @@ static void kill_and_reap(pid_t pid, int *status) {
 }
 
 int tcc_run_tool(const char *const *argv, int timeout_ms, char **output, tcc_error *err) {
+  return tcc_run_tool_limits(argv, timeout_ms, 1, output, err);
+}
+
+int tcc_run_tool_limits(const char *const *argv, int timeout_ms, int limit_as, char **output,
+                        tcc_error *err) {
   *output = NULL;
   if (timeout_ms <= 0) timeout_ms = 120000;
   int fds[2];
@@ -145,7 +151,7 @@ int tcc_run_tool(const char *const *argv, int timeout_ms, char **output, tcc_err
   }
   char limit_bufs[4][48];
   const char *limited[256];
-  const char *const *run = limited_argv(argv, timeout_ms, limit_bufs, limited, 256);
+  const char *const *run = limited_argv(argv, timeout_ms, limit_as, limit_bufs, limited, 256);
   pid_t pid;
   int rc = posix_spawnp(&pid, run[0], &fa, &attr, (char *const *)run, environ);
   posix_spawn_file_actions_destroy(&fa);

@@ -27,10 +27,30 @@
  *     5  par chunk   parallel outer loop, schedule(static, 8) (interleaved
  *                    rows: better balance for few, long rows)
  *
+ *   Candidates (CUDA; emit_cuda.c reads block/ipt/wrow/split/persist, the
+ *   launch geometry in the manifest follows; index 0 is the default):
+ *     0  default     the emitter's heuristic (256-thread pointwise blocks,
+ *                    reductions: the extent rounded up to 32..256)
+ *     1-3 block      128, 512, 1024 threads per block (everything)
+ *     4  ipt=4       pointwise: a grid of numel / (256 * 4) blocks, so each
+ *                    thread of the grid-stride loop takes 4 elements
+ *     5  512 x 8     512 threads, 8 elements each
+ *     6  wrow=1      reductions: a warp per row (block/32 rows per block)
+ *     7  wrow=-1     reductions: a block per row, rows <= 32 too
+ *     8  split=1     long reductions into few rows: not split
+ *     9, 10 split    128 and 1024 partial groups per row
+ *     11 persist     block-per-row reductions: inputs read more than once
+ *                    per row copied to shared memory once ("persistent")
+ *   A config field that does not apply to a kernel leaves it as the
+ *   default makes it, so such candidates time the same and lose to the
+ *   default's TUNE_MIN_GAIN margin.
+ *
  *   Kernel signature: SHA-256("tccd-tune-sig/1", target, identity, the
  *   kernel's default C source with its identifiers renumbered: k<j> ->
  *   k, buffers b<n> numbered by first use, in[i]/out[i]/ws offsets
- *   erased). The same computation over the same shapes and strides in
+ *   erased; CUDA: its CUDA source, with the parameter list, the
+ *   "(void)in3;" lines and the in<i>/out<i> numbers erased too). The
+ *   same computation over the same shapes and strides in
  *   another graph therefore has the same signature, and a tuning record
  *   found for it needs no benchmark.
  *
@@ -52,6 +72,20 @@
  *
  *   then writes every output's storage (zero-filled before the runs),
  *   in order, after one tcc_entry call on input set 0, to OUTFILE.
+ *
+ *   CUDA: the artifact is a cubin (written as candidate.cubin) and the
+ *   child gets DEVICE as an 8th argument; it runs without the address
+ *   space limit (the driver maps far more virtual memory). It times each
+ *   live kernel's manifest steps (k<j>_split, k<j>, or its cuBLAS call)
+ *   with CUDA events and reports the same lines ("bad 0"). No hooks are
+ *   built in. tccd-bench --probe prints
+ *
+ *     tccd-bench-probe 1
+ *     device <i> <sm_XY> <name>     (one per device), or: none <why>
+ *
+ *   (tcc_cuda_probe); a device fits a target when the cubin runs on it
+ *   natively (tcc_cuda_probe_pick: same major, minor >= the arch's, "a"
+ *   archs exactly).
  */
 #include "loop.h"
 
@@ -76,7 +110,7 @@ const tcc_kernel_config *tcc_kernel_config_of(const tcc_program *p, int kno) {
 
 int tcc_kernel_config_is_default(const tcc_kernel_config *c) {
   return !c->parallel && !c->threads && !c->chunk && !c->unroll && !c->blas_threads && !c->vec &&
-         !c->order;
+         !c->order && !c->block && !c->ipt && !c->wrow && !c->split && !c->persist;
 }
 
 int tcc_tune_candidates(int device, tcc_kernel_config *out) {
@@ -91,9 +125,24 @@ int tcc_tune_candidates(int device, tcc_kernel_config *out) {
     {1, 0, 0, 0, 0, 16},  /* parallel, vector width 16 */
     {0, 0, 0, 0, 0, 0, 1},  /* loops ordered by the first load (reads contiguous) */
   };
-  if (device == TCC__V1__DEVICE_TYPE__CUDA) { /* no GPU to measure on: the default */
-    memset(&out[0], 0, sizeof out[0]);
-    return 1;
+  /* CUDA (see the header): block, ipt, wrow, split; the rest stays 0 */
+  static const tcc_kernel_config cuda[] = {
+    {.block = 0},                 /* default: the emitter's heuristic */
+    {.block = 128},
+    {.block = 512},
+    {.block = 1024},
+    {.ipt = 4},                   /* 256 threads, 4 elements each */
+    {.block = 512, .ipt = 8},
+    {.wrow = 1},                  /* reductions: a warp per row */
+    {.wrow = -1},                 /* reductions: a block per row, short rows too */
+    {.split = 1},                 /* split reductions: not split */
+    {.split = 128},
+    {.split = 1024},
+    {.persist = 1},               /* reductions: the row in shared memory */
+  };
+  if (device == TCC__V1__DEVICE_TYPE__CUDA) {
+    memcpy(out, cuda, sizeof cuda);
+    return (int)(sizeof cuda / sizeof cuda[0]);
   }
   int n = (int)(sizeof cpu / sizeof cpu[0]);
   memcpy(out, cpu, sizeof cpu);
@@ -101,16 +150,35 @@ int tcc_tune_candidates(int device, tcc_kernel_config *out) {
 }
 
 const char *tcc_kernel_config_format(const tcc_kernel_config *c, char *buf, size_t cap) {
-  snprintf(buf, cap, "par=%d thr=%d chunk=%d unroll=%d blas=%d vec=%d order=%d", c->parallel,
-           c->threads, c->chunk, c->unroll, c->blas_threads, c->vec, c->order);
+  int n = snprintf(buf, cap, "par=%d thr=%d chunk=%d unroll=%d blas=%d vec=%d order=%d", c->parallel,
+                   c->threads, c->chunk, c->unroll, c->blas_threads, c->vec, c->order);
+  if ((c->block || c->ipt || c->wrow || c->split || c->persist) && n >= 0 && (size_t)n < cap)
+    snprintf(buf + n, cap - (size_t)n, " block=%d ipt=%d wrow=%d split=%d persist=%d", c->block, c->ipt,
+             c->wrow, c->split, c->persist);
   return buf;
+}
+
+/* 1 when v is 0 or a power of two in [lo, hi]. */
+static int pow2_or_zero(int v, int lo, int hi) {
+  return v == 0 || (v >= lo && v <= hi && (v & (v - 1)) == 0);
 }
 
 int tcc_kernel_config_parse(const char *s, tcc_kernel_config *out) {
   tcc_kernel_config c;
+  memset(&c, 0, sizeof c);
   int n = 0;
   if (sscanf(s, "par=%d thr=%d chunk=%d unroll=%d blas=%d vec=%d order=%d%n", &c.parallel,
              &c.threads, &c.chunk, &c.unroll, &c.blas_threads, &c.vec, &c.order, &n) != 7)
+    return TCC_E_INVALID_ARGUMENT;
+  if (s[n]) { /* the CUDA fields, all five, and nothing after them */
+    int m = 0;
+    if (sscanf(s + n, " block=%d ipt=%d wrow=%d split=%d persist=%d%n", &c.block, &c.ipt, &c.wrow, &c.split,
+               &c.persist, &m) != 5 ||
+        s[n + m])
+      return TCC_E_INVALID_ARGUMENT;
+  }
+  if (!pow2_or_zero(c.block, 32, 1024) || !pow2_or_zero(c.ipt, 1, 64) || c.wrow < -1 || c.wrow > 1 ||
+      c.split < 0 || c.split > 4096 || c.persist < 0 || c.persist > 1)
     return TCC_E_INVALID_ARGUMENT;
   if (c.order != 0 && c.order != 1) return TCC_E_INVALID_ARGUMENT;
   if (c.vec != 0 && c.vec != 2 && c.vec != 4 && c.vec != 8 && c.vec != 16 && c.vec != 32)
@@ -187,6 +255,48 @@ static void normalize_kernel(tcc_buf *b, const char *s, const char *e) {
   }
 }
 
+/* CUDA kernel text [s, e) without what depends on the graph's argument
+ * count rather than on the kernel: the parameter lists ("k0(const void
+ * *__restrict__ in0, ..., char *__restrict__ ws)"), the "(void)in3;"
+ * lines, and the argument numbers of in<i> / out<i>. Appended to b. */
+static void cuda_strip_arguments(tcc_buf *b, const char *s, const char *e) {
+  const char *q = s;
+  while (q < e) {
+    const char *eol = memchr(q, '\n', (size_t)(e - q));
+    const char *end = eol ? eol + 1 : e;
+    if (strncmp(q, "  (void)in", 10) == 0 || strncmp(q, "  (void)out", 11) == 0 || strncmp(q, "  (void)ws;", 11) == 0) {
+      q = end;
+      continue;
+    }
+    const char *g = strstr(q, "__global__ void ");
+    if (g && g < end) {   /* "... k0(<params>) {": keep up to '(' */
+      const char *paren = memchr(g, '(', (size_t)(end - g));
+      const char *close = paren ? strstr(paren, ") {") : NULL;
+      if (paren && close && close < end) {
+        tcc_buf_put(b, q, (size_t)(paren - q) + 1);
+        tcc_buf_put(b, close, (size_t)(end - close));
+        q = end;
+        continue;
+      }
+    }
+    for (const char *c = q; c < end; c++) {
+      int word_start = c == s || !(isalnum((unsigned char)c[-1]) || c[-1] == '_');
+      size_t w = word_start && strncmp(c, "in", 2) == 0 ? 2 : word_start && strncmp(c, "out", 3) == 0 ? 3 : 0;
+      if (w && c + w < end && isdigit((unsigned char)c[w])) {
+        const char *d = c + w;
+        while (d < end && isdigit((unsigned char)*d)) d++;
+        if (d >= end || !(isalnum((unsigned char)*d) || *d == '_')) {
+          tcc_buf_put(b, c, w);
+          c = d - 1;
+          continue;
+        }
+      }
+      tcc_buf_put(b, c, 1);
+    }
+    q = end;
+  }
+}
+
 /* The kind named in a kernel's header comment ("/\* k3: reduction over"). */
 static void kernel_kind(const char *s, const char *e, char *out, size_t cap) {
   const char *c = memchr(s, ':', (size_t)(e - s));
@@ -199,8 +309,9 @@ static void kernel_kind(const char *s, const char *e, char *out, size_t cap) {
 
 int tcc_tune_plan_make(const tcc_prepared *p, tcc_tune_plan *out, tcc_error *err) {
   memset(out, 0, sizeof *out);
-  if (!p || !p->graph || p->graph->target.device != TCC__V1__DEVICE_TYPE__CPU)
-    return tcc_error_set(err, TCC_E_UNIMPLEMENTED, "kernel signatures are for CPU targets");
+  if (!p || !p->graph || (p->graph->target.device != TCC__V1__DEVICE_TYPE__CPU &&
+                          p->graph->target.device != TCC__V1__DEVICE_TYPE__CUDA))
+    return tcc_error_set(err, TCC_E_UNIMPLEMENTED, "kernel signatures are for CPU and CUDA targets");
   if (p->graph->nsyms)
     return tcc_error_set(err, TCC_E_UNIMPLEMENTED, "autotuning dynamic-shape graphs is not supported yet");
   char *src;
@@ -217,13 +328,21 @@ int tcc_tune_plan_make(const tcc_prepared *p, tcc_tune_plan *out, tcc_error *err
   const char *end = strstr(src, "\n__attribute__((visibility(\"default\")))\nint tcc_entry");
   if (!end) end = src + len;
   for (int k = 0; k < nk; k++) {
+    /* kernel k's text: from its header comment (CUDA: its split stage's,
+     * when it has one, which comes first) to the next kernel's */
     char mark[32];
     snprintf(mark, sizeof mark, "\n/* k%d: ", k);
+    const char *head = strstr(src, mark);
+    snprintf(mark, sizeof mark, "\n/* k%d_split: ", k);
     const char *s = strstr(src, mark);
+    if (!s || (head && s > head)) s = head;
     snprintf(mark, sizeof mark, "\n/* k%d: ", k + 1);
     const char *e = s ? strstr(s + 1, mark) : NULL;
+    snprintf(mark, sizeof mark, "\n/* k%d_split: ", k + 1);
+    const char *e2 = s ? strstr(s + 1, mark) : NULL;
+    if (e2 && (!e || e2 < e)) e = e2;
     if (!e || e > end) e = end;
-    if (!s) {
+    if (!s || !head) {
       tcc_tune_plan_free(out);
       free(src);
       return tcc_error_set(err, TCC_E_INTERNAL, "kernel k%d not found in the generated source", k);
@@ -231,7 +350,15 @@ int tcc_tune_plan_make(const tcc_prepared *p, tcc_tune_plan *out, tcc_error *err
     tcc_buf b = {0};
     tcc_buf_printf(&b, "tccd-tune-sig/1%c%s%c%s%c", 0, p->graph->target_label, 0,
                    p->graph->identity ? p->graph->identity : "", 0);
-    normalize_kernel(&b, s, e);
+    if (p->graph->target.device == TCC__V1__DEVICE_TYPE__CUDA) {
+      tcc_buf c = {0};
+      cuda_strip_arguments(&c, s, e);
+      if (!c.failed) normalize_kernel(&b, c.data, c.data + c.len);
+      b.failed |= c.failed;
+      tcc_buf_free(&c);
+    } else {
+      normalize_kernel(&b, s, e);
+    }
     if (b.failed) {
       tcc_buf_free(&b);
       tcc_tune_plan_free(out);
@@ -241,7 +368,7 @@ int tcc_tune_plan_make(const tcc_prepared *p, tcc_tune_plan *out, tcc_error *err
     tcc_tune_kernel *K = &out->kernels[k];
     tcc_sha256(b.data, b.len, K->signature);
     tcc_hex_encode(K->signature, TCC_SHA256_BYTES, K->signature_hex);
-    kernel_kind(s, e, K->kind, sizeof K->kind);
+    kernel_kind(head, e > head ? e : end, K->kind, sizeof K->kind);
     tcc_buf_free(&b);
   }
   free(src);
@@ -328,7 +455,8 @@ int tcc_bench_run(const tcc_bench_options *o, const tcc_artifact *a, tcc_bench_r
   if (!mkdtemp(dir))
     return tcc_error_set(err, TCC_E_INTERNAL, "cannot create a benchmark directory under '%s': %s",
                          base, strerror(errno));
-  snprintf(so, sizeof so, "%s/candidate.so", dir);
+  int cubin = a->kind == TCC__V1__ARTIFACT_KIND__CUBIN;
+  snprintf(so, sizeof so, "%s/candidate.%s", dir, cubin ? "cubin" : "so");
   snprintf(man, sizeof man, "%s/manifest.pb", dir);
   snprintf(outf, sizeof outf, "%s/outputs.bin", dir);
   int rc = 0;
@@ -338,13 +466,14 @@ int tcc_bench_run(const tcc_bench_options *o, const tcc_artifact *a, tcc_bench_r
                        strerror(errno));
     goto done;
   }
-  char seed[32], reps[16], sets[16], cand[16];
+  char seed[32], reps[16], sets[16], cand[16], dev[16];
   snprintf(seed, sizeof seed, "%" PRIu64, o->seed);
   snprintf(reps, sizeof reps, "%d", o->reps > 0 ? o->reps : 9);
   snprintf(sets, sizeof sets, "%d", o->input_sets > 0 ? o->input_sets : 3);
   snprintf(cand, sizeof cand, "%d", o->candidate);
-  const char *argv[] = {o->bench_exe, so, man, outf, seed, reps, sets, cand, NULL};
-  rc = tcc_run_tool(argv, o->timeout_ms > 0 ? o->timeout_ms : 20000, &report, err);
+  snprintf(dev, sizeof dev, "%d", o->cuda_device);
+  const char *argv[] = {o->bench_exe, so, man, outf, seed, reps, sets, cand, cubin ? dev : NULL, NULL};
+  rc = tcc_run_tool_limits(argv, o->timeout_ms > 0 ? o->timeout_ms : 20000, !cubin, &report, err);
   if (rc) {
     tcc_error_prefix(err, "benchmark child");
     goto done;
@@ -371,6 +500,63 @@ void tcc_bench_result_free(tcc_bench_result *r) {
   free(r->kernel_ns);
   free(r->outputs);
   memset(r, 0, sizeof *r);
+}
+
+/* ------------------------------------------------------------ the GPU probe */
+
+int tcc_cuda_probe(const char *bench_exe, int timeout_ms, tcc_cuda_probe_result *out, tcc_error *err) {
+  memset(out, 0, sizeof *out);
+  const char *argv[] = {bench_exe, "--probe", NULL};
+  char *text = NULL;
+  int rc = tcc_run_tool_limits(argv, timeout_ms > 0 ? timeout_ms : 30000, 0, &text, err);
+  if (rc) {
+    free(text);
+    tcc_error_prefix(err, "GPU probe");
+    return rc;
+  }
+  const char *p = text ? strstr(text, "tccd-bench-probe 1\n") : NULL;
+  if (!p) {
+    rc = tcc_error_set(err, TCC_E_INTERNAL, "GPU probe: malformed report: %.200s", text ? text : "");
+    free(text);
+    return rc;
+  }
+  for (p = strchr(p, '\n'); p && p[1]; p = strchr(p + 1, '\n')) {
+    int idx, len = 0;
+    char arch[16];
+    if (sscanf(p + 1, "device %d %15s %n", &idx, arch, &len) == 2 && idx == out->ndevices &&
+        out->ndevices < (int)(sizeof out->device / sizeof out->device[0])) {
+      snprintf(out->device[idx].arch, sizeof out->device[idx].arch, "%s", arch);
+      size_t n = strcspn(p + 1 + len, "\n");
+      snprintf(out->device[idx].name, sizeof out->device[idx].name, "%.*s", (int)n, p + 1 + len);
+      out->ndevices++;
+    } else if (strncmp(p + 1, "none ", 5) == 0) {
+      size_t n = strcspn(p + 6, "\n");
+      snprintf(out->why, sizeof out->why, "%.*s", (int)n, p + 6);
+    }
+  }
+  free(text);
+  return 0;
+}
+
+/* "sm_90a" -> 9, 0, 1. Returns 0 or -1. */
+static int parse_arch(const char *arch, int *major, int *minor, int *exact) {
+  int cc = 0, n = 0;
+  if (!arch || sscanf(arch, "sm_%d%n", &cc, &n) != 1 || cc < 10) return -1;
+  *major = cc / 10;
+  *minor = cc % 10;
+  *exact = arch[n] == 'a' || arch[n] == 'f';
+  return 0;
+}
+
+int tcc_cuda_probe_pick(const tcc_cuda_probe_result *probe, const char *arch) {
+  int tM, tm, te;
+  if (parse_arch(arch, &tM, &tm, &te)) return -1;
+  for (int i = 0; i < probe->ndevices; i++) {
+    int dM, dm, de;
+    if (parse_arch(probe->device[i].arch, &dM, &dm, &de)) continue;
+    if (dM == tM && (te ? dm == tm : dm >= tm)) return i;
+  }
+  return -1;
 }
 
 /* ------------------------------------------------------------ output check */

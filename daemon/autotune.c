@@ -50,10 +50,19 @@
  *   this daemon's own candidates is taken (and stored locally). Every
  *   new record is put to Redis as well as the cache.
  *
- *   CUDA targets: this daemon has no GPU to measure on, so tuning is not
- *   run; the emitter's launch heuristic (emit_cuda.c: 256-thread blocks,
- *   one block per row for reductions) stays, and the entry is counted
- *   untuned (stats autotune_untuned) and logged as such.
+ *   CUDA targets: the first CUDA run probes the GPUs once per process
+ *   (pick_gpu: tccd-bench --probe in a child, so libcuda is never loaded
+ *   here). With a device that runs the target's cubin natively (same
+ *   major compute capability, minor at least the arch's), the run is the
+ *   CPU one: the CUDA candidates (tune.c: block size, elements per
+ *   thread, warp- or block-per-row and persistent reductions, split
+ *   factor) are built by NVRTC and benchmarked in tccd-bench on that
+ *   device (cuEvent timing, outputs checked against the default's),
+ *   discarded, counted and recorded the same way. Without one (no
+ *   driver, no device, another arch) tuning is not run: the emitter's
+ *   launch heuristic (emit_cuda.c: 256-thread blocks, one block per row
+ *   for reductions) stays, and the entry is counted untuned (stats
+ *   autotune_untuned) and logged as such, with the reason.
  *
  *   The pool items touch only their own fields of the run; everything
  *   else (cache, counters, the job) is the loop's. A shutdown
@@ -61,6 +70,7 @@
  *   artifact.
  */
 #include <limits.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -107,6 +117,8 @@ struct tccd_tune {
   _Atomic int benched;         /* candidates benchmarked so far */
   tcc_artifact final;
   int remote_pending;          /* Redis record gets not answered yet */
+  int untuned;                 /* CUDA: no GPU fits the target (why says so) */
+  char why[300];
 };
 
 /* One kernel's Redis record get (remote_record_done's arg). */
@@ -353,8 +365,44 @@ static void build_done(uv_work_t *w, int status) {
 
 /* ------------------------------------------------------------ plan + records */
 
+/* The GPUs a benchmark child sees: probed once per daemon process, by
+ * the first CUDA tuning run (on a pool thread: tccd-bench --probe, so
+ * the daemon never loads libcuda itself). */
+static pthread_mutex_t gpu_probe_mu = PTHREAD_MUTEX_INITIALIZER;
+static int gpu_probed;
+static tcc_cuda_probe_result gpu_probe;
+
+/* CUDA: the device to benchmark t's target on (t->bench.cuda_device), or
+ * t->untuned with the reason. Pool thread. */
+static void pick_gpu(tccd_tune *t) {
+  pthread_mutex_lock(&gpu_probe_mu);
+  if (!gpu_probed) {
+    tcc_error err;
+    if (tcc_cuda_probe(t->bench_exe, t->bench.timeout_ms, &gpu_probe, &err) != 0)
+      snprintf(gpu_probe.why, sizeof gpu_probe.why, "%.200s", err.msg);
+    gpu_probed = 1;
+  }
+  const char *arch = strchr(t->prep->target, ':');
+  int dev = tcc_cuda_probe_pick(&gpu_probe, arch ? arch + 1 : "");
+  if (dev >= 0) {
+    t->bench.cuda_device = dev;
+  } else {
+    t->untuned = 1;
+    if (gpu_probe.ndevices == 0)
+      snprintf(t->why, sizeof t->why, "no GPU on this daemon: %.250s", gpu_probe.why);
+    else
+      snprintf(t->why, sizeof t->why, "no GPU on this daemon runs %s natively (device 0 is %s)",
+               arch ? arch + 1 : t->prep->target, gpu_probe.device[0].arch);
+  }
+  pthread_mutex_unlock(&gpu_probe_mu);
+}
+
 static void plan_work(uv_work_t *w) {
   tccd_tune *t = w->data;
+  if (t->prep->device == TCC__V1__DEVICE_TYPE__CUDA) {
+    pick_gpu(t);
+    if (t->untuned) return;
+  }
   t->rc = tcc_tune_plan_make(t->prep, &t->plan, &t->err);
 }
 
@@ -422,6 +470,12 @@ static void tune_ask_remote(tccd_tune *t) {
 static void plan_done(uv_work_t *w, int status) {
   tccd_tune *t = w->data;
   tccd_state *st = t->st;
+  if (t->untuned && status != UV_ECANCELED) {
+    tcc_cache_count(st->cache, TCC_COUNTER_autotune_untuned, 1);
+    log_info("autotune %.12s: %s; the launch heuristic stays (untuned)", t->prep->hash_hex, t->why);
+    tune_finish(t, NULL);
+    return;
+  }
   if (status == UV_ECANCELED || t->rc != 0 || st->draining) {
     if (t->rc) log_warn("autotune %.12s: no kernel plan: %s", t->prep->hash_hex, t->err.msg);
     tune_finish(t, NULL);
@@ -487,12 +541,6 @@ static void tune_measure(tccd_tune *t) {
 
 tccd_tune *tccd_autotune_start(tccd_state *st, const tcc_prepared *prep, tccd_tune_done done,
                                void *arg) {
-  if (prep->device == TCC__V1__DEVICE_TYPE__CUDA) {
-    tcc_cache_count(st->cache, TCC_COUNTER_autotune_untuned, 1);
-    log_info("autotune %.12s: no GPU on this daemon to measure %s kernels; the launch heuristic "
-             "stays (untuned)", prep->hash_hex, prep->target);
-    return NULL;
-  }
   tccd_tune *t = calloc(1, sizeof *t);
   if (!t) return NULL;
   t->st = st;

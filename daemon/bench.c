@@ -2,6 +2,8 @@
  * bench.c — tccd-bench, the benchmark child of autotuning.
  *
  *   tccd-bench SO MANIFEST OUTFILE SEED REPS SETS CANDIDATE
+ *   tccd-bench CUBIN MANIFEST OUTFILE SEED REPS SETS CANDIDATE DEVICE
+ *   tccd-bench --probe
  *
  * tccd never runs generated code in its own process: for each candidate
  * it runs this program (compiler/tune.c's tcc_bench_run: own process
@@ -18,6 +20,15 @@
  * Last, it zero-fills the outputs, runs tcc_entry on input set
  * 0 and writes every output's storage to OUTFILE for the output check.
  *
+ * CUDA (the manifest's target is "cuda:..."): the same, on GPU DEVICE,
+ * through libtccclient's CUDA loader (client/cuda.h; libcuda dlopen'ed,
+ * never linked): the whole plan for the warm-up and the outputs, one
+ * plan per live kernel (its steps of the manifest, from the same module)
+ * for the timings, which are CUDA events around each launch on one
+ * stream (cuda_bench). Any CUDA error exits 2 with the message (the
+ * daemon discards the candidate as crashed). --probe lists the devices
+ * (cuda_probe) so the daemon never loads libcuda itself.
+ *
  * Fault injection (TEST ONLY): TCCD_BENCH_FAULT="crash=I,hang=J,wrong=K"
  * (any subset) makes the child crash (SIGSEGV), hang (sleep until
  * killed) or corrupt its outputs when it benchmarks candidate I, J or K.
@@ -33,6 +44,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cuda.h" /* client/cuda.h: libtccclient's CUDA loader */
 #include "tcc/v1/tcc.pb-c.h"
 
 typedef int (*kernel_fn)(int, const void *const *, void *const *, void *);
@@ -141,9 +153,229 @@ static uint8_t *read_file(const char *path, size_t *len) {
   return b;
 }
 
+/* Test-only fault injection (TCCD_BENCH_FAULT wrong=I): corrupts every
+ * output so the output check must catch it. */
+static void corrupt_outputs(const Tcc__V1__Manifest *m, void **out, const size_t *out_bytes) {
+  for (size_t o = 0; o < m->n_outputs; o++) {
+    uint8_t *p = out[o];
+    int dt = m->outputs[o]->dtype;
+    for (size_t i = 0; i + 4 <= out_bytes[o] && dt == TCC__V1__DTYPE__FLOAT32; i += 4) {
+      float f;
+      memcpy(&f, p + i, 4);
+      f = f * 1.5f + 1.0f;
+      memcpy(p + i, &f, 4);
+    }
+    if (dt != TCC__V1__DTYPE__FLOAT32)
+      for (size_t i = 0; i < out_bytes[o]; i++) p[i] ^= 0x5a;
+  }
+}
+
+/* Every output's storage, in order, to path. Returns 0 or -1 (said on stderr). */
+static int write_outputs(const char *path, void *const *out, const size_t *out_bytes, size_t nout) {
+  FILE *f = fopen(path, "wb");
+  if (!f) {
+    fprintf(stderr, "tccd-bench: cannot write %s\n", path);
+    return -1;
+  }
+  for (size_t o = 0; o < nout; o++) fwrite(out[o], 1, out_bytes[o], f);
+  return fclose(f) != 0 ? -1 : 0;
+}
+
+/* The report (tune.c's format): each kernel's median of times[k * reps ..]. */
+static void report(int nk, int bad, double *times, int reps) {
+  printf("tccd-bench 1\nkernels %d\nbad %d\n", nk, bad ? 1 : 0);
+  for (int k = 0; k < nk; k++) {
+    double *t = &times[(size_t)k * (size_t)reps];
+    qsort(t, (size_t)reps, sizeof *t, cmp_double);
+    printf("k %d %.1f\n", k, reps % 2 ? t[reps / 2] : (t[reps / 2 - 1] + t[reps / 2]) / 2);
+  }
+  printf("end\n");
+  fflush(stdout);
+}
+
+/* ------------------------------------------------------------ CUDA */
+
+/* `tccd-bench --probe`: the CUDA devices this process sees, as
+ *   tccd-bench-probe 1
+ *   device <i> <arch> <name>     (one per device)  |  none <why>
+ * The daemon runs it once (tune.c's tcc_cuda_probe) so that libcuda is
+ * never loaded into the daemon itself. Returns the exit status (0). */
+static int cuda_probe(void) {
+  tcc_error err;
+  int n = 0;
+  printf("tccd-bench-probe 1\n");
+  if (tcc_cuda_device_count(&n, &err) != 0) {
+    printf("none %s\n", err.msg);
+    return 0;
+  }
+  for (int i = 0; i < n; i++) {
+    char arch[16], name[96];
+    if (tcc_cuda_device_arch(i, arch, name, sizeof name, &err) == 0) printf("device %d %s %s\n", i, arch, name);
+  }
+  if (n == 0) printf("none no CUDA device\n");
+  return 0;
+}
+
+/* The live kernel a manifest step belongs to: "k3" and "k3_split" -> 3. */
+static int step_kernel(const char *name) {
+  int j = -1;
+  return name && sscanf(name, "k%d", &j) == 1 ? j : -1;
+}
+
+/* A CUDA failure in the child: said on stderr, exit status 2 (the daemon
+ * discards the candidate as crashed). */
+static int cuda_fail(const char *what, const tcc_error *err) {
+  fprintf(stderr, "tccd-bench: %s: %s\n", what, err->msg);
+  fflush(stderr);
+  return 2;
+}
+
+/* Benchmarks a cubin on `device`: the whole plan (the manifest) for the
+ * warm-up and the outputs, and each live kernel's steps (k<j>_split,
+ * k<j>: one kernel, or its cuBLAS call) loaded as a plan of their own
+ * from the same module (client/cuda.c's loader, one module per
+ * artifact). Inputs as on CPU (same generator, SETS sets, copied to the
+ * device); every timed launch sits between two events on one stream,
+ * all of them queued before the first wait, so the GPU runs them back to
+ * back; a kernel's time is the median over REPS rounds (rotating sets)
+ * of end - start. Returns the exit status. */
+static int cuda_bench(const Tcc__V1__Manifest *m, const char *cubin_path, const char *outfile, uint64_t seed,
+                      int reps, int sets, int candidate, int device) {
+  if (fault_for("crash") == candidate) raise(SIGSEGV); /* test-only fault injection */
+  if (fault_for("hang") == candidate)
+    for (;;) sleep(60);
+  tcc_error err;
+  size_t clen = 0;
+  uint8_t *cubin = read_file(cubin_path, &clen);
+  if (!cubin) {
+    fprintf(stderr, "tccd-bench: cannot read %s\n", cubin_path);
+    return 2;
+  }
+  tcc_cuda_options opts = {.device = device, .context = TCC_CUDA_PRIMARY};
+  tcc_cuda_kernel *whole = NULL;
+  if (tcc_cuda_kernel_load_manifest(cubin, clen, "tccd-bench-candidate", m, &opts, &whole, &err))
+    return cuda_fail("loading the cubin", &err);
+  int nk = 0;
+  for (size_t i = 0; i < m->n_kernels; i++) {
+    int j = step_kernel(m->kernels[i]->name);
+    if (j < 0) {
+      fprintf(stderr, "tccd-bench: manifest step '%s' names no kernel\n", m->kernels[i]->name);
+      return 2;
+    }
+    if (j + 1 > nk) nk = j + 1;
+  }
+  /* one plan per live kernel: its steps of the manifest, same module */
+  tcc_cuda_kernel **part = xcalloc(sizeof *part * (size_t)(nk + 1));
+  Tcc__V1__KernelInfo **steps = xcalloc(sizeof *steps * (m->n_kernels + 1));
+  for (int j = 0; j < nk; j++) {
+    Tcc__V1__Manifest sub = *m;
+    sub.kernels = steps;
+    sub.n_kernels = 0;
+    for (size_t i = 0; i < m->n_kernels; i++)
+      if (step_kernel(m->kernels[i]->name) == j) steps[sub.n_kernels++] = m->kernels[i];
+    if (sub.n_kernels && tcc_cuda_kernel_load_manifest(cubin, clen, "tccd-bench-candidate", &sub, &opts, &part[j], &err))
+      return cuda_fail("loading one kernel's plan", &err);
+  }
+  free(steps);
+
+  rng_state = seed;
+  size_t nin = m->n_inputs, nout = m->n_outputs;
+  const void **in = xcalloc(sizeof *in * (nin * (size_t)sets + 1));
+  for (int s = 0; s < sets; s++)
+    for (size_t i = 0; i < nin; i++) {
+      int64_t n = storage_elems(m->inputs[i]);
+      size_t bytes = (size_t)n * (size_t)dtype_size(m->inputs[i]->dtype);
+      uint8_t *host = xcalloc(bytes + 64);
+      fill(host, n, m->inputs[i]->dtype);
+      void *d = NULL;
+      if (tcc_cuda_malloc(device, bytes + 256, &d, &err) || tcc_cuda_memcpy_htod(device, d, host, bytes, &err))
+        return cuda_fail("input memory", &err);
+      free(host);
+      in[(size_t)s * nin + i] = d;
+    }
+  void **out = xcalloc(sizeof *out * (nout + 1)), **host_out = xcalloc(sizeof *host_out * (nout + 1));
+  size_t *out_bytes = xcalloc(sizeof *out_bytes * (nout + 1));
+  for (size_t o = 0; o < nout; o++) {
+    out_bytes[o] = (size_t)storage_elems(m->outputs[o]) * (size_t)dtype_size(m->outputs[o]->dtype);
+    host_out[o] = xcalloc(out_bytes[o] + 64);
+    if (tcc_cuda_malloc(device, out_bytes[o] + 256, &out[o], &err)) return cuda_fail("output memory", &err);
+  }
+  void *ws = NULL, *stream = NULL;
+  if (m->workspace_bytes > 0 && tcc_cuda_malloc(device, (size_t)m->workspace_bytes, &ws, &err))
+    return cuda_fail("workspace memory", &err);
+  if (tcc_cuda_stream_create(device, &stream, &err)) return cuda_fail("stream", &err);
+
+  for (int s = 0; s < sets; s++) /* warm up on every set */
+    if (tcc_cuda_kernel_launch(whole, stream, &in[(size_t)s * nin], out, ws, &err))
+      return cuda_fail("warm-up launch", &err);
+  if (tcc_cuda_synchronize(device, stream, &err)) return cuda_fail("warm-up", &err);
+
+  size_t nev = (size_t)(nk ? nk : 1) * (size_t)reps;
+  void **ev0 = xcalloc(sizeof *ev0 * nev), **ev1 = xcalloc(sizeof *ev1 * nev);
+  double *times = xcalloc(sizeof *times * nev);
+  for (size_t e = 0; e < (size_t)nk * (size_t)reps; e++)
+    if (tcc_cuda_event_create(device, &ev0[e], &err) || tcc_cuda_event_create(device, &ev1[e], &err))
+      return cuda_fail("events", &err);
+  for (int r = 0; r < reps; r++) {
+    const void *const *cur = &in[(size_t)(r % sets) * nin];
+    for (int k = 0; k < nk; k++) {
+      size_t e = (size_t)k * (size_t)reps + (size_t)r;
+      if (!part[k]) continue;
+      if (tcc_cuda_event_record(device, ev0[e], stream, &err) ||
+          tcc_cuda_kernel_launch(part[k], stream, cur, out, ws, &err) ||
+          tcc_cuda_event_record(device, ev1[e], stream, &err))
+        return cuda_fail("timed launch", &err);
+    }
+  }
+  for (int k = 0; k < nk; k++)
+    for (int r = 0; r < reps && part[k]; r++) {
+      size_t e = (size_t)k * (size_t)reps + (size_t)r;
+      float ms = 0;
+      if (tcc_cuda_event_elapsed_ms(device, ev0[e], ev1[e], &ms, &err)) return cuda_fail("timing", &err);
+      times[e] = (double)ms * 1e6;
+    }
+
+  /* the outputs of one run of the whole plan on set 0, zero-filled first */
+  for (size_t o = 0; o < nout; o++)
+    if (tcc_cuda_memcpy_htod(device, out[o], host_out[o], out_bytes[o], &err)) return cuda_fail("zeroing", &err);
+  if (tcc_cuda_kernel_launch(whole, stream, &in[0], out, ws, &err) || tcc_cuda_synchronize(device, stream, &err))
+    return cuda_fail("the output run", &err);
+  for (size_t o = 0; o < nout; o++)
+    if (tcc_cuda_memcpy_dtoh(device, host_out[o], out[o], out_bytes[o], &err)) return cuda_fail("outputs", &err);
+  if (fault_for("wrong") == candidate) corrupt_outputs(m, host_out, out_bytes);
+  if (write_outputs(outfile, host_out, out_bytes, nout)) return 2;
+  report(nk, 0, times, reps);
+
+  for (size_t e = 0; e < (size_t)nk * (size_t)reps; e++) {
+    tcc_cuda_event_destroy(device, ev0[e], &err);
+    tcc_cuda_event_destroy(device, ev1[e], &err);
+  }
+  tcc_cuda_stream_destroy(device, stream, &err);
+  for (size_t i = 0; i < nin * (size_t)sets; i++) tcc_cuda_free(device, (void *)in[i], &err);
+  for (size_t o = 0; o < nout; o++) {
+    tcc_cuda_free(device, out[o], &err);
+    free(host_out[o]);
+  }
+  tcc_cuda_free(device, ws, &err);
+  for (int k = 0; k < nk; k++) tcc_cuda_kernel_unload(part[k]);
+  tcc_cuda_kernel_unload(whole);
+  free(part);
+  free(in);
+  free(out);
+  free(host_out);
+  free(out_bytes);
+  free(ev0);
+  free(ev1);
+  free(times);
+  free(cubin);
+  return 0;
+}
+
 int main(int argc, char **argv) {
-  if (argc != 8) {
-    fprintf(stderr, "usage: tccd-bench SO MANIFEST OUTFILE SEED REPS SETS CANDIDATE\n");
+  if (argc == 2 && strcmp(argv[1], "--probe") == 0) return cuda_probe();
+  if (argc != 8 && argc != 9) {
+    fprintf(stderr, "usage: tccd-bench SO|CUBIN MANIFEST OUTFILE SEED REPS SETS CANDIDATE [DEVICE]\n"
+                    "       tccd-bench --probe\n");
     return 2;
   }
   uint64_t seed = strtoull(argv[4], NULL, 10);
@@ -164,6 +396,11 @@ int main(int argc, char **argv) {
    * the next parallel loop) and the timings would measure that fight.
    * libgomp reads it when the candidate pulls it in, at the dlopen. */
   setenv("OMP_WAIT_POLICY", "PASSIVE", 0);
+  if (m->target && strncmp(m->target, "cuda:", 5) == 0) {
+    int rc = cuda_bench(m, argv[1], argv[3], seed, reps, sets, candidate, argc == 9 ? atoi(argv[8]) : 0);
+    tcc__v1__manifest__free_unpacked(m, NULL);
+    return rc;
+  }
   void *so = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
   if (!so) {
     fprintf(stderr, "tccd-bench: %s\n", dlerror());
@@ -212,35 +449,9 @@ int main(int argc, char **argv) {
   }
   for (size_t o = 0; o < nout; o++) memset(out[o], 0, out_bytes[o]);
   int bad = entry(&in[0], out, ws);
-  if (fault_for("wrong") == candidate) /* test-only: corrupt every output */
-    for (size_t o = 0; o < nout; o++) {
-      uint8_t *p = out[o];
-      int dt = m->outputs[o]->dtype;
-      for (size_t i = 0; i + 4 <= out_bytes[o] && dt == TCC__V1__DTYPE__FLOAT32; i += 4) {
-        float f;
-        memcpy(&f, p + i, 4);
-        f = f * 1.5f + 1.0f;
-        memcpy(p + i, &f, 4);
-      }
-      if (dt != TCC__V1__DTYPE__FLOAT32)
-        for (size_t i = 0; i < out_bytes[o]; i++) p[i] ^= 0x5a;
-    }
-  FILE *f = fopen(argv[3], "wb");
-  if (!f) {
-    fprintf(stderr, "tccd-bench: cannot write %s\n", argv[3]);
-    return 2;
-  }
-  for (size_t o = 0; o < nout; o++) fwrite(out[o], 1, out_bytes[o], f);
-  if (fclose(f) != 0) return 2;
-
-  printf("tccd-bench 1\nkernels %d\nbad %d\n", nk, bad ? 1 : 0);
-  for (int k = 0; k < nk; k++) {
-    double *t = &times[(size_t)k * (size_t)reps];
-    qsort(t, (size_t)reps, sizeof *t, cmp_double);
-    printf("k %d %.1f\n", k, reps % 2 ? t[reps / 2] : (t[reps / 2 - 1] + t[reps / 2]) / 2);
-  }
-  printf("end\n");
-  fflush(stdout);
+  if (fault_for("wrong") == candidate) corrupt_outputs(m, out, out_bytes);
+  if (write_outputs(argv[3], out, out_bytes, nout)) return 2;
+  report(nk, bad, times, reps);
   for (size_t i = 0; i < nin * (size_t)sets; i++) free((void *)in[i]);
   for (size_t o = 0; o < nout; o++) free(out[o]);
   free(in);

@@ -90,7 +90,68 @@ START_TEST(test_config_roundtrip) {
   ck_assert(n >= 4 && n <= TCC_TUNE_MAX_CANDIDATES);
   ck_assert(tcc_kernel_config_is_default(&cands[0]));
   for (int i = 1; i < n; i++) ck_assert(!tcc_kernel_config_is_default(&cands[i]));
-  ck_assert_int_eq(tcc_tune_candidates(TCC__V1__DEVICE_TYPE__CUDA, cands), 1);
+  /* CUDA: the default first, then configs of the CUDA fields only, all different */
+  n = tcc_tune_candidates(TCC__V1__DEVICE_TYPE__CUDA, cands);
+  ck_assert(n >= 4 && n <= TCC_TUNE_MAX_CANDIDATES);
+  ck_assert(tcc_kernel_config_is_default(&cands[0]));
+  for (int i = 1; i < n; i++) {
+    ck_assert(!tcc_kernel_config_is_default(&cands[i]));
+    ck_assert(!cands[i].parallel && !cands[i].threads && !cands[i].chunk && !cands[i].unroll &&
+              !cands[i].blas_threads && !cands[i].vec && !cands[i].order);
+    for (int j = 0; j < i; j++) ck_assert(memcmp(&cands[i], &cands[j], sizeof cands[i]));
+    char text[TCC_TUNE_CONFIG_TEXT];
+    tcc_kernel_config back;
+    ck_assert_int_eq(tcc_kernel_config_parse(tcc_kernel_config_format(&cands[i], text, sizeof text), &back), 0);
+    ck_assert_mem_eq(&back, &cands[i], sizeof back);
+  }
+}
+END_TEST
+
+START_TEST(test_cuda_config_text) {
+  static const int blocks[] = {0, 32, 64, 128, 256, 512, 1024}, ipts[] = {0, 1, 2, 4, 8, 16, 32, 64};
+  for (int i = 0; i < 200; i++) {
+    tcc_kernel_config c = {.block = blocks[range(0, 6)], .ipt = ipts[range(0, 7)], .wrow = (int)range(-1, 1),
+                           .split = (int)range(0, 4096), .persist = (int)range(0, 1)};
+    if (range(0, 1)) c.parallel = (int)range(-1, 1), c.vec = 4;
+    char text[TCC_TUNE_CONFIG_TEXT];
+    tcc_kernel_config_format(&c, text, sizeof text);
+    ck_assert_int_eq(!!strstr(text, " block="), c.block || c.ipt || c.wrow || c.split || c.persist);
+    tcc_kernel_config back;
+    ck_assert_msg(tcc_kernel_config_parse(text, &back) == 0, "%s", text);
+    ck_assert_mem_eq(&back, &c, sizeof c);
+    ck_assert_int_eq(tcc_kernel_config_is_default(&c), !c.parallel && !c.vec && !c.block && !c.ipt &&
+                                                           !c.wrow && !c.split && !c.persist);
+  }
+  tcc_kernel_config c;
+  const char *base = "par=0 thr=0 chunk=0 unroll=0 blas=0 vec=0 order=0";
+  static const char *const bad[] = {
+      " block=96 ipt=0 wrow=0 split=0 persist=0", /* not a power of two */
+      " block=2048 ipt=0 wrow=0 split=0 persist=0",
+      " block=16 ipt=0 wrow=0 split=0 persist=0",
+      " block=0 ipt=3 wrow=0 split=0 persist=0",
+      " block=0 ipt=0 wrow=2 split=0 persist=0",
+      " block=0 ipt=0 wrow=0 split=-1 persist=0",
+      " block=0 ipt=0 wrow=0 split=5000 persist=0",
+      " block=0 ipt=0 wrow=0 split=0 persist=2",
+      " block=128 ipt=0 wrow=0 split=0",          /* a field missing */
+      " block=128 ipt=0 wrow=0 split=0 persist=0 x",
+      " garbage"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    char text[256];
+    snprintf(text, sizeof text, "%s%s", base, bad[i]);
+    ck_assert_msg(tcc_kernel_config_parse(text, &c) == TCC_E_INVALID_ARGUMENT, "accepted '%s'", text);
+  }
+  char text[256];
+  snprintf(text, sizeof text, "%s block=512 ipt=8 wrow=-1 split=128 persist=1", base);
+  ck_assert_int_eq(tcc_kernel_config_parse(text, &c), 0);
+  ck_assert_int_eq(c.block, 512);
+  ck_assert_int_eq(c.ipt, 8);
+  ck_assert_int_eq(c.wrow, -1);
+  ck_assert_int_eq(c.split, 128);
+  ck_assert_int_eq(c.persist, 1);
+  /* a CPU record's text (no CUDA fields) still reads, CUDA fields zero */
+  ck_assert_int_eq(tcc_kernel_config_parse(base, &c), 0);
+  ck_assert(tcc_kernel_config_is_default(&c));
 }
 END_TEST
 
@@ -229,6 +290,7 @@ int main(void) {
   TCase *t = tcase_create("tune");
   tcase_set_timeout(t, 120);
   tcase_add_test(t, test_config_roundtrip);
+  tcase_add_test(t, test_cuda_config_text);
   tcase_add_test(t, test_record_roundtrip);
   tcase_add_test(t, test_default_config_is_tcc_compile);
   tcase_add_test(t, test_signatures_across_graphs);

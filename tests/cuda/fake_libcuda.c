@@ -19,6 +19,15 @@
  * (parameters every kernel has), FAKE_CUDA_INIT_ERROR (cuInit's result).
  * Kernel names starting with "missing" are not in any module; a launch
  * with grid y > 65535 fails with CUDA_ERROR_INVALID_VALUE.
+ *
+ * Time (for tccd-bench's event timing): a fake GPU clock that each
+ * launch outside a capture advances by its programmed duration;
+ * cuEventRecord stamps an event with it, cuEventElapsedTime subtracts.
+ * FAKE_CUDA_LAUNCH_US="RULE=US,..." programs durations in microseconds,
+ * the first matching rule wins: RULE is a kernel name or "*", optionally
+ * with "@b<threads per block>" ("k0@b512=5,k0=40,*=10"); unmatched
+ * launches take 10 us. FAKE_CUDA_LAUNCH_FAIL="RULE,..." (same RULEs)
+ * makes those launches fail with CUDA_ERROR_INVALID_VALUE. Neither logs.
  */
 #include <pthread.h>
 #include <stdarg.h>
@@ -183,11 +192,68 @@ EXPORT tcu_result cuFuncGetParamInfo(tcu_function f, size_t i, size_t *off, size
   return 0;
 }
 
+/* ------------------------------------------------------------ time */
+
+static double gpu_clock_us;                     /* behind mu */
+
+/* Does RULE (text up to '=' / ',' / end) match kernel name with block
+ * threads? */
+static int rule_matches(const char *rule, size_t len, const char *name, unsigned threads) {
+  const char *at = memchr(rule, '@', len);
+  size_t nlen = at ? (size_t)(at - rule) : len;
+  if (!(nlen == 1 && rule[0] == '*') && !(strlen(name) == nlen && strncmp(rule, name, nlen) == 0)) return 0;
+  return !at || (at[1] == 'b' && (unsigned)atoi(at + 2) == threads);
+}
+
+/* The first rule of env var `var` matching the launch: its "=value" (or
+ * "" without one), else NULL. */
+static const char *launch_rule(const char *var, const char *name, unsigned threads) {
+  const char *v = getenv(var);
+  for (const char *p = v; p && *p;) {
+    size_t n = strcspn(p, ",");
+    size_t rlen = strcspn(p, "=,");
+    if (rlen > n) rlen = n;
+    if (rule_matches(p, rlen, name, threads)) return p[rlen] == '=' ? p + rlen + 1 : "";
+    p += n + (p[n] == ',');
+  }
+  return NULL;
+}
+
+typedef struct fake_event { double t_us; } fake_event;
+
+EXPORT tcu_result cuEventCreate(tcu_event *e, unsigned flags) {
+  (void)flags;
+  *e = calloc(1, sizeof(fake_event));
+  return *e ? 0 : 2;
+}
+EXPORT tcu_result cuEventRecord(tcu_event e, tcu_stream s) {
+  (void)s;
+  if (!depth) return 201;
+  pthread_mutex_lock(&mu);
+  ((fake_event *)e)->t_us = gpu_clock_us;
+  pthread_mutex_unlock(&mu);
+  return 0;
+}
+EXPORT tcu_result cuEventSynchronize(tcu_event e) { return e ? 0 : TCU_ERROR_INVALID_VALUE; }
+EXPORT tcu_result cuEventElapsedTime(float *ms, tcu_event a, tcu_event b) {
+  *ms = (float)((((fake_event *)b)->t_us - ((fake_event *)a)->t_us) / 1000.0);
+  return 0;
+}
+EXPORT tcu_result cuEventDestroy_v2(tcu_event e) { free(e); return 0; }
+
 EXPORT tcu_result cuLaunchKernel(tcu_function f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                                  unsigned bz, unsigned shared, tcu_stream s, void **params, void **extra) {
   (void)extra;
   if (!depth) return 201;
   if (gy > 65535) return TCU_ERROR_INVALID_VALUE;
+  const char *kname = ((fn *)f)->name;
+  if (launch_rule("FAKE_CUDA_LAUNCH_FAIL", kname, bx * by * bz)) return TCU_ERROR_INVALID_VALUE;
+  if (!(s && ((stream *)s)->capturing)) {
+    const char *us = launch_rule("FAKE_CUDA_LAUNCH_US", kname, bx * by * bz);
+    pthread_mutex_lock(&mu);
+    gpu_clock_us += us && *us ? atof(us) : 10.0;
+    pthread_mutex_unlock(&mu);
+  }
   stream *st = s;
   char line[512];
   int n = snprintf(line, sizeof line, "%s g=%u,%u,%u b=%u,%u,%u s=%u stream=%d p=", ((fn *)f)->name, gx, gy, gz, bx,

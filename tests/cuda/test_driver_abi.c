@@ -46,6 +46,7 @@ SAME(sizeof(tcu_function), sizeof(CUfunction));
 SAME(sizeof(tcu_stream), sizeof(CUstream));
 SAME(sizeof(tcu_graph), sizeof(CUgraph));
 SAME(sizeof(tcu_graph_exec), sizeof(CUgraphExec));
+SAME(sizeof(tcu_event), sizeof(CUevent));
 SAME(sizeof(int), sizeof(CUjit_option));
 SAME(sizeof(int), sizeof(CUdevice_attribute));
 SAME(sizeof(int), sizeof(CUfunction_attribute));
@@ -74,6 +75,8 @@ START_TEST(public_names_map_to_the_symbols_we_load) {
   ck_assert_str_eq(STR(cuGraphInstantiate), "cuGraphInstantiateWithFlags");
   ck_assert_str_eq(STR(cuLaunchKernel), "cuLaunchKernel");
   ck_assert_str_eq(STR(cuGraphLaunch), "cuGraphLaunch");
+  ck_assert_str_eq(STR(cuEventDestroy), "cuEventDestroy_v2");
+  ck_assert_str_eq(STR(cuEventRecord), "cuEventRecord");
   ck_assert_int_ge(CUDA_VERSION, 12040); /* cuFuncGetParamInfo */
 }
 END_TEST

@@ -6,7 +6,8 @@
  * order, context push/pop balance, cubin vs PTX vs "arch mismatch" by
  * compute capability, the module cache, CUDA graph capture/replay/LRU,
  * launches inside a caller's capture, the manifest path and the generic
- * tcc_kernel_load/run, and the error messages. Real kernels run in
+ * tcc_kernel_load/run, the event helpers (timing against the fake's
+ * programmable clock), and the error messages. Real kernels run in
  * test_gpu on a GPU machine.
  *
  * With FAKE_CUDA_INIT_ERROR=100 (a second registration) only the cuInit
@@ -392,6 +393,48 @@ START_TEST(memory_helpers_round_trip) {
 }
 END_TEST
 
+/* The event helpers (tccd-bench's timing) against the fake GPU clock:
+ * FAKE_CUDA_LAUNCH_US programs each launch's duration by kernel name and
+ * block size; FAKE_CUDA_LAUNCH_FAIL makes launches fail. */
+START_TEST(events_time_launches) {
+  tcc_error err = {0};
+  tcc_cuda_launch l[2] = {{.name = "k0", .grid = {4}, .block = {512}}, {.name = "k1", .grid = {4}, .block = {128}}};
+  setenv("FAKE_CUDA_NPARAMS", "3", 1);
+  tcc_cuda_kernel *k = load(90, l, 2, 1, 1, 0, "sm_90", NULL, NULL);
+  setenv("FAKE_CUDA_LAUNCH_US", "k0@b256=1,k0@b512=7.5,*=20", 1);
+  void *stream = NULL, *e0 = NULL, *e1 = NULL, *e2 = NULL;
+  ck_assert_int_eq(tcc_cuda_stream_create(0, &stream, &err), 0);
+  ck_assert_int_eq(tcc_cuda_event_create(0, &e0, &err), 0);
+  ck_assert_int_eq(tcc_cuda_event_create(0, &e1, &err), 0);
+  ck_assert_int_eq(tcc_cuda_event_create(0, &e2, &err), 0);
+  const void *in[1] = {P(0x1000)};
+  void *out[1] = {P(0x2000)};
+  ck_assert_int_eq(tcc_cuda_event_record(0, e0, stream, &err), 0);
+  ck_assert_int_eq(tcc_cuda_kernel_launch(k, stream, in, out, NULL, &err), 0);   /* 7.5 + 20 us */
+  ck_assert_int_eq(tcc_cuda_event_record(0, e1, stream, &err), 0);
+  ck_assert_int_eq(tcc_cuda_kernel_launch(k, stream, in, out, NULL, &err), 0);
+  ck_assert_int_eq(tcc_cuda_event_record(0, e2, stream, &err), 0);
+  float ms = 0;
+  ck_assert_int_eq(tcc_cuda_event_elapsed_ms(0, e0, e1, &ms, &err), 0);
+  ck_assert_float_eq_tol(ms, 0.0275f, 1e-6f);
+  ck_assert_int_eq(tcc_cuda_event_elapsed_ms(0, e0, e2, &ms, &err), 0);
+  ck_assert_float_eq_tol(ms, 0.055f, 1e-6f);
+  setenv("FAKE_CUDA_LAUNCH_FAIL", "k1@b128", 1);
+  ck_assert_int_eq(tcc_cuda_kernel_launch(k, stream, in, out, NULL, &err), TCC_E_INTERNAL);
+  ck_assert_msg(strstr(err.msg, "k1") && strstr(err.msg, "cuLaunchKernel"), "%s", err.msg);
+  unsetenv("FAKE_CUDA_LAUNCH_FAIL");
+  unsetenv("FAKE_CUDA_LAUNCH_US");
+  ck_assert_int_eq(tcc_cuda_event_destroy(0, e0, &err), 0);
+  ck_assert_int_eq(tcc_cuda_event_destroy(0, e1, &err), 0);
+  ck_assert_int_eq(tcc_cuda_event_destroy(0, e2, &err), 0);
+  ck_assert_int_eq(tcc_cuda_event_destroy(0, NULL, &err), 0);
+  ck_assert_int_eq(tcc_cuda_stream_destroy(0, stream, &err), 0);
+  ck_assert_int_eq(fake_depth(), 0);
+  tcc_cuda_kernel_unload(k);
+  unsetenv("FAKE_CUDA_NPARAMS");
+}
+END_TEST
+
 START_TEST(manifests_and_generic_kernels_launch) {
   uint8_t cubin[256];
   fake_cubin(cubin, 90);
@@ -726,6 +769,7 @@ int main(void) {
     tcase_add_test(tc, errors_name_the_kernel);
     tcase_add_test(tc, the_callers_current_context_is_used_as_is);
     tcase_add_test(tc, memory_helpers_round_trip);
+    tcase_add_test(tc, events_time_launches);
     tcase_add_test(tc, manifests_and_generic_kernels_launch);
   }
   suite_add_tcase(s, tc);
