@@ -299,3 +299,27 @@ def test_advanced_indexing_compiles(daemon):
     with pytest.raises(Exception, match="range|bounds"):
         opt(torch.randn(5, 7), torch.tensor([0, 9, 1]), torch.tensor([0, 1, 2, 3]),
             torch.rand(5, 7) > 0.5)
+
+
+def test_traced_values_stand_in_for_propagation_only_for_the_traced_layouts():
+    """build_graph uses the trace's own values when the inputs are laid out
+    as traced (the first compile of every partition), and runs the graph
+    on fake tensors again for any other layout; both give the same graph
+    for the traced layout."""
+    from tccd import graph as G
+
+    def f(x, y):
+        return (torch.sin(x) * y.t()).sum(1), x.permute(1, 0)
+
+    x, y = torch.randn(4, 6), torch.randn(6, 4)
+    gm = _fx(f, x, y)
+    traced = [G.signature_of(x), G.signature_of(y)]
+    env = G.traced_env(gm, traced, {})
+    assert env is not None and len(env) == sum(1 for n in gm.graph.nodes if n.op != "output")
+    other = [G.signature_of(x.t().contiguous().t()), G.signature_of(y)]
+    assert G.traced_env(gm, other, {}) is None
+    g_fast = G.build_graph(gm, traced)[0]
+    import unittest.mock as mock
+    with mock.patch.object(G, "traced_env", return_value=None):
+        g_slow = G.build_graph(gm, traced)[0]
+    assert g_fast == g_slow

@@ -35,6 +35,7 @@ that partition runs eagerly (logged, counted as fallback).
 """
 import concurrent.futures
 import copy
+import functools
 import hashlib
 import itertools
 import logging
@@ -625,6 +626,18 @@ def _dynamo_fullgraph():
         return False
 
 
+@functools.lru_cache(maxsize=None)
+def _decomposition_table():
+    from torch._decomp import core_aten_decompositions
+
+    table = core_aten_decompositions()
+    for name in _KEEP_WHOLE:
+        op = _resolve(name)
+        if op is not None:
+            table.pop(op, None)
+    return table
+
+
 def decompositions():
     """core_aten_decompositions(), less the ones that are wrong in torch.
 
@@ -634,14 +647,7 @@ def decompositions():
     AOTAutograd without it, or with Inductor's table, matches eager to
     1e-9), so that op is kept whole (it runs eagerly until tccd compiles it).
     """
-    from torch._decomp import core_aten_decompositions
-
-    table = core_aten_decompositions()
-    for name in _KEEP_WHOLE:
-        op = _resolve(name)
-        if op is not None:
-            table.pop(op, None)
-    return table
+    return dict(_decomposition_table())   # built once per process (it takes ~50 ms)
 
 
 _KEEP_WHOLE = ("aten._scaled_dot_product_flash_attention_for_cpu.default",

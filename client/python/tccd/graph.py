@@ -316,6 +316,47 @@ def _fake_input(spec):
     return base.as_strided(sizes, strides, offset)
 
 
+def traced_env(gm, input_specs, constants):
+    """{fx.Node: traced value} when the trace itself (node.meta["val"])
+    already describes `gm` with these inputs: every placeholder's traced
+    tensor has exactly the spec's (or the constant's) dtype, sizes, strides
+    and offset, and every node has a concrete traced tensor (or tuple of
+    them). The first compile of a partition is for the traced signature,
+    so this skips running the graph on fake tensors again. None otherwise."""
+    env = {}
+    it = iter(input_specs)
+    i = 0
+    for n in gm.graph.nodes:
+        if n.op == "output":
+            continue
+        v = meta_val(n)
+        if n.op == "placeholder":
+            if not isinstance(v, torch.Tensor) or not is_concrete(v):
+                return None
+            if i in constants:
+                c = constants[i]
+                want = (c.dtype, tuple(c.shape))
+                got = (v.dtype, tuple(v.shape))
+            else:
+                dtype, sizes, strides, offset = next(it)[:4]
+                want = (dtype, tuple(sizes), tuple(strides), int(offset))
+                got = (v.dtype, tuple(v.shape), tuple(v.stride()), v.storage_offset())
+            i += 1
+            if got != want:
+                return None
+        elif isinstance(v, torch.Tensor):
+            if not is_concrete(v):
+                return None
+        elif isinstance(v, (tuple, list)) and v and all(
+                isinstance(t, torch.Tensor) or t is None for t in v):
+            if not all(t is None or is_concrete(t) for t in v):
+                return None
+        else:
+            return None
+        env[n] = v
+    return env
+
+
 def propagate(gm, input_specs, constants):
     """{fx.Node: fake value} for every node of `gm` when its placeholders
     hold tensors with `input_specs` (signature_of tuples) and constants
@@ -416,7 +457,9 @@ def build_graph(gm, input_specs, constants=None, device="cpu"):
     def _meta(*a):
         return tensor_meta(*a, device=device)
 
-    env = propagate(gm, input_specs, constants)
+    env = traced_env(gm, input_specs, constants)
+    if env is None:
+        env = propagate(gm, input_specs, constants)
     g = pb.Graph()
     fx_nodes = []         # the fx node behind each g.nodes entry
     names = {}            # fx.Node -> tensor value name
