@@ -1219,12 +1219,26 @@ int tcc_lower_batch_norm_train(tcc_lower_ctx *lc, const tcc_node *n, tcc_error *
  * != padding_idx) of grad[p, d], divided by the count of w when
  * scale_grad_by_freq: a reduction over all index positions per weight
  * row (O(num_weights * positions * dim)). */
+/* embedding_dense_backward is a masked reduction: every weight row sums
+ * the gradient rows of the tokens whose index equals it, so it costs
+ * rows x tokens x dim, where a scatter-add costs tokens x dim (the loop
+ * IR has no scatter yet). Above this many element visits it is refused,
+ * so a real vocabulary runs PyTorch's scatter instead. */
+#define TCC_EMBEDDING_BACKWARD_MAX_WORK (1 << 24)
+
 int tcc_lower_embedding_backward(tcc_lower_ctx *lc, const tcc_node *n, tcc_error *err) {
   const tcc_meta *m = out_meta(lc, n, 0);
   if (!m) return 0;
   tcc_program *p = lc->prog;
   int gv = ARG("grad_output")->v, iv = ARG("indices")->v;
   const tcc_meta *im = &lc->g->values[iv].meta;
+  double work = (double)m->sizes[0] * (double)m->sizes[1] * (double)(im->numel ? im->numel : 1);
+  if (work > TCC_EMBEDDING_BACKWARD_MAX_WORK)
+    return tcc_error_set(err, TCC_E_UNIMPLEMENTED, "node %d (%s): %lld rows x %lld tokens x %lld "
+                         "dims is too much work for the masked-reduction form (more than %d; a "
+                         "scatter-add kernel is not implemented)", n->src_index, n->op->name,
+                         (long long)m->sizes[0], (long long)im->numel, (long long)m->sizes[1],
+                         TCC_EMBEDDING_BACKWARD_MAX_WORK);
   tcc_dtype cd = compute_dt(m->dtype);
   int nr = im->rank, first = tcc_program_fresh_vars(p, nr ? nr : 1);
   int64_t sizes[TCC_MAX_DIMS];

@@ -591,6 +591,18 @@ def test_embedding_backward(scale):
     run_op(A.embedding_dense_backward.default, (go, ids, 9, -1, scale))
 
 
+def test_embedding_backward_of_a_large_vocabulary_is_refused():
+    """The masked-reduction form costs rows x tokens x dims: a real
+    vocabulary is UNIMPLEMENTED naming the op (PyTorch's scatter runs)."""
+    ids = torch.randint(0, 30000, (4, 64))
+    go = torch.randn(4, 64, 16)
+    gm, ins = tk.op_graph(A.embedding_dense_backward.default, (go, ids, 30000, -1, False))
+    with pytest.raises(tk.CompileError) as e:
+        tk.compile_fx(gm, ins)
+    assert e.value.code == -12 and "aten.embedding_dense_backward.default" in e.value.message
+    assert "scatter" in e.value.message
+
+
 # ------------------------------------------------------------ matmul
 
 MM_TOL = {torch.float32: (1e-4, 1e-4), torch.float64: (1e-10, 1e-10), torch.bfloat16: (3e-2, 3e-2),

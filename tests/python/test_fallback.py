@@ -323,3 +323,19 @@ def test_traced_values_stand_in_for_propagation_only_for_the_traced_layouts():
     with mock.patch.object(G, "traced_env", return_value=None):
         g_slow = G.build_graph(gm, traced)[0]
     assert g_fast == g_slow
+
+
+def test_large_vocabulary_embedding_backward_runs_eagerly(daemon):
+    """The daemon refuses embedding_dense_backward for a real vocabulary
+    (its masked-reduction form would cost rows x tokens x dims): that node
+    alone runs eagerly, the gradients match eager's."""
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Embedding(30000, 16), torch.nn.Linear(16, 4))
+    ref = torch.nn.Sequential(torch.nn.Embedding(30000, 16), torch.nn.Linear(16, 4))
+    ref.load_state_dict(m.state_dict())
+    ids = torch.randint(0, 30000, (4, 64))
+    torch.compile(m, backend="tccd")(ids).square().mean().backward()
+    ref(ids).square().mean().backward()
+    for (n, p), q in zip(m.named_parameters(), ref.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-6, msg=lambda s: f"{n}: {s}")
+    assert tccd.fallback_ops() == {"aten.embedding_dense_backward.default": 1}, tccd.fallback_ops()
