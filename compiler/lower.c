@@ -1219,12 +1219,49 @@ int tcc_lower_batch_norm_train(tcc_lower_ctx *lc, const tcc_node *n, tcc_error *
  * != padding_idx) of grad[p, d], divided by the count of w when
  * scale_grad_by_freq: a reduction over all index positions per weight
  * row (O(num_weights * positions * dim)). */
-/* embedding_dense_backward is a masked reduction: every weight row sums
- * the gradient rows of the tokens whose index equals it, so it costs
- * rows x tokens x dim, where a scatter-add costs tokens x dim (the loop
- * IR has no scatter yet). Above this many element visits it is refused,
+/* embedding_dense_backward: every weight row sums the gradient rows of
+ * the tokens whose index equals it. For float32/float64 that is a GEMM,
+ * onehot[row, token] . grad[token, dim] (the one-hot matrix packed by a
+ * pointwise kernel, then BLAS); other dtypes take a masked reduction.
+ * Either costs rows x tokens x dim, where a scatter-add costs tokens x
+ * dim (the loop IR has no scatter yet): above this many it is refused,
  * so a real vocabulary runs PyTorch's scatter instead. */
 #define TCC_EMBEDDING_BACKWARD_MAX_WORK (1 << 24)
+
+/* The token index (multi-dim, over the indices' sizes) of flat index t. */
+static void token_index(tcc_program *p, const tcc_meta *im, const tcc_ix *t, const tcc_ix **out) {
+  for (int d = im->rank - 1; d >= 0; d--) {
+    out[d] = d == 0 ? t : tcc_ix_mod(p, t, im->sizes[d]);
+    if (d) t = tcc_ix_div(p, t, im->sizes[d]);
+  }
+}
+
+/* The GEMM form (above): C[0, row, dim] = sum_t onehot[0, row, t] g[0, t, dim]. */
+static int embedding_backward_gemm(tcc_lower_ctx *lc, const tcc_node *n, const tcc_meta *m, int gv,
+                                   int iv, int64_t pad, tcc_error *err) {
+  tcc_program *p = lc->prog;
+  const tcc_meta *im = &lc->g->values[iv].meta;
+  int64_t T = im->numel, D = m->sizes[1], V = m->sizes[0];
+  const tcc_ix *ti[TCC_MAX_DIMS + 1];
+  /* A(b, row, t) = ids[t] == row */
+  token_index(p, im, tcc_ix_var(p, 2), ti);
+  const tcc_vx *id = tcc_vx_cast(p, body_at(lc, iv, ti), TCC__V1__DTYPE__INT64);
+  const tcc_vx *hit = tcc_vx_pred(p, TCC_PRIM_EQ, id, tcc_vx_index(p, tcc_ix_var(p, 1)));
+  const tcc_vx *a = tcc_vx_where(p, hit, cst(p, m->dtype, 1), cst(p, m->dtype, 0));
+  /* B(b, t, dim) = grad[t.., dim] */
+  token_index(p, im, tcc_ix_var(p, 1), ti);
+  ti[im->rank] = tcc_ix_var(p, 2);
+  const tcc_vx *b = tcc_vx_cast(p, body_at(lc, gv, ti), m->dtype);
+  const tcc_vx *c = tcc_lower_gemm(lc, a, b, 1, V, D, T, m->dtype);
+  if (!c) return tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "out of memory lowering");
+  const tcc_ix *ci[3] = {tcc_ix_const(p, 0), tcc_ix_var(p, 0), tcc_ix_var(p, 1)};
+  const tcc_vx *s = tcc_vx_subst(p, c, 3, ci);
+  if (pad >= 0)
+    s = tcc_vx_where(p, tcc_vx_pred(p, TCC_PRIM_EQ, tcc_vx_index(p, tcc_ix_var(p, 0)),
+                                    cst(p, TCC__V1__DTYPE__INT64, (double)pad)),
+                     cst(p, m->dtype, 0), s);
+  return result(lc, n, 0, s, err);
+}
 
 int tcc_lower_embedding_backward(tcc_lower_ctx *lc, const tcc_node *n, tcc_error *err) {
   const tcc_meta *m = out_meta(lc, n, 0);
@@ -1235,11 +1272,16 @@ int tcc_lower_embedding_backward(tcc_lower_ctx *lc, const tcc_node *n, tcc_error
   double work = (double)m->sizes[0] * (double)m->sizes[1] * (double)(im->numel ? im->numel : 1);
   if (work > TCC_EMBEDDING_BACKWARD_MAX_WORK)
     return tcc_error_set(err, TCC_E_UNIMPLEMENTED, "node %d (%s): %lld rows x %lld tokens x %lld "
-                         "dims is too much work for the masked-reduction form (more than %d; a "
+                         "dims is too much work for the dense forms (one-hot GEMM or masked "
+                         "reduction: more than %d; a "
                          "scatter-add kernel is not implemented)", n->src_index, n->op->name,
                          (long long)m->sizes[0], (long long)im->numel, (long long)m->sizes[1],
                          TCC_EMBEDDING_BACKWARD_MAX_WORK);
   tcc_dtype cd = compute_dt(m->dtype);
+  int64_t pad_idx = ARG("padding_idx")->i;
+  if ((m->dtype == TCC__V1__DTYPE__FLOAT32 || m->dtype == TCC__V1__DTYPE__FLOAT64) &&
+      !ARG("scale_grad_by_freq")->i && im->numel > 0)
+    return embedding_backward_gemm(lc, n, m, gv, iv, pad_idx, err);
   int nr = im->rank, first = tcc_program_fresh_vars(p, nr ? nr : 1);
   int64_t sizes[TCC_MAX_DIMS];
   const tcc_ix *b[TCC_MAX_DIMS];

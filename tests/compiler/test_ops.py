@@ -589,6 +589,10 @@ def test_embedding_backward(scale):
     go = rnd((3, 5, 4), torch.float32, g)
     run_op(A.embedding_dense_backward.default, (go, ids, 9, 2, scale))
     run_op(A.embedding_dense_backward.default, (go, ids, 9, -1, scale))
+    # 1-D int32 ids, float64 (the GEMM form without scale_grad_by_freq)
+    ids1 = torch.randint(0, 7, (11,), generator=g).to(torch.int32)
+    go1 = rnd((11, 6), torch.float64, g)
+    run_op(A.embedding_dense_backward.default, (go1, ids1, 7, 3, scale))
 
 
 def test_embedding_backward_of_a_large_vocabulary_is_refused():
