@@ -508,7 +508,7 @@ static int cmd_stats(tcctl *t) {
        s->autotune_discarded, s->autotune_crashed, s->autotune_timeouts, s->autotune_wrong);
     kv("tuning records", "%" PRId64 " (%" PRId64 " kernel(s) reused one)", s->tuning_records,
        s->autotune_record_hits);
-    kv("untuned (no GPU)", "%" PRId64, s->autotune_untuned);
+    kv("untuned (no usable GPU)", "%" PRId64, s->autotune_untuned);
   }
   tcc__v1__stats_response__free_unpacked(s, NULL);
   return rc;
