@@ -3,14 +3,17 @@
  * counts as skipped, after one "SKIP: ..." line), the random seed (from
  * the clock, printed; TCC_TEST_SEED replays one), and the hand-written
  * CUDA C kernels that follow tccd's kernel ABI (every __global__ takes
- * inputs..., outputs..., workspace as pointers; extern "C" names).
+ * inputs..., outputs..., workspace as pointers; extern "C" names), and
+ * reading the example graphs (the .json files of tests/graphs).
  */
 #ifndef TCC_CUTEST_H
 #define TCC_CUTEST_H
 
+#include <dirent.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -98,5 +101,33 @@ static inline void cutest_fill(float *v, size_t n, unsigned *state, float lo, fl
   "  y[i] = 2.f * x[i];\n"                                                      \
   "}\n"                                                                         \
   "__device__ float not_a_kernel;\n"
+
+
+/* The next example graph (a *.json file) in directory `dir` open as d:
+ * its file name in *name (valid until the next call) and its text,
+ * NUL-terminated, malloc'd (the caller frees it), length in *len. NULL
+ * when there are no more; exits (a failed test) when a file cannot be
+ * read. */
+static inline char *cutest_next_graph(DIR *d, const char *dir, const char **name, size_t *len) {
+  struct dirent *de;
+  while ((de = readdir(d))) {
+    size_t l = strlen(de->d_name);
+    if (l < 6 || strcmp(de->d_name + l - 5, ".json")) continue;
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+    FILE *f = fopen(path, "rb");
+    char *json = malloc(1 << 22);
+    if (!f || !json) {
+      fprintf(stderr, "cannot read %s\n", path);
+      exit(1);
+    }
+    *len = fread(json, 1, (1 << 22) - 1, f);
+    json[*len] = '\0';
+    fclose(f);
+    *name = de->d_name;
+    return json;
+  }
+  return NULL;
+}
 
 #endif

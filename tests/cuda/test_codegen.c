@@ -273,33 +273,25 @@ START_TEST(example_graphs) {
   ck_assert_ptr_nonnull(dir);
   DIR *d = opendir(dir);
   ck_assert_ptr_nonnull(d);
-  struct dirent *de;
   int seen = 0;
-  while ((de = readdir(d))) {
-    size_t l = strlen(de->d_name);
-    if (l < 6 || strcmp(de->d_name + l - 5, ".json")) continue;
-    char path[1024];
-    snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
-    FILE *f = fopen(path, "rb");
-    ck_assert_ptr_nonnull(f);
-    char *json = malloc(1 << 22);
-    size_t len = fread(json, 1, (1 << 22) - 1, f);
-    json[len] = '\0';
-    fclose(f);
+  const char *name;
+  size_t len;
+  char *json;
+  while ((json = cutest_next_graph(d, dir, &name, &len))) {
     for (size_t a = 0; a < 2; a++) {
       ProtobufCMessage *msg;
       tcc_error err;
       ck_assert_msg(tcc_pbjson_parse(&tcc__v1__compile_request__descriptor, json, len, &msg, &err) == 0,
-                    "%s: %s", de->d_name, err.msg);
+                    "%s: %s", name, err.msg);
       Tcc__V1__CompileRequest *req = (Tcc__V1__CompileRequest *)msg;
       ck_assert_ptr_nonnull(req->target);
       if (req->target->cuda_arch && req->target->cuda_arch != protobuf_c_empty_string)
         free(req->target->cuda_arch);
       retarget(req, strdup(ARCHS[a]));
-      int rc = compile_for(req, ARCHS[a], de->d_name, &err);
-      ck_assert_msg(rc == 0, "%s for %s: %s", de->d_name, ARCHS[a], err.msg);
-      printf("  %s %s: ok%s\n", de->d_name, ARCHS[a], has_matmul(req) ? " (cuBLAS step)" : "");
-      if (!strcmp(de->d_name, "sin_cos.json")) {   /* 10x10 float32 contiguous: vectorized */
+      int rc = compile_for(req, ARCHS[a], name, &err);
+      ck_assert_msg(rc == 0, "%s for %s: %s", name, ARCHS[a], err.msg);
+      printf("  %s %s: ok%s\n", name, ARCHS[a], has_matmul(req) ? " (cuBLAS step)" : "");
+      if (!strcmp(name, "sin_cos.json")) {   /* 10x10 float32 contiguous: vectorized */
         char *src;
         size_t sl;
         tcc_prepared *p;
