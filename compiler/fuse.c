@@ -16,7 +16,15 @@
  *      has more than TCC_MATERIALIZED_INLINE_OPS operations and the
  *      consumer cannot merge with it (a reduction, or another iteration
  *      space): recomputing a GELU backward's tanh inside a bias-grad
- *      reduction cost more than the whole GEMM it fed.
+ *      reduction cost more than the whole GEMM it fed. And it stays a
+ *      load when it has more than TCC_AMPLIFIED_INLINE_OPS operations and
+ *      the consumer's loops that the load's index depends on cover at
+ *      least TCC_AMPLIFIED_FACTOR times as many elements as the
+ *      producer's buffer holds (amplified): a convolution's im2col
+ *      packing reads each element once per kernel tap, so a batch-norm
+ *      backward inlined into it ran 9 times per element. A broadcasting
+ *      read is not amplified (its index ignores the loops it broadcasts
+ *      over, and emit_c.c hoists the value out of them).
  *      A producer holding a reduction (REDUCE) is inlined only where the
  *      reduction stays computed once per element of its own result: the
  *      load reads it at plain loop variables of the consumer that form a
@@ -71,6 +79,21 @@ static int apart_from_producer(const fuse_ctx *fc, int buf) {
   for (int d = 0; d < C->rank; d++)
     if (C->sizes[d] != P->sizes[d]) return 1;
   return 0;
+}
+
+/* Would the current consumer compute the producer of `buf`, read through
+ * `load`, at least TCC_AMPLIFIED_FACTOR times per element of `buf`? Counts
+ * the consumer's loops the load's index depends on (a bound variable of a
+ * reduction is not counted: those loads stay as before). */
+static int amplified(const fuse_ctx *fc, int buf, const tcc_vx *load) {
+  uint32_t vars = 0;
+  for (int d = 0; d < load->nidx; d++) vars |= tcc_ix_kernel_vars(load->idx[d]);
+  double varying = 1, numel = 1;
+  for (int d = 0; d < fc->k->rank; d++)
+    if (vars & (1u << d)) varying *= (double)fc->k->sizes[d];
+  const tcc_meta *m = &fc->p->bufs[buf].layout;
+  for (int d = 0; d < m->rank; d++) numel *= (double)m->sizes[d];
+  return varying >= TCC_AMPLIFIED_FACTOR * numel;
 }
 
 /* Is store s of kernel k an identity write of its whole buffer? */
@@ -184,6 +207,7 @@ static const tcc_vx *inline_rec(fuse_ctx *fc, tcc_ptrmap *memo, const tcc_vx *e)
         (fc->readers[e->buf] <= 1 || prod->ops <= TCC_MAX_SHARED_INLINE_OPS) &&
         !(fc->stored[e->buf] && prod->ops > TCC_MATERIALIZED_INLINE_OPS &&
           apart_from_producer(fc, e->buf)) &&
+        !(prod->ops > TCC_AMPLIFIED_INLINE_OPS && amplified(fc, e->buf, r)) &&
         reduce_inline_ok(fc, prod, r)) {
       r = tcc_vx_subst(p, prod, r->nidx, r->idx);
       if (!r || tcc_kernel_add_nodes(p, fc->kid, fc->producer_kernel[e->buf])) return NULL;

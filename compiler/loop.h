@@ -320,6 +320,12 @@ const tcc_vx *tcc_lower_gemm(tcc_lower_ctx *lc, const tcc_vx *a, const tcc_vx *b
 /* ... and one stored anyway is recomputed in a consumer that cannot merge
  * with it only up to this many operations (fuse.c). */
 #define TCC_MATERIALIZED_INLINE_OPS 8
+/* ... and one a consumer would recompute at least TCC_AMPLIFIED_FACTOR
+ * times per element (a window gather such as im2col reads each element
+ * once per kernel tap, and the index arithmetic cannot be hoisted) is
+ * computed once into a buffer when it has more than this many operations. */
+#define TCC_AMPLIFIED_INLINE_OPS 2
+#define TCC_AMPLIFIED_FACTOR 2
 /* How far back (in live kernels) fusion looks for a kernel to merge into. */
 #define TCC_FUSE_WINDOW 256
 
