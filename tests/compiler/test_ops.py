@@ -9,6 +9,7 @@ Tolerances (|got - want| <= atol + rtol * |want|, NaNs equal):
   float16 2e-3/2e-3, bfloat16 1.6e-2/1e-2, integers and bool exact.
 """
 import os
+import re
 import sys
 import time
 
@@ -631,6 +632,34 @@ def test_mm_family(dtype, la, lb):
     w = rnd((7, 5), dtype, g, layout=lb)
     run_op(A.linear.default, (x3, w, bias), tol=tol)
     run_op(A.linear.default, (a, w), tol=tol)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("la,lb", [("contig", "contig"), ("t", "contig"), ("contig", "t"),
+                                   ("t", "t"), ("slice", "slice")])
+def test_gemm_on_threads(dtype, la, lb):
+    """GEMMs big enough to run on the OpenMP threads (a slab of rows or
+    of columns per thread, or the batch in parallel): every layout, both
+    cuts, against float64; the kernel source shows the parallel region."""
+    g = gen(hash((str(dtype), la, lb, "threads")) & 0xffff)
+    tol = MM_TOL[dtype]
+    for (m, k, n) in [(97, 64, 70), (6, 144, 515)]:   # slabs of rows / of columns
+        a = rnd((m, k), dtype, g, layout=la)
+        b = rnd((k, n), dtype, g, layout=lb)
+        kern = run_op(A.mm.default, (a, b), tol=tol)
+        check(kern(a, b)[0], torch.mm(a.double(), b.double()).to(dtype), tol=tol)
+    x3 = rnd((3, 40, 64), dtype, g, layout=la)
+    y3 = rnd((3, 64, 50), dtype, g, layout=lb)
+    run_op(A.bmm.default, (x3, y3), tol=tol)
+    def gemm_kernel(src):
+        return re.search(r"/\* k\d+: extern gemm .*?\n}\n", src, re.S).group(0)
+    gm, ins = tk.op_graph(A.mm.default, (a, b))
+    k = tk.compile_request(tk.request_for(gm, ins), keep_source=True)
+    body = gemm_kernel(k.source)
+    assert "#pragma omp parallel" in body and "omp_get_thread_num" in body, body
+    small = tk.op_graph(A.mm.default, (rnd((8, 8), dtype, g), rnd((8, 8), dtype, g)))
+    k = tk.compile_request(tk.request_for(*small), keep_source=True)
+    assert "#pragma omp" not in gemm_kernel(k.source), k.source
 
 
 def test_matmul_shapes():
