@@ -211,11 +211,17 @@ def test_output_plan_of_views_only_needs_no_kernel():
     x = torch.randn(6, 4)
     plan = P.OutputPlan(_partition_of(f, x))
     assert plan.kernel_gm is None
-    got = plan.assemble(("k",), [x], [])
-    for g, w in zip(got, f(x)):
-        assert g.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()
-        assert (g.shape, g.stride(), g.storage_offset()) == (w.shape, w.stride(),
-                                                             w.storage_offset())
+    # an input that starts inside its storage (offset 8), twice: the first
+    # call checks the layouts with as_strided, the second reuses them
+    # through reinterpret_tensor (whose offset is relative to the base's)
+    for base in (torch.randn(8, 4), torch.randn(8, 4)):
+        x = base[2:]
+        got = plan.assemble(("k",), [x], [])
+        for g, w in zip(got, f(x)):
+            assert g.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()
+            assert (g.shape, g.stride(), g.storage_offset()) == (w.shape, w.stride(),
+                                                                 w.storage_offset())
+            torch.testing.assert_close(g, w, rtol=0, atol=0)
 
 
 def test_splits_become_slices():
