@@ -31,8 +31,14 @@
  * argmax). Reduction loops carry `#pragma omp simd reduction(...)` so
  * the C compiler vectorizes them (reassociating float sums); the
  * outermost loop of size > 1 runs `#pragma omp parallel for` when the
- * kernel's work passes TCC_PARALLEL_WORK. float16 values are _Float16,
- * bfloat16 values their bits (uint16_t) converted through float.
+ * kernel's work passes TCC_PARALLEL_WORK; the element loop (the
+ * innermost) carries `#pragma omp simd` so masks and selects become
+ * blends. float16 values are _Float16, bfloat16 values their bits
+ * (uint16_t) converted through float.
+ *
+ * EXTERN kernels call cblas_?gemm; one of TCC_GEMM_PARALLEL_FLOPS or more
+ * runs on the OpenMP threads, a slab of C's rows (or the batch) per
+ * thread (emit_extern).
  *
  * Each live kernel becomes a static function with one loop nest. When
  * every access of a kernel is affine in the loop variables, the nest is

@@ -204,10 +204,15 @@ static int64_t floordiv64(int64_t a, int64_t c) {
   return (a % c != 0 && a < 0) ? q - 1 : q;
 }
 
+static int split_by_extent(tcc_program *p, const tcc_ix *a, int64_t c, const tcc_ix **q,
+                           const tcc_ix **r);
+
 const tcc_ix *tcc_ix_div(tcc_program *p, const tcc_ix *a, int64_t c) {
   if (!a) return NULL;
   if (c == 1) return a;
   if (a->kind == TCC_IX_CONST) return tcc_ix_const(p, floordiv64(a->c, c));
+  const tcc_ix *q, *r;
+  if (split_by_extent(p, a, c, &q, &r)) return q;
   tcc_ix e = {.kind = TCC_IX_DIV, .a = a, .c = c};
   return ix_intern(p, &e);
 }
@@ -216,6 +221,8 @@ const tcc_ix *tcc_ix_mod(tcc_program *p, const tcc_ix *a, int64_t c) {
   if (!a) return NULL;
   if (c == 1) return tcc_ix_const(p, 0);
   if (a->kind == TCC_IX_CONST) return tcc_ix_const(p, a->c - floordiv64(a->c, c) * c);
+  const tcc_ix *q, *r;
+  if (split_by_extent(p, a, c, &q, &r)) return r;
   tcc_ix e = {.kind = TCC_IX_MOD, .a = a, .c = c};
   return ix_intern(p, &e);
 }
@@ -494,6 +501,41 @@ static int lin_add(lin_term *t, int *n, int64_t *c, const tcc_ix *e, int64_t coe
     (*n)++;
     return 1;
   }
+}
+
+/* With the kernel's extents published (p->ix_extent, split.c): when a is
+ * a sum of non-negative multiples of kernel variables and a non-negative
+ * constant, and the terms whose multiple c does not divide add up to less
+ * than c at most, then a / c is the sum of the others divided by c (q)
+ * and a % c is that remainder sum (r). Returns 1 with q and r, else 0. */
+static int split_by_extent(tcc_program *p, const tcc_ix *a, int64_t c, const tcc_ix **q,
+                           const tcc_ix **r) {
+  if (!p->ix_extent || c <= 1) return 0;
+  lin_term t[MAX_LIN_TERMS];
+  int nt = 0;
+  int64_t k0 = 0, rmax;
+  if (!lin_add(t, &nt, &k0, a, 1) || k0 < 0) return 0;
+  rmax = k0 % c;
+  for (int i = 0; i < nt; i++) {
+    const tcc_ix *v = t[i].atom;
+    int64_t m;
+    if (t[i].coef == 0) continue;
+    if (t[i].coef < 0 || v->kind != TCC_IX_VAR || v->var < 0 || v->var >= p->ix_nextent) return 0;
+    if (t[i].coef % c == 0) continue;
+    if (__builtin_mul_overflow(t[i].coef, p->ix_extent[v->var] - 1, &m) ||
+        __builtin_add_overflow(rmax, m, &rmax) || rmax >= c)
+      return 0;
+  }
+  const tcc_ix *qs = tcc_ix_const(p, k0 / c), *rs = tcc_ix_const(p, k0 % c);
+  for (int i = 0; i < nt && qs && rs; i++) {
+    if (t[i].coef == 0) continue;
+    if (t[i].coef % c == 0) qs = tcc_ix_add(p, qs, tcc_ix_mul(p, t[i].atom, t[i].coef / c));
+    else rs = tcc_ix_add(p, rs, tcc_ix_mul(p, t[i].atom, t[i].coef));
+  }
+  if (!qs || !rs) return 0;
+  *q = qs;
+  *r = rs;
+  return 1;
 }
 
 int tcc_linear_affine(int n, const tcc_ix *const *idx, const int64_t *strides, int nvars,

@@ -35,6 +35,8 @@
  *   fuse.c    inline pointwise producers into their consumers, drop
  *             buffers nothing reads, merge kernels with equal iteration
  *             spaces into one loop nest
+ *   split.c   a dim read through i / c and i % c becomes two loops, so
+ *             those accesses are affine again
  *   plan.c    place the remaining temporary buffers in the workspace
  *   emit_c.c  C source for the CPU target
  *   build.c   run the C compiler, read back the shared object
@@ -248,6 +250,11 @@ struct tcc_program {
   int cur_node;             /* node being lowered (provenance of new
                                kernels), -1 outside node lowering */
   int oom;                  /* an allocation failed (sticky) */
+  /* split.c, while it rewrites a kernel: the extent of each kernel
+   * variable, so tcc_ix_div/tcc_ix_mod can split c*i_hi + i_lo; NULL
+   * otherwise */
+  const int64_t *ix_extent;
+  int ix_nextent;
   /* tune.c: how each live kernel is generated (kcfg[k] for live kernel k;
    * NULL or a default config = the default code); read by emit_c.c. */
   const tcc_kernel_config *kcfg;
@@ -332,6 +339,13 @@ const tcc_vx *tcc_lower_gemm(tcc_lower_ctx *lc, const tcc_vx *a, const tcc_vx *b
 /* Inlines pointwise producers, removes unread temporaries, merges kernels
  * over equal iteration spaces. Returns 0 or TCC_E_RESOURCE_EXHAUSTED. */
 int tcc_fuse(tcc_program *p, tcc_error *err);
+
+/* ------------------------------------------------------------ split.c */
+
+/* Splits each dim that a pointwise kernel without reductions reads as
+ * i / c and i % c (c dividing its size) into two loops; nothing for a
+ * program with symbols. Returns 0 or TCC_E_RESOURCE_EXHAUSTED. */
+int tcc_split_dims(tcc_program *p, tcc_error *err);
 
 /* ------------------------------------------------------------ plan.c */
 

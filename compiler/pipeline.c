@@ -325,6 +325,7 @@ static int generate(const tcc_backend *be, tcc_program *prog, tcc_buf *src, dump
   }
   PASS("lower.txt", tcc_lower(prog, err));
   PASS("fuse.txt", tcc_fuse(prog, err));
+  PASS("split.txt", tcc_split_dims(prog, err));
   PASS("plan.txt", tcc_plan_buffers(prog, err));
   if ((rc = be->emit(prog, src, err))) return rc;
   dump_write(dump, "kernel.c", src->data, src->len);

@@ -39,6 +39,19 @@ print(f"test_fusion: seed {SEED} (TCC_TEST_SEED={SEED} replays)")
 torch.manual_seed(SEED)
 
 
+def vectorize_report(tmp_path, source):
+    """gcc's vectorizer report (-fopt-info-vec-optimized) for generated
+    source, built with the flags compiler/build.c uses."""
+    src = tmp_path / "k.c"
+    src.write_text(source)
+    r = subprocess.run(["cc", "-std=c11", "-O3", "-march=x86-64-v3", "-fopenmp", "-fPIC",
+                        "-ffp-contract=off", "-fno-math-errno", "-fno-trapping-math",
+                        "-fopt-info-vec-optimized", "-c", str(src), "-o", str(tmp_path / "k.o")],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    return r
+
+
 def load_request(path):
     with open(path) as f:
         return json_format.Parse(f.read(), pb.CompileRequest())
@@ -169,14 +182,44 @@ def test_relu_backward_mask_loop_is_vectorized(tmp_path):
     k = tk.compile_fx(gm, [g, y], keep_source=True)
     torch.testing.assert_close(k(g, y)[0], f(g, y)[0])
     assert "#pragma omp simd" in k.source, k.source
-    src = tmp_path / "k.c"
-    src.write_text(k.source)
-    r = subprocess.run(["cc", "-std=c11", "-O3", "-march=x86-64-v3", "-fopenmp", "-fPIC",
-                        "-ffp-contract=off", "-fno-math-errno", "-fno-trapping-math",
-                        "-fopt-info-vec-optimized", "-c", str(src), "-o", str(tmp_path / "k.o")],
-                       capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
+    r = vectorize_report(tmp_path, k.source)
     assert re.search(r"k\.c:\d+:\d+: optimized: loop vectorized", r.stderr), (r.stderr, k.source)
+
+
+def test_head_merge_is_split_into_affine_loops(tmp_path):
+    """Attention's head merge ([b, h, t, dh] -> [b*t, h*dh], a reshape
+    across a transpose) reads element (i, j) at (i / t, j / dh, i % t,
+    j % dh): split.c iterates i and j as two loops each, so the kernel has
+    no division or modulo left and gcc vectorizes it; the values are
+    eager's. A reduction over such a view keeps its div/mod form."""
+    x = torch.randn(4, 4, 24, 16)
+    y = torch.randn(96, 64)
+
+    def f(x, y):
+        m = A.view.default(A.clone.default(A.permute.default(x, [0, 2, 1, 3]),
+                                           memory_format=torch.contiguous_format), [96, 64])
+        return (A.add.Tensor(A.mul.Tensor(m, 2.0), y),)
+
+    gm = tk.aten_graph(f, [x, y], decompose=False)
+    k = tk.compile_fx(gm, [x, y], keep_source=True)
+    torch.testing.assert_close(k(x, y)[0], f(x, y)[0], rtol=0, atol=0)
+    body = k.source.split("#endif", 1)[1]
+    assert "/ INT64_C" not in body and "% INT64_C" not in body, k.source
+    r = vectorize_report(tmp_path, k.source)
+    assert re.search(r"k\.c:\d+:\d+: optimized: loop vectorized", r.stderr), (r.stderr, k.source)
+
+    # odd strides and a dim split twice (i / 6 and then i % 4 inside it)
+    z = torch.randn(3, 5, 6, 4)
+
+    def g(z):
+        m = A.view.default(A.clone.default(A.permute.default(z, [2, 0, 3, 1]),
+                                           memory_format=torch.contiguous_format), [18, 20])
+        return (A.sin.default(m), A.sum.dim_IntList(m, [1]))
+
+    gm = tk.aten_graph(g, [z], decompose=False)
+    k = tk.compile_fx(gm, [z], keep_source=True)
+    for got, want in zip(k(z), g(z)):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 
 
 def test_native_layer_norm_three_outputs_one_kernel():
@@ -311,24 +354,14 @@ def test_pointwise_inner_loop_is_vectorized(tmp_path):
         return A.mul.Tensor(A.add.Tensor(x, y), 0.5)
     gm = tk.aten_graph(f, [x, y], decompose=False)
     k = tk.compile_fx(gm, [x, y], keep_source=True)
-    src = tmp_path / "k.c"
-    src.write_text(k.source)
-    r = subprocess.run(["cc", "-std=c11", "-O3", "-march=x86-64-v3", "-fopenmp", "-fPIC",
-                        "-ffp-contract=off", "-fno-math-errno", "-fno-trapping-math", "-fopt-info-vec-optimized",
-                        "-c", str(src), "-o", str(tmp_path / "k.o")], capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
+    r = vectorize_report(tmp_path, k.source)
     assert re.search(r"k\.c:\d+:\d+: optimized: loop vectorized", r.stderr), r.stderr
 
 
 def test_reduction_loop_is_vectorized(tmp_path):
     req = load_request(os.path.join(GRAPHS, "softmax.json"))
     k = tk.compile_request(req, keep_source=True)
-    src = tmp_path / "k.c"
-    src.write_text(k.source)
-    r = subprocess.run(["cc", "-std=c11", "-O3", "-march=x86-64-v3", "-fopenmp", "-fPIC",
-                        "-ffp-contract=off", "-fno-math-errno", "-fno-trapping-math", "-fopt-info-vec-optimized",
-                        "-c", str(src), "-o", str(tmp_path / "k.o")], capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
+    r = vectorize_report(tmp_path, k.source)
     lines = [l for l in r.stderr.splitlines() if "loop vectorized" in l]
     assert lines, r.stderr   # the max pass at least
 
