@@ -1082,7 +1082,7 @@ static double kernel_work(const tcc_kernel *k, const tcc_vx *const *nodes, int n
 /* Parallelize the outermost loop of size > 1 above this much work. */
 #define TCC_PARALLEL_WORK 65536.0
 /* A GEMM step (all of its batch) of at least this many flops runs on the
- * OpenMP threads (emit_extern): 64 x 64 x 64 and up gained 1.3-1.9x on 2
+ * OpenMP threads (emit_extern): 64 x 64 x 64 and up gained 1.3-3.4x on 2
  * cores; 32 x 32 x 64 did not. */
 #define TCC_GEMM_PARALLEL_FLOPS 524288.0
 
@@ -1183,8 +1183,9 @@ static int emit_extern(kernel_emit *ke, int kno) {
    * parallel with one BLAS thread per GEMM. Without one, a GEMM of at
    * least TCC_GEMM_PARALLEL_FLOPS runs on the kernels' OpenMP threads
    * (the pool PyTorch's ops use too): the batch in parallel, or one GEMM
-   * cut into a slab of rows (or columns, when wider) per thread, each a
-   * one-thread BLAS call. Dynamic programs keep one shape of code. */
+   * cut into a slab of rows (of columns when C has fewer than 16 rows and
+   * more columns) per thread, each a one-thread BLAS call. Dynamic
+   * programs keep one shape of code. */
   const tcc_kernel_config *cfg = tcc_kernel_config_of(p, kno);
   int auto_par = !cfg && !p->graph->nsyms &&
                  2.0 * (double)M * (double)N * (double)K * (double)Bt >= TCC_GEMM_PARALLEL_FLOPS;
@@ -1340,9 +1341,8 @@ static int emit_kernel(const tcc_program *p, const tcc_kernel *k, int kno, tcc_b
                (!ke.plan.affine || stores_vary_in_loop(&ke, j))) {
         /* the element loop: iterations store distinct elements and read
          * nothing the kernel writes (tcc_check_program), so it may run
-         * in SIMD lanes; this lets gcc if-convert selects (masks), which
-         * it does not do on its own even in a planned unit-stride loop
-         * (a ReLU backward ran scalar: 7 ns per element) */
+         * in SIMD lanes; this lets gcc if-convert selects (masks) into
+         * blends (with build.c's -fno-trapping-math; a planned loop too) */
         tcc_buf_printf(b, "%*s#pragma omp simd reduction(|:bad)", indent, "");
         if (ke.simdlen) tcc_buf_printf(b, " simdlen(%d)", ke.simdlen);
         tcc_buf_puts(b, "\n");
