@@ -25,26 +25,25 @@
  */
 #include "loop.h"
 
-#include <stdlib.h>
-
 typedef struct split_find {
   const tcc_kernel *k;
   tcc_ptrmap seen;             /* value expressions already walked */
   int dim;                     /* the dim to split, -1 none yet */
   int64_t c;                   /* its inner extent */
-  int reduces;                 /* the kernel holds a REDUCE: not split */
+  int refuse;                  /* a REDUCE or EXTERN (or out of memory):
+                                  leave the kernel as it is */
 } split_find;
 
 static void find_ix(split_find *f, const tcc_ix *e);
 
 static void find_vx(split_find *f, const tcc_vx *e) {
-  if (!e || f->reduces || tcc_ptrmap_get(&f->seen, e)) return;
+  if (!e || f->refuse || tcc_ptrmap_get(&f->seen, e)) return;
   if (tcc_ptrmap_put(&f->seen, e, e)) {
-    f->reduces = 1;            /* out of memory: leave the kernel alone */
+    f->refuse = 1;
     return;
   }
   if (e->op == TCC_PRIM_REDUCE || e->op == TCC_PRIM_EXTERN) {
-    f->reduces = 1;
+    f->refuse = 1;
     return;
   }
   if (e->op == TCC_PRIM_LOAD || e->op == TCC_PRIM_INDEX)
@@ -82,13 +81,13 @@ static int find_split(const tcc_program *p, const tcc_kernel *k, int *dim, int64
     tcc_ptrmap_free(&f.seen);
     return 0;
   }
-  for (int s = 0; s < k->nstores && !f.reduces; s++) {
+  for (int s = 0; s < k->nstores && !f.refuse; s++) {
     const tcc_store *st = &k->stores[s];
     for (int d = 0; d < p->bufs[st->buf].layout.rank; d++) find_ix(&f, st->idx[d]);
     find_vx(&f, st->value);
   }
   tcc_ptrmap_free(&f.seen);
-  if (f.reduces || f.dim < 0) return 0;
+  if (f.refuse || f.dim < 0) return 0;
   *dim = f.dim;
   *c = f.c;
   return 1;
