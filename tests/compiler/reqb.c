@@ -7,7 +7,7 @@
 
 #define RB_VALUES 512
 #define RB_NODES 512
-#define RB_ARGS 8
+#define RB_ARGS 12
 #define RB_OUTS 4
 #define RB_STRS 4096
 

@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "compiler.h"
+#include "dlkernel.h"
 #include "reqb.h"
 
 #define F32 TCC__V1__DTYPE__FLOAT32
@@ -374,7 +375,7 @@ static void build(tg *t, built *out) {
   ck_assert_ptr_nonnull(f);
   ck_assert_uint_eq(fwrite(out->art.data, 1, out->art.size, f), out->art.size);
   fclose(f);
-  out->dl = dlopen(so, RTLD_NOW | RTLD_LOCAL);
+  out->dl = dlopen_kernel(so);
   ck_assert_msg(out->dl != NULL, "dlopen: %s", dlerror());
   out->entry = (entry_fn *)dlsym(out->dl, "tcc_entry");
   ck_assert_ptr_nonnull(out->entry);

@@ -1,4 +1,5 @@
-"""CUDA tensors through the backend (option cuda="compile", TCCD_CUDA).
+"""CUDA tensors through the backend (option cuda="compile", the default;
+TCCD_CUDA=eager runs them eagerly).
 
 Without a GPU (this machine, CI): a graph traced on fake CUDA tensors goes
 through the backend's setup in a child process whose libtccclient is bound
@@ -7,8 +8,9 @@ the partition for the device's arch (NVRTC), the package loads the cubin
 through libtccclient, and a launch on a stream runs the manifest's plan
 with the package's pointers, in order. Skipped when the build has no NVRTC.
 
-With a GPU (torch.cuda.is_available()): real training steps on CUDA
-tensors against eager in float64.
+With a GPU (torch.cuda.is_available()): three training steps of every
+benchmark model on CUDA tensors against the model in float64, and the
+default backend string; run there by scripts/gpu-check --prebuilt.
 """
 import copy
 import json
@@ -27,11 +29,11 @@ FAKE_CUBLAS = os.path.join(BUILD, "tests", "cuda", "libfakecublas.so")
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def test_cuda_option_defaults_to_eager_and_is_validated(monkeypatch):
+def test_cuda_option_defaults_to_compile_and_is_validated(monkeypatch):
     monkeypatch.delenv("TCCD_CUDA", raising=False)
-    assert tccd.config.Config.make().cuda == "eager"
-    monkeypatch.setenv("TCCD_CUDA", "compile")
     assert tccd.config.Config.make().cuda == "compile"
+    monkeypatch.setenv("TCCD_CUDA", "eager")
+    assert tccd.config.Config.make().cuda == "eager"
     with pytest.raises(ValueError, match="cuda must be one of"):
         tccd.config.Config.make(cuda="yes")
 
@@ -73,25 +75,73 @@ def test_cuda_graph_compiles_and_launches_through_the_loader(daemon):
 CUDA = torch.cuda.is_available()
 
 
-@pytest.mark.skipif(not CUDA, reason="no CUDA device (CPU-only torch or no GPU)")
-def test_training_step_on_cuda_matches_float64(daemon, fresh_state):
-    from models import MODELS
+def _bench_models():
+    from models import BENCH_MODELS
+    return sorted(BENCH_MODELS)
 
-    for name in ("mlp", "gpt"):
-        make, data, loss_fn = MODELS[name]
-        torch.manual_seed(fresh_state)
-        m = make().cuda().train()
-        ref = copy.deepcopy(m).double()
-        cm = torch.compile(m, backend=tccd.backend(cuda="compile"))
+
+@pytest.mark.skipif(not CUDA, reason="no CUDA device (CPU-only torch or no GPU)")
+@pytest.mark.parametrize("name", _bench_models())
+def test_training_steps_on_cuda_match_float64(daemon, fresh_state, name):
+    """Three training steps (forward, backward, SGD) of each model on CUDA
+    tensors, compiled for the device (NVRTC cubins, cuBLAS steps), against
+    the same model in float64 on the GPU. float32 math on the device in
+    another order than the reference's: rtol 1e-3, atol 1e-4 on outputs
+    and gradients (no TF32: cuBLAS steps run in full float32)."""
+    from models import BENCH_MODELS
+
+    make, data, loss_fn = BENCH_MODELS[name]
+    torch.manual_seed(fresh_state)
+    m = make().cuda().train()
+    ref = copy.deepcopy(m).double()
+    opt = torch.optim.SGD(m.parameters(), lr=0.05)
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.05)
+    cm = torch.compile(m, backend=tccd.backend(cuda="compile"))
+    for step in range(3):
         x, t = data()
         x, t = x.cuda(), t.cuda()
+        xr = x.double() if x.is_floating_point() else x
         out = cm(x)
-        ref_out = ref(x.double())
-        torch.testing.assert_close(out.double(), ref_out, rtol=1e-3, atol=1e-4)
+        assert out.is_cuda
+        ref_out = ref(xr)
+        torch.testing.assert_close(out.double(), ref_out, rtol=1e-3, atol=1e-4,
+                                   msg=lambda s: f"{name} step {step} output: {s}")
+        opt.zero_grad()
+        ref_opt.zero_grad()
         loss_fn(out, t).backward()
         loss_fn(ref_out, t.double() if t.is_floating_point() else t).backward()
         for (n, p), q in zip(m.named_parameters(), ref.parameters()):
+            assert p.grad is not None and p.grad.is_cuda, n
             torch.testing.assert_close(p.grad.double(), q.grad, rtol=1e-3, atol=1e-4,
-                                       msg=lambda s: f"{name} grad {n}: {s}")
-        s = tccd.stats()
-        assert s["compiled_ops"] > 0 and s["eager_graphs"] == 0, s
+                                       msg=lambda s: f"{name} step {step} grad {n}: {s}")
+        opt.step()
+        ref_opt.step()
+    s = tccd.stats()
+    print(name, s)
+    assert s["compiled_ops"] > 0 and s["eager_graphs"] == 0, s
+    assert s["fallback_ops"] == 0, s
+
+
+@pytest.mark.skipif(not CUDA, reason="no CUDA device (CPU-only torch or no GPU)")
+def test_default_backend_compiles_cuda_graphs(daemon, fresh_state, monkeypatch):
+    """backend="tccd" with no options and no TCCD_CUDA compiles graphs on
+    CUDA tensors (the default cuda="compile"): no graph runs eagerly."""
+    from models import MODELS
+
+    monkeypatch.delenv("TCCD_CUDA", raising=False)
+    make, data, loss_fn = MODELS["mlp"]
+    m = make().cuda().train()
+    ref = copy.deepcopy(m).double()
+    cm = torch.compile(m, backend="tccd")
+    x, t = data()
+    x, t = x.cuda(), t.cuda()
+    out = cm(x)
+    ref_out = ref(x.double())
+    torch.testing.assert_close(out.double(), ref_out, rtol=1e-3, atol=1e-4)
+    loss_fn(out, t).backward()
+    loss_fn(ref_out, t).backward()
+    for (n, p), q in zip(m.named_parameters(), ref.parameters()):
+        torch.testing.assert_close(p.grad.double(), q.grad, rtol=1e-3, atol=1e-4,
+                                   msg=lambda s: f"grad {n}: {s}")
+    s = tccd.stats()
+    assert s["compiled_ops"] > 0 and s["eager_graphs"] == 0 and s["fallback_ops"] == 0, s

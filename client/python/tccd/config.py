@@ -13,7 +13,7 @@ and the environment.
 | artifact_dir       | TCCD_ARTIFACT_DIR        | none (no local artifact cache) |
 | cpu_isa            | TCCD_CPU_ISA             | "auto" (this host's x86-64 level) |
 | ops                | TCCD_OPS                 | "auto": the Ops RPC, else trial compiles ("probe") |
-| cuda               | TCCD_CUDA                | "eager": graphs on CUDA tensors run eagerly; "compile": compiled for the device's arch (NVRTC cubin) and launched on the current stream |
+| cuda               | TCCD_CUDA                | "compile": graphs on CUDA tensors are compiled for the device's arch (NVRTC cubin) and launched on the current stream; "eager": they run eagerly |
 
 The environment is read when a backend is made (tccd.backend(...)) or,
 for torch.compile(backend="tccd"), when Dynamo hands over a graph.
@@ -79,7 +79,7 @@ class Config:
     artifact_dir: object = None
     cpu_isa: str = ""
     ops: str = "auto"
-    cuda: str = "eager"
+    cuda: str = "compile"
 
     @staticmethod
     def make(**kw):
@@ -105,7 +105,7 @@ class Config:
             artifact_dir=kw.pop("artifact_dir", None) or os.environ.get("TCCD_ARTIFACT_DIR") or None,
             cpu_isa=kw.pop("cpu_isa", None) or os.environ.get("TCCD_CPU_ISA") or "auto",
             ops=kw.pop("ops", None) or os.environ.get("TCCD_OPS") or "auto",
-            cuda=kw.pop("cuda", None) or os.environ.get("TCCD_CUDA") or "eager",
+            cuda=kw.pop("cuda", None) or os.environ.get("TCCD_CUDA") or "compile",
         )
         if cfg.mode not in MODES:
             raise ValueError(f"tccd: unknown mode {cfg.mode!r}; expected one of {', '.join(MODES)}")

@@ -683,6 +683,15 @@ def compile_graph(gm, example_inputs, cfg):
     aot = aot_autograd(fw_compiler=compiler("forward"), bw_compiler=compiler("backward"),
                        inference_compiler=compiler("inference"),
                        decompositions=decompositions())
+    if cfg.cuda == "compile" and any(isinstance(t, torch.Tensor) and t.is_cuda for t in example_inputs):
+        # On CUDA, scaled_dot_product_attention would trace to PyTorch's
+        # flash / memory-efficient kernels, which tccd does not compile:
+        # the math backend traces it to matmuls and a softmax instead
+        # (cuBLAS steps and fused kernels; forward and backward).
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        with sdpa_kernel([SDPBackend.MATH]):
+            return aot(gm, example_inputs)
     return aot(gm, example_inputs)
 
 
