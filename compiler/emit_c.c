@@ -33,8 +33,12 @@
  * outermost loop of size > 1 runs `#pragma omp parallel for` when the
  * kernel's work passes TCC_PARALLEL_WORK; the element loop (the
  * innermost) carries `#pragma omp simd` so masks and selects become
- * blends. float16 values are _Float16, bfloat16 values their bits
- * (uint16_t) converted through float.
+ * blends. A pointwise kernel whose element loop reads through clamped
+ * indices (the zero padding of a convolution's im2col pack) runs that
+ * loop in three ranges, the middle one without the clamps, so its loads
+ * are contiguous instead of gathers (border peeling, put_peel_range).
+ * float16 values are _Float16, bfloat16 values their bits (uint16_t)
+ * converted through float.
  *
  * EXTERN kernels call cblas_?gemm; one of TCC_GEMM_PARALLEL_FLOPS or more
  * runs on the OpenMP threads, a slab of C's rows (or the batch) per
@@ -218,6 +222,8 @@ typedef struct varset {
   int v[];
 } varset;
 
+#define MAX_PEEL 16
+
 typedef struct kernel_emit {
   const tcc_program *p;
   const tcc_kernel *k;
@@ -238,6 +244,9 @@ typedef struct kernel_emit {
   pending *pend;             /* NULL outside the kernel-level walk */
   int simdlen;               /* the kernel config's vector width; 0 = cc's */
   int loop_order;            /* the kernel config's loop order (plan_loops) */
+  const tcc_ix *peel[MAX_PEEL]; /* clamps the element loop's middle range drops */
+  int npeel;
+  int peeling;               /* printing that middle range: peel[] print unclamped */
   int oom;
 } kernel_emit;
 
@@ -362,6 +371,114 @@ static void put_var(kernel_emit *ke, int v) {
   else tcc_buf_printf(ke->b, "i%d", v);
 }
 
+/* ------------------------------------------------- border peeling
+ *
+ * A gather that pads (a padded convolution's im2col pack, col2im) reads
+ * through clamp(x, lo, hi), x = c + v in the element loop's var v (c from
+ * outer vars), and selects 0 where x is out of range. Clamped, the loads
+ * are gathers (~2x slower for a 3x3 pack); in the middle range of v,
+ * where every such x is within [lo, hi], each clamp is the identity. So
+ * the element loop is printed three times: [0, ps) and [pe, n) as is,
+ * [ps, pe) with those clamps printed as x (contiguous loads that
+ * vectorize). Only unplanned (dim-order) pointwise kernels: a planned
+ * nest's accesses are affine already, and reductions keep one copy. */
+
+/* The clamp's argument x and bounds for MIN(MAX(x, lo), hi), MAX(x, lo)
+ * or MIN(x, hi) (lo = INT64_MIN / hi = INT64_MAX when absent). */
+static const tcc_ix *clamp_parts(const tcc_ix *e, int64_t *lo, int64_t *hi) {
+  *lo = INT64_MIN;
+  *hi = INT64_MAX;
+  if (e->kind == TCC_IX_MIN && e->a->kind == TCC_IX_MAX) {
+    *hi = e->c;
+    *lo = e->a->c;
+    return e->a->a;
+  }
+  if (e->kind == TCC_IX_MIN) *hi = e->c;
+  else if (e->kind == TCC_IX_MAX) *lo = e->c;
+  else return NULL;
+  return e->a;
+}
+
+static const tcc_ix *peeled_inner(const kernel_emit *ke, const tcc_ix *e) {
+  for (int i = 0; i < ke->npeel; i++)
+    if (ke->peel[i] == e) {
+      int64_t lo, hi;
+      return clamp_parts(e, &lo, &hi);
+    }
+  return NULL;
+}
+
+/* x's coefficients when it is c + 1 * v plus outer loop vars (v the
+ * element loop's var); 0 otherwise. */
+static int peelable(const kernel_emit *ke, const tcc_ix *x, int v, int64_t *coef, int64_t *c) {
+  if (!tcc_ix_affine(x, TCC_MAX_DIMS, coef, c) || coef[v] != 1) return 0;
+  for (int d = v + 1; d < TCC_MAX_DIMS; d++)
+    if (coef[d]) return 0;
+  (void)ke;
+  return 1;
+}
+
+/* Whether comparison e is (x >= c), (x > c), (x <= c) or (x < c) for the
+ * argument x of a peeled clamp [lo, hi] and holds for all of [lo, hi]. */
+static int peel_implies(const kernel_emit *ke, const tcc_vx *e) {
+  if ((e->op != TCC_PRIM_GE && e->op != TCC_PRIM_GT && e->op != TCC_PRIM_LE && e->op != TCC_PRIM_LT) ||
+      !e->a || !e->b || e->a->op != TCC_PRIM_INDEX || e->b->op != TCC_PRIM_CONST ||
+      tcc_dtype_is_float(e->b->dtype))
+    return 0;
+  int64_t c = e->b->i;
+  for (int i = 0; i < ke->npeel; i++) {
+    int64_t lo, hi;
+    if (clamp_parts(ke->peel[i], &lo, &hi) != e->a->idx[0]) continue;
+    if ((e->op == TCC_PRIM_GE && c <= lo) || (e->op == TCC_PRIM_GT && lo != INT64_MIN && c < lo) ||
+        (e->op == TCC_PRIM_LE && c >= hi) || (e->op == TCC_PRIM_LT && hi != INT64_MAX && c > hi))
+      return 1;
+  }
+  return 0;
+}
+
+/* Collects into ke->peel the clamps of index e that the element loop can
+ * drop (the outermost clamp of each chain; nothing under a VALUE). */
+static void find_peels(kernel_emit *ke, const tcc_ix *e, int v) {
+  if (!e || e->kind == TCC_IX_VALUE) return;
+  int64_t lo, hi, coef[TCC_MAX_DIMS], c;
+  const tcc_ix *x = clamp_parts(e, &lo, &hi);
+  if (x && peelable(ke, x, v, coef, &c)) {
+    for (int i = 0; i < ke->npeel; i++)
+      if (ke->peel[i] == e) return;
+    if (ke->npeel < MAX_PEEL) ke->peel[ke->npeel++] = e;
+    return;
+  }
+  find_peels(ke, e->a, v);
+  find_peels(ke, e->b, v);
+}
+
+/* Declares ps_ and pe_: the range of v where every peeled clamp is the
+ * identity, within [0, n). */
+static void put_peel_range(kernel_emit *ke, int v, int64_t n, int indent) {
+  tcc_buf *b = ke->b;
+  tcc_buf_printf(b, "%*sint64_t ps_ = 0, pe_ = %" PRId64 ";\n", indent, "", n);
+  for (int i = 0; i < ke->npeel; i++) {
+    int64_t lo, hi, coef[TCC_MAX_DIMS], c;
+    const tcc_ix *x = clamp_parts(ke->peel[i], &lo, &hi);
+    peelable(ke, x, v, coef, &c);
+    tcc_buf_printf(b, "%*s{\n%*s  const int64_t c_ = %" PRId64, indent, "", indent, "", c);
+    for (int d = 0; d < v; d++)
+      if (coef[d]) {
+        tcc_buf_printf(b, " + %" PRId64 " * ", coef[d]);
+        put_var(ke, d);
+      }
+    tcc_buf_puts(b, ";\n");
+    if (lo != INT64_MIN)
+      tcc_buf_printf(b, "%*s  if (%" PRId64 " - c_ > ps_) ps_ = %" PRId64 " - c_;\n", indent, "", lo, lo);
+    if (hi != INT64_MAX)
+      tcc_buf_printf(b, "%*s  if (%" PRId64 " - c_ < pe_) pe_ = %" PRId64 " - c_;\n", indent, "", hi + 1,
+                     hi + 1);
+    tcc_buf_printf(b, "%*s}\n", indent, "");
+  }
+  tcc_buf_printf(b, "%*sif (ps_ > %" PRId64 ") ps_ = %" PRId64 ";\n%*sif (pe_ < ps_) pe_ = ps_;\n", indent, "",
+                 n, n, indent, "");
+}
+
 /* Index expressions are non-negative wherever DIV and MOD appear, so C's
  * truncating / and % are floor division and modulo there. */
 static void put_ix(kernel_emit *ke, const tcc_ix *e) {
@@ -387,6 +504,10 @@ static void put_ix(kernel_emit *ke, const tcc_ix *e) {
     break;
   case TCC_IX_MIN:
   case TCC_IX_MAX:
+    if (ke->peeling && peeled_inner(ke, e)) {
+      put_ix(ke, peeled_inner(ke, e));   /* in range here: the clamp is the identity */
+      break;
+    }
     tcc_buf_printf(b, "tcc_%s64(", e->kind == TCC_IX_MIN ? "min" : "max");
     put_ix(ke, e->a);
     tcc_buf_puts(b, ", ");
@@ -948,6 +1069,13 @@ static int emit_node(kernel_emit *ke, const tcc_vx *e, int indent) {
     }
     return emit_reduce_group(ke, group, ng, indent);
   }
+  if (ke->peeling && peel_implies(ke, e)) {
+    /* a range check of a peeled clamp's argument: true in the middle range */
+    int t;
+    if (define_temp(ke, e, &t)) return -1;
+    tcc_buf_printf(ke->b, "%*sconst uint8_t t%d = 1;\n", indent, "", t);
+    return 0;
+  }
   if (e->op == TCC_PRIM_LOAD || e->op == TCC_PRIM_INDEX)
     for (int d = 0; d < e->nidx; d++)
       if (emit_ix_values(ke, e->idx[d], indent)) return -1;
@@ -1242,6 +1370,28 @@ static int emit_extern(kernel_emit *ke, int kno) {
   return 0;
 }
 
+/* The nodes and stores of loop level lv. */
+static int emit_level(kernel_emit *ke, int lv, int indent, const tcc_vx **nodes, int nn, const int *levels,
+                      const int *slevels) {
+  const tcc_kernel *k = ke->k;
+  for (int i = 0; i < nn; i++)
+    if (levels[i] == lv && emit_node(ke, nodes[i], indent)) return -1;
+  for (int s = 0; s < k->nstores; s++) {
+    if (slevels[s] != lv) continue;
+    const tcc_store *st = &k->stores[s];
+    char x[96];
+    if (emit_node(ke, st->value, indent)) return -1;
+    const tcc_meta *m = &ke->p->bufs[st->buf].layout;
+    for (int d = 0; d < m->rank; d++)
+      if (emit_ix_values(ke, st->idx[d], indent)) return -1;
+    operand_text(ke, st->value, x, sizeof x);
+    tcc_buf_printf(ke->b, "%*sb%d[", indent, "", st->buf);
+    put_index(ke, st->buf, st->idx);
+    tcc_buf_printf(ke->b, "] = %s;\n", x);
+  }
+  return 0;
+}
+
 static int emit_kernel(const tcc_program *p, const tcc_kernel *k, int kno, tcc_buf *b,
                        access *acc) {
   kernel_emit ke = {.p = p, .k = k, .b = b, .acc = acc};
@@ -1327,8 +1477,37 @@ static int emit_kernel(const tcc_program *p, const tcc_kernel *k, int kno, tcc_b
   pending pend = {.list = nodes, .n = nn, .levels = levels};
   ke.pend = &pend;
   ke.nscoped = 0;
+  /* border peeling of the element loop (see put_peel_range) */
+  int pv = ke.plan.nloops - 1;
+  if (!ke.plan.affine && !has_red && pv >= 0 && pv < k->rank && pv != par && ke.plan.size[pv] > 1 &&
+      !p->graph->nsyms)
+    for (int i = 0; i < nn; i++)
+      if (nodes[i]->op == TCC_PRIM_LOAD)
+        for (int d = 0; d < nodes[i]->nidx; d++) find_peels(&ke, nodes[i]->idx[d], pv);
   int indent = 2;
   for (int lv = 0; lv <= ke.plan.nloops; lv++) {
+    if (lv > 0 && lv - 1 == pv && ke.npeel) {
+      /* the element loop three times: [0, ps_), [ps_, pe_) unclamped, [pe_, n) */
+      put_peel_range(&ke, pv, ke.plan.size[pv], indent);
+      ke.bound[pv] = 1;
+      static const char *const from[] = {"0", "ps_", "pe_"}, *const to[] = {"ps_", "pe_", NULL};
+      pend.level = lv;
+      for (int copy = 0; copy < 3; copy++) {
+        if (!inner_red) tcc_buf_printf(b, "%*s#pragma omp simd reduction(|:bad)\n", indent, "");
+        tcc_buf_printf(b, "%*sfor (int64_t i%d = %s; i%d < ", indent, "", pv, from[copy], pv);
+        if (to[copy]) tcc_buf_puts(b, to[copy]);
+        else tcc_buf_printf(b, "%" PRId64, ke.plan.size[pv]);
+        tcc_buf_printf(b, "; i%d++) {%s\n", pv, copy == 1 ? "   /* clamps in range */" : "");
+        int mark = ke.nscoped;
+        ke.peeling = copy == 1;
+        if (emit_level(&ke, lv, indent + 2, nodes, nn, levels, slevels)) goto done_pending;
+        ke.peeling = 0;
+        for (int i = mark; i < ke.nscoped; i++) tcc_ptrmap_put(&ke.temps, ke.scoped[i], NULL);
+        ke.nscoped = mark;
+        tcc_buf_printf(b, "%*s}\n", indent, "");
+      }
+      break;
+    }
     if (lv > 0) {
       int j = lv - 1;
       if (j == par && p->graph->nsyms) {
@@ -1359,23 +1538,9 @@ static int emit_kernel(const tcc_program *p, const tcc_kernel *k, int kno, tcc_b
       for (int d = 0; d < k->rank; d++)
         if (k->sizes[d] == 1) ke.bound[d] = 1;
     pend.level = lv;
-    for (int i = 0; i < nn; i++)
-      if (levels[i] == lv && emit_node(&ke, nodes[i], indent)) goto done_pending;
-    for (int s = 0; s < k->nstores; s++) {
-      if (slevels[s] != lv) continue;
-      const tcc_store *st = &k->stores[s];
-      char x[96];
-      if (emit_node(&ke, st->value, indent)) goto done_pending;
-      const tcc_meta *m = &p->bufs[st->buf].layout;
-      for (int d = 0; d < m->rank; d++)
-        if (emit_ix_values(&ke, st->idx[d], indent)) goto done_pending;
-      operand_text(&ke, st->value, x, sizeof x);
-      tcc_buf_printf(b, "%*sb%d[", indent, "", st->buf);
-      put_index(&ke, st->buf, st->idx);
-      tcc_buf_printf(b, "] = %s;\n", x);
-    }
+    if (emit_level(&ke, lv, indent, nodes, nn, levels, slevels)) goto done_pending;
   }
-  for (int j = ke.plan.nloops - 1; j >= 0; j--) {
+  for (int j = ke.plan.nloops - 1 - (ke.npeel > 0); j >= 0; j--) {
     indent -= 2;
     tcc_buf_printf(b, "%*s}\n", indent, "");
   }

@@ -186,6 +186,53 @@ def test_relu_backward_mask_loop_is_vectorized(tmp_path):
     assert re.search(r"k\.c:\d+:\d+: optimized: loop vectorized", r.stderr), (r.stderr, k.source)
 
 
+def test_padded_conv_pack_peels_its_border(tmp_path):
+    """A padded 3x3 convolution's im2col pack reads its input through
+    clamped indices (zero outside): the element loop runs in three ranges,
+    and in the middle one, where no clamp applies, the loads are
+    contiguous and gcc vectorizes the loop; forward and backward match
+    eager, with random inputs reaching into every border."""
+    x, w = torch.randn(2, 8, 12, 12), torch.randn(16, 8, 3, 3)
+
+    def f(x, w):
+        return (A.convolution.default(x, w, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1),)
+
+    gm = tk.aten_graph(f, [x, w], decompose=False)
+    k = tk.compile_fx(gm, [x, w], keep_source=True)
+    torch.testing.assert_close(k(x, w)[0], f(x, w)[0], rtol=1e-5, atol=1e-5)
+    lines = k.source.splitlines()
+    middle = [i for i, ln in enumerate(lines) if "clamps in range" in ln]
+    assert middle, k.source
+
+    def body(i):   # the lines of the loop whose header is line i
+        ind = len(lines[i]) - len(lines[i].lstrip())
+        end = next(j for j in range(i + 1, len(lines)) if lines[j] == " " * ind + "}")
+        return "\n".join(lines[i + 1:end]), end
+
+    for i in middle:
+        mid, end = body(i)
+        after, _ = body(end + 2)   # the last range: pragma, then its header
+        # the middle range drops the clamps on the element loop's var
+        assert mid.count("tcc_min64(") < after.count("tcc_min64("), (mid, after)
+    # gcc reports an OpenMP simd loop at its pragma's line (1-based: i)
+    r = vectorize_report(tmp_path, k.source)
+    vec = {int(m.group(1)) for m in re.finditer(r"k\.c:(\d+):\d+: optimized: loop vectorized", r.stderr)}
+    assert all(lines[i - 1].strip().startswith("#pragma omp simd") for i in middle), k.source
+    assert {i for i in middle} <= vec, (middle, r.stderr)
+
+    # the gradient of a padded convolution gathers through clamps too
+    gy = torch.randn(2, 16, 12, 12)
+
+    def g(gy, x, w):
+        return A.convolution_backward.default(gy, x, w, [16], [1, 1], [1, 1], [1, 1], False,
+                                              [0, 0], 1, [True, True, True])
+
+    gm = tk.aten_graph(g, [gy, x, w], decompose=False)
+    kb = tk.compile_fx(gm, [gy, x, w], keep_source=True)
+    for got, want in zip(kb(gy, x, w), g(gy, x, w)):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+
+
 def test_head_merge_is_split_into_affine_loops(tmp_path):
     """Attention's head merge ([b, h, t, dh] -> [b*t, h*dh], a reshape
     across a transpose) reads element (i, j) at (i / t, j / dh, i % t,
