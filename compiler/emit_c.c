@@ -380,8 +380,9 @@ static void put_var(kernel_emit *ke, int v) {
  * where every such x is within [lo, hi], each clamp is the identity. So
  * the element loop is printed three times: [0, ps) and [pe, n) as is,
  * [ps, pe) with those clamps printed as x (contiguous loads that
- * vectorize). Only unplanned (dim-order) pointwise kernels: a planned
- * nest's accesses are affine already, and reductions keep one copy. */
+ * vectorize). Only unplanned (dim-order) nests, whose element loop holds
+ * no reduction (a batch norm's statistics computed per channel before a
+ * pack are fine): a planned nest's accesses are affine already. */
 
 /* The clamp's argument x and bounds for MIN(MAX(x, lo), hi), MAX(x, lo)
  * or MIN(x, hi) (lo = INT64_MIN / hi = INT64_MAX when absent). */
@@ -1479,7 +1480,7 @@ static int emit_kernel(const tcc_program *p, const tcc_kernel *k, int kno, tcc_b
   ke.nscoped = 0;
   /* border peeling of the element loop (see put_peel_range) */
   int pv = ke.plan.nloops - 1;
-  if (!ke.plan.affine && !has_red && pv >= 0 && pv < k->rank && pv != par && ke.plan.size[pv] > 1 &&
+  if (!ke.plan.affine && !inner_red && pv >= 0 && pv < k->rank && pv != par && ke.plan.size[pv] > 1 &&
       !p->graph->nsyms)
     for (int i = 0; i < nn; i++)
       if (nodes[i]->op == TCC_PRIM_LOAD)
