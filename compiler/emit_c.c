@@ -411,11 +411,10 @@ static const tcc_ix *peeled_inner(const kernel_emit *ke, const tcc_ix *e) {
 
 /* x's coefficients when it is c + 1 * v plus outer loop vars (v the
  * element loop's var); 0 otherwise. */
-static int peelable(const kernel_emit *ke, const tcc_ix *x, int v, int64_t *coef, int64_t *c) {
+static int peelable(const tcc_ix *x, int v, int64_t *coef, int64_t *c) {
   if (!tcc_ix_affine(x, TCC_MAX_DIMS, coef, c) || coef[v] != 1) return 0;
   for (int d = v + 1; d < TCC_MAX_DIMS; d++)
     if (coef[d]) return 0;
-  (void)ke;
   return 1;
 }
 
@@ -443,7 +442,7 @@ static void find_peels(kernel_emit *ke, const tcc_ix *e, int v) {
   if (!e || e->kind == TCC_IX_VALUE) return;
   int64_t lo, hi, coef[TCC_MAX_DIMS], c;
   const tcc_ix *x = clamp_parts(e, &lo, &hi);
-  if (x && peelable(ke, x, v, coef, &c)) {
+  if (x && peelable(x, v, coef, &c)) {
     for (int i = 0; i < ke->npeel; i++)
       if (ke->peel[i] == e) return;
     if (ke->npeel < MAX_PEEL) ke->peel[ke->npeel++] = e;
@@ -461,7 +460,7 @@ static void put_peel_range(kernel_emit *ke, int v, int64_t n, int indent) {
   for (int i = 0; i < ke->npeel; i++) {
     int64_t lo, hi, coef[TCC_MAX_DIMS], c;
     const tcc_ix *x = clamp_parts(ke->peel[i], &lo, &hi);
-    peelable(ke, x, v, coef, &c);
+    peelable(x, v, coef, &c);
     tcc_buf_printf(b, "%*s{\n%*s  const int64_t c_ = %" PRId64, indent, "", indent, "", c);
     for (int d = 0; d < v; d++)
       if (coef[d]) {
