@@ -33,9 +33,9 @@
  * outermost loop of size > 1 runs `#pragma omp parallel for` when the
  * kernel's work passes TCC_PARALLEL_WORK; the element loop (the
  * innermost) carries `#pragma omp simd` so masks and selects become
- * blends. A pointwise kernel whose element loop reads through clamped
- * indices (the zero padding of a convolution's im2col pack) runs that
- * loop in three ranges, the middle one without the clamps, so its loads
+ * blends. A kernel whose element loop reads through clamped indices
+ * (the zero padding of a convolution's im2col pack) and holds no
+ * reduction runs that loop in three ranges, the middle one without the clamps, so its loads
  * are contiguous instead of gathers (border peeling, put_peel_range).
  * float16 values are _Float16, bfloat16 values their bits (uint16_t)
  * converted through float.
@@ -373,9 +373,10 @@ static void put_var(kernel_emit *ke, int v) {
 
 /* ------------------------------------------------- border peeling
  *
- * A gather that pads (a padded convolution's im2col pack, col2im) reads
- * through clamp(x, lo, hi), x = c + v in the element loop's var v (c from
- * outer vars), and selects 0 where x is out of range. Clamped, the loads
+ * A gather that pads (a padded convolution's im2col pack, the stride-1
+ * grad-input pack) reads through clamp(x, lo, hi), x = c + v in the
+ * element loop's var v (c from outer vars), and selects 0 where x is out
+ * of range. Clamped, the loads
  * are gathers (~2x slower for a 3x3 pack); in the middle range of v,
  * where every such x is within [lo, hi], each clamp is the identity. So
  * the element loop is printed three times: [0, ps) and [pe, n) as is,
@@ -503,9 +504,10 @@ static void put_ix(kernel_emit *ke, const tcc_ix *e) {
     tcc_buf_puts(b, ")");
     break;
   case TCC_IX_MIN:
-  case TCC_IX_MAX:
-    if (ke->peeling && peeled_inner(ke, e)) {
-      put_ix(ke, peeled_inner(ke, e));   /* in range here: the clamp is the identity */
+  case TCC_IX_MAX: {
+    const tcc_ix *unclamped = ke->peeling ? peeled_inner(ke, e) : NULL;
+    if (unclamped) {
+      put_ix(ke, unclamped);   /* in range here: the clamp is the identity */
       break;
     }
     tcc_buf_printf(b, "tcc_%s64(", e->kind == TCC_IX_MIN ? "min" : "max");
@@ -514,6 +516,7 @@ static void put_ix(kernel_emit *ke, const tcc_ix *e) {
     put_int(b, e->c);
     tcc_buf_puts(b, ")");
     break;
+  }
   case TCC_IX_VALUE: {
     intptr_t t = (intptr_t)tcc_ptrmap_get(&ke->temps, e);
     tcc_buf_printf(b, "t%d", (int)(t - 1));
