@@ -12,11 +12,14 @@ keygen`), and the package verifies them: TCCD_TRUSTED_KEYS names the
 public key, as production would. They get --allow-root when the tests run
 as root (CI containers do).
 """
+import atexit
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 import pytest
@@ -33,6 +36,11 @@ os.environ["TCCD_CLIENT_LIB"] = CLIENT_LIB
 for var in ("TCCD_ADDR", "TCCD_FALLBACK", "TCCD_TRUSTED_KEYS", "TCCD_TOKEN", "TCCD_DEADLINE_MS", "TCCD_CONNECT_TIMEOUT_MS",
             "TCCD_OPS", "TCCD_ARTIFACT_DIR", "TCCD_CPU_ISA"):
     os.environ.pop(var, None)
+# AOTAutograd's cache (tccd's aot_cache, Inductor's too) in a directory of
+# this session's, so no entry of an earlier run is met; the children the
+# tests start inherit it unless a test gives them their own.
+os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="tccd-tests-aot-")
+atexit.register(shutil.rmtree, os.environ["TORCHINDUCTOR_CACHE_DIR"], ignore_errors=True)
 sys.path.insert(0, HERE)
 # Test this checkout's package source (scripts/setup also installs it
 # editable into .venv, which registers the entry point).

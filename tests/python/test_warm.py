@@ -1,5 +1,8 @@
 """Warm start: a second process compiling the same models against the same
-daemon is served entirely from the daemon's cache (zero new compiles)."""
+daemon is served entirely from the daemon's cache (zero new compiles), and
+on the same node AOTAutograd's result comes from its cache (no re-trace);
+a process on another node (no local AOTAutograd cache) still compiles
+nothing."""
 import json
 import os
 import subprocess
@@ -10,8 +13,8 @@ from conftest import HERE, SOURCE
 NAMES = ["mlp", "gpt"]
 
 
-def _child(addr):
-    env = dict(os.environ, TCCD_ADDR=addr,
+def _child(addr, aot_dir):
+    env = dict(os.environ, TCCD_ADDR=addr, TORCHINDUCTOR_CACHE_DIR=str(aot_dir),
                PYTHONPATH=os.pathsep.join([HERE, os.path.join(SOURCE, "client", "python")]))
     p = subprocess.run([sys.executable, os.path.join(HERE, "warm_child.py")] + NAMES,
                        capture_output=True, text=True, env=env, timeout=600)
@@ -19,16 +22,18 @@ def _child(addr):
     return json.loads(p.stdout.strip().splitlines()[-1])
 
 
-def test_second_process_compiles_nothing(own_daemon):
+def test_second_process_compiles_nothing(own_daemon, tmp_path):
     d = own_daemon()
-    cold = _child(d.addr)
+    node = tmp_path / "node1-aot"
+    cold = _child(d.addr, node)
     after_cold = d.stats()
     print("cold child:", cold)
     print("daemon after cold:", after_cold)
     assert cold["kernels"] > 0 and cold["cache_miss"] > 0
     assert after_cold["compiles"] > 0
 
-    warm = _child(d.addr)
+    assert cold["aot_cache_hits"] == 0
+    warm = _child(d.addr, node)
     after_warm = d.stats()
     print("warm child:", warm)
     print("daemon after warm:", after_warm)
@@ -45,3 +50,15 @@ def test_second_process_compiles_nothing(own_daemon):
     assert warm["cache_miss"] == 0 and warm["cache_coalesced"] == 0
     assert warm["cache_hit"] == warm["kernels"] == cold["kernels"]
     assert warm["compiled_ops"] == cold["compiled_ops"]
+    # same node: every AOTAutograd graph (foo's inference graph, each
+    # model's forward and backward) came from the AOTAutograd cache
+    assert warm["aot_cache_hits"] == warm["graphs"] == cold["graphs"] >= 1 + 2 * len(NAMES)
+    assert all(f.startswith("tccd") for f in os.listdir(node / "aotautograd")), \
+        "tccd's AOTAutograd entries live under keys of their own"
+
+    # another node: the daemon still serves every kernel; AOTAutograd traces
+    node2 = _child(d.addr, tmp_path / "node2-aot")
+    after_node2 = d.stats()
+    assert node2["aot_cache_hits"] == 0
+    assert after_node2["compiles"] == after_cold["compiles"]
+    assert node2["cache_miss"] == 0 and node2["cache_hit"] == cold["kernels"]

@@ -14,6 +14,7 @@ and the environment.
 | cpu_isa            | TCCD_CPU_ISA             | "auto" (this host's x86-64 level) |
 | ops                | TCCD_OPS                 | "auto": the Ops RPC, else trial compiles ("probe") |
 | cuda               | TCCD_CUDA                | "compile": graphs on CUDA tensors are compiled for the device's arch (NVRTC cubin) and launched on the current stream; "eager": they run eagerly |
+| aot_cache          | TCCD_AOT_CACHE           | True: AOTAutograd's result is cached on this node (torch's AOTAutogradCache, in TORCHINDUCTOR_CACHE_DIR), so a warm process skips the re-trace; 0/False: always trace |
 
 The environment is read when a backend is made (tccd.backend(...)) or,
 for torch.compile(backend="tccd"), when Dynamo hands over a graph.
@@ -67,6 +68,20 @@ def host_cpu_isa():
     return "x86-64-v4"
 
 
+def _bool_option(name, value, env):
+    """A yes/no option: `value` if given, else $env ("0"/"1"), else True."""
+    if value is None:
+        v = os.environ.get(env, "")
+        if v == "":
+            return True
+        if v not in ("0", "1"):
+            raise ValueError(f"tccd: {env}={v!r} must be 0 or 1")
+        return v == "1"
+    if not isinstance(value, bool):
+        raise ValueError(f"tccd: {name} must be True or False, got {value!r}")
+    return value
+
+
 @dataclasses.dataclass(frozen=True)
 class Config:
     addr: str
@@ -80,6 +95,7 @@ class Config:
     cpu_isa: str = ""
     ops: str = "auto"
     cuda: str = "compile"
+    aot_cache: bool = True
 
     @staticmethod
     def make(**kw):
@@ -106,6 +122,7 @@ class Config:
             cpu_isa=kw.pop("cpu_isa", None) or os.environ.get("TCCD_CPU_ISA") or "auto",
             ops=kw.pop("ops", None) or os.environ.get("TCCD_OPS") or "auto",
             cuda=kw.pop("cuda", None) or os.environ.get("TCCD_CUDA") or "compile",
+            aot_cache=_bool_option("aot_cache", kw.pop("aot_cache", None), "TCCD_AOT_CACHE"),
         )
         if cfg.mode not in MODES:
             raise ValueError(f"tccd: unknown mode {cfg.mode!r}; expected one of {', '.join(MODES)}")

@@ -33,7 +33,9 @@ eagerly). UNIMPLEMENTED or INVALID_ARGUMENT for a partition means the
 daemon does not take it after all (an op, dtype or argument form it lacks):
 that partition runs eagerly (logged, counted as fallback).
 """
+import collections.abc
 import concurrent.futures
+import contextlib
 import copy
 import functools
 import hashlib
@@ -47,6 +49,7 @@ import warnings
 import torch
 
 from . import _stats
+from . import aot_cache
 from . import graph as G
 from . import partition as P
 from ._proto import tcc_pb2 as pb
@@ -248,7 +251,8 @@ class _CompiledGraph:
     convention). Partitions and compiles on the first call."""
 
     def __init__(self, gm, kind, cfg, dynamic, fullgraph):
-        self.gm = gm
+        self.source_gm = gm              # as AOTAutograd gave it; never changed
+        self.gm = gm                     # the graph that runs (a partitioned copy once built)
         self.kind = kind
         self.cfg = cfg
         self.dynamic = dynamic
@@ -266,7 +270,6 @@ class _CompiledGraph:
         self.device = "cpu"              # the target: "cpu", or "cuda" (cfg.cuda="compile")
         self.cuda_index = None
         self._built = None
-        self._pristine = None
         self._learned = False
 
     def __call__(self, args):
@@ -298,7 +301,6 @@ class _CompiledGraph:
                             break
                         # The daemon refused nodes it named: partition again
                         # without them, from the graph as AOTAutograd gave it.
-                        self.gm = copy.deepcopy(self._pristine)
                         self.partitions = []
                         run = self._built = self._build()
                     self._account()
@@ -352,6 +354,7 @@ class _CompiledGraph:
             self.cuda_index = next(iter(devices)).index or 0
             cuda_arch = cuda_device_arch(self.cuda_index)[0]
         self.client = client_for(self.cfg)
+        gm = self.gm = copy.deepcopy(self.source_gm)
         table = P.op_table(self.client, self.cfg, pb.CUDA if cuda_arch else pb.CPU)
         label = f"python pid {os.getpid()} graph {self.id} ({self.kind})"
         self.base = request_base(self.cfg, self.dynamic, self.fullgraph, label, cuda_arch)
@@ -361,7 +364,6 @@ class _CompiledGraph:
         verdict, trials = P.verdicts(gm, table, self.client, self.base, self.device)
         _stats.add(trial_compiles=trials)
         parts = P.propose(gm, verdict, table)
-        self._pristine = copy.deepcopy(gm)
         # from here on the graph changes
         self.reasons = {}
         for n, (ok, why) in verdict.items():
@@ -650,6 +652,29 @@ def decompositions():
     return dict(_decomposition_table())   # built once per process (it takes ~50 ms)
 
 
+class _LazyDecompositions(collections.abc.Mapping):
+    """decompositions(), built when AOTAutograd first reads it: a graph
+    whose AOTAutograd result comes from the cache never does (building the
+    table is ~0.1-0.2 s of a warm start)."""
+
+    def __init__(self):
+        self._table = None
+
+    def _get(self):
+        if self._table is None:
+            self._table = decompositions()
+        return self._table
+
+    def __getitem__(self, op):
+        return self._get()[op]
+
+    def __iter__(self):
+        return iter(self._get())
+
+    def __len__(self):
+        return len(self._get())
+
+
 _KEEP_WHOLE = ("aten._scaled_dot_product_flash_attention_for_cpu.default",
                # the daemon compiles these whole; decomposed they are
                # index.Tensor and an accumulating index_put, which it does not
@@ -668,7 +693,9 @@ def _resolve(name):
 
 def compile_graph(gm, example_inputs, cfg):
     """Compiles a Dynamo FX graph with `cfg`: AOTAutograd with core ATen
-    decompositions, forward and backward graphs handed to tccd."""
+    decompositions, forward and backward graphs handed to tccd. With
+    cfg.aot_cache, AOTAutograd's result comes from (and goes to) torch's
+    AOTAutogradCache when it can (see aot_cache.py)."""
     from torch._dynamo.backends.common import aot_autograd
 
     dynamic = cfg.dynamic if cfg.dynamic is not None else _is_dynamic(example_inputs)
@@ -678,21 +705,25 @@ def compile_graph(gm, example_inputs, cfg):
         def compile_one(fx_gm, _example_inputs):
             return _CompiledGraph(fx_gm, kind, cfg, dynamic, fullgraph)
         compile_one.__name__ = f"tccd_{kind}"
-        return compile_one
+        return aot_cache.serializable(compile_one) if cfg.aot_cache else compile_one
 
     aot = aot_autograd(fw_compiler=compiler("forward"), bw_compiler=compiler("backward"),
                        inference_compiler=compiler("inference"),
-                       decompositions=decompositions())
-    if cfg.cuda == "compile" and any(isinstance(t, torch.Tensor) and t.is_cuda for t in example_inputs):
-        # On CUDA, scaled_dot_product_attention would trace to PyTorch's
-        # flash / memory-efficient kernels, which tccd does not compile:
-        # the math backend traces it to matmuls and a softmax instead
-        # (cuBLAS steps and fused kernels; forward and backward).
-        from torch.nn.attention import SDPBackend, sdpa_kernel
+                       decompositions=_LazyDecompositions())
+    with contextlib.ExitStack() as stack:
+        if cfg.aot_cache:
+            key_tag = aot_cache.key_tag(cfg, dynamic, fullgraph, _KEEP_WHOLE)
+            stack.enter_context(aot_cache.caching(cfg, key_tag))
+        if cfg.cuda == "compile" and any(isinstance(t, torch.Tensor) and t.is_cuda
+                                         for t in example_inputs):
+            # On CUDA, scaled_dot_product_attention would trace to PyTorch's
+            # flash / memory-efficient kernels, which tccd does not compile:
+            # the math backend traces it to matmuls and a softmax instead
+            # (cuBLAS steps and fused kernels; forward and backward).
+            from torch.nn.attention import SDPBackend, sdpa_kernel
 
-        with sdpa_kernel([SDPBackend.MATH]):
-            return aot(gm, example_inputs)
-    return aot(gm, example_inputs)
+            stack.enter_context(sdpa_kernel([SDPBackend.MATH]))
+        return aot(gm, example_inputs)
 
 
 def _merge(base, mode=None, options=None):
@@ -734,10 +765,10 @@ class Backend:
 
 def backend(*, addr=None, mode=None, dynamic=None, fullgraph=None, fallback=None,
             deadline_ms=None, connect_timeout_ms=None, artifact_dir=None, cpu_isa=None,
-            ops=None, cuda=None):
+            ops=None, cuda=None, aot_cache=None):
     """A tccd backend with options (see tccd.config for each and its env
     variable); None = the environment's or the built-in default."""
     kw = dict(addr=addr, mode=mode, dynamic=dynamic, fullgraph=fullgraph, fallback=fallback,
               deadline_ms=deadline_ms, connect_timeout_ms=connect_timeout_ms,
-              artifact_dir=artifact_dir, cpu_isa=cpu_isa, ops=ops, cuda=cuda)
+              artifact_dir=artifact_dir, cpu_isa=cpu_isa, ops=ops, cuda=cuda, aot_cache=aot_cache)
     return Backend(**{k: v for k, v in kw.items() if v is not None})

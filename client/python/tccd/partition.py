@@ -132,7 +132,7 @@ def learn_rejection(addr, message, fx_nodes):
             return False
         if str(target) != target_name:
             return False
-    key = (addr, _probe_key(n, n.target))
+    key = (addr, _rejection_key(n))
     with _tables_lock:
         _rejected.setdefault(key, f"refused by the daemon: {message}")
     return True
@@ -141,7 +141,18 @@ def learn_rejection(addr, message, fx_nodes):
 def rejected(addr, node, overload):
     """The reason a node of this form was refused before, or None."""
     with _tables_lock:
-        return _rejected.get((addr, _probe_key(node, node.target)))
+        return _rejected.get((addr, _rejection_key(node)))
+
+
+def _rejection_key(node):
+    """A refused node's form down to its sizes and argument values: the
+    daemon may refuse a node for its sizes alone (an embedding backward
+    over a 30000-row vocabulary), which says nothing of the same op over
+    64 rows."""
+    sizes = tuple(str(tuple(G.meta_val(i).shape)) for i in node.all_input_nodes)
+    values = tuple(repr(a) for a in list(node.args) + list(node.kwargs.values())
+                   if not isinstance(a, (torch.fx.Node, list, tuple)))
+    return _probe_key(node, node.target) + sizes + values
 
 
 # ------------------------------------------------------------------ trial compiles

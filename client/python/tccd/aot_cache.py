@@ -1,0 +1,209 @@
+"""AOTAutograd's result, cached on this node.
+
+A warm process would trace every Dynamo graph through AOTAutograd again
+(seconds on BERT) only to get back the forward and backward graphs it had
+before, whose kernels the daemon already holds. torch's AOTAutogradCache
+stores AOTAutograd's result -- the graphs' runtime metadata and wrappers
+-- under a hash of the Dynamo graph, its inputs' metadata and the configs,
+in TORCHINDUCTOR_CACHE_DIR next to Inductor's FX graph cache. It takes any
+backend whose compilers return an OutputCode:
+
+  compile (miss)   tccd's compiler returns a TccdOutputCode around the
+                   _CompiledGraph; AOTAutograd pickles the entry, and
+                   prepare_for_serialization turns the graph into
+                   GraphPickler bytes (fake-tensor metadata and all).
+  load (hit)       post_compile unpickles the graph under the current fake
+                   mode and makes a _CompiledGraph of it again, with the
+                   options of the backend call that loads it (or, loaded
+                   outside one, the environment's); its kernels then come
+                   from the daemon's cache as on any warm start.
+
+The key (cache_key) is AOTAutogradCache's own minus Inductor's part: the
+Dynamo graph's code, its inputs' metadata (fake tensors, symbolic sizes),
+the values of tensor constants, AOTConfig, grad mode, autocast, the
+functorch config and torch's version -- hashed by torch's pickler for
+these keys -- plus "tccd", this file's entry version, the decomposition
+table and the options that shape what tccd compiles (key_tag). Inductor's
+part (its config, the hash of its sources, its codegen backends) would
+import most of Inductor on every warm start (about 2 s, as long as the
+trace it saves) and says nothing about tccd's graphs. The entries live
+under keys of their own ("tccd..."), so they never meet Inductor's. A graph
+AOTAutogradCache will not key or save (its own rules: unsafe ops, hooks)
+is traced as before.
+"""
+import contextlib
+import hashlib
+import threading
+
+import torch
+from torch._inductor.output_code import OutputCode
+
+from . import _stats
+
+ENTRY_VERSION = 1               # bump when what an entry means to tccd changes
+
+_current = threading.local()    # .cfg and .tag of the tccd compile in progress
+
+
+class TccdOutputCode(OutputCode):
+    """One AOTAutograd graph (forward, backward or inference) for tccd:
+    calls its _CompiledGraph (boxed), pickles as the graph alone."""
+
+    def __init__(self, graph):
+        super().__init__()
+        self._boxed_call = True
+        self.graph = graph          # the _CompiledGraph (None while serialized)
+        self.kind = graph.kind
+        self.dynamic = graph.dynamic
+        self.fullgraph = graph.fullgraph
+        self.blob = None            # GraphPickler bytes of graph.source_gm
+
+    def __call__(self, inputs):
+        return self.graph(inputs)
+
+    def prepare_for_serialization(self):
+        from torch.fx._graph_pickler import GraphPickler
+
+        if self.graph is not None:
+            self.blob = GraphPickler.dumps(self.graph.source_gm)
+            self.graph = None
+
+    def post_compile(self, example_inputs, constants, graph_kwargs):
+        if self.graph is not None:
+            return
+        from torch._guards import detect_fake_mode
+        from torch._subclasses import FakeTensorMode
+        from torch.fx._graph_pickler import GraphPickler
+
+        from .config import Config
+        from .dynamo import _CompiledGraph
+
+        cfg = getattr(_current, "cfg", None) or Config.make()
+        fake_mode = detect_fake_mode(example_inputs) or FakeTensorMode()
+        gm = GraphPickler.loads(self.blob, fake_mode)
+        gm.recompile()
+        self.graph = _CompiledGraph(gm, self.kind, cfg, self.dynamic, self.fullgraph)
+        _stats.add(aot_cache_hits=1)
+
+    def set_triton_bundle(self, triton_bundle):
+        pass
+
+
+def serializable(compile_one):
+    """A tccd compiler (fx_gm, example_inputs) -> _CompiledGraph, as the
+    SerializableAOTDispatchCompiler that makes AOTAutograd use its cache."""
+    from torch._functorch._aot_autograd.schemas import SerializableAOTDispatchCompiler
+
+    def compile_to_output_code(fx_gm, example_inputs):
+        return TccdOutputCode(compile_one(fx_gm, example_inputs))
+
+    return SerializableAOTDispatchCompiler(TccdOutputCode, compile_to_output_code)
+
+
+MAX_HASHED_CONSTANT_BYTES = 1 << 20   # a graph with a bigger constant tensor is not cached
+
+
+class _KeyDetails:
+    """Everything a tccd entry's key covers (pickled and hashed)."""
+
+    def __init__(self, gm, example_inputs, aot_config, tag):
+        from torch._functorch import config as functorch_config
+        from torch._functorch._aot_autograd import autograd_cache as ac
+
+        self.tag = tag
+        self.torch_version = (torch.__version__, torch.version.git_version)
+        self.gm = gm
+        self.example_inputs = example_inputs
+        self.aot_config = aot_config
+        self.grad_enabled = torch.is_grad_enabled()
+        self.autocast = {d: torch.get_autocast_dtype(d)
+                         for d in torch._C._autocast_supported_devices()
+                         if torch.is_autocast_enabled(d)}
+        self.deterministic = (torch.are_deterministic_algorithms_enabled(),
+                              torch.is_deterministic_algorithms_warn_only_enabled())
+        self.default_dtype = torch.get_default_dtype()
+        self.autograd_config = functorch_config.save_config()
+        self.saved_tensors_hooks = ac._collect_saved_tensors_hooks_fx_wrap_cache_hashes(gm)
+        self.sac_context_fns = ac._collect_context_fn_hashes(gm)
+
+
+def _key_pickler(gm):
+    """torch's AOTAutogradCache pickler, with tensor constants (get_attr
+    tensors that are not parameters: AOTAutograd bakes them into the
+    graphs) hashed by value; its own hashes their metadata only.
+    Parameters stay metadata: AOTAutograd lifts them to inputs."""
+    from torch._functorch._aot_autograd import autograd_cache as ac
+
+    def reduce_constant(t):
+        meta = ac.extract_tensor_metadata_for_cache_key(t)
+        nbytes = t.numel() * t.element_size()
+        if nbytes > MAX_HASHED_CONSTANT_BYTES:
+            raise ac.BypassAOTAutogradCache(
+                f"a {nbytes}-byte constant tensor (tccd hashes constants up to "
+                f"{MAX_HASHED_CONSTANT_BYTES} bytes)")
+        return (ac._ident, ((meta, t.detach().cpu().tolist()),))
+
+    def reduce_parameter(t):
+        return (ac._ident, (ac.extract_tensor_metadata_for_cache_key(t),))
+
+    pickler = ac.AOTAutogradCachePickler(gm)
+    pickler.dispatch_table[torch.Tensor] = reduce_constant
+    pickler.dispatch_table[torch.nn.Parameter] = reduce_parameter
+    return pickler
+
+
+def cache_key(mod, example_inputs, aot_config, compiler_config_extra=None):
+    """autograd_cache_key's stand-in while tccd compiles: (key, debug lines).
+    Raises BypassAOTAutogradCache (or anything) for a graph it will not key;
+    AOTAutogradCache then traces without the cache."""
+    from torch._functorch._aot_autograd import autograd_cache as ac
+
+    gm = mod.gm if isinstance(mod, torch._dynamo.utils.GmWrapper) else mod
+    with ac.sanitize_gm_for_cache(gm):
+        ac.check_cacheable(gm)
+        details = _KeyDetails(gm, example_inputs, aot_config, _current.tag)
+        return "tccd" + _key_pickler(gm).get_hash(details), []
+
+
+def key_tag(cfg, dynamic, fullgraph, kept_whole):
+    """What goes into the key besides the graph: tccd, the entry version,
+    the decomposition table (core ATen's for this torch, whose version the
+    key has, less the ops tccd keeps whole: `kept_whole`), and the options
+    that change the graphs tccd is given or what it makes of them (not the
+    address or deadlines)."""
+    kept = hashlib.sha256("\n".join(sorted(kept_whole)).encode()).hexdigest()[:16]
+    mine = (f"tccd-aot-{ENTRY_VERSION} mode={cfg.mode} dynamic={dynamic} "
+            f"fullgraph={fullgraph} fallback={cfg.fallback} ops={cfg.ops} cuda={cfg.cuda} "
+            f"isa={cfg.cpu_isa} core-aten-less={kept}")
+    user = torch.compiler.config.cache_key_tag
+    return f"{user}|{mine}" if user else mine
+
+
+@contextlib.contextmanager
+def caching(cfg, tag):
+    """Around one tccd AOTAutograd call with `cfg`: the cache on (bundled
+    entries, the backward handed over now so it is saved with the
+    forward), keyed by cache_key with `tag`."""
+    from torch._functorch._aot_autograd import autograd_cache as ac
+
+    _current.cfg, _current.tag = cfg, tag
+    try:
+        with torch._functorch.config.patch(enable_autograd_cache=True,
+                                           bundled_autograd_cache=True,
+                                           force_non_lazy_backward_lowering=True), \
+                _replaced(ac, "autograd_cache_key", cache_key):
+            yield
+    finally:
+        _current.cfg = _current.tag = None
+
+
+@contextlib.contextmanager
+def _replaced(module, name, value):
+    """module.name is `value` inside the block (Dynamo compiles one frame
+    at a time, so no other compile sees it)."""
+    saved = getattr(module, name)
+    setattr(module, name, value)
+    try:
+        yield
+    finally:
+        setattr(module, name, saved)

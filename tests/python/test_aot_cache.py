@@ -1,0 +1,180 @@
+"""AOTAutograd's result cached on the node (tccd.aot_cache): a graph
+compiled again after torch._dynamo.reset() -- what a new process does --
+is loaded instead of traced, runs right forward and backward, and never
+meets another graph's entry (constants by value, options, Inductor's).
+Every test has its own TORCHINDUCTOR_CACHE_DIR."""
+import os
+import time
+
+import pytest
+import torch
+
+import tccd
+
+TOL = dict(rtol=1e-4, atol=1e-5)
+
+
+@pytest.fixture(autouse=True)
+def aot_dir(tmp_path, monkeypatch):
+    d = tmp_path / "aot"
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(d))
+    torch._dynamo.reset()
+    seed = time.time_ns() % (2**31)
+    print("seed", seed)
+    torch.manual_seed(seed)
+    yield d
+    torch._dynamo.reset()
+
+
+def _entries(d):
+    p = d / "aotautograd"
+    return sorted(os.listdir(p)) if p.exists() else []
+
+
+def _hits():
+    return tccd.stats()["aot_cache_hits"]
+
+
+def _train_step(fn, backend, *shapes):
+    """fn's output and input grads on fresh inputs, compiled and eager."""
+    xs = [torch.randn(*s, requires_grad=True) for s in shapes]
+    ref = [x.detach().clone().requires_grad_() for x in xs]
+    out = torch.compile(fn, backend=backend)(*xs)
+    want = fn(*ref)
+    torch.testing.assert_close(out, want, **TOL)
+    g = torch.randn_like(want)
+    out.backward(g)
+    want.backward(g)
+    for x, r in zip(xs, ref):
+        torch.testing.assert_close(x.grad, r.grad, **TOL)
+
+
+def test_recompile_loads_forward_and_backward(daemon, aot_dir):
+    def f(x, w):
+        return torch.tanh(x @ w) * torch.sigmoid(x).sum(1, keepdim=True)
+
+    before = _hits()
+    _train_step(f, "tccd", (8, 16), (16, 4))
+    assert _hits() == before, "a cold cache served an entry"
+    keys = _entries(aot_dir)
+    assert len(keys) == 1 and keys[0].startswith("tccd")
+
+    torch._dynamo.reset()                    # a new process would start here
+    _train_step(f, "tccd", (8, 16), (16, 4))
+    assert _hits() == before + 2             # the forward and the backward graph
+    assert _entries(aot_dir) == keys
+
+
+def test_inference_graph_is_cached(daemon):
+    def f(x, y):
+        return torch.sin(x) + torch.cos(y) * 2
+
+    x, y = torch.randn(6, 7), torch.randn(6, 7)
+    torch.testing.assert_close(torch.compile(f, backend="tccd")(x, y), f(x, y), **TOL)
+    before = _hits()
+    torch._dynamo.reset()
+    x, y = torch.randn(6, 7), torch.randn(6, 7)
+    torch.testing.assert_close(torch.compile(f, backend="tccd")(x, y), f(x, y), **TOL)
+    assert _hits() == before + 1
+
+
+def _scaled_by(values):
+    def f(x):
+        return x * torch.tensor(values) + 1
+    return f
+
+
+def test_constants_are_keyed_by_value(daemon, aot_dir):
+    """Two graphs that differ only in a constant tensor's values get two
+    entries: the second is not served the first's constant."""
+    x = torch.randn(4, 3)
+    f1, f2 = _scaled_by([1.0, 2.0, 3.0]), _scaled_by([-5.0, 0.5, 7.0])
+    torch.testing.assert_close(torch.compile(f1, backend="tccd")(x), f1(x), **TOL)
+    torch._dynamo.reset()
+    before = _hits()
+    torch.testing.assert_close(torch.compile(f2, backend="tccd")(x), f2(x), **TOL)
+    assert _hits() == before
+    assert len(_entries(aot_dir)) == 2
+
+
+def test_options_are_part_of_the_key(daemon, aot_dir):
+    def f(x):
+        return torch.relu(x) * 3 - x
+
+    x = torch.randn(5, 5)
+    torch.compile(f, backend="tccd")(x)
+    torch._dynamo.reset()
+    before = _hits()
+    out = torch.compile(f, backend=tccd.backend(mode="max-autotune"))(x)
+    torch.testing.assert_close(out, f(x), **TOL)
+    assert _hits() == before and len(_entries(aot_dir)) == 2
+
+
+def test_off_traces_every_time(daemon, aot_dir):
+    def f(x):
+        return torch.exp(-x * x)
+
+    for _ in range(2):
+        torch._dynamo.reset()
+        x = torch.randn(9)
+        before = _hits()
+        out = torch.compile(f, backend=tccd.backend(aot_cache=False))(x)
+        torch.testing.assert_close(out, f(x), **TOL)
+        assert _hits() == before
+    assert _entries(aot_dir) == []
+
+
+def test_dynamic_shapes_entry_serves_other_sizes(daemon):
+    def f(x):
+        return torch.softmax(x * 2, dim=-1) + x.mean()
+
+    be = tccd.backend(dynamic=True)
+    for n in (8, 16):
+        x = torch.randn(n, 32)
+        torch.testing.assert_close(torch.compile(f, backend=be, dynamic=True)(x), f(x), **TOL)
+    torch._dynamo.reset()
+    before = _hits()
+    cf = torch.compile(f, backend=be, dynamic=True)
+    for n in (8, 24, 40):
+        x = torch.randn(n, 32)
+        torch.testing.assert_close(cf(x), f(x), **TOL)
+    assert _hits() > before
+
+
+def _key(gm, example_inputs):
+    from torch._functorch._aot_autograd.schemas import AOTConfig
+
+    from tccd import aot_cache
+    from tccd.config import Config
+
+    cfg = Config.make()
+    aot_config = AOTConfig(fw_compiler=None, bw_compiler=None, inference_compiler=None,
+                           partition_fn=None, decompositions={}, num_params_buffers=0,
+                           aot_id=0, keep_inference_input_mutations=False)
+    with aot_cache.caching(cfg, aot_cache.key_tag(cfg, False, False, ())):
+        return aot_cache.cache_key(gm, example_inputs, aot_config)[0]
+
+
+def test_key_hashes_constant_values_not_parameter_values():
+    """A get_attr tensor constant (AOTAutograd bakes it into the graph) is
+    keyed by value; a parameter (lifted to an input) by metadata only."""
+    from torch._subclasses import FakeTensorMode
+
+    def graph_with(attr):
+        root = torch.nn.Module()
+        root.c = attr
+        g = torch.fx.Graph()
+        x = g.placeholder("x")
+        g.output((g.call_function(torch.ops.aten.mul.Tensor, (x, g.get_attr("c"))),))
+        return torch.fx.GraphModule(root, g)
+
+    with FakeTensorMode():
+        inputs = [torch.empty(3)]          # the fake inputs Dynamo hands over
+    a = torch.randn(3)
+    same = _key(graph_with(a.clone()), inputs)
+    assert _key(graph_with(a.clone()), inputs) == same
+    assert _key(graph_with(a + 1), inputs) != same
+    p = torch.nn.Parameter(torch.randn(3))
+    q = torch.nn.Parameter(torch.randn(3))
+    assert _key(graph_with(p), inputs) == _key(graph_with(q), inputs)
+    assert _key(graph_with(p), inputs) != _key(graph_with(p.detach().double()), inputs)
