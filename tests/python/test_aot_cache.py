@@ -178,3 +178,28 @@ def test_key_hashes_constant_values_not_parameter_values():
     q = torch.nn.Parameter(torch.randn(3))
     assert _key(graph_with(p), inputs) == _key(graph_with(q), inputs)
     assert _key(graph_with(p), inputs) != _key(graph_with(p.detach().double()), inputs)
+
+
+def test_loaded_graph_partitions_again_when_the_daemon_refuses_a_node(daemon, monkeypatch):
+    """A loaded graph whose first partitioning meets a node the daemon
+    refuses partitions again from a fresh copy of the loaded graph."""
+    from tccd import partition as P
+
+    ops = {"aten.sin.default": "pointwise", "aten.mul.Tensor": "pointwise",
+           "aten.mul.Scalar": "pointwise", "aten.exp.default": "pointwise",
+           "aten.sub.Tensor": "pointwise", "aten.sub.Scalar": "pointwise",
+           "aten.cumsum.default": "reduction"}     # claims cumsum, which the daemon refuses
+    table = P.OpTable("rpc", ops, (torch.float32, torch.float64), "test")
+    monkeypatch.setattr(P, "op_table", lambda client, cfg, device=None: table)
+
+    def f(x):
+        return torch.exp(torch.cumsum(torch.sin(x) * 2, 0)) - 1
+
+    for round in range(2):
+        torch._dynamo.reset()
+        P.forget_op_tables()                   # nothing learned from the round before
+        before = _hits()
+        x = torch.randn(7, 3)
+        torch.testing.assert_close(torch.compile(f, backend="tccd")(x), f(x), **TOL)
+        assert _hits() == before + round
+        assert tccd.fallback_ops().get("aten.cumsum.default", 0) == round + 1

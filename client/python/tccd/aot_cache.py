@@ -40,7 +40,7 @@ from torch._inductor.output_code import OutputCode
 
 from . import _stats
 
-ENTRY_VERSION = 1               # bump when what an entry means to tccd changes
+ENTRY_VERSION = 2               # bump when what an entry means to tccd changes
 
 _current = threading.local()    # .cfg and .tag of the tccd compile in progress
 
@@ -62,11 +62,14 @@ class TccdOutputCode(OutputCode):
         return self.graph(inputs)
 
     def prepare_for_serialization(self):
-        from torch.fx._graph_pickler import GraphPickler
+        from torch.fx._graph_pickler import GraphPickler, Options
 
-        if self.graph is not None:
-            self.blob = GraphPickler.dumps(self.graph.source_gm)
-            self.graph = None
+        if self.blob is None and self.graph is not None:
+            # Of the nodes' metadata tccd reads only the traced values
+            # (stack traces and provenance would double the entry).
+            self.blob = GraphPickler.dumps(self.graph.source_gm, options=Options(
+                node_metadata_key_filter=lambda key: key == "val"))
+        self.graph = None
 
     def post_compile(self, example_inputs, constants, graph_kwargs):
         if self.graph is not None:
@@ -80,9 +83,23 @@ class TccdOutputCode(OutputCode):
 
         cfg = getattr(_current, "cfg", None) or Config.make()
         fake_mode = detect_fake_mode(example_inputs) or FakeTensorMode()
-        gm = GraphPickler.loads(self.blob, fake_mode)
-        gm.recompile()
-        self.graph = _CompiledGraph(gm, self.kind, cfg, self.dynamic, self.fullgraph)
+
+        def load():
+            gm = GraphPickler.loads(self.blob, fake_mode)
+            gm.recompile()
+            return gm
+
+        # The loaded graph is this process's own: the first partitioning
+        # takes it as it is (no copy); a later one (after the daemon
+        # refused a node) loads it again. The blob stays the entry should
+        # this OutputCode be serialized again.
+        loaded = [load()]
+
+        def fresh_copy():
+            return loaded.pop() if loaded else load()
+
+        self.graph = _CompiledGraph(loaded[0], self.kind, cfg, self.dynamic, self.fullgraph,
+                                    fresh_copy=fresh_copy)
         _stats.add(aot_cache_hits=1)
 
     def set_triton_bundle(self, triton_bundle):

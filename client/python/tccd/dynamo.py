@@ -250,9 +250,13 @@ class _CompiledGraph:
     """The callable AOTAutograd gets for one graph (boxed calling
     convention). Partitions and compiles on the first call."""
 
-    def __init__(self, gm, kind, cfg, dynamic, fullgraph):
-        self.source_gm = gm              # as AOTAutograd gave it; never changed
+    def __init__(self, gm, kind, cfg, dynamic, fullgraph, fresh_copy=None):
+        self.source_gm = gm              # as AOTAutograd gave it
         self.gm = gm                     # the graph that runs (a partitioned copy once built)
+        # () -> a copy of source_gm to partition, so that source_gm stays
+        # as given (a graph loaded from the AOTAutograd cache, which keeps
+        # its bytes, hands over source_gm itself the first time)
+        self.fresh_copy = fresh_copy or (lambda: copy.deepcopy(self.source_gm))
         self.kind = kind
         self.cfg = cfg
         self.dynamic = dynamic
@@ -354,7 +358,7 @@ class _CompiledGraph:
             self.cuda_index = next(iter(devices)).index or 0
             cuda_arch = cuda_device_arch(self.cuda_index)[0]
         self.client = client_for(self.cfg)
-        gm = self.gm = copy.deepcopy(self.source_gm)
+        gm = self.gm = self.fresh_copy()
         table = P.op_table(self.client, self.cfg, pb.CUDA if cuda_arch else pb.CPU)
         label = f"python pid {os.getpid()} graph {self.id} ({self.kind})"
         self.base = request_base(self.cfg, self.dynamic, self.fullgraph, label, cuda_arch)
