@@ -200,33 +200,53 @@ def free_port():
 
 
 class Redis:
-    """A redis-server on 127.0.0.1:<port>, and a tiny RESP client."""
+    """A redis-server on 127.0.0.1:<port>, and a tiny RESP client. With
+    cluster_bus, it listens on a bus port of its own too (bus_port)."""
 
-    def __init__(self, workdir, args=()):
+    START_ATTEMPTS = 3
+
+    def __init__(self, workdir, args=(), cluster_bus=False):
         self.dir = workdir
         self.port = free_port()
+        self.bus_port = free_port() if cluster_bus else None
         self.args = list(args)
         self.proc = None
 
     def start(self):
+        """Starts the server and waits for PONG. A free port can be taken
+        between free_port() and redis-server's bind (tests run in
+        parallel): when the server exits early, it tries fresh ports."""
+        for attempt in range(self.START_ATTEMPTS):
+            if attempt:
+                self.port = free_port()
+                if self.bus_port is not None:
+                    self.bus_port = free_port()
+            if self._start_once():
+                return self
+        raise RuntimeError(f"redis-server did not start (see {self.dir}/redis.log)")
+
+    def _start_once(self):
+        bus = ["--cluster-port", str(self.bus_port)] if self.bus_port is not None else []
         self.proc = subprocess.Popen(
             ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-             "--appendonly", "no", "--dir", self.dir, *self.args],
+             "--appendonly", "no", "--dir", self.dir, *self.args, *bus],
             stdout=open(os.path.join(self.dir, "redis.log"), "ab"), stderr=subprocess.STDOUT)
         deadline = time.time() + 20
         while time.time() < deadline:
             try:
                 if self.cmd("PING") == "PONG":
-                    return self
+                    return True
             except OSError:
+                if self.proc.poll() is not None:     # it exited: the port was taken
+                    return False
                 time.sleep(0.05)
             except RuntimeError as e:  # --requirepass: it answers, so it is up
                 if "NOAUTH" in str(e):
-                    return self
+                    return True
                 self.kill()
                 raise
         self.kill()
-        raise RuntimeError("redis-server did not start")
+        return False
 
     def kill(self):
         self.proc.kill()
@@ -291,14 +311,15 @@ class RedisCluster:
         self.dir = workdir
         self.nodes = []
         total = masters * (1 + replicas)
-        self.bus_ports = [free_port() for _ in range(total)]  # port + 10000 may not exist
         servers = []
         for i in range(total):
             d = os.path.join(workdir, f"node{i}")
             os.makedirs(d, exist_ok=True)
-            servers.append(Redis(d, args=["--cluster-enabled", "yes", "--cluster-config-file",
-                                          os.path.join(d, "nodes.conf"), "--cluster-node-timeout",
-                                          str(node_timeout), "--cluster-port", str(self.bus_ports[i])]))
+            # a bus port of its own each (port + 10000 may not exist)
+            servers.append(Redis(d, cluster_bus=True,
+                                 args=["--cluster-enabled", "yes", "--cluster-config-file",
+                                       os.path.join(d, "nodes.conf"), "--cluster-node-timeout",
+                                       str(node_timeout)]))
         self.nodes = servers[:masters]
         self.replicas = [servers[masters + m * replicas:masters + (m + 1) * replicas] for m in range(masters)]
         self.all = servers
@@ -312,7 +333,7 @@ class RedisCluster:
                 lo, hi = i * per, (16383 if i == len(self.nodes) - 1 else (i + 1) * per - 1)
                 n.cmd("CLUSTER", "ADDSLOTSRANGE", lo, hi)
             for n in self.all[1:]:
-                n.cmd("CLUSTER", "MEET", "127.0.0.1", self.nodes[0].port, self.bus_ports[0])
+                n.cmd("CLUSTER", "MEET", "127.0.0.1", self.nodes[0].port, self.nodes[0].bus_port)
             deadline = time.time() + 30
             for m, reps in zip(self.nodes, self.replicas):
                 mid = self.node_id(m)

@@ -203,3 +203,23 @@ def test_loaded_graph_partitions_again_when_the_daemon_refuses_a_node(daemon, mo
         torch.testing.assert_close(torch.compile(f, backend="tccd")(x), f(x), **TOL)
         assert _hits() == before + round
         assert tccd.fallback_ops().get("aten.cumsum.default", 0) == round + 1
+
+
+@pytest.mark.parametrize("damage", ["garbage", "truncated"])
+def test_damaged_entry_is_traced_again(daemon, aot_dir, damage):
+    """An entry that does not unpickle (a torn write, a disk error) costs
+    a trace, not a crash or a wrong answer."""
+    def f(x, w):
+        return torch.relu(x @ w) + x.sum()
+
+    _train_step(f, "tccd", (6, 5), (5, 5))
+    files = [os.path.join(r, n) for r, _, ns in os.walk(aot_dir / "aotautograd") for n in ns]
+    assert files
+    for path in files:
+        data = open(path, "rb").read()
+        with open(path, "wb") as fh:
+            fh.write(os.urandom(len(data)) if damage == "garbage" else data[:len(data) // 2])
+    torch._dynamo.reset()
+    before = _hits()
+    _train_step(f, "tccd", (6, 5), (5, 5))
+    assert _hits() == before
