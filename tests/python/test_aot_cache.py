@@ -24,6 +24,9 @@ def aot_dir(tmp_path, monkeypatch):
     torch.manual_seed(seed)
     yield d
     torch._dynamo.reset()
+    from tccd import partition as P
+
+    P.forget_op_tables()     # what a test's daemon refused is not the next test's
 
 
 def _entries(d):

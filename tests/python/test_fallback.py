@@ -345,3 +345,24 @@ def test_large_vocabulary_embedding_backward_runs_eagerly(daemon):
     for (n, p), q in zip(m.named_parameters(), ref.parameters()):
         torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-6, msg=lambda s: f"{n}: {s}")
     assert tccd.fallback_ops() == {"aten.embedding_dense_backward.default": 1}, tccd.fallback_ops()
+
+
+def test_last_signature_admits_only_the_same_layouts():
+    """A partition's fast path (the last call's signature, checked by
+    TensorGuards and the storage offsets) admits the same dtypes, sizes,
+    strides and offsets only; anything else takes the keyed path."""
+    from tccd.dynamo import _Signature
+
+    def key(args):
+        return tuple((a.dtype, a.shape, a.stride(), a.storage_offset(), "cpu") for a in args)
+
+    base = torch.randn(4, 8)
+    args = (base[1:], torch.randn(3, 8))           # an offset view and a plain tensor
+    sig = _Signature.of(args, key(args), "kernel")
+    assert sig is not None and sig.kernel == "kernel"
+    assert sig.admits((torch.randn(4, 8)[1:], torch.randn(3, 8)))          # fresh, same layouts
+    assert not sig.admits((torch.randn(3, 8), torch.randn(3, 8)))          # offset 0, not 8
+    assert not sig.admits((base[1:], torch.randn(8, 3).t()))               # strides
+    assert not sig.admits((base[1:], torch.randn(3, 8, dtype=torch.float64)))   # dtype
+    assert not sig.admits((base[1:], torch.randn(3, 9)))                   # sizes
+    assert not sig.admits((base[1:],))                                     # arity

@@ -105,6 +105,42 @@ def _device_type(t):
 
 
 _EAGER = object()      # kernel-table entry: this signature runs eagerly
+
+
+class _Signature:
+    """The last signature a partition ran and its kernel, checked in C++ by
+    torch's TensorGuards (dtype, device, sizes, strides: ~5 us for 20
+    tensors, where building the key tuple takes 20-50 us) plus the storage
+    offsets. A partition called with the same layouts step after step
+    skips the key."""
+
+    __slots__ = ("guards", "offsets", "key", "kernel")
+
+    def __init__(self, guards, offsets, key, kernel):
+        self.guards, self.offsets, self.key, self.kernel = guards, offsets, key, kernel
+
+    @staticmethod
+    def of(args, key, kernel):
+        """The signature of `args` (whose key is `key`), or None where
+        torch has no TensorGuards."""
+        if _TensorGuards is None:
+            return None
+        try:
+            guards = _TensorGuards(*args, dynamic_dims_sizes=[list(k[1]) for k in key],
+                                   dynamic_dims_strides=[list(k[2]) for k in key])
+        except Exception:        # a torch whose TensorGuards differs: no fast path
+            return None
+        return _Signature(guards, tuple(k[3] for k in key), key, kernel)
+
+    def admits(self, args):
+        return (len(args) == len(self.offsets) and self.guards.check(*args)
+                and tuple(a.storage_offset() for a in args) == self.offsets)
+
+
+try:
+    from torch._C._dynamo.guards import TensorGuards as _TensorGuards
+except ImportError:
+    _TensorGuards = None
 _ALL_EAGER = object()  # _build's answer when the whole graph runs eagerly
 
 
@@ -124,6 +160,7 @@ class CompiledPartition(torch.nn.Module):
         self.eager_reason = None         # set when the whole partition runs eagerly
         self._kernels = {}
         self._dyn = None                 # a dynamic-shape Kernel (ABI 2), when compiled
+        self._last = None                # _Signature of the last static kernel run
         self.dyn_refused = None          # why the daemon compiled no dynamic kernel
         self._lock = threading.Lock()
 
@@ -149,25 +186,32 @@ class CompiledPartition(torch.nn.Module):
                      "signature runs eagerly", self.name, e)
             with self._lock:
                 self._kernels[key] = _EAGER
+                self._last = None
             _stats.add(fallback_ops=self.n_ops)
             return self._eager(args)
 
     def __call__(self, *args):
         if self.eager_reason is not None:
             return self._eager(args)
-        key = tuple((a.dtype, a.shape, a.stride(), a.storage_offset(), _device_type(a))
-                    for a in args)
-        if self.kernel_gm is None:                # only views of the inputs
-            if self._kernels.get(key) is _EAGER:
+        last = self._last
+        if last is not None and last.admits(args):   # the usual case: as last call
+            key, k = last.key, last.kernel
+        else:
+            key = tuple((a.dtype, a.shape, a.stride(), a.storage_offset(), _device_type(a))
+                        for a in args)
+            if self.kernel_gm is None:                # only views of the inputs
+                if self._kernels.get(key) is _EAGER:
+                    return self._eager(args)
+                return self._outputs(key, args, [])
+            k = self._kernels.get(key)
+            if k is None and self._dyn is not None and self._dyn.accepts(args):
+                k = self._kernels[key] = self._dyn      # its guards admit these sizes
+            if k is None:
+                k = self.kernel_for(key)
+            if k is _EAGER:
                 return self._eager(args)
-            return self._outputs(key, args, [])
-        k = self._kernels.get(key)
-        if k is None and self._dyn is not None and self._dyn.accepts(args):
-            k = self._kernels[key] = self._dyn      # its guards admit these sizes
-        if k is None:
-            k = self.kernel_for(key)
-        if k is _EAGER:
-            return self._eager(args)
+            if k is not self._dyn:                    # a dynamic kernel's sizes vary
+                self._last = _Signature.of(args, key, k)
         run_args = args
         if getattr(k, "tccd_seeds", 0):   # random ops: fresh seed tensors as extra inputs
             run_args = tuple(args) + tuple(G.fresh_seeds(
