@@ -48,6 +48,11 @@ import warnings
 
 import torch
 
+try:
+    from torch._C._dynamo.guards import TensorGuards as _TensorGuards
+except ImportError:                  # a torch without it: partitions key every call
+    _TensorGuards = None
+
 from . import _stats
 from . import aot_cache
 from . import graph as G
@@ -137,10 +142,6 @@ class _Signature:
                 and tuple(a.storage_offset() for a in args) == self.offsets)
 
 
-try:
-    from torch._C._dynamo.guards import TensorGuards as _TensorGuards
-except ImportError:
-    _TensorGuards = None
 _ALL_EAGER = object()  # _build's answer when the whole graph runs eagerly
 
 
