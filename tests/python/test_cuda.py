@@ -23,6 +23,7 @@ import torch
 
 import tccd
 from conftest import BUILD, SOURCE
+from kinks import explain_by_relu_kinks
 
 FAKE_CUDA = os.path.join(BUILD, "tests", "cuda", "libfakecuda.so")
 FAKE_CUBLAS = os.path.join(BUILD, "tests", "cuda", "libfakecublas.so")
@@ -109,11 +110,23 @@ def test_training_steps_on_cuda_match_float64(daemon, fresh_state, name):
         opt.zero_grad()
         ref_opt.zero_grad()
         loss_fn(out, t).backward()
-        loss_fn(ref_out, t.double() if t.is_floating_point() else t).backward()
+        t64 = t.double() if t.is_floating_point() else t
+        loss_fn(ref_out, t64).backward()
+        tol = dict(rtol=1e-3, atol=1e-4)
         for (n, p), q in zip(m.named_parameters(), ref.parameters()):
             assert p.grad is not None and p.grad.is_cuda, n
-            torch.testing.assert_close(p.grad.double(), q.grad, rtol=1e-3, atol=1e-4,
-                                       msg=lambda s: f"{name} step {step} grad {n}: {s}")
+        grads = [p.grad for p in m.parameters()]
+        if not all(torch.allclose(g.double(), q.grad, **tol)
+                   for g, q in zip(grads, ref.parameters())):
+            # an activation at a ReLU kink taken on the other side (kinks.py)
+            ok, why = explain_by_relu_kinks(ref, lambda mm: loss_fn(mm(xr), t64), grads, tol)
+            if not ok:
+                for (n, p), q in zip(m.named_parameters(), ref.parameters()):
+                    torch.testing.assert_close(
+                        p.grad.double(), q.grad, **tol,
+                        msg=lambda s, n=n: f"{name} step {step} grad {n} ({why}): {s}")
+            print(f"{name} step {step}: float64's gradients with {why}; the models diverge")
+            break
         opt.step()
         ref_opt.step()
     s = tccd.stats()
