@@ -870,6 +870,24 @@ static const char *int_limit(tcc_dtype d, int high) {
   }
 }
 
+/* How a REDUCE accumulates. A float32 sum adds each run of its innermost
+ * loop (vectorised, at most TCC_SUM_BLOCK long) in float, and those
+ * partial sums in double: eager PyTorch sums float32 in a cascade, whose
+ * error hardly grows with the extent; one float accumulator's does, and
+ * batch norm's statistics over a batch came out several times less
+ * accurate than eager's. Summing everything in double costs up to 2x on
+ * in-cache rows; the partials cost one add per run. */
+static int float_partial(const tcc_vx *r) {
+  return r->i == TCC_RED_SUM && r->dtype == TCC__V1__DTYPE__FLOAT32;
+}
+
+static const char *acc_ctype(const tcc_vx *r) {
+  return float_partial(r) ? "double" : ctype(r->dtype);
+}
+
+/* The longest run of a float32 sum's innermost loop summed in float. */
+#define TCC_SUM_BLOCK 256
+
 /* Emits (once) every part of e that can be computed at this point,
  * i.e. whose free vars are all bound: what a reduction loop hoists. */
 static int emit_hoistable(kernel_emit *ke, const tcc_vx *e, tcc_ptrmap *seen, int indent) {
@@ -932,7 +950,7 @@ static int emit_reduce_group(kernel_emit *ke, const tcc_vx *const *group, int ng
                      acc[g]);
       simd = 0;
     } else {
-      tcc_buf_printf(b, "%*s%s a%d = %s;\n", indent, "", ctype(r->dtype), acc[g], init);
+      tcc_buf_printf(b, "%*s%s a%d = %s;\n", indent, "", acc_ctype(r), acc[g], init);
       if ((r->i == TCC_RED_MAX || r->i == TCC_RED_MIN) && tcc_dtype_is_float(r->dtype))
         tcc_buf_printf(b, "%*sint a%dn = 0;\n", indent, "", acc[g]);
     }
@@ -940,23 +958,44 @@ static int emit_reduce_group(kernel_emit *ke, const tcc_vx *const *group, int ng
   int ind = indent;
   int64_t total = 1;
   for (int r = 0; r < r0->nidx; r++) total *= r0->idx[r]->c;
+  /* float32 sums: a float partial sum per run of the innermost loop (in
+   * blocks of TCC_SUM_BLOCK when it is longer; static programs only, as
+   * dynamic ones make no size-dependent choices), added into the double
+   * accumulator after it (acc_ctype) */
+  int partials = 0;
+  for (int g = 0; g < ng; g++) partials |= float_partial(group[g]);
+  int last = r0->nidx - 1;
+  int blocked = partials && last >= 0 && r0->idx[last]->c > TCC_SUM_BLOCK && !ke->p->graph->nsyms;
   for (int r = 0; r < r0->nidx; r++) {
-    if (r == r0->nidx - 1 && simd && total > 1) {
+    int v = r0->buf + r;
+    if (r == last && blocked) {
+      tcc_buf_printf(b, "%*sfor (int64_t i%db = 0; i%db < %" PRId64 "; i%db += %d) {\n", ind, "",
+                     v, v, r0->idx[r]->c, v, TCC_SUM_BLOCK);
+      ind += 2;
+      tcc_buf_printf(b, "%*sconst int64_t i%de = i%db + %d < %" PRId64 " ? i%db + %d : %" PRId64 ";\n",
+                     ind, "", v, v, TCC_SUM_BLOCK, r0->idx[r]->c, v, TCC_SUM_BLOCK, r0->idx[r]->c);
+    }
+    if (r == last)
+      for (int g = 0; g < ng; g++)
+        if (float_partial(group[g])) tcc_buf_printf(b, "%*sfloat a%dp = 0;\n", ind, "", acc[g]);
+    if (r == last && simd && total > 1) {
       tcc_buf_printf(b, "%*s#pragma omp simd reduction(|:bad)", ind, "");
       if (ke->simdlen) tcc_buf_printf(b, " simdlen(%d)", ke->simdlen);
       for (int g = 0; g < ng; g++) {
         const tcc_vx *q = group[g];
         const char *op = q->i == TCC_RED_SUM ? "+" : q->i == TCC_RED_PROD ? "*"
                        : q->i == TCC_RED_MAX ? "max" : "min";
-        tcc_buf_printf(b, " reduction(%s:a%d)", op, acc[g]);
+        tcc_buf_printf(b, " reduction(%s:a%d%s)", op, acc[g], float_partial(q) ? "p" : "");
         if ((q->i == TCC_RED_MAX || q->i == TCC_RED_MIN) && tcc_dtype_is_float(q->dtype))
           tcc_buf_printf(b, " reduction(|:a%dn)", acc[g]);
       }
       tcc_buf_puts(b, "\n");
     }
-    int v = r0->buf + r;
-    tcc_buf_printf(b, "%*sfor (int64_t i%d = 0; i%d < %" PRId64 "; i%d++) {\n", ind, "", v, v,
-                   r0->idx[r]->c, v);
+    if (r == last && blocked)
+      tcc_buf_printf(b, "%*sfor (int64_t i%d = i%db; i%d < i%de; i%d++) {\n", ind, "", v, v, v, v, v);
+    else
+      tcc_buf_printf(b, "%*sfor (int64_t i%d = 0; i%d < %" PRId64 "; i%d++) {\n", ind, "", v, v,
+                     r0->idx[r]->c, v);
     ind += 2;
   }
   for (int g = 0; g < ng; g++)
@@ -975,6 +1014,7 @@ static int emit_reduce_group(kernel_emit *ke, const tcc_vx *const *group, int ng
     switch ((tcc_reduce_kind)q->i) {
     case TCC_RED_SUM:
       if (q->dtype == TCC__V1__DTYPE__BOOL) tcc_buf_printf(b, "%*sa%d |= %s;\n", ind, "", a, t);
+      else if (float_partial(q)) tcc_buf_printf(b, "%*sa%dp += %s;\n", ind, "", a, t);
       else if (tcc_dtype_is_float(q->dtype)) tcc_buf_printf(b, "%*sa%d += %s;\n", ind, "", a, t);
       else tcc_buf_printf(b, "%*sa%d = (%s)((%s)a%d + (%s)%s);\n", ind, "", a, ctype(q->dtype), utype(q->dtype), a, utype(q->dtype), t);
       break;
@@ -1012,6 +1052,13 @@ static int emit_reduce_group(kernel_emit *ke, const tcc_vx *const *group, int ng
   for (int r = r0->nidx - 1; r >= 0; r--) {
     ind -= 2;
     tcc_buf_printf(b, "%*s}\n", ind, "");
+    if (r == last)
+      for (int g = 0; g < ng; g++)
+        if (float_partial(group[g])) tcc_buf_printf(b, "%*sa%d += a%dp;\n", ind, "", acc[g], acc[g]);
+    if (r == last && blocked) {
+      ind -= 2;
+      tcc_buf_printf(b, "%*s}\n", ind, "");
+    }
   }
   for (int g = 0; g < ng; g++) {
     const tcc_vx *q = group[g];
@@ -1021,7 +1068,8 @@ static int emit_reduce_group(kernel_emit *ke, const tcc_vx *const *group, int ng
       tcc_buf_printf(b, "%*sconst %s t%d = a%dn ? (%s)NAN : a%d;\n", indent, "", ctype(q->dtype), t,
                      acc[g], ctype(q->dtype), acc[g]);
     else
-      tcc_buf_printf(b, "%*sconst %s t%d = a%d;\n", indent, "", ctype(q->dtype), t, acc[g]);
+      tcc_buf_printf(b, "%*sconst %s t%d = (%s)a%d;\n", indent, "", ctype(q->dtype), t,
+                     ctype(q->dtype), acc[g]);
   }
   return 0;
 }

@@ -481,6 +481,24 @@ def test_reductions(dims, keepdim, dtype):
     run_op(A.all.dims, ((x > -1.5), dims, keepdim))
 
 
+@pytest.mark.parametrize("shape,dims", [((8, 16, 16, 16), [0, 2, 3]),   # batch norm's statistics
+                                        ((16, 20000), [1]),               # long rows
+                                        ((4096, 32), [0])])               # columns
+def test_float32_sums_as_accurate_as_eager(shape, dims):
+    """float32 sums against the float64 sum: tccd's error is at most 3x
+    eager's (eager sums in a cascade; tccd in vectorised float runs of at
+    most 256 added in double). One float accumulator was 4-8x eager's,
+    enough to move batch norm's outputs across a ReLU's kink in training."""
+    g = gen(hash((shape, str(dims))) & 0xffff)
+    x = rnd(shape, torch.float32, g, -1.5, 2.5)
+    gm, ins = tk.op_graph(A.sum.dim_IntList, (x, dims))
+    got = tk.compile_fx(gm, ins)(*ins)[0]
+    ref = x.double().sum(dims)
+    err = (got.double() - ref).abs().max().item()
+    eager_err = (x.sum(dims).double() - ref).abs().max().item()
+    assert err <= 3 * eager_err, f"sum over {dims} of {shape}: |error| {err:.3g}, eager's {eager_err:.3g}"
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.int64, torch.int32, torch.bool, torch.float16])
 def test_reductions_whole_and_int(dtype):
     x = rnd((4, 6), dtype, gen(111), -2, 2, layout="slice")
