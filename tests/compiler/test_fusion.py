@@ -100,16 +100,19 @@ def test_gelu_mlp_is_gemm_plus_one_kernel():
 
 
 def test_conv_bias_relu_is_pack_gemm_plus_one_kernel():
-    """conv + bias + relu: the im2col packing kernel, the GEMM (extern) and
-    ONE epilogue kernel holding bias and relu (nothing between); with
-    inference batch norm and a residual add the epilogue is still one
-    kernel. A 1x1 conv on a batch of 1 needs no packing: extern + 1."""
+    """conv + bias + relu: the zero-padded copy of x, the im2col packing
+    kernel (plain copies from it: no clamped index, no border mask), the
+    GEMM (extern) and ONE epilogue kernel holding bias and relu (nothing
+    between); with inference batch norm and a residual add the epilogue is
+    still one kernel. A 1x1 conv on a batch of 1 needs no packing: extern + 1."""
     x, w, b = torch.randn(2, 8, 12, 12), torch.randn(16, 8, 3, 3), torch.randn(16)
     def f(x, w, b):
         return A.relu.default(A.convolution.default(x, w, b, [1, 1], [1, 1], [1, 1], False, [0, 0], 1))
     gm = tk.aten_graph(f, [x, w, b], decompose=False)
-    k = tk.compile_fx(gm, [x, w, b])
-    assert k.kinds == ["pointwise", "extern", "pointwise"], k.kinds
+    k = tk.compile_fx(gm, [x, w, b], keep_source=True)
+    assert k.kinds == ["pointwise", "pointwise", "extern", "pointwise"], k.kinds
+    pack = k.source[k.source.index("static int k1("):k.source.index("static int k2(")]
+    assert "tcc_min64" not in pack and "?" not in pack, pack
     torch.testing.assert_close(k(x, w, b)[0], f(x, w, b), rtol=1e-4, atol=1e-4)
 
     rm, rv, g, beta = torch.randn(16), torch.rand(16) + 0.5, torch.randn(16), torch.randn(16)
@@ -121,7 +124,7 @@ def test_conv_bias_relu_is_pack_gemm_plus_one_kernel():
     ins = [x, w, rm, rv, g, beta, res]
     gm = tk.aten_graph(h, ins, decompose=False)
     k = tk.compile_fx(gm, ins)
-    assert k.kinds == ["pointwise", "extern", "pointwise"], k.kinds
+    assert k.kinds == ["pointwise", "pointwise", "extern", "pointwise"], k.kinds
     torch.testing.assert_close(k(*ins)[0], h(*ins), rtol=1e-4, atol=1e-4)
 
     x1, w1 = torch.randn(1, 8, 7, 7), torch.randn(4, 8, 1, 1)
@@ -136,8 +139,9 @@ def test_conv_bias_relu_is_pack_gemm_plus_one_kernel():
 def test_producer_a_window_gather_reads_many_times_is_computed_once():
     """A pointwise chain feeding a 3x3 convolution: the im2col packing
     reads each element once per tap (9 times), so the chain is computed
-    once into a buffer and packed from there, not recomputed per tap; a
-    single-op producer (the relu alone) is still inlined into the pack."""
+    once -- into the zero-padded copy of the input, which reads each
+    element once -- and packed from there, not recomputed per tap; a
+    single-op producer (the relu alone) lands in that copy too."""
     x, w = torch.randn(2, 8, 12, 12), torch.randn(16, 8, 3, 3)
     s, t = torch.randn(8, 1, 1), torch.randn(8, 1, 1)
 
@@ -164,7 +168,7 @@ def test_producer_a_window_gather_reads_many_times_is_computed_once():
 
     gm = tk.aten_graph(g, [x, w], decompose=False)
     k = tk.compile_fx(gm, [x, w])
-    assert k.kinds == ["pointwise", "extern", "pointwise"], k.kinds
+    assert k.kinds == ["pointwise", "pointwise", "extern", "pointwise"], k.kinds
     torch.testing.assert_close(k(x, w)[0], g(x, w)[0], rtol=1e-4, atol=1e-4)
 
 
