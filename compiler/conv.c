@@ -322,29 +322,6 @@ static int zero_padded(tcc_lower_ctx *lc, int S, int64_t N, int64_t C, int v, co
 static int im2col(tcc_lower_ctx *lc, const conv_geom *cg, int xv, tcc_dtype dt) {
   tcc_program *p = lc->prog;
   int S = cg->S;
-  int padded = 0;
-  for (int d = 0; d < S; d++) padded |= cg->p[d] > 0;
-  if (padded) {
-    int64_t size[CONV_MAX_SPATIAL];
-    for (int d = 0; d < S; d++) size[d] = cg->in[d] + 2 * cg->p[d];
-    int xp = zero_padded(lc, S, cg->N, cg->Cin, xv, cg->in, cg->p, size, dt);
-    if (xp < 0) return -1;
-    int64_t sizes[TCC_MAX_DIMS];
-    sizes[0] = cg->G;
-    sizes[1] = cg->Cig;
-    for (int d = 0; d < S; d++) {
-      sizes[2 + d] = cg->k[d];
-      sizes[3 + S + d] = cg->o[d];
-    }
-    sizes[2 + S] = cg->N;
-    const tcc_ix *xi[TCC_MAX_DIMS];
-    xi[0] = tcc_ix_var(p, 2 + S);
-    xi[1] = grouped(p, cg, tcc_ix_var(p, 0), tcc_ix_var(p, 1), cg->Cig);
-    for (int d = 0; d < S; d++)
-      xi[2 + d] = tcc_ix_add(p, tcc_ix_mul(p, tcc_ix_var(p, 3 + S + d), cg->s[d]),
-                             tcc_ix_mul(p, tcc_ix_var(p, 2 + d), cg->d[d]));
-    return pack(lc, tcc_vx_load(p, xp, 2 + S, xi), 3 + 2 * S, sizes, dt);
-  }
   int64_t sizes[TCC_MAX_DIMS];
   sizes[0] = cg->G;
   sizes[1] = cg->Cig;
@@ -353,26 +330,23 @@ static int im2col(tcc_lower_ctx *lc, const conv_geom *cg, int xv, tcc_dtype dt) 
     sizes[3 + S + d] = cg->o[d];
   }
   sizes[2 + S] = cg->N;
+  /* the tap of output o at kernel offset k: o*s + k*d, in the padded
+   * input (x itself when there is no padding) */
   const tcc_ix *xi[TCC_MAX_DIMS];
-  const tcc_vx *ok = NULL;
   xi[0] = tcc_ix_var(p, 2 + S);
   xi[1] = grouped(p, cg, tcc_ix_var(p, 0), tcc_ix_var(p, 1), cg->Cig);
+  int padded = 0;
   for (int d = 0; d < S; d++) {
-    const tcc_ix *e = tcc_ix_add(p, tcc_ix_add(p, tcc_ix_mul(p, tcc_ix_var(p, 3 + S + d), cg->s[d]),
-                                               tcc_ix_mul(p, tcc_ix_var(p, 2 + d), cg->d[d])),
-                                 tcc_ix_const(p, -cg->p[d]));
-    if (cg->p[d] > 0) {
-      const tcc_vx *ev = tcc_vx_index(p, e);
-      const tcc_vx *c = tcc_vx_pred(p, TCC_PRIM_AND, tcc_vx_pred(p, TCC_PRIM_GE, ev, icst(p, 0)),
-                                    tcc_vx_pred(p, TCC_PRIM_LT, ev, icst(p, cg->in[d])));
-      ok = ok ? tcc_vx_pred(p, TCC_PRIM_AND, ok, c) : c;
-      e = tcc_ix_clamp(p, e, cg->in[d]);
-    }
-    xi[2 + d] = e;
+    xi[2 + d] = tcc_ix_add(p, tcc_ix_mul(p, tcc_ix_var(p, 3 + S + d), cg->s[d]),
+                           tcc_ix_mul(p, tcc_ix_var(p, 2 + d), cg->d[d]));
+    padded |= cg->p[d] > 0;
   }
-  const tcc_vx *v = read(lc, xv, xi, dt);
-  if (ok) v = tcc_vx_where(p, ok, v, cst(p, dt, 0));
-  return pack(lc, v, 3 + 2 * S, sizes, dt);
+  if (!padded) return pack(lc, read(lc, xv, xi, dt), 3 + 2 * S, sizes, dt);
+  int64_t size[CONV_MAX_SPATIAL];
+  for (int d = 0; d < S; d++) size[d] = cg->in[d] + 2 * cg->p[d];
+  int xp = zero_padded(lc, S, cg->N, cg->Cin, xv, cg->in, cg->p, size, dt);
+  if (xp < 0) return -1;
+  return pack(lc, tcc_vx_load(p, xp, 2 + S, xi), 3 + 2 * S, sizes, dt);
 }
 
 /* A load of buffer `buf` [G, A.., B..] (sizes as given) at (g, flat a,
