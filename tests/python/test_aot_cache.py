@@ -183,9 +183,11 @@ def test_key_hashes_constant_values_not_parameter_values():
     assert _key(graph_with(p), inputs) != _key(graph_with(p.detach().double()), inputs)
 
 
-def test_loaded_graph_partitions_again_when_the_daemon_refuses_a_node(daemon, monkeypatch):
+def test_loaded_graph_partitions_again_when_the_daemon_refuses_a_node(daemon, monkeypatch,
+                                                                      aot_dir):
     """A loaded graph whose first partitioning meets a node the daemon
-    refuses partitions again from a fresh copy of the loaded graph."""
+    refuses partitions again from a fresh copy of the loaded graph. (With
+    an op running eagerly, no plan is saved: plan.py.)"""
     from tccd import partition as P
 
     ops = {"aten.sin.default": "pointwise", "aten.mul.Tensor": "pointwise",
@@ -206,6 +208,7 @@ def test_loaded_graph_partitions_again_when_the_daemon_refuses_a_node(daemon, mo
         torch.testing.assert_close(torch.compile(f, backend="tccd")(x), f(x), **TOL)
         assert _hits() == before + round
         assert tccd.fallback_ops().get("aten.cumsum.default", 0) == round + 1
+    assert _plan_files(aot_dir) == []
 
 
 @pytest.mark.parametrize("damage", ["garbage", "truncated"])
@@ -226,3 +229,104 @@ def test_damaged_entry_is_traced_again(daemon, aot_dir, damage):
     before = _hits()
     _train_step(f, "tccd", (6, 5), (5, 5))
     assert _hits() == before
+
+
+# ------------------------------------------------------------------ saved plans
+
+def _plan_hits():
+    return tccd.stats()["aot_plan_hits"]
+
+
+def _plan_files(d):
+    p = d / "tccd" / "plans"
+    return sorted(p.iterdir()) if p.exists() else []
+
+
+def _gelu_view(x, w):
+    # forward and backward partitions; an output that is a view (transpose)
+    return torch.nn.functional.gelu(x @ w).t() * x.mean()
+
+
+def _count_graph_loads(monkeypatch):
+    """A list that grows by one each time a graph is unpickled."""
+    from torch.fx._graph_pickler import GraphPickler
+
+    loads, real = [], GraphPickler.loads
+
+    def counting(*a, **kw):
+        loads.append(1)
+        return real(*a, **kw)
+    monkeypatch.setattr(GraphPickler, "loads", staticmethod(counting))
+    return loads
+
+
+def _rewrite_plans(d, change):
+    import pickle
+
+    for path in _plan_files(d):
+        saved = pickle.loads(path.read_bytes())
+        change(saved)
+        path.write_bytes(pickle.dumps(saved))
+
+
+def test_reload_runs_from_the_saved_plan(daemon, aot_dir, monkeypatch):
+    """An entry's first setup saves each graph's partitioning; a reload runs
+    from it -- no graph unpickled, nothing partitioned -- and gets eager's
+    values and gradients."""
+    _train_step(_gelu_view, "tccd", (8, 16), (16, 4))
+    assert [p.name.rsplit("-", 1)[1] for p in _plan_files(aot_dir)] == \
+        ["backward.plan", "forward.plan"]
+    loads = _count_graph_loads(monkeypatch)
+    torch._dynamo.reset()
+    hits, planned = _hits(), _plan_hits()
+    _train_step(_gelu_view, "tccd", (8, 16), (16, 4))
+    assert _hits() == hits + 2 and _plan_hits() == planned + 2
+    assert loads == []
+    details = [g for g in tccd.stats()["graphs_detail"] if g.get("planned")]
+    assert len(details) >= 2 and all(g["fallback_ops"] == 0 for g in details)
+
+
+def test_inputs_the_plan_never_saw_partition_again(daemon, aot_dir, monkeypatch):
+    """A planned partition called with a layout it has no kernel for (here:
+    a plan whose signatures were altered) runs the graph from the loaded
+    entry instead, right, and saves a plan that fits."""
+    _train_step(_gelu_view, "tccd", (8, 16), (16, 4))
+
+    def shift_offsets(saved):
+        for sp in saved["partitions"]:
+            sp["kernels"] = [(tuple((k[0], k[1], k[2], k[3] + 1, k[4]) for k in key), *rest)
+                             for key, *rest in sp["kernels"]]
+    _rewrite_plans(aot_dir, shift_offsets)
+    loads = _count_graph_loads(monkeypatch)
+    torch._dynamo.reset()
+    _train_step(_gelu_view, "tccd", (8, 16), (16, 4))
+    assert len(loads) == 2                  # forward and backward, loaded after all
+    torch._dynamo.reset()
+    planned = _plan_hits()
+    _train_step(_gelu_view, "tccd", (8, 16), (16, 4))
+    assert _plan_hits() == planned + 2 and len(loads) == 2
+
+
+@pytest.mark.parametrize("damage", ["garbage", "refused"])
+def test_unusable_plan_partitions_again(daemon, aot_dir, monkeypatch, damage):
+    """A plan that does not unpickle, or whose requests the daemon rejects,
+    costs a partitioning, not a crash or a wrong answer."""
+    from tccd._proto import tcc_pb2 as pb
+
+    _train_step(_gelu_view, "tccd", (8, 16), (16, 4))
+    if damage == "garbage":
+        for path in _plan_files(aot_dir):
+            path.write_bytes(os.urandom(path.stat().st_size))
+    else:
+        def bad_output(saved):
+            for sp in saved["partitions"]:
+                for i, (key, request, *rest) in enumerate(sp["kernels"]):
+                    req = pb.CompileRequest.FromString(request)
+                    req.graph.outputs.append("no_such_value")
+                    sp["kernels"][i] = (key, req.SerializeToString(), *rest)
+        _rewrite_plans(aot_dir, bad_output)
+    loads = _count_graph_loads(monkeypatch)
+    torch._dynamo.reset()
+    planned = _plan_hits()
+    _train_step(_gelu_view, "tccd", (8, 16), (16, 4))
+    assert _plan_hits() == planned and len(loads) == 2

@@ -17,6 +17,8 @@ compile_seconds   wall time spent in compile + fetch + load
 setup_seconds     wall time of graph setup (partitioning + compiles)
 aot_cache_hits    AOTAutograd graphs loaded from torch's AOTAutogradCache
                   instead of traced (tccd.config aot_cache)
+aot_plan_hits     of those, graphs set up from their saved partitioning
+                  (plan.py) instead of partitioned again
 """
 import collections
 import threading
@@ -25,7 +27,7 @@ _lock = threading.Lock()
 _ZERO = dict(graphs=0, eager_graphs=0, ops=0, compiled_ops=0, fallback_ops=0, partitions=0,
              kernels=0, dynamic_kernels=0, compile_requests=0, trial_compiles=0, cache_miss=0, cache_hit=0,
              cache_coalesced=0, cache_remote_hit=0, compile_seconds=0.0, setup_seconds=0.0,
-             aot_cache_hits=0)
+             aot_cache_hits=0, aot_plan_hits=0)
 _counters = dict(_ZERO)
 _fallback = collections.Counter()
 _graphs = []

@@ -39,10 +39,11 @@ import torch
 from torch._inductor.output_code import OutputCode
 
 from . import _stats
+from . import plan
 
 ENTRY_VERSION = 2               # bump when what an entry means to tccd changes
 
-_current = threading.local()    # .cfg and .tag of the tccd compile in progress
+_current = threading.local()    # .cfg, .tag, .key of the tccd compile in progress
 
 
 class TccdOutputCode(OutputCode):
@@ -93,13 +94,20 @@ class TccdOutputCode(OutputCode):
         # takes it as it is (no copy); a later one (after the daemon
         # refused a node) loads it again. The blob stays the entry should
         # this OutputCode be serialized again.
-        loaded = [load()]
+        path = plan_path(self.kind)
+        saved = plan.load(path) if path else None
+        loaded = [] if saved else [load()]   # with a plan, only should it fail
 
         def fresh_copy():
             return loaded.pop() if loaded else load()
 
-        self.graph = _CompiledGraph(loaded[0], self.kind, cfg, self.dynamic, self.fullgraph,
-                                    fresh_copy=fresh_copy)
+        def first_load():
+            loaded.append(load())
+            return loaded[0]
+
+        self.graph = _CompiledGraph(loaded[0] if loaded else None, self.kind, cfg, self.dynamic,
+                                    self.fullgraph, fresh_copy=fresh_copy, load_source=first_load,
+                                    saved_plan=saved, plan_path=path)
         _stats.add(aot_cache_hits=1)
 
     def set_triton_bundle(self, triton_bundle):
@@ -179,7 +187,16 @@ def cache_key(mod, example_inputs, aot_config, compiler_config_extra=None):
     with ac.sanitize_gm_for_cache(gm):
         ac.check_cacheable(gm)
         details = _KeyDetails(gm, example_inputs, aot_config, _current.tag)
-        return "tccd" + _key_pickler(gm).get_hash(details), []
+        key = "tccd" + _key_pickler(gm).get_hash(details)
+    _current.key = key
+    return key, []
+
+
+def plan_path(kind):
+    """Where the plan (plan.py) of graph `kind` of the entry being compiled
+    or loaded goes; None outside a keyed tccd AOTAutograd call."""
+    key = getattr(_current, "key", None)
+    return plan.path_for(key, kind) if key else None
 
 
 def key_tag(cfg, dynamic, fullgraph, kept_whole):
@@ -203,7 +220,7 @@ def caching(cfg, tag):
     forward), keyed by cache_key with `tag`."""
     from torch._functorch._aot_autograd import autograd_cache as ac
 
-    _current.cfg, _current.tag = cfg, tag
+    _current.cfg, _current.tag, _current.key = cfg, tag, None
     try:
         with torch._functorch.config.patch(enable_autograd_cache=True,
                                            bundled_autograd_cache=True,
@@ -211,7 +228,7 @@ def caching(cfg, tag):
                 _replaced(ac, "autograd_cache_key", cache_key):
             yield
     finally:
-        _current.cfg = _current.tag = None
+        _current.cfg = _current.tag = _current.key = None
 
 
 @contextlib.contextmanager

@@ -44,6 +44,7 @@ import logging
 import os
 import threading
 import time
+import types
 import warnings
 
 import torch
@@ -57,6 +58,7 @@ from . import _stats
 from . import aot_cache
 from . import graph as G
 from . import partition as P
+from . import plan
 from ._proto import tcc_pb2 as pb
 from .client import Client
 from .config import Config
@@ -163,6 +165,7 @@ class CompiledPartition(torch.nn.Module):
         self._dyn = None                 # a dynamic-shape Kernel (ABI 2), when compiled
         self._last = None                # _Signature of the last static kernel run
         self.dyn_refused = None          # why the daemon compiled no dynamic kernel
+        self.requests = {}               # key -> CompileRequest bytes, for the plan (setup only)
         self._lock = threading.Lock()
 
     def _full(self, args):
@@ -289,19 +292,66 @@ class CompiledPartition(torch.nn.Module):
         return tuple(key)
 
 
+class PlannedPartition:
+    """A partition as a saved plan has it (plan.py): the kernels of the
+    input signatures it was set up with, its constants and output steps;
+    no graph. Inputs laid out any other way raise OffPlan, and the graph
+    goes back to partitioning."""
+
+    def __init__(self, name, n_ops, constants, plan, has_kernel):
+        self.name = name
+        self.n_ops = n_ops
+        self.constants = constants
+        self.plan = plan                 # OutputPlan without its graph
+        self.has_kernel = has_kernel     # False: the outputs are views of the inputs
+        self.kernels = {}                # signature key -> Kernel
+        self.eager_reason = None
+        self._last = None
+
+    _full = CompiledPartition._full
+
+    def __call__(self, *args):
+        last = self._last
+        if last is not None and last.admits(args):
+            key, k = last.key, last.kernel
+        else:
+            key = tuple((a.dtype, a.shape, a.stride(), a.storage_offset(), _device_type(a))
+                        for a in args)
+            k = None
+            if self.has_kernel:
+                k = self.kernels.get(key)
+                if k is None:
+                    raise plan.OffPlan(f"{self.name}: inputs laid out as the plan never saw")
+                self._last = _Signature.of(args, key, k)
+        outs = []
+        if k is not None:
+            run_args = args
+            if k.tccd_seeds:
+                run_args = tuple(args) + tuple(G.fresh_seeds(k.tccd_seeds, "cpu"))
+            outs = k.run(run_args, check=False)
+        try:
+            return self.plan.assemble(key, self._full(args), outs)
+        except RuntimeError as e:
+            raise plan.OffPlan(f"{self.name}: an output view does not fit ({e})") from None
+
+
 # ------------------------------------------------------------------ graphs
 
 class _CompiledGraph:
     """The callable AOTAutograd gets for one graph (boxed calling
     convention). Partitions and compiles on the first call."""
 
-    def __init__(self, gm, kind, cfg, dynamic, fullgraph, fresh_copy=None):
-        self.source_gm = gm              # as AOTAutograd gave it
+    def __init__(self, gm, kind, cfg, dynamic, fullgraph, fresh_copy=None, load_source=None,
+                 saved_plan=None, plan_path=None):
+        self.source_gm = gm              # as AOTAutograd gave it (None: not loaded yet)
         self.gm = gm                     # the graph that runs (a partitioned copy once built)
         # () -> a copy of source_gm to partition, so that source_gm stays
         # as given (a graph loaded from the AOTAutograd cache, which keeps
         # its bytes, hands over source_gm itself the first time)
         self.fresh_copy = fresh_copy or (lambda: copy.deepcopy(self.source_gm))
+        self.load_source = load_source   # () -> source_gm, when gm is None
+        self.saved_plan = saved_plan     # a plan (plan.py) to run from, once
+        self.plan_path = plan_path       # where this graph's plan is saved (None: nowhere)
         self.kind = kind
         self.cfg = cfg
         self.dynamic = dynamic
@@ -339,6 +389,14 @@ class _CompiledGraph:
                 return self._run
             t0 = time.perf_counter()
             try:
+                if self.saved_plan is not None:
+                    saved, self.saved_plan = self.saved_plan, None
+                    run = self._setup_from_plan(saved)
+                    if run is not None:
+                        self._run = run
+                        return run
+                if self.gm is None:
+                    self.gm = self.source_gm = self.load_source()
                 if self._built is None:
                     self._built = self._build()
                 run = self._built
@@ -353,6 +411,8 @@ class _CompiledGraph:
                         self.partitions = []
                         run = self._built = self._build()
                     self._account()
+                    if self.plan_path is not None:
+                        self._save_plan()
                 else:
                     run = self._eager_runner()
             except TccdError as e:
@@ -367,6 +427,115 @@ class _CompiledGraph:
                 _stats.add(setup_seconds=time.perf_counter() - t0)
             self._run = run
             return run
+
+    def _setup_from_plan(self, saved):
+        """Sets the graph up from a saved plan: every planned kernel fetched
+        (in parallel) and the planned forward. Returns its boxed runner, or
+        None when the plan cannot be used (logged; the caller partitions)."""
+        try:
+            self.client = client_for(self.cfg)
+            label = f"python pid {os.getpid()} graph {self.id} ({self.kind})"
+            parts, jobs = [], []
+            for sp in saved["partitions"]:
+                pp = PlannedPartition(sp["name"], sp["n_ops"], sp["constants"], sp["plan"],
+                                      sp["has_kernel"])
+                parts.append(pp)
+                for key, request, seeds, n_outputs in sp["kernels"]:
+                    req = pb.CompileRequest.FromString(request)
+                    req.client = f"{label} {pp.name}"
+                    jobs.append((pp, key, req, seeds, n_outputs))
+
+            def fetch(job):
+                pp, key, req, seeds, n_outputs = job
+                t0 = time.perf_counter()
+                kernel, resp = self._get_kernel(req)
+                if len(resp.manifest.outputs) != n_outputs:
+                    raise plan.OffPlan(f"{pp.name}: the kernel has {len(resp.manifest.outputs)} "
+                                       f"outputs, the plan {n_outputs}")
+                kernel.tccd_seeds = seeds
+                _count_kernel(resp, t0)
+                pp.kernels[key] = kernel
+
+            if len(jobs) == 1:
+                fetch(jobs[0])
+            elif jobs:
+                with concurrent.futures.ThreadPoolExecutor(max_workers=min(8, len(jobs))) as ex:
+                    for f in [ex.submit(fetch, j) for j in jobs]:
+                        f.result()
+            owner = types.SimpleNamespace(**saved["attrs"], **{p.name: p for p in parts})
+            forward = plan.make_forward(saved["source"], saved["globals"], owner,
+                                        f"<tccd plan: graph {self.id} ({self.kind})>")
+        except Exception as e:          # noqa: BLE001 -- any surprise: partition as before
+            log.info("tccd: graph %d (%s): not running from its saved plan (%s); "
+                     "partitioning", self.id, self.kind, e)
+            return None
+        self.partitions = parts
+        self.n_ops = saved["record"]["ops"]
+        self.record = dict(saved["record"], id=self.id, kind=self.kind, planned=True)
+        _stats.add(graphs=1, ops=self.record["ops"], compiled_ops=self.record["compiled_ops"],
+                   partitions=self.record["partitions"], aot_plan_hits=1)
+        _stats.add_graph(self.record)
+        log.info("tccd: graph %d (%s): %d ops in %d partition(s), from its saved plan",
+                 self.id, self.kind, self.n_ops, self.record["partitions"])
+
+        def run(args):
+            try:
+                return forward(*args)
+            except plan.OffPlan as e:
+                # The partitions are pure functions of their inputs: running
+                # the whole graph again from the top after partitioning is safe.
+                log.info("tccd: graph %d (%s): %s; partitioning", self.id, self.kind, e)
+                with self._lock:
+                    if self._run is run:
+                        self._run = None
+                        self.partitions = []
+                        self.record = None
+                return self(args)
+        return run
+
+    def _save_plan(self):
+        """Saves this graph's partitioning as a plan (plan.py) when the plan
+        can stand for it: CPU, static shapes, every op compiled, the top
+        level nothing but partition calls, getitems and small constants."""
+        try:
+            saved = self._capture_plan()
+        finally:
+            for p in self.partitions:
+                p.requests = {}
+        if saved is not None and plan.save(self.plan_path, saved):
+            log.debug("tccd: graph %d (%s): plan saved at %s", self.id, self.kind,
+                      self.plan_path)
+
+    def _capture_plan(self):
+        if (self.device != "cpu" or self.dynamic or self.record is None
+                or self.record["fallback_ops"] or not self.partitions):
+            return None
+        attrs = {}
+        for n in self.gm.graph.nodes:
+            if n.op == "get_attr":
+                t = _get_attr(self.gm, n.target)
+                if "." in n.target or not isinstance(t, torch.Tensor) or t.requires_grad \
+                        or t.numel() * t.element_size() > MAX_CONSTANT_BYTES:
+                    return None
+                attrs[n.target] = t
+            elif not (n.op in ("placeholder", "output", "call_module") or G.is_getitem(n)):
+                return None
+        parts = []
+        for p in self.partitions:
+            if p.eager_reason is not None or p._dyn is not None:
+                return None
+            kernels = []
+            for key, k in p._kernels.items():
+                if k is _EAGER or key not in p.requests:
+                    return None
+                kernels.append((key, p.requests[key], k.tccd_seeds, k.n_outputs))
+            if p.kernel_gm is not None and not kernels:
+                return None
+            parts.append(dict(name=p.name, n_ops=p.n_ops, constants=p.constants, plan=p.plan,
+                              has_kernel=p.kernel_gm is not None, kernels=kernels))
+        source, names = plan.forward_source(self.gm)
+        return dict(source=source, globals=names, attrs=attrs, partitions=parts,
+                    record={k: v for k, v in self.record.items() if k not in ("id", "kind")})
 
     def _account_eager(self, reason):
         n = P.count_ops(self.gm)
@@ -557,10 +726,9 @@ class _CompiledGraph:
                 raise
             return self._compile_failed(part, e)
         kernel.tccd_seeds = G.seed_count(graph, specs)
-        status = pb.CacheStatus.Name(resp.cache).lower()
-        _stats.add(kernels=1, compile_requests=1, compile_seconds=time.perf_counter() - t0,
-                   **{f"cache_{status}": 1} if status in ("miss", "hit", "coalesced",
-                                                          "remote_hit") else {})
+        status = _count_kernel(resp, t0)
+        if self.plan_path is not None and self.record is None:   # setup: kept for the plan
+            part.requests[key] = req.SerializeToString()
         log.debug("tccd: graph %d %s: %s %s (%d kernels, %.1f ms in the daemon)", self.id,
                   part.name, status, resp.guard_hash[:12], len(resp.manifest.kernels),
                   resp.timings.total_ms)
@@ -624,6 +792,16 @@ class _CompiledGraph:
             part.set_eager(reason)
         else:                            # a later signature: only this one falls back
             _stats.add(fallback_ops=part.n_ops)
+
+
+def _count_kernel(resp, t0):
+    """Counts a kernel loaded since t0 with the daemon's answer `resp`;
+    returns its cache status ("hit", "miss", ...)."""
+    status = pb.CacheStatus.Name(resp.cache).lower()
+    _stats.add(kernels=1, compile_requests=1, compile_seconds=time.perf_counter() - t0,
+               **{f"cache_{status}": 1} if status in ("miss", "hit", "coalesced",
+                                                      "remote_hit") else {})
+    return status
 
 
 def _read_constants_directly(gm):
@@ -752,7 +930,8 @@ def compile_graph(gm, example_inputs, cfg):
 
     def compiler(kind):
         def compile_one(fx_gm, _example_inputs):
-            return _CompiledGraph(fx_gm, kind, cfg, dynamic, fullgraph)
+            return _CompiledGraph(fx_gm, kind, cfg, dynamic, fullgraph,
+                                  plan_path=aot_cache.plan_path(kind) if cfg.aot_cache else None)
         compile_one.__name__ = f"tccd_{kind}"
         return aot_cache.serializable(compile_one) if cfg.aot_cache else compile_one
 

@@ -506,7 +506,8 @@ class OutputPlan:
 
     steps[i] for output i: ("kernel", j), or ("view", source, chain) with
     source ("kernel", j) or ("input", placeholder index) and chain the view
-    nodes from the root outwards."""
+    calls from the root outwards, each (op, args after the first, kwargs):
+    plain values, no fx nodes, so a plan pickles without its graph."""
 
     def __init__(self, sub_gm):
         graph = sub_gm.graph
@@ -525,12 +526,13 @@ class OutputPlan:
             while view_source(root) is not None:
                 chain.append(root)
                 root = view_source(root)
+            calls = [(n.target, tuple(n.args[1:]), dict(n.kwargs)) for n in reversed(chain)]
             if not chain:
                 self.steps.append(("kernel", kernel_index(o)))
             elif root.op == "placeholder":
-                self.steps.append(("view", ("input", placeholders.index(root)), chain[::-1]))
+                self.steps.append(("view", ("input", placeholders.index(root)), calls))
             else:
-                self.steps.append(("view", ("kernel", kernel_index(root)), chain[::-1]))
+                self.steps.append(("view", ("kernel", kernel_index(root)), calls))
         self.trivial = kernel_outs == outs
         self.n_views = sum(1 for s in self.steps if s[0] == "view")
         if self.trivial:
@@ -546,6 +548,25 @@ class OutputPlan:
             self.kernel_gm = torch.fx.GraphModule(sub_gm, g)
         self._layouts = {}                   # signature key -> [(sizes, strides, offset)]
 
+    def __getstate__(self):
+        """Pickled (in a saved plan, plan.py): the steps alone, ops by name
+        (OpOverloads do not pickle); the kernel graph stays with the
+        process that partitioned."""
+        steps = [s if s[0] == "kernel" else
+                 (s[0], s[1], [(str(op), args, kwargs) for op, args, kwargs in s[2]])
+                 for s in self.steps]
+        return dict(steps=steps, trivial=self.trivial, n_views=self.n_views)
+
+    def __setstate__(self, state):
+        def op_named(name):          # "aten.view.default" -> the OpOverload
+            ns, packet, overload = name.split(".")
+            return getattr(getattr(getattr(torch.ops, ns), packet), overload)
+
+        steps = [s if s[0] == "kernel" else
+                 (s[0], s[1], [(op_named(op), args, kwargs) for op, args, kwargs in s[2]])
+                 for s in state["steps"]]
+        self.__dict__.update(state, steps=steps, kernel_gm=None, _layouts={})
+
     @staticmethod
     def _replay(chain, base):
         """The view `chain` applied to a meta tensor laid out like `base`:
@@ -558,8 +579,8 @@ class OutputPlan:
                            device="meta").as_strided(base.shape, base.stride(),
                                                      base.storage_offset())
         v = meta
-        for node in chain:
-            v = node.target(v, *node.args[1:], **node.kwargs)
+        for op, args, kwargs in chain:
+            v = op(v, *args, **kwargs)
         return tuple(v.shape), tuple(v.stride()), v.storage_offset()
 
     def assemble(self, key, inputs, kernel_outs):
