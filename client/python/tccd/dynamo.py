@@ -923,8 +923,6 @@ def compile_graph(gm, example_inputs, cfg):
     decompositions, forward and backward graphs handed to tccd. With
     cfg.aot_cache, AOTAutograd's result comes from (and goes to) torch's
     AOTAutogradCache when it can (see aot_cache.py)."""
-    from torch._dynamo.backends.common import aot_autograd
-
     dynamic = cfg.dynamic if cfg.dynamic is not None else _is_dynamic(example_inputs)
     fullgraph = cfg.fullgraph if cfg.fullgraph is not None else _dynamo_fullgraph()
 
@@ -935,9 +933,9 @@ def compile_graph(gm, example_inputs, cfg):
         compile_one.__name__ = f"tccd_{kind}"
         return aot_cache.serializable(compile_one) if cfg.aot_cache else compile_one
 
-    aot = aot_autograd(fw_compiler=compiler("forward"), bw_compiler=compiler("backward"),
-                       inference_compiler=compiler("inference"),
-                       decompositions=_LazyDecompositions())
+    compilers = dict(fw_compiler=compiler("forward"), bw_compiler=compiler("backward"),
+                     inference_compiler=compiler("inference"),
+                     decompositions=_LazyDecompositions())
     with contextlib.ExitStack() as stack:
         if cfg.aot_cache:
             key_tag = aot_cache.key_tag(cfg, dynamic, fullgraph, _KEEP_WHOLE)
@@ -951,7 +949,44 @@ def compile_graph(gm, example_inputs, cfg):
             from torch.nn.attention import SDPBackend, sdpa_kernel
 
             stack.enter_context(sdpa_kernel([SDPBackend.MATH]))
-        return aot(gm, example_inputs)
+        return _aot_autograd(gm, example_inputs, **compilers)
+
+
+def _aot_autograd(gm, example_inputs, **kwargs):
+    """torch._dynamo.backends.common.aot_autograd(**kwargs)(gm, example_inputs)
+    without its import of torch._inductor.debug (0.14 s of every warm
+    start, most of Inductor) for a logging context that does nothing unless
+    TORCH_COMPILE_DEBUG=1. Debug runs and graphs with nested inputs take
+    torch's own path."""
+    from torch._dynamo import disable
+    from torch._dynamo.backends.common import aot_autograd
+    from torch._dynamo.utils import counters
+    from torch._functorch.aot_autograd import (SerializableAOTDispatchCompiler,
+                                               aot_module_simplified)
+
+    if os.environ.get("TORCH_COMPILE_DEBUG", "0") == "1" or any(
+            isinstance(x, (list, tuple, dict)) for x in example_inputs):
+        return aot_autograd(**kwargs)(gm, example_inputs)
+
+    def no_dynamo(compile_backward):
+        # as torch's: Dynamo traces neither the backward compiler nor the
+        # backward it makes (Note [Wrapping bw_compiler in disable])
+        def wrapped(*args, **kw):
+            return disable(disable(compile_backward, reason="do not trace backward compiler "
+                                   "function")(*args, **kw),
+                           reason="do not trace generated backwards pass")
+        wrapped._is_wrapped_bw_compiler = True
+        return wrapped
+
+    bw = kwargs["bw_compiler"]
+    if isinstance(bw, SerializableAOTDispatchCompiler):
+        bw.compiler_fn = no_dynamo(bw.compiler_fn)
+    else:
+        kwargs["bw_compiler"] = no_dynamo(bw)
+    counters["aot_autograd"]["total"] += 1
+    compiled = aot_module_simplified(gm, example_inputs, **kwargs)
+    counters["aot_autograd"]["ok"] += 1
+    return disable(compiled, reason="do not trace AOT-compiled graph")
 
 
 def _merge(base, mode=None, options=None):
