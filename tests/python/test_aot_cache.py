@@ -299,24 +299,29 @@ def test_inputs_the_plan_never_saw_partition_again(daemon, aot_dir, monkeypatch)
     _rewrite_plans(aot_dir, shift_offsets)
     loads = _count_graph_loads(monkeypatch)
     torch._dynamo.reset()
+    graphs = tccd.stats()["graphs"]
     _train_step(_gelu_view, "tccd", (8, 16), (16, 4))
     assert len(loads) == 2                  # forward and backward, loaded after all
+    assert tccd.stats()["graphs"] == graphs + 2     # each counted once
     torch._dynamo.reset()
     planned = _plan_hits()
     _train_step(_gelu_view, "tccd", (8, 16), (16, 4))
     assert _plan_hits() == planned + 2 and len(loads) == 2
 
 
-@pytest.mark.parametrize("damage", ["garbage", "refused"])
+@pytest.mark.parametrize("damage", ["garbage", "refused", "another tccd"])
 def test_unusable_plan_partitions_again(daemon, aot_dir, monkeypatch, damage):
-    """A plan that does not unpickle, or whose requests the daemon rejects,
-    costs a partitioning, not a crash or a wrong answer."""
+    """A plan that does not unpickle, whose requests the daemon rejects, or
+    that another version of the package wrote costs a partitioning, not a
+    crash or a wrong answer."""
     from tccd._proto import tcc_pb2 as pb
 
     _train_step(_gelu_view, "tccd", (8, 16), (16, 4))
     if damage == "garbage":
         for path in _plan_files(aot_dir):
             path.write_bytes(os.urandom(path.stat().st_size))
+    elif damage == "another tccd":
+        _rewrite_plans(aot_dir, lambda saved: saved.update(package="0" * 64))
     else:
         def bad_output(saved):
             for sp in saved["partitions"]:

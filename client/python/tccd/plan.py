@@ -24,10 +24,16 @@ never saw, a view that does not fit, a request the daemon refuses --
 raises OffPlan (or fails setup), and the graph is loaded from the entry
 and partitioned as before.
 
+A plan also records a hash of this package's sources (package_hash): one
+written by other code (another tccd: another encoding of the requests,
+another partitioner) is ignored, and the graph partitions and saves anew.
+
 Plans live in <torch's cache dir>/tccd/plans/<key>-<kind>.plan: the same
 trust as the AOTAutograd entries beside them (pickles too). Kernels never
 come from a plan, only from the daemon, signed and verified.
 """
+import functools
+import hashlib
 import importlib
 import logging
 import os
@@ -42,6 +48,22 @@ PLAN_VERSION = 1          # bump when what a plan holds changes
 
 class OffPlan(Exception):
     """A planned graph met something its plan has no answer for."""
+
+
+@functools.lru_cache(maxsize=None)
+def package_hash():
+    """sha256 over this package's Python sources (names and bytes)."""
+    root = os.path.dirname(os.path.abspath(__file__))
+    h = hashlib.sha256()
+    for dirpath, dirnames, filenames in sorted(os.walk(root)):
+        dirnames.sort()
+        for name in sorted(filenames):
+            if name.endswith(".py"):
+                path = os.path.join(dirpath, name)
+                h.update(os.path.relpath(path, root).encode() + b"\0")
+                with open(path, "rb") as f:
+                    h.update(f.read())
+    return h.hexdigest()
 
 
 def path_for(key, kind):
@@ -78,7 +100,8 @@ def save(path, plan):
     a plan that does not pickle or a cache dir that is not writable only
     costs the next process its shortcut."""
     try:
-        data = pickle.dumps(dict(plan, version=PLAN_VERSION), protocol=pickle.HIGHEST_PROTOCOL)
+        data = pickle.dumps(dict(plan, version=PLAN_VERSION, package=package_hash()),
+                            protocol=pickle.HIGHEST_PROTOCOL)
         os.makedirs(os.path.dirname(path), exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".plan-")
         try:
@@ -95,8 +118,8 @@ def save(path, plan):
 
 
 def load(path):
-    """The plan at `path`, or None (none there, another version, or
-    unreadable)."""
+    """The plan at `path`, or None (none there, unreadable, or written by
+    another version of this package)."""
     try:
         with open(path, "rb") as f:
             plan = pickle.load(f)
@@ -105,6 +128,8 @@ def load(path):
     except Exception as e:              # noqa: BLE001 -- a damaged plan is no plan
         log.info("tccd: ignoring the plan at %s: %s", path, e)
         return None
-    if not isinstance(plan, dict) or plan.get("version") != PLAN_VERSION:
+    if (not isinstance(plan, dict) or plan.get("version") != PLAN_VERSION
+            or plan.get("package") != package_hash()):
+        log.info("tccd: ignoring the plan at %s: written by another tccd", path)
         return None
     return plan
