@@ -186,8 +186,8 @@ def test_key_hashes_constant_values_not_parameter_values():
 def test_loaded_graph_partitions_again_when_the_daemon_refuses_a_node(daemon, monkeypatch,
                                                                       aot_dir):
     """A loaded graph whose first partitioning meets a node the daemon
-    refuses partitions again from a fresh copy of the loaded graph. (With
-    an op running eagerly, no plan is saved: plan.py.)"""
+    refuses partitions again from a fresh copy of the loaded graph. (The
+    plan the first round saves is removed: the second round partitions.)"""
     from tccd import partition as P
 
     ops = {"aten.sin.default": "pointwise", "aten.mul.Tensor": "pointwise",
@@ -203,12 +203,13 @@ def test_loaded_graph_partitions_again_when_the_daemon_refuses_a_node(daemon, mo
     for round in range(2):
         torch._dynamo.reset()
         P.forget_op_tables()                   # nothing learned from the round before
+        for path in _plan_files(aot_dir):
+            path.unlink()
         before = _hits()
         x = torch.randn(7, 3)
         torch.testing.assert_close(torch.compile(f, backend="tccd")(x), f(x), **TOL)
         assert _hits() == before + round
         assert tccd.fallback_ops().get("aten.cumsum.default", 0) == round + 1
-    assert _plan_files(aot_dir) == []
 
 
 @pytest.mark.parametrize("damage", ["garbage", "truncated"])
@@ -335,3 +336,27 @@ def test_unusable_plan_partitions_again(daemon, aot_dir, monkeypatch, damage):
     planned = _plan_hits()
     _train_step(_gelu_view, "tccd", (8, 16), (16, 4))
     assert _plan_hits() == planned and len(loads) == 2
+
+
+def test_plan_keeps_the_ops_that_run_eagerly(daemon, aot_dir, monkeypatch):
+    """A graph with ops the daemon does not compile (cumsum, sort) is
+    planned too: the plan calls them eagerly where the graph did, and
+    counts them as fallback as the first setup did."""
+    def f(x, y):
+        a = torch.sin(x) * 2 + y
+        b = torch.sort(torch.cumsum(a, 0), dim=1).values
+        return torch.exp(b) - torch.cos(a)
+
+    tccd.reset_stats()
+    _train_step(f, "tccd", (6, 5), (6, 5))
+    first = tccd.stats()
+    assert first["fallback_ops"] > 0 and len(_plan_files(aot_dir)) == 2
+    loads = _count_graph_loads(monkeypatch)
+    torch._dynamo.reset()
+    tccd.reset_stats()
+    _train_step(f, "tccd", (6, 5), (6, 5))
+    again = tccd.stats()
+    assert again["aot_plan_hits"] == 2 and loads == []
+    for k in ("graphs", "ops", "compiled_ops", "fallback_ops", "partitions", "kernels"):
+        assert again[k] == first[k], k
+    assert tccd.fallback_ops().get("aten.cumsum.default", 0) >= 1

@@ -43,6 +43,8 @@ def add_fallback(names):
     """names: {op target: count} of ops that run eagerly."""
     with _lock:
         _fallback.update(names)
+        for k in [k for k, v in _fallback.items() if v <= 0]:   # taken back (plan.py)
+            del _fallback[k]
 
 
 def add_graph(record):

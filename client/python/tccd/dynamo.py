@@ -473,11 +473,15 @@ class _CompiledGraph:
         self.partitions = parts
         self.n_ops = saved["record"]["ops"]
         self.record = dict(saved["record"], id=self.id, kind=self.kind, planned=True)
-        _stats.add(graphs=1, ops=self.record["ops"], compiled_ops=self.record["compiled_ops"],
-                   partitions=self.record["partitions"], aot_plan_hits=1)
-        _stats.add_graph(self.record)
-        log.info("tccd: graph %d (%s): %d ops in %d partition(s), from its saved plan",
-                 self.id, self.kind, self.n_ops, self.record["partitions"])
+        rec = self.record
+        _stats.add(graphs=1, ops=rec["ops"], compiled_ops=rec["compiled_ops"],
+                   fallback_ops=rec["fallback_ops"], partitions=rec["partitions"],
+                   aot_plan_hits=1)
+        _stats.add_fallback(rec["fallback"])
+        _stats.add_graph(rec)
+        log.info("tccd: graph %d (%s): %d ops, %d compiled in %d partition(s), %d fall back; "
+                 "from its saved plan", self.id, self.kind, rec["ops"], rec["compiled_ops"],
+                 rec["partitions"], rec["fallback_ops"])
 
         def run(args):
             try:
@@ -489,9 +493,11 @@ class _CompiledGraph:
                 with self._lock:
                     if self._run is run:
                         # counted again by the setup that follows
-                        _stats.add(graphs=-1, ops=-self.record["ops"],
-                                   compiled_ops=-self.record["compiled_ops"],
-                                   partitions=-self.record["partitions"])
+                        rec = self.record
+                        _stats.add(graphs=-1, ops=-rec["ops"], compiled_ops=-rec["compiled_ops"],
+                                   fallback_ops=-rec["fallback_ops"],
+                                   partitions=-rec["partitions"])
+                        _stats.add_fallback({k: -v for k, v in rec["fallback"].items()})
                         self._run = None
                         self.partitions = []
                         self.record = None
@@ -512,18 +518,23 @@ class _CompiledGraph:
                       self.plan_path)
 
     def _capture_plan(self):
-        if (self.device != "cpu" or self.dynamic or self.record is None
-                or self.record["fallback_ops"] or not self.partitions):
+        if self.device != "cpu" or self.dynamic or self.record is None or not self.partitions:
             return None
         attrs = {}
         for n in self.gm.graph.nodes:
             if n.op == "get_attr":
                 t = _get_attr(self.gm, n.target)
                 if "." in n.target or not isinstance(t, torch.Tensor) or t.requires_grad \
-                        or t.numel() * t.element_size() > MAX_CONSTANT_BYTES:
+                        or t.numel() * t.element_size() > aot_cache.MAX_HASHED_CONSTANT_BYTES:
                     return None
                 attrs[n.target] = t
-            elif not (n.op in ("placeholder", "output", "call_module") or G.is_getitem(n)):
+            elif n.op == "call_function" and not G.is_getitem(n):
+                # an op that runs eagerly: the plan calls it as the graph
+                # does; none that mutates (an off-plan call runs the graph
+                # again from the top)
+                if not isinstance(n.target, torch._ops.OpOverload) or n.target._schema.is_mutable:
+                    return None
+            elif n.op not in ("placeholder", "output", "call_module", "call_function"):
                 return None
         parts = []
         for p in self.partitions:

@@ -4,11 +4,12 @@ A process that loads a graph from the AOTAutograd cache (aot_cache.py)
 would still unpickle its fake-tensor graph (GraphPickler: about 0.1 s a
 graph on ResNet) and partition it again (verdicts, fusion, output plans:
 as long again) before asking the daemon for kernels it already holds.
-When a graph's setup ends with every op in a compiled partition, what it
-made is saved as a plan:
+When a graph's setup ends with its partitions compiled (on the CPU, with
+static shapes), what it made is saved as a plan:
 
   forward     the partitioned graph's Python code (FX's codegen of the
-              top level: placeholders, partition calls, getitems, small
+              top level: placeholders, partition calls, getitems, the
+              ATen ops that run eagerly -- none that mutates -- and
               get_attr constants) and the globals that code names
   partitions  per partition: name, op count, baked constants, the
               OutputPlan's steps, and per input signature the
