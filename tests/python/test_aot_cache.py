@@ -360,3 +360,52 @@ def test_plan_keeps_the_ops_that_run_eagerly(daemon, aot_dir, monkeypatch):
     for k in ("graphs", "ops", "compiled_ops", "fallback_ops", "partitions", "kernels"):
         assert again[k] == first[k], k
     assert tccd.fallback_ops().get("aten.cumsum.default", 0) >= 1
+
+
+@pytest.mark.parametrize("fallback", ["error", "eager"])
+def test_planned_graph_when_the_daemon_is_down(daemon, aot_dir, monkeypatch, tmp_path, fallback):
+    """A warm entry with a plan and no daemon: the clear TccdUnavailable of
+    any setup (once, not again from partitioning), and the plan serves
+    when the daemon is back; with fallback="eager", the warning and
+    eager's answer."""
+    import warnings
+
+    from conftest import Daemon, free_port
+
+    backend = tccd.backend(fallback="eager") if fallback == "eager" else "tccd"
+    _train_step(_gelu_view, backend, (8, 16), (16, 4))     # entry and plans
+    assert len(_plan_files(aot_dir)) == 2
+    port = free_port()
+    monkeypatch.setenv("TCCD_ADDR", f"127.0.0.1:{port}")
+    monkeypatch.setenv("TCCD_CONNECT_TIMEOUT_MS", "500")
+    torch._dynamo.reset()
+    x, w = torch.randn(8, 16, requires_grad=True), torch.randn(16, 4, requires_grad=True)
+    want = _gelu_view(x.detach().double(), w.detach().double())
+    opt = torch.compile(_gelu_view, backend=backend)
+    if fallback == "eager":
+        with pytest.warns(tccd.TccdFallbackWarning, match="UNAVAILABLE.*runs eagerly"):
+            out = opt(x, w)
+        torch.testing.assert_close(out.double(), want, **TOL)
+        return
+    from tccd import dynamo as D
+
+    connects, real_client_for = [], D.client_for
+
+    def counting_client_for(cfg):
+        connects.append(cfg.addr)
+        return real_client_for(cfg)
+    monkeypatch.setattr(D, "client_for", counting_client_for)
+    with pytest.raises(tccd.TccdUnavailable):
+        opt(x, w)
+    assert len(connects) == 1                # one connect timeout, not a second one
+    d = Daemon(tmp_path / "back", port=port).start()
+    try:
+        planned = _plan_hits()
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", tccd.TccdFallbackWarning)
+            out = opt(x, w)
+            torch.testing.assert_close(out.double(), want, **TOL)
+            out.sum().backward()
+        assert _plan_hits() == planned + 2
+    finally:
+        assert d.stop() == 0

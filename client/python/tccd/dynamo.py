@@ -63,7 +63,8 @@ from ._proto import tcc_pb2 as pb
 from .client import Client
 from .config import Config
 from .dtypes import dtype_to_pb, mode_to_pb
-from .errors import TccdCompileError, TccdError, TccdFallbackWarning, TccdUnsupported
+from .errors import (TccdCompileError, TccdDeadlineExceeded, TccdError, TccdFallbackWarning,
+                     TccdUnavailable, TccdUnsupported)
 
 log = logging.getLogger("tccd")
 
@@ -389,10 +390,14 @@ class _CompiledGraph:
                 return self._run
             t0 = time.perf_counter()
             try:
-                if self.saved_plan is not None:
-                    saved, self.saved_plan = self.saved_plan, None
-                    # (TCCD_CHECK compares partitions with eager: it partitions)
-                    run = None if _CHECK else self._setup_from_plan(saved)
+                saved, self.saved_plan = self.saved_plan, None
+                # (TCCD_CHECK compares partitions with eager: it partitions)
+                if saved is not None and not _CHECK:
+                    try:
+                        run = self._setup_from_plan(saved)
+                    except TccdError:        # unreachable: the next call tries again
+                        self.saved_plan = saved
+                        raise
                     if run is not None:
                         self._run = run
                         return run
@@ -419,6 +424,8 @@ class _CompiledGraph:
             except TccdError as e:
                 if self.cfg.fallback != "eager" or self._built is not None:
                     raise
+                if self.gm is None:      # the daemon failed a planned setup
+                    self.gm = self.source_gm = self.load_source()
                 msg = f"tccd: {e}; graph {self.id} ({self.kind}) runs eagerly"
                 warnings.warn(msg, TccdFallbackWarning, stacklevel=3)
                 log.warning("%s", msg)
@@ -466,6 +473,8 @@ class _CompiledGraph:
             owner = types.SimpleNamespace(**saved["attrs"], **{p.name: p for p in parts})
             forward = plan.make_forward(saved["source"], saved["globals"], owner,
                                         f"<tccd plan: graph {self.id} ({self.kind})>")
+        except (TccdUnavailable, TccdDeadlineExceeded):
+            raise                       # partitioning would wait for the daemon again
         except Exception as e:          # noqa: BLE001 -- any surprise: partition as before
             log.info("tccd: graph %d (%s): not running from its saved plan (%s); "
                      "partitioning", self.id, self.kind, e)
