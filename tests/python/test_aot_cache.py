@@ -409,3 +409,38 @@ def test_planned_graph_when_the_daemon_is_down(daemon, aot_dir, monkeypatch, tmp
         assert _plan_hits() == planned + 2
     finally:
         assert d.stop() == 0
+
+
+def test_dynamic_shapes_plan(daemon, aot_dir, monkeypatch):
+    """A dynamic-shape graph is planned with its dynamic kernels (any size
+    their guards admit) and the per-size kernels of partitions the daemon
+    would not make dynamic: a reload at a size the plan has serves from
+    it; at a size only a dynamic kernel admits, the graphs whose every
+    partition has one still do, and the others partition again."""
+    be = tccd.backend(dynamic=True)
+
+    def step(n):
+        x = torch.randn(n, 16, requires_grad=True)
+        w = torch.randn(16, 4, requires_grad=True)
+        xr, wr = x.detach().double().requires_grad_(), w.detach().double().requires_grad_()
+        out = torch.compile(_gelu_view, backend=be, dynamic=True)(x, w)
+        want = _gelu_view(xr, wr)
+        torch.testing.assert_close(out.double(), want, **TOL)
+        out.sum().backward()
+        want.sum().backward()
+        torch.testing.assert_close(x.grad.double(), xr.grad, **TOL)
+        torch.testing.assert_close(w.grad.double(), wr.grad, **TOL)
+
+    step(8)
+    assert len(_plan_files(aot_dir)) == 2
+    loads = _count_graph_loads(monkeypatch)
+    torch._dynamo.reset()
+    planned, dyn = _plan_hits(), tccd.stats()["dynamic_kernels"]
+    step(8)
+    assert _plan_hits() == planned + 2 and loads == []
+    assert tccd.stats()["dynamic_kernels"] > dyn         # the plan fetched dynamic kernels
+    step(20)                                             # the same compiled graphs, another size
+    # the forward's one partition is dynamic: it serves 20 from the plan;
+    # the backward has a partition the daemon compiles per size (its
+    # tccd_1 today): that graph alone loads and partitions again
+    assert len(loads) <= 1

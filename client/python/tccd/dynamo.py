@@ -306,6 +306,7 @@ class PlannedPartition:
         self.plan = plan                 # OutputPlan without its graph
         self.has_kernel = has_kernel     # False: the outputs are views of the inputs
         self.kernels = {}                # signature key -> Kernel
+        self.dyn = None                  # a dynamic-shape kernel, for any sizes it admits
         self.eager_reason = None
         self._last = None
 
@@ -321,9 +322,12 @@ class PlannedPartition:
             k = None
             if self.has_kernel:
                 k = self.kernels.get(key)
+                if k is None and self.dyn is not None and self.dyn.accepts(args):
+                    k = self.kernels[key] = self.dyn
                 if k is None:
                     raise plan.OffPlan(f"{self.name}: inputs laid out as the plan never saw")
-                self._last = _Signature.of(args, key, k)
+                if k is not self.dyn:             # a dynamic kernel's sizes vary
+                    self._last = _Signature.of(args, key, k)
         outs = []
         if k is not None:
             run_args = args
@@ -353,6 +357,7 @@ class _CompiledGraph:
         self.load_source = load_source   # () -> source_gm, when gm is None
         self.saved_plan = saved_plan     # a plan (plan.py) to run from, once
         self.plan_path = plan_path       # where this graph's plan is saved (None: nowhere)
+        self._plan_pending = plan_path is not None   # kernel requests are kept until it is
         self.kind = kind
         self.cfg = cfg
         self.dynamic = dynamic
@@ -417,8 +422,8 @@ class _CompiledGraph:
                         self.partitions = []
                         run = self._built = self._build()
                     self._account()
-                    if self.plan_path is not None:
-                        self._save_plan()
+                    if self._plan_pending:
+                        run = self._saving_plan_after(run)
                 else:
                     run = self._eager_runner()
             except TccdError as e:
@@ -448,7 +453,7 @@ class _CompiledGraph:
                 pp = PlannedPartition(sp["name"], sp["n_ops"], sp["constants"], sp["plan"],
                                       sp["has_kernel"])
                 parts.append(pp)
-                for key, request, seeds, n_outputs in sp["kernels"]:
+                for key, request, seeds, n_outputs in sp["kernels"]:   # key None: dynamic
                     req = pb.CompileRequest.FromString(request)
                     req.client = f"{label} {pp.name}"
                     jobs.append((pp, key, req, seeds, n_outputs))
@@ -461,8 +466,13 @@ class _CompiledGraph:
                     raise plan.OffPlan(f"{pp.name}: the kernel has {len(resp.manifest.outputs)} "
                                        f"outputs, the plan {n_outputs}")
                 kernel.tccd_seeds = seeds
-                _count_kernel(resp, t0)
-                pp.kernels[key] = kernel
+                _count_kernel(resp, t0, dynamic=kernel.dynamic)
+                if key is None:
+                    if not kernel.dynamic:
+                        raise plan.OffPlan(f"{pp.name}: the daemon made no dynamic kernel")
+                    pp.dyn = kernel
+                else:
+                    pp.kernels[key] = kernel
 
             if len(jobs) == 1:
                 fetch(jobs[0])
@@ -510,13 +520,27 @@ class _CompiledGraph:
                         self._run = None
                         self.partitions = []
                         self.record = None
+                        self._plan_pending = True
                 return self(args)
         return run
 
+    def _saving_plan_after(self, run):
+        """`run`, saving the plan once its first call returns: partitions
+        that compile on their first call (dynamic shapes) have their
+        kernels by then."""
+        def first(args):
+            out = run(args)
+            with self._lock:
+                if self._run is first:
+                    self._run = run
+                    self._save_plan()
+            return out
+        return first
+
     def _save_plan(self):
         """Saves this graph's partitioning as a plan (plan.py) when the plan
-        can stand for it: CPU, static shapes, every op compiled, the top
-        level nothing but partition calls, getitems and small constants."""
+        can stand for it (_capture_plan)."""
+        self._plan_pending = False
         try:
             saved = self._capture_plan()
         finally:
@@ -527,7 +551,12 @@ class _CompiledGraph:
                       self.plan_path)
 
     def _capture_plan(self):
-        if self.device != "cpu" or self.dynamic or self.record is None or not self.partitions:
+        """The plan of this graph as set up, or None where a plan cannot
+        stand for it: a CUDA graph, a partition that runs eagerly or has
+        a kernel whose request was not kept, a top-level node that is not
+        a partition call, getitem, non-mutating ATen op, size arithmetic
+        or a constant."""
+        if self.device != "cpu" or self.record is None or not self.partitions:
             return None
         attrs = {}
         for n in self.gm.graph.nodes:
@@ -538,22 +567,33 @@ class _CompiledGraph:
                     return None
                 attrs[n.target] = t
             elif n.op == "call_function" and not G.is_getitem(n):
-                # an op that runs eagerly: the plan calls it as the graph
-                # does; none that mutates (an off-plan call runs the graph
-                # again from the top)
-                if not isinstance(n.target, torch._ops.OpOverload) or n.target._schema.is_mutable:
+                # an op that runs eagerly, or size arithmetic (dynamic
+                # shapes): the plan calls it as the graph does; no op that
+                # mutates (an off-plan call runs the graph again from the top)
+                if isinstance(n.target, torch._ops.OpOverload):
+                    if n.target._schema.is_mutable:
+                        return None
+                elif getattr(n.target, "__module__", None) not in ("_operator", "math"):
                     return None
             elif n.op not in ("placeholder", "output", "call_module", "call_function"):
                 return None
         parts = []
         for p in self.partitions:
-            if p.eager_reason is not None or p._dyn is not None:
+            if p.eager_reason is not None:
                 return None
             kernels = []
             for key, k in p._kernels.items():
-                if k is _EAGER or key not in p.requests:
+                if k is _EAGER:
+                    return None
+                if k is p._dyn:            # one request for every size it admits
+                    if key in p.requests and not any(kk[0] is None for kk in kernels):
+                        kernels.append((None, p.requests[key], k.tccd_seeds, k.n_outputs))
+                    continue
+                if key not in p.requests:
                     return None
                 kernels.append((key, p.requests[key], k.tccd_seeds, k.n_outputs))
+            if p._dyn is not None and not any(kk[0] is None for kk in kernels):
+                return None
             if p.kernel_gm is not None and not kernels:
                 return None
             parts.append(dict(name=p.name, n_ops=p.n_ops, constants=p.constants, plan=p.plan,
@@ -716,14 +756,13 @@ class _CompiledGraph:
         t0 = time.perf_counter()
         dyn = self._compile_dynamic(part, key, req)
         if dyn is not None:
-            kernel, resp = dyn
+            kernel, resp, dreq = dyn
+            kernel.tccd_seeds = G.seed_count(graph, specs)
             if kernel.dynamic:
                 part._dyn = kernel
-            status = pb.CacheStatus.Name(resp.cache).lower()
-            _stats.add(kernels=1, compile_requests=1, dynamic_kernels=int(kernel.dynamic),
-                       compile_seconds=time.perf_counter() - t0,
-                       **{f"cache_{status}": 1} if status in ("miss", "hit", "coalesced",
-                                                              "remote_hit") else {})
+            _count_kernel(resp, t0, dynamic=kernel.dynamic)
+            if self._plan_pending:
+                part.requests[key] = dreq.SerializeToString()
             log.debug("tccd: graph %d %s: kernel %s over symbols %s", self.id, part.name,
                       resp.guard_hash[:12], ", ".join(kernel.symbols) or "(none)")
             return kernel
@@ -752,7 +791,7 @@ class _CompiledGraph:
             return self._compile_failed(part, e)
         kernel.tccd_seeds = G.seed_count(graph, specs)
         status = _count_kernel(resp, t0)
-        if self.plan_path is not None and self.record is None:   # setup: kept for the plan
+        if self._plan_pending:
             part.requests[key] = req.SerializeToString()
         log.debug("tccd: graph %d %s: %s %s (%d kernels, %.1f ms in the daemon)", self.id,
                   part.name, status, resp.guard_hash[:12], len(resp.manifest.kernels),
@@ -766,9 +805,9 @@ class _CompiledGraph:
         """With dynamic shapes on and symbolic placeholders: compiles one
         kernel whose sizes are runtime symbols (the graph inputs' sym_sizes
         as Dynamo named them; a static kernel when every such dim is 0 or 1
-        in `key`). Returns (Kernel, CompileResponse), or None when there is
-        nothing symbolic or the daemon cannot do it (the partition then
-        compiles per signature, as without dynamic)."""
+        in `key`). Returns (Kernel, CompileResponse, CompileRequest), or None
+        when there is nothing symbolic or the daemon cannot do it (the
+        partition then compiles per signature, as without dynamic)."""
         if not self.dynamic or part.dyn_refused is not None:
             return None
         syms = part.sym_sizes(key)
@@ -791,7 +830,7 @@ class _CompiledGraph:
             return None
         # A static kernel comes back when every symbolic dim is 0 or 1 here
         # (specialised, as in Dynamo): it serves this signature.
-        return kernel, resp
+        return kernel, resp, dreq
 
     def _get_kernel(self, req):
         """Compile + fetch + load. A CUDA artifact loads into the calling
@@ -819,11 +858,12 @@ class _CompiledGraph:
             _stats.add(fallback_ops=part.n_ops)
 
 
-def _count_kernel(resp, t0):
+def _count_kernel(resp, t0, dynamic=False):
     """Counts a kernel loaded since t0 with the daemon's answer `resp`;
     returns its cache status ("hit", "miss", ...)."""
     status = pb.CacheStatus.Name(resp.cache).lower()
-    _stats.add(kernels=1, compile_requests=1, compile_seconds=time.perf_counter() - t0,
+    _stats.add(kernels=1, compile_requests=1, dynamic_kernels=int(dynamic),
+               compile_seconds=time.perf_counter() - t0,
                **{f"cache_{status}": 1} if status in ("miss", "hit", "coalesced",
                                                       "remote_hit") else {})
     return status
