@@ -465,21 +465,22 @@ class _CompiledGraph:
                 if len(resp.manifest.outputs) != n_outputs:
                     raise plan.OffPlan(f"{pp.name}: the kernel has {len(resp.manifest.outputs)} "
                                        f"outputs, the plan {n_outputs}")
+                if key is None and not kernel.dynamic:
+                    raise plan.OffPlan(f"{pp.name}: the daemon made no dynamic kernel")
                 kernel.tccd_seeds = seeds
-                _count_kernel(resp, t0, dynamic=kernel.dynamic)
+                return kernel, resp, t0
+
+            if len(jobs) <= 1:
+                fetched = [fetch(j) for j in jobs]
+            else:
+                with concurrent.futures.ThreadPoolExecutor(max_workers=min(8, len(jobs))) as ex:
+                    fetched = [f.result() for f in [ex.submit(fetch, j) for j in jobs]]
+            for (pp, key, *_), (kernel, resp, t0) in zip(jobs, fetched):
+                _count_kernel(resp, t0, dynamic=kernel.dynamic)   # counted once all came
                 if key is None:
-                    if not kernel.dynamic:
-                        raise plan.OffPlan(f"{pp.name}: the daemon made no dynamic kernel")
                     pp.dyn = kernel
                 else:
                     pp.kernels[key] = kernel
-
-            if len(jobs) == 1:
-                fetch(jobs[0])
-            elif jobs:
-                with concurrent.futures.ThreadPoolExecutor(max_workers=min(8, len(jobs))) as ex:
-                    for f in [ex.submit(fetch, j) for j in jobs]:
-                        f.result()
             owner = types.SimpleNamespace(**saved["attrs"], **{p.name: p for p in parts})
             forward = plan.make_forward(saved["source"], saved["globals"], owner,
                                         f"<tccd plan: graph {self.id} ({self.kind})>")
