@@ -4,8 +4,9 @@ A process that loads a graph from the AOTAutograd cache (aot_cache.py)
 would still unpickle its fake-tensor graph (GraphPickler: about 0.1 s a
 graph on ResNet) and partition it again (verdicts, fusion, output plans:
 as long again) before asking the daemon for kernels it already holds.
-When a graph's setup ends with its partitions compiled (on the CPU, with
-static shapes), what it made is saved as a plan:
+When a CPU graph has set up and run its first call (partitions that
+compile lazily -- dynamic shapes -- have their kernels by then), what it
+made is saved as a plan:
 
   forward     the partitioned graph's Python code (FX's codegen of the
               top level: placeholders, partition calls, getitems, the
@@ -14,6 +15,8 @@ static shapes), what it made is saved as a plan:
   partitions  per partition: name, op count, baked constants, the
               OutputPlan's steps, and per input signature the
               CompileRequest that made its kernel and its seed count
+              (key None: the partition's dynamic-shape kernel, for every
+              size its guards admit)
   record      the graph's stats record
 
 The next hit on the same entry (same AOTAutograd key, same kind of graph)
