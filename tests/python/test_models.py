@@ -256,3 +256,47 @@ def test_relu_kink_reference_accepts_flips_only(fresh_state):
         bad[2].view(-1)[1] += 1e-3
         ok, why = explain_by_relu_kinks(copy.deepcopy(m), run_loss, bad, TOL)
         assert not ok, why
+
+
+def _rss_mb():
+    import os
+
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+@pytest.mark.parametrize("name", ["gpt", "resnet"])
+@pytest.mark.parametrize("planned", [False, True])
+def test_rss_stays_flat_over_training_steps(daemon, name, planned, tmp_path, monkeypatch):
+    """Kernels, workspaces, signatures and output views are reused, not
+    accumulated: after warm-up, 2 x 200 more training steps leave the
+    process's resident size where it was (a tensor of the step leaked per
+    step would add megabytes). planned: the graphs run from a saved plan
+    (a second compile against the same AOTAutograd cache)."""
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "aot"))
+    make, data, loss_fn = MODELS[name]
+    for attempt in range(2 if planned else 1):
+        torch._dynamo.reset()
+        hits = tccd.stats()["aot_plan_hits"]
+        m = make()
+        opt = torch.optim.SGD(m.parameters(), lr=0.01)
+        cm = torch.compile(m, backend="tccd")
+        batches = [data() for _ in range(4)]
+
+        def step(i):
+            x, t = batches[i % 4]
+            loss_fn(cm(x), t).backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+
+        for i in range(30):
+            step(i)
+    assert (tccd.stats()["aot_plan_hits"] > hits) == planned
+    sizes = [_rss_mb()]
+    for _ in range(2):
+        for i in range(200):
+            step(i)
+        sizes.append(_rss_mb())
+    print(f"{name} planned={planned}: RSS {sizes[0]:.1f} -> {sizes[1]:.1f} -> {sizes[2]:.1f} MB")
+    assert sizes[2] - sizes[1] < 2.0 and sizes[1] - sizes[0] < 8.0, sizes
+    torch._dynamo.reset()
