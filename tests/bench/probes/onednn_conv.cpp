@@ -9,10 +9,12 @@
 //   g++ -O2 tests/bench/probes/onednn_conv.cpp -o /tmp/onednn_conv -ldnnl -lopenblas
 //   OMP_NUM_THREADS=2 /tmp/onednn_conv
 //
-// 2026-11-25, the 2-core VM: 16->16 3x3 at 16x16: blocked jit:avx2 190 us
-// (221 with reorders) vs plain nchw (gemm:jit) 436-448 us and im2col +
-// sgemm ~1000 us (this probe's naive im2col; tccd's pack is ~50-250 us,
-// its sgemm ~310-340 us).
+// 2026-11-25, the 2-core VM, quiet (medians of 61): 16->16 3x3 at 16x16,
+// blocked jit:avx2 with the reorders in and out: forward 158 us, backward
+// data 145 us, backward weights 171 us; plain nchw (gemm:jit) forward
+// 447 us; tccd's pack + sgemm ~400-550 us in a training step. The
+// stride-2 16->32: blocked backward data 85 us, where tccd's col2im
+// gather alone took ~450 us.
 
 #include <oneapi/dnnl/dnnl.hpp>
 #include <chrono>
@@ -51,7 +53,25 @@ int main(){
       convolution_forward cfb(fpd);
       double tb=med([&]{rx.execute(s,Xp,Xb); rw.execute(s,Wp,Wb); cfb.execute(s,{{DNNL_ARG_SRC,Xb},{DNNL_ARG_WEIGHTS,Wb},{DNNL_ARG_DST,Yb}}); ry.execute(s,Yb,Yp); s.wait();});
       double tc=med([&]{cfb.execute(s,{{DNNL_ARG_SRC,Xb},{DNNL_ARG_WEIGHTS,Wb},{DNNL_ARG_DST,Yb}}); s.wait();});
-      printf("  blocked [%s]: conv alone %.1f us, with reorders in/out %.1f us\n", fpd.impl_info_str(), tc, tb);
+      // backward in blocked layouts: gy reordered in, gx / gw reordered out
+      auto bda=convolution_backward_data::desc(algorithm::convolution_direct,xa,wa,ya,sd,pd,pd);
+      auto bdap=convolution_backward_data::primitive_desc(bda,eng,fpd);
+      auto bwa=convolution_backward_weights::desc(algorithm::convolution_direct,xa,wa,ya,sd,pd,pd);
+      auto bwap=convolution_backward_weights::primitive_desc(bwa,eng,fpd);
+      memory GYp(ym,eng,gy.data()), GXp(xm,eng,gx.data()), GWp(wm,eng,gw.data());
+      memory GYb(bdap.diff_dst_desc(),eng), GXb(bdap.diff_src_desc(),eng), GWb(bwap.diff_weights_desc(),eng);
+      memory GYw(bwap.diff_dst_desc(),eng), Xw(bwap.src_desc(),eng);
+      reorder rgy(GYp,GYb), rgx(GXb,GXp), rgw(GWb,GWp), rgyw(GYp,GYw), rxw(Xp,Xw);
+      convolution_backward_data cbdb(bdap); convolution_backward_weights cbwb(bwap);
+      double tbd=med([&]{rgy.execute(s,GYp,GYb); rw.execute(s,Wp,Wb);
+        cbdb.execute(s,{{DNNL_ARG_DIFF_DST,GYb},{DNNL_ARG_WEIGHTS,Wb},{DNNL_ARG_DIFF_SRC,GXb}});
+        rgx.execute(s,GXb,GXp); s.wait();});
+      double tbw=med([&]{rgyw.execute(s,GYp,GYw); rxw.execute(s,Xp,Xw);
+        cbwb.execute(s,{{DNNL_ARG_SRC,Xw},{DNNL_ARG_DIFF_DST,GYw},{DNNL_ARG_DIFF_WEIGHTS,GWb}});
+        rgw.execute(s,GWb,GWp); s.wait();});
+      printf("  blocked [%s]: fwd conv alone %.1f us, with reorders %.1f; bwd_data [%s] %.1f, "
+             "bwd_weights [%s] %.1f us (with reorders)\n", fpd.impl_info_str(), tc, tb,
+             bdap.impl_info_str(), tbd, bwap.impl_info_str(), tbw);
     }
     fd=convolution_forward::desc(prop_kind::forward_training, algorithm::convolution_direct, xm,wm,ym,sd,pd,pd);
     fpd=convolution_forward::primitive_desc(fd,eng);
