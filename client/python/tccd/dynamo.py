@@ -112,6 +112,13 @@ def _device_type(t):
     return "cpu" if t.is_cpu else "cuda" if t.is_cuda else t.device.type
 
 
+def _signature_key(args):
+    """A partition's kernel-table key for its inputs: per tensor (dtype,
+    sizes, strides, storage offset, device type)."""
+    return tuple((a.dtype, a.shape, a.stride(), a.storage_offset(), _device_type(a))
+                 for a in args)
+
+
 _EAGER = object()      # kernel-table entry: this signature runs eagerly
 
 
@@ -202,8 +209,7 @@ class CompiledPartition(torch.nn.Module):
         if last is not None and last.admits(args):   # the usual case: as last call
             key, k = last.key, last.kernel
         else:
-            key = tuple((a.dtype, a.shape, a.stride(), a.storage_offset(), _device_type(a))
-                        for a in args)
+            key = _signature_key(args)
             if self.kernel_gm is None:                # only views of the inputs
                 if self._kernels.get(key) is _EAGER:
                     return self._eager(args)
@@ -317,8 +323,7 @@ class PlannedPartition:
         if last is not None and last.admits(args):
             key, k = last.key, last.kernel
         else:
-            key = tuple((a.dtype, a.shape, a.stride(), a.storage_offset(), _device_type(a))
-                        for a in args)
+            key = _signature_key(args)
             k = None
             if self.has_kernel:
                 k = self.kernels.get(key)
@@ -494,10 +499,8 @@ class _CompiledGraph:
         self.n_ops = saved["record"]["ops"]
         self.record = dict(saved["record"], id=self.id, kind=self.kind, planned=True)
         rec = self.record
-        _stats.add(graphs=1, ops=rec["ops"], compiled_ops=rec["compiled_ops"],
-                   fallback_ops=rec["fallback_ops"], partitions=rec["partitions"],
-                   aot_plan_hits=1)
-        _stats.add_fallback(rec["fallback"])
+        _count_record(rec)
+        _stats.add(aot_plan_hits=1)
         _stats.add_graph(rec)
         log.info("tccd: graph %d (%s): %d ops, %d compiled in %d partition(s), %d fall back; "
                  "from its saved plan", self.id, self.kind, rec["ops"], rec["compiled_ops"],
@@ -512,12 +515,7 @@ class _CompiledGraph:
                 log.info("tccd: graph %d (%s): %s; partitioning", self.id, self.kind, e)
                 with self._lock:
                     if self._run is run:
-                        # counted again by the setup that follows
-                        rec = self.record
-                        _stats.add(graphs=-1, ops=-rec["ops"], compiled_ops=-rec["compiled_ops"],
-                                   fallback_ops=-rec["fallback_ops"],
-                                   partitions=-rec["partitions"])
-                        _stats.add_fallback({k: -v for k, v in rec["fallback"].items()})
+                        _count_record(self.record, -1)   # the setup that follows counts it
                         self._run = None
                         self.partitions = []
                         self.record = None
@@ -582,19 +580,21 @@ class _CompiledGraph:
         for p in self.partitions:
             if p.eager_reason is not None:
                 return None
-            kernels = []
+            kernels, dyn = [], None
             for key, k in p._kernels.items():
                 if k is _EAGER:
                     return None
                 if k is p._dyn:            # one request for every size it admits
-                    if key in p.requests and not any(kk[0] is None for kk in kernels):
-                        kernels.append((None, p.requests[key], k.tccd_seeds, k.n_outputs))
+                    if dyn is None and key in p.requests:
+                        dyn = (None, p.requests[key], k.tccd_seeds, k.n_outputs)
                     continue
                 if key not in p.requests:
                     return None
                 kernels.append((key, p.requests[key], k.tccd_seeds, k.n_outputs))
-            if p._dyn is not None and not any(kk[0] is None for kk in kernels):
-                return None
+            if p._dyn is not None:
+                if dyn is None:
+                    return None
+                kernels.append(dyn)
             if p.kernel_gm is not None and not kernels:
                 return None
             parts.append(dict(name=p.name, n_ops=p.n_ops, constants=p.constants, plan=p.plan,
@@ -672,13 +672,11 @@ class _CompiledGraph:
                     names[k] = names.get(k, 0) + v
                 reasons.setdefault(p.eager_reason, set()).update(sub_names)
         live = [p for p in self.partitions if p.eager_reason is None]
-        _stats.add(graphs=1, ops=self.n_ops, compiled_ops=compiled, fallback_ops=fallback,
-                   partitions=len(live))
-        _stats.add_fallback(names)
         self.record = dict(id=self.id, kind=self.kind, ops=self.n_ops, compiled_ops=compiled,
                            fallback_ops=fallback, partitions=len(live), eager=False,
                            fallback=dict(names),
                            reasons={k: sorted(v) for k, v in reasons.items()})
+        _count_record(self.record)
         _stats.add_graph(self.record)
         top = ", ".join(f"{k} x{v}" if v > 1 else k
                         for k, v in sorted(names.items(), key=lambda kv: (-kv[1], kv[0])))
@@ -857,6 +855,13 @@ class _CompiledGraph:
             part.set_eager(reason)
         else:                            # a later signature: only this one falls back
             _stats.add(fallback_ops=part.n_ops)
+
+
+def _count_record(rec, sign=1):
+    """Adds (sign -1: takes back) a graph record's counts to the stats."""
+    _stats.add(graphs=sign, ops=sign * rec["ops"], compiled_ops=sign * rec["compiled_ops"],
+               fallback_ops=sign * rec["fallback_ops"], partitions=sign * rec["partitions"])
+    _stats.add_fallback({k: sign * v for k, v in rec["fallback"].items()})
 
 
 def _count_kernel(resp, t0, dynamic=False):
