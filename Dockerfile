@@ -16,7 +16,7 @@ RUN rm -rf build build-* .venv && scripts/setup \
 # ---- runtime stage: the daemon, the CLI, and a C compiler for CPU kernels
 FROM debian:12
 RUN apt-get update -qq && apt-get install -y -qq --no-install-recommends \
-        gcc libc6-dev libopenblas-dev libgomp1 libgrpc29 libprotobuf-c1 libuv1 libsqlite3-0 libsodium23 libcjson1 \
+        gcc libc6-dev libopenblas-dev libdnnl-dev libgomp1 libgrpc29 libprotobuf-c1 libuv1 libsqlite3-0 libsodium23 libcjson1 \
     && rm -rf /var/lib/apt/lists/* \
     && useradd --system --create-home --home-dir /var/lib/tccd --shell /usr/sbin/nologin tccd \
     && mkdir -p /var/cache/tccd && chown tccd:tccd /var/cache/tccd

@@ -134,12 +134,13 @@ static int dlopen_memfd(int *fd, void **handle, tcc_error *err) {
     const char *e = dlerror();
     rc = tcc_error_set(err, TCC_E_FAILED_PRECONDITION, "dlopen of the artifact failed: %s", e ? e : "?");
   } else {
-    /* A kernel with parallel loops (OpenMP) or GEMMs (OpenBLAS) leaves
-     * worker threads parked inside those libraries; unloading the kernel
+    /* A kernel with parallel loops (OpenMP), GEMMs (OpenBLAS) or
+     * convolutions (oneDNN: JIT code, its primitive cache) leaves worker
+     * threads parked inside those libraries; unloading the kernel
      * would unmap them under the threads (a crash at exit, ~1 run in 4).
      * Pin whichever of them the kernel pulled in (NOLOAD: nothing new is
      * loaded) for the life of the process. */
-    static const char *const pinned[] = {"libgomp.so.1", "libopenblas.so.0"};
+    static const char *const pinned[] = {"libgomp.so.1", "libopenblas.so.0", "libdnnl.so.2"};
     for (size_t i = 0; i < sizeof pinned / sizeof pinned[0]; i++) {
       void *lib = dlopen(pinned[i], RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE);
       if (lib) dlclose(lib); /* drops our reference; NODELETE stays */

@@ -7,10 +7,12 @@
  *   <cc> -std=c11 -O3 -march=<isa> [-m<feature>...] -fPIC -shared
  *        -ffp-contract=off -fno-math-errno -fno-trapping-math
  *        -o kernel.so kernel.c -lm
- *        [-fopenmp] [-L<openblas libdir> -Wl,-rpath,<libdir> -lopenblas]
+ *        [-fopenmp] [-pthread -ldnnl]
+ *        [-L<openblas libdir> -Wl,-rpath,<libdir> -lopenblas]
  *
  * -fopenmp when the source has OpenMP pragmas (parallel loops, simd
- * reductions); OpenBLAS when the program has extern (GEMM) kernels.
+ * reductions); oneDNN when it has convolution steps (conv.c); OpenBLAS
+ * when it has GEMM steps.
  *
  * in a private directory made with mkdtemp under work_dir (or $TMPDIR, or
  * /tmp), removed afterwards unless keep_sources is set. -ffp-contract=off
@@ -130,9 +132,16 @@ int tcc_build_so(const tcc_program *p, const char *src, size_t len,
   argv[a++] = cfile;
   argv[a++] = "-lm";
   if (strstr(src, "#pragma omp")) argv[a++] = "-fopenmp";
-  int blas = 0;
+  int blas = 0, dnnl = 0;
   for (int k = 0; k < p->nkernels; k++)
-    if (!p->kernels[k].dead && p->kernels[k].kind == TCC_OPK_EXTERN) blas = 1;
+    if (!p->kernels[k].dead && p->kernels[k].kind == TCC_OPK_EXTERN) {
+      if (p->kernels[k].stores[0].value->i == TCC_EXT_GEMM) blas = 1;
+      else dnnl = 1;
+    }
+  if (dnnl) {
+    argv[a++] = "-pthread";
+    argv[a++] = "-ldnnl";
+  }
   if (blas) {
 #ifdef TCC_OPENBLAS_LIBDIR
     argv[a++] = "-L" TCC_OPENBLAS_LIBDIR;

@@ -192,8 +192,15 @@ static int check_vx(pcheck *c, const tcc_vx *e) {
   case TCC_PRIM_EXTERN:
     if (c->k->kind != TCC_OPK_EXTERN || c->k->nstores != 1)
       FAIL("kernel %d: library call outside an extern kernel", c->kno);
+    if (e->i != TCC_EXT_GEMM && e->i != TCC_EXT_CONV_FWD && e->i != TCC_EXT_CONV_BWD_DATA &&
+        e->i != TCC_EXT_CONV_BWD_WEIGHTS)
+      FAIL("kernel %d: unknown library call %lld", c->kno, (long long)e->i);
+    if (e->i != TCC_EXT_GEMM &&
+        (e->nidx != TCC_CONV_NPARAM || e->dtype != TCC__V1__DTYPE__FLOAT32 ||
+         c->p->graph->target.device != TCC__V1__DEVICE_TYPE__CPU))
+      FAIL("kernel %d: malformed convolution call", c->kno);
     if (!e->a || !e->b || e->a->op != TCC_PRIM_LOAD || e->b->op != TCC_PRIM_LOAD ||
-        e->a->dtype != e->b->dtype || e->nidx != 4 ||
+        e->a->dtype != e->b->dtype || (e->i == TCC_EXT_GEMM && e->nidx != 4) ||
         (e->a->dtype != e->dtype &&   /* CUDA: half operands, float32 result */
          !(e->dtype == TCC__V1__DTYPE__FLOAT32 && c->p->graph->target.device == TCC__V1__DEVICE_TYPE__CUDA &&
            (e->a->dtype == TCC__V1__DTYPE__FLOAT16 || e->a->dtype == TCC__V1__DTYPE__BFLOAT16))))

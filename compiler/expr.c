@@ -394,12 +394,12 @@ const tcc_vx *tcc_vx_reduce(tcc_program *p, tcc_reduce_kind kind, tcc_dtype dt,
 }
 
 const tcc_vx *tcc_vx_extern(tcc_program *p, tcc_extern_kind kind, tcc_dtype dt,
-                            const tcc_vx *a, const tcc_vx *b, const int64_t *dims) {
-  if (!a || !b) return NULL;
-  const tcc_ix *d[4];
-  for (int k = 0; k < 4; k++)
-    if (!(d[k] = tcc_ix_const(p, dims[k]))) return NULL;
-  tcc_vx e = {.op = TCC_PRIM_EXTERN, .dtype = dt, .a = a, .b = b, .buf = -1, .nidx = 4,
+                            const tcc_vx *a, const tcc_vx *b, int nparams, const int64_t *params) {
+  if (!a || !b || nparams > TCC_CONV_NPARAM) return NULL;
+  const tcc_ix *d[TCC_CONV_NPARAM];
+  for (int k = 0; k < nparams; k++)
+    if (!(d[k] = tcc_ix_const(p, params[k]))) return NULL;
+  tcc_vx e = {.op = TCC_PRIM_EXTERN, .dtype = dt, .a = a, .b = b, .buf = -1, .nidx = nparams,
               .idx = d, .i = kind};
   return vx_intern(p, &e);
 }

@@ -86,8 +86,24 @@ typedef enum tcc_reduce_kind {
 
 /* Library calls an EXTERN expression makes (tcc_vx.i). */
 typedef enum tcc_extern_kind {
-  TCC_EXT_GEMM,     /* C[b, m, n] = sum_k A[b, m, k] * B[b, k, n] */
+  TCC_EXT_GEMM,            /* C[b, m, n] = sum_k A[b, m, k] * B[b, k, n] */
+  /* oneDNN convolutions (CPU, float32; conv.c): a and b are whole
+   * buffers (identity loads, read through their layouts), the result a
+   * contiguous TEMP; idx holds the TCC_CONV_* parameters */
+  TCC_EXT_CONV_FWD,        /* y[N, Cout, o..] from a = x, b = w */
+  TCC_EXT_CONV_BWD_DATA,   /* gx[N, Cin, in..] from a = gy, b = w */
+  TCC_EXT_CONV_BWD_WEIGHTS /* gw[Cout, Cin/G, k..] from a = x, b = gy */
 } tcc_extern_kind;
+
+/* The constant parameters of a convolution EXTERN (its idx), in order:
+ * spatial dims S (1..3), N, Cin, Cout, groups, then 3 slots each (the
+ * first S used, the rest 0) of input size, kernel size, output size,
+ * stride, padding, dilation. */
+enum {
+  TCC_CONV_S, TCC_CONV_N, TCC_CONV_CIN, TCC_CONV_COUT, TCC_CONV_G,
+  TCC_CONV_IN = 5, TCC_CONV_K = 8, TCC_CONV_O = 11, TCC_CONV_STRIDE = 14,
+  TCC_CONV_PAD = 17, TCC_CONV_DIL = 20, TCC_CONV_NPARAM = 23
+};
 
 /* Loop variables i0..i15 are a kernel's (or a lowered value's) own dims;
  * REDUCE binds fresh variables numbered from TCC_FIRST_BOUND_VAR up. */
@@ -99,10 +115,11 @@ struct tcc_vx {
   const tcc_vx *a, *b, *c;   /* operands (arity from TCC_PRIMS) */
   int buf;                   /* LOAD: buffer id; REDUCE: first bound var */
   int nidx;                  /* LOAD: one index per buffer dim; INDEX: 1;
-                                REDUCE: bound vars; EXTERN: 4 */
+                                REDUCE: bound vars; EXTERN: parameters */
   const tcc_ix *const *idx;  /* LOAD/INDEX: indices; REDUCE: constant
                                 extent of each bound var; EXTERN: constant
-                                [batch, M, N, K] */
+                                parameters (GEMM: [batch, M, N, K];
+                                convolutions: TCC_CONV_*) */
   double f;                  /* CONST of a float dtype */
   int64_t i;                 /* CONST of an integer/bool dtype; REDUCE:
                                 tcc_reduce_kind; EXTERN: tcc_extern_kind */
@@ -158,9 +175,11 @@ const tcc_vx *tcc_vx_index(tcc_program *p, const tcc_ix *e);
  * result dtype dt (int64 for ARGMAX/ARGMIN). */
 const tcc_vx *tcc_vx_reduce(tcc_program *p, tcc_reduce_kind kind, tcc_dtype dt,
                             const tcc_vx *body, int first_var, int nred, const int64_t *sizes);
-/* EXTERN call: a over (b, m, k), b over (b, k, n), dims [batch, M, N, K]. */
+/* EXTERN call with nparams constant parameters. GEMM: a over (b, m, k),
+ * b over (b, k, n), params [batch, M, N, K]; convolutions: see
+ * tcc_extern_kind. */
 const tcc_vx *tcc_vx_extern(tcc_program *p, tcc_extern_kind kind, tcc_dtype dt,
-                            const tcc_vx *a, const tcc_vx *b, const int64_t *dims);
+                            const tcc_vx *a, const tcc_vx *b, int nparams, const int64_t *params);
 /* n fresh bound variables; returns the first. */
 int tcc_program_fresh_vars(tcc_program *p, int n);
 /* Bit d set when e reads kernel variable i<d> (d < TCC_MAX_DIMS) free. */
@@ -308,6 +327,10 @@ const tcc_vx *tcc_lower_operand(tcc_lower_ctx *lc, const tcc_arg *a, int rank,
 int tcc_lower_realize(tcc_lower_ctx *lc, const tcc_node *n, int o, const tcc_vx *body,
                       tcc_error *err);
 
+/* conv.c: do CPU float32 convolutions become oneDNN steps (tccd built
+ * with oneDNN and TCC_NO_ONEDNN unset in the environment)? */
+int tcc_onednn_enabled(void);
+
 /* A GEMM step C[b, m, n] = sum_k A[b, m, k] B[b, k, n] (an EXTERN kernel
  * into a TEMP; an operand BLAS cannot read as it is gets packed first):
  * a over (b, m, k), b over (b, k, n), dt float32/float64. Returns a load
@@ -381,6 +404,10 @@ typedef struct tcc_backend {
 
 /* The backend for a device type, or NULL when none is built. */
 const tcc_backend *tcc_backend_for(int device);
+
+/* The runtime of oneDNN convolution steps (runtime/onednn_conv.c, as
+ * text): emit_c.c copies it into sources that have such steps. */
+extern const char tcc_onednn_conv_runtime[];
 
 /* emit_c.c: C for the CPU target (tcc_entry ABI: tcc.proto Manifest). */
 int tcc_emit_c(const tcc_program *p, tcc_buf *src, tcc_error *err);

@@ -1405,7 +1405,7 @@ static const tcc_vx *gemm(tcc_lower_ctx *lc, const tcc_vx *a, const tcc_vx *bb, 
   const tcc_ix *idx[3];
   if (id < 0 || ident(p, 3, idx)) return NULL;
   int64_t dims[4] = {B, M, N, K};
-  const tcc_vx *call = tcc_vx_extern(p, TCC_EXT_GEMM, dt, a, bb, dims);
+  const tcc_vx *call = tcc_vx_extern(p, TCC_EXT_GEMM, dt, a, bb, 4, dims);
   int k = tcc_program_add_kernel(p, 3, cs);
   if (k < 0 || tcc_kernel_add_store(p, k, id, idx, call)) return NULL;
   p->kernels[k].kind = TCC_OPK_EXTERN;

@@ -14,7 +14,7 @@
 static inline void *dlopen_kernel(const char *so) {
   void *lib = dlopen(so, RTLD_NOW | RTLD_LOCAL);
   if (!lib) return NULL;
-  static const char *const pinned[] = {"libgomp.so.1", "libopenblas.so.0"};
+  static const char *const pinned[] = {"libgomp.so.1", "libopenblas.so.0", "libdnnl.so.2"};
   for (size_t i = 0; i < sizeof pinned / sizeof pinned[0]; i++) {
     void *rt = dlopen(pinned[i], RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE);
     if (rt) dlclose(rt); /* NODELETE stays */

@@ -6,7 +6,9 @@
  *   tcc-compile-file REQUEST.pb OUT.so [SOURCE.c]
  *
  * Prints one JSON line on stdout: {"kernels": N, "kinds": [...],
- * "workspace": BYTES, "compile_ms": MS, "hash": "...", "groups": [...]}
+ * "workspace": BYTES, "compile_ms": MS, "hash": "...", "groups": [...],
+ * "identity": "..."} (identity: tcc_toolchain_identity's, which names
+ * the convolution road)
  * where groups lists each kernel after fusion as [kind, [names of the
  * graph values it stores ("" for temporaries)]] (the scheduler's golden
  * tests compare it). On failure
@@ -115,7 +117,9 @@ int main(int argc, char **argv) {
     }
     printf("]]");
   }
-  printf("]}\n");
+  printf("], \"identity\": ");
+  json_str(identity);
+  printf("}\n");
   tcc_program_free(&prog);
   tcc_arena_free(&arena);
   if (m) tcc__v1__manifest__free_unpacked(m, NULL);

@@ -51,6 +51,7 @@ class Kernel:
         self.compile_ms = info["compile_ms"]
         self.workspace = info["workspace"]
         self.groups = info.get("groups", [])
+        self.identity = info.get("identity", "")   # "... onednn/2.6 ..." on the oneDNN road
         self.out_metas = out_metas
         self.ws = torch.empty(max(self.workspace, 1) + 64, dtype=torch.uint8)
         self.source = None

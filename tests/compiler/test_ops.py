@@ -696,8 +696,10 @@ def test_empty_matmul():
 
 # ------------------------------------------------------ convolution
 #
-# im2col + GEMM (extern) + a fused epilogue; backward: GEMMs + a col2im
-# gather. Reference: eager aten.convolution(_backward) on the same inputs.
+# float32: oneDNN steps (when built with oneDNN) + a fused epilogue;
+# float64 (and float32 with TCC_NO_ONEDNN=1): im2col + GEMM (extern) + the
+# epilogue; backward: GEMMs + a col2im gather. Reference: eager
+# aten.convolution(_backward) on the same inputs.
 # float32 tolerance (1e-4, 1e-4): sums of up to a few hundred products in
 # a different order (OpenBLAS vs oneDNN); float64 1e-10.
 
@@ -750,6 +752,39 @@ def test_convolution(case, dtype, layout):
                  groups, mask)
         take = [i for i in range(3) if mask[i]]
         run_op(A.convolution_backward.default, bargs, nout=3, take=take, tol=CONV_TOL[dtype])
+
+
+# The two roads of a float32 convolution (conv.c): oneDNN steps (the
+# default when tccd is built with oneDNN) and, with TCC_NO_ONEDNN=1,
+# im2col + OpenBLAS GEMMs. Each must match eager, and each must be the
+# road taken: the generated source calls oneDNN's runtime or cblas_sgemm.
+ROAD_CASES = [0, 5, 7, 10, 12]   # 3x3 padded, stride 2, grouped + mixed, 1-D, 3-D
+
+
+@pytest.mark.parametrize("road", ["onednn", "gemm"])
+@pytest.mark.parametrize("case", ROAD_CASES)
+def test_convolution_roads(case, road):
+    g = gen(hash((case, road, "road")) & 0xffff)
+    x, w, b, s, p, d, groups = _conv_inputs(CONV_CASES[case], torch.float32, "slice", g)
+    env = dict(os.environ, TCC_NO_ONEDNN="1" if road == "gemm" else "0")
+    args = (x, w, b, s, p, d, False, [0] * len(s), groups)
+    gy = rnd(A.convolution.default(*args).shape, torch.float32, g, -1, 1, "t")
+    bargs = (gy, x, w, [w.shape[0]] if b is not None else None, s, p, d, False, [0] * len(s),
+             groups, [True, True, b is not None])
+    for op, a, nout, take in ((A.convolution.default, args, None, None),
+                              (A.convolution_backward.default, bargs, 3,
+                               [0, 1, 2] if b is not None else [0, 1])):
+        gm, ins = tk.op_graph(op, a, None, nout, take)
+        k = tk.compile_fx(gm, ins, env=env, keep_source=True)
+        if road == "onednn" and "onednn/" not in k.identity:
+            pytest.skip("tccd is built without oneDNN (meson -Donednn)")
+        uses_onednn = "tcc_dnnl_conv_run(&k" in k.source
+        assert uses_onednn == (road == "onednn"), k.identity
+        assert ("cblas_sgemm(" in k.source) == (road == "gemm")
+        want = op(*a)
+        want = [want[i] for i in take] if nout else [want]
+        for o, ref in zip(k(*ins), want):
+            check(o, ref, tol=CONV_TOL[torch.float32])
 
 
 def test_convolution_unsupported_forms_are_refused():

@@ -1,0 +1,245 @@
+/*
+ * onednn_conv.c — the runtime of a CPU convolution step, copied into
+ * every generated kernel source that has one (emit_c.c; this file is
+ * embedded into the compiler as text by compiler/embed.py).
+ *
+ * A convolution EXTERN kernel (TCC_EXT_CONV_*, conv.c) becomes one call
+ * of tcc_dnnl_conv_run with a static tcc_dnnl_conv that holds the step's
+ * geometry. On its first call the step asks oneDNN for the primitive with
+ * the layouts oneDNN prefers (format "any": blocked, e.g. nChw8c on
+ * AVX2) and for the reorders from the operands' own layouts (any
+ * strides) into those and from the result's into the contiguous TEMP the
+ * epilogue reads; every later call only executes them. The blocked
+ * copies and oneDNN's scratchpad are allocated per call (user scratchpad
+ * mode), so one step may run on several threads at once.
+ *
+ * Roles of the operands a and b and the result c, per kind:
+ *   0 forward           a = src (x),      b = weights,   c = dst (y)
+ *   1 backward data     a = diff_dst (gy), b = weights,  c = diff_src (gx)
+ *   2 backward weights  a = src (x),      b = diff_dst,  c = diff_weights
+ * Weights of a grouped convolution are [G, Cout/G, Cin/G, k..] to oneDNN:
+ * the same bytes as [Cout, Cin/G, k..].
+ *
+ * Returns 0, or 1 when oneDNN refused (the kernel's tcc_entry then
+ * reports a failure; nothing is written).
+ */
+#include <oneapi/dnnl/dnnl.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+typedef struct tcc_dnnl_conv {
+  int kind;                          /* 0, 1, 2 as above */
+  int64_t prm[23];                   /* TCC_CONV_* (compiler/loop.h) */
+  int64_t sa[5], sb[5];              /* element strides of a and b */
+  pthread_mutex_t lock;
+  int state;                         /* 0 not made yet, 1 ready, -1 refused */
+  dnnl_primitive_t prim;
+  dnnl_primitive_t reorder[3];       /* a, b in; c out; NULL: used as it is */
+  dnnl_memory_desc_t user[3], mine[3];
+  size_t scratch_bytes;
+} tcc_dnnl_conv;
+
+static dnnl_engine_t tcc_dnnl_engine;
+static pthread_once_t tcc_dnnl_engine_once = PTHREAD_ONCE_INIT;
+
+static void tcc_dnnl_engine_make(void) {
+  if (dnnl_engine_create(&tcc_dnnl_engine, dnnl_cpu, 0) != dnnl_success) tcc_dnnl_engine = NULL;
+}
+
+/* dims of x ([N, Cin, in..]), w ([G, Cog, Cig, k..] or [Cout, Cig, k..])
+ * and y ([N, Cout, o..]); returns the rank of w. */
+static int tcc_dnnl_dims(const int64_t *p, dnnl_dims_t x, dnnl_dims_t w, dnnl_dims_t y) {
+  int S = (int)p[0], g = p[4] > 1, r = 0;
+  x[0] = y[0] = p[1];
+  x[1] = p[2];
+  y[1] = p[3];
+  if (g) w[r++] = p[4];
+  w[r++] = p[3] / p[4];
+  w[r++] = p[2] / p[4];
+  for (int d = 0; d < S; d++) {
+    x[2 + d] = p[5 + d];
+    w[r++] = p[8 + d];
+    y[2 + d] = p[11 + d];
+  }
+  return r;
+}
+
+/* The user layout of an operand: its strides, grouped for weights. */
+static int tcc_dnnl_user_md(dnnl_memory_desc_t *md, int nd, const dnnl_dims_t dims, const int64_t *st,
+                            int weights, int64_t groups) {
+  dnnl_dims_t s;
+  if (weights && groups > 1) {
+    s[0] = st[0] * (dims[1]);
+    for (int d = 0; d + 1 < nd; d++) s[1 + d] = st[d];
+  } else {
+    for (int d = 0; d < nd; d++) s[d] = st[d];
+  }
+  return dnnl_memory_desc_init_by_strides(md, nd, dims, dnnl_f32, s) != dnnl_success;
+}
+
+static void tcc_dnnl_contiguous(int nd, const dnnl_dims_t dims, int64_t *st) {
+  int64_t acc = 1;
+  for (int d = nd - 1; d >= 0; d--) {
+    st[d] = acc;
+    acc *= dims[d];
+  }
+}
+
+static int tcc_dnnl_make(tcc_dnnl_conv *c) {
+  const int64_t *p = c->prm;
+  int S = (int)p[0], nx = 2 + S;
+  dnnl_dims_t xd, wd, yd, strides, dil, pl, pr;
+  int nw = tcc_dnnl_dims(p, xd, wd, yd);
+  for (int d = 0; d < S; d++) {
+    strides[d] = p[14 + d];
+    pl[d] = p[17 + d];
+    dil[d] = p[20 + d] - 1;
+    pr[d] = (p[11 + d] - 1) * p[14 + d] + (p[8 + d] - 1) * p[20 + d] + 1 - p[5 + d] - p[17 + d];
+  }
+  pthread_once(&tcc_dnnl_engine_once, tcc_dnnl_engine_make);
+  if (!tcc_dnnl_engine) return -1;
+  dnnl_memory_desc_t xa, wa, ya;
+  if (dnnl_memory_desc_init_by_tag(&xa, nx, xd, dnnl_f32, dnnl_format_tag_any) ||
+      dnnl_memory_desc_init_by_tag(&wa, nw, wd, dnnl_f32, dnnl_format_tag_any) ||
+      dnnl_memory_desc_init_by_tag(&ya, nx, yd, dnnl_f32, dnnl_format_tag_any))
+    return -1;
+  dnnl_primitive_attr_t attr = NULL;
+  dnnl_primitive_desc_t fwd = NULL, pd = NULL;
+  dnnl_convolution_desc_t fd, bd;
+  int rc = -1;
+  if (dnnl_primitive_attr_create(&attr) ||
+      dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user) ||
+      dnnl_dilated_convolution_forward_desc_init(&fd, dnnl_forward_training, dnnl_convolution_direct, &xa, &wa,
+                                                 NULL, &ya, strides, dil, pl, pr) ||
+      dnnl_primitive_desc_create(&fwd, &fd, attr, tcc_dnnl_engine, NULL))
+    goto done;
+  /* the roles' queries and dims, in the a, b, c order of c->kind */
+  dnnl_query_t q[3];
+  const int64_t *dims[3];
+  int nds[3];
+  if (c->kind == 0) {
+    pd = fwd;
+    fwd = NULL;
+    q[0] = dnnl_query_src_md, q[1] = dnnl_query_weights_md, q[2] = dnnl_query_dst_md;
+    dims[0] = xd, dims[1] = wd, dims[2] = yd;
+  } else if (c->kind == 1) {
+    if (dnnl_dilated_convolution_backward_data_desc_init(&bd, dnnl_convolution_direct, &xa, &wa, &ya, strides,
+                                                         dil, pl, pr) ||
+        dnnl_primitive_desc_create(&pd, &bd, attr, tcc_dnnl_engine, fwd))
+      goto done;
+    q[0] = dnnl_query_diff_dst_md, q[1] = dnnl_query_weights_md, q[2] = dnnl_query_diff_src_md;
+    dims[0] = yd, dims[1] = wd, dims[2] = xd;
+  } else {
+    if (dnnl_dilated_convolution_backward_weights_desc_init(&bd, dnnl_convolution_direct, &xa, &wa, NULL, &ya,
+                                                            strides, dil, pl, pr) ||
+        dnnl_primitive_desc_create(&pd, &bd, attr, tcc_dnnl_engine, fwd))
+      goto done;
+    q[0] = dnnl_query_src_md, q[1] = dnnl_query_diff_dst_md, q[2] = dnnl_query_diff_weights_md;
+    dims[0] = xd, dims[1] = yd, dims[2] = wd;
+  }
+  for (int r = 0; r < 3; r++) nds[r] = dims[r] == wd ? nw : nx;
+  dnnl_dims_t cs;
+  tcc_dnnl_contiguous(nds[2], dims[2], cs);
+  const int64_t *ust[3] = {c->sa, c->sb, cs};
+  for (int r = 0; r < 3; r++) {
+    if (tcc_dnnl_user_md(&c->user[r], nds[r], dims[r], ust[r], r < 2 && dims[r] == wd, p[4])) goto done;
+    c->mine[r] = *dnnl_primitive_desc_query_md(pd, q[r], 0);
+    if (dnnl_memory_desc_equal(&c->user[r], &c->mine[r])) continue;
+    dnnl_primitive_desc_t rpd;
+    const dnnl_memory_desc_t *from = r < 2 ? &c->user[r] : &c->mine[r], *to = r < 2 ? &c->mine[r] : &c->user[r];
+    if (dnnl_reorder_primitive_desc_create(&rpd, from, tcc_dnnl_engine, to, tcc_dnnl_engine, NULL)) goto done;
+    dnnl_status_t st = dnnl_primitive_create(&c->reorder[r], rpd);
+    dnnl_primitive_desc_destroy(rpd);
+    if (st) goto done;
+  }
+  c->scratch_bytes = dnnl_memory_desc_get_size(dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0));
+  if (dnnl_primitive_create(&c->prim, pd)) goto done;
+  rc = 0;
+done:
+  if (fwd) dnnl_primitive_desc_destroy(fwd);
+  if (pd) dnnl_primitive_desc_destroy(pd);
+  if (attr) dnnl_primitive_attr_destroy(attr);
+  return rc;
+}
+
+static void tcc_dnnl_release(tcc_dnnl_conv *c) {
+  for (int r = 0; r < 3; r++)
+    if (c->reorder[r]) dnnl_primitive_destroy(c->reorder[r]);
+  if (c->prim) dnnl_primitive_destroy(c->prim);
+  c->prim = c->reorder[0] = c->reorder[1] = c->reorder[2] = NULL;
+}
+
+static void tcc_dnnl_engine_release(void) {
+  if (tcc_dnnl_engine) dnnl_engine_destroy(tcc_dnnl_engine);
+  tcc_dnnl_engine = NULL;
+}
+
+static size_t tcc_dnnl_round(size_t n) { return (n + 63) & ~(size_t)63; }
+
+static int tcc_dnnl_conv_run(tcc_dnnl_conv *c, const float *a, const float *b, float *out) {
+  if (__atomic_load_n(&c->state, __ATOMIC_ACQUIRE) == 0) {
+    pthread_mutex_lock(&c->lock);
+    if (c->state == 0) {
+      int ok = tcc_dnnl_make(c) == 0;
+      if (!ok) tcc_dnnl_release(c);
+      __atomic_store_n(&c->state, ok ? 1 : -1, __ATOMIC_RELEASE);
+    }
+    pthread_mutex_unlock(&c->lock);
+  }
+  if (c->state < 0) return 1;
+  /* one allocation: the blocked copies, then the scratchpad */
+  size_t off[4], total = 0;
+  for (int r = 0; r < 3; r++) {
+    off[r] = total;
+    if (c->reorder[r]) total += tcc_dnnl_round(dnnl_memory_desc_get_size(&c->mine[r]));
+  }
+  off[3] = total;
+  total += tcc_dnnl_round(c->scratch_bytes);
+  char *block = NULL;
+  if (total && posix_memalign((void **)&block, 64, total)) return 1;
+  void *user[3] = {(void *)a, (void *)b, out};
+  dnnl_memory_t um[3] = {NULL, NULL, NULL}, mm[3] = {NULL, NULL, NULL}, scratch = NULL;
+  dnnl_stream_t stream = NULL;
+  int rc = 1;
+  if (dnnl_stream_create(&stream, tcc_dnnl_engine, dnnl_stream_default_flags)) goto done;
+  for (int r = 0; r < 3; r++) {
+    if (dnnl_memory_create(&um[r], &c->user[r], tcc_dnnl_engine, user[r])) goto done;
+    if (!c->reorder[r]) continue;
+    if (dnnl_memory_create(&mm[r], &c->mine[r], tcc_dnnl_engine, block + off[r])) goto done;
+    if (r == 2) continue;
+    dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, um[r]}, {DNNL_ARG_TO, mm[r]}};
+    if (dnnl_primitive_execute(c->reorder[r], stream, 2, args)) goto done;
+  }
+  {
+    static const int roles[3][3] = {{DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST},
+                                    {DNNL_ARG_DIFF_DST, DNNL_ARG_WEIGHTS, DNNL_ARG_DIFF_SRC},
+                                    {DNNL_ARG_SRC, DNNL_ARG_DIFF_DST, DNNL_ARG_DIFF_WEIGHTS}};
+    dnnl_exec_arg_t args[4];
+    int n = 0;
+    for (int r = 0; r < 3; r++) args[n++] = (dnnl_exec_arg_t){roles[c->kind][r], mm[r] ? mm[r] : um[r]};
+    dnnl_memory_desc_t smd;
+    dnnl_dims_t sdims = {(int64_t)c->scratch_bytes};
+    if (c->scratch_bytes) {
+      if (dnnl_memory_desc_init_by_tag(&smd, 1, sdims, dnnl_u8, dnnl_a) ||
+          dnnl_memory_create(&scratch, &smd, tcc_dnnl_engine, block + off[3]))
+        goto done;
+      args[n++] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, scratch};
+    }
+    if (dnnl_primitive_execute(c->prim, stream, n, args)) goto done;
+  }
+  if (c->reorder[2]) {
+    dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, mm[2]}, {DNNL_ARG_TO, um[2]}};
+    if (dnnl_primitive_execute(c->reorder[2], stream, 2, args)) goto done;
+  }
+  rc = dnnl_stream_wait(stream) != dnnl_success;
+done:
+  for (int r = 0; r < 3; r++) {
+    if (um[r]) dnnl_memory_destroy(um[r]);
+    if (mm[r]) dnnl_memory_destroy(mm[r]);
+  }
+  if (scratch) dnnl_memory_destroy(scratch);
+  if (stream) dnnl_stream_destroy(stream);
+  free(block);
+  return rc;
+}
