@@ -119,6 +119,11 @@ typedef struct tcc_prepared {
  * Writes at most cap bytes into out. Returns 0 or a TCC_E* code. */
 int tcc_toolchain_identity(const char *cc, char *out, size_t cap, tcc_error *err);
 
+/* Do CPU float32 convolutions become oneDNN steps (conv.c): tccd built
+ * with oneDNN (-Donednn) and TCC_NO_ONEDNN unset in the environment? The
+ * identity above names the road. */
+int tcc_onednn_enabled(void);
+
 /* Decodes an already-unpacked request, verifies it, canonicalizes the
  * graph and computes the guard key and hash. `identity` (from
  * tcc_toolchain_identity) goes into the key.

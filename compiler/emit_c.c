@@ -42,7 +42,10 @@
  *
  * EXTERN kernels call cblas_?gemm; one of TCC_GEMM_PARALLEL_FLOPS or more
  * runs on the OpenMP threads, a slab of C's rows (or the batch) per
- * thread (emit_extern).
+ * thread (emit_extern). Convolution EXTERNs (TCC_EXT_CONV_*) become a
+ * static tcc_dnnl_conv each and one call of the oneDNN runtime that the
+ * source then carries (runtime/onednn_conv.c; emit_conv_extern), with a
+ * destructor that frees their primitives when the kernel is unloaded.
  *
  * Each live kernel becomes a static function with one loop nest. When
  * every access of a kernel is affine in the loop variables, the nest is

@@ -327,10 +327,6 @@ const tcc_vx *tcc_lower_operand(tcc_lower_ctx *lc, const tcc_arg *a, int rank,
 int tcc_lower_realize(tcc_lower_ctx *lc, const tcc_node *n, int o, const tcc_vx *body,
                       tcc_error *err);
 
-/* conv.c: do CPU float32 convolutions become oneDNN steps (tccd built
- * with oneDNN and TCC_NO_ONEDNN unset in the environment)? */
-int tcc_onednn_enabled(void);
-
 /* A GEMM step C[b, m, n] = sum_k A[b, m, k] B[b, k, n] (an EXTERN kernel
  * into a TEMP; an operand BLAS cannot read as it is gets packed first):
  * a over (b, m, k), b over (b, k, n), dt float32/float64. Returns a load

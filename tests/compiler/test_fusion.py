@@ -37,6 +37,9 @@ GRAPHS = os.path.join(tk.ROOT, "tests", "graphs")
 SEED = int(os.environ.get("TCC_TEST_SEED", time.time_ns() % (1 << 31)))
 print(f"test_fusion: seed {SEED} (TCC_TEST_SEED={SEED} replays)")
 torch.manual_seed(SEED)
+# The convolution tests below that look at im2col packs and GEMMs take
+# that road (float32 convolutions are oneDNN steps when tccd has oneDNN).
+GEMM_ROAD = dict(os.environ, TCC_NO_ONEDNN="1")
 
 
 def vectorize_report(tmp_path, source):
@@ -109,7 +112,7 @@ def test_conv_bias_relu_is_pack_gemm_plus_one_kernel():
     def f(x, w, b):
         return A.relu.default(A.convolution.default(x, w, b, [1, 1], [1, 1], [1, 1], False, [0, 0], 1))
     gm = tk.aten_graph(f, [x, w, b], decompose=False)
-    k = tk.compile_fx(gm, [x, w, b], keep_source=True)
+    k = tk.compile_fx(gm, [x, w, b], keep_source=True, env=GEMM_ROAD)
     assert k.kinds == ["pointwise", "pointwise", "extern", "pointwise"], k.kinds
     pack = k.source[k.source.index("static int k1("):k.source.index("static int k2(")]
     assert "tcc_min64" not in pack and "?" not in pack, pack
@@ -123,7 +126,7 @@ def test_conv_bias_relu_is_pack_gemm_plus_one_kernel():
         return A.relu.default(A.add.Tensor(y, res))
     ins = [x, w, rm, rv, g, beta, res]
     gm = tk.aten_graph(h, ins, decompose=False)
-    k = tk.compile_fx(gm, ins)
+    k = tk.compile_fx(gm, ins, env=GEMM_ROAD)
     assert k.kinds == ["pointwise", "pointwise", "extern", "pointwise"], k.kinds
     torch.testing.assert_close(k(*ins)[0], h(*ins), rtol=1e-4, atol=1e-4)
 
@@ -131,9 +134,40 @@ def test_conv_bias_relu_is_pack_gemm_plus_one_kernel():
     def f1(x, w, b):
         return A.relu.default(A.convolution.default(x, w, b, [1, 1], [0, 0], [1, 1], False, [0, 0], 1))
     gm = tk.aten_graph(f1, [x1, w1, b[:4]], decompose=False)
-    k = tk.compile_fx(gm, [x1, w1, b[:4].clone()])
+    k = tk.compile_fx(gm, [x1, w1, b[:4].clone()], env=GEMM_ROAD)
     assert k.kinds == ["extern", "pointwise"], k.kinds
     torch.testing.assert_close(k(x1, w1, b[:4].clone())[0], f1(x1, w1, b[:4]), rtol=1e-4, atol=1e-4)
+
+
+def test_onednn_conv_step_takes_one_epilogue_kernel():
+    """On the oneDNN road a convolution is one extern step that reads its
+    input where it is: conv + bias + relu is the step and ONE epilogue
+    kernel; inference batch norm and a residual add join that kernel; a
+    pointwise producer of the input is one kernel before the step (the
+    step reads a buffer, not an expression). Each matches eager."""
+    x, w, b = torch.randn(2, 8, 12, 12), torch.randn(16, 8, 3, 3), torch.randn(16)
+    def f(x, w, b):
+        return A.relu.default(A.convolution.default(x, w, b, [1, 1], [1, 1], [1, 1], False, [0, 0], 1))
+    gm = tk.aten_graph(f, [x, w, b], decompose=False)
+    k = tk.compile_fx(gm, [x, w, b], keep_source=True)
+    if "onednn/" not in k.identity:
+        pytest.skip("tccd is built without oneDNN")
+    assert k.kinds == ["extern", "pointwise"], k.kinds
+    assert k.source.count("tcc_dnnl_conv_run(&k") == 1 and "cblas_sgemm(" not in k.source
+    torch.testing.assert_close(k(x, w, b)[0], f(x, w, b), rtol=1e-4, atol=1e-4)
+
+    rm, rv, g, beta = torch.randn(16), torch.rand(16) + 0.5, torch.randn(16), torch.randn(16)
+    res = torch.randn(2, 16, 12, 12)
+    def h(x, w, rm, rv, g, beta, res):
+        y = A.relu.default(A.mul.Tensor(x, 0.5))
+        y = A.convolution.default(y, w, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1)
+        y = A._native_batch_norm_legit_no_training.default(y, g, beta, rm, rv, 0.1, 1e-5)[0]
+        return A.relu.default(A.add.Tensor(y, res))
+    ins = [x, w, rm, rv, g, beta, res]
+    gm = tk.aten_graph(h, ins, decompose=False)
+    k = tk.compile_fx(gm, ins)
+    assert k.kinds == ["pointwise", "extern", "pointwise"], k.kinds
+    torch.testing.assert_close(k(*ins)[0], h(*ins), rtol=1e-4, atol=1e-4)
 
 
 def test_producer_a_window_gather_reads_many_times_is_computed_once():
@@ -151,7 +185,7 @@ def test_producer_a_window_gather_reads_many_times_is_computed_once():
 
     ins = [x, s, t, w]
     gm = tk.aten_graph(f, ins, decompose=False)
-    k = tk.compile_fx(gm, ins, keep_source=True)
+    k = tk.compile_fx(gm, ins, keep_source=True, env=GEMM_ROAD)
     want = f(*[a.double() for a in ins])[0]
     torch.testing.assert_close(k(*ins)[0].double(), want, rtol=1e-4, atol=1e-4)
     # the chain (its constant 3.25 = 0x1.ap+1) is in one kernel, and that
@@ -167,7 +201,7 @@ def test_producer_a_window_gather_reads_many_times_is_computed_once():
         return (A.convolution.default(y, w, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1),)
 
     gm = tk.aten_graph(g, [x, w], decompose=False)
-    k = tk.compile_fx(gm, [x, w])
+    k = tk.compile_fx(gm, [x, w], env=GEMM_ROAD)
     assert k.kinds == ["pointwise", "pointwise", "extern", "pointwise"], k.kinds
     torch.testing.assert_close(k(x, w)[0], g(x, w)[0], rtol=1e-4, atol=1e-4)
 
@@ -202,7 +236,7 @@ def test_padded_conv_pack_peels_its_border(tmp_path):
         return (A.convolution.default(x, w, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1),)
 
     gm = tk.aten_graph(f, [x, w], decompose=False)
-    k = tk.compile_fx(gm, [x, w], keep_source=True)
+    k = tk.compile_fx(gm, [x, w], keep_source=True, env=GEMM_ROAD)
     torch.testing.assert_close(k(x, w)[0], f(x, w)[0], rtol=1e-5, atol=1e-5)
     lines = k.source.splitlines()
     middle = [i for i, ln in enumerate(lines) if "clamps in range" in ln]
@@ -232,7 +266,7 @@ def test_padded_conv_pack_peels_its_border(tmp_path):
                                               [0, 0], 1, [True, True, True])
 
     gm = tk.aten_graph(g, [gy, x, w], decompose=False)
-    kb = tk.compile_fx(gm, [gy, x, w], keep_source=True)
+    kb = tk.compile_fx(gm, [gy, x, w], keep_source=True, env=GEMM_ROAD)
     for got, want in zip(kb(gy, x, w), g(gy, x, w)):
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
     assert "clamps in range" in kb.source, kb.source   # gy's padded pack for grad_input

@@ -762,8 +762,22 @@ START_TEST(identity) {
   tcc_error err;
   ck_assert_msg(tcc_toolchain_identity("cc", id, sizeof id, &err) == 0, "%s", err.msg);
   char want[32];
-  snprintf(want, sizeof want, "tccd-codegen/%d cc=", TCC_CODEGEN_VERSION);
+  snprintf(want, sizeof want, "tccd-codegen/%d ", TCC_CODEGEN_VERSION);
   ck_assert_msg(strncmp(id, want, strlen(want)) == 0, "%s", id);
+  /* the convolution road: " onednn/X.Y " when tccd has oneDNN, else none;
+   * TCC_NO_ONEDNN=1 takes it out */
+  const char *rest = id + strlen(want);
+  if (tcc_onednn_enabled()) {
+    ck_assert_msg(strncmp(rest, "onednn/", 7) == 0, "%s", id);
+    rest = strchr(rest, ' ') + 1;
+    setenv("TCC_NO_ONEDNN", "1", 1);
+    char plain[256];
+    ck_assert_int_eq(tcc_onednn_enabled(), 0);
+    ck_assert_int_eq(tcc_toolchain_identity("cc", plain, sizeof plain, &err), 0);
+    ck_assert_msg(strstr(plain, "onednn") == NULL, "%s", plain);
+    unsetenv("TCC_NO_ONEDNN");
+  }
+  ck_assert_msg(strncmp(rest, "cc=", 3) == 0, "%s", id);
   ck_assert_uint_gt(strlen(id), 19);
   ck_assert_ptr_null(strchr(id, '\n'));
   char again[256];
