@@ -41,9 +41,11 @@
  *     aligned. tcc_entry returns 0, or 1 when an index read from a
  *     tensor (gather, index_select, embedding) was out of range or an
  *     integer division by zero happened: PyTorch raises there, so a
- *     caller should too. Kernels may run OpenMP threads (libgomp) and
- *     call OpenBLAS (linked into the .so); Manifest.kernels[].kind is
- *     "pointwise", "reduction" or "extern" (a GEMM step).
+ *     caller should too. Kernels may run OpenMP threads (libgomp),
+ *     call OpenBLAS and oneDNN (linked into the .so);
+ *     Manifest.kernels[].kind is "pointwise", "reduction" or "extern" (a
+ *     GEMM step, or a float32 convolution step through oneDNN when
+ *     tcc_onednn_enabled(), below).
  *   - CUDA targets ("cuda:sm_80", "sm_90a", ...; emit_cuda.c) build with
  *     NVRTC (compiler/cuda/nvrtc.h, dlopen'ed: no GPU needed) into a
  *     CUBIN artifact for exactly that arch. Its Manifest has entry "",

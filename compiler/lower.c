@@ -31,7 +31,8 @@
  * reductions inside, so each lowers to one kernel per output and fuse.c
  * merges them. Matmuls are EXTERN kernels (OpenBLAS) into a temporary;
  * their epilogue (bias, alpha/beta) is a pointwise kernel fuse.c can
- * merge activations into.
+ * merge activations into. Convolutions (conv.c) are EXTERN steps too:
+ * GEMMs over packed columns, or oneDNN convolutions on the CPU.
  */
 #include "loop.h"
 
