@@ -56,15 +56,20 @@ class Kernel:
         self.ws = torch.empty(max(self.workspace, 1) + 64, dtype=torch.uint8)
         self.source = None
 
+    def alloc_workspace(self):
+        return torch.empty(max(self.workspace, 1) + 64, dtype=torch.uint8)
+
     def alloc_outputs(self):
         return [torch.empty_strided(tuple(m.sizes), tuple(m.strides), dtype=PB_TO_TORCH[m.dtype])
                 for m in self.out_metas]
 
-    def __call__(self, *inputs, outs=None):
+    def __call__(self, *inputs, outs=None, ws=None):
+        """Runs tcc_entry (ctypes lets go of the GIL: threads may call at
+        once, each with its own outs and workspace `ws`)."""
         outs = outs if outs is not None else self.alloc_outputs()
         ins = (ctypes.c_void_p * max(len(inputs), 1))(*[t.untyped_storage().data_ptr() for t in inputs])
         os_ = (ctypes.c_void_p * max(len(outs), 1))(*[o.data_ptr() for o in outs])
-        base = self.ws.data_ptr()
+        base = (self.ws if ws is None else ws).data_ptr()
         ws = base + (-base) % 64
         rc = self.fn(ins, os_, ctypes.c_void_p(ws))
         if rc != 0:

@@ -787,6 +787,46 @@ def test_convolution_roads(case, road):
             check(o, ref, tol=CONV_TOL[torch.float32])
 
 
+def test_convolution_steps_run_on_threads_at_once():
+    """A freshly loaded kernel's oneDNN steps make their primitives on the
+    first call: 4 threads making that first call together (and 5 more
+    calls each) all get eager's results, forward and backward, each
+    thread with its own outputs and workspace."""
+    import threading
+    g = gen(0x5eed)
+    x, w, b, s, p, d, groups = _conv_inputs(CONV_CASES[5], torch.float32, "contig", g)
+    args = (x, w, b, s, p, d, False, [0] * len(s), groups)
+    gy = rnd(A.convolution.default(*args).shape, torch.float32, g, -1, 1)
+    bargs = (gy, x, w, [w.shape[0]], s, p, d, False, [0] * len(s), groups, [True, True, True])
+    for op, a, nout in ((A.convolution.default, args, None), (A.convolution_backward.default, bargs, 3)):
+        gm, ins = tk.op_graph(op, a, None, nout, None)
+        k = tk.compile_fx(gm, ins, keep_source=True)
+        if "onednn/" in k.identity:
+            assert "tcc_dnnl_conv_run(&k" in k.source
+        want = op(*a)
+        want = list(want) if nout else [want]
+        start, results, errors = threading.Barrier(4), [], []
+
+        def run():
+            try:
+                ws = k.alloc_workspace()
+                start.wait()
+                for _ in range(6):
+                    results.append(k(*ins, ws=ws))
+            except Exception as e:   # surfaces in the assert below
+                errors.append(e)
+
+        threads = [threading.Thread(target=run) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not errors and len(results) == 24, errors
+        for outs in results:
+            for o, ref in zip(outs, want):
+                check(o, ref, tol=CONV_TOL[torch.float32])
+
+
 def test_convolution_unsupported_forms_are_refused():
     x, w = torch.randn(1, 2, 5, 5), torch.randn(2, 2, 3, 3)
     for dt in (torch.float16, torch.bfloat16):
