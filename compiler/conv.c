@@ -47,8 +47,10 @@
  * (TCC_EXT_CONV_*) that reads x, W and gy where they are, through their
  * layouts (a value that is not a buffer yet is packed first), and writes
  * a contiguous TEMP; the bias and the epilogue stay tccd's (fused as
- * above), grad_bias its reduction. The step's code is oneDNN's blocked
- * JIT convolution with reorders in and out (runtime/onednn_conv.c):
+ * above), grad_bias its reduction. Transposed convolutions, which the
+ * GEMM road refuses, are oneDNN's deconvolutions there. The step's code
+ * is oneDNN's blocked JIT convolution with reorders in and out
+ * (runtime/onednn_conv.c):
  * about 2.5-5x faster than the GEMM road on ResNet's small convolutions.
  *
  * The temporaries (col, packed gy, GEMM results) are ordinary TEMP
@@ -421,9 +423,9 @@ int tcc_onednn_enabled(void) {
 /* Does node n's convolution (geometry cg, dtype dt) become oneDNN steps? */
 static int use_onednn(const tcc_lower_ctx *lc, const conv_geom *cg, tcc_dtype dt) {
   if (lc->g->target.device != TCC__V1__DEVICE_TYPE__CPU || dt != TCC__V1__DTYPE__FLOAT32 ||
-      cg->transposed || lc->g->nsyms || !tcc_onednn_enabled())
+      lc->g->nsyms || !tcc_onednn_enabled())
     return 0;
-  if (cg->N < 1 || cg->Cig < 1 || cg->Cog < 1) return 0;
+  if (cg->N < 1 || cg->Cig < 1 || cg->Cog < 1 || cg->Cin % cg->G) return 0;
   for (int d = 0; d < cg->S; d++)
     if (cg->in[d] < 1 || cg->o[d] < 1) return 0;
   return 1;
@@ -473,6 +475,7 @@ static const tcc_vx *onednn_step(tcc_lower_ctx *lc, tcc_extern_kind kind, const 
     prm[TCC_CONV_PAD + d] = cg->p[d];
     prm[TCC_CONV_DIL + d] = cg->d[d];
   }
+  prm[TCC_CONV_TRANSPOSED] = cg->transposed;
   /* packed by a kernel whose one store is the call: made EXTERN */
   const tcc_vx *call = tcc_vx_extern(p, kind, TCC__V1__DTYPE__FLOAT32, a, b, TCC_CONV_NPARAM, prm);
   int id = call ? pack(lc, call, rank, sizes, TCC__V1__DTYPE__FLOAT32) : -1;
@@ -513,9 +516,9 @@ int tcc_lower_conv(tcc_lower_ctx *lc, const tcc_node *n, tcc_error *err) {
   conv_geom cg;
   int rc = conv_geom_of(lc->g, n, &cg, err);
   if (rc) return rc;
+  if (use_onednn(lc, &cg, tmeta(lc->g, ARG("input"))->dtype)) return conv_onednn(lc, n, &cg, err);
   tcc_dtype dt = gemm_dtype(lc, n, &cg, err);
   if (!dt) return err->code;
-  if (use_onednn(lc, &cg, dt)) return conv_onednn(lc, n, &cg, err);
   int S = cg.S, xv = ARG("input")->v, wv = ARG("weight")->v;
   int64_t kks[TCC_MAX_DIMS], js[TCC_MAX_DIMS];
   kk_j_sizes(&cg, kks, js);
@@ -655,7 +658,8 @@ int tcc_lower_conv_backward(tcc_lower_ctx *lc, const tcc_node *n, tcc_error *err
   conv_geom cg;
   int rc = conv_geom_of(lc->g, n, &cg, err);
   if (rc) return rc;
-  tcc_dtype dt = gemm_dtype(lc, n, &cg, err);
+  int onednn = use_onednn(lc, &cg, tmeta(lc->g, ARG("input"))->dtype);
+  tcc_dtype dt = onednn ? TCC__V1__DTYPE__FLOAT32 : gemm_dtype(lc, n, &cg, err);
   if (!dt) return err->code;
   const tcc_arg *mask = ARG("output_mask");
   int want[3];
@@ -682,7 +686,7 @@ int tcc_lower_conv_backward(tcc_lower_ctx *lc, const tcc_node *n, tcc_error *err
     if ((rc = put(lc, n, 2, sum, err))) return rc;
   }
   if (!want[0] && !want[1]) return 0;
-  if (use_onednn(lc, &cg, dt)) {
+  if (onednn) {
     const tcc_vx *gy = whole(lc, gv, dt);
     if (!gy) return OOM();
     if (want[0]) {
@@ -694,6 +698,7 @@ int tcc_lower_conv_backward(tcc_lower_ctx *lc, const tcc_node *n, tcc_error *err
     }
     if (want[1]) {
       int64_t ws[TCC_MAX_DIMS] = {cg.Cout, cg.Cig};
+      if (cg.transposed) ws[0] = cg.Cin, ws[1] = cg.Cog;
       memcpy(ws + 2, cg.k, sizeof(int64_t) * (size_t)S);
       if ((rc = put(lc, n, 1, onednn_step(lc, TCC_EXT_CONV_BWD_WEIGHTS, &cg, whole(lc, xv, dt), gy, 2 + S, ws),
                     err)))

@@ -98,11 +98,12 @@ typedef enum tcc_extern_kind {
 /* The constant parameters of a convolution EXTERN (its idx), in order:
  * spatial dims S (1..3), N, Cin, Cout, groups, then 3 slots each (the
  * first S used, the rest 0) of input size, kernel size, output size,
- * stride, padding, dilation. */
+ * stride, padding, dilation; last, 1 for a transposed convolution
+ * (oneDNN's deconvolution; W is then [Cin, Cout/G, k..]). */
 enum {
   TCC_CONV_S, TCC_CONV_N, TCC_CONV_CIN, TCC_CONV_COUT, TCC_CONV_G,
   TCC_CONV_IN = 5, TCC_CONV_K = 8, TCC_CONV_O = 11, TCC_CONV_STRIDE = 14,
-  TCC_CONV_PAD = 17, TCC_CONV_DIL = 20, TCC_CONV_NPARAM = 23
+  TCC_CONV_PAD = 17, TCC_CONV_DIL = 20, TCC_CONV_TRANSPOSED = 23, TCC_CONV_NPARAM = 24
 };
 
 /* Loop variables i0..i15 are a kernel's (or a lowered value's) own dims;

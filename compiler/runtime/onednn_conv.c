@@ -18,7 +18,10 @@
  *   1 backward data     a = diff_dst (gy), b = weights,  c = diff_src (gx)
  *   2 backward weights  a = src (x),      b = diff_dst,  c = diff_weights
  * Weights of a grouped convolution are [G, Cout/G, Cin/G, k..] to oneDNN:
- * the same bytes as [Cout, Cin/G, k..].
+ * the same bytes as [Cout, Cin/G, k..]. A transposed convolution (prm[23])
+ * is oneDNN's deconvolution, whose weights are [Cout, Cin, k..] (grouped
+ * [G, Cout/G, Cin/G, k..]) over PyTorch's [Cin, Cout/G, k..]: the same
+ * bytes with the first two strides swapped.
  *
  * Returns 0, or 1 when oneDNN refused (the kernel's tcc_entry then
  * reports a failure; nothing is written).
@@ -30,7 +33,7 @@
 
 typedef struct tcc_dnnl_conv {
   int kind;                          /* 0, 1, 2 as above */
-  int64_t prm[23];                   /* TCC_CONV_* (compiler/loop.h) */
+  int64_t prm[24];                   /* TCC_CONV_* (compiler/loop.h) */
   int64_t sa[5], sb[5];              /* element strides of a and b */
   pthread_mutex_t lock;
   int state;                         /* 0 not made yet, 1 ready, -1 refused */
@@ -65,15 +68,22 @@ static int tcc_dnnl_dims(const int64_t *p, dnnl_dims_t x, dnnl_dims_t w, dnnl_di
   return r;
 }
 
-/* The user layout of an operand: its strides, grouped for weights. */
+/* The user layout of an operand: its strides st (PyTorch's dims), made
+ * oneDNN's for weights (grouped; first two swapped when transposed). */
 static int tcc_dnnl_user_md(dnnl_memory_desc_t *md, int nd, const dnnl_dims_t dims, const int64_t *st,
-                            int weights, int64_t groups) {
+                            int weights, const int64_t *p) {
   dnnl_dims_t s;
-  if (weights && groups > 1) {
-    s[0] = st[0] * (dims[1]);
-    for (int d = 0; d + 1 < nd; d++) s[1 + d] = st[d];
-  } else {
-    for (int d = 0; d < nd; d++) s[d] = st[d];
+  int64_t groups = p[4];
+  for (int d = 0; d < nd; d++) s[d] = st[d];
+  if (weights) {
+    int64_t o = st[0], i = st[1];               /* PyTorch's dims 0 and 1 */
+    if (p[23]) o = st[1], i = st[0];
+    int g = groups > 1;
+    /* a group moves Cout/G rows (Cin/G when transposed) of dim 0 */
+    if (g) s[0] = st[0] * (p[23] ? p[2] / groups : dims[1]);
+    s[g] = o;
+    s[g + 1] = i;
+    for (int d = 2; d + g < nd; d++) s[d + g] = st[d];
   }
   return dnnl_memory_desc_init_by_strides(md, nd, dims, dnnl_f32, s) != dnnl_success;
 }
@@ -95,8 +105,12 @@ static int tcc_dnnl_make(tcc_dnnl_conv *c) {
     strides[d] = p[14 + d];
     pl[d] = p[17 + d];
     dil[d] = p[20 + d] - 1;
-    pr[d] = (p[11 + d] - 1) * p[14 + d] + (p[8 + d] - 1) * p[20 + d] + 1 - p[5 + d] - p[17 + d];
+    /* the padding on the far side: of the input (convolution), of the
+     * output (deconvolution; output_padding makes it smaller) */
+    int64_t big = p[23] ? p[11 + d] : p[5 + d], small = p[23] ? p[5 + d] : p[11 + d];
+    pr[d] = (small - 1) * p[14 + d] + (p[8 + d] - 1) * p[20 + d] + 1 - big - p[17 + d];
   }
+  dnnl_alg_kind_t alg = p[23] ? dnnl_deconvolution_direct : dnnl_convolution_direct;
   pthread_once(&tcc_dnnl_engine_once, tcc_dnnl_engine_make);
   if (!tcc_dnnl_engine) return -1;
   dnnl_memory_desc_t xa, wa, ya;
@@ -110,8 +124,9 @@ static int tcc_dnnl_make(tcc_dnnl_conv *c) {
   int rc = -1;
   if (dnnl_primitive_attr_create(&attr) ||
       dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user) ||
-      dnnl_dilated_convolution_forward_desc_init(&fd, dnnl_forward_training, dnnl_convolution_direct, &xa, &wa,
-                                                 NULL, &ya, strides, dil, pl, pr) ||
+      (p[23] ? dnnl_dilated_deconvolution_forward_desc_init
+             : dnnl_dilated_convolution_forward_desc_init)(&fd, dnnl_forward_training, alg, &xa, &wa, NULL, &ya,
+                                                           strides, dil, pl, pr) ||
       dnnl_primitive_desc_create(&fwd, &fd, attr, tcc_dnnl_engine, NULL))
     goto done;
   /* the roles' queries and dims, in the a, b, c order of c->kind */
@@ -124,26 +139,40 @@ static int tcc_dnnl_make(tcc_dnnl_conv *c) {
     q[0] = dnnl_query_src_md, q[1] = dnnl_query_weights_md, q[2] = dnnl_query_dst_md;
     dims[0] = xd, dims[1] = wd, dims[2] = yd;
   } else if (c->kind == 1) {
-    if (dnnl_dilated_convolution_backward_data_desc_init(&bd, dnnl_convolution_direct, &xa, &wa, &ya, strides,
-                                                         dil, pl, pr) ||
+    if ((p[23] ? dnnl_dilated_deconvolution_backward_data_desc_init
+               : dnnl_dilated_convolution_backward_data_desc_init)(&bd, alg, &xa, &wa, &ya, strides, dil, pl, pr) ||
         dnnl_primitive_desc_create(&pd, &bd, attr, tcc_dnnl_engine, fwd))
       goto done;
     q[0] = dnnl_query_diff_dst_md, q[1] = dnnl_query_weights_md, q[2] = dnnl_query_diff_src_md;
     dims[0] = yd, dims[1] = wd, dims[2] = xd;
   } else {
-    if (dnnl_dilated_convolution_backward_weights_desc_init(&bd, dnnl_convolution_direct, &xa, &wa, NULL, &ya,
-                                                            strides, dil, pl, pr) ||
+    if ((p[23] ? dnnl_dilated_deconvolution_backward_weights_desc_init
+               : dnnl_dilated_convolution_backward_weights_desc_init)(&bd, alg, &xa, &wa, NULL, &ya, strides, dil,
+                                                                      pl, pr) ||
         dnnl_primitive_desc_create(&pd, &bd, attr, tcc_dnnl_engine, fwd))
       goto done;
     q[0] = dnnl_query_src_md, q[1] = dnnl_query_diff_dst_md, q[2] = dnnl_query_diff_weights_md;
     dims[0] = xd, dims[1] = yd, dims[2] = wd;
   }
   for (int r = 0; r < 3; r++) nds[r] = dims[r] == wd ? nw : nx;
-  dnnl_dims_t cs;
-  tcc_dnnl_contiguous(nds[2], dims[2], cs);
+  /* the result is contiguous in PyTorch's dims ([Cin, Cout/G, k..] for
+   * the weights of a transposed convolution) */
+  dnnl_dims_t cs, pt;
+  int g = p[4] > 1;
+  if (dims[2] == wd && p[23]) {
+    pt[0] = p[2], pt[1] = p[3] / p[4];
+    for (int d = 0; d < S; d++) pt[2 + d] = p[8 + d];
+    tcc_dnnl_contiguous(2 + S, pt, cs);
+  } else if (dims[2] == wd && g) {
+    pt[0] = p[3], pt[1] = p[2] / p[4];
+    for (int d = 0; d < S; d++) pt[2 + d] = p[8 + d];
+    tcc_dnnl_contiguous(2 + S, pt, cs);
+  } else {
+    tcc_dnnl_contiguous(nds[2], dims[2], cs);
+  }
   const int64_t *ust[3] = {c->sa, c->sb, cs};
   for (int r = 0; r < 3; r++) {
-    if (tcc_dnnl_user_md(&c->user[r], nds[r], dims[r], ust[r], r < 2 && dims[r] == wd, p[4])) goto done;
+    if (tcc_dnnl_user_md(&c->user[r], nds[r], dims[r], ust[r], dims[r] == wd, p)) goto done;
     c->mine[r] = *dnnl_primitive_desc_query_md(pd, q[r], 0);
     if (dnnl_memory_desc_equal(&c->user[r], &c->mine[r])) continue;
     dnnl_primitive_desc_t rpd;

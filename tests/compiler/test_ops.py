@@ -836,11 +836,47 @@ def test_convolution_unsupported_forms_are_refused():
             tk.compile_fx(gm, ins)
         assert e.value.code == -12 and "aten.convolution.default" in e.value.message
         assert tk.PB_TO_TORCH and str(dt).split(".")[1] in e.value.message
-    gm, ins = tk.op_graph(A.convolution.default,
-                          (x, w, None, [1, 1], [0, 0], [1, 1], True, [0, 0], 1))
-    with pytest.raises(tk.CompileError) as e:
-        tk.compile_fx(gm, ins)
-    assert e.value.code == -12 and "transposed" in e.value.message
+    # transposed: the GEMM road (float64, or TCC_NO_ONEDNN=1) refuses it
+    for dt, env in ((torch.float64, None), (torch.float32, dict(os.environ, TCC_NO_ONEDNN="1"))):
+        gm, ins = tk.op_graph(A.convolution.default,
+                              (x.to(dt), w.to(dt), None, [1, 1], [0, 0], [1, 1], True, [0, 0], 1))
+        with pytest.raises(tk.CompileError) as e:
+            tk.compile_fx(gm, ins, env=env)
+        assert e.value.code == -12 and "transposed" in e.value.message
+
+
+# Transposed convolutions (float32, oneDNN's deconvolution):
+# (N, Cin, spatial, Cout, kernel, stride, padding, output_padding, dilation, groups, bias)
+TRANSPOSED_CASES = [
+    (2, 4, (5, 5), 6, (3, 3), (2, 2), (1, 1), (1, 1), (1, 1), 1, True),   # the usual 2x upsample
+    (1, 3, (6, 7), 5, (3, 3), (1, 1), (1, 1), (0, 0), (1, 1), 1, False),  # stride 1
+    (2, 4, (4, 5), 6, (4, 3), (2, 3), (1, 0), (0, 2), (1, 2), 2, True),   # groups, mixed
+    (2, 4, (9,), 4, (5,), (2,), (2,), (1,), (1,), 1, True),              # 1-D
+    (1, 2, (3, 4, 3), 3, (3, 2, 3), (2, 1, 2), (1, 0, 1), (1, 0, 0), (1, 1, 1), 1, True),  # 3-D
+]
+
+
+@pytest.mark.parametrize("layout", ["contig", "slice"])
+@pytest.mark.parametrize("case", range(len(TRANSPOSED_CASES)))
+def test_transposed_convolution(case, layout):
+    n, cin, sp, cout, k, s, p, op, d, groups, bias = TRANSPOSED_CASES[case]
+    g = gen(hash((case, layout, "transposed")) & 0xffff)
+    x = rnd((n, cin) + sp, torch.float32, g, -2, 2, layout)
+    w = rnd((cin, cout // groups) + k, torch.float32, g, -1, 1, layout)
+    b = rnd((cout,), torch.float32, g) if bias else None
+    args = (x, w, b, list(s), list(p), list(d), True, list(op), groups)
+    gm, ins = tk.op_graph(A.convolution.default, args)
+    k = tk.compile_fx(gm, ins, keep_source=True)
+    if "onednn/" not in k.identity:
+        pytest.skip("tccd is built without oneDNN: transposed convolutions are UNIMPLEMENTED")
+    assert "tcc_dnnl_conv_run(&k" in k.source
+    run_op(A.convolution.default, args, tol=CONV_TOL[torch.float32])
+    gy = rnd(A.convolution.default(*args).shape, torch.float32, g, -1, 1, "t")
+    for mask in ([True, True, b is not None], [True, False, False], [False, True, False]):
+        bargs = (gy, x, w, [cout] if b is not None else None, list(s), list(p), list(d), True, list(op),
+                 groups, mask)
+        run_op(A.convolution_backward.default, bargs, nout=3, take=[i for i in range(3) if mask[i]],
+               tol=CONV_TOL[torch.float32])
 
 
 # ------------------------------------------------------ CPU attention

@@ -229,6 +229,27 @@ def test_dynamic_shapes_one_kernel_for_all_sizes(daemon):
     assert s["fallback_ops"] == 0
 
 
+def test_transposed_convolution_trains(daemon):
+    """ConvTranspose2d (stride 2, output_padding) + ReLU, forward and
+    backward: every op compiled (the daemon's oneDNN deconvolution) when
+    the daemon has oneDNN, and the output and gradients match eager either
+    way (float32, 1e-5)."""
+    m = torch.nn.Sequential(torch.nn.ConvTranspose2d(4, 6, 3, stride=2, padding=1, output_padding=1),
+                            torch.nn.ReLU())
+    x = torch.randn(2, 4, 5, 5, requires_grad=True)
+    y = torch.compile(m, backend="tccd")(x)
+    y.square().sum().backward()
+    got = [y.detach(), x.grad, m[0].weight.grad, m[0].bias.grad]
+    x.grad = None
+    m.zero_grad(set_to_none=True)
+    want = m(x)
+    want.square().sum().backward()
+    for a, b in zip(got, [want.detach(), x.grad, m[0].weight.grad, m[0].bias.grad]):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+    if "onednn/" in tccd.Client().ops().compiler:
+        assert tccd.stats()["fallback_ops"] == 0, tccd.fallback_ops()
+
+
 def test_float64_compiles_integers_fall_back(daemon):
     x, y = torch.randn(4, 4, dtype=torch.float64), torch.randn(4, 4, dtype=torch.float64)
     out = torch.compile(foo, backend="tccd")(x, y)
