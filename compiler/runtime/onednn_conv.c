@@ -158,13 +158,9 @@ static int tcc_dnnl_make(tcc_dnnl_conv *c) {
   /* the result is contiguous in PyTorch's dims ([Cin, Cout/G, k..] for
    * the weights of a transposed convolution) */
   dnnl_dims_t cs, pt;
-  int g = p[4] > 1;
-  if (dims[2] == wd && p[23]) {
-    pt[0] = p[2], pt[1] = p[3] / p[4];
-    for (int d = 0; d < S; d++) pt[2 + d] = p[8 + d];
-    tcc_dnnl_contiguous(2 + S, pt, cs);
-  } else if (dims[2] == wd && g) {
-    pt[0] = p[3], pt[1] = p[2] / p[4];
+  if (dims[2] == wd) {
+    pt[0] = p[23] ? p[2] : p[3];
+    pt[1] = (p[23] ? p[3] : p[2]) / p[4];
     for (int d = 0; d < S; d++) pt[2 + d] = p[8 + d];
     tcc_dnnl_contiguous(2 + S, pt, cs);
   } else {
