@@ -144,7 +144,7 @@ def test_dynamic_shapes_entry_serves_other_sizes(daemon):
     assert _hits() > before
 
 
-def _key(gm, example_inputs):
+def _key(gm, example_inputs, **aot_options):
     from torch._functorch._aot_autograd.schemas import AOTConfig
 
     from tccd import aot_cache
@@ -153,7 +153,7 @@ def _key(gm, example_inputs):
     cfg = Config.make()
     aot_config = AOTConfig(fw_compiler=None, bw_compiler=None, inference_compiler=None,
                            partition_fn=None, decompositions={}, num_params_buffers=0,
-                           aot_id=0, keep_inference_input_mutations=False)
+                           aot_id=0, keep_inference_input_mutations=False, **aot_options)
     with aot_cache.caching(cfg, aot_cache.key_tag(cfg, False, False, ())):
         return aot_cache.cache_key(gm, example_inputs, aot_config)[0]
 
@@ -181,6 +181,35 @@ def test_key_hashes_constant_values_not_parameter_values():
     q = torch.nn.Parameter(torch.randn(3))
     assert _key(graph_with(p), inputs) == _key(graph_with(q), inputs)
     assert _key(graph_with(p), inputs) != _key(graph_with(p.detach().double()), inputs)
+
+
+def test_key_reads_input_sources_by_path():
+    """Dynamo hands AOTAutograd each input's Source (the path its guards
+    read it through, aot_autograd_arg_pos_to_source): the key covers the
+    path (class and name), so equal paths built anew key the same and
+    another path keys apart."""
+    from torch._dynamo.source import AttrSource, LocalSource
+    from torch._subclasses import FakeTensorMode
+
+    g = torch.fx.Graph()
+    x = g.placeholder("x")
+    w = g.placeholder("w")
+    g.output((g.call_function(torch.ops.aten.mul.Tensor, (x, w)),))
+    gm = torch.fx.GraphModule(torch.nn.Module(), g)
+
+    def sources(*path):
+        src = LocalSource("self")
+        for attr in path:
+            src = AttrSource(src, attr)
+        return [LocalSource("x"), src]
+
+    with FakeTensorMode():
+        inputs = [torch.empty(3), torch.empty(3)]
+    same = _key(gm, inputs, aot_autograd_arg_pos_to_source=sources("layer", "weight"))
+    assert _key(gm, inputs, aot_autograd_arg_pos_to_source=sources("layer", "weight")) == same
+    assert _key(gm, inputs, aot_autograd_arg_pos_to_source=sources("layer", "bias")) != same
+    assert _key(gm, inputs, aot_autograd_arg_pos_to_source=sources("other", "weight")) != same
+    assert _key(gm, inputs) != same
 
 
 def test_loaded_graph_partitions_again_when_the_daemon_refuses_a_node(daemon, monkeypatch,
