@@ -548,6 +548,48 @@ int tcc_infer_as_strided(const tcc_graph *g, const tcc_node *n, tcc_meta *out, t
   return finish(g, out, err);
 }
 
+/* as_strided_scatter: self's meta; src has the view's sizes (as in eager)
+ * and the view stays inside self's storage (self's elements, row-major:
+ * eager scatters into a clone of self). */
+int tcc_infer_as_strided_scatter(const tcc_graph *g, const tcc_node *n, tcc_meta *out,
+                                 tcc_error *err) {
+  const tcc_meta *self = tensor_meta(g, ARG("self")), *src = tensor_meta(g, ARG("src"));
+  const tcc_arg *sz = ARG("size"), *st = ARG("stride"), *off = ARG("storage_offset");
+  if (sz->n != st->n) return BAD("as_strided_scatter: %d sizes, %d strides", sz->n, st->n);
+  if (src->rank != sz->n) return BAD("as_strided_scatter: src has %d dims, the view %d",
+                                     src->rank, sz->n);
+  int64_t o = off->kind == TCC_ARG_INT ? off->i : 0, numel = 1;
+  if (o < 0) return BAD("as_strided_scatter: negative storage offset");
+  __int128 reach = o;
+  for (int d = 0; d < sz->n; d++) {
+    if (st->ints[d] < 0) return BAD("as_strided_scatter: negative stride");
+    if (sz->ints[d] != src->sizes[d])
+      return BAD("as_strided_scatter: src size %lld in dim %d, the view's %lld",
+                 (long long)src->sizes[d], d, (long long)sz->ints[d]);
+    numel *= sz->ints[d];
+    if (sz->ints[d] > 0) reach += (__int128)(sz->ints[d] - 1) * st->ints[d];
+  }
+  if (numel && reach >= self->numel)
+    return BAD("as_strided_scatter: the view reaches element %lld of %lld", (long long)reach,
+               (long long)self->numel);
+  *out = *self;
+  return finish(g, out, err);
+}
+
+/* copy(self, src): self's meta, src broadcast to it. */
+int tcc_infer_copy_into(const tcc_graph *g, const tcc_node *n, tcc_meta *out, tcc_error *err) {
+  const tcc_meta *self = tensor_meta(g, ARG("self")), *src = tensor_meta(g, ARG("src"));
+  if (src->rank > self->rank)
+    return BAD("copy: src of %d dims does not broadcast to %d", src->rank, self->rank);
+  for (int d = 1; d <= src->rank; d++) {
+    int64_t a = src->sizes[src->rank - d], b = self->sizes[self->rank - d];
+    if (a != b && a != 1)
+      return BAD("copy: src size %lld does not broadcast to %lld", (long long)a, (long long)b);
+  }
+  *out = *self;
+  return finish(g, out, err);
+}
+
 /* --------------------------------------------- cat, pad, indexing */
 
 int tcc_infer_cat(const tcc_graph *g, const tcc_node *n, tcc_meta *out, tcc_error *err) {

@@ -598,18 +598,78 @@ int tcc_lower_select(tcc_lower_ctx *lc, const tcc_node *n, tcc_error *err) {
   return set_view(lc, n, 0, body_at(lc, n->args[0].v, in), err);
 }
 
+/* Index of the element at row-major position q of a tensor of `sizes`
+ * (q < its element count). */
+static void unravel_row_major(tcc_program *p, const int64_t *sizes, int rank, const tcc_ix *q,
+                              const tcc_ix **idx) {
+  int outer = -1;
+  for (int d = 0; d < rank && outer < 0; d++)
+    if (sizes[d] != 1) outer = d;
+  int64_t step = 1;
+  for (int d = rank - 1; d >= 0; d--) {
+    if (sizes[d] == 1) {
+      idx[d] = tcc_ix_const(p, 0);
+      continue;
+    }
+    const tcc_ix *t = step > 1 ? tcc_ix_div(p, q, step) : q;
+    idx[d] = d == outer ? t : tcc_ix_mod(p, t, sizes[d]);
+    step *= sizes[d];
+  }
+}
+
+/* Row-major position off + sum(i_d * stride_d) of the output index. */
+static const tcc_ix *strided_position(tcc_program *p, int64_t off, const tcc_arg *size,
+                                      const tcc_arg *stride) {
+  const tcc_ix *q = tcc_ix_const(p, off);
+  for (int d = 0; d < size->n; d++)
+    if (size->ints[d] != 1) q = tcc_ix_add(p, q, tcc_ix_mul(p, tcc_ix_var(p, d), stride->ints[d]));
+  return q;
+}
+
+/* The greatest position a view of `size`/`stride` from `off` reaches
+ * (off - 1 for an empty view). */
+static __int128 view_reach(int64_t off, const tcc_arg *size, const tcc_arg *stride) {
+  __int128 reach = off;
+  for (int d = 0; d < size->n; d++) {
+    if (size->ints[d] == 0) return (__int128)off - 1;
+    reach += (__int128)(size->ints[d] - 1) * stride->ints[d];
+  }
+  return reach;
+}
+
+/* as_strided over a value computed in the graph: a view of the value's
+ * row-major flattening (what eager reads when the value is a fresh tensor
+ * laid out row-major, which the client checks before sending one: the
+ * strides of intermediate values are not part of the key). */
+static int as_strided_computed(tcc_lower_ctx *lc, const tcc_node *n, tcc_error *err) {
+  tcc_program *p = lc->prog;
+  int v = n->args[0].v;
+  const tcc_meta *x = &lc->g->values[v].meta;
+  const tcc_arg *sz = ARG("size"), *st = ARG("stride"), *off = ARG("storage_offset");
+  int64_t o = off->kind == TCC_ARG_INT ? off->i : 0;
+  if (o < 0)
+    return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "node %d (%s): negative storage offset",
+                         n->src_index, n->op->name);
+  __int128 reach = view_reach(o, sz, st);
+  if (reach >= x->numel)
+    return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "node %d (%s): as_strided reaches element "
+                         "%lld of a value of %lld elements", n->src_index, n->op->name,
+                         (long long)reach, (long long)x->numel);
+  const tcc_ix *in[TCC_MAX_DIMS];
+  unravel_row_major(p, x->sizes, x->rank, strided_position(p, o, sz, st), in);
+  return set_view(lc, n, 0, body_at(lc, v, in), err);
+}
+
 /* as_strided over a graph input or constant: a second view of its
- * storage (an aliasing buffer with the requested layout). */
+ * storage (an aliasing buffer with the requested layout); over a computed
+ * value, see as_strided_computed. */
 int tcc_lower_as_strided(tcc_lower_ctx *lc, const tcc_node *n, tcc_error *err) {
   const tcc_meta *m = out_meta(lc, n, 0);
   if (!m) return 0;
   tcc_program *p = lc->prog;
   int v = n->args[0].v;
   const tcc_value *src = &lc->g->values[v];
-  if (src->kind != TCC_VAL_INPUT && src->kind != TCC_VAL_CONST)
-    return tcc_error_set(err, TCC_E_UNIMPLEMENTED, "node %d (%s): as_strided of a computed value is "
-                         "not supported (only of graph inputs and constants)", n->src_index,
-                         n->op->name);
+  if (src->kind != TCC_VAL_INPUT && src->kind != TCC_VAL_CONST) return as_strided_computed(lc, n, err);
   const tcc_arg *st = ARG("stride"), *off = ARG("storage_offset");
   tcc_meta lay = *m;
   lay.offset = off->kind == TCC_ARG_INT ? off->i : src->meta.offset;
@@ -638,6 +698,66 @@ int tcc_lower_as_strided(tcc_lower_ctx *lc, const tcc_node *n, tcc_error *err) {
   const tcc_ix *idx[TCC_MAX_DIMS];
   if (id < 0 || ident(p, m->rank, idx)) return OOM();
   return set_view(lc, n, 0, tcc_vx_load(p, id, m->rank, idx), err);
+}
+
+/* True when `stride` is row-major for `size` (dims of size 1 aside). */
+static int row_major_strides(const int64_t *size, const int64_t *stride, int rank) {
+  int64_t step = 1;
+  for (int d = rank - 1; d >= 0; d--) {
+    if (size[d] == 1) continue;
+    if (stride[d] != step) return 0;
+    step *= size[d];
+  }
+  return 1;
+}
+
+/* as_strided_scatter(self, src, size, stride, offset): eager clones self
+ * (row-major when self is contiguous, which the client checks for a
+ * computed self and this checks for an input) and copies src into the
+ * view. The view must be one row-major block [off, off + numel(src)) of
+ * the clone: out = src there, self elsewhere. */
+int tcc_lower_as_strided_scatter(tcc_lower_ctx *lc, const tcc_node *n, tcc_error *err) {
+  const tcc_meta *m = out_meta(lc, n, 0);
+  if (!m) return 0;
+  tcc_program *p = lc->prog;
+  const tcc_arg *self = ARG("self"), *srca = ARG("src");
+  const tcc_arg *sz = ARG("size"), *st = ARG("stride"), *off = ARG("storage_offset");
+  const tcc_value *sv = &lc->g->values[self->v];
+  const tcc_meta *src = arg_meta(lc, srca);
+  if (sv->kind != TCC_VAL_NODE && !row_major_strides(sv->meta.sizes, sv->meta.strides, sv->meta.rank))
+    return tcc_error_set(err, TCC_E_UNIMPLEMENTED, "node %d (%s): as_strided_scatter into a "
+                         "non-contiguous input is not supported", n->src_index, n->op->name);
+  if (!row_major_strides(sz->ints, st->ints, sz->n))
+    return tcc_error_set(err, TCC_E_UNIMPLEMENTED, "node %d (%s): as_strided_scatter into a view "
+                         "that is not one row-major block is not supported", n->src_index,
+                         n->op->name);
+  tcc_dtype cd = compute_dt(m->dtype);
+  const tcc_vx *base = opnd(lc, n, self, cd);
+  int64_t o = off->kind == TCC_ARG_INT ? off->i : 0;
+  if (src->numel == 0) return result(lc, n, 0, base, err);
+  const tcc_ix *q = tcc_ix_const(p, 0);         /* row-major position of the output index */
+  for (int d = 0; d < m->rank; d++) q = tcc_ix_add(p, tcc_ix_mul(p, q, m->sizes[d]), tcc_ix_var(p, d));
+  int whole = o == 0 && src->numel == m->numel;
+  const tcc_ix *at = tcc_ix_add(p, q, tcc_ix_const(p, -o));
+  if (!whole) at = tcc_ix_clamp(p, at, src->numel);
+  const tcc_ix *in[TCC_MAX_DIMS];
+  unravel_row_major(p, src->sizes, src->rank, at, in);
+  const tcc_vx *val = tcc_vx_cast(p, body_at(lc, srca->v, in), cd);
+  if (!whole) {
+    const tcc_vx *qv = tcc_vx_index(p, q);
+    const tcc_vx *inside = tcc_vx_pred(
+        p, TCC_PRIM_AND, tcc_vx_pred(p, TCC_PRIM_GE, qv, cst(p, TCC__V1__DTYPE__INT64, (double)o)),
+        tcc_vx_pred(p, TCC_PRIM_LT, qv, cst(p, TCC__V1__DTYPE__INT64, (double)(o + src->numel))));
+    val = tcc_vx_where(p, inside, val, base);
+  }
+  return result(lc, n, 0, val, err);
+}
+
+/* copy(self, src): src broadcast to self, in self's dtype. */
+int tcc_lower_copy_into(tcc_lower_ctx *lc, const tcc_node *n, tcc_error *err) {
+  const tcc_meta *m = out_meta(lc, n, 0);
+  if (!m) return 0;
+  return result(lc, n, 0, opnd(lc, n, ARG("src"), m->dtype), err);
 }
 
 int tcc_lower_alias(tcc_lower_ctx *lc, const tcc_node *n, tcc_error *err) {

@@ -288,6 +288,9 @@
   X(LIFT_FRESH_COPY, "aten.lift_fresh_copy.default",                                    \
     "lift_fresh_copy(Tensor self) -> Tensor",                                           \
     POINTWISE, same, copy, NONE)                                                        \
+  X(COPY, "aten.copy.default",                                                          \
+    "copy(Tensor self, Tensor src, bool non_blocking=False) -> Tensor",                 \
+    POINTWISE, copy_into, copy_into, NONE)                                              \
   X(THRESHOLD_BACKWARD, "aten.threshold_backward.default",                              \
     "threshold_backward(Tensor grad_output, Tensor self, Scalar threshold) -> Tensor",  \
     POINTWISE, promote, threshold_backward, NONE)                                       \
@@ -342,6 +345,9 @@
   X(AS_STRIDED, "aten.as_strided.default",                                              \
     "as_strided(Tensor(a) self, SymInt[] size, SymInt[] stride, SymInt? storage_offset=None) -> Tensor(a)", \
     VIEW, as_strided, as_strided, NONE)                                                 \
+  X(AS_STRIDED_SCATTER, "aten.as_strided_scatter.default",                              \
+    "as_strided_scatter(Tensor self, Tensor src, SymInt[] size, SymInt[] stride, SymInt? storage_offset=None) -> Tensor", \
+    POINTWISE, as_strided_scatter, as_strided_scatter, NONE)                            \
   X(ALIAS, "aten.alias.default",                                                        \
     "alias(Tensor(a) self) -> Tensor(a)",                                               \
     VIEW, same, alias, NONE)                                                            \

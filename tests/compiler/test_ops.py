@@ -372,6 +372,92 @@ def test_as_strided():
     run_op(A.as_strided.default, (base, [2, 2, 3], [8, 0, 2]))
 
 
+AS_STRIDED_CASES = [              # (sizes of x, view sizes, strides, storage offset)
+    ((4, 6), [3, 4], [1, 3], 2),            # transposed read, offset
+    ((4, 6), [2, 2, 3], [8, 0, 2], None),   # overlapping (stride 0)
+    ((24,), [4, 6], [6, 1], 0),             # a reshape of a 1-D value
+    ((8, 32, 1, 1), [8, 32, 1, 1], [32, 1, 32, 32], None),   # channels_last restride
+    ((2, 3, 4), [4, 3], [1, 4], 12),        # the second half, column-major
+]
+
+
+@pytest.mark.parametrize("i", range(len(AS_STRIDED_CASES)))
+def test_as_strided_of_computed_value(i):
+    """as_strided over a value computed in the kernel reads its row-major
+    flattening -- eager's storage of that fresh tensor (x is contiguous, so
+    eager's mul result is too; the backend sends no other)."""
+    xs, size, stride, off = AS_STRIDED_CASES[i]
+    x = rnd(xs, torch.float32, gen(93 + i))
+
+    def f(x):
+        return A.add.Tensor(A.as_strided.default(A.mul.Tensor(x, 2.0), size, stride, off), 1)
+    gm = tk.aten_graph(f, [x], decompose=False)
+    check(tk.compile_fx(gm, [x])(x)[0], f(x))
+
+
+def test_as_strided_past_a_computed_value_is_invalid():
+    x = rnd((4, 6), torch.float32, gen(98))
+    g = torch.fx.Graph()
+    p = g.placeholder("x")
+    y = g.call_function(A.mul.Tensor, (p, 2.0))
+    g.output((g.call_function(A.as_strided.default, (y, [4, 6], [6, 1], 1)),))
+    gm = torch.fx.GraphModule(torch.nn.Module(), g)
+    for n, v in zip(gm.graph.nodes, [x, x * 2, x.reshape(-1)[:24].reshape(4, 6)]):
+        n.meta["val"] = v
+    with pytest.raises(tk.CompileError) as e:
+        tk.compile_fx(gm, [x])
+    assert e.value.code == -3 and "as_strided reaches element 24" in e.value.message
+
+
+SCATTER_CASES = [              # (base sizes, view sizes, strides, storage offset)
+    ((256,), [8, 32], [32, 1], 0),          # the whole base (a channels_last backward)
+    ((4, 6), [2, 5], [5, 1], 7),            # one block inside, offset
+    ((3, 8), [16], [1], None),              # the first two thirds, 1-D
+    ((2, 3, 4), [3, 1, 4], [4, 4, 1], 12),  # the second half, size-1 dim
+]
+
+
+@pytest.mark.parametrize("computed", [True, False], ids=["computed", "input"])
+@pytest.mark.parametrize("i", range(len(SCATTER_CASES)))
+def test_as_strided_scatter(i, computed):
+    bs, size, stride, off = SCATTER_CASES[i]
+    g = gen(110 + i)
+    base = rnd(bs, torch.float32, g)
+    src = rnd(size, torch.float64, g, layout="t")
+
+    def f(base, src):
+        if computed:
+            base = A.mul.Tensor(base, 3.0)
+        return A.as_strided_scatter.default(base, A.add.Tensor(src, 1), size, stride, off)
+    gm = tk.aten_graph(f, [base, src], decompose=False)
+    check(tk.compile_fx(gm, [base, src])(base, src)[0], f(base, src))
+
+
+def test_as_strided_scatter_refusals():
+    """Scatters tccd does not compile are UNIMPLEMENTED, naming what."""
+    g = gen(120)
+    base, src = rnd((4, 6), torch.float32, g, layout="t"), rnd((2, 3), torch.float32, g)
+    gm, ins = tk.op_graph(A.as_strided_scatter.default, (base, src, [2, 3], [3, 1], 0))
+    with pytest.raises(tk.CompileError) as e:
+        tk.compile_fx(gm, ins)
+    assert e.value.code == -12 and "non-contiguous input" in e.value.message
+    base = rnd((4, 6), torch.float32, g)
+    gm, ins = tk.op_graph(A.as_strided_scatter.default, (base, src, [2, 3], [1, 2], 0))
+    with pytest.raises(tk.CompileError) as e:
+        tk.compile_fx(gm, ins)
+    assert e.value.code == -12 and "row-major block" in e.value.message
+
+
+@pytest.mark.parametrize("case", ["same", "broadcast", "dtype"])
+def test_copy(case):
+    g = gen(130)
+    self_ = rnd((3, 4, 5), torch.float32, g, layout="t")
+    src = {"same": rnd((3, 4, 5), torch.float32, g, layout="slice"),
+           "broadcast": rnd((4, 1), torch.float32, g),
+           "dtype": rnd((3, 4, 5), torch.float64, g)}[case]
+    run_op(A.copy.default, (self_, src))
+
+
 def test_cat_pad_index():
     g = gen(101)
     a = rnd((2, 3), torch.float32, g)

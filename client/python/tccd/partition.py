@@ -273,7 +273,35 @@ def static_verdict(node, table, device="cpu"):
         return None, str(e)
     if table.source == "rpc" and str(overload) not in table.ops:
         return None, "not compiled by tccd"
+    why = _storage_view_refusal(node, str(overload))
+    if why:
+        return None, why
     return overload, ""
+
+
+def _row_major_storage(t):
+    """True when fake tensor t's storage holds exactly its elements,
+    row-major from the start (a fresh contiguous tensor)."""
+    return (t.is_contiguous() and t.storage_offset() == 0
+            and t.untyped_storage().nbytes() == t.numel() * t.element_size())
+
+
+def _storage_view_refusal(node, name):
+    """Why the daemon's reading of an op that addresses storage would differ
+    from eager's here ("" when it would not). tccd reads as_strided over a
+    value computed in the kernel as a view of the value's row-major
+    flattening, and as_strided_scatter's self row-major (eager scatters
+    into a clone of self: row-major when self is contiguous); the strides
+    of intermediate values are not part of a kernel's key, so the layouts
+    eager gives them are checked here, where they are known."""
+    if name == "aten.as_strided.default":
+        src = node.args[0]
+        if src.op != "placeholder" and not _row_major_storage(G.meta_val(src)):
+            return "as_strided of a value that is not its storage, row-major"
+    elif name == "aten.as_strided_scatter.default":
+        if not G.meta_val(node.args[0]).is_contiguous():
+            return "as_strided_scatter into a non-contiguous tensor"
+    return ""
 
 
 def verdicts(gm, table, client=None, request_base=None, device="cpu"):
