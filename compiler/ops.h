@@ -534,6 +534,18 @@
   X(CONVOLUTION_BACKWARD, "aten.convolution_backward.default",                          \
     "convolution_backward(Tensor grad_output, Tensor input, Tensor weight, SymInt[]? bias_sizes, SymInt[] stride, SymInt[] padding, SymInt[] dilation, bool transposed, SymInt[] output_padding, SymInt groups, bool[3] output_mask) -> (Tensor, Tensor, Tensor)", \
     EXTERN, conv_backward, conv_backward, NONE)                                         \
+  X(MAX_POOL2D, "aten.max_pool2d_with_indices.default",                                 \
+    "max_pool2d_with_indices(Tensor self, int[2] kernel_size, int[2] stride=[], int[2] padding=0, int[2] dilation=1, bool ceil_mode=False) -> (Tensor, Tensor)", \
+    REDUCTION, max_pool2d, max_pool2d, NONE)                                            \
+  X(MAX_POOL2D_BACKWARD, "aten.max_pool2d_with_indices_backward.default",               \
+    "max_pool2d_with_indices_backward(Tensor grad_output, Tensor self, int[2] kernel_size, int[2] stride, int[2] padding, int[2] dilation, bool ceil_mode, Tensor indices) -> Tensor", \
+    REDUCTION, max_pool2d_backward, max_pool2d_backward, NONE)                          \
+  X(AVG_POOL2D, "aten.avg_pool2d.default",                                              \
+    "avg_pool2d(Tensor self, int[2] kernel_size, int[2] stride=[], int[2] padding=0, bool ceil_mode=False, bool count_include_pad=True, int? divisor_override=None) -> Tensor", \
+    REDUCTION, avg_pool2d, avg_pool2d, NONE)                                            \
+  X(AVG_POOL2D_BACKWARD, "aten.avg_pool2d_backward.default",                            \
+    "avg_pool2d_backward(Tensor grad_output, Tensor self, int[2] kernel_size, int[2] stride, int[2] padding, bool ceil_mode, bool count_include_pad, int? divisor_override) -> Tensor", \
+    REDUCTION, avg_pool2d_backward, avg_pool2d_backward, NONE)                          \
   X(NATIVE_DROPOUT, "aten.native_dropout.default",                                      \
     "native_dropout(Tensor input, float p, bool? train, *, Tensor? seed=None) -> (Tensor, Tensor)", \
     POINTWISE, native_dropout, native_dropout, NONE)                                    \

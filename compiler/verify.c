@@ -350,12 +350,15 @@ static int resolve_tensor(verify_ctx *vc, const char *pname, const char *vname, 
   return 0;
 }
 
-/* Checks list length against T[N]; a single element is repeated. */
+/* Checks list length against T[N]; a single element is repeated, and an
+ * int list may be empty: the op says what that means (pooling's stride=[]
+ * is the kernel size, as in PyTorch; elsewhere it is refused). */
 static int list_len_ok(verify_ctx *vc, const tcc_param *q, size_t n, size_t *len) {
   *len = n;
   /* int[1] is PyTorch's "an int list, or one int": any length */
   if (q->list_len > 1 && n != (size_t)q->list_len) {
     if (n == 1) *len = (size_t)q->list_len;
+    else if (n == 0 && q->type == TCC_PT_INT) *len = 0;
     else
       return tcc_error_set(vc->err, TCC_E_INVALID_ARGUMENT,
                            "argument '%s' must have %d elements, got %zu", q->name,

@@ -458,6 +458,98 @@ def test_copy(case):
     run_op(A.copy.default, (self_, src))
 
 
+POOL_CASES = [     # (input sizes, kernel, stride, padding, dilation, ceil_mode)
+    ((2, 3, 9, 9), [3, 3], [2, 2], [1, 1], [1, 1], False),   # ResNet's stem
+    ((2, 3, 8, 8), [2], [], [0], [1], False),                  # 2x2, stride = kernel
+    ((3, 10, 7), [3, 2], [2, 1], [1, 0], [2, 1], True),        # unbatched, dilated, ceil
+    ((1, 2, 5, 6), [2, 3], [3, 2], [1, 1], [1, 1], True),      # ceil_mode's last window
+    ((2, 2, 7, 7), [3, 3], [1, 1], [1, 1], [1, 1], False),     # overlapping windows
+]
+
+
+def _run_backward(op, args):
+    """A pooling backward against eager -- for bfloat16 against float64
+    rounded once: eager adds overlapping windows' shares in bfloat16, one
+    rounding per add, where the kernel adds in float32."""
+    if args[0].dtype != torch.bfloat16:
+        return run_op(op, args)
+    gm, ins = tk.op_graph(op, args)
+    out = tk.compile_fx(gm, ins)(*ins)[0]
+    wide = [a.double() if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in args]
+    check(out, op(*wide).to(torch.bfloat16))
+
+
+def _pool_input(i, dtype, layout, special=False):
+    sizes = POOL_CASES[i][0]
+    x = rnd(sizes, dtype, gen(140 + i))
+    if special:       # NaNs (two in one window) and windows of -inf only
+        x[..., 0, 0] = float("nan")
+        x[..., 0, 1] = float("nan")
+        x[..., -1, :] = float("-inf")
+        x[..., -2, :] = float("-inf")
+    if layout == "channels_last" and len(sizes) == 4:
+        x = x.contiguous(memory_format=torch.channels_last)
+    return x
+
+
+@pytest.mark.parametrize("layout", ["contig", "channels_last"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+@pytest.mark.parametrize("i", range(len(POOL_CASES)))
+def test_max_pool2d(i, dtype, layout):
+    """Values and indices (exact: eager's tap) forward, the gradient
+    backward (through eager's indices)."""
+    _, k, st, pad, dil, ceil = POOL_CASES[i]
+    for special in (False, True):
+        x = _pool_input(i, dtype, layout, special)
+        run_op(A.max_pool2d_with_indices.default, (x, k, st, pad, dil, ceil), nout=2)
+        y, idx = A.max_pool2d_with_indices.default(x, k, st, pad, dil, ceil)
+        gy = rnd(y.shape, dtype, gen(150 + i))
+        _run_backward(A.max_pool2d_with_indices_backward.default, (gy, x, k, st, pad, dil, ceil, idx))
+
+
+AVG_OPTIONS = [(True, None), (False, None), (True, 5)]   # (count_include_pad, divisor_override)
+
+
+@pytest.mark.parametrize("opt", range(len(AVG_OPTIONS)))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("i", range(len(POOL_CASES)))
+def test_avg_pool2d(i, dtype, opt):
+    sizes, k, st, pad, _, ceil = POOL_CASES[i]
+    inc, div = AVG_OPTIONS[opt]
+    x = _pool_input(i, dtype, "channels_last" if opt == 1 else "contig")
+    args = (k, st, pad, ceil, inc, div)
+    run_op(A.avg_pool2d.default, (x,) + args)
+    gy = rnd(A.avg_pool2d.default(x, *args).shape, dtype, gen(160 + i))
+    _run_backward(A.avg_pool2d_backward.default, (gy, x) + args)
+
+
+def test_pool_refusals():
+    """What eager refuses is INVALID_ARGUMENT naming it (requests edited
+    after tracing: eager would not trace them); integer inputs are
+    UNIMPLEMENTED."""
+    x = rnd((1, 2, 6, 6), torch.float32, gen(170))
+    gm, ins = tk.op_graph(A.avg_pool2d.default, (x, [3, 3], [2, 2], [1, 1]))
+    for arg, ints, msg in [("padding", [2, 2], "at most half of effective kernel size"),
+                           ("kernel_size", [0, 3], "kernel size should be greater than zero"),
+                           ("stride", [1, 0], "stride should be greater than zero")]:
+        req = tk.request_for(gm, ins)
+        for a in req.graph.nodes[0].inputs:
+            if a.name == arg:
+                del a.arg.as_ints.values[:]
+                a.arg.as_ints.values.extend(ints)
+        with pytest.raises(tk.CompileError) as e:
+            tk.compile_request(req)
+        assert e.value.code == -3 and msg in e.value.message, str(e.value)
+    xi = torch.randint(0, 9, (1, 2, 6, 6))
+    gm, ins = tk.op_graph(A.avg_pool2d.default, (xi.double(), [2, 2]))
+    req = tk.request_for(gm, ins)
+    for v in req.graph.values:
+        v.meta.dtype = pb.INT64
+    with pytest.raises(tk.CompileError) as e:
+        tk.compile_request(req)
+    assert e.value.code == -12 and "int64 input" in e.value.message, str(e.value)
+
+
 def test_cat_pad_index():
     g = gen(101)
     a = rnd((2, 3), torch.float32, g)

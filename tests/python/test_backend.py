@@ -250,6 +250,21 @@ def test_transposed_convolution_trains(daemon):
         assert tccd.stats()["fallback_ops"] == 0, tccd.fallback_ops()
 
 
+def _trains_as_eager(m, x):
+    """m compiled by tccd: its output and the gradients of x and of every
+    parameter match eager's (float32, 1e-5)."""
+    y = torch.compile(m, backend="tccd")(x)
+    y.square().sum().backward()
+    params = list(m.parameters())
+    got = [y.detach(), x.grad] + [p.grad for p in params]
+    x.grad = None
+    m.zero_grad(set_to_none=True)
+    want = m(x)
+    want.square().sum().backward()
+    for a, b in zip(got, [want.detach(), x.grad] + [p.grad for p in params]):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+
+
 def test_channels_last_cnn_trains(daemon):
     """A channels_last CNN (conv, tanh, global average pool, linear):
     AOTAutograd restrides the pooled mean with as_strided and builds its
@@ -259,20 +274,28 @@ def test_channels_last_cnn_trains(daemon):
                             torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(),
                             torch.nn.Linear(8, 5)).to(memory_format=torch.channels_last)
     x = torch.randn(4, 3, 6, 6).contiguous(memory_format=torch.channels_last).requires_grad_()
-    y = torch.compile(m, backend="tccd")(x)
-    y.square().sum().backward()
-    params = [m[0].weight, m[0].bias, m[4].weight, m[4].bias]
-    got = [y.detach(), x.grad] + [p.grad for p in params]
-    x.grad = None
-    m.zero_grad(set_to_none=True)
-    want = m(x)
-    want.square().sum().backward()
-    for a, b in zip(got, [want.detach(), x.grad] + [p.grad for p in params]):
-        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+    _trains_as_eager(m, x)
     if "onednn/" in tccd.Client().ops().compiler:
         assert tccd.stats()["fallback_ops"] == 0, tccd.fallback_ops()
     with torch.no_grad():
         torch.testing.assert_close(torch.compile(m, backend="tccd")(x), m(x), rtol=1e-5, atol=1e-5)
+
+
+def test_pooling_cnn_trains(daemon):
+    """ResNet's stem (conv, batch-free tanh, 3x3/2 max pool with padding)
+    and a 2x2 average pool, channels_last and not: every op compiled (the
+    pools forward and backward), output and gradients as eager's
+    (float32, 1e-5)."""
+    for fmt in (torch.contiguous_format, torch.channels_last):
+        torch._dynamo.reset()
+        tccd.reset_stats()
+        m = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.Tanh(),
+                                torch.nn.MaxPool2d(3, 2, 1), torch.nn.AvgPool2d(2),
+                                torch.nn.Flatten(), torch.nn.Linear(8 * 3 * 3, 5)).to(memory_format=fmt)
+        x = torch.randn(4, 3, 12, 12).contiguous(memory_format=fmt).requires_grad_()
+        _trains_as_eager(m, x)
+        if "onednn/" in tccd.Client().ops().compiler:
+            assert tccd.stats()["fallback_ops"] == 0, (fmt, tccd.fallback_ops())
 
 
 def test_float64_compiles_integers_fall_back(daemon):
