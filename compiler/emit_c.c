@@ -22,7 +22,9 @@
  *
  * Loop nests. A kernel whose accesses are all affine, with no reduction
  * and no index value, is planned into flat loops (below). Any other
- * kernel runs its dims in order, i0 outermost, and every value is
+ * kernel runs one loop per dim -- in the first store's stride order when
+ * its reductions are all per element (order_dims), else i0 outermost --
+ * and every value is
  * computed in the outermost loop where all its variables are bound
  * (loop-invariant code motion): a row statistic (REDUCE over bound
  * variables) is computed once per row, its own loop nest placed where it
@@ -204,6 +206,8 @@ typedef struct access {
 
 typedef struct loop_plan {
   int affine;                /* loops planned (merged), accesses affine */
+  int permuted;              /* dim-order nest whose loops follow the first store's strides */
+  int pos[TCC_MAX_DIMS];     /* dim-order nests: the loop of kernel dim d */
   int nloops;
   int64_t size[TCC_MAX_DIMS];
   int dims[TCC_MAX_DIMS][TCC_MAX_DIMS];  /* kernel dims merged into loop j, outer first */
@@ -274,16 +278,53 @@ static void add_access(kernel_emit *ke, int buf, const tcc_ix *const *idx) {
 }
 
 /* Gathers loads; *simple stays 1 while the kernel has no reduction, no
- * index value and no data-dependent index (what flat loops allow). */
-static int gather_loads(kernel_emit *ke, tcc_ptrmap *seen, const tcc_vx *e, int *simple) {
+ * index value and no data-dependent index (what flat loops allow).
+ * *red_vars: the kernel vars every REDUCE reads (AND over them). */
+static int gather_loads(kernel_emit *ke, tcc_ptrmap *seen, const tcc_vx *e, int *simple,
+                        uint32_t *red_vars) {
   if (tcc_ptrmap_get(seen, e)) return 0;
   if (tcc_ptrmap_put(seen, e, e)) return -1;
   if (e->op == TCC_PRIM_LOAD) add_access(ke, e->buf, e->idx);
+  if (e->op == TCC_PRIM_REDUCE) *red_vars &= tcc_vx_kernel_vars(e);
   if (e->op == TCC_PRIM_REDUCE || e->op == TCC_PRIM_INDEX) *simple = 0;
-  if (e->a && gather_loads(ke, seen, e->a, simple)) return -1;
-  if (e->b && gather_loads(ke, seen, e->b, simple)) return -1;
-  if (e->c && gather_loads(ke, seen, e->c, simple)) return -1;
+  if (e->a && gather_loads(ke, seen, e->a, simple, red_vars)) return -1;
+  if (e->b && gather_loads(ke, seen, e->b, simple, red_vars)) return -1;
+  if (e->c && gather_loads(ke, seen, e->c, simple, red_vars)) return -1;
   return 0;
+}
+
+/* A dim-order nest (not planned) runs its dims in the order of the first
+ * store's strides, largest outermost, when that store is affine and every
+ * REDUCE reads all the kernel's dims (a window reduction per element: it
+ * sits in the element loop whatever the order). A channels_last store
+ * then runs C innermost, unit-stride, instead of W at stride C. Otherwise
+ * (a per-channel statistic would move inward and be recomputed) dims run
+ * in order, i0 outermost. */
+static void order_dims(kernel_emit *ke, uint32_t red_vars, uint32_t need) {
+  const tcc_kernel *k = ke->k;
+  loop_plan *pl = &ke->plan;
+  int order[TCC_MAX_DIMS];
+  for (int d = 0; d < k->rank; d++) order[d] = d;
+  access first = ke->acc[0];
+  if (!ke->overflow && ke->nacc > 0 && (red_vars & need) == need &&
+      access_affine(ke->p, k, &first)) {
+    int64_t key[TCC_MAX_DIMS];     /* dims of size 1 outermost: they loop once */
+    for (int d = 0; d < k->rank; d++) key[d] = k->sizes[d] == 1 ? INT64_MAX : llabs(first.coef[d]);
+    for (int i = 1; i < k->rank; i++)
+      for (int j = i; j > 0 && key[order[j]] > key[order[j - 1]]; j--) {
+        int t = order[j];
+        order[j] = order[j - 1];
+        order[j - 1] = t;
+      }
+  }
+  pl->nloops = k->rank;
+  for (int j = 0; j < k->rank; j++) {
+    pl->size[j] = k->sizes[order[j]];
+    pl->dims[j][0] = order[j];
+    pl->ndims[j] = 1;
+    pl->pos[order[j]] = j;
+    pl->permuted |= order[j] != j;
+  }
 }
 
 /* Plans the loop nest of ke->k (see the file header). */
@@ -297,10 +338,11 @@ static int plan_loops(kernel_emit *ke) {
     return -1;
   }
   int simple = 1;
+  uint32_t red_vars = ~0u;
   for (int s = 0; s < k->nstores; s++) add_access(ke, k->stores[s].buf, k->stores[s].idx);
   int nstore_acc = ke->nacc;
   for (int s = 0; s < k->nstores; s++)
-    if (gather_loads(ke, &seen, k->stores[s].value, &simple)) {
+    if (gather_loads(ke, &seen, k->stores[s].value, &simple, &red_vars)) {
       tcc_ptrmap_free(&seen);
       return -1;
     }
@@ -318,13 +360,8 @@ static int plan_loops(kernel_emit *ke) {
   pl->affine = !ke->overflow && simple;
   for (int i = 0; i < ke->nacc && pl->affine; i++)
     pl->affine = access_affine(ke->p, k, &ke->acc[i]);
-  if (!pl->affine) {                           /* natural order, no merging */
-    pl->nloops = k->rank;
-    for (int d = 0; d < k->rank; d++) {
-      pl->size[d] = k->sizes[d];
-      pl->dims[d][0] = d;
-      pl->ndims[d] = 1;
-    }
+  if (!pl->affine) {                           /* one loop per dim, no merging */
+    order_dims(ke, red_vars, need);
     return 0;
   }
   /* Dims of size 1 vanish; order by the first store's |coef|, largest
@@ -805,10 +842,10 @@ static int level_of(kernel_emit *ke, const varset *s) {
     int v = s->v[i];
     if (v >= TCC_MAX_DIMS) return ke->plan.nloops + 1;   /* bound: never at kernel level */
     if (ke->k->sizes[v] == 1 && !ke->plan.affine) {
-      if (lv < v + 1) lv = v + 1;
+      if (lv < ke->plan.pos[v] + 1) lv = ke->plan.pos[v] + 1;
       continue;
     }
-    int l = ke->plan.affine ? ke->plan.nloops : v + 1;
+    int l = ke->plan.affine ? ke->plan.nloops : ke->plan.pos[v] + 1;
     if (l > lv) lv = l;
   }
   return lv;
@@ -1578,8 +1615,8 @@ static int emit_kernel(const tcc_program *p, const tcc_kernel *k, int kno, tcc_b
   ke.nscoped = 0;
   /* border peeling of the element loop (see put_peel_range) */
   int pv = ke.plan.nloops - 1;
-  if (!ke.plan.affine && !inner_red && pv >= 0 && pv < k->rank && pv != par && ke.plan.size[pv] > 1 &&
-      !p->graph->nsyms)
+  if (!ke.plan.affine && !ke.plan.permuted && !inner_red && pv >= 0 && pv < k->rank && pv != par &&
+      ke.plan.size[pv] > 1 && !p->graph->nsyms)
     for (int i = 0; i < nn; i++)
       if (nodes[i]->op == TCC_PRIM_LOAD)
         for (int d = 0; d < nodes[i]->nidx; d++) find_peels(&ke, nodes[i]->idx[d], pv);
@@ -1626,9 +1663,10 @@ static int emit_kernel(const tcc_program *p, const tcc_kernel *k, int kno, tcc_b
         tcc_buf_puts(b, "\n");
       } else if (cfg && cfg->unroll > 0 && j == ke.plan.nloops - 1)
         tcc_buf_printf(b, "%*s#pragma GCC unroll %d\n", indent, "", cfg->unroll);
-      tcc_buf_printf(b, "%*sfor (int64_t i%d = 0; i%d < %" PRId64 "; i%d++) {\n", indent, "", j, j,
-                     ke.plan.size[j], j);
-      if (!ke.plan.affine) ke.bound[j] = 1;
+      int iv = ke.plan.affine ? j : ke.plan.dims[j][0];   /* dim order: loop j binds i<dim> */
+      tcc_buf_printf(b, "%*sfor (int64_t i%d = 0; i%d < %" PRId64 "; i%d++) {\n", indent, "", iv, iv,
+                     ke.plan.size[j], iv);
+      if (!ke.plan.affine) ke.bound[iv] = 1;
       else
         for (int d = 0; d < ke.plan.ndims[j]; d++) ke.bound[ke.plan.dims[j][d]] = 1;
       indent += 2;
