@@ -507,6 +507,25 @@ def test_max_pool2d(i, dtype, layout):
         _run_backward(A.max_pool2d_with_indices_backward.default, (gy, x, k, st, pad, dil, ceil, idx))
 
 
+def test_window_kernel_follows_a_channels_last_store():
+    """A pooling kernel that writes NHWC loops C innermost (unit stride),
+    and still gives eager's values and indices."""
+    x = _pool_input(0, torch.float32, "channels_last")
+    k, st, pad, dil, ceil = POOL_CASES[0][1:]
+    gm, ins = tk.op_graph(A.max_pool2d_with_indices.default, (x, k, st, pad, dil, ceil), nout=2)
+    req = tk.request_for(gm, ins)
+    for name in req.graph.outputs:                      # declare both outputs NHWC
+        meta = next(v.meta for v in req.graph.values if v.name == name)
+        n, c, h, w = meta.sizes
+        del meta.strides[:]
+        meta.strides.extend([h * w * c, 1, w * c, c])
+    kern = tk.compile_request(req, keep_source=True)
+    src = kern.source[kern.source.index("/* k0"):]
+    assert src.index("for (int64_t i1 ") > src.index("for (int64_t i3 "), src[:600]
+    for got, want in zip(kern(*ins), A.max_pool2d_with_indices.default(x, k, st, pad, dil, ceil)):
+        check(got, want)
+
+
 AVG_OPTIONS = [(True, None), (False, None), (True, 5)]   # (count_include_pad, divisor_override)
 
 
