@@ -224,6 +224,49 @@ def test_output_plan_of_views_only_needs_no_kernel():
             torch.testing.assert_close(g, w, rtol=0, atol=0)
 
 
+def test_output_plan_pickled_keeps_its_layouts(monkeypatch):
+    """A plan saved after a call (plan.py pickles OutputPlans) keeps the
+    layouts it replayed with the layouts of the buffers they were replayed
+    on: unpickled, it makes the same views over buffers laid out the same
+    way without replaying, and replays (right again) over a buffer laid out
+    otherwise under the same key -- a daemon that now returns another
+    output layout for the same request."""
+    import pickle
+
+    def f(x):
+        y = torch.sin(x) * 2
+        return y.permute(1, 0)[1:], x.t().unsqueeze(0), torch.cos(y).view(-1)
+
+    x = torch.randn(5, 6)
+    plan = P.OutputPlan(_partition_of(f, x))
+    kernel_outs = list(plan.kernel_gm(x))
+    plan.assemble(("k",), [x], kernel_outs)
+    saved = pickle.loads(pickle.dumps(plan))
+    replays = []
+    real = P.OutputPlan._replay
+    monkeypatch.setattr(P.OutputPlan, "_replay",
+                        staticmethod(lambda chain, base: replays.append(1) or real(chain, base)))
+    x2 = torch.randn(5, 6)
+    for _ in range(2):
+        got = saved.assemble(("k",), [x2], list(plan.kernel_gm(x2)))
+        for g, w in zip(got, f(x2)):
+            assert (g.shape, g.stride(), g.storage_offset()) == (w.shape, w.stride(),
+                                                                 w.storage_offset())
+            torch.testing.assert_close(g, w, rtol=0, atol=0)
+    assert replays == []
+    # the same key over a kernel buffer laid out column-major: replayed
+    other = pickle.loads(pickle.dumps(plan))
+    outs = list(plan.kernel_gm(x2))
+    outs[0] = outs[0].t().contiguous().t()         # y (cos(y) must stay viewable)
+    assert outs[0].stride() != kernel_outs[0].stride()
+    got = other.assemble(("k",), [x2], outs)
+    assert replays
+    want = f(x2)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, rtol=0, atol=0)
+    assert got[0].stride() == outs[0].permute(1, 0)[1:].stride()
+
+
 def test_splits_become_slices():
     def f(x):
         a, b, c = torch.split(x, [2, 3, 1], dim=1)

@@ -521,6 +521,12 @@ if _reinterpret is None:
         return base.as_strided(sizes, strides, base.storage_offset() + offset_increment)
 
 
+def _layouts_of(tensors):
+    """(sizes, strides, storage offset) of each tensor (None stays None)."""
+    return [None if t is None else (tuple(t.shape), tuple(t.stride()), t.storage_offset())
+            for t in tensors]
+
+
 class OutputPlan:
     """How a partition's outputs are made. Most are kernel outputs; an
     output that is a view (a chain of view_source steps) of a kernel output
@@ -528,8 +534,12 @@ class OutputPlan:
     eager would: its sizes, strides and offset come from replaying the
     chain on a meta tensor laid out like the real buffer (once per input
     signature), then one view per run: as_strided the first time (it
-    checks the view fits), Inductor's reinterpret_tensor after that. The
-    kernel computes only `kernel_gm`: the partition with those outputs
+    checks the view fits), Inductor's reinterpret_tensor after that. A
+    saved plan (plan.py) keeps the layouts with those of the buffers they
+    were replayed on: a process running from it makes the same views over
+    buffers laid out the same way with reinterpret_tensor from the first
+    call (a BERT forward's first call made ~170 dispatched view ops, each
+    through AOTAutograd's first-call checking mode). The kernel computes only `kernel_gm`: the partition with those outputs
     replaced by their roots and the views nothing else reads removed.
 
     steps[i] for output i: ("kernel", j), or ("view", source, chain) with
@@ -575,15 +585,21 @@ class OutputPlan:
             g.eliminate_dead_code()
             self.kernel_gm = torch.fx.GraphModule(sub_gm, g)
         self._layouts = {}                   # signature key -> [(sizes, strides, offset)]
+        self._bases = {}                     # signature key -> the bases' layouts replayed on
+        self._planned = {}                   # signature key -> (bases' layouts, layouts): a plan's
 
     def __getstate__(self):
-        """Pickled (in a saved plan, plan.py): the steps alone, ops by name
-        (OpOverloads do not pickle); the kernel graph stays with the
-        process that partitioned."""
+        """Pickled (in a saved plan, plan.py): the steps, ops by name
+        (OpOverloads do not pickle), and the layouts replayed so far with
+        the layouts of the buffers they were replayed on; the kernel graph
+        stays with the process that partitioned."""
         steps = [s if s[0] == "kernel" else
                  (s[0], s[1], [(str(op), args, kwargs) for op, args, kwargs in s[2]])
                  for s in self.steps]
-        return dict(steps=steps, trivial=self.trivial, n_views=self.n_views)
+        planned = dict(self._planned)
+        planned.update((k, (self._bases[k], v)) for k, v in self._layouts.items()
+                       if k in self._bases)
+        return dict(steps=steps, trivial=self.trivial, n_views=self.n_views, planned=planned)
 
     def __setstate__(self, state):
         def op_named(name):          # "aten.view.default" -> the OpOverload
@@ -593,7 +609,9 @@ class OutputPlan:
         steps = [s if s[0] == "kernel" else
                  (s[0], s[1], [(op_named(op), args, kwargs) for op, args, kwargs in s[2]])
                  for s in state["steps"]]
-        self.__dict__.update(state, steps=steps, kernel_gm=None, _layouts={})
+        planned = state.pop("planned", {})
+        self.__dict__.update(state, steps=steps, kernel_gm=None, _layouts={}, _bases={},
+                             _planned=planned)
 
     @staticmethod
     def _replay(chain, base):
@@ -622,14 +640,22 @@ class OutputPlan:
                  else kernel_outs[s[1][1]] if s[0] == "view" else None for s in self.steps]
         out = []
         if layouts is None:
-            # as_strided checks that each view fits its buffer (a
-            # RuntimeError sends the signature to eager)
-            layouts = [self._replay(s[2], b) if s[0] == "view" else None
-                       for s, b in zip(self.steps, bases)]
-            for s, b, lay in zip(self.steps, bases, layouts):
-                out.append(kernel_outs[s[1]] if s[0] == "kernel" else b.as_strided(*lay))
-            self._layouts[key] = layouts
-            return out
+            seen = _layouts_of(bases)
+            planned = self._planned.get(key)
+            if planned is not None and planned[0] == seen:
+                # a saved plan replayed these views on buffers laid out
+                # exactly so: the same layouts, no replay
+                layouts = self._layouts[key] = planned[1]
+            else:
+                # as_strided checks that each view fits its buffer (a
+                # RuntimeError sends the signature to eager)
+                layouts = [self._replay(s[2], b) if s[0] == "view" else None
+                           for s, b in zip(self.steps, bases)]
+                for s, b, lay in zip(self.steps, bases, layouts):
+                    out.append(kernel_outs[s[1]] if s[0] == "kernel" else b.as_strided(*lay))
+                self._layouts[key] = layouts
+                self._bases[key] = seen
+                return out
         for s, b, lay in zip(self.steps, bases, layouts):
             if s[0] == "kernel":
                 out.append(kernel_outs[s[1]])
