@@ -129,20 +129,8 @@ static const tcc_vx *cst(tcc_program *p, tcc_dtype dt, double f) {
  * load of it at idx, or NULL. */
 static const tcc_vx *pack_at(tcc_lower_ctx *lc, const tcc_vx *body, int rank, const int64_t *sizes,
                              tcc_dtype dt, const tcc_ix *const *at) {
-  tcc_program *p = lc->prog;
-  tcc_buffer b = {.kind = TCC_BUF_TEMP, .pos = -1, .value = -1};
-  b.layout.dtype = dt;
-  b.layout.device = lc->g->target.device;
-  b.layout.rank = rank;
-  memcpy(b.layout.sizes, sizes, sizeof(int64_t) * (size_t)rank);
-  tcc_meta_contiguous(&b.layout);
-  const tcc_ix *idx[TCC_MAX_DIMS];
-  for (int d = 0; d < rank; d++) idx[d] = tcc_ix_var(p, d);
-  int id = tcc_program_add_buffer(p, &b);
-  if (id < 0 || !body) return NULL;
-  int k = tcc_program_add_kernel(p, rank, sizes);
-  if (k < 0 || tcc_kernel_add_store(p, k, id, idx, tcc_vx_cast(p, body, dt))) return NULL;
-  return tcc_vx_load(p, id, rank, at);
+  int id = tcc_lower_pack(lc, body, rank, sizes, dt);
+  return id < 0 ? NULL : tcc_vx_load(lc->prog, id, rank, at);
 }
 
 /* Value v read at (batch index b flattened over the leading dims, r, c). */

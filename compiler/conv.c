@@ -229,28 +229,6 @@ int tcc_infer_conv_backward(const tcc_graph *g, const tcc_node *n, tcc_meta *out
 
 /* ---------------------------------------------------------- lowering */
 
-/* Contiguous TEMP buffer of `sizes` in dtype dt, written by a kernel that
- * stores body (over the identity vars) into it. Returns the buffer id or
- * -1 (out of memory). */
-static int pack(tcc_lower_ctx *lc, const tcc_vx *body, int rank, const int64_t *sizes,
-                tcc_dtype dt) {
-  tcc_program *p = lc->prog;
-  tcc_buffer b = {.kind = TCC_BUF_TEMP, .pos = -1, .value = -1};
-  b.layout.dtype = dt;
-  b.layout.device = lc->g->target.device;
-  b.layout.rank = rank;
-  memcpy(b.layout.sizes, sizes, sizeof(int64_t) * (size_t)rank);
-  tcc_meta_contiguous(&b.layout);
-  const tcc_ix *idx[TCC_MAX_DIMS];
-  for (int d = 0; d < rank; d++)
-    if (!(idx[d] = tcc_ix_var(p, d))) return -1;
-  int id = tcc_program_add_buffer(p, &b);
-  if (id < 0 || !body) return -1;
-  int k = tcc_program_add_kernel(p, rank, sizes);
-  if (k < 0 || tcc_kernel_add_store(p, k, id, idx, tcc_vx_cast(p, body, dt))) return -1;
-  return id;
-}
-
 /* Splits flat index `lin` over sizes[0..n) (row-major) into out[0..n). */
 static void unflatten(tcc_program *p, const tcc_ix *lin, const int64_t *sizes, int n,
                       const tcc_ix **out) {
@@ -321,7 +299,7 @@ static int zero_padded(tcc_lower_ctx *lc, int S, int64_t N, int64_t C, int v, co
   }
   const tcc_vx *x = read(lc, v, xi, dt);
   if (ok) x = tcc_vx_where(p, ok, x, cst(p, dt, 0));
-  return pack(lc, x, 2 + S, sizes, dt);
+  return tcc_lower_pack(lc, x, 2 + S, sizes, dt);
 }
 
 /* The im2col buffer [G, Cig, k.., N, o..] of input x, or -1. With
@@ -354,12 +332,12 @@ static int im2col(tcc_lower_ctx *lc, const conv_geom *cg, int xv, tcc_dtype dt) 
                            tcc_ix_mul(p, tcc_ix_var(p, 2 + d), cg->d[d]));
     padded |= cg->p[d] > 0;
   }
-  if (!padded) return pack(lc, read(lc, xv, xi, dt), 3 + 2 * S, sizes, dt);
+  if (!padded) return tcc_lower_pack(lc, read(lc, xv, xi, dt), 3 + 2 * S, sizes, dt);
   int64_t size[CONV_MAX_SPATIAL];
   for (int d = 0; d < S; d++) size[d] = cg->in[d] + 2 * cg->p[d];
   int xp = zero_padded(lc, S, cg->N, cg->Cin, xv, cg->in, cg->p, size, dt);
   if (xp < 0) return -1;
-  return pack(lc, tcc_vx_load(p, xp, 2 + S, xi), 3 + 2 * S, sizes, dt);
+  return tcc_lower_pack(lc, tcc_vx_load(p, xp, 2 + S, xi), 3 + 2 * S, sizes, dt);
 }
 
 /* A load of buffer `buf` [G, A.., B..] (sizes as given) at (g, flat a,
@@ -450,7 +428,7 @@ static const tcc_vx *whole(tcc_lower_ctx *lc, int v, tcc_dtype dt) {
   if (ok) return e;
   const tcc_ix *idx[TCC_MAX_DIMS];
   for (int d = 0; d < lv->rank; d++) idx[d] = tcc_ix_var(p, d);
-  int buf = pack(lc, read(lc, v, idx, dt), lv->rank, lv->sizes, dt);
+  int buf = tcc_lower_pack(lc, read(lc, v, idx, dt), lv->rank, lv->sizes, dt);
   return buf < 0 ? NULL : tcc_vx_load(p, buf, lv->rank, idx);
 }
 
@@ -478,7 +456,7 @@ static const tcc_vx *onednn_step(tcc_lower_ctx *lc, tcc_extern_kind kind, const 
   prm[TCC_CONV_TRANSPOSED] = cg->transposed;
   /* packed by a kernel whose one store is the call: made EXTERN */
   const tcc_vx *call = tcc_vx_extern(p, kind, TCC__V1__DTYPE__FLOAT32, a, b, TCC_CONV_NPARAM, prm);
-  int id = call ? pack(lc, call, rank, sizes, TCC__V1__DTYPE__FLOAT32) : -1;
+  int id = call ? tcc_lower_pack(lc, call, rank, sizes, TCC__V1__DTYPE__FLOAT32) : -1;
   if (id < 0) return NULL;
   p->kernels[p->nkernels - 1].kind = TCC_OPK_EXTERN;
   const tcc_ix *idx[TCC_MAX_DIMS];
@@ -607,8 +585,8 @@ static int grad_input_unit_stride(tcc_lower_ctx *lc, const tcc_node *n, const co
       pi[2 + d] = tcc_ix_add(p, tcc_ix_add(p, tcc_ix_var(p, 3 + S + d),
                                            tcc_ix_mul(p, tcc_ix_var(p, 2 + d), -cg->d[d])),
                              tcc_ix_const(p, (cg->k[d] - 1) * cg->d[d]));
-    return grad_input_gemm(lc, n, cg, wv, pack(lc, tcc_vx_load(p, gyp, 2 + S, pi), 3 + 2 * S,
-                                               sizes, dt), kks, hs, H, dt, err);
+    int cols = tcc_lower_pack(lc, tcc_vx_load(p, gyp, 2 + S, pi), 3 + 2 * S, sizes, dt);
+    return grad_input_gemm(lc, n, cg, wv, cols, kks, hs, H, dt, err);
   }
   for (int d = 0; d < S; d++) {
     /* o = h + p - k*d, in [0, o_size) */
@@ -622,7 +600,8 @@ static int grad_input_unit_stride(tcc_lower_ctx *lc, const tcc_node *n, const co
     gi[2 + d] = tcc_ix_clamp(p, e, cg->o[d]);
   }
   const tcc_vx *v = tcc_vx_where(p, ok, read(lc, gv, gi, dt), cst(p, dt, 0));
-  return grad_input_gemm(lc, n, cg, wv, pack(lc, v, 3 + 2 * S, sizes, dt), kks, hs, H, dt, err);
+  int cols = tcc_lower_pack(lc, v, 3 + 2 * S, sizes, dt);
+  return grad_input_gemm(lc, n, cg, wv, cols, kks, hs, H, dt, err);
 }
 
 /* grad_input_unit_stride's GEMM over the packed taps gcol and its
@@ -722,7 +701,7 @@ int tcc_lower_conv_backward(tcc_lower_ctx *lc, const tcc_node *n, tcc_error *err
     gsz[3 + d] = cg.o[d];
     gi[2 + d] = tcc_ix_var(p, 3 + d);
   }
-  int gyt = pack(lc, read(lc, gv, gi, dt), 3 + S, gsz, dt);
+  int gyt = tcc_lower_pack(lc, read(lc, gv, gi, dt), 3 + S, gsz, dt);
   if (gyt < 0) return OOM();
   int64_t cogs[1] = {cg.Cog};
 

@@ -328,6 +328,17 @@ const tcc_vx *tcc_lower_operand(tcc_lower_ctx *lc, const tcc_arg *a, int rank,
 int tcc_lower_realize(tcc_lower_ctx *lc, const tcc_node *n, int o, const tcc_vx *body,
                       tcc_error *err);
 
+/* A contiguous TEMP buffer of `sizes` in dt on the graph's device.
+ * Returns its id, or -1 (out of memory). */
+int tcc_lower_temp(tcc_lower_ctx *lc, int rank, const int64_t *sizes, tcc_dtype dt);
+/* A contiguous TEMP of `sizes` in dt that a kernel of its own writes with
+ * body (over the identity vars i0..i{rank-1}), for a lowering that reads
+ * a value in an order fusion would make slow (a GEMM operand, im2col
+ * columns, attention's probabilities). Returns the buffer id, or -1 (out
+ * of memory, or body NULL). */
+int tcc_lower_pack(tcc_lower_ctx *lc, const tcc_vx *body, int rank, const int64_t *sizes,
+                   tcc_dtype dt);
+
 /* A GEMM step C[b, m, n] = sum_k A[b, m, k] B[b, k, n] (an EXTERN kernel
  * into a TEMP; an operand BLAS cannot read as it is gets packed first):
  * a over (b, m, k), b over (b, k, n), dt float32/float64. Returns a load

@@ -1438,23 +1438,36 @@ int tcc_lower_embedding_backward(tcc_lower_ctx *lc, const tcc_node *n, tcc_error
 
 /* ------------------------------------------------------------ matmul */
 
-/* Realizes body (over `rank` vars of `sizes`) into a contiguous
- * temporary and returns the identity load of it. */
-static const tcc_vx *materialize(tcc_lower_ctx *lc, const tcc_vx *body, int rank,
-                                 const int64_t *sizes, tcc_dtype dt) {
-  tcc_program *p = lc->prog;
+int tcc_lower_temp(tcc_lower_ctx *lc, int rank, const int64_t *sizes, tcc_dtype dt) {
   tcc_buffer b = {.kind = TCC_BUF_TEMP, .pos = -1, .value = -1};
   b.layout.dtype = dt;
   b.layout.device = lc->g->target.device;
   b.layout.rank = rank;
   memcpy(b.layout.sizes, sizes, sizeof(int64_t) * (size_t)rank);
   tcc_meta_contiguous(&b.layout);
+  return tcc_program_add_buffer(lc->prog, &b);
+}
+
+int tcc_lower_pack(tcc_lower_ctx *lc, const tcc_vx *body, int rank, const int64_t *sizes,
+                   tcc_dtype dt) {
+  tcc_program *p = lc->prog;
   const tcc_ix *idx[TCC_MAX_DIMS];
-  int id = tcc_program_add_buffer(p, &b);
-  if (id < 0 || ident(p, rank, idx)) return NULL;
+  if (!body || identity_index(p, rank, idx)) return -1;
+  int id = tcc_lower_temp(lc, rank, sizes, dt);
+  if (id < 0) return -1;
   int k = tcc_program_add_kernel(p, rank, sizes);
-  if (k < 0 || tcc_kernel_add_store(p, k, id, idx, tcc_vx_cast(p, body, dt))) return NULL;
-  return tcc_vx_load(p, id, rank, idx);
+  if (k < 0 || tcc_kernel_add_store(p, k, id, idx, tcc_vx_cast(p, body, dt))) return -1;
+  return id;
+}
+
+/* Realizes body (over `rank` vars of `sizes`) into a contiguous
+ * temporary and returns the identity load of it. */
+static const tcc_vx *materialize(tcc_lower_ctx *lc, const tcc_vx *body, int rank,
+                                 const int64_t *sizes, tcc_dtype dt) {
+  const tcc_ix *idx[TCC_MAX_DIMS];
+  int id = tcc_lower_pack(lc, body, rank, sizes, dt);
+  if (id < 0 || identity_index(lc->prog, rank, idx)) return NULL;
+  return tcc_vx_load(lc->prog, id, rank, idx);
 }
 
 /* Can a GEMM operand over vars (b, r, c) with extents R x C be passed to
@@ -1516,13 +1529,7 @@ static const tcc_vx *gemm(tcc_lower_ctx *lc, const tcc_vx *a, const tcc_vx *bb, 
   bb = tcc_vx_cast(p, bb, od);
   if (!blas_operand_ok(p, a, M, K) || (cuda && !cuda_batch_affine(p, a))) a = materialize(lc, a, 3, as, od);
   if (!blas_operand_ok(p, bb, K, N) || (cuda && !cuda_batch_affine(p, bb))) bb = materialize(lc, bb, 3, bs, od);
-  tcc_buffer cb = {.kind = TCC_BUF_TEMP, .pos = -1, .value = -1};
-  cb.layout.dtype = dt;
-  cb.layout.device = lc->g->target.device;
-  cb.layout.rank = 3;
-  memcpy(cb.layout.sizes, cs, sizeof cs);
-  tcc_meta_contiguous(&cb.layout);
-  int id = tcc_program_add_buffer(p, &cb);
+  int id = tcc_lower_temp(lc, 3, cs, dt);
   const tcc_ix *idx[3];
   if (id < 0 || ident(p, 3, idx)) return NULL;
   int64_t dims[4] = {B, M, N, K};
