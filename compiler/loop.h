@@ -397,6 +397,31 @@ int tcc_check_program(const tcc_program *p, tcc_error *err);
 void tcc_dump_program(const tcc_program *p, tcc_buf *b);
 void tcc_dump_ix(const tcc_ix *e, tcc_buf *b);
 
+/* --------------------------------------------------------- csource.c */
+
+/* v (finite) as an exact C99 hexadecimal literal ("0x1.8p+1",
+ * "-0x0p+0"), built from its bits. */
+void tcc_put_hexfloat(tcc_buf *b, double v);
+/* v as INT64_C(v) (INT64_MIN by name). */
+void tcc_put_int64(tcc_buf *b, int64_t v);
+/* A target's exact literal of float v in dtype d. */
+typedef void tcc_put_float_fn(tcc_buf *b, double v, tcc_dtype d);
+/* The initializer of constant buffer B's elements, "{...};\n": floats
+ * through put_float, integers as decimals, bfloat16 as its bits, float16
+ * as its value (half_as_float: the C target's _Float16) or its bits. */
+void tcc_put_constant_elements(tcc_buf *b, const tcc_buffer *B, tcc_put_float_fn *put_float,
+                               int half_as_float);
+/* The unsigned type integer arithmetic of dtype d wraps in (uint64_t for
+ * int64, uint32_t for the narrower ones). */
+const char *tcc_utype(tcc_dtype d);
+/* Writes primitive op of result dtype d (C type T; isint: integer
+ * operands) over operand texts x, y, z, with math suffix f ("f" or ""),
+ * as both targets spell it. Returns 1, or 0 for an op each target spells
+ * itself (ROUND, ISINF, DIV, TRUNCDIV, FLOORDIV, FMOD, REM), writing
+ * nothing. */
+int tcc_put_prim_common(tcc_buf *b, tcc_prim op, tcc_dtype d, const char *T, int isint,
+                        const char *f, const char *x, const char *y, const char *z);
+
 /* ------------------------------------------------------- the targets */
 
 /* One backend per device type, after QBE's Target. */
