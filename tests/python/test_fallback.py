@@ -267,6 +267,21 @@ def test_output_plan_pickled_keeps_its_layouts(monkeypatch):
     assert got[0].stride() == outs[0].permute(1, 0)[1:].stride()
 
 
+def test_decomposition_table_is_core_atens_less_the_kept_ops():
+    """The backend's table: core ATen's decompositions of ATen ops, less
+    the ones tccd keeps whole -- not the other namespaces' composite ops,
+    which reading export's table whole would first materialize."""
+    from torch._decomp import core_aten_decompositions
+    from tccd import dynamo as D
+
+    full = dict(core_aten_decompositions())
+    kept = {D._resolve(n) for n in D._KEEP_WHOLE} - {None}
+    got = D.decompositions()
+    assert kept and not kept & set(got)
+    assert set(got) == {op for op in full if op.namespace == "aten"} - kept
+    assert any(op.namespace != "aten" for op in full)     # what was left out
+
+
 def test_splits_become_slices():
     def f(x):
         a, b, c = torch.split(x, [2, 3, 1], dim=1)

@@ -931,6 +931,13 @@ def _decomposition_table():
     from torch._decomp import core_aten_decompositions
 
     table = core_aten_decompositions()
+    # export's CustomDecompTable loads its ATen part when made; the first
+    # read of the whole table then "materializes" a decomposition for every
+    # CompositeImplicitAutograd op of the other namespaces (c10d_functional,
+    # quantized, ...: ~70 ms of a cold start), which AOTAutograd's trace
+    # decomposes through their own kernels anyway: the ATen part is the table.
+    aten = getattr(table, "decomp_table", None)
+    table = dict(aten) if isinstance(aten, dict) else dict(table)
     for name in _KEEP_WHOLE:
         op = _resolve(name)
         if op is not None:
@@ -947,7 +954,7 @@ def decompositions():
     AOTAutograd without it, or with Inductor's table, matches eager to
     1e-9), so that op is kept whole (it runs eagerly until tccd compiles it).
     """
-    return dict(_decomposition_table())   # built once per process (it takes ~50 ms)
+    return dict(_decomposition_table())   # built once per process (~0.1 s)
 
 
 class _LazyDecompositions(collections.abc.Mapping):
