@@ -539,8 +539,9 @@ class OutputPlan:
     were replayed on: a process running from it makes the same views over
     buffers laid out the same way with reinterpret_tensor from the first
     call (a BERT forward's first call made ~170 dispatched view ops, each
-    through AOTAutograd's first-call checking mode). The kernel computes only `kernel_gm`: the partition with those outputs
-    replaced by their roots and the views nothing else reads removed.
+    through AOTAutograd's first-call checking mode). The kernel computes
+    only `kernel_gm`: the partition with those outputs replaced by their
+    roots and the views nothing else reads removed.
 
     steps[i] for output i: ("kernel", j), or ("view", source, chain) with
     source ("kernel", j) or ("input", placeholder index) and chain the view
