@@ -38,6 +38,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+/* A build directory that cannot be made, written or read says nothing
+ * about the graph: a full disk (or quota) is RESOURCE_EXHAUSTED, anything
+ * else UNAVAILABLE; both are transient, never cached. */
+static int io_failure_class(int e) {
+  return e == ENOSPC || e == EDQUOT || e == ENOMEM || e == EFBIG ? TCC_E_RESOURCE_EXHAUSTED : TCC_E_UNAVAILABLE;
+}
+
 static int write_file(const char *path, const char *data, size_t len) {
   int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   if (fd < 0) return -1;
@@ -100,7 +107,7 @@ int tcc_build_so(const tcc_program *p, const char *src, size_t len,
   if ((size_t)snprintf(dir, sizeof dir, "%s/tccd-build-XXXXXX", base) >= sizeof dir)
     return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "work_dir path too long");
   if (!mkdtemp(dir))
-    return tcc_error_set(err, TCC_E_INTERNAL, "cannot create a build directory under '%s': %s",
+    return tcc_error_set(err, io_failure_class(errno), "cannot create a build directory under '%s': %s",
                          base, strerror(errno));
   snprintf(cfile, sizeof cfile, "%s/kernel.c", dir);
   snprintf(sofile, sizeof sofile, "%s/kernel.so", dir);
@@ -108,7 +115,7 @@ int tcc_build_so(const tcc_program *p, const char *src, size_t len,
 
   int rc;
   if (write_file(cfile, src, len)) {
-    rc = tcc_error_set(err, TCC_E_INTERNAL, "cannot write %s: %s", cfile, strerror(errno));
+    rc = tcc_error_set(err, io_failure_class(errno), "cannot write %s: %s", cfile, strerror(errno));
     goto done;
   }
   const char *argv[32 + 64];
@@ -158,7 +165,7 @@ int tcc_build_so(const tcc_program *p, const char *src, size_t len,
     goto done;
   }
   if (read_file(sofile, out, outlen)) {
-    rc = tcc_error_set(err, TCC_E_INTERNAL, "cannot read the built %s: %s", sofile, strerror(errno));
+    rc = tcc_error_set(err, io_failure_class(errno), "cannot read the built %s: %s", sofile, strerror(errno));
     goto done;
   }
 done:

@@ -139,6 +139,29 @@ static int copy_arg(tcc_arena *A, const tcc_arg *in, const int *remap, tcc_arg *
   }
 }
 
+/* A place in a node's tensor references: argument a, list element l. */
+typedef struct arg_cursor {
+  int a, l;
+} arg_cursor;
+
+/* The next tensor the node reads from *c on (the order of
+ * FOR_EACH_TENSOR_ARG), advancing *c past it; -1 when there is none. */
+static int next_tensor_ref(const tcc_node *node, arg_cursor *c) {
+  for (; c->a < node->nargs; c->a++, c->l = 0) {
+    const tcc_arg *a = &node->args[c->a];
+    if (a->kind == TCC_ARG_TENSOR && c->l == 0) {
+      c->l = 1;
+      return a->v;
+    }
+    if (a->kind == TCC_ARG_TENSORS)
+      while (c->l < a->n) {
+        int v = a->vals[c->l++];
+        if (v >= 0) return v;
+      }
+  }
+  return -1;
+}
+
 /* Gives value v (old id) the next canonical id unless it has one. */
 static void number(int *remap, int *next, int v) {
   if (remap[v] < 0) remap[v] = (*next)++;
@@ -155,12 +178,13 @@ int tcc_canonicalize(const tcc_graph *in, tcc_graph *out, tcc_error *err) {
   int *order = tcc_arena_array(&scratch, (size_t)nn + 1, sizeof *order);
   char *state = tcc_arena_alloc(&scratch, (size_t)nn + 1);  /* 0 new, 1 open, 2 done */
   int *stack = tcc_arena_array(&scratch, (size_t)nn + 1, sizeof *stack);
-  int *cursor = tcc_arena_array(&scratch, (size_t)nn + 1, sizeof *cursor);
+  arg_cursor *cursor = tcc_arena_array(&scratch, (size_t)nn + 1, sizeof *cursor);
   int *remap = tcc_arena_array(&scratch, (size_t)nv + 1, sizeof *remap);
   if (!order || !state || !stack || !cursor || !remap) goto oom;
 
-  /* Depth-first post-order from the outputs. cursor[n] counts the tensor
-   * references of n already pushed, in schema order. */
+  /* Depth-first post-order from the outputs. cursor[n] is where n's walk
+   * over its tensor references (schema order) stands, so each reference
+   * is looked at once: a node with 64k inputs costs 64k steps, not 64k^2. */
   int norder = 0;
   for (int oi = 0; oi < in->noutputs; oi++) {
     const tcc_value *ov = &in->values[in->outputs[oi]];
@@ -168,23 +192,19 @@ int tcc_canonicalize(const tcc_graph *in, tcc_graph *out, tcc_error *err) {
     int sp = 0;
     stack[sp++] = ov->def;
     state[ov->def] = 1;
-    cursor[ov->def] = 0;
+    cursor[ov->def] = (arg_cursor){0, 0};
     while (sp) {
       int n = stack[sp - 1];
-      const tcc_node *node = &in->nodes[n];
-      int k = 0, pushed = 0;
-      FOR_EACH_TENSOR_ARG(node, v, {
-        if (!pushed && k++ >= cursor[n]) {
-          cursor[n]++;
-          const tcc_value *val = &in->values[v];
-          if (val->kind == TCC_VAL_NODE && state[val->def] == 0) {
-            state[val->def] = 1;
-            cursor[val->def] = 0;
-            stack[sp++] = val->def;
-            pushed = 1;
-          }
+      int v, pushed = 0;
+      while (!pushed && (v = next_tensor_ref(&in->nodes[n], &cursor[n])) >= 0) {
+        const tcc_value *val = &in->values[v];
+        if (val->kind == TCC_VAL_NODE && state[val->def] == 0) {
+          state[val->def] = 1;
+          cursor[val->def] = (arg_cursor){0, 0};
+          stack[sp++] = val->def;
+          pushed = 1;
         }
-      })
+      }
       if (!pushed) {
         state[n] = 2;
         order[norder++] = n;

@@ -134,6 +134,13 @@ int tcc_onednn_enabled(void);
 int tcc_prepare(const Tcc__V1__CompileRequest *req, const char *identity,
                 tcc_prepared **out, tcc_error *err);
 
+/* Unpacks wire bytes (decode.c). Returns 0 (free *out with
+ * tcc__v1__compile_request__free_unpacked(*out, NULL)), or
+ * TCC_E_RESOURCE_EXHAUSTED (over TCC_MAX_REQUEST_BYTES) /
+ * TCC_E_INVALID_ARGUMENT ("malformed CompileRequest: graph.nodes[2]:
+ * truncated varint at byte 181"). */
+int tcc_decode_request(const uint8_t *buf, size_t len, Tcc__V1__CompileRequest **out, tcc_error *err);
+
 /* The same from encoded bytes (what arrives on the wire). Garbage or
  * truncated protobuf is TCC_E_INVALID_ARGUMENT. */
 int tcc_prepare_bytes(const uint8_t *buf, size_t len, const char *identity,

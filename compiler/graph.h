@@ -279,12 +279,7 @@ struct tcc_graph {
 
 /* -------------------------------------------------------- decode.c */
 
-/* Unpacks wire bytes. Returns 0 (free *out with
- * tcc__v1__compile_request__free_unpacked(*out, NULL)), or
- * TCC_E_RESOURCE_EXHAUSTED (over TCC_MAX_REQUEST_BYTES) /
- * TCC_E_INVALID_ARGUMENT ("malformed CompileRequest: ..."). */
-int tcc_decode_request(const uint8_t *buf, size_t len,
-                       Tcc__V1__CompileRequest **out, tcc_error *err);
+/* tcc_decode_request: compiler.h */
 
 /* -------------------------------------------------------- verify.c */
 

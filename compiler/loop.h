@@ -566,9 +566,11 @@ int tcc_dyn_fit_source(int k, int nprobes, const int64_t (*assign)[TCC_MAX_SYMS]
 /* Runs argv (argv[0] looked up in PATH; no shell) in its own process
  * group with stdin from /dev/null, collecting stdout+stderr (first 64
  * KiB) into *output (malloc'ed, NUL-terminated, may be NULL on OOM).
- * Kills the group after timeout_ms. Returns 0 when it exited 0;
- * TCC_E_DEADLINE_EXCEEDED on timeout; TCC_E_INTERNAL when it could not
- * start, died or exited non-zero (message says which). */
+ * Kills the group after timeout_ms. Returns 0 when it exited 0, else the
+ * failure's class (toolchain.c's table): TCC_E_INTERNAL for a diagnostic
+ * that would repeat; TCC_E_UNAVAILABLE (could not start, killed by a
+ * signal), TCC_E_RESOURCE_EXHAUSTED (out of memory or disk) or
+ * TCC_E_DEADLINE_EXCEEDED (timeout, CPU limit) for what may not. */
 int tcc_run_tool(const char *const *argv, int timeout_ms, char **output, tcc_error *err);
 /* The same; limit_as 0 leaves the address space unlimited (a process that
  * loads the CUDA driver maps far more virtual memory than any such

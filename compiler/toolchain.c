@@ -23,6 +23,23 @@
  * The exit status is collected with waitpid(pid): the caller's process
  * must not set SIGCHLD to SIG_IGN (then the status is lost and the run
  * reports INTERNAL).
+ *
+ * Failure classes (the daemon caches only deterministic failures):
+ *
+ *   what happened                                   code
+ *   ----------------------------------------------  -------------------
+ *   exited non-zero with a diagnostic               INTERNAL (would repeat)
+ *   ... saying out of memory, no space left on      RESOURCE_EXHAUSTED
+ *       device, disk quota exceeded                 (transient)
+ *   ... saying a program it ran was killed by a     UNAVAILABLE (transient)
+ *       signal ("Killed signal terminated program")
+ *   killed by a signal (the OOM killer's SIGKILL)   UNAVAILABLE (transient)
+ *   past its CPU-time limit (SIGXCPU)               DEADLINE_EXCEEDED
+ *   past its file-size limit (SIGXFSZ)              RESOURCE_EXHAUSTED
+ *   not found, not executable, could not be started UNAVAILABLE (transient)
+ *   exited 126 or 127 (a shell's "not executable",
+ *   "not found": a program it runs is missing)      UNAVAILABLE (transient)
+ *   ran past timeout_ms                             DEADLINE_EXCEEDED
  */
 #include "loop.h"
 #include "tcc_config.h"
@@ -93,6 +110,26 @@ static const char *const *limited_argv(const char *const *argv, int timeout_ms, 
   return out;
 }
 
+/* The class of a tool that exited non-zero, from what it printed: a
+ * shortage of memory or disk, or a program it ran killed by a signal,
+ * would not repeat (RESOURCE_EXHAUSTED, UNAVAILABLE); anything else is a
+ * diagnostic about its input that would (INTERNAL). */
+static int tool_failure_class(const char *text) {
+  static const char *const short_of[] = {
+      "out of memory", "virtual memory exhausted", "memory exhausted", "Cannot allocate memory",
+      "No space left on device", "Disk quota exceeded", "File too large",
+  };
+  static const char *const killed[] = {
+      "Killed signal terminated program", "terminated signal", "internal compiler error: Killed",
+      "terminated by signal", "Segmentation fault signal terminated program",
+  };
+  for (size_t i = 0; i < sizeof short_of / sizeof short_of[0]; i++)
+    if (strstr(text, short_of[i])) return TCC_E_RESOURCE_EXHAUSTED;
+  for (size_t i = 0; i < sizeof killed / sizeof killed[0]; i++)
+    if (strstr(text, killed[i])) return TCC_E_UNAVAILABLE;
+  return TCC_E_INTERNAL;
+}
+
 static int64_t now_ms(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -124,7 +161,7 @@ int tcc_run_tool_limits(const char *const *argv, int timeout_ms, int limit_as, c
   if (timeout_ms <= 0) timeout_ms = 120000;
   int fds[2];
   if (pipe2(fds, O_CLOEXEC))
-    return tcc_error_set(err, TCC_E_INTERNAL, "pipe: %s", strerror(errno));
+    return tcc_error_set(err, TCC_E_UNAVAILABLE, "cannot run '%s': pipe: %s", argv[0], strerror(errno));
 
   posix_spawn_file_actions_t fa;
   posix_spawnattr_t attr;
@@ -151,7 +188,7 @@ int tcc_run_tool_limits(const char *const *argv, int timeout_ms, int limit_as, c
   if (found) {
     close(fds[0]);
     close(fds[1]);
-    return tcc_error_set(err, TCC_E_INTERNAL, "cannot run '%s': %s", argv[0], strerror(found));
+    return tcc_error_set(err, TCC_E_UNAVAILABLE, "cannot run '%s': %s", argv[0], strerror(found));
   }
   char limit_bufs[4][48];
   const char *limited[256];
@@ -163,7 +200,7 @@ int tcc_run_tool_limits(const char *const *argv, int timeout_ms, int limit_as, c
   close(fds[1]);
   if (rc) {
     close(fds[0]);
-    return tcc_error_set(err, TCC_E_INTERNAL, "cannot run '%s': %s", argv[0], strerror(rc));
+    return tcc_error_set(err, TCC_E_UNAVAILABLE, "cannot run '%s': %s", argv[0], strerror(rc));
   }
 
   tcc_buf out = {0};
@@ -216,13 +253,20 @@ int tcc_run_tool_limits(const char *const *argv, int timeout_ms, int limit_as, c
   if (WIFEXITED(status) && WEXITSTATUS(status) == 127 && !text[0])
     /* exec failed after the fork (posix_spawn reports it this way under
      * some emulators, e.g. valgrind) */
-    return tcc_error_set(err, TCC_E_INTERNAL,
+    return tcc_error_set(err, TCC_E_UNAVAILABLE,
                          "cannot run '%s' (exit status 127: not found or not executable)", argv[0]);
+  if (WIFEXITED(status) && (WEXITSTATUS(status) == 126 || WEXITSTATUS(status) == 127))
+    /* the shell's "not executable" / "not found": a wrapper script whose
+     * compiler is missing for the moment */
+    return tcc_error_set(err, TCC_E_UNAVAILABLE, "'%s' exited with status %d (a program it runs is missing or not "
+                         "executable): %s", argv[0], WEXITSTATUS(status), text);
   if (WIFEXITED(status))
-    return tcc_error_set(err, TCC_E_INTERNAL, "'%s' exited with status %d%s%s", argv[0],
+    return tcc_error_set(err, tool_failure_class(text), "'%s' exited with status %d%s%s", argv[0],
                          WEXITSTATUS(status), text[0] ? ": " : " (no output)", text);
-  return tcc_error_set(err, TCC_E_INTERNAL, "'%s' was killed by signal %d%s%s", argv[0],
-                       WIFSIGNALED(status) ? WTERMSIG(status) : 0, text[0] ? ": " : "", text);
+  int sig = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
+  int code = sig == SIGXCPU ? TCC_E_DEADLINE_EXCEEDED : sig == SIGXFSZ ? TCC_E_RESOURCE_EXHAUSTED : TCC_E_UNAVAILABLE;
+  return tcc_error_set(err, code, "'%s' was killed by signal %d (%s)%s%s", argv[0], sig, strsignal(sig),
+                       text[0] ? ": " : "", text);
 }
 
 int tcc_toolchain_identity(const char *cc, char *out, size_t cap, tcc_error *err) {

@@ -69,7 +69,11 @@
 #include <assert.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <malloc.h>
 #include <string.h>
+#include <time.h>
+
+#include <grpc/byte_buffer.h>
 
 #include "daemon.h"
 #include "tcc/v1/tcc.pb-c.h"
@@ -113,13 +117,34 @@ typedef struct tccd_job {
   int nwaiters;
   tccd_tune *tune;                /* AUTOTUNING: the run (autotune.c) */
   uint64_t start_ns;              /* created (for the Jobs RPC) */
+  int64_t held;                   /* request bytes admitted (compile_request) */
   struct tccd_job *next;          /* in its hash bucket */
 } tccd_job;
 
 #define JOB_BUCKETS 256
+#define TRIM_AFTER_BYTES (64 << 20) /* held bytes worth a malloc_trim after */
+
+/* A graph whose compile ran past --compile-timeout-ms: answered
+ * DEADLINE_EXCEEDED at once until `until_ns`; each further timeout doubles
+ * the wait (2x the timeout first, at most BACKOFF_MAX_MS). A success
+ * forgets it. Kept in memory only: a restart forgets them all. */
+typedef struct tccd_backoff {
+  uint8_t hash[TCC_SHA256_BYTES];
+  uint64_t until_ns;
+  int64_t wait_ms;
+  int timeouts;
+  struct tccd_backoff *next;
+} tccd_backoff;
+
+#define BACKOFF_MAX_MS (3600 * 1000LL)
+#define BACKOFF_MAX_ENTRIES 4096
 
 typedef struct tccd_jobs {
   tccd_job *buckets[JOB_BUCKETS];
+  tccd_backoff *backoffs[JOB_BUCKETS];
+  int nbackoffs;
+  int64_t held_bytes;             /* admitted request bytes (x HELD_PER_BYTE) */
+  int64_t held_peak;              /* since the last malloc_trim */
   int64_t in_pool;                /* handed to uv_queue_work, not yet done */
   _Atomic int64_t running;        /* in COMPILING (workers update it) */
   tcc_build_options build;
@@ -178,13 +203,18 @@ static void job_set_state(tccd_job *job, job_state to) {
   atomic_store(&job->state, (int)to);
 }
 
+static void release_bytes(tccd_state *st, int64_t *held);
+
 static void job_free(tccd_job *job) {
+  tccd_state *st = job->st;
+  int64_t held = job->held;
   if (job->entry_owned) tcc_cache_entry_clear(&job->entry);
   free(job->remote_artifact);
   tcc_prepared_free(job->prep);
   tcc_artifact_free(&job->artifact);
   free(job->request_meta);
   free(job);
+  if (held) release_bytes(st, &held); /* last: a trim then finds it all freed */
 }
 
 int tccd_jobs_init(tccd_state *st) {
@@ -197,6 +227,11 @@ int tccd_jobs_init(tccd_state *st) {
 }
 
 void tccd_jobs_free(tccd_state *st) {
+  for (int b = 0; b < JOB_BUCKETS; b++)
+    for (tccd_backoff *o = st->jobs->backoffs[b], *next; o; o = next) {
+      next = o->next;
+      free(o);
+    }
   free(st->jobs);
   st->jobs = NULL;
 }
@@ -208,6 +243,73 @@ void tccd_jobs_stats(const tccd_state *st, tccd_job_stats *out) {
   for (int b = 0; b < JOB_BUCKETS; b++)
     for (tccd_job *j = st->jobs->buckets[b]; j; j = j->next)
       out->autotuning += atomic_load(&j->state) == JOB_AUTOTUNING;
+}
+
+/* ------------------------------------------------------------ timeouts */
+
+static tccd_backoff **backoff_slot(tccd_jobs *jobs, const uint8_t hash[TCC_SHA256_BYTES]) {
+  tccd_backoff **p = &jobs->backoffs[hash[0]];
+  while (*p && memcmp((*p)->hash, hash, TCC_SHA256_BYTES) != 0) p = &(*p)->next;
+  return p;
+}
+
+/* Drops every backoff that ended at least BACKOFF_MAX_MS ago (its graph
+ * would start again from the first wait anyway). */
+static void backoff_prune(tccd_jobs *jobs, uint64_t now) {
+  for (int b = 0; b < JOB_BUCKETS; b++)
+    for (tccd_backoff **p = &jobs->backoffs[b]; *p;) {
+      tccd_backoff *o = *p;
+      if (now > o->until_ns + (uint64_t)BACKOFF_MAX_MS * 1000000) {
+        *p = o->next;
+        free(o);
+        jobs->nbackoffs--;
+      } else {
+        p = &o->next;
+      }
+    }
+}
+
+/* A compile of hash ran past the timeout: start or double its backoff. */
+static void backoff_note_timeout(tccd_state *st, const uint8_t hash[TCC_SHA256_BYTES]) {
+  tccd_jobs *jobs = st->jobs;
+  uint64_t now = uv_hrtime();
+  tccd_backoff **p = backoff_slot(jobs, hash), *o = *p;
+  if (!o) {
+    if (jobs->nbackoffs >= BACKOFF_MAX_ENTRIES) backoff_prune(jobs, now);
+    if (jobs->nbackoffs >= BACKOFF_MAX_ENTRIES || !(o = calloc(1, sizeof *o))) return;
+    memcpy(o->hash, hash, TCC_SHA256_BYTES);
+    o->next = jobs->backoffs[hash[0]];
+    jobs->backoffs[hash[0]] = o;
+    jobs->nbackoffs++;
+    o->wait_ms = 2LL * st->cfg->compile_timeout_ms;
+  } else {
+    o->wait_ms *= 2;
+  }
+  if (o->wait_ms < 1000) o->wait_ms = 1000;
+  if (o->wait_ms > BACKOFF_MAX_MS) o->wait_ms = BACKOFF_MAX_MS;
+  o->timeouts++;
+  o->until_ns = now + (uint64_t)o->wait_ms * 1000000;
+}
+
+static void backoff_forget(tccd_jobs *jobs, const uint8_t hash[TCC_SHA256_BYTES]) {
+  tccd_backoff **p = backoff_slot(jobs, hash), *o = *p;
+  if (!o) return;
+  *p = o->next;
+  free(o);
+  jobs->nbackoffs--;
+}
+
+/* Fills err and returns 1 while hash is backing off after a timeout. */
+static int backoff_active(tccd_state *st, const uint8_t hash[TCC_SHA256_BYTES], const char *hash_hex,
+                          tcc_error *err) {
+  tccd_backoff *o = *backoff_slot(st->jobs, hash);
+  uint64_t now = uv_hrtime();
+  if (!o || now >= o->until_ns) return 0;
+  tcc_error_set(err, TCC_E_DEADLINE_EXCEEDED,
+                "the compile of guard hash %s ran past --compile-timeout-ms (%d ms) %d time(s); it is not "
+                "tried again for another %.0f s",
+                hash_hex, st->cfg->compile_timeout_ms, o->timeouts, (double)(o->until_ns - now) / 1e9);
+  return 1;
 }
 
 /* ------------------------------------------------------------ replies */
@@ -318,10 +420,13 @@ static void job_store(tccd_job *job) {
   }
 }
 
-/* Failures that the same graph, compiler and target would meet again
- * (an op the back end cannot lower, the C compiler rejecting the source)
- * go to the negative cache; timeouts and resource shortages may not
- * repeat, so they are retried. */
+/* Failure classes. Deterministic: what the same graph, compiler and
+ * target would meet again (an op the back end cannot lower, the C
+ * compiler's diagnostic about the source): recorded in the negative cache
+ * for --failure-ttl, locally and in Redis. Everything else is transient
+ * (the compiler killed by a signal or missing, out of memory or disk,
+ * NVRTC's internal errors: toolchain.c's table; timeouts; a store that
+ * failed) and never recorded; a timeout starts a backoff instead. */
 static int failure_is_deterministic(int code) {
   return code == TCC_E_UNIMPLEMENTED || code == TCC_E_INTERNAL || code == TCC_E_INVALID_ARGUMENT ||
          code == TCC_E_OUT_OF_RANGE;
@@ -335,14 +440,16 @@ static void job_release_lock(tccd_job *job) {
   job->remote_locked = 0;
 }
 
-/* `compiled`: the compile itself failed (not the store after it), so the
- * failure may be recorded for next time. */
+/* `compiled`: the compile itself failed (not the store after it), so a
+ * deterministic failure may be recorded for next time. */
 static void job_fail(tccd_job *job, int compiled) {
   tccd_state *st = job->st;
   job_set_state(job, JOB_FAILED);
   tcc_cache_count(st->cache, TCC_COUNTER_compile_failures, 1);
-  log_warn("compile %.12s failed (%s): %s", job->prep->hash_hex, tcc_status_name(job->rc), job->err.msg);
-  if (compiled && failure_is_deterministic(job->rc)) {
+  int deterministic = compiled && failure_is_deterministic(job->rc);
+  log_warn("compile %.12s failed (%s, %s): %s", job->prep->hash_hex, tcc_status_name(job->rc),
+           deterministic ? "deterministic" : "transient", job->err.msg);
+  if (deterministic && st->cfg->failure_ttl_s > 0) {
     tcc_error serr;
     if (tcc_cache_store_failure(st->cache, job->prep->hash, job->prep->key, job->prep->key_len,
                                 job->prep->target, job->rc, job->err.msg, &serr) != 0)
@@ -351,6 +458,9 @@ static void job_fail(tccd_job *job, int compiled) {
     tccd_remote_publish_failure(st, job->prep->hash, job->prep->key, job->prep->key_len, job->prep->target,
                                 job->rc, job->err.msg, job->remote_locked ? job->remote_token : NULL);
     job->remote_locked = 0;
+  } else if (!deterministic) {
+    if (compiled && job->rc == TCC_E_DEADLINE_EXCEEDED) backoff_note_timeout(st, job->prep->hash);
+    tcc_error_prefix(&job->err, "transient failure, not cached; a retry may succeed");
   }
   reply_error_to_waiters(job, job->rc, job->err.msg);
   job_release_lock(job);
@@ -358,6 +468,7 @@ static void job_fail(tccd_job *job, int compiled) {
 
 static void job_succeed(tccd_job *job) {
   job_set_state(job, JOB_DONE);
+  backoff_forget(job->st->jobs, job->prep->hash);
   log_info("compile %.12s %s: %d kernel(s), %zu bytes, %.1f ms, %d waiter(s)",
            job->prep->hash_hex, job->prep->target, job->artifact.kernels, job->artifact.size,
            job->artifact.compile_ms, job->nwaiters);
@@ -612,6 +723,14 @@ static int entry_servable(const tccd_state *st, const tcc_cache_entry *e) {
   return 0;
 }
 
+/* Is a recorded failure still answered? For --failure-ttl after it was
+ * recorded (0: never). An older one is compiled again (and recorded
+ * again if it fails the same way). */
+static int failure_fresh(const tccd_state *st, const tcc_cache_failure *f) {
+  int64_t age = (int64_t)time(NULL) - f->created;
+  return st->cfg->failure_ttl_s > 0 && age <= st->cfg->failure_ttl_s;
+}
+
 static uint8_t *encode_request_meta(const Tcc__V1__CompileRequest *req, size_t *len) {
   Tcc__V1__CompileRequest meta = TCC__V1__COMPILE_REQUEST__INIT;
   meta.target = req->target;
@@ -622,46 +741,133 @@ static uint8_t *encode_request_meta(const Tcc__V1__CompileRequest *req, size_t *
   return buf;
 }
 
-void tccd_rpc_compile(tccd_state *st, tccd_call *c) {
-  uint8_t *bytes;
-  size_t len;
-  if (tccd_call_read_payload(c, &bytes, &len) != 0) return;
-  tcc_cache_count(st->cache, TCC_COUNTER_requests, 1);
+/* One Compile call on its way to a job: its request message, then what
+ * preparation made of it. */
+typedef struct compile_request {
+  tccd_state *st;
+  tccd_call *c;
+  grpc_byte_buffer *payload;      /* until read (prepare_work) */
+  int64_t held;                   /* bytes admitted for it (admit_bytes) */
+  tcc_prepared *prep;             /* NULL when preparation failed: err says why */
+  uint8_t *request_meta;          /* encoded CompileRequest{target, options} */
+  size_t request_meta_len;
+  tcc_error err;
+  Tcc__V1__Timings t;
+} compile_request;
 
-  Tcc__V1__Timings t = TCC__V1__TIMINGS__INIT;
+/* Requests up to this size are prepared on the loop at once (a few tens
+ * of microseconds); larger ones on an offload thread. */
+#define INLINE_PREPARE_BYTES (64u << 10)
+
+/* Memory admission: what a request holds, from its arrival until its
+ * job ends, is estimated as HELD_PER_BYTE x its encoded size (decoded
+ * message, canonical graph, key and the compiler's IR: measured ~5.5x on
+ * a 256 MiB request). Past --request-memory-max the call gets
+ * RESOURCE_EXHAUSTED at once. */
+#define HELD_PER_BYTE 8
+
+/* Admits n bytes of request (0 when it fits, else fills err). */
+static int admit_bytes(tccd_state *st, size_t n, int64_t *held, tcc_error *err) {
+  tccd_jobs *jobs = st->jobs;
+  int64_t want = (int64_t)n * HELD_PER_BYTE;
+  int64_t max = st->cfg->request_memory_max;
+  if (max > 0 && jobs->held_bytes + want > max) {
+    tcc_cache_count(st->cache, TCC_COUNTER_rejected_memory, 1);
+    return tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED,
+                         "request of %zu bytes not admitted: requests being prepared and compiled hold ~%lld "
+                         "MiB and --request-memory-max is %lld MiB; retry later",
+                         n, (long long)(jobs->held_bytes >> 20), (long long)(max >> 20));
+  }
+  jobs->held_bytes += want;
+  if (jobs->held_bytes > jobs->held_peak) jobs->held_peak = jobs->held_bytes;
+  *held = want;
+  return 0;
+}
+
+static void trim_work(void *arg) {
+  (void)arg;
+  malloc_trim(0);
+}
+
+static void trim_done(void *arg, int cancelled) {
+  (void)arg;
+  (void)cancelled;
+}
+
+/* Gives admitted bytes back. When the last large request is gone, the
+ * heap's free memory goes back to the system (malloc_trim, on an offload
+ * thread: it walks the heap), so RSS returns to its baseline after a
+ * burst. */
+static void release_bytes(tccd_state *st, int64_t *held) {
+  tccd_jobs *jobs = st->jobs;
+  jobs->held_bytes -= *held;
+  *held = 0;
+  assert(jobs->held_bytes >= 0);
+  if (jobs->held_bytes == 0 && jobs->held_peak >= (int64_t)TRIM_AFTER_BYTES) {
+    jobs->held_peak = 0;
+    tccd_offload_submit(st, trim_work, trim_done, NULL);
+  }
+}
+
+/* Any thread (the loop for small requests, an offload thread for large
+ * ones): read, decode (the compiler's decoder, whose errors name the
+ * field and byte offset), verify, canonicalize and hash. Touches only r
+ * and the immutable identity. */
+static void prepare_work(void *arg) {
+  compile_request *r = arg;
   uint64_t t0 = uv_hrtime();
+  uint8_t *bytes = NULL;
+  size_t len = 0;
+  Tcc__V1__CompileRequest *req = NULL;
+  int rc = tccd_payload_read(r->payload, &bytes, &len, &r->err);
+  if (r->payload) grpc_byte_buffer_destroy(r->payload);
+  r->payload = NULL;
+  if (rc == 0) rc = tcc_decode_request(bytes, len, &req, &r->err);
+  free(bytes);
+  r->t.decode_ms = tccd_ms_since(t0);
+  if (rc != 0) return;
+  uint64_t t1 = uv_hrtime();
+  if (tcc_prepare(req, r->st->identity, &r->prep, &r->err) == 0) {
+    r->request_meta = encode_request_meta(req, &r->request_meta_len);
+    if (!r->request_meta) {
+      tcc_prepared_free(r->prep);
+      r->prep = NULL;
+      tcc_error_set(&r->err, TCC_E_RESOURCE_EXHAUSTED, "out of memory");
+    }
+  }
+  r->t.hash_ms = tccd_ms_since(t1);
+  tcc__v1__compile_request__free_unpacked(req, NULL);
+}
+
+static void compile_request_free(compile_request *r) {
+  tccd_state *st = r->st;
+  int64_t held = r->held;
+  if (r->payload) grpc_byte_buffer_destroy(r->payload);
+  tcc_prepared_free(r->prep);
+  free(r->request_meta);
+  free(r);
+  if (held) release_bytes(st, &held);
+}
+
+/* On the loop, once prepared: the cache, the negative cache, a timeout's
+ * backoff, a job in flight, or a new job. Every path ends at `done`. */
+static void compile_prepared(compile_request *r) {
+  tccd_state *st = r->st;
+  tccd_call *c = r->c;
+  tcc_prepared *prep = r->prep;
   tcc_error err;
   tcc_error_clear(&err);
-  Tcc__V1__CompileRequest *req = NULL;
-  if (len > TCC_MAX_REQUEST_BYTES) {
-    tcc_error_set(&err, TCC_E_RESOURCE_EXHAUSTED, "request is %zu bytes; the limit is %u", len,
-                  TCC_MAX_REQUEST_BYTES);
-  } else {
-    req = tcc__v1__compile_request__unpack(NULL, len, bytes);
-    if (!req)
-      tcc_error_set(&err, TCC_E_INVALID_ARGUMENT,
-                    "malformed CompileRequest: %zu bytes that do not decode as tcc.v1.CompileRequest", len);
-  }
-  free(bytes);
-  t.decode_ms = tccd_ms_since(t0);
-  tcc_prepared *prep = NULL;
-  if (req) {
-    uint64_t t1 = uv_hrtime();
-    tcc_prepare(req, st->identity, &prep, &err);
-    t.hash_ms = tccd_ms_since(t1);
-  }
   if (!prep) {
     tcc_cache_count(st->cache, TCC_COUNTER_invalid_requests, 1);
-    log_info("compile rejected (%s): %s", tcc_status_name(err.code), err.msg);
-    if (req) tcc__v1__compile_request__free_unpacked(req, NULL);
-    tccd_call_fail_error(c, &err);
-    return;
+    log_info("compile rejected (%s): %s", tcc_status_name(r->err.code), r->err.msg);
+    tccd_call_fail_error(c, &r->err);
+    goto done;
   }
 
   uint64_t t2 = uv_hrtime();
   tcc_cache_entry entry;
   int rc = tcc_cache_lookup(st->cache, prep->hash, prep->key, prep->key_len, &entry, &err);
-  t.lookup_ms = tccd_ms_since(t2);
+  r->t.lookup_ms = tccd_ms_since(t2);
   if (rc == 0 && !entry_servable(st, &entry)) {
     log_info("cache entry %.12s is %s; compiling it again to serve a signed artifact", prep->hash_hex,
              entry.signature_len ? "signed by a key this daemon does not trust" : "unsigned");
@@ -670,66 +876,64 @@ void tccd_rpc_compile(tccd_state *st, tccd_call *c) {
   }
   if (rc == 0) {
     tcc_cache_count(st->cache, TCC_COUNTER_hits, 1);
-    t.compile_ms = entry.compile_ms;
-    reply_entry(c, &entry, TCC__V1__CACHE_STATUS__HIT, &t);
+    r->t.compile_ms = entry.compile_ms;
+    reply_entry(c, &entry, TCC__V1__CACHE_STATUS__HIT, &r->t);
     log_debug("compile %.12s hit (%.3f ms)", prep->hash_hex, tccd_call_elapsed_ms(c));
     tcc_cache_entry_clear(&entry);
-    tcc__v1__compile_request__free_unpacked(req, NULL);
-    tcc_prepared_free(prep);
-    return;
+    goto done;
   }
   if (rc != TCC_E_NOT_FOUND) log_warn("cache lookup failed, compiling instead: %s", err.msg);
   else if (strstr(err.msg, "collision")) log_warn("%s", err.msg); /* stored key differs */
 
   tcc_cache_failure failure;
-  if (tcc_cache_lookup_failure(st->cache, prep->hash, prep->key, prep->key_len, &failure, &err) == 0) {
+  if (tcc_cache_lookup_failure(st->cache, prep->hash, prep->key, prep->key_len, &failure, &err) == 0 &&
+      failure_fresh(st, &failure)) {
     tcc_cache_count(st->cache, TCC_COUNTER_negative_hits, 1);
     log_debug("compile %.12s: recorded failure answered again", prep->hash_hex);
-    tcc__v1__compile_request__free_unpacked(req, NULL);
     tccd_call_fail(c, failure.code, "%s (recorded failure for guard hash %s; `tcctl evict %s` clears it)",
                    failure.message, prep->hash_hex, prep->hash_hex);
-    tcc_prepared_free(prep);
-    return;
+    goto done;
   }
 
   tccd_job *job = job_find(st->jobs, prep->hash);
   if (job) {
     tcc_cache_count(st->cache, TCC_COUNTER_coalesced, 1);
     job_add_waiter(job, c);
-    tcc__v1__compile_request__free_unpacked(req, NULL);
-    tcc_prepared_free(prep);
-    return;
+    goto done;
+  }
+  if (backoff_active(st, prep->hash, prep->hash_hex, &err)) {
+    log_debug("compile %.12s: backing off after a timeout", prep->hash_hex);
+    tccd_call_fail_error(c, &err);
+    goto done;
   }
   if (st->draining) {
-    tcc__v1__compile_request__free_unpacked(req, NULL);
-    tcc_prepared_free(prep);
     tccd_call_fail(c, TCC_E_UNAVAILABLE, "tccd is shutting down");
-    return;
+    goto done;
   }
   tccd_jobs *jobs = st->jobs;
   if (jobs->in_pool >= (int64_t)st->cfg->workers + st->cfg->queue_max) {
     tccd_job_stats js;
     tccd_jobs_stats(st, &js);
-    tcc__v1__compile_request__free_unpacked(req, NULL);
-    tcc_prepared_free(prep);
     tccd_call_fail(c, TCC_E_RESOURCE_EXHAUSTED,
                    "compile queue full (%lld queued, %lld running, --queue-max %d); retry later",
                    (long long)js.queued, (long long)js.running, st->cfg->queue_max);
-    return;
+    goto done;
   }
   job = calloc(1, sizeof *job);
   if (!job) {
-    tcc__v1__compile_request__free_unpacked(req, NULL);
-    tcc_prepared_free(prep);
     tccd_call_fail(c, TCC_E_RESOURCE_EXHAUSTED, "out of memory");
-    return;
+    goto done;
   }
   job->st = st;
-  job->prep = prep;
+  job->prep = prep; /* ownership moves to the job, with the bytes held */
+  r->prep = NULL;
+  job->request_meta = r->request_meta;
+  job->request_meta_len = r->request_meta_len;
+  r->request_meta = NULL;
+  job->held = r->held;
+  r->held = 0;
   job->start_ns = uv_hrtime();
-  job->timings = t;
-  job->request_meta = encode_request_meta(req, &job->request_meta_len);
-  tcc__v1__compile_request__free_unpacked(req, NULL);
+  job->timings = r->t;
   job->waiters_tail = &job->waiters;
   job_add_waiter(job, c);
   tccd_job **bucket = bucket_of(jobs, prep->hash);
@@ -740,11 +944,54 @@ void tccd_rpc_compile(tccd_state *st, tccd_call *c) {
     job->flight = tccd_remote_begin(st, prep->hash, prep->key, prep->key_len, job_remote_done, job);
     if (job->flight) {
       log_debug("compile %.12s local miss: asking the remote tier", prep->hash_hex);
-      return;
+      goto done;
     }
   } else {
     atomic_store(&job->state, (int)JOB_QUEUED); /* a new job's first state */
   }
   log_debug("compile %.12s miss: queued (%zu nodes, %s)", prep->hash_hex, prep->nodes, prep->target);
   job_start(st, job);
+done:
+  compile_request_free(r);
+}
+
+static void prepare_done(void *arg, int cancelled) {
+  compile_request *r = arg;
+  if (cancelled) {
+    tccd_call_fail(r->c, TCC_E_UNAVAILABLE, "tccd is shutting down");
+    compile_request_free(r);
+    return;
+  }
+  compile_prepared(r);
+}
+
+/* The Compile handler: admits the request by bytes, then prepares it on
+ * the loop (small) or on an offload thread (large), then
+ * compile_prepared. */
+void tccd_rpc_compile(tccd_state *st, tccd_call *c) {
+  tcc_cache_count(st->cache, TCC_COUNTER_requests, 1);
+  compile_request *r = calloc(1, sizeof *r);
+  if (!r) {
+    tccd_call_fail(c, TCC_E_RESOURCE_EXHAUSTED, "out of memory");
+    return;
+  }
+  tcc__v1__timings__init(&r->t);
+  r->st = st;
+  r->c = c;
+  r->payload = tccd_call_take_payload(c);
+  size_t n = r->payload ? grpc_byte_buffer_length(r->payload) : 0;
+  if (n > TCC_MAX_REQUEST_BYTES) {
+    tccd_call_fail(c, TCC_E_RESOURCE_EXHAUSTED, "CompileRequest is %zu bytes (limit %u)", n,
+                   TCC_MAX_REQUEST_BYTES);
+    compile_request_free(r);
+    return;
+  }
+  if (admit_bytes(st, n, &r->held, &r->err) != 0) {
+    tccd_call_fail_error(c, &r->err);
+    compile_request_free(r);
+    return;
+  }
+  if (n > INLINE_PREPARE_BYTES && tccd_offload_submit(st, prepare_work, prepare_done, r) == 0) return;
+  prepare_work(r);
+  compile_prepared(r);
 }

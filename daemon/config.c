@@ -53,6 +53,8 @@ static const opt_def options[] = {
   {"allow-root", NUM(OPT_BOOL, allow_root), "allow running as root (refused by default)"},
   {"autotune-timeout-ms", NUM(OPT_INT, autotune_timeout_ms), "max-autotune: wall-clock limit of one benchmark child (default 20000)"},
   {"autotune-reps", NUM(OPT_INT, autotune_reps), "max-autotune: timed runs per kernel and candidate, median taken (default 15)"},
+  {"request-memory-max", NUM(OPT_BYTES, request_memory_max), "memory that requests being prepared and compiled may hold (estimated at 8x their encoded size) before RESOURCE_EXHAUSTED (default: a quarter of physical memory; 0 = no limit)"},
+  {"failure-ttl", NUM(OPT_SECONDS, failure_ttl_s), "how long a deterministic compile failure is answered again without compiling, locally and through --redis (default 1d; 0 = never)"},
 };
 
 static void config_defaults(tccd_config *cfg) {
@@ -76,6 +78,9 @@ static void config_defaults(tccd_config *cfg) {
   cfg->shutdown_grace_ms = 5000;
   cfg->redis_ttl_s = 30 * 86400;
   cfg->redis_timeout_ms = 1000;
+  cfg->failure_ttl_s = 86400;
+  long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  cfg->request_memory_max = pages > 0 && page > 0 ? (int64_t)pages * page / 4 : 4LL << 30;
 }
 
 /* "30d", "12h", "45m", "90s", "3600" -> seconds. Returns 0 or -1. */

@@ -69,6 +69,8 @@ typedef struct tccd_config {
   int allow_root;            /* --allow-root */
   int autotune_timeout_ms;   /* --autotune-timeout-ms: one benchmark child */
   int autotune_reps;         /* --autotune-reps */
+  int64_t failure_ttl_s;     /* --failure-ttl: negative-cache lifetime (0: off) */
+  int64_t request_memory_max; /* --request-memory-max: admission budget (0: none) */
 } tccd_config;
 
 /* Fills cfg from defaults, then TCCD_<FLAG> environment variables, then
@@ -156,6 +158,7 @@ typedef struct tccd_state {
   tcc_trusted_keys trusted;        /* own public key + --trusted-keys */
   struct tccd_auth *auth;          /* --auth-tokens; NULL = every call is open */
   struct tccd_remote *remote;      /* --redis; NULL = no remote tier */
+  struct tccd_offload *offload;    /* offload.c: threads for work kept off the loop */
 } tccd_state;
 
 /* Creates the server, binds cfg->listen (refusing a port already in use),
@@ -190,6 +193,15 @@ void tccd_call_stream_artifact(tccd_call *c, uint8_t *data, size_t len,
  * fails the call itself and returns -1. */
 int tccd_call_read_payload(tccd_call *c, uint8_t **data, size_t *len);
 
+/* Moves the request message out of the call (the caller destroys it
+ * with grpc_byte_buffer_destroy; any thread may read it). NULL when the
+ * call has none. */
+grpc_byte_buffer *tccd_call_take_payload(tccd_call *c);
+
+/* Reads a request message into one malloc'd buffer, on any thread.
+ * Returns 0, or a TCC_E_* code with a message in err. */
+int tccd_payload_read(grpc_byte_buffer *payload, uint8_t **data, size_t *len, tcc_error *err);
+
 /* Milliseconds since the call arrived. */
 double tccd_call_elapsed_ms(const tccd_call *c);
 
@@ -199,6 +211,22 @@ double tccd_call_elapsed_ms(const tccd_call *c);
 #define TCCD_HANDLER_DECL(id, name, fn, role) void fn(tccd_state *st, tccd_call *c);
 TCCD_METHODS(TCCD_HANDLER_DECL)
 #undef TCCD_HANDLER_DECL
+
+/* ------------------------------------------------------------- offload.c */
+
+typedef struct tccd_offload tccd_offload;
+
+/* Threads for work that must not run on the loop (see offload.c). */
+int tccd_offload_start(tccd_state *st);
+/* Runs work(arg) on an offload thread, then done(arg, 0) on the loop;
+ * done(arg, 1) without the work when tccd_offload_stop comes first.
+ * Returns 0, or -1 (out of memory, or no pool) when nothing will run. */
+int tccd_offload_submit(tccd_state *st, void (*work)(void *arg), void (*done)(void *arg, int cancelled),
+                        void *arg);
+/* Items submitted whose done has not run yet. */
+int64_t tccd_offload_pending(const tccd_state *st);
+/* Cancels what is queued, joins the threads, closes the handle. */
+void tccd_offload_stop(tccd_state *st);
 
 /* ------------------------------------------------------------- compile.c */
 
@@ -314,8 +342,10 @@ void tccd_remote_release(tccd_state *st, const uint8_t hash[TCC_SHA256_BYTES], c
 /* Refreshes the TTL of an entry and its artifact. */
 void tccd_remote_touch(tccd_state *st, const uint8_t hash[TCC_SHA256_BYTES]);
 /* Shares a deterministic compile failure (the negative cache) with the
- * cluster (tccd:{hash}:failure, signed when the daemon signs, with the
- * TTL) and drops the cluster lock when token (may be NULL) holds it. */
+ * cluster (tccd:{hash}:failure: format 2, naming this daemon's compiler
+ * identity, signed when the daemon signs, living min(--failure-ttl,
+ * --redis-ttl)) and drops the cluster lock when token (may be NULL) holds
+ * it. Other codes are not shared (transient failures never are). */
 void tccd_remote_publish_failure(tccd_state *st, const uint8_t hash[TCC_SHA256_BYTES], const uint8_t *key,
                                  size_t key_len, const char *target, int code, const char *message,
                                  const char *token);

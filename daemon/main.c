@@ -8,6 +8,10 @@
  *   ─► close handles ─► uv_run returns once running compiles are stored
  *   ─► close cache (flushes counters) ─► grpc_shutdown ─► exit 0.
  *
+ * Request preparation and gc's blob verification run on the offload
+ * threads (offload.c), started before the server and stopped once it is
+ * gone.
+ *
  * Housekeeping (one timer, every second, Redis serverCron-style):
  *   - write pending hit bookkeeping and counters to the cache.
  * (The remote tier has its own 10 ms timer for command timeouts, polls
@@ -15,6 +19,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <malloc.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,6 +41,7 @@ static void housekeeping(uv_timer_t *t) {
 
 static void on_server_done(tccd_state *st) {
   log_info("server stopped; waiting for running compiles to be stored");
+  tccd_offload_stop(st); /* no call is left to prepare for */
   tccd_remote_close(st); /* compiles that finish from here on are stored locally only */
   uv_timer_stop(&housekeeping_timer);
   uv_close((uv_handle_t *)&housekeeping_timer, NULL);
@@ -90,6 +96,12 @@ int main(int argc, char **argv) {
   }
   tccd_log_set_level(cfg.log_level);
   signal(SIGPIPE, SIG_IGN);
+  /* A fixed mmap threshold: blocks of 256 KiB and more (request
+   * messages, decoded graphs' arenas) are mapped and go back to the
+   * system when freed, instead of glibc's dynamic threshold moving them
+   * into the heaps, where a burst of large requests left RSS 40% above
+   * its baseline (compile.c trims the heaps after such bursts too). */
+  mallopt(M_MMAP_THRESHOLD, 256 << 10);
 
   /* The compile pool is libuv's thread pool: size it before first use. */
   char pool[16];
@@ -137,8 +149,18 @@ int main(int argc, char **argv) {
     return 1;
   }
 
+  if (tccd_offload_start(&st) != 0) {
+    log_error("cannot start the offload threads");
+    tccd_jobs_free(&st);
+    tcc_cache_close(st.cache);
+    tccd_security_free(&st);
+    return 1;
+  }
+
   if (tccd_remote_init(&st, &err) != 0) {
     log_error("%s", err.msg);
+    tccd_offload_stop(&st);
+    uv_run(st.loop, UV_RUN_NOWAIT);
     tccd_jobs_free(&st);
     tcc_cache_close(st.cache);
     tccd_security_free(&st);
@@ -149,7 +171,8 @@ int main(int argc, char **argv) {
   if (tccd_server_start(&st, &err) != 0) {
     log_error("%s", err.msg);
     tccd_remote_close(&st);
-    uv_run(st.loop, UV_RUN_NOWAIT); /* let the remote tier's handles close */
+    tccd_offload_stop(&st);
+    uv_run(st.loop, UV_RUN_NOWAIT); /* let the remote tier's and offload's handles close */
     tccd_jobs_free(&st);
     tcc_cache_close(st.cache);
     tccd_security_free(&st);

@@ -103,7 +103,7 @@
 #define REMOTE_STUCK_MIN_MS 5000
 #define REMOTE_KEY_MAX 320
 #define REMOTE_NAME_MAX 128             /* a record's kind or tag */
-#define FAILURE_DOMAIN "tccd-failure-v1" /* the "manifest" a failure signature covers */
+#define FAILURE_DOMAIN "tccd-failure-v2" /* the "manifest" a failure signature covers */
 #define RECORD_DOMAIN "tccd-record-v1"   /* the "manifest" a record signature covers */
 #define RECORD_MAGIC "TCR1"
 #define RECORD_HEAD (4 + 1 + 16 + TCC_SIGNATURE_BYTES) /* magic, signed?, key id, signature */
@@ -367,11 +367,17 @@ static int entry_verify(const tccd_remote_flight *f, const tcc_cache_entry *e, c
 /* The digest a failure record's signature covers (see RemoteFailure in
  * tcc.proto). */
 static void failure_digest(const uint8_t hash[TCC_SHA256_BYTES], const uint8_t *key, size_t key_len, int code,
-                           const char *target, const char *message, uint8_t out[TCC_SHA256_BYTES]) {
+                           const char *target, const char *identity, int64_t created, int64_t ttl_s,
+                           const char *message, uint8_t out[TCC_SHA256_BYTES]) {
   uint8_t kd[TCC_SHA256_BYTES];
   tcc_sha256(key ? key : (const uint8_t *)"", key_len, kd);
   uint32_t c = (uint32_t)code;
   uint8_t be[4] = {(uint8_t)(c >> 24), (uint8_t)(c >> 16), (uint8_t)(c >> 8), (uint8_t)c};
+  uint8_t times[16];
+  for (int i = 0; i < 8; i++) {
+    times[i] = (uint8_t)((uint64_t)created >> (56 - 8 * i));
+    times[8 + i] = (uint8_t)((uint64_t)ttl_s >> (56 - 8 * i));
+  }
   tcc_sha256_ctx ctx;
   tcc_sha256_init(&ctx);
   tcc_sha256_update(&ctx, FAILURE_DOMAIN, sizeof FAILURE_DOMAIN); /* with its NUL */
@@ -379,39 +385,53 @@ static void failure_digest(const uint8_t hash[TCC_SHA256_BYTES], const uint8_t *
   tcc_sha256_update(&ctx, kd, sizeof kd);
   tcc_sha256_update(&ctx, be, sizeof be);
   tcc_sha256_update(&ctx, target, strlen(target) + 1);
+  tcc_sha256_update(&ctx, identity, strlen(identity) + 1);
+  tcc_sha256_update(&ctx, times, sizeof times);
   tcc_sha256_update(&ctx, message, strlen(message));
   tcc_sha256_final(&ctx, out);
 }
 
-/* The failures a record may claim: those compile.c records (a poisoned
- * record cannot make a daemon answer, say, PERMISSION_DENIED). */
+/* The failures a record may claim: the deterministic ones compile.c
+ * records (a poisoned record cannot make a daemon answer, say,
+ * PERMISSION_DENIED, and a transient failure is never shared). */
 static int failure_code_allowed(int code) {
   return code == TCC_E_UNIMPLEMENTED || code == TCC_E_INTERNAL || code == TCC_E_INVALID_ARGUMENT ||
          code == TCC_E_OUT_OF_RANGE;
 }
 
-/* Decodes and checks a failure record for this flight (guard hash,
- * canonical key, code, and the signature whenever the daemon has trusted
- * keys). Returns 0 with code and message in res, or a code with the
- * reason in err. */
+/* Decodes and checks a failure record for this flight (format, guard
+ * hash, canonical key, code, the writer's compiler identity = ours, its
+ * lifetime, and the signature whenever the daemon has trusted keys).
+ * Returns 0 with code and message in res, or a code with the reason in
+ * err. */
 static int failure_check(const tccd_remote_flight *f, const uint8_t *bytes, size_t len, tccd_remote_result *res,
                          tcc_error *err) {
   const tccd_state *st = f->r->st;
   Tcc__V1__RemoteFailure *m = tcc__v1__remote_failure__unpack(NULL, len, bytes);
   if (!m) return tcc_error_set(err, TCC_E_DATA_LOSS, "the failure record does not decode");
   int rc = 0;
-  if (m->format != 1 || m->guard_hash.len != TCC_SHA256_BYTES || memcmp(m->guard_hash.data, f->hash, TCC_SHA256_BYTES))
+  int64_t now = (int64_t)time(NULL);
+  if (m->format != 2)
+    rc = tcc_error_set(err, TCC_E_FAILED_PRECONDITION, "the failure record has format %u (this daemon reads 2)",
+                       m->format);
+  else if (m->guard_hash.len != TCC_SHA256_BYTES || memcmp(m->guard_hash.data, f->hash, TCC_SHA256_BYTES))
     rc = tcc_error_set(err, TCC_E_DATA_LOSS, "the failure record names another guard hash");
   else if (m->canonical_key.len != f->key_len || (f->key_len && memcmp(m->canonical_key.data, f->key, f->key_len)))
     rc = tcc_error_set(err, TCC_E_DATA_LOSS, "guard hash collision: the failure record's canonical key differs");
   else if (!failure_code_allowed(m->code) || strlen(m->message) >= sizeof res->fail_message - 200)
     rc = tcc_error_set(err, TCC_E_DATA_LOSS, "the failure record claims code %d", m->code);
+  else if (strcmp(m->compiler_identity, st->identity) != 0)
+    rc = tcc_error_set(err, TCC_E_FAILED_PRECONDITION, "the failure record comes from another compiler ('%.200s')",
+                       m->compiler_identity);
+  else if (m->ttl_s <= 0 || m->created_unix > now + 300 || now - m->created_unix > m->ttl_s)
+    rc = tcc_error_set(err, TCC_E_FAILED_PRECONDITION, "the failure record has expired");
   else if (st->trusted.n > 0) {
     if (m->signature.len == 0) {
       rc = tcc_error_set(err, TCC_E_PERMISSION_DENIED, "the failure record is unsigned and this daemon verifies");
     } else {
       uint8_t d[TCC_SHA256_BYTES];
-      failure_digest(f->hash, f->key, f->key_len, m->code, m->target, m->message, d);
+      failure_digest(f->hash, f->key, f->key_len, m->code, m->target, m->compiler_identity, m->created_unix,
+                     m->ttl_s, m->message, d);
       rc = tcc_artifact_verify(&st->trusted, m->key_id, f->hash, d, (const uint8_t *)FAILURE_DOMAIN,
                                strlen(FAILURE_DOMAIN), m->signature.data, m->signature.len, err);
     }
@@ -779,7 +799,7 @@ void tccd_remote_publish_failure(tccd_state *st, const uint8_t hash[TCC_SHA256_B
   if (!r || !failure_code_allowed(code)) return;
   Tcc__V1__RemoteFailure m = TCC__V1__REMOTE_FAILURE__INIT;
   uint8_t sig[TCC_SIGNATURE_BYTES];
-  m.format = 1;
+  m.format = 2;
   m.guard_hash.data = (uint8_t *)hash;
   m.guard_hash.len = TCC_SHA256_BYTES;
   m.canonical_key.data = (uint8_t *)key;
@@ -788,9 +808,11 @@ void tccd_remote_publish_failure(tccd_state *st, const uint8_t hash[TCC_SHA256_B
   m.code = code;
   m.message = (char *)message;
   m.created_unix = (int64_t)time(NULL);
+  m.compiler_identity = st->identity;
+  m.ttl_s = st->cfg->failure_ttl_s < st->cfg->redis_ttl_s ? st->cfg->failure_ttl_s : st->cfg->redis_ttl_s;
   if (st->signing_key) {
     uint8_t d[TCC_SHA256_BYTES];
-    failure_digest(hash, key, key_len, code, target, message, d);
+    failure_digest(hash, key, key_len, code, target, m.compiler_identity, m.created_unix, m.ttl_s, message, d);
     tcc_artifact_sign(st->signing_key, hash, d, (const uint8_t *)FAILURE_DOMAIN, strlen(FAILURE_DOMAIN), sig);
     m.signature.data = sig;
     m.signature.len = sizeof sig;
@@ -804,7 +826,7 @@ void tccd_remote_publish_failure(tccd_state *st, const uint8_t hash[TCC_SHA256_B
   tcc_hex_encode(hash, TCC_SHA256_BYTES, hex);
   key_name(k1, hex, "failure");
   key_name(k2, hex, "lock");
-  snprintf(ttl, sizeof ttl, "%lld", (long long)st->cfg->redis_ttl_s * 1000);
+  snprintf(ttl, sizeof ttl, "%lld", (long long)m.ttl_s * 1000);
   const char *tok = token ? token : "";
   const char *argv[7] = {"EVAL", FAILURE_SCRIPT, "2", k1, k2, (const char *)enc, ttl};
   const char *argv_tok[8] = {argv[0], argv[1], argv[2], argv[3], argv[4], argv[5], argv[6], tok};

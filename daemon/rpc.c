@@ -368,6 +368,48 @@ void tccd_rpc_evict(tccd_state *st, tccd_call *c) {
   evict_finish(st, c, hash, &res);
 }
 
+/* A gc in progress: its blobs are verified on an offload thread (reading
+ * every artifact takes seconds for a large cache), the rest on the loop. */
+typedef struct gc_run {
+  tccd_state *st;
+  tccd_call *c;
+  int64_t max_bytes;
+  char db_path[4200];
+  uint8_t (*corrupt)[TCC_SHA256_BYTES];
+  size_t ncorrupt;
+  int rc;
+  tcc_error err;
+} gc_run;
+
+static void gc_scan_work(void *arg) {
+  gc_run *g = arg;
+  g->rc = tcc_cache_scan_blobs(g->db_path, &g->corrupt, &g->ncorrupt, &g->err);
+}
+
+static void gc_scan_done(void *arg, int cancelled) {
+  gc_run *g = arg;
+  tccd_call *c = g->c;
+  tcc_cache_gc_result res;
+  if (cancelled) {
+    tccd_call_fail(c, TCC_E_UNAVAILABLE, "tccd is shutting down; gc did not run");
+  } else if (g->rc != 0) {
+    tccd_call_fail_error(c, &g->err);
+  } else if (tcc_cache_gc_finish(g->st->cache, g->max_bytes, (const uint8_t (*)[TCC_SHA256_BYTES])g->corrupt,
+                                 g->ncorrupt, &res, &g->err) != 0) {
+    tccd_call_fail_error(c, &g->err);
+  } else {
+    log_info("gc: evicted %lld entries, freed %lld bytes, removed %lld corrupt blobs",
+             (long long)res.evicted, (long long)res.freed_bytes, (long long)res.corrupt_removed);
+    Tcc__V1__GcResponse r = TCC__V1__GC_RESPONSE__INIT;
+    r.evicted = res.evicted;
+    r.freed_bytes = res.freed_bytes;
+    r.corrupt_removed = res.corrupt_removed;
+    tccd_call_reply(c, &r.base);
+  }
+  free(g->corrupt);
+  free(g);
+}
+
 void tccd_rpc_gc(tccd_state *st, tccd_call *c) {
   Tcc__V1__GcRequest *req = (Tcc__V1__GcRequest *)unpack_request(c, &tcc__v1__gc_request__descriptor);
   if (!req) return;
@@ -377,19 +419,19 @@ void tccd_rpc_gc(tccd_state *st, tccd_call *c) {
     tccd_call_fail(c, TCC_E_INVALID_ARGUMENT, "max_bytes must not be negative");
     return;
   }
-  tcc_cache_gc_result res;
-  tcc_error err;
-  if (tcc_cache_gc(st->cache, max_bytes, &res, &err) != 0) {
-    tccd_call_fail_error(c, &err);
+  gc_run *g = calloc(1, sizeof *g);
+  if (!g) {
+    tccd_call_fail(c, TCC_E_RESOURCE_EXHAUSTED, "out of memory");
     return;
   }
-  log_info("gc: evicted %lld entries, freed %lld bytes, removed %lld corrupt blobs",
-           (long long)res.evicted, (long long)res.freed_bytes, (long long)res.corrupt_removed);
-  Tcc__V1__GcResponse r = TCC__V1__GC_RESPONSE__INIT;
-  r.evicted = res.evicted;
-  r.freed_bytes = res.freed_bytes;
-  r.corrupt_removed = res.corrupt_removed;
-  tccd_call_reply(c, &r.base);
+  g->st = st;
+  g->c = c;
+  g->max_bytes = max_bytes;
+  snprintf(g->db_path, sizeof g->db_path, "%s", tcc_cache_db_path(st->cache));
+  if (tccd_offload_submit(st, gc_scan_work, gc_scan_done, g) != 0) {
+    free(g);
+    tccd_call_fail(c, TCC_E_RESOURCE_EXHAUSTED, "out of memory");
+  }
 }
 
 /* ------------------------------------------------------------ Health */

@@ -310,32 +310,39 @@ void tccd_call_fail_error(tccd_call *c, const tcc_error *err) {
   tccd_call_fail(c, err->code ? err->code : TCC_E_UNKNOWN, "%s", err->msg);
 }
 
-int tccd_call_read_payload(tccd_call *c, uint8_t **data, size_t *len) {
+grpc_byte_buffer *tccd_call_take_payload(tccd_call *c) {
+  grpc_byte_buffer *b = c->payload;
+  c->payload = NULL;
+  return b;
+}
+
+int tccd_payload_read(grpc_byte_buffer *payload, uint8_t **data, size_t *len, tcc_error *err) {
   *data = NULL;
   *len = 0;
-  if (!c->payload) {
-    tccd_call_fail(c, TCC_E_INVALID_ARGUMENT, "missing request message");
-    return -1;
-  }
+  if (!payload) return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "missing request message");
   grpc_byte_buffer_reader reader;
-  if (!grpc_byte_buffer_reader_init(&reader, c->payload)) {
-    tccd_call_fail(c, TCC_E_INVALID_ARGUMENT, "request message could not be decompressed");
-    return -1;
-  }
+  if (!grpc_byte_buffer_reader_init(&reader, payload))
+    return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "request message could not be decompressed");
   grpc_slice s = grpc_byte_buffer_reader_readall(&reader);
   grpc_byte_buffer_reader_destroy(&reader);
   size_t n = GRPC_SLICE_LENGTH(s);
   uint8_t *buf = malloc(n ? n : 1);
   if (!buf) {
     grpc_slice_unref(s);
-    tccd_call_fail(c, TCC_E_RESOURCE_EXHAUSTED, "out of memory reading a %zu-byte request", n);
-    return -1;
+    return tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "out of memory reading a %zu-byte request", n);
   }
   memcpy(buf, GRPC_SLICE_START_PTR(s), n);
   grpc_slice_unref(s);
   *data = buf;
   *len = n;
   return 0;
+}
+
+int tccd_call_read_payload(tccd_call *c, uint8_t **data, size_t *len) {
+  tcc_error err;
+  if (tccd_payload_read(c->payload, data, len, &err) == 0) return 0;
+  tccd_call_fail_error(c, &err);
+  return -1;
 }
 
 double tccd_call_elapsed_ms(const tccd_call *c) { return tccd_ms_since(c->start_ns); }

@@ -1213,6 +1213,47 @@ static int blob_list(tcc_cache *c, uint8_t (**out)[TCC_SHA256_BYTES], size_t *n,
   return 0;
 }
 
+/* gc's sweep, after the blobs were verified: deletes unused blobs, evicts
+ * to the budget (max_bytes, or the cache's), gives pages back. */
+static int gc_sweep(tcc_cache *c, int64_t max_bytes, tcc_cache_gc_result *r, tcc_error *err) {
+  int code;
+  if ((code = txn_begin(c, err))) return code;
+  sqlite3_stmt *s = c->st[ST_BLOB_DELETE_ORPHANS];
+  int rc;
+  while ((rc = sqlite3_step(s)) == SQLITE_ROW) r->freed_bytes += sqlite3_column_int64(s, 0);
+  sqlite3_reset(s);
+  if (rc != SQLITE_DONE) code = sql_error(c, rc, err, "delete unused blobs");
+  int64_t budget = max_bytes ? max_bytes : c->max_bytes;
+  if (!code && budget > 0)
+    code = evict_to_budget(c, budget, NULL, &r->evicted, &r->freed_bytes, err);
+  if (code) {
+    txn_rollback(c);
+    return code;
+  }
+  if ((code = txn_commit(c, err))) return code;
+  c->pending.counters[TCC_COUNTER_evictions] += r->evicted;
+
+  /* Give freed pages back to the file system (auto_vacuum=INCREMENTAL). */
+  sqlite3_exec(c->db, "PRAGMA incremental_vacuum", NULL, NULL, NULL);
+  return 0;
+}
+
+/* Verifies the blobs named by digests[0..n) on c's connection; a corrupt
+ * one is removed (with the entries using it) and counted. */
+static int gc_verify(tcc_cache *c, const uint8_t (*digests)[TCC_SHA256_BYTES], size_t n, tcc_cache_gc_result *r,
+                     tcc_error *err) {
+  for (size_t i = 0; i < n; i++) {
+    tcc_error e;
+    int rc = blob_read_verified(c, digests[i], NULL, NULL, &e);
+    if (rc == TCC_E_DATA_LOSS) r->corrupt_removed++;
+    else if (rc && rc != TCC_E_NOT_FOUND) {
+      if (err) *err = e;
+      return rc;
+    }
+  }
+  return 0;
+}
+
 int tcc_cache_gc(tcc_cache *c, int64_t max_bytes, tcc_cache_gc_result *out, tcc_error *err) {
   tcc_cache_gc_result r = {0};
   if (out) *out = r;
@@ -1224,36 +1265,73 @@ int tcc_cache_gc(tcc_cache *c, int64_t max_bytes, tcc_cache_gc_result *out, tcc_
   uint8_t (*blobs)[TCC_SHA256_BYTES] = NULL;
   size_t n = 0;
   if ((code = blob_list(c, &blobs, &n, err))) return code;
-  for (size_t i = 0; i < n; i++) {
-    tcc_error e;
-    int rc = blob_read_verified(c, blobs[i], NULL, NULL, &e);
-    if (rc == TCC_E_DATA_LOSS) r.corrupt_removed++;
-    else if (rc && rc != TCC_E_NOT_FOUND) {
-      free(blobs);
-      if (err) *err = e;
-      return rc;
-    }
-  }
+  code = gc_verify(c, (const uint8_t (*)[TCC_SHA256_BYTES])blobs, n, &r, err);
   free(blobs);
+  if (code || (code = gc_sweep(c, max_bytes, &r, err))) return code;
+  if (out) *out = r;
+  return 0;
+}
 
-  if ((code = txn_begin(c, err))) return code;
-  sqlite3_stmt *s = c->st[ST_BLOB_DELETE_ORPHANS];
-  int rc;
-  while ((rc = sqlite3_step(s)) == SQLITE_ROW) r.freed_bytes += sqlite3_column_int64(s, 0);
-  sqlite3_reset(s);
-  if (rc != SQLITE_DONE) code = sql_error(c, rc, err, "delete unused blobs");
-  int64_t budget = max_bytes ? max_bytes : c->max_bytes;
-  if (!code && budget > 0)
-    code = evict_to_budget(c, budget, NULL, &r.evicted, &r.freed_bytes, err);
-  if (code) {
-    txn_rollback(c);
+const char *tcc_cache_db_path(const tcc_cache *c) { return c->path; }
+
+int tcc_cache_scan_blobs(const char *db_path, uint8_t (**corrupt)[TCC_SHA256_BYTES], size_t *n,
+                         tcc_error *err) {
+  *corrupt = NULL;
+  *n = 0;
+  sqlite3 *db = NULL;
+  int rc = sqlite3_open_v2(db_path, &db, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, NULL);
+  if (rc != SQLITE_OK) {
+    int code = tcc_error_set(err, TCC_E_UNAVAILABLE, "cache gc: cannot open %s to verify blobs: %s", db_path,
+                             db ? sqlite3_errmsg(db) : sqlite3_errstr(rc));
+    sqlite3_close(db);
     return code;
   }
-  if ((code = txn_commit(c, err))) return code;
-  c->pending.counters[TCC_COUNTER_evictions] += r.evicted;
+  sqlite3_busy_timeout(db, TCC_CACHE_DEFAULT_BUSY_MS);
+  sqlite3_stmt *s = NULL;
+  rc = sqlite3_prepare_v2(db, "SELECT sha256, size, data FROM blobs", -1, &s, NULL);
+  uint8_t (*v)[TCC_SHA256_BYTES] = NULL;
+  size_t len = 0, cap = 0;
+  int code = 0;
+  while (s && (rc = sqlite3_step(s)) == SQLITE_ROW) {
+    uint8_t want[TCC_SHA256_BYTES], got[TCC_SHA256_BYTES];
+    if (!column_digest(s, 0, want)) continue;
+    int64_t size = sqlite3_column_int64(s, 1);
+    const void *p = sqlite3_column_blob(s, 2);
+    size_t bytes = (size_t)sqlite3_column_bytes(s, 2);
+    tcc_sha256(p ? p : "", bytes, got);
+    if ((int64_t)bytes == size && memcmp(got, want, TCC_SHA256_BYTES) == 0) continue;
+    if (len == cap) {
+      cap = cap ? cap * 2 : 16;
+      void *grown = realloc(v, cap * sizeof *v);
+      if (!grown) {
+        code = tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "cache gc: out of memory");
+        break;
+      }
+      v = grown;
+    }
+    memcpy(v[len++], want, TCC_SHA256_BYTES);
+  }
+  if (!code && rc != SQLITE_DONE && rc != SQLITE_ROW)
+    code = tcc_error_set(err, TCC_E_UNAVAILABLE, "cache gc: verifying blobs in %s: %s", db_path, sqlite3_errmsg(db));
+  sqlite3_finalize(s);
+  sqlite3_close(db);
+  if (code) {
+    free(v);
+    return code;
+  }
+  *corrupt = v;
+  *n = len;
+  return 0;
+}
 
-  /* Give freed pages back to the file system (auto_vacuum=INCREMENTAL). */
-  sqlite3_exec(c->db, "PRAGMA incremental_vacuum", NULL, NULL, NULL);
+int tcc_cache_gc_finish(tcc_cache *c, int64_t max_bytes, const uint8_t (*corrupt)[TCC_SHA256_BYTES], size_t n,
+                        tcc_cache_gc_result *out, tcc_error *err) {
+  tcc_cache_gc_result r = {0};
+  if (out) *out = r;
+  if (!c || max_bytes < 0 || (n && !corrupt))
+    return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "cache gc: bad arguments");
+  int code = tcc_cache_flush(c, err);
+  if (code || (code = gc_verify(c, corrupt, n, &r, err)) || (code = gc_sweep(c, max_bytes, &r, err))) return code;
   if (out) *out = r;
   return 0;
 }

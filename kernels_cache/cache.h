@@ -72,7 +72,7 @@ typedef struct tcc_cache_entry {
   X(compiles) X(compile_failures) X(evictions) X(corrupt_blobs)  \
   X(requests) X(invalid_requests)                                \
   X(remote_errors) X(remote_stores) X(remote_lock_waits)         \
-  X(remote_rejected) X(auth_failures)                            \
+  X(remote_rejected) X(auth_failures) X(rejected_memory)         \
   X(autotune_runs) X(autotune_candidates) X(autotune_crashed)    \
   X(autotune_timeouts) X(autotune_wrong) X(autotune_record_hits) \
   X(autotune_untuned) X(autotune_ms) X(autotune_remote_record_hits)
@@ -161,6 +161,21 @@ int tcc_cache_evict(tcc_cache *c, const uint8_t hash[TCC_SHA256_BYTES], tcc_erro
  * returns freed pages to the file system. Fills *out (may be NULL).
  * Returns 0 or a TCC_E_* code. */
 int tcc_cache_gc(tcc_cache *c, int64_t max_bytes, tcc_cache_gc_result *out, tcc_error *err);
+
+/* The same in two halves, so that the slow one runs off the thread that
+ * owns c (the daemon's loop):
+ *   tcc_cache_scan_blobs: on any thread, while c is in use: opens its own
+ *     read-only connection to db_path (tcc_cache_db_path), reads every
+ *     blob and fills *corrupt (malloc'd, *n digests) with those whose
+ *     bytes no longer match their digest or size. Returns 0 or a TCC_E_*
+ *     code.
+ *   tcc_cache_gc_finish: on c's thread: flushes, verifies again and
+ *     removes the blobs the scan named (with the entries using them),
+ *     then deletes unused blobs and evicts as tcc_cache_gc. */
+const char *tcc_cache_db_path(const tcc_cache *c);
+int tcc_cache_scan_blobs(const char *db_path, uint8_t (**corrupt)[TCC_SHA256_BYTES], size_t *n, tcc_error *err);
+int tcc_cache_gc_finish(tcc_cache *c, int64_t max_bytes, const uint8_t (*corrupt)[TCC_SHA256_BYTES], size_t n,
+                        tcc_cache_gc_result *out, tcc_error *err);
 
 typedef enum tcc_cache_order {
   TCC_CACHE_ORDER_LAST_USED, TCC_CACHE_ORDER_HITS,

@@ -291,10 +291,16 @@ static char *program_log(nvrtcProgram prog) {
   return log;
 }
 
+/* An NVRTC result as a failure class: a compilation error in the source
+ * would repeat (INTERNAL, cached by the daemon); running out of memory
+ * and NVRTC's own internal errors may not (transient, never cached). */
 static int nvrtc_error_code(nvrtcResult r) {
   switch (r) {
   case NVRTC_ERROR_OUT_OF_MEMORY: return TCC_E_RESOURCE_EXHAUSTED;
   case NVRTC_ERROR_INVALID_OPTION: return TCC_E_INVALID_ARGUMENT;
+  case NVRTC_ERROR_INTERNAL_ERROR:
+  case NVRTC_ERROR_BUILTIN_OPERATION_FAILURE:
+  case NVRTC_ERROR_PROGRAM_CREATION_FAILURE: return TCC_E_UNAVAILABLE;
   default: return TCC_E_INTERNAL;
   }
 }
@@ -381,7 +387,7 @@ static int build_now(const char *cuda_source, const char *arch, const char *cons
   }
   if (nv.fn.nvrtcGetCUBIN(prog, (char *)out->cubin) != NVRTC_SUCCESS ||
       nv.fn.nvrtcGetPTX(prog, out->ptx) != NVRTC_SUCCESS) {
-    rc = tcc_error_set(err, TCC_E_INTERNAL, "nvrtc: reading the cubin or PTX failed");
+    rc = tcc_error_set(err, TCC_E_UNAVAILABLE, "nvrtc: reading the cubin or PTX failed");
     goto done;
   }
   out->cubin_size = cubin_size;
