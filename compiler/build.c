@@ -11,8 +11,9 @@
  *        [-L<openblas libdir> -Wl,-rpath,<libdir> -lopenblas]
  *
  * -fopenmp when the source has OpenMP pragmas (parallel loops, simd
- * reductions); oneDNN when it has convolution steps (conv.c); OpenBLAS
- * when it has GEMM steps.
+ * reductions); oneDNN when it has convolution steps (conv.c) or float32
+ * GEMM steps (emit_c.c's emit_dnnl_gemm); OpenBLAS when it has other GEMM
+ * steps (float64, or oneDNN off).
  *
  * in a private directory made with mkdtemp under work_dir (or $TMPDIR, or
  * /tmp), removed afterwards unless keep_sources is set. -ffp-contract=off
@@ -138,11 +139,12 @@ int tcc_build_so(const tcc_program *p, const char *src, size_t len,
   argv[a++] = sofile;
   argv[a++] = cfile;
   argv[a++] = "-lm";
-  if (strstr(src, "#pragma omp")) argv[a++] = "-fopenmp";
+  if (strstr(src, "#pragma omp") || strstr(src, "omp_set_num_threads")) argv[a++] = "-fopenmp";
   int blas = 0, dnnl = 0;
   for (int k = 0; k < p->nkernels; k++)
     if (!p->kernels[k].dead && p->kernels[k].kind == TCC_OPK_EXTERN) {
-      if (p->kernels[k].stores[0].value->i == TCC_EXT_GEMM) blas = 1;
+      const tcc_vx *call = p->kernels[k].stores[0].value;
+      if (call->i == TCC_EXT_GEMM && (call->dtype != TCC__V1__DTYPE__FLOAT32 || !tcc_onednn_enabled())) blas = 1;
       else dnnl = 1;
     }
   if (dnnl) {

@@ -42,9 +42,10 @@
  * float16 values are _Float16, bfloat16 values their bits (uint16_t)
  * converted through float.
  *
- * EXTERN kernels call cblas_?gemm; one of TCC_GEMM_PARALLEL_FLOPS or more
- * runs on the OpenMP threads, a slab of C's rows (or the batch) per
- * thread (emit_extern). Convolution EXTERNs (TCC_EXT_CONV_*) become a
+ * EXTERN GEMM kernels call oneDNN's dnnl_sgemm for float32 (when
+ * tcc_onednn_enabled: emit_dnnl_gemm) and cblas_?gemm otherwise; one of
+ * TCC_GEMM_PARALLEL_FLOPS or more runs on the OpenMP threads (OpenBLAS: a
+ * slab of C's rows, or the batch, per thread: emit_extern). Convolution EXTERNs (TCC_EXT_CONV_*) become a
  * static tcc_dnnl_conv each and one call of the oneDNN runtime that the
  * source then carries (runtime/onednn_conv.c; emit_conv_extern), with a
  * destructor that frees their primitives when the kernel is unloaded.
@@ -1247,7 +1248,47 @@ static int emit_conv_extern(kernel_emit *ke, int kno) {
   return 0;
 }
 
-/* An EXTERN kernel: C[b] = A[b] . B[b] through cblas_?gemm. */
+/* A float32 GEMM step through oneDNN's dnnl_sgemm (row-major, the
+ * cblas_sgemm convention): its JIT kernels are chosen by the ISA features
+ * the CPU reports (AVX2, AVX-512, AMX), never by its model name, and it
+ * runs on the process's OpenMP threads with its own partitioning (a
+ * one-row GEMM is a GEMV that reads each weight once). A batch of at least
+ * TCC_GEMM_PARALLEL_FLOPS (or a `par` tuning config) runs its GEMMs in
+ * parallel, each then on one thread; a `serial` config pins one thread.
+ * Returns 1 from tcc_entry when oneDNN refuses (nothing is written). */
+static int emit_dnnl_gemm(kernel_emit *ke, int kno, const int trans[2], const int64_t ld[2]) {
+  const tcc_program *p = ke->p;
+  const tcc_store *st = &ke->k->stores[0];
+  const tcc_vx *call = st->value, *A = call->a, *B = call->b;
+  tcc_buf *b = ke->b;
+  int64_t Bt = call->idx[0]->c, M = call->idx[1]->c, N = call->idx[2]->c, K = call->idx[3]->c;
+  const tcc_kernel_config *cfg = tcc_kernel_config_of(p, kno);
+  int auto_par = !cfg && !p->graph->nsyms &&
+                 2.0 * (double)M * (double)N * (double)K * (double)Bt >= TCC_GEMM_PARALLEL_FLOPS;
+  int batch_par = Bt > 1 && ((cfg && cfg->parallel > 0) || auto_par);
+  int serial = cfg && cfg->parallel < 0;
+  tcc_buf_puts(b, "  int bad = 0;\n");
+  if (serial)
+    tcc_buf_puts(b, "  int omp_get_max_threads(void); void omp_set_num_threads(int);\n"
+                    "  int saved_threads = omp_get_max_threads();\n  omp_set_num_threads(1);\n");
+  if (batch_par) tcc_buf_puts(b, "  #pragma omp parallel for schedule(static) reduction(|:bad)\n");
+  tcc_buf_printf(b, "  for (int64_t ib = 0; ib < %" PRId64 "; ib++) {\n", Bt);
+  ke->vname[0] = "ib";
+  ke->vname[1] = ke->vname[2] = "0";
+  tcc_buf_printf(b, "    const float *pa = b%d + (", A->buf);
+  put_index(ke, A->buf, A->idx);
+  tcc_buf_printf(b, ");\n    const float *pb = b%d + (", B->buf);
+  put_index(ke, B->buf, B->idx);
+  tcc_buf_printf(b, ");\n    bad |= dnnl_sgemm('%c', '%c', %" PRId64 ", %" PRId64 ", %" PRId64 ", 1.0f, pa, %" PRId64
+                    ", pb, %" PRId64 ", 0.0f, b%d + ib * %" PRId64 ", %" PRId64 ") != 0;\n  }\n",
+                 trans[0] ? 'T' : 'N', trans[1] ? 'T' : 'N', M, N, K, ld[0], ld[1], st->buf, M * N, N);
+  if (serial) tcc_buf_puts(b, "  omp_set_num_threads(saved_threads);\n");
+  tcc_buf_puts(b, "  return bad;\n}\n");
+  return 0;
+}
+
+/* An EXTERN kernel: C[b] = A[b] . B[b] through oneDNN (float32, when
+ * tcc_onednn_enabled) or cblas_?gemm (OpenBLAS). */
 static int emit_extern(kernel_emit *ke, int kno) {
   const tcc_program *p = ke->p;
   const tcc_kernel *k = ke->k;
@@ -1300,6 +1341,8 @@ static int emit_extern(kernel_emit *ke, int kno) {
       ld[o] = C == 1 ? mr : cc;
     }
   }
+  if (call->dtype == TCC__V1__DTYPE__FLOAT32 && tcc_onednn_enabled())
+    return emit_dnnl_gemm(ke, kno, trans, ld);
   const char *fn = call->dtype == TCC__V1__DTYPE__FLOAT32 ? "cblas_sgemm" : "cblas_dgemm";
   /* a tuning config may pin OpenBLAS's threads, or run the batch in
    * parallel with one BLAS thread per GEMM. Without one, a GEMM of at
@@ -1621,11 +1664,13 @@ int tcc_emit_c(const tcc_program *p, tcc_buf *b, tcc_error *err) {
     if (!p->bufs[bi].dead && !ctype(p->bufs[bi].layout.dtype))
       return tcc_error_set(err, TCC_E_UNIMPLEMENTED, "%s tensors are not supported by the CPU "
                            "backend yet", tcc_dtype_name(p->bufs[bi].layout.dtype));
-  int has_extern = 0, has_conv = 0;
+  int has_extern = 0, has_conv = 0, has_dnnl_gemm = 0;
   for (int k = 0; k < p->nkernels; k++)
     if (!p->kernels[k].dead && p->kernels[k].kind == TCC_OPK_EXTERN) {
-      if (p->kernels[k].stores[0].value->i == TCC_EXT_GEMM) has_extern = 1;
-      else has_conv = 1;
+      const tcc_vx *call = p->kernels[k].stores[0].value;
+      if (call->i != TCC_EXT_GEMM) has_conv = 1;
+      else if (call->dtype == TCC__V1__DTYPE__FLOAT32 && tcc_onednn_enabled()) has_dnnl_gemm = 1;
+      else has_extern = 1;
     }
   tcc_buf_printf(b,
                  "/* Generated by tccd (codegen %d) for %s.\n"
@@ -1641,6 +1686,9 @@ int tcc_emit_c(const tcc_program *p, tcc_buf *b, tcc_error *err) {
                     "                 const float *, int, float, float *, int);\n"
                     "void cblas_dgemm(int, int, int, int, int, int, double, const double *, int,\n"
                     "                 const double *, int, double, double *, int);\n");
+  if (has_dnnl_gemm)
+    tcc_buf_puts(b, "int dnnl_sgemm(char, char, int64_t, int64_t, int64_t, float, const float *, int64_t,\n"
+                    "               const float *, int64_t, float, float *, int64_t);\n");
   for (int bi = 0; bi < p->nbufs; bi++)
     if (p->bufs[bi].kind == TCC_BUF_CONST && !p->bufs[bi].dead) {
       /* only constants some live kernel reads get emitted (fuse keeps them) */

@@ -822,10 +822,36 @@ START_TEST(compiler_failure) {
   ck_assert_ptr_nonnull(strstr(err.msg, "exited with status 2"));
   ck_assert_ptr_nonnull(strstr(err.msg, "error: boom"));
 
+  /* transient failures (toolchain.c's table): each its own class */
+  static const struct {
+    const char *body;
+    int code;
+    const char *words;
+  } transient[] = {
+      {"kill -9 $$", TCC_E_UNAVAILABLE, "killed by signal 9"},
+      {"echo 'gcc: fatal error: Killed signal terminated program cc1' >&2; exit 1", TCC_E_UNAVAILABLE,
+       "Killed signal terminated program"},
+      {"echo 'cc1: out of memory allocating 4072 bytes' >&2; exit 1", TCC_E_RESOURCE_EXHAUSTED, "out of memory"},
+      {"echo '/tmp/ccA.s: No space left on device' >&2; exit 1", TCC_E_RESOURCE_EXHAUSTED, "No space left"},
+      {"exec /nonexistent/bin/cc1", TCC_E_UNAVAILABLE, "missing or not executable"},
+  };
+  for (size_t i = 0; i < sizeof transient / sizeof transient[0]; i++) {
+    unlink(script);
+    write_script(script, transient[i].body);
+    ck_assert_int_eq(tcc_compile(p, &o, &art, &err), transient[i].code);
+    ck_assert_msg(strstr(err.msg, transient[i].words), "%s: %s", transient[i].body, err.msg);
+  }
+
   o.cc = "/nonexistent/cc";
-  ck_assert_int_eq(tcc_compile(p, &o, &art, &err), TCC_E_INTERNAL);
+  ck_assert_int_eq(tcc_compile(p, &o, &art, &err), TCC_E_UNAVAILABLE);
   ck_assert_ptr_nonnull(strstr(err.msg, "cannot run"));
   ck_assert_int_eq(dir_entries(dir), 1);   /* only the script */
+
+  char missing[4200];
+  snprintf(missing, sizeof missing, "%s/no-such-dir", dir);
+  tcc_build_options nodir = {.work_dir = missing};
+  ck_assert_int_eq(tcc_compile(p, &nodir, &art, &err), TCC_E_UNAVAILABLE);
+  ck_assert_ptr_nonnull(strstr(err.msg, "build directory"));
   tcc_prepared_free(p);
   rm_tree(dir);
 }

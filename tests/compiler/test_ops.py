@@ -871,10 +871,46 @@ def test_gemm_on_threads(dtype, la, lb):
     gm, ins = tk.op_graph(A.mm.default, (a, b))
     k = tk.compile_request(tk.request_for(gm, ins), keep_source=True)
     body = gemm_kernel(k.source)
-    assert "#pragma omp parallel" in body and "omp_get_thread_num" in body, body
+    if "dnnl_sgemm(" in body:  # float32 on the oneDNN road: oneDNN splits it over the threads
+        assert dtype == torch.float32 and "onednn/" in k.identity, body
+    else:
+        assert "#pragma omp parallel" in body and "omp_get_thread_num" in body, body
+    gm, ins = tk.op_graph(A.bmm.default, (x3, y3))
+    body = gemm_kernel(tk.compile_request(tk.request_for(gm, ins), keep_source=True).source)
+    assert "#pragma omp parallel for" in body, body  # the batch in parallel, either road
     small = tk.op_graph(A.mm.default, (rnd((8, 8), dtype, g), rnd((8, 8), dtype, g)))
     k = tk.compile_request(tk.request_for(*small), keep_source=True)
     assert "#pragma omp" not in gemm_kernel(k.source), k.source
+
+
+# The two roads of a float32 GEMM: oneDNN's dnnl_sgemm (the default when
+# tccd is built with oneDNN) and, with TCC_NO_ONEDNN=1, OpenBLAS's
+# cblas_sgemm. Each must match float64 on the shapes of real models (one
+# row: a decode step; nine: a short sentence), every operand layout, and
+# each must be the road taken.
+@pytest.mark.parametrize("road", ["onednn", "openblas"])
+@pytest.mark.parametrize("la,lb", [("contig", "contig"), ("t", "contig"), ("contig", "t"), ("slice", "t"),
+                                   ("expand", "contig")])
+def test_gemm_roads(road, la, lb):
+    g = gen(hash((road, la, lb, "gemm-road")) & 0xffff)
+    env = dict(os.environ, TCC_NO_ONEDNN="1" if road == "openblas" else "0")
+    tol = (2e-4, 1e-3)  # float32 sums of up to 768 products of values in [-3, 3]
+    cases = [(A.mm.default, (rnd((1, 768), torch.float32, g, layout=la), rnd((768, 300), torch.float32, g, layout=lb))),
+             (A.mm.default, (rnd((9, 96), torch.float32, g, layout=la), rnd((96, 130), torch.float32, g, layout=lb))),
+             (A.linear.default, (rnd((2, 9, 64), torch.float32, g, layout=la), rnd((200, 64), torch.float32, g, layout=lb),
+                                 rnd((200,), torch.float32, g))),
+             (A.bmm.default, (rnd((12, 9, 64), torch.float32, g, layout=la), rnd((12, 64, 9), torch.float32, g, layout=lb))),
+             (A.bmm.default, (rnd((4, 40, 64), torch.float32, g, layout=la), rnd((4, 64, 50), torch.float32, g, layout=lb)))]
+    for op, args in cases:
+        gm, ins = tk.op_graph(op, args)
+        k = tk.compile_fx(gm, ins, env=env, keep_source=True)
+        if road == "onednn" and "onednn/" not in k.identity:
+            pytest.skip("tccd is built without oneDNN (meson -Donednn)")
+        assert ("dnnl_sgemm(" in k.source) == (road == "onednn"), k.source
+        assert ("cblas_sgemm(" in k.source) == (road == "openblas"), k.source
+        want = op(*[a.double() if isinstance(a, torch.Tensor) else a for a in args]).float()
+        check(k(*ins)[0], want, tol=tol)
+        check(k(*ins)[0], want, tol=tol)  # a second call (oneDNN's kernels are made on the first)
 
 
 def test_matmul_shapes():
