@@ -143,6 +143,7 @@ typedef struct tccd_jobs {
   tccd_job *buckets[JOB_BUCKETS];
   tccd_backoff *backoffs[JOB_BUCKETS];
   int nbackoffs;
+  uint8_t (*verified)[TCC_SHA256_BYTES]; /* VERIFIED_SLOTS digests of entries checked */
   int64_t held_bytes;             /* admitted request bytes (x HELD_PER_BYTE) */
   int64_t held_peak;              /* since the last malloc_trim */
   int64_t in_pool;                /* handed to uv_queue_work, not yet done */
@@ -232,6 +233,7 @@ void tccd_jobs_free(tccd_state *st) {
       next = o->next;
       free(o);
     }
+  free(st->jobs->verified);
   free(st->jobs);
   st->jobs = NULL;
 }
@@ -310,6 +312,57 @@ static int backoff_active(tccd_state *st, const uint8_t hash[TCC_SHA256_BYTES], 
                 "tried again for another %.0f s",
                 hash_hex, st->cfg->compile_timeout_ms, o->timeouts, (double)(o->until_ns - now) / 1e9);
   return 1;
+}
+
+/* ------------------------------------------------------------ integrity */
+
+/* Every entry is verified before it is first answered HIT by this
+ * process: its signature (when the daemon signs: an edited manifest or
+ * digest no longer verifies) and its artifact's bytes against the digest.
+ * What passed is remembered by a digest of everything the reply carries
+ * (hash, artifact digest, manifest, signature), in a direct-mapped table
+ * of VERIFIED_SLOTS: an entry edited in cache.db later has another digest
+ * and is verified again; one pushed out of the table too. The artifact's
+ * bytes are read once per process and entry (a blob corrupted later is
+ * still refused by every Fetch and by the client's digest check). */
+#define VERIFIED_SLOTS 8192
+
+static void entry_digest(const tcc_cache_entry *e, uint8_t out[TCC_SHA256_BYTES]) {
+  tcc_sha256_ctx ctx;
+  tcc_sha256_init(&ctx);
+  tcc_sha256_update(&ctx, e->hash, TCC_SHA256_BYTES);
+  tcc_sha256_update(&ctx, e->artifact_sha256, TCC_SHA256_BYTES);
+  tcc_sha256_update(&ctx, e->manifest, e->manifest_len);
+  tcc_sha256_update(&ctx, e->signature, e->signature_len);
+  tcc_sha256_update(&ctx, e->key_id, strlen(e->key_id));
+  tcc_sha256_final(&ctx, out);
+}
+
+/* Returns 0 when e may be answered HIT, else the reason in err (the
+ * caller removes the entry and compiles instead). */
+static int entry_verify(tccd_state *st, const tcc_cache_entry *e, tcc_error *err) {
+  tccd_jobs *jobs = st->jobs;
+  uint8_t d[TCC_SHA256_BYTES];
+  entry_digest(e, d);
+  uint32_t slot = ((uint32_t)d[0] | (uint32_t)d[1] << 8 | (uint32_t)d[2] << 16) % VERIFIED_SLOTS;
+  if (jobs->verified && memcmp(jobs->verified[slot], d, TCC_SHA256_BYTES) == 0) return 0;
+  int rc = 0;
+  if (st->signing_key)
+    rc = tcc_artifact_verify(&st->trusted, e->key_id, e->hash, e->artifact_sha256, e->manifest, e->manifest_len,
+                             e->signature, e->signature_len, err);
+  if (rc == 0) {
+    uint8_t *data = NULL;
+    size_t len = 0;
+    rc = tcc_cache_read_artifact(st->cache, e->artifact_sha256, &data, &len, err);
+    free(data);
+    if (rc == 0 && (int64_t)len != e->size)
+      rc = tcc_error_set(err, TCC_E_DATA_LOSS, "the entry says %lld bytes, its artifact has %zu",
+                         (long long)e->size, len);
+  }
+  if (rc != 0) return rc;
+  if (!jobs->verified) jobs->verified = calloc(VERIFIED_SLOTS, TCC_SHA256_BYTES);
+  if (jobs->verified) memcpy(jobs->verified[slot], d, TCC_SHA256_BYTES);
+  return 0;
 }
 
 /* ------------------------------------------------------------ replies */
@@ -873,6 +926,14 @@ static void compile_prepared(compile_request *r) {
              entry.signature_len ? "signed by a key this daemon does not trust" : "unsigned");
     tcc_cache_entry_clear(&entry);
     rc = tcc_error_set(&err, TCC_E_NOT_FOUND, "unsigned entry");
+  }
+  if (rc == 0 && entry_verify(st, &entry, &err) != 0) {
+    log_warn("cache entry %.12s fails verification (%s); removed, compiling it again", prep->hash_hex, err.msg);
+    tcc_cache_count(st->cache, TCC_COUNTER_corrupt_entries, 1);
+    tcc_error eerr;
+    tcc_cache_evict(st->cache, prep->hash, &eerr); /* may be gone already with its blob */
+    tcc_cache_entry_clear(&entry);
+    rc = TCC_E_NOT_FOUND;
   }
   if (rc == 0) {
     tcc_cache_count(st->cache, TCC_COUNTER_hits, 1);

@@ -73,6 +73,7 @@ typedef struct tcc_cache_entry {
   X(requests) X(invalid_requests)                                \
   X(remote_errors) X(remote_stores) X(remote_lock_waits)         \
   X(remote_rejected) X(auth_failures) X(rejected_memory)         \
+  X(corrupt_entries)                                             \
   X(autotune_runs) X(autotune_candidates) X(autotune_crashed)    \
   X(autotune_timeouts) X(autotune_wrong) X(autotune_record_hits) \
   X(autotune_untuned) X(autotune_ms) X(autotune_remote_record_hits)
