@@ -116,6 +116,11 @@ typedef struct tcc_prepared {
   size_t nodes;                           /* node count, for logs */
 } tcc_prepared;
 
+/* Kills every external tool this process runs (C compilers, benchmark
+ * children) within 100 ms, and refuses to start more: they fail with
+ * TCC_E_CANCELLED. For shutdown; there is no way back. */
+void tcc_tools_cancel(void);
+
 /* Describes the toolchain that builds kernels for the key ("tccd-codegen/1
  * cc=gcc (Debian 12.2.0-14) 12.2.0"), by running `cc --version` once.
  * Writes at most cap bytes into out. Returns 0 or a TCC_E* code. */

@@ -40,6 +40,11 @@
  *   exited 126 or 127 (a shell's "not executable",
  *   "not found": a program it runs is missing)      UNAVAILABLE (transient)
  *   ran past timeout_ms                             DEADLINE_EXCEEDED
+ *   tcc_tools_cancel() was called (shutdown)        CANCELLED
+ *
+ * tcc_tools_cancel is the process's one kill switch: every tool running
+ * is killed (its process group) within TOOL_POLL_MS and every later one
+ * refused, so a daemon shutting down does not wait for its compilers.
  */
 #include "loop.h"
 #include "tcc_config.h"
@@ -51,6 +56,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <stdatomic.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdio.h>
@@ -67,6 +73,11 @@ extern char **environ;
 #define TCC_TOOL_MAX_FILE (1LL << 30)   /* largest file a tool may write */
 
 #define TCC_PRLIMIT "/usr/bin/prlimit"
+#define TOOL_POLL_MS 100 /* how often a running tool is checked for a cancel */
+
+static atomic_int tools_cancelled;
+
+void tcc_tools_cancel(void) { atomic_store(&tools_cancelled, 1); }
 
 /* Finds an executable as execvp would (a name with a slash as is, else
  * along $PATH). Returns 0 or an errno (ENOENT, EACCES). */
@@ -159,6 +170,8 @@ int tcc_run_tool_limits(const char *const *argv, int timeout_ms, int limit_as, c
                         tcc_error *err) {
   *output = NULL;
   if (timeout_ms <= 0) timeout_ms = 120000;
+  if (atomic_load(&tools_cancelled))
+    return tcc_error_set(err, TCC_E_CANCELLED, "'%s' was not started: the process is shutting down", argv[0]);
   int fds[2];
   if (pipe2(fds, O_CLOEXEC))
     return tcc_error_set(err, TCC_E_UNAVAILABLE, "cannot run '%s': pipe: %s", argv[0], strerror(errno));
@@ -205,15 +218,19 @@ int tcc_run_tool_limits(const char *const *argv, int timeout_ms, int limit_as, c
 
   tcc_buf out = {0};
   int64_t deadline = now_ms() + timeout_ms;
-  int timed_out = 0, status = 0;
-  for (;;) {                                   /* read until EOF or deadline */
+  int timed_out = 0, cancelled = 0, status = 0;
+  for (;;) {                                   /* read until EOF, deadline or cancel */
     int64_t left = deadline - now_ms();
     if (left <= 0) {
       timed_out = 1;
       break;
     }
+    if (atomic_load(&tools_cancelled)) {
+      cancelled = 1;
+      break;
+    }
     struct pollfd pfd = {.fd = fds[0], .events = POLLIN};
-    int n = poll(&pfd, 1, left > 1000 ? 1000 : (int)left);
+    int n = poll(&pfd, 1, left > TOOL_POLL_MS ? TOOL_POLL_MS : (int)left);
     if (n < 0 && errno != EINTR) break;
     if (n <= 0) continue;
     char chunk[4096];
@@ -238,8 +255,17 @@ int tcc_run_tool_limits(const char *const *argv, int timeout_ms, int limit_as, c
         timed_out = 1;
         break;
       }
+      if (atomic_load(&tools_cancelled)) {
+        cancelled = 1;
+        break;
+      }
       sleep_ms(2);
     }
+  }
+  if (cancelled) {
+    kill_and_reap(pid, &status);
+    tcc_buf_free(&out);
+    return tcc_error_set(err, TCC_E_CANCELLED, "'%s' was killed: the process is shutting down", argv[0]);
   }
   if (timed_out) {
     kill_and_reap(pid, &status);

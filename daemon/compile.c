@@ -499,6 +499,10 @@ static void job_fail(tccd_job *job, int compiled) {
   tccd_state *st = job->st;
   job_set_state(job, JOB_FAILED);
   tcc_cache_count(st->cache, TCC_COUNTER_compile_failures, 1);
+  if (job->rc == TCC_E_CANCELLED && st->draining) {
+    job->rc = TCC_E_UNAVAILABLE;
+    tcc_error_prefix(&job->err, "tccd is shutting down");
+  }
   int deterministic = compiled && failure_is_deterministic(job->rc);
   log_warn("compile %.12s failed (%s, %s): %s", job->prep->hash_hex, tcc_status_name(job->rc),
            deterministic ? "deterministic" : "transient", job->err.msg);
@@ -547,11 +551,29 @@ static void job_store_and_reply(tccd_job *job) {
   else job_succeed(job);
 }
 
+/* Shutdown cut a max-autotune job short: its waiters (if any are left)
+ * get UNAVAILABLE and nothing is stored, so the graph is compiled and
+ * tuned again after the restart. Frees the job. */
+static void job_end_unstored(tccd_job *job) {
+  job->rc = TCC_E_UNAVAILABLE;
+  job_set_state(job, JOB_FAILED);
+  log_info("compile %.12s: tccd is shutting down before its autotune finished; nothing stored", job->prep->hash_hex);
+  reply_error_to_waiters(job, TCC_E_UNAVAILABLE, "tccd is shutting down; the autotune did not finish and nothing was stored");
+  job_release_lock(job);
+  job_free(job);
+}
+
 /* Back on the loop: the tuning run ended (autotune.c). A tuned artifact
  * replaces the default one; the time spent tuning counts as compile time. */
 static void job_tuned(void *arg, tcc_artifact *tuned, double autotune_ms) {
   tccd_job *job = arg;
   job->tune = NULL;
+  if (job->st->draining) { /* a tuning run cut short: nothing under the tuned key */
+    tcc_artifact_free(tuned);
+    job_unlink(job->st->jobs, job);
+    job_end_unstored(job);
+    return;
+  }
   double ms = job->artifact.compile_ms + autotune_ms;
   if (tuned->data) {
     tcc_artifact_free(&job->artifact);
@@ -570,7 +592,12 @@ static void job_done(uv_work_t *w, int status) {
   tccd_state *st = job->st;
   tccd_jobs *jobs = st->jobs;
   jobs->in_pool--;
-  if (status != UV_ECANCELED && job->rc == 0 && tccd_autotune_wanted(job->prep) && !st->draining) {
+  if (status != UV_ECANCELED && job->rc == 0 && tccd_autotune_wanted(job->prep) && st->draining) {
+    job_unlink(jobs, job); /* never tuned: stored under the max-autotune key it would stay untuned */
+    job_end_unstored(job);
+    return;
+  }
+  if (status != UV_ECANCELED && job->rc == 0 && tccd_autotune_wanted(job->prep)) {
     tcc_cache_count(st->cache, TCC_COUNTER_compiles, 1);
     job_set_state(job, JOB_AUTOTUNING);
     job->tune = tccd_autotune_start(st, job->prep, job_tuned, job);
@@ -702,8 +729,12 @@ void tccd_jobs_abandon_waiters(tccd_state *st) {
   tccd_jobs *jobs = st->jobs;
   for (int b = 0; b < JOB_BUCKETS; b++)
     for (tccd_job *j = jobs->buckets[b]; j; j = j->next)
-      reply_error_to_waiters(j, TCC_E_UNAVAILABLE,
-                             "tccd is shutting down; the compile goes on and will be cached");
+      reply_error_to_waiters(j, TCC_E_UNAVAILABLE, "tccd is shutting down; the compile was cancelled");
+}
+
+void tccd_jobs_cancel_running(tccd_state *st) {
+  (void)st;
+  tcc_tools_cancel(); /* compilers and benchmark children die; their jobs fail, storing nothing */
 }
 
 /* ------------------------------------------------------------ Jobs */

@@ -239,11 +239,16 @@ typedef struct tccd_job_stats {
 int tccd_jobs_init(tccd_state *st);
 void tccd_jobs_stats(const tccd_state *st, tccd_job_stats *out);
 /* Shutdown, first step: cancels queued jobs (their waiters get
- * UNAVAILABLE); running ones finish and are still stored. */
+ * UNAVAILABLE); running ones go on until the grace period ends
+ * (tccd_jobs_cancel_running). */
 void tccd_jobs_cancel_queued(tccd_state *st);
 /* Shutdown, after the grace period: every call still waiting on a running
- * compile gets UNAVAILABLE now; the compile's result is still stored. */
+ * compile gets UNAVAILABLE now. */
 void tccd_jobs_abandon_waiters(tccd_state *st);
+/* Shutdown, after the grace period: kills every compiler and benchmark
+ * child (tcc_tools_cancel); their jobs fail as transient and store
+ * nothing, and a max-autotune job cut short stores nothing either. */
+void tccd_jobs_cancel_running(tccd_state *st);
 void tccd_jobs_free(tccd_state *st);
 
 /* ------------------------------------------------------------- autotune.c */

@@ -4,8 +4,9 @@
  *   load config ─► grpc_init ─► toolchain identity ─► NVRTC preload ─► open cache
  *   ─► start server (bind, gRPC thread) ─► uv_run ... SIGINT/SIGTERM:
  *   drain (refuse new compiles, cancel queued ones, let in-flight calls
- *   finish for --shutdown-grace-ms, then cancel) ─► server gone
- *   ─► close handles ─► uv_run returns once running compiles are stored
+ *   finish for --shutdown-grace-ms, then cancel them and kill running
+ *   compilers: tcc_tools_cancel) ─► server gone
+ *   ─► close handles ─► uv_run returns once running compiles have ended
  *   ─► close cache (flushes counters) ─► grpc_shutdown ─► exit 0.
  *
  * Request preparation and gc's blob verification run on the offload
@@ -32,6 +33,13 @@
 
 static uv_signal_t sigint_handle, sigterm_handle;
 static uv_timer_t housekeeping_timer;
+static uv_timer_t cancel_timer; /* shutdown: kills running compiles after the grace */
+
+static void on_cancel_timer(uv_timer_t *t) {
+  tccd_state *st = t->data;
+  log_info("shutdown: the grace period is over; killing running compiles");
+  tccd_jobs_cancel_running(st);
+}
 
 static void housekeeping(uv_timer_t *t) {
   tccd_state *st = t->data;
@@ -58,6 +66,10 @@ static void on_signal(uv_signal_t *h, int signum) {
   log_info("%s: shutting down (grace %d ms)", strsignal(signum), st->cfg->shutdown_grace_ms);
   st->draining = 1;
   tccd_jobs_cancel_queued(st);
+  /* unref'd: it kills what still runs at the end of the grace, but does
+   * not keep the loop alive once nothing does */
+  uv_timer_start(&cancel_timer, on_cancel_timer, (uint64_t)(st->cfg->shutdown_grace_ms > 0 ? st->cfg->shutdown_grace_ms : 0), 0);
+  uv_unref((uv_handle_t *)&cancel_timer);
   tccd_server_shutdown(st->server, st->cfg->shutdown_grace_ms, on_server_done);
 }
 
@@ -217,7 +229,12 @@ int main(int argc, char **argv) {
   else
     log_warn("--no-signing: artifacts are served unsigned; clients with TCCD_TRUSTED_KEYS will refuse them");
 
+  uv_timer_init(st.loop, &cancel_timer);
+  cancel_timer.data = &st;
+
   uv_run(st.loop, UV_RUN_DEFAULT);
+  uv_close((uv_handle_t *)&cancel_timer, NULL);
+  uv_run(st.loop, UV_RUN_NOWAIT);
 
   tccd_server_free(st.server);
   tccd_jobs_free(&st);

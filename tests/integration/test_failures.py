@@ -188,3 +188,98 @@ def test_remote_failure_records(daemon_factory, tmp_path, pb):
             assert x.stop() == 0
     finally:
         r.stop()
+
+
+def slow_after(tmp_path, name, fast_calls):
+    """A compiler that is cc for its first `fast_calls` compiles and then
+    hangs (sleep 120): records each compile's pid in a file."""
+    count = tmp_path / f"{name}.count"
+    return fake_cc(tmp_path, name,
+                   f'n=$(cat {count} 2>/dev/null || echo 0); echo $((n + 1)) > {count}\n'
+                   f'if [ "$n" -ge {fast_calls} ]; then exec sleep 120; fi\nexec cc "$@"')
+
+
+def test_sigterm_kills_running_compiles(daemon_factory, tmp_path, pb):
+    """SIGTERM ends within --shutdown-grace-ms + 1 s although a compiler
+    hangs: it is killed, its caller gets UNAVAILABLE, nothing is stored
+    or recorded, and after a restart the graph compiles."""
+    hang = slow_after(tmp_path, "hang-cc", 0)
+    d = daemon_factory(extra_args=["--cc", hang, "--shutdown-grace-ms", "1000"]).start()
+    req = variant(pb, 18)
+    import threading
+    out = {}
+
+    def call():
+        try:
+            compile_on(d, req, pb)
+        except grpc.RpcError as e:
+            out["err"] = e
+
+    t = threading.Thread(target=call)
+    t.start()
+    deadline = time.time() + 30
+    while not (tmp_path / "hang-cc.count").exists() and time.time() < deadline:
+        time.sleep(0.02)
+    time.sleep(0.2)
+    t0 = time.time()
+    assert d.stop() == 0
+    took = time.time() - t0
+    t.join(30)
+    assert took < 1.0 + 1.0 + 0.5, f"SIGTERM took {took:.2f} s with --shutdown-grace-ms 1000"
+    assert out["err"].code() == grpc.StatusCode.UNAVAILABLE, out["err"].details()
+    assert "shutting down" in out["err"].details()
+    d.extra_args = [a for a in d.extra_args if a != hang and a != "--cc"]
+    d.start()
+    s = d.stats()
+    assert s["entries"] == 0 and s["negative_entries"] == 0
+    assert compile_on(d, req, pb).cache == pb.MISS
+    assert d.stop() == 0
+
+
+def test_sigterm_during_autotune_stores_nothing(daemon_factory, tmp_path, pb):
+    """A max-autotune compile whose tuning run is cut short by SIGTERM
+    stores nothing under its key: after the restart it is compiled (and
+    tuned) again instead of being a plain hit."""
+    slow = slow_after(tmp_path, "tune-cc", 1)  # the default build is fast; candidate builds hang
+    d = daemon_factory(extra_args=["--cc", slow, "--shutdown-grace-ms", "500"]).start()
+    req = sin_cos_request_mode(pb, 19, "MAX_AUTOTUNE")
+    import threading
+    out = {}
+
+    def call():
+        try:
+            out["resp"] = compile_on(d, req, pb)
+        except grpc.RpcError as e:
+            out["err"] = e
+
+    t = threading.Thread(target=call)
+    t.start()
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        if int((tmp_path / "tune-cc.count").read_text() if (tmp_path / "tune-cc.count").exists() else 0) >= 2:
+            break
+        time.sleep(0.02)
+    with grpc.insecure_channel(d.addr) as ch:
+        raw = ch.unary_unary("/tcc.v1.Compiler/Jobs", request_serializer=None,
+                             response_deserializer=None)(pb.JobsRequest().SerializeToString(), timeout=30)
+    jobs = pb.JobsResponse.FromString(raw)
+    assert [j.state for j in jobs.jobs] == ["AUTOTUNING"], jobs
+    t0 = time.time()
+    assert d.stop() == 0
+    assert time.time() - t0 < 0.5 + 1.0 + 0.5
+    t.join(30)
+    assert "err" in out and out["err"].code() == grpc.StatusCode.UNAVAILABLE, out
+    assert "nothing was stored" in out["err"].details() or "shutting down" in out["err"].details()
+    d.extra_args = [a for a in d.extra_args if a != slow and a != "--cc"]
+    d.start()
+    assert d.stats()["entries"] == 0
+    r = compile_on(d, req, pb)
+    assert r.cache == pb.MISS, "compiled and tuned again, not a plain hit of an untuned artifact"
+    assert d.stop() == 0
+
+
+def sin_cos_request_mode(pb, rows, mode):
+    from conftest import sin_cos_request
+    r = sin_cos_request(pb, rows)
+    r.options.mode = getattr(pb, mode)
+    return r.SerializeToString()
