@@ -989,14 +989,14 @@ static int store_in_txn(tcc_cache *c, const tcc_cache_entry *e, const uint8_t *a
   int64_t now = (int64_t)time(NULL), bytes = 0, freed = 0;
   int code, rc;
 
-  /* Eviction weighs hits: write the pending ones first when it will run. */
-  if (c->max_bytes > 0) {
-    if ((code = blob_bytes_get(c, &bytes, err))) return code;
-    if (bytes + (int64_t)len > c->max_bytes && !pending_empty(&c->pending)) {
-      if ((code = pending_write(c, err))) return code;
-      *flushed = true;
-    }
+  /* The pending bookkeeping goes in with the entry: eviction weighs hits,
+   * and the counters (the `compiles` that made this entry among them)
+   * then survive a crash together with it. */
+  if (!pending_empty(&c->pending)) {
+    if ((code = pending_write(c, err))) return code;
+    *flushed = true;
   }
+  if (c->max_bytes > 0 && (code = blob_bytes_get(c, &bytes, err))) return code;
 
   /* Replacing: drop the old row (its blob goes below, if now unused). */
   uint8_t old_artifact[TCC_SHA256_BYTES];

@@ -1,8 +1,9 @@
 """
 Crash consistency: tccd is killed with SIGKILL at random moments while
 compiles are being stored. After each kill the SQLite file passes
-integrity_check and every entry whose Compile reply reached a client before
-the kill is still served (as a hit) after a restart.
+integrity_check, every entry whose Compile reply reached a client before
+the kill is still served (as a hit) after a restart, and the counters
+persisted with the entries never fall behind them (compiles >= entries).
 """
 import json
 import os
@@ -57,6 +58,9 @@ def test_kill9_keeps_every_acknowledged_entry(daemon_factory, pb):
         assert con.execute("PRAGMA integrity_check").fetchone()[0] == "ok", f"round {round_no}, seed {seed}"
         con.close()
         d.start()
+        # counters are stored with the entries: every entry was a compile
+        s = d.stats()
+        assert s["compiles"] >= s["entries"] and s["misses"] >= s["entries"], (round_no, seed, s)
 
     assert len(acked) >= 6, f"too few compiles acknowledged to test anything ({len(acked)})"
     for h, rows in acked.items():
