@@ -48,6 +48,7 @@ static const opt_def options[] = {
   {"tls-key", STR(tls_key), "PEM private key of --tls-cert"},
   {"tls-client-ca", STR(tls_client_ca), "require client certificates signed by this PEM CA (mTLS)"},
   {"redis", STR(redis), "shared remote cache tier: redis://[[USER]:PASSWORD@]HOST[:PORT][/DB]"},
+  {"redis-trust-unsigned", NUM(OPT_BOOL, redis_trust_unsigned), "with --no-signing and --redis: serve unsigned entries from Redis (anyone who can write to it can make clients run their code; refused without this flag)"},
   {"redis-ttl", NUM(OPT_SECONDS, redis_ttl_s), "remote entry lifetime, refreshed on remote hits (default 30d)"},
   {"redis-timeout-ms", NUM(OPT_INT, redis_timeout_ms), "a remote operation slower than this is skipped (default 1000)"},
   {"allow-root", NUM(OPT_BOOL, allow_root), "allow running as root (refused by default)"},

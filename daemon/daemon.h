@@ -71,6 +71,7 @@ typedef struct tccd_config {
   int autotune_reps;         /* --autotune-reps */
   int64_t failure_ttl_s;     /* --failure-ttl: negative-cache lifetime (0: off) */
   int64_t request_memory_max; /* --request-memory-max: admission budget (0: none) */
+  int redis_trust_unsigned;  /* --redis-trust-unsigned: --no-signing with --redis */
 } tccd_config;
 
 /* Fills cfg from defaults, then TCCD_<FLAG> environment variables, then

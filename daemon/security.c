@@ -32,6 +32,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <openssl/err.h>
+#include <openssl/pem.h>
+#include <openssl/x509.h>
+
 #include "daemon.h"
 
 #define TOKEN_MIN_LEN 16
@@ -175,6 +179,76 @@ int tccd_auth_check(const tccd_state *st, const grpc_metadata_array *md, tccd_ro
   return 0;
 }
 
+/* ------------------------------------------------------------ TLS files */
+
+/* OpenSSL's first queued error as text ("" when none), clearing the queue. */
+static const char *ssl_error_text(char *buf, size_t cap) {
+  unsigned long e = ERR_get_error();
+  buf[0] = '\0';
+  if (e) ERR_error_string_n(e, buf, cap);
+  ERR_clear_error();
+  return buf;
+}
+
+/* Reads the first PEM object of a TLS file: a certificate (want_key 0) or
+ * a private key (1), which must not be readable by others. Returns it
+ * (X509 * or EVP_PKEY *) or NULL with a message naming flag and file. */
+static void *tls_read(const char *flag, const char *path, int want_key, tcc_error *err) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    tcc_error_set(err, TCC_E_FAILED_PRECONDITION, "%s %s: %s", flag, path, strerror(errno));
+    return NULL;
+  }
+  struct stat st;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    close(fd);
+    tcc_error_set(err, TCC_E_FAILED_PRECONDITION, "%s %s is not a regular file", flag, path);
+    return NULL;
+  }
+  if (want_key && (st.st_mode & 077)) {
+    close(fd);
+    tcc_error_set(err, TCC_E_PERMISSION_DENIED, "%s %s may be read by others (mode %03o); chmod 600 it", flag, path,
+                  (unsigned)(st.st_mode & 0777));
+    return NULL;
+  }
+  FILE *f = fdopen(fd, "r");
+  if (!f) {
+    close(fd);
+    tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "out of memory");
+    return NULL;
+  }
+  char why[256];
+  ERR_clear_error();
+  void *obj = want_key ? (void *)PEM_read_PrivateKey(f, NULL, NULL, NULL) : (void *)PEM_read_X509(f, NULL, NULL, NULL);
+  fclose(f);
+  if (!obj)
+    tcc_error_set(err, TCC_E_FAILED_PRECONDITION, "%s %s: not a PEM %s (%s)", flag, path,
+                  want_key ? "private key" : "certificate", ssl_error_text(why, sizeof why));
+  return obj;
+}
+
+/* --tls-cert, --tls-key and --tls-client-ca parse, the key is private to
+ * its owner, and it is the certificate's key. Returns 0 or a code. */
+static int tls_check(const tccd_config *cfg, tcc_error *err) {
+  if (!cfg->tls_cert[0]) return 0;
+  X509 *cert = tls_read("--tls-cert", cfg->tls_cert, 0, err);
+  EVP_PKEY *key = cert ? tls_read("--tls-key", cfg->tls_key, 1, err) : NULL;
+  X509 *ca = key && cfg->tls_client_ca[0] ? tls_read("--tls-client-ca", cfg->tls_client_ca, 0, err) : NULL;
+  int rc = err->code;
+  if (cert && key && (ca || !cfg->tls_client_ca[0])) {
+    rc = 0;
+    char why[256];
+    ERR_clear_error();
+    if (X509_check_private_key(cert, key) != 1)
+      rc = tcc_error_set(err, TCC_E_FAILED_PRECONDITION, "--tls-key %s is not the key of --tls-cert %s (%s)",
+                         cfg->tls_key, cfg->tls_cert, ssl_error_text(why, sizeof why));
+  }
+  X509_free(cert);
+  EVP_PKEY_free(key);
+  X509_free(ca);
+  return rc;
+}
+
 int tccd_security_init(tccd_state *st, tcc_error *err) {
   const tccd_config *cfg = st->cfg;
   if (geteuid() == 0 && !cfg->allow_root)
@@ -203,6 +277,12 @@ int tccd_security_init(tccd_state *st, tcc_error *err) {
     tcc_error_prefix(err, "--auth-tokens");
     return rc;
   }
+  tcc_error_clear(err);
+  if ((rc = tls_check(cfg, err))) return rc;
+  if (cfg->redis[0] && cfg->no_signing && !cfg->redis_trust_unsigned)
+    return tcc_error_set(err, TCC_E_FAILED_PRECONDITION,
+                         "--no-signing with --redis would serve whatever is written into Redis, unsigned, to every "
+                         "client: sign (the default), or pass --redis-trust-unsigned to say that Redis is trusted");
   return 0;
 }
 

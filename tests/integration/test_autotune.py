@@ -376,7 +376,8 @@ def test_tuning_records_are_shared_through_redis(daemon_factory, redis, tmp_path
     forget_b()
     for k, blob in zip(keys, forged):
         assert redis.cmd("SET", k, b"TCR1" + bytes(RECORD_HEAD - 4) + blob) == "OK"
-    d = daemon_factory(cache_dir=str(tmp_path / "d"), workdir=wd("d"), signing_key=None, extra_args=args).start()
+    d = daemon_factory(cache_dir=str(tmp_path / "d"), workdir=wd("d"), signing_key=None,
+                       extra_args=args + ["--redis-trust-unsigned"]).start()
     rd = d.tcctl("compile", b_path)
     assert rd["cache"] == "miss"
     s = d.stats()

@@ -175,13 +175,14 @@ def test_remote_failure_records(daemon_factory, tmp_path, pb):
         assert d.stats()["compiles"] == 0
 
         # ... and not when it names another compiler (re-signed by nobody:
-        # a fresh daemon with --no-signing, which verifies no signature)
+        # a fresh daemon with --no-signing --redis-trust-unsigned, which
+        # verifies no signature)
         rec.compiler_identity = identity.replace("tccd-codegen/", "tccd-codegen/999-")
         r.cmd("SET", fkey, rec.SerializeToString(), "KEEPTTL")
         wd = tmp_path / "run-e"
         wd.mkdir()
         e = daemon_factory(cache_dir=str(tmp_path / "e"), workdir=str(wd), signing_key=None,
-                           extra_args=["--redis", r.url]).start()
+                           extra_args=["--redis", r.url, "--redis-trust-unsigned"]).start()
         assert compile_on(e, req, pb).cache == pb.MISS
         assert "another compiler" in e.read_log()
         for x in (a, b, c, d, e):
@@ -283,3 +284,14 @@ def sin_cos_request_mode(pb, rows, mode):
     r = sin_cos_request(pb, rows)
     r.options.mode = getattr(pb, mode)
     return r.SerializeToString()
+
+
+def test_no_signing_with_redis_needs_an_explicit_flag(tmp_path):
+    """--no-signing --redis would serve anything written into Redis:
+    refused at start, saying which flag says Redis is trusted."""
+    import subprocess
+    from conftest import TCCD
+    extra = ["--allow-root"] if os.geteuid() == 0 else []
+    p = subprocess.run([TCCD, *extra, "--no-signing", "--redis", "redis://127.0.0.1:1", "--listen", "127.0.0.1:0",
+                        "--cache-dir", str(tmp_path / "c")], capture_output=True, text=True, timeout=30)
+    assert p.returncode != 0 and "--redis-trust-unsigned" in p.stderr, p.stderr

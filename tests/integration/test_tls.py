@@ -127,10 +127,21 @@ def test_bad_tls_flags(tmp_path, pki):
     extra = (["--allow-root"] if os.geteuid() == 0 else []) + ["--no-signing", "--listen", "127.0.0.1:0",
                                                                  "--cache-dir", str(tmp_path / "c")]
     cert, key = pki["server"]
+    garbage = str(tmp_path / "garbage.pem")
+    with open(garbage, "w") as f:
+        f.write("-----BEGIN CERTIFICATE-----\nbm90IGEgY2VydGlmaWNhdGU=\n-----END CERTIFICATE-----\n")
+    open_key = str(tmp_path / "open.key")
+    shutil.copy(key, open_key)
+    os.chmod(open_key, 0o644)
     for args, why in ((["--tls-cert", cert], "go together"),
                       (["--tls-client-ca", pki["ca"]], "needs --tls-cert"),
                       (["--tls-cert", cert, "--tls-key", str(tmp_path / "missing.key")], "missing.key"),
-                      (["--tls-cert", SIN_COS, "--tls-key", key], "not a PEM file")):
+                      (["--tls-cert", SIN_COS, "--tls-key", key], "not a PEM certificate"),
+                      (["--tls-cert", garbage, "--tls-key", key], f"--tls-cert {garbage}: not a PEM certificate"),
+                      (["--tls-cert", cert, "--tls-key", open_key], "may be read by others (mode 644); chmod 600"),
+                      (["--tls-cert", cert, "--tls-key", pki["rogue_server"][1]], "is not the key of --tls-cert"),
+                      (["--tls-cert", cert, "--tls-key", key, "--tls-client-ca", SIN_COS],
+                       "--tls-client-ca " + SIN_COS + ": not a PEM certificate")):
         p = subprocess.run([TCCD, *extra, *args], capture_output=True, text=True, timeout=30)
         assert p.returncode != 0, args
         assert why in p.stderr, p.stderr
