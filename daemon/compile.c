@@ -71,6 +71,7 @@
 #include <stdlib.h>
 #include <malloc.h>
 #include <string.h>
+#include <sys/statvfs.h>
 #include <time.h>
 
 #include <grpc/byte_buffer.h>
@@ -463,11 +464,57 @@ static void job_entry_fill(tccd_job *job) {
   }
 }
 
+/* ------------------------------------------------------------ a full disk
+ *
+ * A store that fails for lack of space (RESOURCE_EXHAUSTED: SQLite's
+ * FULL) evicts a tenth of the cache by value, or three reserves' worth if
+ * that is more (the reserve pays for the deletions on a full disk and is
+ * made again from what they free: cache.c), and tries once more. If that fails
+ * too, storing is *blocked*: misses are answered RESOURCE_EXHAUSTED at
+ * once instead of being compiled and thrown away, and Stats says why.
+ * Housekeeping unblocks once the disk has room again
+ * (tccd_store_check), and so does a successful `tcctl gc` or `evict`. */
+#define STORE_UNBLOCK_FREE_BYTES (32 << 20)
+
+static void store_block(tccd_state *st, const char *why) {
+  if (!st->store_blocked) log_error("cache: storing is blocked until there is disk space again: %s", why);
+  st->store_blocked = 1;
+  snprintf(st->store_blocked_reason, sizeof st->store_blocked_reason, "%.500s", why);
+}
+
+void tccd_store_unblock(tccd_state *st, const char *why) {
+  if (!st->store_blocked) return;
+  st->store_blocked = 0;
+  st->store_blocked_reason[0] = '\0';
+  log_info("cache: storing again (%s)", why);
+}
+
+void tccd_store_check(tccd_state *st) {
+  if (!st->store_blocked) return;
+  struct statvfs vfs;
+  if (statvfs(st->cfg->cache_dir, &vfs) == 0 && (uint64_t)vfs.f_bavail * vfs.f_frsize >= STORE_UNBLOCK_FREE_BYTES)
+    tccd_store_unblock(st, "the disk has room again");
+}
+
 static void job_store(tccd_job *job) {
   tccd_state *st = job->st;
   job_entry_fill(job);
   tcc_error err;
-  if (tcc_cache_store(st->cache, &job->entry, job->artifact.data, job->artifact.size, &err) != 0) {
+  int rc = tcc_cache_store(st->cache, &job->entry, job->artifact.data, job->artifact.size, &err);
+  if (rc == TCC_E_RESOURCE_EXHAUSTED) {
+    tcc_cache_stats cs;
+    tcc_cache_gc_result gr = {0};
+    tcc_error gerr;
+    if (tcc_cache_stats_get(st->cache, &cs, &gerr) != 0) cs.bytes = 0;
+    int64_t room = cs.bytes / 10 > 3LL * TCC_CACHE_RESERVE_BYTES ? cs.bytes / 10 : 3LL * TCC_CACHE_RESERVE_BYTES;
+    if (cs.bytes > 0 &&
+        tcc_cache_gc_finish(st->cache, cs.bytes - room > 0 ? cs.bytes - room : 1, NULL, 0, &gr, &gerr) == 0)
+      log_warn("cache: a store failed for lack of space (%s); evicted %lld entries (%lld bytes)", err.msg,
+               (long long)gr.evicted, (long long)gr.freed_bytes);
+    rc = tcc_cache_store(st->cache, &job->entry, job->artifact.data, job->artifact.size, &err);
+    if (rc == TCC_E_RESOURCE_EXHAUSTED) store_block(st, err.msg);
+  }
+  if (rc != 0) {
     job->rc = err.code;
     tcc_error_set(&job->err, err.code, "compiled, but could not store the artifact: %s", err.msg);
   }
@@ -1000,6 +1047,13 @@ static void compile_prepared(compile_request *r) {
   }
   if (st->draining) {
     tccd_call_fail(c, TCC_E_UNAVAILABLE, "tccd is shutting down");
+    goto done;
+  }
+  if (st->store_blocked) {
+    tccd_call_fail(c, TCC_E_RESOURCE_EXHAUSTED,
+                   "the cache cannot store new entries (%s); tccd does not compile what it would throw away: "
+                   "free disk space, or `tcctl gc --max-bytes N`; retry later",
+                   st->store_blocked_reason);
     goto done;
   }
   tccd_jobs *jobs = st->jobs;

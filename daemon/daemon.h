@@ -160,6 +160,8 @@ typedef struct tccd_state {
   struct tccd_auth *auth;          /* --auth-tokens; NULL = every call is open */
   struct tccd_remote *remote;      /* --redis; NULL = no remote tier */
   struct tccd_offload *offload;    /* offload.c: threads for work kept off the loop */
+  int store_blocked;               /* compile.c: the disk is full, nothing can be stored */
+  char store_blocked_reason[512];
 } tccd_state;
 
 /* Creates the server, binds cfg->listen (refusing a port already in use),
@@ -251,6 +253,10 @@ void tccd_jobs_abandon_waiters(tccd_state *st);
  * nothing, and a max-autotune job cut short stores nothing either. */
 void tccd_jobs_cancel_running(tccd_state *st);
 void tccd_jobs_free(tccd_state *st);
+/* Housekeeping: unblocks storing once the cache's disk has room again. */
+void tccd_store_check(tccd_state *st);
+/* Unblocks storing (a gc or evict freed space); why goes to the log. */
+void tccd_store_unblock(tccd_state *st, const char *why);
 
 /* ------------------------------------------------------------- autotune.c */
 

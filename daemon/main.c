@@ -14,7 +14,9 @@
  * gone.
  *
  * Housekeeping (one timer, every second, Redis serverCron-style):
- *   - write pending hit bookkeeping and counters to the cache.
+ *   - write pending hit bookkeeping and counters to the cache (and make
+ *     its reserve again after a full disk);
+ *   - unblock storing once a full disk has room again.
  * (The remote tier has its own 10 ms timer for command timeouts, polls
  * and reconnects: remote.c.)
  */
@@ -44,7 +46,8 @@ static void on_cancel_timer(uv_timer_t *t) {
 static void housekeeping(uv_timer_t *t) {
   tccd_state *st = t->data;
   tcc_error err;
-  if (tcc_cache_flush(st->cache, &err) != 0) log_warn("cache flush failed: %s", err.msg);
+  if (tcc_cache_flush(st->cache, &err) != 0 && !st->store_blocked) log_warn("cache flush failed: %s", err.msg);
+  tccd_store_check(st);
 }
 
 static void on_server_done(tccd_state *st) {

@@ -166,6 +166,10 @@ void tccd_rpc_stats(tccd_state *st, tccd_call *c) {
   r.autotune_record_hits = cs.counters[TCC_COUNTER_autotune_record_hits];
   r.autotune_untuned = cs.counters[TCC_COUNTER_autotune_untuned];
   r.autotune_remote_record_hits = cs.counters[TCC_COUNTER_autotune_remote_record_hits];
+  r.store_blocked = st->store_blocked;
+  r.store_blocked_reason = st->store_blocked_reason;
+  r.rejected_memory = cs.counters[TCC_COUNTER_rejected_memory];
+  r.corrupt_entries = cs.counters[TCC_COUNTER_corrupt_entries];
   r.tuning_records = cs.tuning_records;
   r.autotuning_jobs = js.autotuning;
   r.signing_key_id = st->signing_key ? st->signing_key->key_id : (char *)"";
@@ -319,6 +323,7 @@ static void evict_finish(tccd_state *st, tccd_call *c, const uint8_t hash[TCC_SH
     return;
   }
   int local = code == 0;
+  if (local) tccd_store_unblock(st, "an entry was evicted");
   log_info("evicted %.12s on request: %s locally; redis: %s%s%s", hex, local ? "removed" : "nothing",
            !res ? "none" : res->error ? "not removed (" : n ? "removed" : "nothing stored",
            res && res->error ? res->message : "", res && res->error ? ")" : "");
@@ -400,6 +405,7 @@ static void gc_scan_done(void *arg, int cancelled) {
   } else {
     log_info("gc: evicted %lld entries, freed %lld bytes, removed %lld corrupt blobs",
              (long long)res.evicted, (long long)res.freed_bytes, (long long)res.corrupt_removed);
+    if (res.freed_bytes > 0) tccd_store_unblock(g->st, "gc freed space");
     Tcc__V1__GcResponse r = TCC__V1__GC_RESPONSE__INIT;
     r.evicted = res.evicted;
     r.freed_bytes = res.freed_bytes;

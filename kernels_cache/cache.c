@@ -41,7 +41,10 @@
  *   busy_timeout (default 5 s; a store that cannot get the write lock in
  *   time fails with TCC_E_UNAVAILABLE), cache_size 16 MiB (the pages a
  *   flush rewrites stay in memory: 1000 distinct hits flush in ~6 ms
- *   instead of ~15 ms with the default 2 MiB).
+ *   instead of ~15 ms with the default 2 MiB), secure_delete=FAST
+ *   (Debian builds SQLite with secure_delete on, which writes zeros over
+ *   every freed page: deleting a 1 MiB blob wrote 1 MiB of WAL, so a full
+ *   disk could not delete anything; artifacts are not secrets).
  *
  * ON-DISK FORMAT (schema version 4; PRAGMA user_version = 4,
  * PRAGMA application_id = 0x54434344 "TCCD", auto_vacuum = INCREMENTAL)
@@ -154,6 +157,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <fcntl.h>
+#include <errno.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -342,6 +348,7 @@ typedef struct cache_pending {
 struct tcc_cache {
   sqlite3 *db;
   char *path;               /* dir/cache.db, for messages */
+  char *reserve_path;       /* dir/reserve: space kept for deletions */
   int64_t max_bytes;        /* 0 = unlimited */
   sqlite3_stmt *st[ST__COUNT];
   cache_pending pending;
@@ -580,6 +587,51 @@ static int pending_write(tcc_cache *c, tcc_error *err) {
 }
 
 /* ---------------------------------------------------------------------- */
+/* The reserve                                                             */
+/* ---------------------------------------------------------------------- */
+
+/* On a full disk SQLite cannot even delete: a delete writes WAL frames.
+ * So the cache keeps TCC_CACHE_RESERVE_BYTES of disk in dir/reserve, a
+ * file of allocated blocks that nothing reads. A deletion that fails for
+ * lack of space (evict, gc) removes the reserve and tries once more; the
+ * reserve is made again (tcc_cache_flush, at most once a second from the
+ * daemon's housekeeping) as soon as the disk has room for it and a
+ * margin. */
+
+/* Makes dir/reserve when it is missing and the disk has room for it with
+ * as much again to spare. Returns 1 when the reserve is there. */
+static int reserve_make(tcc_cache *c) {
+  struct stat st;
+  if (stat(c->reserve_path, &st) == 0 && st.st_size >= TCC_CACHE_RESERVE_BYTES) return 1;
+  struct statvfs vfs;
+  char dir[4200];
+  snprintf(dir, sizeof dir, "%s", c->path);
+  char *slash = strrchr(dir, '/');
+  if (slash) *slash = '\0';
+  if (statvfs(slash ? dir : ".", &vfs) != 0 ||
+      (uint64_t)vfs.f_bavail * vfs.f_frsize < 2ull * TCC_CACHE_RESERVE_BYTES)
+    return 0;
+  int fd = open(c->reserve_path, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+  if (fd < 0) return 0;
+  int rc = posix_fallocate(fd, 0, TCC_CACHE_RESERVE_BYTES);
+  close(fd);
+  if (rc != 0) {
+    unlink(c->reserve_path);
+    return 0;
+  }
+  return 1;
+}
+
+/* Gives the reserve's space back to the file system. Returns 1 when there
+ * was a reserve to give. */
+static int reserve_release(tcc_cache *c) { return unlink(c->reserve_path) == 0; }
+
+int tcc_cache_reserve_held(tcc_cache *c) {
+  struct stat st;
+  return stat(c->reserve_path, &st) == 0 && st.st_size >= TCC_CACHE_RESERVE_BYTES;
+}
+
+/* ---------------------------------------------------------------------- */
 /* Open and close                                                          */
 /* ---------------------------------------------------------------------- */
 
@@ -719,7 +771,8 @@ static int configure(tcc_cache *c, const tcc_cache_options *opts, bool fresh, tc
                                             : "PRAGMA synchronous = NORMAL";
   if ((rc = sqlite3_exec(c->db, sync, NULL, NULL, NULL)) != SQLITE_OK ||
       (rc = sqlite3_exec(c->db, "PRAGMA foreign_keys = ON", NULL, NULL, NULL)) != SQLITE_OK ||
-      (rc = sqlite3_exec(c->db, "PRAGMA cache_size = -16384", NULL, NULL, NULL)) != SQLITE_OK)
+      (rc = sqlite3_exec(c->db, "PRAGMA cache_size = -16384", NULL, NULL, NULL)) != SQLITE_OK ||
+      (rc = sqlite3_exec(c->db, "PRAGMA secure_delete = FAST", NULL, NULL, NULL)) != SQLITE_OK)
     return sql_error(c, rc, err, "set pragmas");
   return 0;
 }
@@ -735,7 +788,9 @@ int tcc_cache_open(const tcc_cache_options *opts, tcc_cache **out, tcc_error *er
   if (code) return code;
 
   tcc_cache *c = calloc(1, sizeof *c);
-  if (!c || asprintf(&c->path, "%s/cache.db", opts->dir) < 0) {
+  if (!c || asprintf(&c->path, "%s/cache.db", opts->dir) < 0 ||
+      asprintf(&c->reserve_path, "%s/reserve", opts->dir) < 0) {
+    if (c) free(c->path);
     free(c);
     return tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "cache: out of memory");
   }
@@ -773,6 +828,7 @@ int tcc_cache_open(const tcc_cache_options *opts, tcc_cache **out, tcc_error *er
       goto fail;
     }
   }
+  reserve_make(c); /* best effort: a full disk at start has none */
   *out = c;
   return 0;
 
@@ -780,6 +836,7 @@ fail:
   for (int i = 0; i < ST__COUNT; i++) sqlite3_finalize(c->st[i]);
   sqlite3_close(c->db);
   free(c->path);
+  free(c->reserve_path);
   free(c);
   return code;
 }
@@ -792,6 +849,7 @@ void tcc_cache_close(tcc_cache *c) {
   sqlite3_close(c->db);
   free(c->pending.slots);
   free(c->path);
+  free(c->reserve_path);
   free(c);
 }
 
@@ -1158,8 +1216,17 @@ int tcc_cache_read_artifact(tcc_cache *c, const uint8_t sha256[TCC_SHA256_BYTES]
 /* Maintenance                                                             */
 /* ---------------------------------------------------------------------- */
 
+static int evict_once(tcc_cache *c, const uint8_t hash[TCC_SHA256_BYTES], tcc_error *err);
+
 int tcc_cache_evict(tcc_cache *c, const uint8_t hash[TCC_SHA256_BYTES], tcc_error *err) {
   if (!c || !hash) return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "cache evict: bad arguments");
+  int code = evict_once(c, hash, err);
+  if (code == TCC_E_RESOURCE_EXHAUSTED && reserve_release(c)) /* a full disk: spend the reserve */
+    code = evict_once(c, hash, err);
+  return code;
+}
+
+static int evict_once(tcc_cache *c, const uint8_t hash[TCC_SHA256_BYTES], tcc_error *err) {
   int code = txn_begin(c, err);
   if (code) return code;
   int64_t freed = 0;
@@ -1213,6 +1280,25 @@ static int blob_list(tcc_cache *c, uint8_t (**out)[TCC_SHA256_BYTES], size_t *n,
   return 0;
 }
 
+/* Gives the free pages back to the file system a megabyte at a time:
+ * an incremental vacuum writes the pages it moves to the WAL, and the
+ * TRUNCATE checkpoint after each step copies them home, shrinks cache.db
+ * and empties the WAL, so a nearly full disk needs only a step's worth of
+ * room (one vacuum of a 37 MB file with 20 MB free pages failed for lack
+ * of space; in steps it finished). Best effort: it stops at an error. */
+static void vacuum_in_steps(tcc_cache *c) {
+  for (int step = 0; step < 100000; step++) {
+    sqlite3_stmt *s = NULL;
+    int64_t free_pages = 0;
+    if (sqlite3_prepare_v2(c->db, "PRAGMA freelist_count", -1, &s, NULL) == SQLITE_OK && sqlite3_step(s) == SQLITE_ROW)
+      free_pages = sqlite3_column_int64(s, 0);
+    sqlite3_finalize(s);
+    if (free_pages <= 0 || sqlite3_exec(c->db, "PRAGMA incremental_vacuum(256)", NULL, NULL, NULL) != SQLITE_OK ||
+        sqlite3_exec(c->db, "PRAGMA wal_checkpoint(TRUNCATE)", NULL, NULL, NULL) != SQLITE_OK)
+      break;
+  }
+}
+
 /* gc's sweep, after the blobs were verified: deletes unused blobs, evicts
  * to the budget (max_bytes, or the cache's), gives pages back. */
 static int gc_sweep(tcc_cache *c, int64_t max_bytes, tcc_cache_gc_result *r, tcc_error *err) {
@@ -1233,9 +1319,23 @@ static int gc_sweep(tcc_cache *c, int64_t max_bytes, tcc_cache_gc_result *r, tcc
   if ((code = txn_commit(c, err))) return code;
   c->pending.counters[TCC_COUNTER_evictions] += r->evicted;
 
-  /* Give freed pages back to the file system (auto_vacuum=INCREMENTAL). */
-  sqlite3_exec(c->db, "PRAGMA incremental_vacuum", NULL, NULL, NULL);
+  /* Give freed pages back to the file system (auto_vacuum=INCREMENTAL;
+   * in WAL mode the file shrinks at the checkpoint), then hold the
+   * reserve again if it was spent and there is room for it now. */
+  vacuum_in_steps(c);
+  reserve_make(c);
   return 0;
+}
+
+/* gc_sweep, once more with the reserve's space when the disk is full. */
+static int gc_sweep_or_reserve(tcc_cache *c, int64_t max_bytes, tcc_cache_gc_result *r, tcc_error *err) {
+  tcc_cache_gc_result before = *r; /* a rolled-back sweep counted what it did not do */
+  int code = gc_sweep(c, max_bytes, r, err);
+  if (code == TCC_E_RESOURCE_EXHAUSTED && reserve_release(c)) {
+    *r = before;
+    code = gc_sweep(c, max_bytes, r, err);
+  }
+  return code;
 }
 
 /* Verifies the blobs named by digests[0..n) on c's connection; a corrupt
@@ -1259,15 +1359,15 @@ int tcc_cache_gc(tcc_cache *c, int64_t max_bytes, tcc_cache_gc_result *out, tcc_
   if (out) *out = r;
   if (!c || max_bytes < 0)
     return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "cache gc: bad arguments");
-  int code = tcc_cache_flush(c, err); /* eviction weighs hits */
-  if (code) return code;
+  tcc_cache_flush(c, NULL); /* eviction weighs hits (on a full disk they wait) */
 
   uint8_t (*blobs)[TCC_SHA256_BYTES] = NULL;
   size_t n = 0;
-  if ((code = blob_list(c, &blobs, &n, err))) return code;
+  int code = blob_list(c, &blobs, &n, err);
+  if (code) return code;
   code = gc_verify(c, (const uint8_t (*)[TCC_SHA256_BYTES])blobs, n, &r, err);
   free(blobs);
-  if (code || (code = gc_sweep(c, max_bytes, &r, err))) return code;
+  if (code || (code = gc_sweep_or_reserve(c, max_bytes, &r, err))) return code;
   if (out) *out = r;
   return 0;
 }
@@ -1330,8 +1430,9 @@ int tcc_cache_gc_finish(tcc_cache *c, int64_t max_bytes, const uint8_t (*corrupt
   if (out) *out = r;
   if (!c || max_bytes < 0 || (n && !corrupt))
     return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "cache gc: bad arguments");
-  int code = tcc_cache_flush(c, err);
-  if (code || (code = gc_verify(c, corrupt, n, &r, err)) || (code = gc_sweep(c, max_bytes, &r, err))) return code;
+  tcc_cache_flush(c, NULL); /* eviction weighs hits (on a full disk they wait) */
+  int code;
+  if ((code = gc_verify(c, corrupt, n, &r, err)) || (code = gc_sweep_or_reserve(c, max_bytes, &r, err))) return code;
   if (out) *out = r;
   return 0;
 }
@@ -1537,6 +1638,7 @@ int tcc_cache_tuning_put(tcc_cache *c, const uint8_t signature[TCC_SHA256_BYTES]
 
 int tcc_cache_flush(tcc_cache *c, tcc_error *err) {
   if (!c) return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "cache flush: no cache");
+  reserve_make(c); /* after a full disk: again once there is room */
   if (pending_empty(&c->pending)) return 0;
   int code = txn_begin(c, err);
   if (code) return code;
