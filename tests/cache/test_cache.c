@@ -779,6 +779,51 @@ START_TEST(test_gc) {
 }
 END_TEST
 
+/* gc in two halves, as the daemon runs it: the blob scan on its own
+ * read-only connection (another thread in the daemon) while the cache
+ * stays open, then the finish on the cache's connection. */
+START_TEST(test_gc_scan_then_finish) {
+  enum { N = 6 };
+  const size_t len = 4096;
+  tcc_cache *c = open_cache(0);
+  stored s[N];
+  for (int i = 0; i < N; i++) store_random(c, &s[i], len, 100);
+  corrupt_blob(s[1].e.artifact_sha256, len);
+  corrupt_blob(s[4].e.artifact_sha256, len);
+
+  uint8_t (*bad)[TCC_SHA256_BYTES] = NULL;
+  size_t nbad = 0;
+  tcc_error err = {0};
+  ck_assert_msg(tcc_cache_scan_blobs(tcc_cache_db_path(c), &bad, &nbad, &err) == 0, "%s", err.msg);
+  ck_assert_int_eq(nbad, 2);
+  int seen1 = 0, seen4 = 0;
+  for (size_t i = 0; i < nbad; i++) {
+    seen1 |= memcmp(bad[i], s[1].e.artifact_sha256, TCC_SHA256_BYTES) == 0;
+    seen4 |= memcmp(bad[i], s[4].e.artifact_sha256, TCC_SHA256_BYTES) == 0;
+  }
+  ck_assert(seen1 && seen4);
+  ck_assert(present(c, s[1].e.hash)); /* the scan removes nothing */
+
+  /* the finish verifies again: a digest the scan named that is fine now
+   * (here: a good one passed in) is kept */
+  memcpy(bad[0], s[0].e.artifact_sha256, TCC_SHA256_BYTES);
+  tcc_cache_gc_result r;
+  ck_assert_msg(tcc_cache_gc_finish(c, 0, (const uint8_t (*)[TCC_SHA256_BYTES])bad, nbad, &r, &err) == 0, "%s",
+                err.msg);
+  ck_assert_int_eq(r.corrupt_removed, 1);
+  ck_assert(present(c, s[0].e.hash));
+  int gone = !present(c, s[1].e.hash) + !present(c, s[4].e.hash);
+  ck_assert_int_eq(gone, 1);
+  free(bad);
+
+  ck_assert_int_eq(tcc_cache_scan_blobs("/nonexistent/dir/cache.db", &bad, &nbad, &err), TCC_E_UNAVAILABLE);
+  ck_assert_ptr_nonnull(strstr(err.msg, "/nonexistent/dir/cache.db"));
+  ck_assert_int_eq(tcc_cache_integrity_check(c, &err), 0);
+  tcc_cache_close(c);
+  for (int i = 0; i < N; i++) stored_free(&s[i]);
+}
+END_TEST
+
 START_TEST(test_list_ordering) {
   enum { N = 6 };
   tcc_cache *c = open_cache(0);
@@ -1078,6 +1123,7 @@ static Suite *cache_suite(void) {
   tcase_add_test(t, test_replace_entry);
   tcase_add_test(t, test_store_rejects_bad_digest);
   tcase_add_test(t, test_gc);
+  tcase_add_test(t, test_gc_scan_then_finish);
   tcase_add_test(t, test_list_ordering);
   tcase_add_test(t, test_counters_persist);
   tcase_add_test(t, test_unusable_dir);
