@@ -35,7 +35,7 @@
  *   - tcc_compile runs the C compiler with posix_spawnp (argv list, no
  *     shell) in its own process group, collecting its status with
  *     waitpid(pid): the process must not set SIGCHLD to SIG_IGN.
- *   - Artifacts (.so) follow the ABI of tcc.proto's Manifest; output
+ *   - Artifacts (.so) follow the ABI of docs/abi.md (tcc.proto's Manifest); output
  *     buffers must not overlap inputs, each other or the workspace, and
  *     the workspace (Manifest.workspace_bytes; may be 0) must be 64-byte
  *     aligned. tcc_entry returns 0, or 1 when an index read from a
@@ -78,7 +78,7 @@
  *   - With the environment variable TCC_DUMP set, tcc_compile writes each
  *     pass's IR to <work_dir>/<guard hash>/NN-<pass>.txt.
  *
- * Limits (documented in the README; over them: TCC_E_RESOURCE_EXHAUSTED):
+ * Limits (docs/tccd.md#limits; over them: TCC_E_RESOURCE_EXHAUSTED):
  */
 #ifndef TCC_COMPILER_H
 #define TCC_COMPILER_H

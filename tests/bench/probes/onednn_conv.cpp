@@ -2,7 +2,7 @@
 // convolutions (batch 8) through oneDNN 2.6 (Debian's libdnnl-dev), with
 // plain nchw tensors and with oneDNN's blocked layouts plus the reorders
 // in and out, against a naive im2col + OpenBLAS sgemm. The lead for a
-// CPU convolution extern step (see the README's bench-torch notes: on
+// CPU convolution extern step (see docs/benchmarks.md's bench-torch notes: on
 // ResNet, OpenBLAS GEMMs and tccd's packs take ~50% of a step's samples
 // where Inductor's oneDNN JIT convolutions take ~18%).
 //
