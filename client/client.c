@@ -16,8 +16,35 @@
  * Every call has a deadline (gpr monotonic clock), so pluck never waits
  * forever. A call that fails with UNAVAILABLE before any answer (the
  * daemon restarted, the channel went idle) waits once for the channel to
- * become READY, up to the connect timeout, and is retried: every tccd
- * call is idempotent (Compile deduplicates by guard hash).
+ * become READY and is retried: every tccd call is idempotent (Compile
+ * deduplicates by guard hash). CANCELLED counts as UNAVAILABLE: the client
+ * cancels no call whose status it reports, so it was the daemon going
+ * away (killed, or shut down past its grace period) or the connection.
+ *
+ * Failing fast (wait_ready): a client never waits out a refused
+ * connection. The channel's states, and what waiting for READY does in
+ * each (connect, and the retry after UNAVAILABLE):
+ *
+ *   IDLE ──(try to connect)──► CONNECTING ──────────► READY: go on
+ *                                 │    └─(connect timeout)─► UNAVAILABLE
+ *                                 │       "not ready after N ms": a daemon
+ *                                 │       slow to accept, packets dropped
+ *                                 ▼
+ *                          TRANSIENT_FAILURE ──► UNAVAILABLE at once,
+ *                          (refused, no such     with gRPC's reason
+ *                           name, TLS refused)
+ *
+ * gRPC's pick_first keeps a failed channel in TRANSIENT_FAILURE until a
+ * connection is READY (it never shows CONNECTING again), so that state is
+ * the verdict of the last attempt, and it tries again in the background.
+ * How soon: after its reconnect backoff (gRPC's default grows to two
+ * minutes) and, once calls have failed on the channel, after the next
+ * re-resolution of the name (the DNS resolver's default cooldown is 30 s,
+ * even for an IP address). Both are capped at RECONNECT_BACKOFF_MAX_MS, so
+ * a daemon that comes back is used again within about a second; a call in
+ * that second may still be answered UNAVAILABLE from the last verdict.
+ * Nothing waits for a daemon that is restarting. (grpc_channel_reset_
+ * connect_backoff on each failure made it slower, not faster: 5 s.)
  *
  * gRPC lifetime: the first connect runs grpc_init() (under a mutex, so
  * racing first connects are safe) and the library keeps that reference
@@ -68,6 +95,8 @@
 #define DEFAULT_CONNECT_TIMEOUT_MS 5000
 #define MAX_RECEIVE_BYTES (256 << 20)
 #define MAX_ARTIFACT_BYTES ((int64_t)1 << 31)
+#define RECONNECT_BACKOFF_MAX_MS 1000 /* a failed channel re-probes at least this often */
+#define REASON_PROBE_MS 100           /* asking a failed channel why (connect_failure_reason) */
 
 struct tcc_client {
   grpc_channel *channel;
@@ -148,17 +177,23 @@ static int byte_buffer_copy(grpc_byte_buffer *bb, uint8_t **out, size_t *len) {
 }
 
 /* Turns a finished call's status into 0 or -(status) with the daemon's
- * message; frees details and error_string. */
+ * message; frees details and error_string. CANCELLED becomes UNAVAILABLE
+ * (see the top of the file): "cancelled by tccd or the connection: ...". */
 static int status_to_error(grpc_status_code status, grpc_slice details, const char *error_string,
                            const char *method, tcc_error *err) {
   int rc = 0;
   if (status != GRPC_STATUS_OK) {
     int code = status > 0 && status <= 16 ? -(int)status : TCC_E_UNKNOWN;
+    const char *pre = "";
+    if (code == TCC_E_CANCELLED) {
+      code = TCC_E_UNAVAILABLE;
+      pre = "cancelled by tccd or the connection: ";
+    }
     size_t n = GRPC_SLICE_LENGTH(details);
     if (n)
-      rc = tcc_error_set(err, code, "%.*s", (int)n, (const char *)GRPC_SLICE_START_PTR(details));
+      rc = tcc_error_set(err, code, "%s%.*s", pre, (int)n, (const char *)GRPC_SLICE_START_PTR(details));
     else
-      rc = tcc_error_set(err, code, "%s failed: %s", method, tcc_strerror(code));
+      rc = tcc_error_set(err, code, "%s%s failed: %s", pre, method, tcc_strerror(code));
   }
   grpc_slice_unref(details);
   if (error_string) gpr_free((void *)error_string);
@@ -166,10 +201,13 @@ static int status_to_error(grpc_status_code status, grpc_slice details, const ch
 }
 
 /* Waits up to timeout_ms for the channel to be READY (starting a connect
- * if idle). Returns 1 when ready, else 0 with *last set to the state. */
+ * if idle), failing fast (see the top of the file): TRANSIENT_FAILURE,
+ * there already or reached while waiting, returns at once. Returns 1 when
+ * ready, else 0 with *last set to the state (CONNECTING or IDLE: the
+ * timeout passed; TRANSIENT_FAILURE: an attempt failed). */
 static int wait_ready(tcc_client *c, int timeout_ms, grpc_connectivity_state *last) {
   gpr_timespec deadline = deadline_after_ms(timeout_ms);
-  grpc_completion_queue *cq = grpc_completion_queue_create_for_pluck(NULL);
+  grpc_completion_queue *cq = NULL;
   grpc_connectivity_state s = grpc_channel_check_connectivity_state(c->channel, 1);
   int ready = 0;
   for (;;) {
@@ -177,14 +215,15 @@ static int wait_ready(tcc_client *c, int timeout_ms, grpc_connectivity_state *la
       ready = 1;
       break;
     }
-    if (s == GRPC_CHANNEL_SHUTDOWN) break;
+    if (s == GRPC_CHANNEL_SHUTDOWN || s == GRPC_CHANNEL_TRANSIENT_FAILURE) break;
+    if (!cq) cq = grpc_completion_queue_create_for_pluck(NULL);
     void *tag = &s;
     grpc_channel_watch_connectivity_state(c->channel, s, deadline, cq, tag);
     grpc_event ev = grpc_completion_queue_pluck(cq, tag, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
     if (ev.type != GRPC_OP_COMPLETE || !ev.success) break; /* timed out */
     s = grpc_channel_check_connectivity_state(c->channel, 1);
   }
-  cq_destroy(cq);
+  if (cq) cq_destroy(cq);
   if (last) *last = s;
   return ready;
 }
@@ -194,6 +233,21 @@ static int wait_ready(tcc_client *c, int timeout_ms, grpc_connectivity_state *la
 static int unary_once(tcc_client *c, const char *method, const uint8_t *req, size_t req_len,
                       uint8_t **resp, size_t *resp_len, gpr_timespec deadline, tcc_error *err);
 
+/* gRPC's reason for a failed connection, without its preamble: of
+ * "failed to connect to all addresses; last error: UNKNOWN:
+ * ipv4:127.0.0.1:1: Failed to connect to remote host: Connection
+ * refused", what follows the last "last error: " and its status name
+ * ("UNKNOWN: ", "UNAVAILABLE: "). NULL when msg is not such a message
+ * (the call got through). */
+static const char *connect_error_text(const char *msg) {
+  if (!strstr(msg, "failed to connect to all addresses")) return NULL;
+  const char *m = msg, *p;
+  while ((p = strstr(m, "last error: "))) m = p + strlen("last error: ");
+  size_t caps = strspn(m, "ABCDEFGHIJKLMNOPQRSTUVWXYZ_");
+  if (caps && !strncmp(m + caps, ": ", 2)) m += caps + 2;
+  return m;
+}
+
 /* Why a channel that never became READY failed ("...: Connection
  * refused"): a call on a channel in TRANSIENT_FAILURE fails at once with
  * the transport's last error as its details. Empty when there is none. */
@@ -202,20 +256,45 @@ static void connect_failure_reason(tcc_client *c, char *buf, size_t size) {
   uint8_t *resp = NULL;
   size_t len = 0;
   buf[0] = '\0';
-  if (unary_once(c, TCC_METHOD_HEALTH_CHECK, (const uint8_t *)"", 0, &resp, &len, deadline_after_ms(100), &e) == 0) {
+  if (unary_once(c, TCC_METHOD_HEALTH_CHECK, (const uint8_t *)"", 0, &resp, &len,
+                 deadline_after_ms(REASON_PROBE_MS), &e) == 0) {
     free(resp); /* it answered after all */
     return;
   }
   if (e.code != TCC_E_UNAVAILABLE) return;
-  /* gRPC says "failed to connect to all addresses; last error: UNKNOWN:
-   * ipv4:127.0.0.1:1: Failed to connect to remote host: Connection
-   * refused": keep what follows the last "last error: ". */
-  const char *m = e.msg, *p = strstr(m, "last error: ");
-  if (p) m = p + strlen("last error: ");
-  if (!strncmp(m, "UNKNOWN: ", 9)) m += 9;
+  const char *m = connect_error_text(e.msg);
+  if (!m) m = e.msg;
   size_t n = strnlen(m, size - 1);
   memcpy(buf, m, n);
   buf[n] = '\0';
+}
+
+/* Why a channel that is not READY (wait_ready returned 0 with state last
+ * after waiting waited_ms) is not: gRPC's reason for a failed attempt, or
+ * "not ready after N ms (channel STATE)" when one was still going. */
+static void unreachable_reason(tcc_client *c, grpc_connectivity_state last, int waited_ms, char *buf,
+                               size_t size) {
+  buf[0] = '\0';
+  if (last == GRPC_CHANNEL_TRANSIENT_FAILURE) connect_failure_reason(c, buf, size);
+  if (!*buf) snprintf(buf, size, "not ready after %d ms (channel %s)", waited_ms, state_name(last));
+}
+
+/* A call failed UNAVAILABLE and the channel is not READY again: says so
+ * in terms of the daemon. A call that never reached it (gRPC's "failed to
+ * connect to all addresses") becomes "cannot reach tccd at ADDR: WHY"; one
+ * that did and lost it ("Socket closed", "Connection reset", tccd's own
+ * "tccd is shutting down...") becomes "tccd at ADDR went away during the
+ * call: MSG (now: WHY)". Returns TCC_E_UNAVAILABLE. */
+static int unavailable_error(tcc_client *c, grpc_connectivity_state last, int waited_ms, tcc_error *err) {
+  if (!err) return TCC_E_UNAVAILABLE;
+  char why[512];
+  unreachable_reason(c, last, waited_ms, why, sizeof why);
+  if (connect_error_text(err->msg))
+    return tcc_error_set(err, TCC_E_UNAVAILABLE, "cannot reach tccd at %s: %s", c->addr, why);
+  char during[TCC_ERROR_MSG_MAX];
+  snprintf(during, sizeof during, "%s", err->msg);
+  return tcc_error_set(err, TCC_E_UNAVAILABLE, "tccd at %s went away during the call: %s (now: %s)", c->addr,
+                       during, why);
 }
 
 /* An option, else its environment variable; NULL when both are unset/"". */
@@ -284,8 +363,20 @@ static int channel_credentials(const tcc_client_options *opts, grpc_channel_cred
 int tcc_client_connect(const char *addr, const tcc_client_options *opts, tcc_client **out,
                        tcc_error *err) {
   *out = NULL;
-  if (!addr || !*addr) addr = getenv("TCCD_ADDR");
-  if (!addr || !*addr) addr = TCC_DEFAULT_ADDR;
+  const char *from = NULL; /* where addr came from, when not the caller */
+  if (!addr || !*addr) {
+    addr = getenv("TCCD_ADDR");
+    from = "TCCD_ADDR";
+  }
+  if (!addr || !*addr) {
+    addr = TCC_DEFAULT_ADDR;
+    from = NULL;
+  }
+  int arc = tcc_client_addr_check(addr, err);
+  if (arc) {
+    if (from) tcc_error_prefix(err, "%s", from);
+    return arc;
+  }
   tcc_client *c = calloc(1, sizeof *c);
   if (!c) return tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "out of memory");
   c->addr = strdup(addr);
@@ -327,14 +418,20 @@ int tcc_client_connect(const char *addr, const tcc_client_options *opts, tcc_cli
   }
 
   library_init();
-  grpc_arg args[2];
+  grpc_arg args[4];
   args[0].type = GRPC_ARG_INTEGER;
   args[0].key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
   args[0].value.integer = MAX_RECEIVE_BYTES;
   args[1].type = GRPC_ARG_INTEGER; /* tccd is local or in-cluster: never via $http_proxy */
   args[1].key = GRPC_ARG_ENABLE_HTTP_PROXY;
   args[1].value.integer = 0;
-  grpc_channel_args cargs = {2, args};
+  args[2].type = GRPC_ARG_INTEGER; /* re-probe a failed channel soon (see the top of the file) */
+  args[2].key = GRPC_ARG_MAX_RECONNECT_BACKOFF_MS;
+  args[2].value.integer = RECONNECT_BACKOFF_MAX_MS;
+  args[3].type = GRPC_ARG_INTEGER;
+  args[3].key = GRPC_ARG_DNS_MIN_TIME_BETWEEN_RESOLUTIONS_MS;
+  args[3].value.integer = RECONNECT_BACKOFF_MAX_MS;
+  grpc_channel_args cargs = {4, args};
   grpc_channel_credentials *creds = NULL;
   int crc = channel_credentials(opts, &creds, err);
   if (crc) {
@@ -351,11 +448,8 @@ int tcc_client_connect(const char *addr, const tcc_client_options *opts, tcc_cli
   grpc_connectivity_state last;
   if (!wait_ready(c, c->connect_timeout_ms, &last)) {
     char why[512];
-    connect_failure_reason(c, why, sizeof why);
-    int rc = *why ? tcc_error_set(err, TCC_E_UNAVAILABLE, "cannot reach tccd at %s: %s (not ready after %d ms)",
-                                  addr, why, c->connect_timeout_ms)
-                  : tcc_error_set(err, TCC_E_UNAVAILABLE, "cannot reach tccd at %s: not ready after %d ms (channel %s)",
-                                  addr, c->connect_timeout_ms, state_name(last));
+    unreachable_reason(c, last, c->connect_timeout_ms, why, sizeof why);
+    int rc = tcc_error_set(err, TCC_E_UNAVAILABLE, "cannot reach tccd at %s: %s", addr, why);
     tcc_client_close(c);
     return rc;
   }
@@ -474,8 +568,9 @@ int tcc_client_call(tcc_client *c, const char *method, const uint8_t *req, size_
   if (rc == TCC_E_UNAVAILABLE) {
     /* Once: wait for the channel (bounded by the call's own deadline). */
     int wait_ms = c->connect_timeout_ms < ms ? c->connect_timeout_ms : ms;
-    if (wait_ready(c, wait_ms, NULL) &&
-        gpr_time_cmp(gpr_now(GPR_CLOCK_MONOTONIC), deadline) < 0)
+    grpc_connectivity_state last;
+    if (!wait_ready(c, wait_ms, &last)) rc = unavailable_error(c, last, wait_ms, err);
+    else if (gpr_time_cmp(gpr_now(GPR_CLOCK_MONOTONIC), deadline) < 0)
       rc = unary_once(c, method, req, req_len, resp, resp_len, deadline, err);
   }
   return rc;
@@ -554,28 +649,42 @@ static int wire_field_bytes(const uint8_t *msg, size_t len, uint32_t field, cons
   return 0;
 }
 
+/* The signature check every artifact goes through when the client has
+ * trusted keys (Compile's answer, and an entry fetched by guard hash):
+ * signature and key id over (guard hash, artifact digest, manifest bytes
+ * as the daemon sent them). Returns 0 (verified, or no trusted keys) or
+ * TCC_E_PERMISSION_DENIED / TCC_E_DATA_LOSS. */
+static int verify_artifact(const tcc_client *c, const char *guard_hex, const char *sha_hex, const uint8_t *manifest,
+                           size_t manifest_len, const uint8_t *sig, size_t sig_len, const char *key_id,
+                           tcc_error *err) {
+  if (c->trusted.n == 0) return 0;
+  uint8_t guard[TCC_SHA256_BYTES], sha[TCC_SHA256_BYTES];
+  if (!guard_hex || !sha_hex || tcc_hex_decode(guard_hex, guard, sizeof guard) ||
+      tcc_hex_decode(sha_hex, sha, sizeof sha))
+    return tcc_error_set(err, TCC_E_DATA_LOSS,
+                         "artifact signature invalid: the response's guard hash or digest is malformed");
+  if (sig_len == 0)
+    return tcc_error_set(err, TCC_E_PERMISSION_DENIED,
+                         "artifact is unsigned and TCCD_TRUSTED_KEYS is set (guard hash %.12s; the daemon "
+                         "runs --no-signing?)",
+                         guard_hex);
+  return tcc_artifact_verify(&c->trusted, key_id, guard, sha, manifest, manifest_len, sig, sig_len, err);
+}
+
 /* The signature check of a CompileResponse (its wire bytes and decoded
- * form) against the client's trusted keys. Returns 0 (verified, or no
- * trusted keys) or TCC_E_PERMISSION_DENIED / TCC_E_DATA_LOSS. */
+ * form): verify_artifact with the manifest's bytes exactly as they
+ * arrived (field 4). */
 static int verify_compile_response(const tcc_client *c, const uint8_t *bytes, size_t len,
                                    const Tcc__V1__CompileResponse *resp, tcc_error *err) {
   if (c->trusted.n == 0) return 0;
   const Tcc__V1__Artifact *a = resp->artifact;
-  uint8_t guard[TCC_SHA256_BYTES], sha[TCC_SHA256_BYTES];
   const uint8_t *manifest;
   size_t manifest_len;
-  if (!a || tcc_hex_decode(resp->guard_hash, guard, sizeof guard) ||
-      tcc_hex_decode(a->sha256, sha, sizeof sha) ||
-      wire_field_bytes(bytes, len, 4, &manifest, &manifest_len))
+  if (!a || wire_field_bytes(bytes, len, 4, &manifest, &manifest_len))
     return tcc_error_set(err, TCC_E_DATA_LOSS,
-                         "artifact signature invalid: the response's guard hash, digest or manifest is malformed");
-  if (a->signature.len == 0)
-    return tcc_error_set(err, TCC_E_PERMISSION_DENIED,
-                         "artifact is unsigned and TCCD_TRUSTED_KEYS is set (guard hash %.12s; the daemon "
-                         "runs --no-signing?)",
-                         resp->guard_hash);
-  return tcc_artifact_verify(&c->trusted, a->key_id, guard, sha, manifest, manifest_len, a->signature.data,
-                             a->signature.len, err);
+                         "artifact signature invalid: the response's artifact or manifest is malformed");
+  return verify_artifact(c, resp->guard_hash, a->sha256, manifest, manifest_len, a->signature.data,
+                         a->signature.len, a->key_id, err);
 }
 
 int client_compile_response_decode(const tcc_client *c, const uint8_t *bytes, size_t len,
@@ -674,6 +783,11 @@ typedef struct fetch_sink {
   size_t received;
   int have_meta;
   char sha256[TCC_SHA256_HEX];
+  /* the first chunk's Artifact.signature and key_id (a fetch by guard
+   * hash; signature_len 0: none), for verify_artifact */
+  uint8_t signature[TCC_SIGNATURE_BYTES];
+  size_t signature_len;      /* as received: verify_artifact refuses any but 64 */
+  char key_id[48];
 } fetch_sink;
 
 /* Takes one ArtifactChunk. Returns 0 or TCC_E_DATA_LOSS. */
@@ -696,6 +810,10 @@ static int fetch_take_chunk(fetch_sink *s, const uint8_t *bytes, size_t n, tcc_e
       goto out;
     }
     tcc_hex_lower_copy(ch->artifact->sha256, s->sha256);
+    s->signature_len = ch->artifact->signature.len;
+    memcpy(s->signature, ch->artifact->signature.data,
+           s->signature_len < sizeof s->signature ? s->signature_len : sizeof s->signature);
+    snprintf(s->key_id, sizeof s->key_id, "%s", ch->artifact->key_id ? ch->artifact->key_id : "");
     s->size = (size_t)ch->artifact->size;
     s->data = malloc(s->size + 1);
     if (!s->data) {
@@ -813,10 +931,14 @@ status:;
 static int fetch_with_retry(tcc_client *c, const Tcc__V1__FetchRequest *req, fetch_sink *s,
                             tcc_error *err) {
   int rc = fetch_stream(c, req, s, err);
-  if (rc == TCC_E_UNAVAILABLE && !s->have_meta && wait_ready(c, c->connect_timeout_ms, NULL)) {
-    free(s->data);
-    memset(s, 0, sizeof *s);
-    rc = fetch_stream(c, req, s, err);
+  if (rc == TCC_E_UNAVAILABLE) {
+    grpc_connectivity_state last;
+    if (!wait_ready(c, c->connect_timeout_ms, &last)) return unavailable_error(c, last, c->connect_timeout_ms, err);
+    if (!s->have_meta) { /* nothing was received: safe to ask again */
+      free(s->data);
+      memset(s, 0, sizeof *s);
+      rc = fetch_stream(c, req, s, err);
+    }
   }
   return rc;
 }
@@ -850,6 +972,45 @@ int tcc_client_fetch(tcc_client *c, const char *sha256_hex, uint8_t **data, size
   return 0;
 }
 
+/* With trusted keys, the signature check of an entry fetched by guard
+ * hash: verify_artifact, as for Compile, with the signature and key id of
+ * the Fetch's first chunk and the entry's manifest from a Show call (field
+ * 2's bytes as they arrived: the manifest the daemon stored, which it
+ * re-encodes byte for byte). Returns 0 or a TCC_E_* code. */
+static int verify_fetched_entry(tcc_client *c, const char *hash, const fetch_sink *s, tcc_error *err) {
+  if (c->trusted.n == 0) return 0;
+  Tcc__V1__ShowRequest req = TCC__V1__SHOW_REQUEST__INIT;
+  req.guard_hash = (char *)hash;
+  uint8_t *reqb = NULL, *respb = NULL;
+  size_t reqn = 0, respn = 0;
+  int rc = pack_message(&req.base, &reqb, &reqn, err);
+  if (rc) return rc;
+  rc = tcc_client_call(c, TCC_METHOD_SHOW, reqb, reqn, &respb, &respn, 0, err);
+  free(reqb);
+  if (rc) {
+    tcc_error_prefix(err, "verifying the signature of entry %.12s", hash);
+    return rc;
+  }
+  const uint8_t *manifest = NULL;
+  size_t manifest_len = 0;
+  Tcc__V1__ShowResponse *show = tcc__v1__show_response__unpack(NULL, respn, respb);
+  const char *signer = show && show->entry && show->entry->key_id ? show->entry->key_id : "";
+  if (!show || wire_field_bytes(respb, respn, 2, &manifest, &manifest_len))
+    rc = tcc_error_set(err, TCC_E_DATA_LOSS,
+                       "artifact signature invalid: malformed tcc.v1.ShowResponse for entry %.12s", hash);
+  else if (s->signature_len == 0 && *signer)
+    rc = tcc_error_set(err, TCC_E_PERMISSION_DENIED,
+                       "cannot verify the artifact of entry %.12s (signed by key %.40s) against the trusted keys: "
+                       "tccd's Fetch sent no signature with it",
+                       hash, signer);
+  else
+    rc = verify_artifact(c, hash, s->sha256, manifest, manifest_len, s->signature, s->signature_len, s->key_id,
+                         err);
+  if (show) tcc__v1__show_response__free_unpacked(show, NULL);
+  free(respb);
+  return rc;
+}
+
 int tcc_client_fetch_entry(tcc_client *c, const char *guard_hash_hex, uint8_t **data, size_t *len,
                            char sha256_hex[TCC_SHA256_HEX], tcc_error *err) {
   *data = NULL;
@@ -866,6 +1027,7 @@ int tcc_client_fetch_entry(tcc_client *c, const char *guard_hash_hex, uint8_t **
   memset(&s, 0, sizeof s);
   int rc = fetch_with_retry(c, &req, &s, err);
   if (rc == 0) rc = tcc_digest_check(s.data, s.size, s.sha256, err);
+  if (rc == 0) rc = verify_fetched_entry(c, hash, &s, err);
   if (rc) {
     free(s.data);
     return rc;

@@ -55,7 +55,11 @@ typedef struct tcc_client_options {
 } tcc_client_options;
 
 /* addr NULL: $TCCD_ADDR, else TCC_DEFAULT_ADDR. opts may be NULL.
- * Fails with TCC_E_UNAVAILABLE when nothing answers within the timeout. */
+ * TCC_E_INVALID_ARGUMENT for an address tcc_client_addr_check refuses.
+ * TCC_E_UNAVAILABLE "cannot reach tccd at ADDR: ..." at once when the
+ * connection is refused (or the name does not resolve), and after
+ * connect_timeout_ms when a connection attempt is still in progress then
+ * (a daemon slow to accept, a host that drops packets). */
 int tcc_client_connect(const char *addr, const tcc_client_options *opts,
                        tcc_client **out, tcc_error *err);
 void tcc_client_close(tcc_client *c);
@@ -79,7 +83,10 @@ int tcc_client_compile(tcc_client *c, const Tcc__V1__CompileRequest *req,
 
 /* Fetches an artifact by digest (hex) over the streaming Fetch call and
  * verifies its SHA-256. Uses/updates the local artifact cache when set.
- * *data is malloc'd (caller frees). */
+ * *data is malloc'd (caller frees). A digest names no signature: with
+ * trusted keys, take the digest from a verified CompileResponse (as
+ * tcc_client_get_kernel does) or fetch by guard hash
+ * (tcc_client_fetch_entry, which verifies). */
 int tcc_client_fetch(tcc_client *c, const char *sha256_hex,
                      uint8_t **data, size_t *len, tcc_error *err);
 
@@ -112,6 +119,13 @@ int tcc_client_get_kernel(tcc_client *c, const Tcc__V1__CompileRequest *req,
  * makes, fetch by guard hash, and process-level teardown.
  * ------------------------------------------------------------------ */
 
+/* Checks a tccd address: HOST:PORT (HOST a host name or dotted-quad
+ * IPv4 address), [IPV6]:PORT, dns:///HOST:PORT or unix:PATH, with PORT
+ * 1-65535 (addr.c). Returns 0 or TCC_E_INVALID_ARGUMENT with a message
+ * that names the address and what is wrong with it. tcc_client_connect
+ * runs it; tcctl and the Python package run it on their options first. */
+int tcc_client_addr_check(const char *addr, tcc_error *err);
+
 /* The address the client was connected to (owned by the client). */
 const char *tcc_client_addr(const tcc_client *c);
 
@@ -132,8 +146,13 @@ int tcc_client_call_message(tcc_client *c, const char *method,
 /* Fetches the artifact of the cache entry with this guard hash (hex)
  * (FetchRequest.guard_hash), verifying it against the digest the daemon
  * announces in the first chunk, which is copied to sha256_hex (optional).
- * Stores it in the local artifact cache when one is set. *data is
- * malloc'd (caller frees). */
+ * With trusted keys, its signature is verified as tcc_client_compile
+ * verifies one (the first chunk's Artifact.signature and key_id, over
+ * the guard hash, the digest and the entry's manifest, which a Show call
+ * fetches): TCC_E_PERMISSION_DENIED, and nothing returned or cached, for
+ * an artifact unsigned, signed by an untrusted key, altered, or sent
+ * without its signature. Stores it in the local artifact cache when one
+ * is set. *data is malloc'd (caller frees). */
 int tcc_client_fetch_entry(tcc_client *c, const char *guard_hash_hex,
                            uint8_t **data, size_t *len,
                            char sha256_hex[TCC_SHA256_HEX], tcc_error *err);

@@ -13,6 +13,13 @@
  *
  * A HASH argument (show, evict, fetch) may be a unique prefix of at least
  * 4 hex digits, as `ls` prints 12; it is resolved with a List call.
+ *
+ * The address (--addr, else $TCCD_ADDR) is checked by libtccclient's
+ * tcc_client_addr_check before any command runs: a bad one is a usage
+ * error. With trusted keys (--trusted-keys, $TCCD_TRUSTED_KEYS), compile
+ * and fetch write nothing whose signature does not verify (fetch --digest
+ * goes through the cache entry that has the artifact, whose signature
+ * covers it).
  */
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -26,6 +33,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -59,13 +67,15 @@ static const char usage_text[] =
     "                               cpu:ISA (x86-64-v3, ...) or cuda:sm_XX\n"
     "  fetch [--digest] HASH OUT    write the verified artifact of an entry\n"
     "                               (HASH = guard hash; --digest: artifact\n"
-    "                               SHA-256) to OUT (- = stdout)\n"
+    "                               SHA-256) to OUT (- = stdout); with trusted\n"
+    "                               keys, only if its signature verifies\n"
     "  keygen OUT                   make an Ed25519 signing key pair: OUT\n"
     "                               (secret, mode 0600) and OUT.pub\n"
     "  help                         this text\n"
     "\n"
     "options:\n"
-    "  --addr HOST:PORT             tccd address (default $TCCD_ADDR, else " TCC_DEFAULT_ADDR ")\n"
+    "  --addr HOST:PORT             tccd address (default $TCCD_ADDR, else " TCC_DEFAULT_ADDR ");\n"
+    "                               also [IPV6]:PORT or unix:PATH\n"
     "  --json                       machine-readable JSON on stdout\n"
     "  --deadline-ms N              per-call deadline (default 60000)\n"
     "  --connect-timeout-ms N       how long to wait for tccd (default 5000)\n"
@@ -411,6 +421,29 @@ static int resolve_hash(tcctl *t, const char *arg, char out[TCC_SHA256_HEX]) {
   if (matches == 0) return failf(t, TCC_E_NOT_FOUND, "no cache entry matches '%s'", arg);
   if (matches > 1)
     return failf(t, TCC_E_INVALID_ARGUMENT, "'%s' matches %d cache entries; give more digits", arg, matches);
+  return 0;
+}
+
+/* Finds the cache entry whose artifact has digest sha (64 lowercase hex)
+ * and copies its guard hash to out. Returns 0, or the exit status after
+ * printing why. */
+static int entry_of_artifact(tcctl *t, const char *sha, char out[TCC_SHA256_HEX]) {
+  Tcc__V1__ListResponse *ls;
+  if (tcc_client_list(t->client, LIST_ALL, "last_used", &ls, &t->err)) return fail_err(t);
+  int found = 0;
+  for (size_t i = 0; i < ls->n_entries && !found; i++) {
+    const Tcc__V1__EntrySummary *e = ls->entries[i];
+    if (e->artifact_sha256 && !strcasecmp(e->artifact_sha256, sha) && tcc_hex_is_sha256(e->guard_hash)) {
+      tcc_hex_lower_copy(e->guard_hash, out);
+      found = 1;
+    }
+  }
+  tcc__v1__list_response__free_unpacked(ls, NULL);
+  if (!found)
+    return failf(t, TCC_E_NOT_FOUND,
+                 "no cache entry has artifact %s: with trusted keys, fetch --digest verifies the signature of "
+                 "the entry that has it",
+                 sha);
   return 0;
 }
 
@@ -1154,7 +1187,18 @@ static int cmd_fetch(tcctl *t) {
     if (!tcc_hex_is_sha256(pos[0]))
       return failf(t, TCC_E_INVALID_ARGUMENT, "--digest needs the 64-digit artifact SHA-256, got '%s'", pos[0]);
     tcc_hex_lower_copy(pos[0], sha);
-    rc = tcc_client_fetch(t->client, sha, &data, &len, &t->err);
+    if (tcc_client_trusted_keys(t->client) == 0) {
+      rc = tcc_client_fetch(t->client, sha, &data, &len, &t->err);
+    } else { /* a digest names no signature: verify through its entry's */
+      if (entry_of_artifact(t, sha, hash)) return 1;
+      char got[TCC_SHA256_HEX];
+      rc = tcc_client_fetch_entry(t->client, hash, &data, &len, got, &t->err);
+      if (rc == 0 && strcmp(got, sha) != 0) {
+        free(data);
+        return failf(t, TCC_E_ABORTED, "entry %.12s changed while fetching: its artifact is now %s, not %s", hash,
+                     got, sha);
+      }
+    }
   } else {
     if (resolve_hash(t, pos[0], hash)) return 1;
     rc = tcc_client_fetch_entry(t->client, hash, &data, &len, sha, &t->err);
@@ -1267,6 +1311,7 @@ int main(int argc, char **argv) {
     free(rest);
     usage_error("no command given");
   }
+
   if (!strcmp(rest[0], "help")) {
     fputs(usage_text, stdout);
     free(rest);
@@ -1280,6 +1325,13 @@ int main(int argc, char **argv) {
     snprintf(name, sizeof name, "%s", rest[0]);
     free(rest);
     usage_error("unknown command '%s'", name);
+  }
+  const char *env_addr = getenv("TCCD_ADDR");
+  tcc_error aerr = {0};
+  if (cmd->run != cmd_keygen && (t.addr || (env_addr && *env_addr)) &&
+      tcc_client_addr_check(t.addr ? t.addr : env_addr, &aerr)) {
+    free(rest);
+    usage_error("%s: %s", t.addr ? "--addr" : "TCCD_ADDR", aerr.msg);
   }
   t.command = cmd->name;
   t.argc = nrest - 1;

@@ -140,6 +140,9 @@ struct tccd_call {
   size_t stream_len, stream_off, stream_chunk;
   char stream_sha[TCC_SHA256_HEX];
   int stream_kind;
+  uint8_t stream_sig[TCC_SIGNATURE_BYTES]; /* the entry's signature (Fetch by guard hash) */
+  size_t stream_sig_len;
+  char stream_key_id[TCC_SIGN_KEY_ID_HEX];
   int initial_md_sent;
   /* compile waiters: next call waiting on the same job */
   tccd_call *next_waiter;
@@ -187,10 +190,11 @@ void tccd_call_fail(tccd_call *c, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 void tccd_call_fail_error(tccd_call *c, const tcc_error *err);
 
-/* Server streaming: send `data` as ArtifactChunk messages, then OK.
- * Takes ownership of data (malloc'd). */
-void tccd_call_stream_artifact(tccd_call *c, uint8_t *data, size_t len,
-                               const char *sha_hex, int kind, size_t chunk);
+/* Server streaming: send `data` as ArtifactChunk messages, then OK; the
+ * first chunk's Artifact carries digest, kind, size and (sig_len > 0) the
+ * entry's signature and key id. Takes ownership of data (malloc'd). */
+void tccd_call_stream_artifact(tccd_call *c, uint8_t *data, size_t len, const char *sha_hex, int kind,
+                               size_t chunk, const uint8_t *sig, size_t sig_len, const char *key_id);
 
 /* The request payload as one malloc'd buffer (caller frees). Returns 0 or
  * fails the call itself and returns -1. */

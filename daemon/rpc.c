@@ -40,7 +40,9 @@ void tccd_rpc_fetch(tccd_state *st, tccd_call *c) {
   Tcc__V1__FetchRequest *req =
       (Tcc__V1__FetchRequest *)unpack_request(c, &tcc__v1__fetch_request__descriptor);
   if (!req) return;
-  uint8_t sha[TCC_SHA256_BYTES];
+  uint8_t sha[TCC_SHA256_BYTES], sig[TCC_SIGNATURE_BYTES];
+  size_t sig_len = 0;
+  char key_id[TCC_SIGN_KEY_ID_HEX] = "";
   int kind = TCC__V1__ARTIFACT_KIND__ARTIFACT_KIND_UNSPECIFIED;
   tcc_error err;
   size_t chunk = req->chunk_bytes > 0 && req->chunk_bytes < (4 << 20) ? (size_t)req->chunk_bytes : 0;
@@ -56,6 +58,11 @@ void tccd_rpc_fetch(tccd_state *st, tccd_call *c) {
     }
     memcpy(sha, e.artifact_sha256, TCC_SHA256_BYTES);
     kind = e.kind;
+    if (e.signature_len == TCC_SIGNATURE_BYTES) { /* so a client with trusted keys can verify it */
+      memcpy(sig, e.signature, sizeof sig);
+      sig_len = sizeof sig;
+      snprintf(key_id, sizeof key_id, "%s", e.key_id);
+    }
     tcc_cache_entry_clear(&e);
   } else {
     tccd_call_fail(c, TCC_E_INVALID_ARGUMENT, "FetchRequest needs sha256 or guard_hash");
@@ -70,7 +77,7 @@ void tccd_rpc_fetch(tccd_state *st, tccd_call *c) {
   }
   char hex[TCC_SHA256_HEX];
   tcc_hex_encode(sha, TCC_SHA256_BYTES, hex);
-  tccd_call_stream_artifact(c, data, len, hex, kind, chunk);
+  tccd_call_stream_artifact(c, data, len, hex, kind, chunk, sig, sig_len, key_id);
 out:
   tcc__v1__fetch_request__free_unpacked(req, NULL);
 }

@@ -351,8 +351,11 @@ double tccd_call_elapsed_ms(const tccd_call *c) { return tccd_ms_since(c->start_
 
 static void stream_next(tccd_call *c);
 
-void tccd_call_stream_artifact(tccd_call *c, uint8_t *data, size_t len,
-                               const char *sha_hex, int kind, size_t chunk) {
+void tccd_call_stream_artifact(tccd_call *c, uint8_t *data, size_t len, const char *sha_hex, int kind,
+                               size_t chunk, const uint8_t *sig, size_t sig_len, const char *key_id) {
+  c->stream_sig_len = sig && sig_len <= sizeof c->stream_sig ? sig_len : 0;
+  if (c->stream_sig_len) memcpy(c->stream_sig, sig, c->stream_sig_len);
+  snprintf(c->stream_key_id, sizeof c->stream_key_id, "%s", key_id && c->stream_sig_len ? key_id : "");
   c->stream_data = data;
   c->stream_len = len;
   c->stream_off = 0;
@@ -376,6 +379,9 @@ static void stream_next(tccd_call *c) {
     meta.kind = (Tcc__V1__ArtifactKind)c->stream_kind;
     meta.sha256 = c->stream_sha;
     meta.size = (int64_t)c->stream_len;
+    meta.signature.data = c->stream_sig;
+    meta.signature.len = c->stream_sig_len;
+    meta.key_id = c->stream_key_id;
     chunk.artifact = &meta;
   }
   chunk.offset = (int64_t)off;

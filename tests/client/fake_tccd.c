@@ -150,6 +150,7 @@ static void fill_summary(fake_tccd *f, Tcc__V1__EntrySummary *e) {
   e->last_used_unix = 1700000600;
   e->kernels = 1;
   e->artifact_sha256 = f->p->sha;
+  if (f->p->signed_) e->key_id = f->p->key_id;
 }
 
 static void handle(fake_tccd *f, call_ctx *c, const char *method) {
@@ -218,10 +219,18 @@ static void handle(fake_tccd *f, call_ctx *c, const char *method) {
         size_t n = p->artifact_len - off < p->chunk_bytes ? p->artifact_len - off : p->chunk_bytes;
         Tcc__V1__ArtifactChunk ch = TCC__V1__ARTIFACT_CHUNK__INIT;
         Tcc__V1__Artifact art = TCC__V1__ARTIFACT__INIT;
+        uint8_t sig[TCC_SIGNATURE_BYTES];
         if (off == 0) {
           art.kind = TCC__V1__ARTIFACT_KIND__SHARED_OBJECT;
           art.sha256 = p->sha;
           art.size = (int64_t)p->artifact_len;
+          if (p->signed_ && *r->guard_hash && !f->fetch_unsigned) { /* the entry's signature */
+            memcpy(sig, p->signature, sizeof sig);
+            if (f->tamper_fetch_signature) sig[9] ^= 0x04;
+            art.signature.data = sig;
+            art.signature.len = sizeof sig;
+            art.key_id = p->key_id;
+          }
           ch.artifact = &art;
         }
         ch.offset = (int64_t)off;
@@ -235,8 +244,12 @@ static void handle(fake_tccd *f, call_ctx *c, const char *method) {
     }
     if (r) tcc__v1__fetch_request__free_unpacked(r, NULL);
   } else if (!strcmp(method, "/tcc.v1.Cache/Stats")) {
-    if (f->stall_stats) {
-      /* Never answer: wait until the client's deadline cancels the call. */
+    if (f->cancel_stats) {
+      grpc_call_cancel(c->call, NULL); /* the client sees CANCELLED */
+    } else if (f->stall_stats) {
+      /* Never answer: wait until the client's deadline (or
+       * fake_tccd_stop) cancels the call. */
+      atomic_fetch_add(&f->stalled, 1);
       int cancelled = 0;
       grpc_op op;
       memset(&op, 0, sizeof op);

@@ -5,7 +5,8 @@
  * serves calls one at a time, answering every tccd method from a fixed
  * configuration: one cache entry (guard hash -> artifact + manifest).
  * Compile answers MISS the first time and HIT after; Fetch streams the
- * artifact in chunk_bytes pieces (the first chunk carries the metadata);
+ * artifact in chunk_bytes pieces (the first chunk carries the metadata,
+ * with the entry's signature and key id when fetched by guard hash);
  * the admin calls answer from the entry and a fixed StatsResponse.
  * Toggles make it misbehave (corrupt a streamed byte, never answer Stats).
  * It is not the daemon: it checks nothing the real tccd would check.
@@ -34,11 +35,15 @@ typedef struct fake_tccd {
   /* toggles (set by tests at any time) */
   atomic_int corrupt_fetch;           /* flip one byte of the streamed data */
   atomic_int stall_stats;             /* Stats waits for the client to give up */
+  atomic_int cancel_stats;            /* Stats is cancelled by the server */
   atomic_int tamper_signature;        /* flip a bit of Compile's signature */
   atomic_int tamper_manifest;         /* Compile sends another target than it signed */
+  atomic_int fetch_unsigned;          /* Fetch by guard hash sends no signature */
+  atomic_int tamper_fetch_signature;  /* flip a bit of Fetch's signature */
   /* what it saw */
   atomic_int compile_calls;
   atomic_int fetch_calls;
+  atomic_int stalled;                 /* Stats calls that stall_stats holds (so far) */
   atomic_int entry_evicted;
   atomic_llong last_gc_max_bytes;
   atomic_int last_list_limit;

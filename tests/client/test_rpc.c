@@ -2,7 +2,8 @@
  * test_rpc.c — libtccclient's calls against the in-process fake tccd
  * (fake_tccd.h): compile + streamed fetch + verify + load + run, the
  * local artifact cache (a corrupt file is refetched), digest failures,
- * the daemon's status and message passed through, deadlines, and the
+ * the daemon's status and message passed through, deadlines, a daemon
+ * that goes away mid-call, signatures on compile and on fetch, and the
  * byte-level FFI functions.
  */
 #include <check.h>
@@ -555,6 +556,147 @@ START_TEST(daemon_gone_is_unavailable_not_a_hang) {
 }
 END_TEST
 
+/* The daemon goes away while a call waits on it (the fake's shutdown
+ * cancels it, as tccd's does after its grace period; a killed daemon
+ * closes the socket): UNAVAILABLE naming the daemon, never CANCELLED, and
+ * at once -- the retry finds the port refused and does not wait out the
+ * 10 s connect timeout. */
+typedef struct stats_call {
+  int rc;
+  tcc_error err;
+  double done;
+} stats_call;
+
+static void *call_stats(void *arg) {
+  stats_call *sc = arg;
+  Tcc__V1__StatsResponse *st = NULL;
+  sc->rc = tcc_client_stats(client, &st, &sc->err);
+  sc->done = now_s();
+  if (st) tcc__v1__stats_response__free_unpacked(st, NULL);
+  return NULL;
+}
+
+START_TEST(daemon_gone_mid_call_is_unavailable) {
+  start_fake(0, NULL);
+  tcc_client_close(client);
+  tcc_client_options opts = {.deadline_ms = 30000, .connect_timeout_ms = 10000};
+  tcc_error err = {0};
+  ck_assert_int_eq(tcc_client_connect(fake->addr, &opts, &client, &err), 0);
+  char addr[64];
+  snprintf(addr, sizeof addr, "%s", fake->addr);
+  /* a call the daemon cancels is UNAVAILABLE (and, the daemon being up,
+   * tried once more), not CANCELLED */
+  fake->cancel_stats = 1;
+  Tcc__V1__StatsResponse *st = NULL;
+  ck_assert_int_eq(tcc_client_stats(client, &st, &err), TCC_E_UNAVAILABLE);
+  ck_assert_msg(!strncmp(err.msg, "cancelled by tccd or the connection: ", 37), "%s", err.msg);
+  fake->cancel_stats = 0;
+  fake->stall_stats = 1;
+  stats_call sc = {0};
+  pthread_t th;
+  ck_assert_int_eq(pthread_create(&th, NULL, call_stats, &sc), 0);
+  for (int i = 0; i < 2000 && !fake->stalled; i++) usleep(5000); /* until the call waits on the fake */
+  ck_assert_int_eq(fake->stalled, 1);
+  double t0 = now_s();
+  fake_tccd_stop(fake);
+  fake = NULL;
+  pthread_join(th, NULL);
+  ck_assert_msg(sc.rc == TCC_E_UNAVAILABLE, "rc %d: %s", sc.rc, sc.err.msg);
+  char want[128];
+  snprintf(want, sizeof want, "tccd at %s went away during the call: ", addr);
+  ck_assert_msg(!strncmp(sc.err.msg, want, strlen(want)), "%s", sc.err.msg);
+  ck_assert_msg(strstr(sc.err.msg, "Connection refused"), "%s", sc.err.msg);
+  ck_assert_msg(sc.done - t0 < 1.0, "took %.2f s after the daemon went away (connect timeout 10 s)", sc.done - t0);
+  /* the next call: refused at once, said as such */
+  t0 = now_s();
+  ck_assert_int_eq(tcc_client_stats(client, &st, &err), TCC_E_UNAVAILABLE);
+  ck_assert_msg(now_s() - t0 < 1.0, "took %.2f s", now_s() - t0);
+  snprintf(want, sizeof want, "cannot reach tccd at %s: ", addr);
+  ck_assert_msg(!strncmp(err.msg, want, strlen(want)), "%s", err.msg);
+  tcc_client_close(client);
+  client = NULL;
+  free(so);
+  so = NULL;
+}
+END_TEST
+
+/* Fetch by guard hash checks the signature as Compile does when the client
+ * trusts keys: the first chunk's signature over the entry's manifest (from
+ * Show); nothing is returned, or cached, unless it verifies. */
+static int fetch_entry_checked(const char *artifact_dir, tcc_error *err) {
+  uint8_t *data = (uint8_t *)0x1;
+  size_t len = 1;
+  char sha[TCC_SHA256_HEX] = "";
+  int rc = tcc_client_fetch_entry(client, GUARD, &data, &len, sha, err);
+  if (rc) {
+    ck_assert_ptr_null(data);
+    ck_assert_uint_eq(len, 0);
+    if (artifact_dir) {
+      char path[600];
+      snprintf(path, sizeof path, "%s/%s", artifact_dir, fake_tccd_artifact_sha(fake));
+      ck_assert_msg(access(path, F_OK) != 0, "a refused artifact was cached");
+    }
+    return rc;
+  }
+  ck_assert(len == so_len && memcmp(data, so, len) == 0);
+  ck_assert_str_eq(sha, fake_tccd_artifact_sha(fake));
+  free(data);
+  return 0;
+}
+
+START_TEST(fetch_entry_verifies_signatures) {
+  tcc_sign_key key, other;
+  char pub[512], other_pub[512], dir[512];
+  make_key("fsign", &key, pub);
+  make_key("fother", &other, other_pub);
+  snprintf(dir, sizeof dir, "%s/fetch-art-%d", tu_tmpdir(), (int)getpid());
+  tcc_error err = {0};
+
+  /* signed by a key the client does not trust: refused, not cached */
+  start_fake_signed(1000, dir, &key, other_pub);
+  ck_assert_int_eq(fetch_entry_checked(dir, &err), TCC_E_PERMISSION_DENIED);
+  ck_assert_msg(strstr(err.msg, "artifact signature invalid") && strstr(err.msg, key.key_id), "%s", err.msg);
+  stop_fake();
+
+  /* trusted: verified and returned */
+  start_fake_signed(1000, dir, &key, pub);
+  ck_assert_msg(fetch_entry_checked(NULL, &err) == 0, "%s", err.msg);
+  char path[600];
+  snprintf(path, sizeof path, "%s/%s", dir, fake_tccd_artifact_sha(fake));
+  ck_assert_int_eq(unlink(path), 0); /* it was cached once verified */
+  /* a signature altered on the way */
+  fake->tamper_fetch_signature = 1;
+  ck_assert_int_eq(fetch_entry_checked(dir, &err), TCC_E_PERMISSION_DENIED);
+  ck_assert_msg(strstr(err.msg, "does not verify"), "%s", err.msg);
+  fake->tamper_fetch_signature = 0;
+  /* a daemon whose Fetch does not send the signature: cannot verify */
+  fake->fetch_unsigned = 1;
+  ck_assert_int_eq(fetch_entry_checked(dir, &err), TCC_E_PERMISSION_DENIED);
+  ck_assert_msg(strstr(err.msg, "sent no signature") && strstr(err.msg, key.key_id), "%s", err.msg);
+  fake->fetch_unsigned = 0;
+  /* the artifact's bytes altered: its digest refuses it first */
+  fake->corrupt_fetch = 1;
+  ck_assert_int_eq(fetch_entry_checked(dir, &err), TCC_E_DATA_LOSS);
+  fake->corrupt_fetch = 0;
+  ck_assert_msg(fetch_entry_checked(NULL, &err) == 0, "%s", err.msg);
+  stop_fake();
+
+  /* unsigned entry: refused with trusted keys, fetched without */
+  start_fake_signed(1000, NULL, NULL, pub);
+  ck_assert_int_eq(fetch_entry_checked(NULL, &err), TCC_E_PERMISSION_DENIED);
+  ck_assert_msg(strstr(err.msg, "artifact is unsigned and TCCD_TRUSTED_KEYS is set"), "%s", err.msg);
+  stop_fake();
+  start_fake_signed(1000, NULL, &key, "");
+  fake->fetch_unsigned = 1;
+  ck_assert_msg(fetch_entry_checked(NULL, &err) == 0, "%s", err.msg);
+  stop_fake();
+  unlink(path);
+  rmdir(dir);
+  tcc_sign_key_wipe(&key);
+  tcc_sign_key_wipe(&other);
+}
+END_TEST
+
 /* Several threads share one client. */
 static void *hammer(void *arg) {
   (void)arg;
@@ -600,6 +742,8 @@ int main(void) {
   tcase_add_test(tc, byte_level_api);
   tcase_add_test(tc, one_client_many_threads);
   tcase_add_test(tc, daemon_gone_is_unavailable_not_a_hang);
+  tcase_add_test(tc, daemon_gone_mid_call_is_unavailable);
+  tcase_add_test(tc, fetch_entry_verifies_signatures);
   tcase_add_test(tc, signatures_are_checked_before_loading);
   tcase_add_test(tc, sign_and_verify_primitives);
   suite_add_tcase(s, tc);

@@ -1,8 +1,10 @@
 /*
  * test_tcctl.c — the tcctl binary (path in $TCCTL) against the in-process
  * fake tccd: every command's human and --json output, exit statuses,
- * error lines ("tcctl: CMD: STATUS: message"), usage errors (exit 2),
- * hash prefixes, --target overrides, and an unreachable daemon.
+ * error lines ("tcctl: CMD: STATUS: message"), usage errors (exit 2, a
+ * bad --addr or $TCCD_ADDR among them), hash prefixes, --target
+ * overrides, signatures checked by compile and by fetch, and an
+ * unreachable daemon (refused: at once).
  */
 #include <check.h>
 #include <cjson/cJSON.h>
@@ -11,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "fake_tccd.h"
@@ -412,6 +415,129 @@ START_TEST(keygen_and_signatures) {
 }
 END_TEST
 
+/* fetch writes nothing whose signature does not verify against the
+ * trusted keys (--trusted-keys or $TCCD_TRUSTED_KEYS), by guard hash or
+ * by digest, to a file or to stdout. */
+static void expect_refused(run_result *r, const char *out_path, const char *what) {
+  ck_assert_msg(r->status == 1, "exit %d: %s", r->status, r->err);
+  ck_assert_msg(strstr(r->err, "tcctl: fetch: PERMISSION_DENIED: ") == r->err && strstr(r->err, what), "%s",
+                r->err);
+  ck_assert_str_eq(r->out, "");
+  if (out_path) ck_assert_msg(access(out_path, F_OK) != 0, "%s was written", out_path);
+  result_free(r);
+}
+
+START_TEST(fetch_verifies_signatures) {
+  char key[512], pub[520], other[512], other_pub[520], out[512];
+  snprintf(key, sizeof key, "%s/fk-%d", tu_tmpdir(), (int)getpid());
+  snprintf(pub, sizeof pub, "%s.pub", key);
+  snprintf(other, sizeof other, "%s/fo-%d", tu_tmpdir(), (int)getpid());
+  snprintf(other_pub, sizeof other_pub, "%s.pub", other);
+  snprintf(out, sizeof out, "%s/fetched.so", tu_tmpdir());
+  tcc_error err = {0};
+  ck_assert_int_eq(tcc_sign_keygen(key, NULL, &err), 0);
+  ck_assert_int_eq(tcc_sign_keygen(other, NULL, &err), 0);
+  tcc_sign_key k;
+  ck_assert_int_eq(tcc_sign_key_load(key, &k, &err), 0);
+  start_fake_signed(&k);
+  const char *sha = fake_tccd_artifact_sha(fake);
+
+  /* a key that did not sign it: refused, nothing written */
+  run_result r = TCCTL("fetch", GUARD, out, "--trusted-keys", other_pub);
+  expect_refused(&r, out, "not trusted");
+  setenv("TCCD_TRUSTED_KEYS", other_pub, 1);
+  r = TCCTL("fetch", "5eed5eed", out);
+  expect_refused(&r, out, "not trusted");
+  r = TCCTL("fetch", "--digest", sha, out);
+  expect_refused(&r, out, "not trusted");
+  r = TCCTL("fetch", GUARD, "-");
+  expect_refused(&r, NULL, "not trusted");
+  unsetenv("TCCD_TRUSTED_KEYS");
+  /* the signer's key: written */
+  r = TCCTL("fetch", GUARD, out, "--trusted-keys", pub);
+  expect_ok(&r);
+  result_free(&r);
+  ck_assert_int_eq(unlink(out), 0);
+  r = TCCTL("--json", "fetch", "--digest", sha, out, "--trusted-keys", pub);
+  expect_ok(&r);
+  cJSON *j = parse_json(&r);
+  ck_assert_str_eq(str(j, "artifact_sha256"), sha);
+  cJSON_Delete(j);
+  result_free(&r);
+  ck_assert_int_eq(unlink(out), 0);
+  /* altered on the way, or sent without its signature: refused */
+  fake->tamper_fetch_signature = 1;
+  r = TCCTL("fetch", GUARD, out, "--trusted-keys", pub);
+  expect_refused(&r, out, "does not verify");
+  fake->tamper_fetch_signature = 0;
+  fake->fetch_unsigned = 1;
+  r = TCCTL("fetch", GUARD, out, "--trusted-keys", pub);
+  expect_refused(&r, out, "sent no signature");
+  fake->fetch_unsigned = 0;
+  /* --digest of an artifact no entry has: nothing to verify it with */
+  r = TCCTL("fetch", "--digest", "00000000000000000000000000000000000000000000000000000000000000aa", out,
+            "--trusted-keys", pub);
+  ck_assert_int_eq(r.status, 1);
+  ck_assert_msg(strstr(r.err, "tcctl: fetch: NOT_FOUND: no cache entry has artifact"), "%s", r.err);
+  result_free(&r);
+  stop_fake();
+
+  /* an unsigned entry with trusted keys */
+  start_fake();
+  r = TCCTL("fetch", GUARD, out, "--trusted-keys", pub);
+  expect_refused(&r, out, "artifact is unsigned and TCCD_TRUSTED_KEYS is set");
+  stop_fake();
+  tcc_sign_key_wipe(&k);
+}
+END_TEST
+
+static double now_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + t.tv_nsec / 1e9;
+}
+
+/* A bad address is a usage error (exit 2) naming it, from --addr or
+ * $TCCD_ADDR, before anything is dialed; keygen needs none. */
+START_TEST(bad_addresses_are_usage_errors) {
+  static const struct {
+    const char *addr, *msg;
+  } bad[] = {
+      {"127.0.0.1:99999", "tcctl: --addr: tccd address '127.0.0.1:99999': port 99999 is out of range (1-65535)\n"},
+      {"garbage", "tcctl: --addr: tccd address 'garbage': the port is missing"},
+      {"::1:7311", "tcctl: --addr: tccd address '::1:7311': an IPv6 address goes in brackets"},
+      {"bad host:1", "tcctl: --addr: tccd address 'bad host:1': spaces, control or non-ASCII"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    run_result r = tcctl_at(bad[i].addr, NULL, "stats", (char *)NULL);
+    ck_assert_msg(r.status == 2, "%s: exit %d", bad[i].addr, r.status);
+    ck_assert_msg(!strncmp(r.err, bad[i].msg, strlen(bad[i].msg)), "%s: %s", bad[i].addr, r.err);
+    ck_assert(strstr(r.err, "usage: tcctl"));
+    ck_assert_str_eq(r.out, "");
+    result_free(&r);
+  }
+  setenv("TCCD_ADDR", "127.0.0.1:70000", 1);
+  run_result r = tcctl_at(NULL, NULL, "health", (char *)NULL);
+  ck_assert_int_eq(r.status, 2);
+  const char *want = "tcctl: TCCD_ADDR: tccd address '127.0.0.1:70000': port 70000 is out of range";
+  ck_assert_msg(!strncmp(r.err, want, strlen(want)), "%s", r.err);
+  result_free(&r);
+  char key[512];
+  snprintf(key, sizeof key, "%s/addr-k-%d", tu_tmpdir(), (int)getpid());
+  r = tcctl_at(NULL, NULL, "keygen", key, (char *)NULL);
+  expect_ok(&r);
+  result_free(&r);
+  unsetenv("TCCD_ADDR");
+  /* --addr wins over a bad $TCCD_ADDR; good forms pass the check */
+  setenv("TCCD_ADDR", "garbage", 1);
+  r = tcctl_at("[::1]:1", NULL, "--connect-timeout-ms", "10000", "health", (char *)NULL);
+  unsetenv("TCCD_ADDR");
+  ck_assert_int_eq(r.status, 1);
+  ck_assert_msg(strstr(r.err, "tcctl: health: UNAVAILABLE: cannot reach tccd at [::1]:1: ") == r.err, "%s", r.err);
+  result_free(&r);
+}
+END_TEST
+
 START_TEST(usage_and_unreachable) {
   run_result r = tcctl_at(NULL, NULL, (char *)NULL);
   ck_assert_int_eq(r.status, 2);
@@ -432,9 +558,13 @@ START_TEST(usage_and_unreachable) {
   ck_assert_int_eq(r.status, 2);
   result_free(&r);
 
-  /* Nothing listening: UNAVAILABLE, exit 1, within the connect timeout. */
-  r = tcctl_at("127.0.0.1:1", NULL, "--connect-timeout-ms", "300", "stats", (char *)NULL);
+  /* Nothing listening: UNAVAILABLE, exit 1, at once (not after the
+   * connect timeout: the connection is refused). */
+  double t0 = now_s();
+  r = tcctl_at("127.0.0.1:1", NULL, "--connect-timeout-ms", "20000", "stats", (char *)NULL);
+  double dt = now_s() - t0;
   ck_assert_int_eq(r.status, 1);
+  ck_assert_msg(dt < 5.0, "a refused connection took %.2f s (timeout 20 s)", dt);
   ck_assert_msg(!strncmp(r.err, "tcctl: stats: UNAVAILABLE: cannot reach tccd at 127.0.0.1:1: ", 61), "%s", r.err);
   ck_assert_str_eq(r.out, "");
   result_free(&r);
@@ -459,6 +589,8 @@ int main(void) {
   tcase_add_test(tc, fetch_gc_health);
   tcase_add_test(tc, usage_and_unreachable);
   tcase_add_test(tc, keygen_and_signatures);
+  tcase_add_test(tc, fetch_verifies_signatures);
+  tcase_add_test(tc, bad_addresses_are_usage_errors);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);

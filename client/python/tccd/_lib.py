@@ -28,6 +28,7 @@ _PROTOTYPES = {
     "tcc_client_open": (ctypes.c_int, [ctypes.c_char_p, ctypes.c_int, ctypes.c_int,
                                        ctypes.c_char_p, _c_void_pp, ctypes.c_void_p]),
     "tcc_client_close": (None, [ctypes.c_void_p]),
+    "tcc_client_addr_check": (ctypes.c_int, [ctypes.c_char_p, ctypes.c_void_p]),
     "tcc_client_addr": (ctypes.c_char_p, [ctypes.c_void_p]),
     "tcc_client_call": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p,
                                        ctypes.c_size_t, _c_u8_pp, _c_size_p, ctypes.c_int,

@@ -34,6 +34,18 @@ def default_addr():
     return os.environ.get("TCCD_ADDR") or DEFAULT_ADDR
 
 
+def check_addr(addr, source="addr"):
+    """Raises ValueError ("tccd: SOURCE: tccd address '...': what is
+    wrong") unless libtccclient's tcc_client_addr_check accepts `addr`:
+    HOST:PORT, [IPV6]:PORT, dns:///HOST:PORT or unix:PATH, PORT 1-65535.
+    `source` says where the address came from ("addr", "TCCD_ADDR")."""
+    if not isinstance(addr, str):
+        raise ValueError(f"tccd: {source} must be a string like 127.0.0.1:7311, got {addr!r}")
+    err = _lib.Error()
+    if _lib.load().tcc_client_addr_check(addr.encode("utf-8", "surrogateescape"), err.ptr):
+        raise ValueError(f"tccd: {source}: {err.message}")
+
+
 class Client:
     """One connection to tccd (a tcc_client). Safe to share between threads;
     do not use it in a child after fork()."""

@@ -3,7 +3,7 @@ and the environment.
 
 | option             | env                      | default          |
 |--------------------|--------------------------|------------------|
-| addr               | TCCD_ADDR                | 127.0.0.1:7311   |
+| addr               | TCCD_ADDR                | 127.0.0.1:7311 (HOST:PORT, [IPV6]:PORT or unix:PATH; checked by libtccclient) |
 | mode               |                          | "default"        |
 | dynamic            |                          | None (= what Dynamo traced: symbolic shapes or not) |
 | fullgraph          |                          | None (= torch.compile's fullgraph) |
@@ -22,8 +22,9 @@ for torch.compile(backend="tccd"), when Dynamo hands over a graph.
 import dataclasses
 import os
 
-from .client import default_addr
+from .client import check_addr, default_addr
 from .dtypes import MODES
+from .errors import TccdLibraryError
 
 FALLBACKS = ("raise", "eager")
 OPS_SOURCES = ("auto", "rpc", "probe")
@@ -107,6 +108,7 @@ class Config:
             raise ValueError(f"tccd: unknown option(s) {', '.join(map(repr, unknown))}; "
                              f"known: {', '.join(sorted(fields))}")
         kw = {k: v for k, v in kw.items() if v is not None}
+        kw_addr = bool(kw.get("addr"))
         deadline = int(kw.pop("deadline_ms", 0) or _env_int("TCCD_DEADLINE_MS", 60000))
         connect = int(kw.pop("connect_timeout_ms", 0)
                       or _env_int("TCCD_CONNECT_TIMEOUT_MS", min(5000, deadline)))
@@ -134,6 +136,10 @@ class Config:
             raise ValueError(f"tccd: cuda must be one of {CUDA_MODES}, got {cfg.cuda!r}")
         if cfg.deadline_ms <= 0 or cfg.connect_timeout_ms <= 0:
             raise ValueError("tccd: deadline_ms and connect_timeout_ms must be positive")
+        try:
+            check_addr(cfg.addr, "addr" if kw_addr else "TCCD_ADDR")
+        except TccdLibraryError:
+            pass                 # no libtccclient: connecting says so (or falls back)
         if cfg.cpu_isa == "auto":
             cfg = dataclasses.replace(cfg, cpu_isa=host_cpu_isa())
         return cfg

@@ -75,21 +75,43 @@ _CHECK = os.environ.get("TCCD_CHECK", "") not in ("", "0")   # debug: compare wi
 
 # ------------------------------------------------------------------ clients
 
+DOWN_RECHECK_S = 1.0     # fallback="eager": a daemon found unreachable is asked again after this
 _clients = {}
+_down = {}               # client key -> (time.monotonic() of the failed connect, its TccdError)
 _clients_lock = threading.Lock()
 
 
 def client_for(cfg):
     """The process's Client for cfg's address and deadlines (connects once;
-    a failed connect is not cached). Raises TccdError."""
+    a failed connect is not cached). Raises TccdError.
+
+    With fallback="eager", a connect that failed UNAVAILABLE or
+    DEADLINE_EXCEEDED is remembered for DOWN_RECHECK_S: graphs set up
+    meanwhile get the same error at once and run eagerly (no connect
+    timeout per graph against a daemon that is not answering); the first
+    one after that connects again, so a daemon that comes back is used."""
     key = (os.getpid(), cfg.addr, cfg.deadline_ms, cfg.connect_timeout_ms, cfg.artifact_dir)
     with _clients_lock:
         c = _clients.get(key)
+        down = _down.get(key)
     if c is not None:
         return c
-    c = Client(cfg.addr, deadline_ms=cfg.deadline_ms, connect_timeout_ms=cfg.connect_timeout_ms,
-               artifact_dir=cfg.artifact_dir)
+    if down is not None and cfg.fallback == "eager":
+        age = time.monotonic() - down[0]
+        if age < DOWN_RECHECK_S:
+            e = down[1]
+            raise type(e)(f"{e.message} ({age:.1f} s ago; asked again after {DOWN_RECHECK_S:g} s)",
+                          status=e.status, code=e.code, addr=e.addr, what=e.what)
+    try:
+        c = Client(cfg.addr, deadline_ms=cfg.deadline_ms, connect_timeout_ms=cfg.connect_timeout_ms,
+                   artifact_dir=cfg.artifact_dir)
+    except (TccdUnavailable, TccdDeadlineExceeded) as e:
+        kept = type(e)(e.message, status=e.status, code=e.code, addr=e.addr, what=e.what)
+        with _clients_lock:     # (a copy: no traceback keeping the caller's frames alive)
+            _down[key] = (time.monotonic(), kept)
+        raise
     with _clients_lock:
+        _down.pop(key, None)
         return _clients.setdefault(key, c)
 
 
