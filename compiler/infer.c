@@ -843,6 +843,20 @@ int tcc_infer_reduce(const tcc_graph *g, const tcc_node *n, tcc_meta *out, tcc_e
 
 /* --------------------------------------------- decomposed composites */
 
+/* cumsum: the input's shape; integers and bool sum as int64 unless a
+ * dtype is given (PyTorch's rule). */
+int tcc_infer_cumsum(const tcc_graph *g, const tcc_node *n, tcc_meta *out, tcc_error *err) {
+  const tcc_meta *m = tensor_meta(g, &n->args[0]);
+  int d;
+  int rc = tcc_norm_dim(ARG("dim")->i, m->rank, &d, err);
+  if (rc) return rc;
+  *out = *m;
+  const tcc_arg *dt = ARG("dtype");
+  if (dt && dt->kind == TCC_ARG_DTYPE) out->dtype = (tcc_dtype)dt->i;
+  else if (!tcc_dtype_is_float(m->dtype)) out->dtype = TCC__V1__DTYPE__INT64;
+  return finish(g, out, err);
+}
+
 int tcc_infer_softmax(const tcc_graph *g, const tcc_node *n, tcc_meta *out, tcc_error *err) {
   const tcc_meta *m = tensor_meta(g, &n->args[0]);
   int d;

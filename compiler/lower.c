@@ -1051,6 +1051,28 @@ int tcc_lower_reduce(tcc_lower_ctx *lc, const tcc_node *n, tcc_error *err) {
   }
 }
 
+/* cumsum along dim d as a masked reduction: out[.., i, ..] = sum over j
+ * of (j <= i ? x[.., j, ..] : 0). Each element sums its whole row, so
+ * the work is n^2 per row; the rows these graphs scan are positions and
+ * masks (a sequence length), and it fuses with its producer like any
+ * reduction. Floats sum in their compute dtype in the reduction's order,
+ * not eager's left-to-right one. */
+int tcc_lower_cumsum(tcc_lower_ctx *lc, const tcc_node *n, tcc_error *err) {
+  tcc_program *p = lc->prog;
+  const tcc_meta *x = arg_meta(lc, &n->args[0]), *m = out_meta(lc, n, 0);
+  if (!m) return 0;
+  if (x->rank == 0) return result(lc, n, 0, body_at(lc, n->args[0].v, NULL), err);
+  int d;
+  int rc = tcc_norm_dim(ARG("dim")->i, x->rank, &d, err);
+  if (rc) return rc;
+  tcc_dtype cd = compute_dt(m->dtype);
+  red_space rs;
+  const tcc_vx *body = red_body(lc, n->args[0].v, 1u << d, 1, &rs); /* output var d stays i */
+  const tcc_vx *j = tcc_vx_index(p, tcc_ix_var(p, rs.first)), *i = tcc_vx_index(p, tcc_ix_var(p, d));
+  const tcc_vx *kept = tcc_vx_where(p, tcc_vx_pred(p, TCC_PRIM_LE, j, i), tcc_vx_cast(p, body, cd), cst(p, cd, 0));
+  return result(lc, n, 0, fold(p, TCC_RED_SUM, cd, kept, &rs), err);
+}
+
 /* ------------------------------------------ softmax and its backward */
 
 /* Body of value v at the identity index of its shape with dim `dim`

@@ -468,6 +468,9 @@
   X(VAR_MEAN, "aten.var_mean.correction",                                               \
     "var_mean.correction(Tensor self, int[1]? dim=None, *, Scalar? correction=None, bool keepdim=False) -> (Tensor, Tensor)", \
     REDUCTION, reduce, reduce, NONE)                                                    \
+  X(CUMSUM, "aten.cumsum.default",                                                      \
+    "cumsum(Tensor self, int dim, *, ScalarType? dtype=None) -> Tensor",                \
+    REDUCTION, cumsum, cumsum, NONE)                                                    \
   X(LOGSUMEXP, "aten.logsumexp.default",                                                \
     "logsumexp(Tensor self, int[1] dim, bool keepdim=False) -> Tensor",                 \
     REDUCTION, reduce, reduce, NONE)                                                    \

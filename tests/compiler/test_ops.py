@@ -718,6 +718,27 @@ def test_reductions_whole_and_int(dtype):
         run_op(A.min.dim, (x, 0, True), nout=2)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.int32, torch.int64,
+                                   torch.bool])
+@pytest.mark.parametrize("layout", ["contig", "t", "slice", "expand"])
+def test_cumsum(dtype, layout):
+    """cumsum along each dim (negative dims too), with and without dtype=,
+    on fresh random inputs in every layout; integers and bool sum exactly
+    (as int64), floats within their tolerance of eager (the sum's order
+    differs), and against float64 for float32."""
+    g = gen(hash((str(dtype), layout, "cumsum")) & 0xffff)
+    x = rnd((5, 37, 3), dtype, g, layout=layout)
+    tol = {torch.float32: (1e-5, 5e-5), torch.bfloat16: (2e-2, 5e-2)}.get(dtype)
+    for dim in (0, 1, -1):
+        run_op(A.cumsum.default, (x, dim), tol=tol)
+    run_op(A.cumsum.default, (x, 1), {"dtype": torch.float64}, tol=TOL[torch.float64] if dtype != torch.float64 else None)
+    if dtype == torch.float32:
+        gm, ins = tk.op_graph(A.cumsum.default, (x, 1))
+        got = tk.compile_fx(gm, ins)(*ins)[0]
+        check(got.double(), torch.cumsum(x.double(), 1), tol=(1e-5, 5e-5))
+    run_op(A.cumsum.default, (rnd((), dtype, g), 0))  # a 0-dim input is itself
+
+
 def test_reductions_nan_and_ties():
     x = torch.tensor([[1.0, 3.0, 3.0, 2.0], [float("nan"), 1.0, 5.0, float("nan")],
                       [-float("inf"), -float("inf"), -float("inf"), -float("inf")]])
