@@ -182,3 +182,25 @@ def test_hostile_targets_ops_and_numbers(daemon_factory, pb, tmp_path):
     assert s["invalid_requests"] >= 10
     assert d.stop() == 0
     assert "%n%n%n" not in d.read_log() or "\\n" in d.read_log()
+
+
+def test_malformed_bytes_are_explained_with_their_offset(daemon_factory, pb):
+    """Bytes that do not decode as a CompileRequest get INVALID_ARGUMENT
+    with the compiler decoder's field path and byte offset (the daemon
+    decodes with it, small requests on the loop, large ones on an offload
+    thread), and the daemon keeps serving."""
+    d = daemon_factory().start()
+    good = json_format.ParseDict(load_request_json("sin_cos.json"), pb.CompileRequest()).SerializeToString()
+    big = pb.CompileRequest()
+    big.CopyFrom(json_format.ParseDict(load_request_json("sin_cos.json"), pb.CompileRequest()))
+    big.client = "x" * (200 << 10)  # over the 64 KiB inline limit: prepared off the loop
+    with grpc.insecure_channel(d.addr) as ch:
+        call = ch.unary_unary(COMPILE, request_serializer=None, response_deserializer=None)
+        for payload in (good[:-3], big.SerializeToString()[:-3], b"\x0a\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff"):
+            with pytest.raises(grpc.RpcError) as e:
+                call(payload, timeout=30)
+            assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT, e.value.details()
+            assert e.value.details().startswith("malformed CompileRequest: "), e.value.details()
+            assert "byte" in e.value.details(), e.value.details()
+        assert pb.CompileResponse.FromString(call(good, timeout=60)).cache == pb.MISS
+    assert d.stop() == 0
