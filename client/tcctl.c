@@ -43,6 +43,7 @@
 #include "pbjson.h"
 #include "tcc_config.h"
 #include "tccclient.h"
+#include "tcc_units.h"
 
 #define JSON_FLAGS (TCC_PBJSON_ORIGINAL_NAMES | TCC_PBJSON_INT64_AS_NUMBER | TCC_PBJSON_EMIT_DEFAULTS)
 #define LIST_ALL 100000 /* entries asked for when resolving a hash prefix */
@@ -151,24 +152,11 @@ static long long parse_count(const char *opt, const char *s, long long max) {
   return v;
 }
 
-/* Parses a byte count with an optional binary suffix (K, M, G, T; an
- * optional trailing "iB"/"B"). */
+/* Parses a byte count (tcc_units.h: 1073741824, 1G, 1GiB, 1.5G). */
 static int64_t parse_bytes(const char *opt, const char *s) {
-  char *end;
-  errno = 0;
-  double v = strtod(s, &end);
-  if (end == s || errno || v < 0) usage_error("%s needs a byte count like 1073741824 or 1G, got '%s'", opt, s);
-  double mult = 1;
-  switch (*end) {
-  case 'k': case 'K': mult = 1024.0; end++; break;
-  case 'm': case 'M': mult = 1024.0 * 1024; end++; break;
-  case 'g': case 'G': mult = 1024.0 * 1024 * 1024; end++; break;
-  case 't': case 'T': mult = 1024.0 * 1024 * 1024 * 1024; end++; break;
-  }
-  if (mult > 1 && (!strcmp(end, "iB") || !strcmp(end, "B"))) end += strlen(end);
-  else if (mult == 1 && !strcmp(end, "B")) end++;
-  if (*end || v * mult > 9.2e18) usage_error("%s needs a byte count like 1073741824 or 1G, got '%s'", opt, s);
-  return (int64_t)(v * mult);
+  int64_t v;
+  if (tcc_parse_bytes(s, &v) != 0) usage_error("%s needs a byte count like 1073741824, 1G or 1GiB, got '%s'", opt, s);
+  return v;
 }
 
 /* Takes the value of option `name` at argv[*i] ("--name V" or

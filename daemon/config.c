@@ -15,6 +15,7 @@
 
 #include "daemon.h"
 #include "tcc_config.h"
+#include "tcc_units.h"
 
 typedef enum { OPT_STRING, OPT_INT, OPT_BYTES, OPT_LEVEL, OPT_BOOL, OPT_SECONDS } opt_kind;
 
@@ -112,28 +113,6 @@ static int parse_bool(const char *s, int *out) {
   return -1;
 }
 
-/* "10G", "512M", "4096", "1.5G" -> bytes. Returns 0 or -1. */
-static int parse_bytes(const char *s, int64_t *out) {
-  char *end;
-  errno = 0;
-  double v = strtod(s, &end);
-  if (end == s || errno || v < 0) return -1;
-  double mult = 1;
-  switch (*end) {
-  case 'k': case 'K': mult = 1024.0; end++; break;
-  case 'm': case 'M': mult = 1024.0 * 1024; end++; break;
-  case 'g': case 'G': mult = 1024.0 * 1024 * 1024; end++; break;
-  case 't': case 'T': mult = 1024.0 * 1024 * 1024 * 1024; end++; break;
-  }
-  if (*end == 'i' || *end == 'B') end++;
-  if (*end == 'B') end++;
-  if (*end) return -1;
-  v *= mult;
-  if (v > (double)INT64_MAX) return -1;
-  *out = (int64_t)v;
-  return 0;
-}
-
 static int set_option(tccd_config *cfg, const opt_def *o, const char *value,
                       const char *source, tcc_error *err) {
   char *field = (char *)cfg + o->offset;
@@ -154,8 +133,8 @@ static int set_option(tccd_config *cfg, const opt_def *o, const char *value,
     return 0;
   }
   case OPT_BYTES:
-    if (parse_bytes(value, (int64_t *)field) != 0)
-      return tcc_error_set(err, -1, "%s: --%s expects a byte count like 4096, 512M or 10G, got '%s'",
+    if (tcc_parse_bytes(value, (int64_t *)field) != 0)
+      return tcc_error_set(err, -1, "%s: --%s expects a byte count like 4096, 512M, 10G or 10GiB, got '%s'",
                            source, o->name, value);
     return 0;
   case OPT_LEVEL:

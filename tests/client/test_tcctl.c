@@ -346,6 +346,10 @@ START_TEST(fetch_gc_health) {
   ck_assert(num(j, "evicted") == 2 && num(j, "freed_bytes") == 2048 && num(j, "corrupt_removed") == 0);
   cJSON_Delete(j);
   result_free(&r);
+  r = TCCTL("gc", "--max-bytes", "2GiB"); /* the grammar tccd's flags take (tcc_units.h) */
+  expect_ok(&r);
+  ck_assert_int_eq(fake->last_gc_max_bytes, 2147483648LL);
+  result_free(&r);
   r = TCCTL("gc", "--max-bytes", "lots");
   ck_assert_int_eq(r.status, 2);
   result_free(&r);
