@@ -4,10 +4,15 @@
  *
  * DESIGN
  *
- *   request ─► unpack ─► tcc_prepare (verify, canonicalize, guard hash)
- *           ─► cache lookup ──hit──► reply HIT
- *           ─► recorded failure? ──yes──► the same error (negative cache)
+ *   request ─► admit by bytes (--request-memory-max)
+ *           ─► read + decode + tcc_prepare (verify, canonicalize, guard
+ *              hash): on the loop up to 64 KiB, else on an offload thread
+ *           ─► cache lookup ──hit (verified once per process)──► reply HIT
+ *           ─► recorded failure (younger than --failure-ttl)? ──yes──► the
+ *              same error (negative cache)
  *           ─► job for this hash in flight? ──yes──► wait on it (COALESCED)
+ *           ─► backing off after a timeout? ──yes──► DEADLINE_EXCEEDED
+ *           ─► storing blocked (a full disk)? ──yes──► RESOURCE_EXHAUSTED
  *           ─► queue full? ──yes──► RESOURCE_EXHAUSTED
  *           ─► new job ─► [--redis: the remote tier (remote.c): its entry,
  *                or the cluster lock, or a wait on the daemon compiling it]

@@ -7,7 +7,9 @@
  *   - one gRPC thread blocks in grpc_completion_queue_next and hands each
  *     (tag, ok) to the loop through a mutex-protected queue + uv_async.
  *   - the worker pool (libuv's thread pool, --workers threads) runs
- *     tcc_compile and nothing else; results come back to the loop.
+ *     tcc_compile and the autotune builds; results come back to the loop.
+ *   - two offload threads (offload.c) run what must not stall the loop:
+ *     preparing requests over 64 KiB, gc's blob scan, malloc_trim.
  *
  * Grouped by defining file, chibicc-style.
  */
