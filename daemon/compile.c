@@ -152,6 +152,7 @@ typedef struct tccd_jobs {
   uint8_t (*verified)[TCC_SHA256_BYTES]; /* VERIFIED_SLOTS digests of entries checked */
   int64_t held_bytes;             /* admitted request bytes (x HELD_PER_BYTE) */
   int64_t held_peak;              /* since the last malloc_trim */
+  int trims_due;                  /* malloc_trims still to run after a burst */
   int64_t in_pool;                /* handed to uv_queue_work, not yet done */
   _Atomic int64_t running;        /* in COMPILING (workers update it) */
   tcc_build_options build;
@@ -941,8 +942,17 @@ static void release_bytes(tccd_state *st, int64_t *held) {
   assert(jobs->held_bytes >= 0);
   if (jobs->held_bytes == 0 && jobs->held_peak >= (int64_t)TRIM_AFTER_BYTES) {
     jobs->held_peak = 0;
-    tccd_offload_submit(st, trim_work, trim_done, NULL);
+    jobs->trims_due = 3; /* now, and at the next two housekeeping ticks: gRPC frees its
+                          * buffers of the last calls a little later */
+    tccd_jobs_trim(st);
   }
+}
+
+void tccd_jobs_trim(tccd_state *st) {
+  tccd_jobs *jobs = st->jobs;
+  if (jobs->trims_due <= 0 || jobs->held_bytes > 0) return;
+  jobs->trims_due--;
+  tccd_offload_submit(st, trim_work, trim_done, NULL);
 }
 
 /* Any thread (the loop for small requests, an offload thread for large

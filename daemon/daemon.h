@@ -259,6 +259,9 @@ void tccd_jobs_abandon_waiters(tccd_state *st);
  * nothing, and a max-autotune job cut short stores nothing either. */
 void tccd_jobs_cancel_running(tccd_state *st);
 void tccd_jobs_free(tccd_state *st);
+/* Housekeeping: after a burst of large requests, gives the heaps' free
+ * memory back to the system (malloc_trim on an offload thread). */
+void tccd_jobs_trim(tccd_state *st);
 /* Housekeeping: unblocks storing once the cache's disk has room again. */
 void tccd_store_check(tccd_state *st);
 /* Unblocks storing (a gc or evict freed space); why goes to the log. */

@@ -16,7 +16,8 @@
  * Housekeeping (one timer, every second, Redis serverCron-style):
  *   - write pending hit bookkeeping and counters to the cache (and make
  *     its reserve again after a full disk);
- *   - unblock storing once a full disk has room again.
+ *   - unblock storing once a full disk has room again;
+ *   - after a burst of large requests, trim the heaps (twice more).
  * (The remote tier has its own 10 ms timer for command timeouts, polls
  * and reconnects: remote.c.)
  */
@@ -48,6 +49,7 @@ static void housekeeping(uv_timer_t *t) {
   tcc_error err;
   if (tcc_cache_flush(st->cache, &err) != 0 && !st->store_blocked) log_warn("cache flush failed: %s", err.msg);
   tccd_store_check(st);
+  tccd_jobs_trim(st);
 }
 
 static void on_server_done(tccd_state *st) {
