@@ -1686,9 +1686,8 @@ int tcc_emit_c(const tcc_program *p, tcc_buf *b, tcc_error *err) {
                     "                 const float *, int, float, float *, int);\n"
                     "void cblas_dgemm(int, int, int, int, int, int, double, const double *, int,\n"
                     "                 const double *, int, double, double *, int);\n");
-  if (has_dnnl_gemm)
-    tcc_buf_puts(b, "int dnnl_sgemm(char, char, int64_t, int64_t, int64_t, float, const float *, int64_t,\n"
-                    "               const float *, int64_t, float, float *, int64_t);\n");
+  if (has_dnnl_gemm && !has_conv) /* the convolution runtime includes it already */
+    tcc_buf_puts(b, "#include <oneapi/dnnl/dnnl.h> /* dnnl_sgemm */\n");
   for (int bi = 0; bi < p->nbufs; bi++)
     if (p->bufs[bi].kind == TCC_BUF_CONST && !p->bufs[bi].dead) {
       /* only constants some live kernel reads get emitted (fuse keeps them) */

@@ -139,6 +139,23 @@ def test_conv_bias_relu_is_pack_gemm_plus_one_kernel():
     torch.testing.assert_close(k(x1, w1, b[:4].clone())[0], f1(x1, w1, b[:4]), rtol=1e-4, atol=1e-4)
 
 
+def test_conv_and_gemm_steps_in_one_artifact():
+    """A convolution (oneDNN's runtime, dnnl.h) and a float32 GEMM
+    (dnnl_sgemm) in one graph, as a CNN's stem and classifier: one source
+    declares both once, builds, and matches eager."""
+    x, w, b = torch.randn(2, 3, 10, 10), torch.randn(8, 3, 3, 3), torch.randn(8)
+    fw, fb = torch.randn(5, 8 * 10 * 10), torch.randn(5)
+    def f(x, w, b, fw, fb):
+        y = A.relu.default(A.convolution.default(x, w, b, [1, 1], [1, 1], [1, 1], False, [0, 0], 1))
+        return A.addmm.default(fb, A.view.default(y, [2, 800]), A.t.default(fw))
+    gm = tk.aten_graph(f, [x, w, b, fw, fb], decompose=False)
+    k = tk.compile_fx(gm, [x, w, b, fw, fb], keep_source=True)
+    if "onednn/" not in k.identity:
+        pytest.skip("tccd is built without oneDNN")
+    assert k.source.count("tcc_dnnl_conv_run(&k") == 1 and "dnnl_sgemm(" in k.source
+    torch.testing.assert_close(k(x, w, b, fw, fb)[0], f(x, w, b, fw, fb), rtol=1e-4, atol=1e-4)
+
+
 def test_onednn_conv_step_takes_one_epilogue_kernel():
     """On the oneDNN road a convolution is one extern step that reads its
     input where it is: conv + bias + relu is the step and ONE epilogue

@@ -222,12 +222,12 @@ def test_loaded_graph_partitions_again_when_the_daemon_refuses_a_node(daemon, mo
     ops = {"aten.sin.default": "pointwise", "aten.mul.Tensor": "pointwise",
            "aten.mul.Scalar": "pointwise", "aten.exp.default": "pointwise",
            "aten.sub.Tensor": "pointwise", "aten.sub.Scalar": "pointwise",
-           "aten.cumsum.default": "reduction"}     # claims cumsum, which the daemon refuses
+           "aten.cumprod.default": "reduction"}     # claims cumprod, which the daemon refuses
     table = P.OpTable("rpc", ops, (torch.float32, torch.float64), "test")
     monkeypatch.setattr(P, "op_table", lambda client, cfg, device=None: table)
 
     def f(x):
-        return torch.exp(torch.cumsum(torch.sin(x) * 2, 0)) - 1
+        return torch.exp(torch.cumprod(torch.sin(x) * 2, 0)) - 1
 
     for round in range(2):
         torch._dynamo.reset()
@@ -238,7 +238,7 @@ def test_loaded_graph_partitions_again_when_the_daemon_refuses_a_node(daemon, mo
         x = torch.randn(7, 3)
         torch.testing.assert_close(torch.compile(f, backend="tccd")(x), f(x), **TOL)
         assert _hits() == before + round
-        assert tccd.fallback_ops().get("aten.cumsum.default", 0) == round + 1
+        assert tccd.fallback_ops().get("aten.cumprod.default", 0) == round + 1
 
 
 @pytest.mark.parametrize("damage", ["garbage", "truncated"])
@@ -368,12 +368,12 @@ def test_unusable_plan_partitions_again(daemon, aot_dir, monkeypatch, damage):
 
 
 def test_plan_keeps_the_ops_that_run_eagerly(daemon, aot_dir, monkeypatch):
-    """A graph with ops the daemon does not compile (cumsum, sort) is
+    """A graph with ops the daemon does not compile (cumprod, sort) is
     planned too: the plan calls them eagerly where the graph did, and
     counts them as fallback as the first setup did."""
     def f(x, y):
         a = torch.sin(x) * 2 + y
-        b = torch.sort(torch.cumsum(a, 0), dim=1).values
+        b = torch.sort(torch.cumprod(a, 0), dim=1).values
         return torch.exp(b) - torch.cos(a)
 
     tccd.reset_stats()
@@ -388,7 +388,7 @@ def test_plan_keeps_the_ops_that_run_eagerly(daemon, aot_dir, monkeypatch):
     assert again["aot_plan_hits"] == 2 and loads == []
     for k in ("graphs", "ops", "compiled_ops", "fallback_ops", "partitions", "kernels"):
         assert again[k] == first[k], k
-    assert tccd.fallback_ops().get("aten.cumsum.default", 0) >= 1
+    assert tccd.fallback_ops().get("aten.cumprod.default", 0) >= 1
 
 
 @pytest.mark.parametrize("fallback", ["error", "eager"])

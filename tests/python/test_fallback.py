@@ -16,7 +16,7 @@ F64 = dict(rtol=1e-5, atol=1e-6)
 def test_unsupported_ops_fall_back_with_right_answer(daemon):
     def f(x, y):
         a = torch.sin(x) * 2 + y
-        b = torch.cumsum(a, 0)                 # not compiled by tccd (today)
+        b = torch.cumprod(a, 0)                 # not compiled by tccd (today)
         c = torch.sort(b, dim=1).values        # nor this
         return torch.exp(c) - torch.cos(a)
 
@@ -28,11 +28,11 @@ def test_unsupported_ops_fall_back_with_right_answer(daemon):
     fb = tccd.fallback_ops()
     print(s["graphs_detail"], fb)
     assert s["fallback_ops"] > 0 and s["compiled_ops"] > 0
-    assert fb.get("aten.cumsum.default") == 1 and fb.get("aten.sort.default") == 1
+    assert fb.get("aten.cumprod.default") == 1 and fb.get("aten.sort.default") == 1
     assert s["compiled_ops"] + s["fallback_ops"] == s["ops"]
     rec = s["graphs_detail"][0]
     assert rec["fallback_ops"] == sum(rec["fallback"].values())
-    assert any("aten.cumsum.default" in ops for ops in rec["reasons"].values())
+    assert any("aten.cumprod.default" in ops for ops in rec["reasons"].values())
 
 
 def test_whole_graph_eager_for_other_devices(daemon, caplog):
@@ -105,10 +105,10 @@ def test_nodes_the_daemon_refuses_are_learned(daemon, rpc_table, caplog):
     import logging
 
     caplog.set_level(logging.INFO, logger="tccd")
-    rpc_table(dict(POINTWISE, **{"aten.cumsum.default": "reduction"}))
+    rpc_table(dict(POINTWISE, **{"aten.cumprod.default": "reduction"}))
 
     def f(x):
-        a = torch.cumsum(torch.sin(x) * 2, 0)   # first proposed as one partition
+        a = torch.cumprod(torch.sin(x) * 2, 0)   # first proposed as one partition
         return torch.exp(a) - 1
 
     x = torch.randn(7, 3)
@@ -116,7 +116,7 @@ def test_nodes_the_daemon_refuses_are_learned(daemon, rpc_table, caplog):
                                f(x.double()), **F64)
     s = tccd.stats()
     assert s["fallback_ops"] == 1 and s["compiled_ops"] == 4, s
-    assert tccd.fallback_ops() == {"aten.cumsum.default": 1}
+    assert tccd.fallback_ops() == {"aten.cumprod.default": 1}
     assert any("partitioning again" in r.getMessage() for r in caplog.records if r.name == "tccd")
     reasons = s["graphs_detail"][0]["reasons"]
     assert any("refused by the daemon" in why for why in reasons), reasons
