@@ -530,6 +530,11 @@ static int cmd_stats(tcctl *t) {
     kv("tuning records", "%" PRId64 " (%" PRId64 " kernel(s) reused one)", s->tuning_records,
        s->autotune_record_hits);
     kv("untuned (no usable GPU)", "%" PRId64, s->autotune_untuned);
+    /* failures (docs/failure-model.md) */
+    kv("storing", "%s%s", s->store_blocked ? "BLOCKED: " : "ok",
+       s->store_blocked ? (s->store_blocked_reason ? s->store_blocked_reason : "") : "");
+    kv("refused for memory", "%" PRId64 " (--request-memory-max)", s->rejected_memory);
+    kv("corrupt entries", "%" PRId64 " (recompiled)", s->corrupt_entries);
   }
   tcc__v1__stats_response__free_unpacked(s, NULL);
   return rc;
