@@ -232,8 +232,6 @@ int tccd_offload_start(tccd_state *st);
  * Returns 0, or -1 (out of memory, or no pool) when nothing will run. */
 int tccd_offload_submit(tccd_state *st, void (*work)(void *arg), void (*done)(void *arg, int cancelled),
                         void *arg);
-/* Items submitted whose done has not run yet. */
-int64_t tccd_offload_pending(const tccd_state *st);
 /* Cancels what is queued, joins the threads, closes the handle. */
 void tccd_offload_stop(tccd_state *st);
 

@@ -48,7 +48,6 @@ struct tccd_offload {
   int stopping;
   offload_item *queue, **queue_tail;       /* waiting for a thread */
   offload_item *finished, **finished_tail; /* work ran, done not yet */
-  int64_t pending;                         /* submitted, done not yet run */
 };
 
 static void offload_thread(void *arg) {
@@ -81,7 +80,6 @@ static void on_finished(uv_async_t *h) {
   uv_mutex_unlock(&o->lock);
   while (it) {
     offload_item *next = it->next;
-    o->pending--;
     it->done(it->arg, 0);
     free(it);
     it = next;
@@ -130,11 +128,8 @@ int tccd_offload_submit(tccd_state *st, void (*work)(void *arg), void (*done)(vo
   o->queue_tail = &it->next;
   uv_cond_signal(&o->cond);
   uv_mutex_unlock(&o->lock);
-  o->pending++;
   return 0;
 }
-
-int64_t tccd_offload_pending(const tccd_state *st) { return st->offload ? st->offload->pending : 0; }
 
 static void offload_closed(uv_handle_t *h) {
   tccd_offload *o = h->data;
@@ -158,7 +153,6 @@ void tccd_offload_stop(tccd_state *st) {
   on_finished(&o->finished_async); /* what the threads finished last */
   while (queued) {
     offload_item *next = queued->next;
-    o->pending--;
     queued->done(queued->arg, 1);
     free(queued);
     queued = next;

@@ -626,10 +626,6 @@ static int reserve_make(tcc_cache *c) {
  * was a reserve to give. */
 static int reserve_release(tcc_cache *c) { return unlink(c->reserve_path) == 0; }
 
-int tcc_cache_reserve_held(tcc_cache *c) {
-  struct stat st;
-  return stat(c->reserve_path, &st) == 0 && st.st_size >= TCC_CACHE_RESERVE_BYTES;
-}
 
 /* ---------------------------------------------------------------------- */
 /* Open and close                                                          */

@@ -155,11 +155,9 @@ int tcc_cache_read_artifact(tcc_cache *c, const uint8_t sha256[TCC_SHA256_BYTES]
  * Returns 0 or TCC_E_NOT_FOUND. */
 int tcc_cache_evict(tcc_cache *c, const uint8_t hash[TCC_SHA256_BYTES], tcc_error *err);
 
-/* 1 when the reserve (dir/reserve, TCC_CACHE_RESERVE_BYTES kept for
- * deletions on a full disk: cache.c) is held, 0 after it was spent and
- * not yet made again. */
+/* The reserve: dir/reserve, this many bytes kept for deletions on a full
+ * disk (cache.c). */
 #define TCC_CACHE_RESERVE_BYTES (8 << 20)
-int tcc_cache_reserve_held(tcc_cache *c);
 
 /* Verifies every blob (removing corrupt ones), removes blobs no entry
  * uses, and evicts down to max_bytes (0 = the open budget; both 0 = no
