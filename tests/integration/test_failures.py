@@ -193,11 +193,19 @@ def test_remote_failure_records(daemon_factory, tmp_path, pb):
 
 def slow_after(tmp_path, name, fast_calls):
     """A compiler that is cc for its first `fast_calls` compiles and then
-    hangs (sleep 120): records each compile's pid in a file."""
+    hangs (sleep 120): appends each compile's pid to a file, one line each
+    (an O_APPEND write of one line is atomic, so concurrent candidate
+    builds and a reader never see a half-written count)."""
     count = tmp_path / f"{name}.count"
     return fake_cc(tmp_path, name,
-                   f'n=$(cat {count} 2>/dev/null || echo 0); echo $((n + 1)) > {count}\n'
+                   f'echo $$ >> {count}; n=$(($(wc -l < {count}) - 1))\n'
                    f'if [ "$n" -ge {fast_calls} ]; then exec sleep 120; fi\nexec cc "$@"')
+
+
+def compiles_started(tmp_path, name):
+    """How many compiles a slow_after compiler has started."""
+    count = tmp_path / f"{name}.count"
+    return len(count.read_text().split()) if count.exists() else 0
 
 
 def test_sigterm_kills_running_compiles(daemon_factory, tmp_path, pb):
@@ -257,7 +265,7 @@ def test_sigterm_during_autotune_stores_nothing(daemon_factory, tmp_path, pb):
     t.start()
     deadline = time.time() + 60
     while time.time() < deadline:
-        if int((tmp_path / "tune-cc.count").read_text() if (tmp_path / "tune-cc.count").exists() else 0) >= 2:
+        if compiles_started(tmp_path, "tune-cc") >= 2:
             break
         time.sleep(0.02)
     with grpc.insecure_channel(d.addr) as ch:
