@@ -539,6 +539,12 @@ int tcc_cuda_manifest_fill(const tcc_program *p, tcc_arena *A, Tcc__V1__Manifest
 int tcc_generate_source(const tcc_prepared *p, char **source, size_t *len, int *kernels,
                         tcc_error *err);
 
+/* tcc_generate_source with configs[0..nconfigs) applied to the live
+ * kernels in order, as tcc_compile_tuned does (static shapes only). For
+ * tcc-gen-sources, the refactoring check. */
+int tcc_generate_source_tuned(const tcc_prepared *p, const tcc_kernel_config *configs,
+                              int nconfigs, char **source, size_t *len, tcc_error *err);
+
 /* ----------------------------------------------------------- dynamic.c */
 
 /* The symbol assignments a dynamic compile probes (dynamic.c's header):

@@ -337,19 +337,26 @@ static int compile_dynamic(const tcc_prepared *p, const tcc_backend *be,
 static int generate_source_dynamic(const tcc_prepared *p, const tcc_backend *be, char **source,
                                    size_t *len, int *kernels, tcc_error *err);
 
-int tcc_generate_source(const tcc_prepared *p, char **source, size_t *len, int *kernels,
-                        tcc_error *err) {
+static int generate_source(const tcc_prepared *p, const tcc_kernel_config *configs,
+                           int nconfigs, char **source, size_t *len, int *kernels,
+                           tcc_error *err) {
   tcc_error local;
   if (!err) err = &local;
   *source = NULL;
   *len = 0;
   const tcc_backend *be = p && p->graph ? tcc_backend_for(p->graph->target.device) : NULL;
   if (!be) return tcc_error_set(err, TCC_E_UNIMPLEMENTED, "no backend for this target");
-  if (p->graph->nsyms) return generate_source_dynamic(p, be, source, len, kernels, err);
+  if (p->graph->nsyms) {
+    if (configs)
+      return tcc_error_set(err, TCC_E_UNIMPLEMENTED, "tuned builds of dynamic-shape graphs are not supported yet");
+    return generate_source_dynamic(p, be, source, len, kernels, err);
+  }
   tcc_arena arena;
   tcc_arena_init(&arena);
   tcc_program prog;
   tcc_program_init(&prog, &arena, p->graph);
+  prog.kcfg = configs;
+  prog.nkcfg = configs ? nconfigs : 0;
   tcc_buf src = {0};
   dumper dump = {.dir = ""};
   int rc = generate(be, &prog, &src, &dump, err);
@@ -362,6 +369,16 @@ int tcc_generate_source(const tcc_prepared *p, char **source, size_t *len, int *
   tcc_program_free(&prog);
   tcc_arena_free(&arena);
   return rc;
+}
+
+int tcc_generate_source(const tcc_prepared *p, char **source, size_t *len, int *kernels,
+                        tcc_error *err) {
+  return generate_source(p, NULL, 0, source, len, kernels, err);
+}
+
+int tcc_generate_source_tuned(const tcc_prepared *p, const tcc_kernel_config *configs,
+                              int nconfigs, char **source, size_t *len, tcc_error *err) {
+  return generate_source(p, configs, nconfigs, source, len, NULL, err);
 }
 
 /* tcc_compile and tcc_compile_tuned: configs (may be NULL) per live
