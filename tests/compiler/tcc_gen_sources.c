@@ -45,7 +45,7 @@ static void put_section(FILE *out, const char *head, int rc, const char *src, si
                         const tcc_error *err) {
   fprintf(out, "==== %s\n", head);
   if (rc) fprintf(out, "error %d: %s\n", rc, err->msg);
-  else fwrite(src, 1, len, out);
+  else if (src) fwrite(src, 1, len, out);
 }
 
 static int one_request(const char *path, const char *arch, const char *outdir) {
