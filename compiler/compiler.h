@@ -46,7 +46,7 @@
  *     Manifest.kernels[].kind is "pointwise", "reduction" or "extern" (a
  *     GEMM step, or a float32 convolution step through oneDNN when
  *     tcc_onednn_enabled(), below).
- *   - CUDA targets ("cuda:sm_80", "sm_90a", ...; emit_cuda.c) build with
+ *   - CUDA targets ("cuda:sm_80", "sm_90a", ...; cuda/emit.c) build with
  *     NVRTC (compiler/cuda/nvrtc.h, dlopen'ed: no GPU needed) into a
  *     CUBIN artifact for exactly that arch. Its Manifest has entry "",
  *     one kernel k<j> per fused kernel (an extern "C" __global__ taking
@@ -240,7 +240,7 @@ typedef struct tcc_kernel_config {
   int order;         /* loop order of pointwise kernels: 0 = by the first
                       * store's strides (writes contiguous innermost);
                       * 1 = by the first load's (reads contiguous) */
-  /* CUDA kernels (emit_cuda.c; the C emitter ignores these; all zero =
+  /* CUDA kernels (cuda/schedule.c; the CPU schedule ignores these; all zero =
    * the emitter's launch heuristic, byte for byte) */
   int block;         /* threads per block (32..1024, a power of two); 0 = heuristic */
   int ipt;           /* pointwise: elements per thread of the grid-stride

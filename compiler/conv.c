@@ -60,7 +60,7 @@
  * float64 only (sgemm/dgemm); other dtypes and transposed convolution
  * are TCC_E_UNIMPLEMENTED naming the node. On CUDA the same program runs:
  * the packing and epilogue kernels are CUDA kernels and each GEMM is a
- * cuBLAS step the client makes (emit_cuda.c).
+ * cuBLAS step the client makes (cuda/emit.c).
  *
  * Dropout (native_dropout with train=True): the client passes a `seed`
  * (an int64 tensor of one element, fresh per call; see tcc.proto). The

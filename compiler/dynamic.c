@@ -39,7 +39,7 @@
  * shape changes with the sizes) is TCC_E_UNIMPLEMENTED naming what
  * differed: kernels are correct for every size the guards admit, never
  * only for the probes. The emitter helps by making no size-dependent
- * choices for dynamic programs (emit_c.c: the parallel loop is chosen
+ * choices for dynamic programs (cpu/emit.c: the parallel loop is chosen
  * with an OpenMP if() clause at run time; plan.c: no workspace reuse,
  * 8-byte granules) and by passing tcc_S to every kernel.
  *

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """embed.py IN OUT SYMBOL: writes OUT, a C file defining
-`const char SYMBOL[]` with IN's text (the kernel runtimes that emit_c.c
+`const char SYMBOL[]` with IN's text (the kernel runtimes that cpu/emit.c
 copies into generated sources are kept as real C files, compiled and
 read as such, and embedded at build time)."""
 import sys

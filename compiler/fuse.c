@@ -24,11 +24,11 @@
  *      packing reads each element once per kernel tap, so a batch-norm
  *      backward inlined into it ran 9 times per element. A broadcasting
  *      read is not amplified (its index ignores the loops it broadcasts
- *      over, and emit_c.c hoists the value out of them).
+ *      over, and cpu/emit.c hoists the value out of them).
  *      A producer holding a reduction (REDUCE) is inlined only where the
  *      reduction stays computed once per element of its own result: the
  *      load reads it at plain loop variables of the consumer that form a
- *      prefix of the consumer's loop nest (emit_c.c runs loops in dim
+ *      prefix of the consumer's loop nest (cpu/emit.c runs loops in dim
  *      order and hoists each value out of the loops it does not depend
  *      on), never at a reduction's bound variables. So softmax's max and
  *      sum end inside the one kernel that writes the result, computed

@@ -38,8 +38,8 @@
  *   split.c   a dim read through i / c and i % c becomes two loops, so
  *             those accesses are affine again
  *   plan.c    place the remaining temporary buffers in the workspace
- *   emit_c.c  C source for the CPU target
- *   build.c   run the C compiler, read back the shared object
+ *   then each target's schedule pass, emitter and build (target.h:
+ *   cpu/ and cuda/)
  */
 #ifndef TCC_LOOP_H
 #define TCC_LOOP_H
@@ -276,9 +276,16 @@ struct tcc_program {
   const int64_t *ix_extent;
   int ix_nextent;
   /* tune.c: how each live kernel is generated (kcfg[k] for live kernel k;
-   * NULL or a default config = the default code); read by emit_c.c. */
+   * NULL or a default config = the default code); read by the targets'
+   * schedule passes. */
   const tcc_kernel_config *kcfg;
   int nkcfg;
+  /* the schedule pass (target.h): the target's decisions, in the arena;
+   * NULL before it runs */
+  union {
+    struct tcc_cpu_schedule *cpu;
+    struct tcc_cuda_schedule *cuda;
+  } sched;
 };
 
 /* Initializes an empty program over graph g in arena a. */
@@ -421,115 +428,6 @@ const char *tcc_utype(tcc_dtype d);
  * nothing. */
 int tcc_put_prim_common(tcc_buf *b, tcc_prim op, tcc_dtype d, const char *T, int isint,
                         const char *f, const char *x, const char *y, const char *z);
-
-/* ------------------------------------------------------- the targets */
-
-/* One backend per device type, after QBE's Target. */
-typedef struct tcc_backend {
-  const char *name;
-  /* Emits source for the program into src. Returns 0 or a TCC_E_* code. */
-  int (*emit)(const tcc_program *p, tcc_buf *src, tcc_error *err);
-  /* Builds source into the artifact bytes (*out malloc'ed). */
-  int (*build)(const tcc_program *p, const char *src, size_t len,
-               const tcc_build_options *opts, uint8_t **out, size_t *outlen,
-               tcc_error *err);
-} tcc_backend;
-
-/* The backend for a device type, or NULL when none is built. */
-const tcc_backend *tcc_backend_for(int device);
-
-/* The runtime of oneDNN convolution steps (runtime/onednn_conv.c, as
- * text): emit_c.c copies it into sources that have such steps. */
-extern const char tcc_onednn_conv_runtime[];
-
-/* emit_c.c: C for the CPU target (tcc_entry ABI: tcc.proto Manifest). */
-int tcc_emit_c(const tcc_program *p, tcc_buf *src, tcc_error *err);
-
-/* build.c: the C compiler -> .so. */
-int tcc_build_so(const tcc_program *p, const char *src, size_t len,
-                 const tcc_build_options *opts, uint8_t **out, size_t *outlen,
-                 tcc_error *err);
-
-/* emit_cuda.c: CUDA C for the CUDA target (ABI 1 of client/cuda.h: one
- * extern "C" __global__ k<j> per live kernel, each taking (inputs...,
- * outputs..., workspace), k<j>_split before split reductions; no code
- * for GEMM steps, which the client runs with cuBLAS).
- * TCC_E_UNIMPLEMENTED for other extern steps and dtypes it cannot do. */
-int tcc_emit_cuda(const tcc_program *p, tcc_buf *src, tcc_error *err);
-
-/* emit_cuda.c: NVRTC -> cubin for p's target arch (compiler/cuda/nvrtc.h);
- * NVRTC's log is in the error on failure. */
-int tcc_build_cubin(const tcc_program *p, const char *src, size_t len,
-                    const tcc_build_options *opts, uint8_t **out, size_t *outlen,
-                    tcc_error *err);
-
-/* How a CUDA kernel is launched (1-D grid and block; no dynamic shared
- * memory): the emitter compiles for it, the manifest records it. */
-typedef struct tcc_cuda_geometry {
-  int64_t grid, block, shared_bytes, numel;
-  int reduction;              /* holds a REDUCE */
-  int64_t split_groups;       /* > 1: a split reduction (k<j>_split runs first) */
-} tcc_cuda_geometry;
-
-/* The launch of live kernel k. Returns 0, or -1 when out of memory. */
-int tcc_cuda_geometry_for(const tcc_program *p, const tcc_kernel *k, tcc_cuda_geometry *out);
-
-/* Where a cuBLAS operand lives (tcc.v1.BufferRef). */
-typedef enum tcc_cuda_base { TCC_CUDA_INPUT, TCC_CUDA_OUTPUT, TCC_CUDA_WORKSPACE, TCC_CUDA_CONSTANT } tcc_cuda_base;
-typedef struct tcc_cuda_ref {
-  tcc_cuda_base base;
-  int index;                  /* INPUT/OUTPUT position; CONSTANT: buffer id (symbol b<id>_data) */
-  int64_t offset_bytes;
-} tcc_cuda_ref;
-
-/* An EXTERN (GEMM) kernel as one cublasGemmStridedBatchedEx call, in
- * cuBLAS's column-major terms (tcc.v1.GemmStep documents the fields). */
-typedef struct tcc_cuda_gemm {
-  int trans_a, trans_b;
-  int64_t m, n, k, lda, ldb, ldc, stride_a, stride_b, stride_c, batch;
-  tcc_dtype ab_dtype, c_dtype;
-  const char *compute;        /* "32F", "64F" */
-  tcc_cuda_ref a, b, c;
-} tcc_cuda_gemm;
-
-/* One step of a CUDA launch plan: a kernel launch or a cuBLAS call. */
-typedef struct tcc_cuda_step {
-  char name[32];              /* "k3", "k3_split" (the __global__), "k1" (extern) */
-  const char *kind;           /* "pointwise", "reduction", "split-reduction", "extern" */
-  int kernel;                 /* index in p->kernels */
-  int kno;                    /* live-kernel number (the j of k<j>) */
-  int split_stage;            /* 1: k<j>_split */
-  int64_t grid[2], block, shared_bytes, numel;
-  int64_t split_off;          /* workspace offset of the partials (split kernels) */
-  int is_gemm;
-  tcc_cuda_gemm gemm;
-} tcc_cuda_step;
-
-typedef struct tcc_cuda_schedule {
-  tcc_cuda_step *steps;       /* malloc'ed, in launch order */
-  int n;
-  int n_global;               /* steps that are __global__ launches */
-  int64_t workspace_bytes;    /* the program's + split partials */
-} tcc_cuda_schedule;
-
-/* The launch plan of a planned program for the CUDA target: what the
- * emitter writes, NVRTC builds and the manifest lists, in one place.
- * Returns 0, TCC_E_UNIMPLEMENTED (a GEMM cuBLAS cannot express: sizes
- * over 2^31-1) or TCC_E_RESOURCE_EXHAUSTED; free with
- * tcc_cuda_schedule_free. */
-int tcc_cuda_schedule_make(const tcc_program *p, tcc_cuda_schedule *s, tcc_error *err);
-void tcc_cuda_schedule_free(tcc_cuda_schedule *s);
-
-/* emit_cuda.c: NVRTC -> cubin and PTX (*ptx malloc'ed, NUL-terminated);
- * stops waiting for NVRTC after opts->timeout_ms (TCC_E_DEADLINE_EXCEEDED). */
-int tcc_build_cuda(const tcc_program *p, const char *src, const tcc_build_options *opts, uint8_t **cubin,
-                   size_t *cubin_len, char **ptx, size_t *ptx_len, tcc_error *err);
-
-/* emit_cuda.c: fills the CUDA parts of a manifest (kernels with their
- * launch configs and GEMM steps, workspace_bytes, ptx) from the schedule,
- * allocating in arena A. Returns 0 or a TCC_E_* code. */
-int tcc_cuda_manifest_fill(const tcc_program *p, tcc_arena *A, Tcc__V1__Manifest *m, const char *ptx,
-                           size_t ptx_len, tcc_error *err);
 
 /* ---------------------------------------------------------- pipeline.c */
 

@@ -19,7 +19,7 @@
  * Dtypes: arithmetic runs in the node's result dtype (torch.result_type),
  * except that float16/bfloat16 values are computed in float32 and
  * rounded once when stored (TorchInductor does the same). Integer
- * arithmetic wraps and divides like PyTorch (emit_c.c).
+ * arithmetic wraps and divides like PyTorch (cpu/emit.c).
  *
  * Views (view, permute, expand, slice, select, ...) make no kernel: the
  * output's body is the input's body with its indices rewritten. A view

@@ -16,8 +16,7 @@
  * table (parsed once, read-only). A tcc_prepared is immutable, so several
  * compiles and the loop thread may read one at the same time.
  */
-#include "loop.h"
-#include "nvrtc.h"
+#include "target.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -55,13 +54,12 @@ int tcc_prepare(const Tcc__V1__CompileRequest *req, const char *identity, tcc_pr
 
   if ((rc = tcc_verify(req, &scratch, &verified, err))) goto fail;
   verified.identity = identity ? identity : "";
-  if (verified.target.device == TCC__V1__DEVICE_TYPE__CUDA) {
-    /* CUDA entries are built by NVRTC: its version (and the archs it
-     * knows) is part of who compiles, hence of the key. */
-    char nv[512];
-    tcc_error nverr = {0};
-    if (tcc_nvrtc_identity(nv, sizeof nv, &nverr)) snprintf(nv, sizeof nv, "nvrtc unavailable");
-    verified.identity = tcc_arena_printf(&scratch, "%s %s", verified.identity, nv);
+  const tcc_target *t = tcc_target_for(verified.target.device);
+  if (t && t->identity) {
+    /* the build tool's part of who compiles, hence of the key */
+    char tool[512];
+    t->identity(tool, sizeof tool);
+    verified.identity = tcc_arena_printf(&scratch, "%s %s", verified.identity, tool);
     if (!verified.identity) {
       rc = tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "out of memory");
       goto fail;
@@ -149,6 +147,14 @@ static void dump_graph(dumper *d, const char *stage, const tcc_graph *g) {
   tcc_buf_free(&b);
 }
 
+static void dump_schedule(dumper *d, const tcc_target *t, const tcc_program *p) {
+  if (!d->dir[0]) return;
+  tcc_buf b = {0};
+  t->dump(p, &b);
+  if (!b.failed) dump_write(d, "schedule.txt", b.data ? b.data : "", b.len);
+  tcc_buf_free(&b);
+}
+
 static void dump_prog(dumper *d, const char *stage, const tcc_program *p) {
   if (!d->dir[0]) return;
   tcc_buf b = {0};
@@ -157,24 +163,14 @@ static void dump_prog(dumper *d, const char *stage, const tcc_program *p) {
   tcc_buf_free(&b);
 }
 
-/* ---------------------------------------------------------- backends */
+/* ----------------------------------------------------------- targets */
 
-static const tcc_backend cpu_backend = {
-  .name = "cpu",
-  .emit = tcc_emit_c,
-  .build = tcc_build_so,
-};
+static const tcc_target *const targets[] = {&tcc_target_cpu, &tcc_target_cuda};
 
-static const tcc_backend cuda_backend = {
-  .name = "cuda",
-  .emit = tcc_emit_cuda,
-  .build = tcc_build_cubin,
-};
-
-const tcc_backend *tcc_backend_for(int device) {
-  return device == TCC__V1__DEVICE_TYPE__CPU    ? &cpu_backend
-         : device == TCC__V1__DEVICE_TYPE__CUDA ? &cuda_backend
-                                                : NULL;
+const tcc_target *tcc_target_for(int device) {
+  for (size_t i = 0; i < sizeof targets / sizeof targets[0]; i++)
+    if ((int)targets[i]->device == device) return targets[i];
+  return NULL;
 }
 
 /* ---------------------------------------------------------- manifest */
@@ -236,14 +232,13 @@ static int manifest_graph(const tcc_graph *g, tcc_arena *A, Tcc__V1__Manifest *m
 }
 
 /* Encodes the tcc.v1.Manifest of a built program into the artifact. */
-static int encode_manifest(const tcc_program *prog, tcc_arena *A, const char *ptx, size_t ptx_len,
+static int encode_manifest(const tcc_target *t, const tcc_program *prog, const tcc_built *built, tcc_arena *A,
                            tcc_artifact *out, tcc_error *err) {
   const tcc_graph *g = prog->graph;
   Tcc__V1__Manifest m;
   tcc__v1__manifest__init(&m);
-  int cuda = g->target.device == TCC__V1__DEVICE_TYPE__CUDA;
   m.abi_version = 1;
-  m.entry = cuda ? "" : "tcc_entry";
+  m.entry = "tcc_entry";
   m.workspace_bytes = prog->workspace_bytes;
   m.target = (char *)g->target_label;
   m.compiler = (char *)(g->identity ? g->identity : "");
@@ -274,24 +269,11 @@ static int encode_manifest(const tcc_program *prog, tcc_arena *A, const char *pt
     ki->n_nodes = (size_t)K->nnodes;
     ki->nodes = K->nodes;
     if (!ki->name) goto oom;
-    if (cuda) {
-      tcc_cuda_geometry L;
-      int64_t *grid = tcc_arena_array(A, 1, sizeof *grid);
-      int64_t *block = tcc_arena_array(A, 1, sizeof *block);
-      if (!grid || !block || tcc_cuda_geometry_for(prog, K, &L)) goto oom;
-      grid[0] = L.grid;
-      block[0] = L.block;
-      ki->grid = grid;
-      ki->n_grid = 1;
-      ki->block = block;
-      ki->n_block = 1;
-      ki->shared_bytes = L.shared_bytes;
-    }
     m.kernels[j++] = ki;
   }
-  /* CUDA: the launch plan (split stages, cuBLAS steps) and the PTX */
+  /* the target's part (CUDA: the launch plan, the PTX) */
   int rc;
-  if (cuda && (rc = tcc_cuda_manifest_fill(prog, A, &m, ptx, ptx_len, err))) return rc;
+  if (t->manifest && (rc = t->manifest(prog, built, A, &m, err))) return rc;
   out->manifest_len = tcc__v1__manifest__get_packed_size(&m);
   out->manifest = malloc(out->manifest_len ? out->manifest_len : 1);
   if (!out->manifest) goto oom;
@@ -316,7 +298,7 @@ oom:
   } while (0)
 
 /* The passes from the canonical graph to source text. */
-static int generate(const tcc_backend *be, tcc_program *prog, tcc_buf *src, dumper *dump,
+static int generate(const tcc_target *t, tcc_program *prog, tcc_buf *src, dumper *dump,
                     tcc_error *err) {
   int rc;
   if ((rc = tcc_check_graph(prog->graph, err))) {
@@ -327,14 +309,20 @@ static int generate(const tcc_backend *be, tcc_program *prog, tcc_buf *src, dump
   PASS("fuse.txt", tcc_fuse(prog, err));
   PASS("split.txt", tcc_split_dims(prog, err));
   PASS("plan.txt", tcc_plan_buffers(prog, err));
-  if ((rc = be->emit(prog, src, err))) return rc;
+  if ((rc = t->schedule(prog, err))) return rc;
+  if ((rc = t->check(prog, err))) {
+    tcc_error_prefix(err, "schedule check");
+    return rc;
+  }
+  dump_schedule(dump, t, prog);
+  if ((rc = t->emit(prog, src, err))) return rc;
   dump_write(dump, "kernel.c", src->data, src->len);
   return 0;
 }
 
-static int compile_dynamic(const tcc_prepared *p, const tcc_backend *be,
+static int compile_dynamic(const tcc_prepared *p, const tcc_target *t,
                            const tcc_build_options *opts, tcc_artifact *out, tcc_error *err);
-static int generate_source_dynamic(const tcc_prepared *p, const tcc_backend *be, char **source,
+static int generate_source_dynamic(const tcc_prepared *p, const tcc_target *t, char **source,
                                    size_t *len, int *kernels, tcc_error *err);
 
 static int generate_source(const tcc_prepared *p, const tcc_kernel_config *configs,
@@ -344,12 +332,12 @@ static int generate_source(const tcc_prepared *p, const tcc_kernel_config *confi
   if (!err) err = &local;
   *source = NULL;
   *len = 0;
-  const tcc_backend *be = p && p->graph ? tcc_backend_for(p->graph->target.device) : NULL;
-  if (!be) return tcc_error_set(err, TCC_E_UNIMPLEMENTED, "no backend for this target");
+  const tcc_target *t = p && p->graph ? tcc_target_for(p->graph->target.device) : NULL;
+  if (!t) return tcc_error_set(err, TCC_E_UNIMPLEMENTED, "no backend for this target");
   if (p->graph->nsyms) {
     if (configs)
       return tcc_error_set(err, TCC_E_UNIMPLEMENTED, "tuned builds of dynamic-shape graphs are not supported yet");
-    return generate_source_dynamic(p, be, source, len, kernels, err);
+    return generate_source_dynamic(p, t, source, len, kernels, err);
   }
   tcc_arena arena;
   tcc_arena_init(&arena);
@@ -359,7 +347,7 @@ static int generate_source(const tcc_prepared *p, const tcc_kernel_config *confi
   prog.nkcfg = configs ? nconfigs : 0;
   tcc_buf src = {0};
   dumper dump = {.dir = ""};
-  int rc = generate(be, &prog, &src, &dump, err);
+  int rc = generate(t, &prog, &src, &dump, err);
   if (!rc) {
     if (kernels) *kernels = tcc_program_live_kernels(&prog);
     *source = tcc_buf_take(&src, len);
@@ -393,11 +381,11 @@ static int compile_program(const tcc_prepared *p, const tcc_build_options *opts,
   double t0 = now_ms();
   if (!p || !p->graph) return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "no prepared graph");
   const tcc_graph *g = p->graph;
-  const tcc_backend *be = tcc_backend_for(g->target.device);
-  if (!be) return tcc_error_set(err, TCC_E_UNIMPLEMENTED, "no backend for device type %d", g->target.device);
+  const tcc_target *t = tcc_target_for(g->target.device);
+  if (!t) return tcc_error_set(err, TCC_E_UNIMPLEMENTED, "no backend for device type %d", g->target.device);
   if (g->nsyms && (configs || bench_hooks))
     return tcc_error_set(err, TCC_E_UNIMPLEMENTED, "tuned builds of dynamic-shape graphs are not supported yet");
-  if (g->nsyms) return compile_dynamic(p, be, opts, out, err);
+  if (g->nsyms) return compile_dynamic(p, t, opts, out, err);
 
   int rc;
   tcc_arena arena;
@@ -407,23 +395,20 @@ static int compile_program(const tcc_prepared *p, const tcc_build_options *opts,
   prog.kcfg = configs;
   prog.nkcfg = configs ? nconfigs : 0;
   tcc_buf src = {0};
-  char *ptx = NULL;   /* CUDA: the PTX for the manifest */
-  size_t ptx_len = 0;
+  tcc_built built = {0};
   dumper dump;
   dump_open(&dump, p, opts);
   dump_graph(&dump, "graph.txt", g);
 
-  if ((rc = generate(be, &prog, &src, &dump, err))) goto done;
+  if ((rc = generate(t, &prog, &src, &dump, err))) goto done;
   if (bench_hooks) tcc_tune_append_hooks(&src, tcc_program_live_kernels(&prog));
-  if (g->target.device == TCC__V1__DEVICE_TYPE__CUDA)
-    rc = tcc_build_cuda(&prog, src.data, opts, &out->data, &out->size, &ptx, &ptx_len, err);
-  else
-    rc = be->build(&prog, src.data, src.len, opts, &out->data, &out->size, err);
-  if (rc) goto done;
-  if ((rc = encode_manifest(&prog, &arena, ptx, ptx_len, out, err))) goto done;
+  if ((rc = t->build(&prog, src.data, src.len, opts, &built, err))) goto done;
+  out->data = built.data;
+  out->size = built.size;
+  built.data = NULL;
+  if ((rc = encode_manifest(t, &prog, &built, &arena, out, err))) goto done;
 
-  out->kind = g->target.device == TCC__V1__DEVICE_TYPE__CUDA ? TCC__V1__ARTIFACT_KIND__CUBIN
-                                                              : TCC__V1__ARTIFACT_KIND__SHARED_OBJECT;
+  out->kind = t->artifact;
   tcc_sha256(out->data, out->size, out->sha256);
   out->source = tcc_buf_take(&src, NULL);
   if (!out->source) {
@@ -433,7 +418,8 @@ static int compile_program(const tcc_prepared *p, const tcc_build_options *opts,
   out->compile_ms = now_ms() - t0;
 
 done:
-  free(ptx);
+  free(built.data);
+  free(built.ptx);
   tcc_buf_free(&src);
   tcc_program_free(&prog);
   tcc_arena_free(&arena);
@@ -454,11 +440,9 @@ int tcc_compile_tuned(const tcc_prepared *p, const tcc_build_options *opts,
   memset(out, 0, sizeof *out);
   if (!p || !p->graph)
     return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "no prepared graph");
-  int cuda = p->graph->target.device == TCC__V1__DEVICE_TYPE__CUDA;
-  if (!cuda && p->graph->target.device != TCC__V1__DEVICE_TYPE__CPU)
-    return tcc_error_set(err, TCC_E_UNIMPLEMENTED, "tuned builds are for CPU and CUDA targets");
-  /* CUDA: no hooks; the benchmark child launches each kernel's steps alone */
-  return compile_program(p, opts, configs, nconfigs, cuda ? 0 : bench_hooks, out, err);
+  const tcc_target *t = tcc_target_for(p->graph->target.device);
+  if (!t) return tcc_error_set(err, TCC_E_UNIMPLEMENTED, "tuned builds are for CPU and CUDA targets");
+  return compile_program(p, opts, configs, nconfigs, t->bench_hooks ? bench_hooks : 0, out, err);
 }
 
 /* ------------------------------------------------- dynamic shapes */
@@ -630,15 +614,15 @@ static void dyn_free(dyn_probes *d) {
 
 /* The passes at every probe and the sources merged into *merged, one
  * source over tcc_S[] (dynamic.c's header). Free d with dyn_free. */
-static int dyn_generate(const tcc_prepared *p, const tcc_backend *be, dumper *dump,
+static int dyn_generate(const tcc_prepared *p, const tcc_target *t, dumper *dump,
                         dyn_probes *d, tcc_buf *merged, tcc_error *err) {
   const tcc_graph *g = p->graph;
   memset(d, 0, sizeof *d);
   tcc_arena_init(&d->arena);
-  if (g->target.device != TCC__V1__DEVICE_TYPE__CPU)
+  if (!t->dynamic_shapes)
     return tcc_error_set(err, TCC_E_UNIMPLEMENTED,
-                         "dynamic shapes on CUDA are not supported yet (compile with "
-                         "options.dynamic off, or without sym_sizes)");
+                         "dynamic shapes on %s are not supported yet (compile with "
+                         "options.dynamic off, or without sym_sizes)", t->label);
   d->np = tcc_dyn_probes(g, d->assign);
   d->pg = tcc_arena_array(&d->arena, (size_t)d->np, sizeof *d->pg);
   d->prog = tcc_arena_array(&d->arena, (size_t)d->np, sizeof *d->prog);
@@ -652,7 +636,7 @@ static int dyn_generate(const tcc_prepared *p, const tcc_backend *be, dumper *du
     tcc_program_init(&d->prog[i], &d->arena, &d->pg[i]);
     d->inited = i + 1;
     dumper quiet = {.dir = ""};
-    if ((rc = generate(be, &d->prog[i], &d->src[i], i == 0 ? dump : &quiet, err))) return rc;
+    if ((rc = generate(t, &d->prog[i], &d->src[i], i == 0 ? dump : &quiet, err))) return rc;
     if (d->src[i].failed || !d->src[i].data)
       return tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "out of memory");
     text[i] = d->src[i].data;
@@ -666,7 +650,7 @@ static int dyn_generate(const tcc_prepared *p, const tcc_backend *be, dumper *du
 
 /* tcc_compile of a graph with symbols: one build of the merged source,
  * an ABI 2 manifest. */
-static int compile_dynamic(const tcc_prepared *p, const tcc_backend *be,
+static int compile_dynamic(const tcc_prepared *p, const tcc_target *t,
                            const tcc_build_options *opts, tcc_artifact *out, tcc_error *err) {
   const tcc_graph *g = p->graph;
   double t0 = now_ms();
@@ -675,14 +659,17 @@ static int compile_dynamic(const tcc_prepared *p, const tcc_backend *be,
   dumper dump;
   dump_open(&dump, p, opts);
   dump_graph(&dump, "graph.txt", g);
-  int rc = dyn_generate(p, be, &dump, &d, &merged, err);
+  int rc = dyn_generate(p, t, &dump, &d, &merged, err);
   if (rc) goto done;
-  if ((rc = be->build(&d.prog[0], merged.data, merged.len, opts, &out->data, &out->size, err)))
-    goto done;
+  tcc_built built = {0};
+  if ((rc = t->build(&d.prog[0], merged.data, merged.len, opts, &built, err))) goto done;
+  out->data = built.data;
+  out->size = built.size;
+  free(built.ptx);
   if ((rc = encode_manifest_dynamic(g, d.np, (const int64_t(*)[TCC_MAX_SYMS])d.assign, d.pg,
                                     d.prog, &d.arena, out, err)))
     goto done;
-  out->kind = TCC__V1__ARTIFACT_KIND__SHARED_OBJECT;
+  out->kind = t->artifact;
   tcc_sha256(out->data, out->size, out->sha256);
   out->source = tcc_buf_take(&merged, NULL);
   if (!out->source) {
@@ -698,12 +685,12 @@ done:
 }
 
 /* tcc_generate_source of a graph with symbols: the merged source. */
-static int generate_source_dynamic(const tcc_prepared *p, const tcc_backend *be, char **source,
+static int generate_source_dynamic(const tcc_prepared *p, const tcc_target *t, char **source,
                                    size_t *len, int *kernels, tcc_error *err) {
   dyn_probes d;
   tcc_buf merged = {0};
   dumper dump = {.dir = ""};
-  int rc = dyn_generate(p, be, &dump, &d, &merged, err);
+  int rc = dyn_generate(p, t, &dump, &d, &merged, err);
   if (!rc) {
     if (kernels) *kernels = tcc_program_live_kernels(&d.prog[0]);
     *source = tcc_buf_take(&merged, len);

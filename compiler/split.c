@@ -13,7 +13,7 @@
  * Views make such indices: a reshape across a transpose, as when
  * attention merges its heads ([b, h, t, dh] -> [b*t, h*dh]), reads
  * element (i, j) at (i/t, j/dh, i%t, j%dh). Split, every access is affine
- * again, so emit_c.c plans the nest into unit-stride loops the C compiler
+ * again, so cpu/emit.c plans the nest into unit-stride loops the C compiler
  * vectorizes instead of a division, a modulo and a gathered load per
  * element (6 ns per element in a BERT backward). TorchInductor splits
  * iteration ranges the same way.

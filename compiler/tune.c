@@ -27,7 +27,7 @@
  *     5  par chunk   parallel outer loop, schedule(static, 8) (interleaved
  *                    rows: better balance for few, long rows)
  *
- *   Candidates (CUDA; emit_cuda.c reads block/ipt/wrow/split/persist, the
+ *   Candidates (CUDA; cuda/schedule.c reads block/ipt/wrow/split/persist, the
  *   launch geometry in the manifest follows; index 0 is the default):
  *     0  default     the emitter's heuristic (256-thread pointwise blocks,
  *                    reductions: the extent rounded up to 32..256)
@@ -87,7 +87,7 @@
  *   natively (tcc_cuda_probe_pick: same major, minor >= the arch's, "a"
  *   archs exactly).
  */
-#include "loop.h"
+#include "target.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -114,39 +114,8 @@ int tcc_kernel_config_is_default(const tcc_kernel_config *c) {
 }
 
 int tcc_tune_candidates(int device, tcc_kernel_config *out) {
-  static const tcc_kernel_config cpu[] = {
-    {0, 0, 0, 0, 0},  /* default */
-    {1, 0, 0, 0, 0},  /* parallel */
-    {-1, 0, 0, 0, 1}, /* serial */
-    {1, 0, 0, 4, 0},  /* parallel + unroll 4 */
-    {-1, 0, 0, 4, 1}, /* serial + unroll 4 */
-    {1, 0, 8, 0, 0},  /* parallel, static chunks of 8 */
-    {0, 0, 0, 0, 0, 4},   /* default, vector width 4 */
-    {1, 0, 0, 0, 0, 16},  /* parallel, vector width 16 */
-    {0, 0, 0, 0, 0, 0, 1},  /* loops ordered by the first load (reads contiguous) */
-  };
-  /* CUDA (see the header): block, ipt, wrow, split; the rest stays 0 */
-  static const tcc_kernel_config cuda[] = {
-    {.block = 0},                 /* default: the emitter's heuristic */
-    {.block = 128},
-    {.block = 512},
-    {.block = 1024},
-    {.ipt = 4},                   /* 256 threads, 4 elements each */
-    {.block = 512, .ipt = 8},
-    {.wrow = 1},                  /* reductions: a warp per row */
-    {.wrow = -1},                 /* reductions: a block per row, short rows too */
-    {.split = 1},                 /* split reductions: not split */
-    {.split = 128},
-    {.split = 1024},
-    {.persist = 1},               /* reductions: the row in shared memory */
-  };
-  if (device == TCC__V1__DEVICE_TYPE__CUDA) {
-    memcpy(out, cuda, sizeof cuda);
-    return (int)(sizeof cuda / sizeof cuda[0]);
-  }
-  int n = (int)(sizeof cpu / sizeof cpu[0]);
-  memcpy(out, cpu, sizeof cpu);
-  return n;
+  const tcc_target *t = tcc_target_for(device);
+  return t ? t->candidates(out) : 0;
 }
 
 const char *tcc_kernel_config_format(const tcc_kernel_config *c, char *buf, size_t cap) {

@@ -60,7 +60,7 @@
  *   device (cuEvent timing, outputs checked against the default's),
  *   discarded, counted and recorded the same way. Without one (no
  *   driver, no device, another arch) tuning is not run: the emitter's
- *   launch heuristic (emit_cuda.c: 256-thread blocks, one block per row
+ *   launch heuristic (compiler/cuda/schedule.c: 256-thread blocks, one block per row
  *   for reductions) stays, and the entry is counted untuned (stats
  *   autotune_untuned) and logged as such, with the reason.
  *

@@ -63,12 +63,28 @@ static int one_request(const char *path, const char *arch, const char *outdir) {
   Tcc__V1__CompileRequest *req = NULL;
   tcc_prepared *p = NULL;
   int rc = bytes ? tcc_decode_request(bytes, len, &req, &err) : tcc_error_set(&err, TCC_E_NOT_FOUND, "unreadable");
-  if (!rc && arch && req->target) {
+  /* --cuda: the target and every value's device (a borrowed Device
+   * where a value has none, taken back before the request is freed) */
+  static Tcc__V1__Device cuda_device;
+  tcc__v1__device__init(&cuda_device);
+  cuda_device.type = TCC__V1__DEVICE_TYPE__CUDA;
+  if (!rc && arch && req->target && req->graph) {
     req->target->device = TCC__V1__DEVICE_TYPE__CUDA;
     req->target->cuda_arch = (char *)arch;  /* not freed: reset below */
+    for (size_t i = 0; i < req->graph->n_values; i++) {
+      Tcc__V1__TensorMeta *m = req->graph->values[i]->meta;
+      if (m && m->device) m->device->type = TCC__V1__DEVICE_TYPE__CUDA;
+      else if (m) m->device = &cuda_device;
+    }
   }
   if (!rc) rc = tcc_prepare(req, "tcc-gen-sources", &p, &err);
-  if (req && arch && req->target) req->target->cuda_arch = NULL;
+  if (req && arch && req->target && req->graph) {
+    req->target->cuda_arch = NULL;
+    for (size_t i = 0; i < req->graph->n_values; i++) {
+      Tcc__V1__TensorMeta *m = req->graph->values[i]->meta;
+      if (m && m->device == &cuda_device) m->device = NULL;
+    }
+  }
   if (rc) {
     put_section(out, "prepare", rc, NULL, 0, &err);
   } else {

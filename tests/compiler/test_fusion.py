@@ -44,7 +44,7 @@ GEMM_ROAD = dict(os.environ, TCC_NO_ONEDNN="1")
 
 def vectorize_report(tmp_path, source):
     """gcc's vectorizer report (-fopt-info-vec-optimized) for generated
-    source, built with the flags compiler/build.c uses."""
+    source, built with the flags compiler/cpu/build.c uses."""
     src = tmp_path / "k.c"
     src.write_text(source)
     r = subprocess.run(["cc", "-std=c11", "-O3", "-march=x86-64-v3", "-fopenmp", "-fPIC",

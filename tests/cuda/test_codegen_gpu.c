@@ -1,6 +1,6 @@
 /*
  * test_codegen_gpu.c — kernels that tcc_compile generates for CUDA
- * (compiler/emit_cuda.c) run on a real device through the client's
+ * (compiler/cuda/schedule.c, emit.c) run on a real device through the client's
  * Driver API loader (client/cuda.h: cubin + Manifest launch plan, ABI 1),
  * compared with the CPU backend's .so (itself tested against float64
  * references) on the same fresh random inputs (seed printed;

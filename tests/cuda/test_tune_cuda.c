@@ -1,7 +1,7 @@
 /*
  * test_tune_cuda.c — CUDA autotuning on a machine without a GPU: the
  * candidate configs (compiler/tune.c) and the emitter's honouring of
- * them (compiler/emit_cuda.c).
+ * them (compiler/cuda/schedule.c, emit.c).
  *
  *   - every CUDA candidate of every tests/graphs example, plus a long
  *     split reduction and a short-row / long-row softmax, builds with

@@ -1,7 +1,8 @@
 /*
- * emit_c.c — C source for the CPU target.
+ * emit.c — C source for the CPU target: prints the schedule
+ * (cpu_schedule.h, schedule.c), decides nothing about how a kernel runs.
  *
- * Requires: a checked, planned program.
+ * Requires: a checked, planned, scheduled program.
  * Produces: one translation unit exporting
  *
  *   int tcc_entry(const void *const *inputs, void *const *outputs,
@@ -17,45 +18,27 @@
  * happened (PyTorch raises there; the outputs are then unspecified).
  * Programs with symbols (dynamic shapes, dynamic.c) export tcc_entry2
  * instead, which also takes the symbols' values (const int64_t *tcc_S)
- * and passes them to every kernel; their parallel loop is chosen at run
- * time (an OpenMP if() clause over the kernel's work).
+ * and passes them to every k * Each live kernel becomes a static function with one loop nest, the
+ * schedule's: its loops (planned nests index with the accesses' affine
+ * forms, dim-order nests through the index expressions), each value
+ * printed at its loop level (a row statistic's own reduction loop placed
+ * where it is first needed), the parallel-for, simd and unroll pragmas
+ * and the peeled element loop where the schedule put them. Reductions of
+ * the same extents that are ready at the same point share one loop
+ * (sibling fusion: var and mean, max and argmax). Reduction loops carry
+ * `#pragma omp simd reduction(...)` so the C compiler vectorizes them
+ * (reassociating float sums). float16 values are _Float16, bfloat16
+ * values their bits (uint16_t) converted through float. Indices are
+ * int64_t (tensors past 2^31 elements index correctly).
  *
- * Loop nests. A kernel whose accesses are all affine, with no reduction
- * and no index value, is planned into flat loops (below). Any other
- * kernel runs one loop per dim -- in the first store's stride order when
- * its reductions are all per element (order_dims), else i0 outermost --
- * and every value is
- * computed in the outermost loop where all its variables are bound
- * (loop-invariant code motion): a row statistic (REDUCE over bound
- * variables) is computed once per row, its own loop nest placed where it
- * is first needed. Reductions of the same extents that are ready at the
- * same point share one loop (sibling fusion: var and mean, max and
- * argmax). Reduction loops carry `#pragma omp simd reduction(...)` so
- * the C compiler vectorizes them (reassociating float sums); the
- * outermost loop of size > 1 runs `#pragma omp parallel for` when the
- * kernel's work passes TCC_PARALLEL_WORK; the element loop (the
- * innermost) carries `#pragma omp simd` so masks and selects become
- * blends. A kernel whose element loop reads through clamped indices
- * (the zero padding of a convolution's im2col pack) and holds no
- * reduction runs that loop in three ranges, the middle one without the clamps, so its loads
- * are contiguous instead of gathers (border peeling, put_peel_range).
- * float16 values are _Float16, bfloat16 values their bits (uint16_t)
- * converted through float.
+ * EXTERN GEMM kernels call oneDNN's dnnl_sgemm or cblas_?gemm, threaded
+ * as the schedule's plan_gemm says (emit_dnnl_gemm, emit_extern).
+ * Convolution EXTERNs (TCC_EXT_CONV_*) become a static tcc_dnnl_conv each
+ * and one call of the oneDNN runtime that the source then carries
+ * (runtime/onednn_conv.c; emit_conv_extern), with a destructor that frees
+ * their primitives when the kernel is unloaded.
  *
- * EXTERN GEMM kernels call oneDNN's dnnl_sgemm for float32 (when
- * tcc_onednn_enabled: emit_dnnl_gemm) and cblas_?gemm otherwise; one of
- * TCC_GEMM_PARALLEL_FLOPS or more runs on the OpenMP threads (OpenBLAS: a
- * slab of C's rows, or the batch, per thread: emit_extern). Convolution EXTERNs (TCC_EXT_CONV_*) become a
- * static tcc_dnnl_conv each and one call of the oneDNN runtime that the
- * source then carries (runtime/onednn_conv.c; emit_conv_extern), with a
- * destructor that frees their primitives when the kernel is unloaded.
- *
- * Each live kernel becomes a static function with one loop nest. When
- * every access of a kernel is affine in the loop variables, the nest is
- * planned: dims of size 1 vanish, loops follow the first store's strides
- * (largest outermost), and neighbouring loops merge when every access
- * strides through them as one (coef[outer] == coef[inner] * size[inner]),
- * so contiguous tensors run as one flat unit-stride loop the C compiler
+ the C compiler
  * vectorizes. Indices are int64_t (tensors past 2^31 elements index
  * correctly).
  *
@@ -64,7 +47,7 @@
  * t<n> temporaries, i<n> loop variables); floats are printed exactly as
  * hexadecimal literals ("%a"), NaN and infinities via <math.h> macros.
  */
-#include "loop.h"
+#include "cpu_schedule.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -72,21 +55,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *ctype(tcc_dtype d) {
-  switch (d) {
-  case TCC__V1__DTYPE__FLOAT32: return "float";
-  case TCC__V1__DTYPE__FLOAT64: return "double";
-  case TCC__V1__DTYPE__INT8: return "int8_t";
-  case TCC__V1__DTYPE__INT16: return "int16_t";
-  case TCC__V1__DTYPE__INT32: return "int32_t";
-  case TCC__V1__DTYPE__INT64: return "int64_t";
-  case TCC__V1__DTYPE__UINT8:
-  case TCC__V1__DTYPE__BOOL: return "uint8_t";
-  case TCC__V1__DTYPE__FLOAT16: return "_Float16";
-  case TCC__V1__DTYPE__BFLOAT16: return "uint16_t";   /* bits; tcc_bf16_to_f32 */
-  default: return NULL;
-  }
-}
 
 /* An exact C literal of value v in dtype d. */
 static void put_float(tcc_buf *b, double v, tcc_dtype d) {
@@ -104,38 +72,19 @@ static void put_float(tcc_buf *b, double v, tcc_dtype d) {
 static void put_literal(tcc_buf *b, const tcc_vx *e) {
   if (tcc_dtype_is_float(e->dtype)) put_float(b, e->f, e->dtype);
   else if (e->dtype == TCC__V1__DTYPE__INT64) tcc_put_int64(b, e->i);
-  else tcc_buf_printf(b, "((%s)%" PRId64 ")", ctype(e->dtype), e->i);
+  else tcc_buf_printf(b, "((%s)%" PRId64 ")", tcc_cpu_ctype(e->dtype), e->i);
 }
 
 /* ------------------------------------------------------- constants */
 
 static void emit_constant(tcc_buf *b, const tcc_buffer *B, int id) {
   int64_t n = B->layout.numel;
-  tcc_buf_printf(b, "static const %s b%d_data[%" PRId64 "] = ", ctype(B->layout.dtype), id,
+  tcc_buf_printf(b, "static const %s b%d_data[%" PRId64 "] = ", tcc_cpu_ctype(B->layout.dtype), id,
                  n ? n : 1);
   tcc_put_constant_elements(b, B, put_float, 1);
 }
 
 /* ------------------------------------------------------- loop plan */
-
-#define MAX_ACCESS 4096
-
-typedef struct access {
-  int buf;
-  const tcc_ix *const *idx;  /* per buffer dim */
-  int64_t coef[TCC_MAX_DIMS];/* affine over the kernel's vars */
-  int64_t c;                 /* includes the storage offset */
-} access;
-
-typedef struct loop_plan {
-  int affine;                /* loops planned (merged), accesses affine */
-  int permuted;              /* dim-order nest whose loops follow the first store's strides */
-  int pos[TCC_MAX_DIMS];     /* dim-order nests: the loop of kernel dim d */
-  int nloops;
-  int64_t size[TCC_MAX_DIMS];
-  int dims[TCC_MAX_DIMS][TCC_MAX_DIMS];  /* kernel dims merged into loop j, outer first */
-  int ndims[TCC_MAX_DIMS];
-} loop_plan;
 
 /* Kernel-level nodes in emission order with their loop levels: the
  * candidates for sibling grouping of reductions. */
@@ -146,25 +95,14 @@ typedef struct pending {
   const int *levels;
 } pending;
 
-/* Free variables of an expression (sorted, unique). */
-typedef struct varset {
-  int n;
-  int v[];
-} varset;
-
-#define MAX_PEEL 16
-
 typedef struct kernel_emit {
   const tcc_program *p;
   const tcc_kernel *k;
   tcc_buf *b;
+  const tcc_cpu_kernel_schedule *ks;   /* the schedule's decisions for k */
   tcc_ptrmap temps;          /* vx (or VALUE ix) -> temp number + 1; NULL: none */
   int ntemps;
-  loop_plan plan;
-  access *acc;
-  int nacc;
-  int overflow;              /* too many distinct accesses: unplanned */
-  tcc_ptrmap fv;             /* vx -> varset* */
+  tcc_cpu_fv fv;             /* free variables (all_bound) */
   char *bound;               /* per var id: bound at this point of the code */
   int nvars;
   const void **scoped;       /* temps defined inside open reduction loops */
@@ -172,160 +110,10 @@ typedef struct kernel_emit {
   const char *vname[3];      /* extern: names of vars 0..2 (NULL: i<n>) */
   int naccs;                 /* accumulators */
   pending *pend;             /* NULL outside the kernel-level walk */
-  int simdlen;               /* the kernel config's vector width; 0 = cc's */
-  int loop_order;            /* the kernel config's loop order (plan_loops) */
-  const tcc_ix *peel[MAX_PEEL]; /* clamps the element loop's middle range drops */
-  int npeel;
-  int peeling;               /* printing that middle range: peel[] print unclamped */
+  int peeling;               /* printing the peeled loop's middle range: the
+                                schedule's peel[] clamps print unclamped */
   int oom;
 } kernel_emit;
-
-/* Linear storage index of access a as affine form; 0 when not affine. */
-static int access_affine(const tcc_program *p, const tcc_kernel *k, access *a) {
-  const tcc_meta *m = &p->bufs[a->buf].layout;
-  int64_t c;
-  if (!tcc_linear_affine(m->rank, a->idx, m->strides, k->rank, a->coef, &c)) return 0;
-  return !__builtin_add_overflow(c, m->offset, &a->c);
-}
-
-static void add_access(kernel_emit *ke, int buf, const tcc_ix *const *idx) {
-  for (int i = 0; i < ke->nacc; i++)
-    if (ke->acc[i].buf == buf && ke->acc[i].idx == idx) return;
-  if (ke->nacc == MAX_ACCESS) {
-    ke->overflow = 1;
-    return;
-  }
-  ke->acc[ke->nacc].buf = buf;
-  ke->acc[ke->nacc].idx = idx;
-  ke->nacc++;
-}
-
-/* Gathers loads; *simple stays 1 while the kernel has no reduction, no
- * index value and no data-dependent index (what flat loops allow).
- * *red_vars: the kernel vars every REDUCE reads (AND over them). */
-static int gather_loads(kernel_emit *ke, tcc_ptrmap *seen, const tcc_vx *e, int *simple,
-                        uint32_t *red_vars) {
-  if (tcc_ptrmap_get(seen, e)) return 0;
-  if (tcc_ptrmap_put(seen, e, e)) return -1;
-  if (e->op == TCC_PRIM_LOAD) add_access(ke, e->buf, e->idx);
-  if (e->op == TCC_PRIM_REDUCE) *red_vars &= tcc_vx_kernel_vars(e);
-  if (e->op == TCC_PRIM_REDUCE || e->op == TCC_PRIM_INDEX) *simple = 0;
-  if (e->a && gather_loads(ke, seen, e->a, simple, red_vars)) return -1;
-  if (e->b && gather_loads(ke, seen, e->b, simple, red_vars)) return -1;
-  if (e->c && gather_loads(ke, seen, e->c, simple, red_vars)) return -1;
-  return 0;
-}
-
-/* A dim-order nest (not planned) runs its dims in the order of the first
- * store's strides, largest outermost, when that store is affine and every
- * REDUCE reads all the kernel's dims (a window reduction per element: it
- * sits in the element loop whatever the order). A channels_last store
- * then runs C innermost, unit-stride, instead of W at stride C. Otherwise
- * (a per-channel statistic would move inward and be recomputed) dims run
- * in order, i0 outermost. */
-static void order_dims(kernel_emit *ke, uint32_t red_vars, uint32_t need) {
-  const tcc_kernel *k = ke->k;
-  loop_plan *pl = &ke->plan;
-  int order[TCC_MAX_DIMS];
-  for (int d = 0; d < k->rank; d++) order[d] = d;
-  access first = ke->acc[0];
-  if (!ke->overflow && ke->nacc > 0 && (red_vars & need) == need &&
-      access_affine(ke->p, k, &first)) {
-    int64_t key[TCC_MAX_DIMS];     /* dims of size 1 outermost: they loop once */
-    for (int d = 0; d < k->rank; d++) key[d] = k->sizes[d] == 1 ? INT64_MAX : llabs(first.coef[d]);
-    for (int i = 1; i < k->rank; i++)
-      for (int j = i; j > 0 && key[order[j]] > key[order[j - 1]]; j--) {
-        int t = order[j];
-        order[j] = order[j - 1];
-        order[j - 1] = t;
-      }
-  }
-  pl->nloops = k->rank;
-  for (int j = 0; j < k->rank; j++) {
-    pl->size[j] = k->sizes[order[j]];
-    pl->dims[j][0] = order[j];
-    pl->ndims[j] = 1;
-    pl->pos[order[j]] = j;
-    pl->permuted |= order[j] != j;
-  }
-}
-
-/* Plans the loop nest of ke->k (see the file header). */
-static int plan_loops(kernel_emit *ke) {
-  const tcc_kernel *k = ke->k;
-  loop_plan *pl = &ke->plan;
-  memset(pl, 0, sizeof *pl);
-  tcc_ptrmap seen;
-  if (tcc_ptrmap_init(&seen, 64)) {
-    tcc_ptrmap_free(&seen);
-    return -1;
-  }
-  int simple = 1;
-  uint32_t red_vars = ~0u;
-  for (int s = 0; s < k->nstores; s++) add_access(ke, k->stores[s].buf, k->stores[s].idx);
-  int nstore_acc = ke->nacc;
-  for (int s = 0; s < k->nstores; s++)
-    if (gather_loads(ke, &seen, k->stores[s].value, &simple, &red_vars)) {
-      tcc_ptrmap_free(&seen);
-      return -1;
-    }
-  tcc_ptrmap_free(&seen);
-  /* every store must write a distinct element per iteration */
-  uint32_t need = 0;
-  for (int d = 0; d < k->rank; d++)
-    if (k->sizes[d] != 1) need |= 1u << d;
-  for (int s = 0; s < k->nstores && simple; s++) {
-    uint32_t have = 0;
-    const tcc_meta *m = &ke->p->bufs[k->stores[s].buf].layout;
-    for (int d = 0; d < m->rank; d++) have |= tcc_ix_kernel_vars(k->stores[s].idx[d]);
-    simple = (have & need) == need;
-  }
-  pl->affine = !ke->overflow && simple;
-  for (int i = 0; i < ke->nacc && pl->affine; i++)
-    pl->affine = access_affine(ke->p, k, &ke->acc[i]);
-  if (!pl->affine) {                           /* one loop per dim, no merging */
-    order_dims(ke, red_vars, need);
-    return 0;
-  }
-  /* Dims of size 1 vanish; order by the first store's |coef|, largest
-   * outermost, stable (a tuning config may order by the first load's:
-   * accesses are the distinct stores first, then the loads). */
-  int order[TCC_MAX_DIMS], n = 0;
-  for (int d = 0; d < k->rank; d++)
-    if (k->sizes[d] != 1) order[n++] = d;
-  const int64_t *key = ke->acc[0].coef;        /* acc[0] is the first store */
-  if (ke->loop_order == 1 && nstore_acc < ke->nacc) key = ke->acc[nstore_acc].coef;
-  for (int i = 1; i < n; i++)
-    for (int j = i; j > 0 && llabs(key[order[j]]) > llabs(key[order[j - 1]]); j--) {
-      int t = order[j];
-      order[j] = order[j - 1];
-      order[j - 1] = t;
-    }
-  for (int i = 0; i < n; i++) {
-    int d = order[i];
-    if (pl->nloops > 0) {
-      int j = pl->nloops - 1;
-      int inner = pl->dims[j][pl->ndims[j] - 1];  /* last merged = innermost */
-      int ok = 1;
-      for (int a = 0; a < ke->nacc && ok; a++) {
-        int64_t want;
-        ok = !__builtin_mul_overflow(ke->acc[a].coef[d], k->sizes[d], &want) &&
-             ke->acc[a].coef[inner] == want;
-      }
-      int64_t sz;
-      if (ok && !__builtin_mul_overflow(pl->size[j], k->sizes[d], &sz)) {
-        pl->dims[j][pl->ndims[j]++] = d;
-        pl->size[j] = sz;
-        continue;
-      }
-    }
-    pl->dims[pl->nloops][0] = d;
-    pl->ndims[pl->nloops] = 1;
-    pl->size[pl->nloops] = k->sizes[d];
-    pl->nloops++;
-  }
-  return 0;
-}
 
 /* --------------------------------------------------------- indices */
 
@@ -348,39 +136,16 @@ static void put_var(kernel_emit *ke, int v) {
  * no reduction (a batch norm's statistics computed per channel before a
  * pack are fine): a planned nest's accesses are affine already. */
 
-/* The clamp's argument x and bounds for MIN(MAX(x, lo), hi), MAX(x, lo)
- * or MIN(x, hi) (lo = INT64_MIN / hi = INT64_MAX when absent). */
-static const tcc_ix *clamp_parts(const tcc_ix *e, int64_t *lo, int64_t *hi) {
-  *lo = INT64_MIN;
-  *hi = INT64_MAX;
-  if (e->kind == TCC_IX_MIN && e->a->kind == TCC_IX_MAX) {
-    *hi = e->c;
-    *lo = e->a->c;
-    return e->a->a;
-  }
-  if (e->kind == TCC_IX_MIN) *hi = e->c;
-  else if (e->kind == TCC_IX_MAX) *lo = e->c;
-  else return NULL;
-  return e->a;
-}
 
 static const tcc_ix *peeled_inner(const kernel_emit *ke, const tcc_ix *e) {
-  for (int i = 0; i < ke->npeel; i++)
-    if (ke->peel[i] == e) {
+  for (int i = 0; i < ke->ks->npeel; i++)
+    if (ke->ks->peel[i] == e) {
       int64_t lo, hi;
-      return clamp_parts(e, &lo, &hi);
+      return tcc_cpu_clamp_parts(e, &lo, &hi);
     }
   return NULL;
 }
 
-/* x's coefficients when it is c + 1 * v plus outer loop vars (v the
- * element loop's var); 0 otherwise. */
-static int peelable(const tcc_ix *x, int v, int64_t *coef, int64_t *c) {
-  if (!tcc_ix_affine(x, TCC_MAX_DIMS, coef, c) || coef[v] != 1) return 0;
-  for (int d = v + 1; d < TCC_MAX_DIMS; d++)
-    if (coef[d]) return 0;
-  return 1;
-}
 
 /* Whether comparison e is (x >= c), (x > c), (x <= c) or (x < c) for the
  * argument x of a peeled clamp [lo, hi] and holds for all of [lo, hi]. */
@@ -390,9 +155,9 @@ static int peel_implies(const kernel_emit *ke, const tcc_vx *e) {
       tcc_dtype_is_float(e->b->dtype))
     return 0;
   int64_t c = e->b->i;
-  for (int i = 0; i < ke->npeel; i++) {
+  for (int i = 0; i < ke->ks->npeel; i++) {
     int64_t lo, hi;
-    if (clamp_parts(ke->peel[i], &lo, &hi) != e->a->idx[0]) continue;
+    if (tcc_cpu_clamp_parts(ke->ks->peel[i], &lo, &hi) != e->a->idx[0]) continue;
     if ((e->op == TCC_PRIM_GE && c <= lo) || (e->op == TCC_PRIM_GT && lo != INT64_MIN && c < lo) ||
         (e->op == TCC_PRIM_LE && c >= hi) || (e->op == TCC_PRIM_LT && hi != INT64_MAX && c > hi))
       return 1;
@@ -400,31 +165,16 @@ static int peel_implies(const kernel_emit *ke, const tcc_vx *e) {
   return 0;
 }
 
-/* Collects into ke->peel the clamps of index e that the element loop can
- * drop (the outermost clamp of each chain; nothing under a VALUE). */
-static void find_peels(kernel_emit *ke, const tcc_ix *e, int v) {
-  if (!e || e->kind == TCC_IX_VALUE) return;
-  int64_t lo, hi, coef[TCC_MAX_DIMS], c;
-  const tcc_ix *x = clamp_parts(e, &lo, &hi);
-  if (x && peelable(x, v, coef, &c)) {
-    for (int i = 0; i < ke->npeel; i++)
-      if (ke->peel[i] == e) return;
-    if (ke->npeel < MAX_PEEL) ke->peel[ke->npeel++] = e;
-    return;
-  }
-  find_peels(ke, e->a, v);
-  find_peels(ke, e->b, v);
-}
 
 /* Declares ps_ and pe_: the range of v where every peeled clamp is the
  * identity, within [0, n). */
 static void put_peel_range(kernel_emit *ke, int v, int64_t n, int indent) {
   tcc_buf *b = ke->b;
   tcc_buf_printf(b, "%*sint64_t ps_ = 0, pe_ = %" PRId64 ";\n", indent, "", n);
-  for (int i = 0; i < ke->npeel; i++) {
+  for (int i = 0; i < ke->ks->npeel; i++) {
     int64_t lo, hi, coef[TCC_MAX_DIMS], c;
-    const tcc_ix *x = clamp_parts(ke->peel[i], &lo, &hi);
-    peelable(x, v, coef, &c);
+    const tcc_ix *x = tcc_cpu_clamp_parts(ke->ks->peel[i], &lo, &hi);
+    tcc_cpu_peelable(x, v, coef, &c);
     tcc_buf_printf(b, "%*s{\n%*s  const int64_t c_ = %" PRId64, indent, "", indent, "", c);
     for (int d = 0; d < v; d++)
       if (coef[d]) {
@@ -488,28 +238,15 @@ static void put_ix(kernel_emit *ke, const tcc_ix *e) {
   }
 }
 
-/* In a planned (affine) nest: does every store of the kernel move with
- * loop j, so that its iterations write distinct elements? */
-static int stores_vary_in_loop(const kernel_emit *ke, int j) {
-  const loop_plan *pl = &ke->plan;
-  for (int s = 0; s < ke->k->nstores; s++) {
-    const tcc_store *st = &ke->k->stores[s];
-    const access *a = NULL;
-    for (int i = 0; i < ke->nacc; i++)
-      if (ke->acc[i].buf == st->buf && ke->acc[i].idx == st->idx) a = &ke->acc[i];
-    if (!a || !a->coef[pl->dims[j][pl->ndims[j] - 1]]) return 0;
-  }
-  return 1;
-}
 
 /* Storage index of (buf, idx) as C. */
 static void put_index(kernel_emit *ke, int buf, const tcc_ix *const *idx) {
   tcc_buf *b = ke->b;
-  const loop_plan *pl = &ke->plan;
+  const tcc_cpu_nest *pl = &ke->ks->nest;
   if (pl->affine) {
-    const access *a = NULL;
-    for (int i = 0; i < ke->nacc; i++)
-      if (ke->acc[i].buf == buf && ke->acc[i].idx == idx) a = &ke->acc[i];
+    const tcc_cpu_access *a = NULL;
+    for (int i = 0; i < ke->ks->nacc; i++)
+      if (ke->ks->acc[i].buf == buf && ke->ks->acc[i].idx == idx) a = &ke->ks->acc[i];
     int any = 0;
     if (a->c) {
       tcc_buf_printf(b, "%" PRId64, a->c);
@@ -543,7 +280,7 @@ static void put_prim(tcc_buf *b, tcc_prim op, tcc_dtype d, tcc_dtype od, const c
                      const char *y, const char *z) {
   int fl = tcc_dtype_is_float(od);
   const char *f = od == TCC__V1__DTYPE__FLOAT32 ? "f" : "";
-  const char *T = ctype(d);
+  const char *T = tcc_cpu_ctype(d);
   int isint = !fl;
   switch (op) {
   case TCC_PRIM_ROUND: tcc_buf_printf(b, "nearbyint%s(%s)", f, x); break;
@@ -583,9 +320,9 @@ static void put_cast(tcc_buf *b, tcc_dtype from, tcc_dtype to, const char *x) {
   } else if (to == TCC__V1__DTYPE__BFLOAT16) {
     tcc_buf_printf(b, "tcc_f32_to_bf16((float)%s)", x);
   } else if (from == TCC__V1__DTYPE__BFLOAT16) {
-    tcc_buf_printf(b, "(%s)tcc_bf16_to_f32(%s)", ctype(to), x);
+    tcc_buf_printf(b, "(%s)tcc_bf16_to_f32(%s)", tcc_cpu_ctype(to), x);
   } else {
-    tcc_buf_printf(b, "(%s)%s", ctype(to), x);
+    tcc_buf_printf(b, "(%s)%s", tcc_cpu_ctype(to), x);
   }
 }
 
@@ -605,110 +342,14 @@ static void operand_text(kernel_emit *ke, const tcc_vx *e, char *out, size_t cap
 
 /* ------------------------------------------------- free variables */
 
-static const varset empty_set = {0};
-
-static const varset *vs_make(kernel_emit *ke, const int *v, int n) {
-  if (!n) return &empty_set;
-  varset *s = tcc_arena_alloc(ke->p->arena, sizeof *s + sizeof(int) * (size_t)n);
-  if (!s) {
-    ke->oom = 1;
-    return &empty_set;
-  }
-  s->n = n;
-  memcpy(s->v, v, sizeof(int) * (size_t)n);
-  return s;
-}
-
-/* Sorted union of up to a few sets into buf (cap entries); drops vars in
- * [lo, hi). Returns the count, or -1 when over cap. */
-static int vs_union(const varset *const *sets, int nsets, int lo, int hi, int *buf, int cap) {
-  int n = 0;
-  for (int s = 0; s < nsets; s++) {
-    if (!sets[s]) continue;
-    for (int i = 0; i < sets[s]->n; i++) {
-      int v = sets[s]->v[i];
-      if (v >= lo && v < hi) continue;
-      int j = n;
-      while (j > 0 && buf[j - 1] > v) j--;
-      if (j > 0 && buf[j - 1] == v) continue;
-      if (n == cap) return -1;
-      memmove(&buf[j + 1], &buf[j], sizeof(int) * (size_t)(n - j));
-      buf[j] = v;
-      n++;
-    }
-  }
-  return n;
-}
-
-static const varset *fv_vx(kernel_emit *ke, const tcc_vx *e);
-
-static const varset *fv_ix(kernel_emit *ke, const tcc_ix *e) {
-  if (!e) return &empty_set;
-  switch (e->kind) {
-  case TCC_IX_CONST: return &empty_set;
-  case TCC_IX_VAR: return vs_make(ke, &e->var, 1);
-  case TCC_IX_VALUE: return fv_vx(ke, e->v);
-  default: {
-    const varset *s[2] = {fv_ix(ke, e->a), fv_ix(ke, e->b)};
-    int buf[256];
-    int n = vs_union(s, 2, 0, 0, buf, 256);
-    if (n < 0) {
-      ke->oom = 1;
-      return &empty_set;
-    }
-    return vs_make(ke, buf, n);
-  }
-  }
-}
-
-static const varset *fv_vx(kernel_emit *ke, const tcc_vx *e) {
-  const varset *hit = tcc_ptrmap_get(&ke->fv, e);
-  if (hit) return hit;
-  const varset *s[TCC_MAX_DIMS + 3];
-  int ns = 0, lo = 0, hi = 0;
-  if (e->op == TCC_PRIM_LOAD || e->op == TCC_PRIM_INDEX)
-    for (int d = 0; d < e->nidx; d++) s[ns++] = fv_ix(ke, e->idx[d]);
-  if (e->op != TCC_PRIM_EXTERN) {
-    if (e->a) s[ns++] = fv_vx(ke, e->a);
-    if (e->b) s[ns++] = fv_vx(ke, e->b);
-    if (e->c) s[ns++] = fv_vx(ke, e->c);
-  }
-  if (e->op == TCC_PRIM_REDUCE) {
-    lo = e->buf;
-    hi = e->buf + e->nidx;
-  }
-  int buf[256];
-  int n = vs_union(s, ns, lo, hi, buf, 256);
-  const varset *r = n < 0 ? (ke->oom = 1, &empty_set) : vs_make(ke, buf, n);
-  if (tcc_ptrmap_put(&ke->fv, e, r)) ke->oom = 1;
-  return r;
-}
-
 /* Are all free vars of e bound at this point of the code? */
 static int all_bound(kernel_emit *ke, const tcc_vx *e) {
-  const varset *s = fv_vx(ke, e);
+  const tcc_varset *s = tcc_cpu_fv_vx(&ke->fv, e);
   for (int i = 0; i < s->n; i++)
     if (s->v[i] >= ke->nvars || !ke->bound[s->v[i]]) return 0;
   return 1;
 }
 
-/* Loop level of e: 0 when it reads no loop variable, else 1 + the
- * innermost loop it reads (planned loops: everything varying is
- * innermost). */
-static int level_of(kernel_emit *ke, const varset *s) {
-  int lv = 0;
-  for (int i = 0; i < s->n; i++) {
-    int v = s->v[i];
-    if (v >= TCC_MAX_DIMS) return ke->plan.nloops + 1;   /* bound: never at kernel level */
-    if (ke->k->sizes[v] == 1 && !ke->plan.affine) {
-      if (lv < ke->plan.pos[v] + 1) lv = ke->plan.pos[v] + 1;
-      continue;
-    }
-    int l = ke->plan.affine ? ke->plan.nloops : ke->plan.pos[v] + 1;
-    if (l > lv) lv = l;
-  }
-  return lv;
-}
 
 /* ------------------------------------------------------- emission */
 
@@ -781,7 +422,7 @@ static int float_partial(const tcc_vx *r) {
 }
 
 static const char *acc_ctype(const tcc_vx *r) {
-  return float_partial(r) ? "double" : ctype(r->dtype);
+  return float_partial(r) ? "double" : tcc_cpu_ctype(r->dtype);
 }
 
 /* The longest run of a float32 sum's innermost loop summed in float. */
@@ -841,7 +482,7 @@ static int emit_reduce_group(kernel_emit *ke, const tcc_vx *const *group, int ng
     if (!strcmp(init, "tcc_lowest") || !strcmp(init, "tcc_highest"))
       init = int_limit(r->dtype, !strcmp(init, "tcc_highest"));
     if (r->i == TCC_RED_ARGMAX || r->i == TCC_RED_ARGMIN) {
-      const char *vt = ctype(r->a->dtype);
+      const char *vt = tcc_cpu_ctype(r->a->dtype);
       int fl = tcc_dtype_is_float(r->a->dtype);
       tcc_buf_printf(b, "%*s%s a%dv = %s; int64_t a%d = 0;\n", indent, "", vt, acc[g],
                      fl ? (r->i == TCC_RED_ARGMAX ? "-INFINITY" : "INFINITY")
@@ -879,7 +520,7 @@ static int emit_reduce_group(kernel_emit *ke, const tcc_vx *const *group, int ng
         if (float_partial(group[g])) tcc_buf_printf(b, "%*sfloat a%dp = 0;\n", ind, "", acc[g]);
     if (r == last && simd && total > 1) {
       tcc_buf_printf(b, "%*s#pragma omp simd reduction(|:bad)", ind, "");
-      if (ke->simdlen) tcc_buf_printf(b, " simdlen(%d)", ke->simdlen);
+      if (ke->ks->simdlen) tcc_buf_printf(b, " simdlen(%d)", ke->ks->simdlen);
       for (int g = 0; g < ng; g++) {
         const tcc_vx *q = group[g];
         const char *op = q->i == TCC_RED_SUM ? "+" : q->i == TCC_RED_PROD ? "*"
@@ -915,11 +556,11 @@ static int emit_reduce_group(kernel_emit *ke, const tcc_vx *const *group, int ng
       if (q->dtype == TCC__V1__DTYPE__BOOL) tcc_buf_printf(b, "%*sa%d |= %s;\n", ind, "", a, t);
       else if (float_partial(q)) tcc_buf_printf(b, "%*sa%dp += %s;\n", ind, "", a, t);
       else if (tcc_dtype_is_float(q->dtype)) tcc_buf_printf(b, "%*sa%d += %s;\n", ind, "", a, t);
-      else tcc_buf_printf(b, "%*sa%d = (%s)((%s)a%d + (%s)%s);\n", ind, "", a, ctype(q->dtype), tcc_utype(q->dtype), a, tcc_utype(q->dtype), t);
+      else tcc_buf_printf(b, "%*sa%d = (%s)((%s)a%d + (%s)%s);\n", ind, "", a, tcc_cpu_ctype(q->dtype), tcc_utype(q->dtype), a, tcc_utype(q->dtype), t);
       break;
     case TCC_RED_PROD:
       if (tcc_dtype_is_float(q->dtype)) tcc_buf_printf(b, "%*sa%d *= %s;\n", ind, "", a, t);
-      else tcc_buf_printf(b, "%*sa%d = (%s)((%s)a%d * (%s)%s);\n", ind, "", a, ctype(q->dtype), tcc_utype(q->dtype), a, tcc_utype(q->dtype), t);
+      else tcc_buf_printf(b, "%*sa%d = (%s)((%s)a%d * (%s)%s);\n", ind, "", a, tcc_cpu_ctype(q->dtype), tcc_utype(q->dtype), a, tcc_utype(q->dtype), t);
       break;
     case TCC_RED_MAX:
     case TCC_RED_MIN: {
@@ -964,11 +605,11 @@ static int emit_reduce_group(kernel_emit *ke, const tcc_vx *const *group, int ng
     int t;
     if (define_temp(ke, q, &t)) return -1;
     if ((q->i == TCC_RED_MAX || q->i == TCC_RED_MIN) && tcc_dtype_is_float(q->dtype))
-      tcc_buf_printf(b, "%*sconst %s t%d = a%dn ? (%s)NAN : a%d;\n", indent, "", ctype(q->dtype), t,
-                     acc[g], ctype(q->dtype), acc[g]);
+      tcc_buf_printf(b, "%*sconst %s t%d = a%dn ? (%s)NAN : a%d;\n", indent, "", tcc_cpu_ctype(q->dtype), t,
+                     acc[g], tcc_cpu_ctype(q->dtype), acc[g]);
     else
-      tcc_buf_printf(b, "%*sconst %s t%d = (%s)a%d;\n", indent, "", ctype(q->dtype), t,
-                     ctype(q->dtype), acc[g]);
+      tcc_buf_printf(b, "%*sconst %s t%d = (%s)a%d;\n", indent, "", tcc_cpu_ctype(q->dtype), t,
+                     tcc_cpu_ctype(q->dtype), acc[g]);
   }
   return 0;
 }
@@ -1035,7 +676,7 @@ static int emit_node(kernel_emit *ke, const tcc_vx *e, int indent) {
   int t;
   if (define_temp(ke, e, &t)) return -1;
   tcc_buf *b = ke->b;
-  tcc_buf_printf(b, "%*sconst %s t%d = ", indent, "", ctype(e->dtype), t);
+  tcc_buf_printf(b, "%*sconst %s t%d = ", indent, "", tcc_cpu_ctype(e->dtype), t);
   char x[96] = "", y[96] = "", z[96] = "";
   if (e->a) operand_text(ke, e->a, x, sizeof x);
   if (e->b) operand_text(ke, e->b, y, sizeof y);
@@ -1056,26 +697,6 @@ static int emit_node(kernel_emit *ke, const tcc_vx *e, int indent) {
   return 0;
 }
 
-/* Post-order list of the kernel-level nodes (not inside reductions). */
-static int collect_nodes(kernel_emit *ke, const tcc_vx *e, tcc_ptrmap *seen, const tcc_vx ***list,
-                         int *n, int *cap) {
-  if (e->op == TCC_PRIM_CONST || tcc_ptrmap_get(seen, e)) return 0;
-  if (tcc_ptrmap_put(seen, e, e)) return -1;
-  if (e->op != TCC_PRIM_REDUCE) {
-    if (e->a && collect_nodes(ke, e->a, seen, list, n, cap)) return -1;
-    if (e->b && collect_nodes(ke, e->b, seen, list, n, cap)) return -1;
-    if (e->c && collect_nodes(ke, e->c, seen, list, n, cap)) return -1;
-  }
-  if (*n == *cap) {
-    int nc = *cap ? *cap * 2 : 64;
-    const tcc_vx **nl = realloc(*list, sizeof *nl * (size_t)nc);
-    if (!nl) return -1;
-    *list = nl;
-    *cap = nc;
-  }
-  (*list)[(*n)++] = e;
-  return 0;
-}
 
 /* Declares the kernel's buffer pointers, in buffer order. */
 static void declare_buffers(kernel_emit *ke, const int *bufs, int nb) {
@@ -1087,7 +708,7 @@ static void declare_buffers(kernel_emit *ke, const int *bufs, int nb) {
     for (int s = 0; s < k->nstores; s++)
       if (k->stores[s].buf == bi) written = 1;
     const tcc_buffer *B = &p->bufs[bi];
-    const char *t = ctype(B->layout.dtype);
+    const char *t = tcc_cpu_ctype(B->layout.dtype);
     switch (B->kind) {
     case TCC_BUF_INPUT:
       tcc_buf_printf(b, "  const %s *restrict b%d = (const %s *)in[%d];\n", t, bi, t, B->pos);
@@ -1107,74 +728,20 @@ static void declare_buffers(kernel_emit *ke, const int *bufs, int nb) {
   }
 }
 
-static void add_buf(int *used, int *nused, int buf) {
-  int j = *nused;
-  while (j > 0 && used[j - 1] > buf) j--;
-  if (j > 0 && used[j - 1] == buf) return;
-  memmove(&used[j + 1], &used[j], sizeof *used * (size_t)(*nused - j));
-  used[j] = buf;
-  (*nused)++;
-}
 
-/* Every buffer a kernel touches (loads anywhere, including inside
- * reductions and index values, and stores). */
-static int used_buffers(const tcc_vx *e, tcc_ptrmap *seen, int *used, int *nused) {
-  if (tcc_ptrmap_get(seen, e)) return 0;
-  if (tcc_ptrmap_put(seen, e, e)) return -1;
-  if (e->op == TCC_PRIM_LOAD) add_buf(used, nused, e->buf);
-  if (e->op == TCC_PRIM_LOAD || e->op == TCC_PRIM_INDEX)
-    for (int d = 0; d < e->nidx; d++) {
-      const tcc_ix *stack[64];
-      int sp = 0;
-      stack[sp++] = e->idx[d];
-      while (sp) {
-        const tcc_ix *y = stack[--sp];
-        if (!y) continue;
-        if (y->kind == TCC_IX_VALUE) {
-          if (used_buffers(y->v, seen, used, nused)) return -1;
-        } else if (sp < 62) {
-          stack[sp++] = y->a;
-          stack[sp++] = y->b;
-        }
-      }
-    }
-  if (e->a && used_buffers(e->a, seen, used, nused)) return -1;
-  if (e->b && used_buffers(e->b, seen, used, nused)) return -1;
-  if (e->c && used_buffers(e->c, seen, used, nused)) return -1;
-  return 0;
-}
 
-/* Work estimate: elements times (1 + reduction extents). */
-static double kernel_work(const tcc_kernel *k, const tcc_vx *const *nodes, int n) {
-  double numel = 1, red = 0;
-  for (int d = 0; d < k->rank; d++) numel *= (double)k->sizes[d];
-  for (int i = 0; i < n; i++)
-    if (nodes[i]->op == TCC_PRIM_REDUCE) {
-      double e = 1;
-      for (int r = 0; r < nodes[i]->nidx; r++) e *= (double)nodes[i]->idx[r]->c;
-      red += e;
-    }
-  return numel * (1 + red);
-}
-
-/* Parallelize the outermost loop of size > 1 above this much work. */
-#define TCC_PARALLEL_WORK 65536.0
-/* A GEMM step (all of its batch) of at least this many flops runs on the
- * OpenMP threads (emit_extern): 64 x 64 x 64 and up gained 1.3-3.4x on 2
- * cores; 32 x 32 x 64 did not. */
-#define TCC_GEMM_PARALLEL_FLOPS 524288.0
 
 /* The parallel-for pragma of a kernel's parallel loop; a tuning config
- * (tune.c) may add a chunk size and a thread count. */
-static void put_parallel_pragma(tcc_buf *b, int indent, const tcc_kernel_config *cfg) {
-  if (!cfg) {
+ * may have added a chunk size and a thread count. */
+static void put_parallel_pragma(tcc_buf *b, int indent, const tcc_cpu_kernel_schedule *ks) {
+  if (!ks->tuned) {
     tcc_buf_printf(b, "%*s#pragma omp parallel for schedule(static) reduction(|:bad)\n", indent, "");
     return;
   }
   tcc_buf_printf(b, "%*s#pragma omp parallel for schedule(static", indent, "");
-  if (cfg->chunk > 0) tcc_buf_printf(b, ", %d", cfg->chunk);
+  if (ks->chunk > 0) tcc_buf_printf(b, ", %d", ks->chunk);
   tcc_buf_puts(b, ") reduction(|:bad)");
-  if (cfg->threads > 0) tcc_buf_printf(b, " num_threads(%d)", cfg->threads);
+  if (ks->threads > 0) tcc_buf_printf(b, " num_threads(%d)", ks->threads);
   tcc_buf_puts(b, "\n");
 }
 
@@ -1228,8 +795,6 @@ static int emit_conv_extern(kernel_emit *ke, int kno) {
   tcc_buf *b = ke->b;
   const tcc_store *st = &ke->k->stores[0];
   const tcc_vx *call = st->value, *A = call->a, *B = call->b;
-  int used[3] = {A->buf, B->buf, st->buf}, nu = 0, sorted[3];
-  for (int i = 0; i < 3; i++) add_buf(sorted, &nu, used[i]);
   tcc_buf_printf(b, "\n/* k%d: extern convolution %s (oneDNN) */\n", kno, what[call->i]);
   tcc_buf_printf(b, "static tcc_dnnl_conv k%d_conv = {.kind = %d, .prm = {", kno,
                  (int)(call->i - TCC_EXT_CONV_FWD));
@@ -1241,7 +806,7 @@ static int emit_conv_extern(kernel_emit *ke, int kno) {
   tcc_buf_puts(b, ", .lock = PTHREAD_MUTEX_INITIALIZER};\n");
   put_kernel_head(b, p, kno);
   tcc_buf_puts(b, "  (void)in; (void)out; (void)ws;\n");
-  declare_buffers(ke, sorted, nu);
+  declare_buffers(ke, ke->ks->used, ke->ks->nused);
   tcc_buf_printf(b, "  return tcc_dnnl_conv_run(&k%d_conv, b%d + %" PRId64 ", b%d + %" PRId64 ", b%d);\n}\n",
                  kno, A->buf, p->bufs[A->buf].layout.offset, B->buf, p->bufs[B->buf].layout.offset,
                  st->buf);
@@ -1256,17 +821,15 @@ static int emit_conv_extern(kernel_emit *ke, int kno) {
  * TCC_GEMM_PARALLEL_FLOPS (or a `par` tuning config) runs its GEMMs in
  * parallel, each then on one thread; a `serial` config pins one thread.
  * Returns 1 from tcc_entry when oneDNN refuses (nothing is written). */
-static int emit_dnnl_gemm(kernel_emit *ke, int kno, const int trans[2], const int64_t ld[2]) {
-  const tcc_program *p = ke->p;
+static int emit_dnnl_gemm(kernel_emit *ke) {
   const tcc_store *st = &ke->k->stores[0];
   const tcc_vx *call = st->value, *A = call->a, *B = call->b;
   tcc_buf *b = ke->b;
   int64_t Bt = call->idx[0]->c, M = call->idx[1]->c, N = call->idx[2]->c, K = call->idx[3]->c;
-  const tcc_kernel_config *cfg = tcc_kernel_config_of(p, kno);
-  int auto_par = !cfg && !p->graph->nsyms &&
-                 2.0 * (double)M * (double)N * (double)K * (double)Bt >= TCC_GEMM_PARALLEL_FLOPS;
-  int batch_par = Bt > 1 && ((cfg && cfg->parallel > 0) || auto_par);
-  int serial = cfg && cfg->parallel < 0;
+  const tcc_cpu_gemm *g = &ke->ks->gemm;
+  const int *trans = g->trans;
+  const int64_t *ld = g->ld;
+  const int batch_par = g->batch_par, serial = g->serial;
   tcc_buf_puts(b, "  int bad = 0;\n");
   if (serial)
     tcc_buf_puts(b, "  int omp_get_max_threads(void); void omp_set_num_threads(int);\n"
@@ -1297,14 +860,12 @@ static int emit_extern(kernel_emit *ke, int kno) {
   const tcc_vx *call = st->value, *A = call->a, *B = call->b;
   if (call->i != TCC_EXT_GEMM) return emit_conv_extern(ke, kno);
   int64_t Bt = call->idx[0]->c, M = call->idx[1]->c, N = call->idx[2]->c, K = call->idx[3]->c;
-  int used[3] = {A->buf, B->buf, st->buf}, nu = 0, sorted[3];
-  for (int i = 0; i < 3; i++) add_buf(sorted, &nu, used[i]);
   tcc_buf_printf(b, "\n/* k%d: extern gemm [%" PRId64 " x %" PRId64 " x %" PRId64 "] x %" PRId64 " */\n",
                  kno, M, N, K, Bt);
   put_kernel_head(b, p, kno);
   tcc_buf_puts(b, "  (void)in; (void)out; (void)ws;\n");
-  declare_buffers(ke, sorted, nu);
-  const char *T = ctype(call->dtype);
+  declare_buffers(ke, ke->ks->used, ke->ks->nused);
+  const char *T = tcc_cpu_ctype(call->dtype);
   if (M == 0 || N == 0 || Bt == 0) {
     tcc_buf_puts(b, "  return 0;\n}\n");
     return 0;
@@ -1314,49 +875,12 @@ static int emit_extern(kernel_emit *ke, int kno) {
                    Bt * M * N, st->buf);
     return 0;
   }
-  /* layout of each operand over (b, row, col) */
-  const tcc_vx *ops[2] = {A, B};
-  int64_t rows[2] = {M, K}, cols[2] = {K, N};
-  int trans[2];
-  int64_t ld[2];
-  for (int o = 0; o < 2; o++) {
-    const tcc_vx *e = ops[o];
-    const tcc_meta *L = &p->bufs[e->buf].layout;
-    const tcc_ix *idx[TCC_MAX_DIMS];
-    int64_t strd[TCC_MAX_DIMS], coef[3], c0;
-    int n = 0;
-    for (int d = 0; d < e->nidx; d++) {
-      if (tcc_ix_kernel_vars(e->idx[d]) & 1u) continue;
-      idx[n] = e->idx[d];
-      strd[n++] = L->strides[d];
-    }
-    tcc_linear_affine(n, idx, strd, 3, coef, &c0);
-    int64_t R = rows[o], C = cols[o], cr = coef[1], cc = coef[2];
-    int64_t mc = C > 1 ? C : 1, mr = R > 1 ? R : 1;
-    if ((cc == 1 || C == 1) && (R == 1 || cr >= mc)) {
-      trans[o] = 0;
-      ld[o] = R == 1 ? mc : cr;
-    } else {
-      trans[o] = 1;
-      ld[o] = C == 1 ? mr : cc;
-    }
-  }
-  if (call->dtype == TCC__V1__DTYPE__FLOAT32 && tcc_onednn_enabled())
-    return emit_dnnl_gemm(ke, kno, trans, ld);
+  const tcc_cpu_gemm *g = &ke->ks->gemm;
+  if (g->onednn) return emit_dnnl_gemm(ke);
+  const int *trans = g->trans;
+  const int64_t *ld = g->ld;
   const char *fn = call->dtype == TCC__V1__DTYPE__FLOAT32 ? "cblas_sgemm" : "cblas_dgemm";
-  /* a tuning config may pin OpenBLAS's threads, or run the batch in
-   * parallel with one BLAS thread per GEMM. Without one, a GEMM of at
-   * least TCC_GEMM_PARALLEL_FLOPS runs on the kernels' OpenMP threads
-   * (the pool PyTorch's ops use too): the batch in parallel, or one GEMM
-   * cut into a slab of rows (of columns when C has fewer than 16 rows and
-   * more columns) per thread, each a one-thread BLAS call. Dynamic
-   * programs keep one shape of code. */
-  const tcc_kernel_config *cfg = tcc_kernel_config_of(p, kno);
-  int auto_par = !cfg && !p->graph->nsyms &&
-                 2.0 * (double)M * (double)N * (double)K * (double)Bt >= TCC_GEMM_PARALLEL_FLOPS;
-  int batch_par = Bt > 1 && ((cfg && cfg->parallel > 0) || auto_par);
-  int slab_par = Bt == 1 && auto_par && (M > 1 || N > 1);
-  int blas_threads = batch_par || slab_par ? 1 : !cfg ? 0 : cfg->parallel < 0 ? 1 : cfg->blas_threads;
+  const int batch_par = g->batch_par, slab_par = g->slab_par, blas_threads = g->blas_threads;
   if (blas_threads > 0)
     tcc_buf_printf(b, "  void openblas_set_num_threads(int); int openblas_get_num_threads(void);\n"
                       "  int saved_threads = openblas_get_num_threads();\n"
@@ -1375,7 +899,7 @@ static int emit_extern(kernel_emit *ke, int kno) {
      * B): where a row of A / a column of B starts, per its layout. Rows
      * unless there are few: OpenBLAS gained nothing from column slabs of
      * 32 x 512 x 288 or 144 x 512 x 32, and 1.15-3.4x from row slabs */
-    int by_rows = M >= N || M >= 16;
+    int by_rows = g->by_rows;
     int64_t n = by_rows ? M : N;
     int64_t step = by_rows ? (trans[0] ? 1 : ld[0]) : (trans[1] ? ld[1] : 1);
     tcc_buf_printf(b, "    int omp_get_num_threads(void), omp_get_thread_num(void);\n"
@@ -1429,68 +953,34 @@ static int emit_level(kernel_emit *ke, int lv, int indent, const tcc_vx **nodes,
   return 0;
 }
 
-static int emit_kernel(const tcc_program *p, const tcc_kernel *k, int kno, tcc_buf *b,
-                       access *acc) {
-  kernel_emit ke = {.p = p, .k = k, .b = b, .acc = acc};
+static int emit_kernel(const tcc_program *p, const tcc_kernel *k, const tcc_cpu_kernel_schedule *ks,
+                       tcc_buf *b) {
+  const int kno = ks->kno;
+  kernel_emit ke = {.p = p, .k = k, .ks = ks, .b = b};
   int rc = -1;
-  const tcc_vx **nodes = NULL;
-  int nn = 0, capn = 0, *levels = NULL, *slevels = NULL;
-  int *used = NULL;
-  if (tcc_ptrmap_init(&ke.temps, 64) || tcc_ptrmap_init(&ke.fv, 64)) goto done;
+  if (tcc_ptrmap_init(&ke.temps, 64) || tcc_cpu_fv_init(&ke.fv, p->arena)) goto done;
   ke.nvars = p->next_var > TCC_MAX_DIMS ? p->next_var : TCC_MAX_DIMS;
   ke.bound = calloc((size_t)ke.nvars + 1, 1);
   ke.capscoped = 64;
   ke.scoped = malloc(sizeof *ke.scoped * (size_t)ke.capscoped);
-  used = malloc(sizeof *used * ((size_t)p->nbufs + 1));
-  if (!ke.bound || !ke.scoped || !used) goto done;
+  if (!ke.bound || !ke.scoped) goto done;
   if (k->kind == TCC_OPK_EXTERN) {
     rc = emit_extern(&ke, kno);
     goto done;
   }
-  const tcc_kernel_config *kcfg = p->graph->nsyms ? NULL : tcc_kernel_config_of(p, kno);
-  ke.loop_order = kcfg ? kcfg->order : 0;
-  if (plan_loops(&ke)) goto done;
-  /* the nodes outside reductions, their loop levels, the stores' levels */
-  tcc_ptrmap seen;
-  if (tcc_ptrmap_init(&seen, 64)) {
-    tcc_ptrmap_free(&seen);
-    goto done;
-  }
-  int nused = 0, fail = 0;
-  for (int s = 0; s < k->nstores && !fail; s++) {
-    fail = collect_nodes(&ke, k->stores[s].value, &seen, &nodes, &nn, &capn);
-    add_buf(used, &nused, k->stores[s].buf);
-  }
-  tcc_ptrmap_free(&seen);
-  if (fail || tcc_ptrmap_init(&seen, 64)) goto done;
-  for (int s = 0; s < k->nstores && !fail; s++) fail = used_buffers(k->stores[s].value, &seen, used, &nused);
-  tcc_ptrmap_free(&seen);
-  if (fail) goto done;
-  levels = malloc(sizeof *levels * ((size_t)nn + 1));
-  slevels = malloc(sizeof *slevels * ((size_t)k->nstores + 1));
-  if (!levels || !slevels) goto done;
-  for (int i = 0; i < nn; i++) levels[i] = level_of(&ke, fv_vx(&ke, nodes[i]));
-  for (int s = 0; s < k->nstores; s++) {
-    const tcc_store *st = &k->stores[s];
-    int lv = level_of(&ke, fv_vx(&ke, st->value));
-    const tcc_meta *m = &p->bufs[st->buf].layout;
-    for (int d = 0; d < m->rank; d++) {
-      int l = level_of(&ke, fv_ix(&ke, st->idx[d]));
-      if (l > lv) lv = l;
-    }
-    slevels[s] = lv;
-  }
-  if (ke.oom) goto done;
-
+  const tcc_cpu_nest *pl = &ks->nest;
+  const tcc_vx **nodes = ks->nodes;
+  const int *levels = ks->levels, *slevels = ks->store_levels;
+  const int nn = ks->nnodes, par = ks->par, pv = ks->peel_loop;
   int has_red = 0;
   for (int i = 0; i < nn; i++) has_red |= nodes[i]->op == TCC_PRIM_REDUCE;
   tcc_buf_printf(b, "\n/* k%d: %s over [", kno, has_red ? "reduction" : "pointwise");
   for (int d = 0; d < k->rank; d++) tcc_buf_printf(b, "%s%" PRId64, d ? ", " : "", k->sizes[d]);
-  tcc_buf_printf(b, "], %d loop%s%s */\n", ke.plan.nloops, ke.plan.nloops == 1 ? "" : "s",
-                 ke.plan.affine ? "" : " in dim order");
+  tcc_buf_printf(b, "], %d loop%s%s */\n", pl->nloops, pl->nloops == 1 ? "" : "s",
+                 pl->affine ? "" : " in dim order");
   put_kernel_head(b, p, kno);
   tcc_buf_puts(b, "  (void)in; (void)out; (void)ws;\n  int bad = 0;\n");
-  declare_buffers(&ke, used, nused);
+  declare_buffers(&ke, ks->used, ks->nused);
   int64_t numel = 1;
   for (int d = 0; d < k->rank; d++) numel *= k->sizes[d];   /* checked in prepare */
   if (numel == 0) {
@@ -1498,42 +988,22 @@ static int emit_kernel(const tcc_program *p, const tcc_kernel *k, int kno, tcc_b
     rc = 0;
     goto done;
   }
-  int par = -1;
-  const tcc_kernel_config *cfg = p->graph->nsyms ? NULL : tcc_kernel_config_of(p, kno);
-  ke.simdlen = cfg ? cfg->vec : 0;
-  if (cfg && cfg->parallel) {
-    for (int j = 0; j < ke.plan.nloops && par < 0 && cfg->parallel > 0; j++)
-      if (ke.plan.size[j] > 1) par = j;
-  } else if (p->graph->nsyms || kernel_work(k, nodes, nn) >= TCC_PARALLEL_WORK)
-    for (int j = 0; j < ke.plan.nloops && par < 0; j++)
-      if (ke.plan.size[j] > 1) par = j;
-  int inner_red = 0;   /* a reduction loop inside the element loop: no simd there
-                          (OpenMP does not nest simd constructs) */
-  for (int i = 0; i < nn; i++)
-    if (nodes[i]->op == TCC_PRIM_REDUCE && levels[i] == ke.plan.nloops) inner_red = 1;
   pending pend = {.list = nodes, .n = nn, .levels = levels};
   ke.pend = &pend;
   ke.nscoped = 0;
-  /* border peeling of the element loop (see put_peel_range) */
-  int pv = ke.plan.nloops - 1;
-  if (!ke.plan.affine && !ke.plan.permuted && !inner_red && pv >= 0 && pv < k->rank && pv != par &&
-      ke.plan.size[pv] > 1 && !p->graph->nsyms)
-    for (int i = 0; i < nn; i++)
-      if (nodes[i]->op == TCC_PRIM_LOAD)
-        for (int d = 0; d < nodes[i]->nidx; d++) find_peels(&ke, nodes[i]->idx[d], pv);
   int indent = 2;
-  for (int lv = 0; lv <= ke.plan.nloops; lv++) {
-    if (lv > 0 && lv - 1 == pv && ke.npeel) {
+  for (int lv = 0; lv <= pl->nloops; lv++) {
+    if (lv > 0 && lv - 1 == pv) {
       /* the element loop three times: [0, ps_), [ps_, pe_) unclamped, [pe_, n) */
-      put_peel_range(&ke, pv, ke.plan.size[pv], indent);
+      put_peel_range(&ke, pv, pl->size[pv], indent);
       ke.bound[pv] = 1;
       static const char *const from[] = {"0", "ps_", "pe_"}, *const to[] = {"ps_", "pe_", NULL};
       pend.level = lv;
       for (int copy = 0; copy < 3; copy++) {
-        if (!inner_red) tcc_buf_printf(b, "%*s#pragma omp simd reduction(|:bad)\n", indent, "");
+        if (!ks->inner_red) tcc_buf_printf(b, "%*s#pragma omp simd reduction(|:bad)\n", indent, "");
         tcc_buf_printf(b, "%*sfor (int64_t i%d = %s; i%d < ", indent, "", pv, from[copy], pv);
         if (to[copy]) tcc_buf_puts(b, to[copy]);
-        else tcc_buf_printf(b, "%" PRId64, ke.plan.size[pv]);
+        else tcc_buf_printf(b, "%" PRId64, pl->size[pv]);
         tcc_buf_printf(b, "; i%d++) {%s\n", pv, copy == 1 ? "   /* clamps in range */" : "");
         int mark = ke.nscoped;
         ke.peeling = copy == 1;
@@ -1547,131 +1017,52 @@ static int emit_kernel(const tcc_program *p, const tcc_kernel *k, int kno, tcc_b
     }
     if (lv > 0) {
       int j = lv - 1;
-      if (j == par && p->graph->nsyms) {
+      if (j == par && ks->par_at_run_time) {
         tcc_buf_printf(b, "%*s#pragma omp parallel for schedule(static) reduction(|:bad) if(", indent, "");
         put_work_expr(b, k, nodes, nn);
         tcc_buf_puts(b, " >= 65536.0)\n");
       } else if (j == par)
-        put_parallel_pragma(b, indent, cfg);
-      else if (j == ke.plan.nloops - 1 && ke.plan.size[j] > 1 && !inner_red &&
-               (!ke.plan.affine || stores_vary_in_loop(&ke, j))) {
-        /* the element loop: iterations store distinct elements and read
-         * nothing the kernel writes (tcc_check_program), so it may run
-         * in SIMD lanes; this lets gcc if-convert selects (masks) into
-         * blends (with build.c's -fno-trapping-math; a planned loop too) */
+        put_parallel_pragma(b, indent, ks);
+      else if (j == pl->nloops - 1 && ks->simd) {
         tcc_buf_printf(b, "%*s#pragma omp simd reduction(|:bad)", indent, "");
-        if (ke.simdlen) tcc_buf_printf(b, " simdlen(%d)", ke.simdlen);
+        if (ks->simdlen) tcc_buf_printf(b, " simdlen(%d)", ks->simdlen);
         tcc_buf_puts(b, "\n");
-      } else if (cfg && cfg->unroll > 0 && j == ke.plan.nloops - 1)
-        tcc_buf_printf(b, "%*s#pragma GCC unroll %d\n", indent, "", cfg->unroll);
-      int iv = ke.plan.affine ? j : ke.plan.dims[j][0];   /* dim order: loop j binds i<dim> */
+      } else if (j == pl->nloops - 1 && ks->unroll)
+        tcc_buf_printf(b, "%*s#pragma GCC unroll %d\n", indent, "", ks->unroll);
+      int iv = pl->affine ? j : pl->dims[j][0];   /* dim order: loop j binds i<dim> */
       tcc_buf_printf(b, "%*sfor (int64_t i%d = 0; i%d < %" PRId64 "; i%d++) {\n", indent, "", iv, iv,
-                     ke.plan.size[j], iv);
-      if (!ke.plan.affine) ke.bound[iv] = 1;
+                     pl->size[j], iv);
+      if (!pl->affine) ke.bound[iv] = 1;
       else
-        for (int d = 0; d < ke.plan.ndims[j]; d++) ke.bound[ke.plan.dims[j][d]] = 1;
+        for (int d = 0; d < pl->ndims[j]; d++) ke.bound[pl->dims[j][d]] = 1;
       indent += 2;
     }
-    if (lv == 0 && ke.plan.affine)
+    if (lv == 0 && pl->affine)
       for (int d = 0; d < k->rank; d++)
         if (k->sizes[d] == 1) ke.bound[d] = 1;
     pend.level = lv;
     if (emit_level(&ke, lv, indent, nodes, nn, levels, slevels)) goto done_pending;
   }
-  for (int j = ke.plan.nloops - 1 - (ke.npeel > 0); j >= 0; j--) {
+  for (int j = pl->nloops - 1 - (pv >= 0); j >= 0; j--) {
     indent -= 2;
     tcc_buf_printf(b, "%*s}\n", indent, "");
   }
   tcc_buf_puts(b, "  return bad;\n}\n");
-  rc = ke.oom ? -1 : 0;
+  rc = ke.oom || ke.fv.oom ? -1 : 0;
 done_pending:
   ke.pend = NULL;
 done:
   tcc_ptrmap_free(&ke.temps);
-  tcc_ptrmap_free(&ke.fv);
+  tcc_cpu_fv_free(&ke.fv);
   free(ke.bound);
   free(ke.scoped);
-  free(nodes);
-  free(levels);
-  free(slevels);
-  free(used);
   return rc;
 }
 
-/* The glibc vector math library (libmvec, linked through libm.so's
- * AS_NEEDED) has SIMD variants of these; declaring the simd clones lets
- * gcc vectorize loops that call them (as glibc's own headers do under
- * -ffast-math). Its results are within 4 ulp. */
-static const char prelude[] =
-  "#include <math.h>\n#include <stdint.h>\n"
-  "#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)\n"
-  "#define TCC_SIMD __attribute__((__simd__(\"notinbranch\")))\n"
-  "extern float expf(float) TCC_SIMD; extern float exp2f(float) TCC_SIMD;\n"
-  "extern float expm1f(float) TCC_SIMD; extern float logf(float) TCC_SIMD;\n"
-  "extern float log1pf(float) TCC_SIMD; extern float log2f(float) TCC_SIMD;\n"
-  "extern float sinf(float) TCC_SIMD; extern float cosf(float) TCC_SIMD;\n"
-  "extern float tanf(float) TCC_SIMD; extern float tanhf(float) TCC_SIMD;\n"
-  "extern float erff(float) TCC_SIMD;\n"
-  "extern double exp(double) TCC_SIMD; extern double exp2(double) TCC_SIMD;\n"
-  "extern double expm1(double) TCC_SIMD; extern double log(double) TCC_SIMD;\n"
-  "extern double log1p(double) TCC_SIMD; extern double log2(double) TCC_SIMD;\n"
-  "extern double sin(double) TCC_SIMD; extern double cos(double) TCC_SIMD;\n"
-  "extern double tan(double) TCC_SIMD; extern double tanh(double) TCC_SIMD;\n"
-  "extern double erf(double) TCC_SIMD;\n"
-  "#endif\n"
-  "static inline int64_t tcc_min64(int64_t a, int64_t b) { return a < b ? a : b; }\n"
-  "static inline int64_t tcc_max64(int64_t a, int64_t b) { return a > b ? a : b; }\n"
-  "static inline float tcc_bf16_to_f32(uint16_t x) {\n"
-  "  uint32_t u = (uint32_t)x << 16; float f; __builtin_memcpy(&f, &u, 4); return f;\n}\n"
-  "static inline uint16_t tcc_f32_to_bf16(float f) {\n"
-  "  uint32_t u; __builtin_memcpy(&u, &f, 4);\n"
-  "  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);\n"
-  "  u += 0x7fffu + ((u >> 16) & 1u); return (uint16_t)(u >> 16);\n}\n"
-  "static inline int64_t tcc_truncdiv_i64(int64_t a, int64_t b, int *bad) {\n"
-  "  if (b == 0) { *bad = 1; return 0; }\n"
-  "  if (b == -1) return (int64_t)(0 - (uint64_t)a);\n  return a / b;\n}\n"
-  "static inline int64_t tcc_floordiv_i64(int64_t a, int64_t b, int *bad) {\n"
-  "  if (b == 0) { *bad = 1; return 0; }\n"
-  "  if (b == -1) return (int64_t)(0 - (uint64_t)a);\n"
-  "  int64_t q = a / b; if ((a % b != 0) && ((a < 0) != (b < 0))) q--; return q;\n}\n"
-  "static inline int64_t tcc_fmod_i64(int64_t a, int64_t b, int *bad) {\n"
-  "  if (b == 0) { *bad = 1; return 0; }\n  if (b == -1) return 0;\n  return a % b;\n}\n"
-  "static inline int64_t tcc_rem_i64(int64_t a, int64_t b, int *bad) {\n"
-  "  if (b == 0) { *bad = 1; return 0; }\n  if (b == -1) return 0;\n"
-  "  int64_t r = a % b; if (r != 0 && ((r < 0) != (b < 0))) r += b; return r;\n}\n"
-  "static inline int64_t tcc_pow_i64(int64_t b, int64_t e) {\n"
-  "  if (e < 0) return b == 1 ? 1 : b == -1 ? ((e & 1) ? -1 : 1) : 0;\n"
-  "  uint64_t r = 1, x = (uint64_t)b;\n"
-  "  while (e) { if (e & 1) r *= x; x *= x; e >>= 1; }\n  return (int64_t)r;\n}\n"
-  "static inline double tcc_floordiv_f64(double a, double b) {\n"
-  "  if (b == 0) return a / b;\n  double m = fmod(a, b), d = (a - m) / b;\n"
-  "  if (m != 0 && ((b < 0) != (m < 0))) d -= 1;\n"
-  "  if (d == 0) return copysign(0.0, a / b);\n"
-  "  double f = floor(d); if (d - f > 0.5) f += 1; return f;\n}\n"
-  "static inline float tcc_floordiv_f32(float a, float b) {\n"
-  "  if (b == 0) return a / b;\n  float m = fmodf(a, b), d = (a - m) / b;\n"
-  "  if (m != 0 && ((b < 0) != (m < 0))) d -= 1;\n"
-  "  if (d == 0) return copysignf(0.0f, a / b);\n"
-  "  float f = floorf(d); if (d - f > 0.5f) f += 1; return f;\n}\n"
-  "static inline double tcc_rem_f64(double a, double b) {\n"
-  "  double m = fmod(a, b); if (m != 0 && ((b < 0) != (m < 0))) m += b; return m;\n}\n"
-  "static inline float tcc_rem_f32(float a, float b) {\n"
-  "  float m = fmodf(a, b); if (m != 0 && ((b < 0) != (m < 0))) m += b; return m;\n}\n";
-
-int tcc_emit_c(const tcc_program *p, tcc_buf *b, tcc_error *err) {
+int tcc_cpu_emit(const tcc_program *p, tcc_buf *b, tcc_error *err) {
   const tcc_graph *g = p->graph;
-  for (int bi = 0; bi < p->nbufs; bi++)
-    if (!p->bufs[bi].dead && !ctype(p->bufs[bi].layout.dtype))
-      return tcc_error_set(err, TCC_E_UNIMPLEMENTED, "%s tensors are not supported by the CPU "
-                           "backend yet", tcc_dtype_name(p->bufs[bi].layout.dtype));
-  int has_extern = 0, has_conv = 0, has_dnnl_gemm = 0;
-  for (int k = 0; k < p->nkernels; k++)
-    if (!p->kernels[k].dead && p->kernels[k].kind == TCC_OPK_EXTERN) {
-      const tcc_vx *call = p->kernels[k].stores[0].value;
-      if (call->i != TCC_EXT_GEMM) has_conv = 1;
-      else if (call->dtype == TCC__V1__DTYPE__FLOAT32 && tcc_onednn_enabled()) has_dnnl_gemm = 1;
-      else has_extern = 1;
-    }
+  const tcc_cpu_schedule *sch = p->sched.cpu;
+  const int has_conv = sch->has_conv, has_dnnl_gemm = sch->has_dnnl_gemm, has_extern = sch->has_cblas;
   tcc_buf_printf(b,
                  "/* Generated by tccd (codegen %d) for %s.\n"
                  " * int tcc_entry(const void *const *inputs, void *const *outputs, void *workspace)\n"
@@ -1679,7 +1070,7 @@ int tcc_emit_c(const tcc_program *p, tcc_buf *b, tcc_error *err) {
                  TCC_CODEGEN_VERSION, g->target_label, g->ninputs, g->noutputs,
                  p->workspace_bytes);
   if (has_conv) tcc_buf_puts(b, "#define _POSIX_C_SOURCE 200809L   /* pthreads, posix_memalign */\n");
-  tcc_buf_puts(b, prelude);
+  tcc_buf_puts(b, tcc_cpu_prelude);
   if (has_conv) tcc_buf_puts(b, tcc_onednn_conv_runtime);
   if (has_extern)
     tcc_buf_puts(b, "void cblas_sgemm(int, int, int, int, int, int, float, const float *, int,\n"
@@ -1698,17 +1089,13 @@ int tcc_emit_c(const tcc_program *p, tcc_buf *b, tcc_error *err) {
       (void)first;
       emit_constant(b, &p->bufs[bi], bi);
     }
-  access *acc = malloc(sizeof *acc * MAX_ACCESS);
-  if (!acc) return tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "out of memory emitting C");
   int kno = 0;
   for (int k = 0; k < p->nkernels; k++) {
     if (p->kernels[k].dead) continue;
-    if (emit_kernel(p, &p->kernels[k], kno++, b, acc)) {
-      free(acc);
+    if (emit_kernel(p, &p->kernels[k], &sch->kernels[k], b))
       return tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "out of memory emitting C");
-    }
+    kno++;
   }
-  free(acc);
   if (has_conv) {
     /* the steps' oneDNN objects go when the kernel is unloaded */
     tcc_buf_puts(b, "\n__attribute__((destructor)) static void tcc_dnnl_unload(void) {\n");

@@ -1,7 +1,8 @@
 /*
- * build.c — C source -> shared object bytes, with the system compiler.
+ * build.c — the CPU target's build: C source -> shared object bytes,
+ * with the system compiler.
  *
- * Requires: C source from emit_c.c.
+ * Requires: C source from emit.c.
  * Produces: the bytes of a .so built as
  *
  *   <cc> -std=c11 -O3 -march=<isa> [-m<feature>...] -fPIC -shared
@@ -28,7 +29,7 @@
  * features from a fixed list (verify.c), so no request string reaches the
  * command line unchecked.
  */
-#include "loop.h"
+#include "cpu_schedule.h"
 #include "tcc_config.h"
 
 #include <errno.h>
@@ -95,9 +96,10 @@ static int read_file(const char *path, uint8_t **out, size_t *len) {
   return 0;
 }
 
-int tcc_build_so(const tcc_program *p, const char *src, size_t len,
-                 const tcc_build_options *opts, uint8_t **out, size_t *outlen, tcc_error *err) {
+int tcc_cpu_build(const tcc_program *p, const char *src, size_t len, const tcc_build_options *opts,
+                  tcc_built *out, tcc_error *err) {
   const tcc_graph *g = p->graph;
+  memset(out, 0, sizeof *out);
   const char *cc = opts && opts->cc && opts->cc[0] ? opts->cc : TCC_CC_DEFAULT;
   const char *base = opts && opts->work_dir && opts->work_dir[0] ? opts->work_dir : getenv("TMPDIR");
   if (!base || !base[0]) base = "/tmp";
@@ -166,7 +168,7 @@ int tcc_build_so(const tcc_program *p, const char *src, size_t len,
     tcc_error_prefix(err, "building the kernel");
     goto done;
   }
-  if (read_file(sofile, out, outlen)) {
+  if (read_file(sofile, &out->data, &out->size)) {
     rc = tcc_error_set(err, io_failure_class(errno), "cannot read the built %s: %s", sofile, strerror(errno));
     goto done;
   }

@@ -1,0 +1,155 @@
+/*
+ * cpu_schedule.h — the CPU target (tcc_target_cpu, target.h): its
+ * schedule, which schedule.c decides and emit.c prints.
+ *
+ *   schedule.c   per kernel: the loop nest (dims of size 1 dropped, loop
+ *                order, merged dims), where each value is computed (loop
+ *                levels: loop-invariant code motion), the parallel loop,
+ *                SIMD and unrolling of the element loop, border peeling;
+ *                per GEMM step: the library road and its threading; the
+ *                schedule's checker and dump
+ *   emit.c       C for the scheduled program (printing only)
+ *   prelude.c    the helpers every translation unit starts with
+ *   build.c      the system C compiler -> .so
+ *   target.c     tcc_target_cpu and its tuning candidates
+ */
+#ifndef TCC_CPU_SCHEDULE_H
+#define TCC_CPU_SCHEDULE_H
+
+#include "target.h"
+
+#define TCC_CPU_MAX_ACCESS 4096
+#define TCC_CPU_MAX_PEEL 16
+/* Parallelize the outermost loop of size > 1 above this much work. */
+#define TCC_PARALLEL_WORK 65536.0
+/* A GEMM step (all of its batch) of at least this many flops runs on the
+ * OpenMP threads: 64 x 64 x 64 and up gained 1.3-3.4x on 2 cores; 32 x
+ * 32 x 64 did not. */
+#define TCC_GEMM_PARALLEL_FLOPS 524288.0
+
+/* One distinct access (buffer, index list) of a kernel, with its linear
+ * storage index as an affine form over the kernel's vars when it is one. */
+typedef struct tcc_cpu_access {
+  int buf;
+  const tcc_ix *const *idx;   /* per buffer dim */
+  int64_t coef[TCC_MAX_DIMS];
+  int64_t c;                  /* includes the storage offset */
+} tcc_cpu_access;
+
+/* The loop nest of a kernel. */
+typedef struct tcc_cpu_nest {
+  int affine;                 /* loops planned (merged), accesses affine */
+  int permuted;               /* dim-order nest whose loops follow the first store's strides */
+  int pos[TCC_MAX_DIMS];      /* dim-order nests: the loop of kernel dim d */
+  int nloops;
+  int64_t size[TCC_MAX_DIMS];
+  int dims[TCC_MAX_DIMS][TCC_MAX_DIMS];  /* kernel dims merged into loop j, outer first */
+  int ndims[TCC_MAX_DIMS];
+} tcc_cpu_nest;
+
+/* An extern GEMM step, C[b] = A[b] . B[b]. */
+typedef struct tcc_cpu_gemm {
+  int onednn;                 /* oneDNN's dnnl_sgemm; else cblas_?gemm (OpenBLAS) */
+  int trans[2];               /* A, B stored transposed */
+  int64_t ld[2];              /* their leading dimensions */
+  int batch_par;              /* the batch on the OpenMP threads */
+  int slab_par;               /* one GEMM cut into a slab per OpenMP thread */
+  int by_rows;                /* slabs of C's rows (else columns) */
+  int serial;                 /* oneDNN on one thread */
+  int blas_threads;           /* OpenBLAS threads for the call (0: as set) */
+} tcc_cpu_gemm;
+
+/* How one kernel runs. */
+typedef struct tcc_cpu_kernel_schedule {
+  int live;                   /* 0 for dead kernels (nothing else set) */
+  int kno;                    /* live-kernel number (the j of k<j>) */
+  tcc_cpu_nest nest;
+  tcc_cpu_access *acc;        /* distinct accesses, stores first */
+  int nacc;
+  /* kernel-level nodes (not inside reductions) in emission order, the
+   * loop level each is computed at (0: before the loops, l: inside loop
+   * l - 1), and each store's level */
+  const tcc_vx **nodes;
+  int *levels;
+  int nnodes;
+  int *store_levels;
+  int *used;                  /* buffers the kernel touches, sorted */
+  int nused;
+  int par;                    /* the loop run `omp parallel for`, -1: none */
+  int par_at_run_time;        /* dynamic programs: if() over the work */
+  int tuned;                  /* a tuning config shapes the pragmas */
+  int threads, chunk;         /* its num_threads / schedule chunk (0: none) */
+  int inner_red;              /* a reduction loop sits in the element loop */
+  int simd;                   /* the element loop runs `omp simd` */
+  int simdlen;                /* its simdlen (0: the compiler's) */
+  int unroll;                 /* else `GCC unroll` of the element loop (0: none) */
+  int peel_loop;              /* loop run in three ranges (-1: none) */
+  int npeel;
+  const tcc_ix *peel[TCC_CPU_MAX_PEEL];  /* clamps its middle range drops */
+  tcc_cpu_gemm gemm;          /* extern GEMM kernels */
+} tcc_cpu_kernel_schedule;
+
+typedef struct tcc_cpu_schedule {
+  tcc_cpu_kernel_schedule *kernels;   /* per p->kernels index */
+  int has_conv, has_dnnl_gemm, has_cblas;  /* what the source must declare */
+} tcc_cpu_schedule;
+
+/* The C type of a dtype (bfloat16 as its bits), or NULL: not supported. */
+static inline const char *tcc_cpu_ctype(tcc_dtype d) {
+  switch (d) {
+  case TCC__V1__DTYPE__FLOAT32: return "float";
+  case TCC__V1__DTYPE__FLOAT64: return "double";
+  case TCC__V1__DTYPE__INT8: return "int8_t";
+  case TCC__V1__DTYPE__INT16: return "int16_t";
+  case TCC__V1__DTYPE__INT32: return "int32_t";
+  case TCC__V1__DTYPE__INT64: return "int64_t";
+  case TCC__V1__DTYPE__UINT8:
+  case TCC__V1__DTYPE__BOOL: return "uint8_t";
+  case TCC__V1__DTYPE__FLOAT16: return "_Float16";
+  case TCC__V1__DTYPE__BFLOAT16: return "uint16_t";   /* bits; tcc_bf16_to_f32 */
+  default: return NULL;
+  }
+}
+
+/* schedule.c: the schedule pass, its checker and dump. */
+int tcc_cpu_schedule_pass(tcc_program *p, tcc_error *err);
+int tcc_cpu_schedule_check(const tcc_program *p, tcc_error *err);
+void tcc_cpu_schedule_dump(const tcc_program *p, tcc_buf *b);
+
+/* Free variables of expressions (sorted, unique), memoized per kernel in
+ * the program's arena: for the schedule's levels and the emitter's "is
+ * everything bound here". */
+typedef struct tcc_varset {
+  int n;
+  int v[];
+} tcc_varset;
+typedef struct tcc_cpu_fv {
+  tcc_arena *arena;
+  tcc_ptrmap map;             /* vx -> tcc_varset* */
+  int oom;
+} tcc_cpu_fv;
+int tcc_cpu_fv_init(tcc_cpu_fv *f, tcc_arena *arena);
+void tcc_cpu_fv_free(tcc_cpu_fv *f);
+const tcc_varset *tcc_cpu_fv_vx(tcc_cpu_fv *f, const tcc_vx *e);
+
+/* Border peeling: the clamp's argument x and bounds for MIN(MAX(x, lo),
+ * hi), MAX(x, lo) or MIN(x, hi) (lo = INT64_MIN / hi = INT64_MAX when
+ * absent), or NULL when e is no clamp. */
+const tcc_ix *tcc_cpu_clamp_parts(const tcc_ix *e, int64_t *lo, int64_t *hi);
+/* x's coefficients when it is c + 1 * v plus outer loop vars (v the
+ * element loop's var); 0 otherwise. */
+int tcc_cpu_peelable(const tcc_ix *x, int v, int64_t *coef, int64_t *c);
+
+/* emit.c: C for the scheduled program (compiler.h's tcc_entry ABI). */
+int tcc_cpu_emit(const tcc_program *p, tcc_buf *src, tcc_error *err);
+/* prelude.c: what every translation unit starts with. */
+extern const char tcc_cpu_prelude[];
+/* The runtime of oneDNN convolution steps (runtime/onednn_conv.c, as
+ * text): emit.c copies it into sources that have such steps. */
+extern const char tcc_onednn_conv_runtime[];
+
+/* build.c: the C compiler -> .so. */
+int tcc_cpu_build(const tcc_program *p, const char *src, size_t len, const tcc_build_options *opts,
+                  tcc_built *out, tcc_error *err);
+
+#endif

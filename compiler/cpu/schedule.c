@@ -1,0 +1,764 @@
+/*
+ * schedule.c — the CPU target's schedule pass: every decision about how
+ * a kernel runs, made once per program and kept in p->sched.cpu
+ * (cpu_schedule.h) for the emitter.
+ *
+ * Loop nests. A kernel whose accesses are all affine, with no reduction
+ * and no index value, is planned into flat loops (plan_loops): dims of
+ * size 1 vanish, loops follow the first store's strides (largest
+ * outermost; a tuning config may order by the first load's), and
+ * neighbouring loops merge when every access strides through them as one
+ * (coef[outer] == coef[inner] * size[inner]), so contiguous tensors run
+ * as one flat unit-stride loop the C compiler vectorizes. Any other
+ * kernel runs one loop per dim -- in the first store's stride order when
+ * its reductions are all per element (order_dims), else i0 outermost.
+ *
+ * Levels. Every value is computed in the outermost loop where all its
+ * variables are bound (loop-invariant code motion, level_of): a row
+ * statistic (REDUCE over bound variables) is computed once per row.
+ *
+ * Parallelism and vectors. The outermost loop of size > 1 runs `omp
+ * parallel for` when the kernel's work passes TCC_PARALLEL_WORK (dynamic
+ * programs: an if() on the work at run time); the element loop (the
+ * innermost) runs `omp simd` when its iterations store distinct elements
+ * and it holds no reduction loop; a tuning config (tcc_kernel_config:
+ * parallel, threads, chunk, unroll, vec, order) replaces the matching
+ * choice.
+ *
+ * Border peeling. A kernel whose element loop reads through clamped
+ * indices (the zero padding of a convolution's im2col pack) and holds no
+ * reduction runs that loop in three ranges, the middle one without the
+ * clamps, so its loads are contiguous instead of gathers (find_peels).
+ * Only unplanned (dim-order) nests: a planned nest's accesses are affine.
+ *
+ * GEMM steps: the library road and its threading (plan_gemm).
+ */
+#include "cpu_schedule.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The state of planning one kernel. */
+typedef struct planner {
+  const tcc_program *p;
+  const tcc_kernel *k;
+  tcc_cpu_kernel_schedule *ks;
+  tcc_cpu_access *acc;       /* TCC_CPU_MAX_ACCESS entries */
+  int nacc;
+  int overflow;              /* too many distinct accesses: unplanned */
+  int loop_order;            /* the kernel config's loop order (plan_loops) */
+  tcc_cpu_fv fv;
+} planner;
+
+/* ------------------------------------------------------- loop nests */
+
+/* Linear storage index of access a as affine form; 0 when not affine. */
+static int access_affine(const tcc_program *p, const tcc_kernel *k, tcc_cpu_access *a) {
+  const tcc_meta *m = &p->bufs[a->buf].layout;
+  int64_t c;
+  if (!tcc_linear_affine(m->rank, a->idx, m->strides, k->rank, a->coef, &c)) return 0;
+  return !__builtin_add_overflow(c, m->offset, &a->c);
+}
+
+static void add_access(planner *ke, int buf, const tcc_ix *const *idx) {
+  for (int i = 0; i < ke->nacc; i++)
+    if (ke->acc[i].buf == buf && ke->acc[i].idx == idx) return;
+  if (ke->nacc == TCC_CPU_MAX_ACCESS) {
+    ke->overflow = 1;
+    return;
+  }
+  ke->acc[ke->nacc].buf = buf;
+  ke->acc[ke->nacc].idx = idx;
+  ke->nacc++;
+}
+
+/* Gathers loads; *simple stays 1 while the kernel has no reduction, no
+ * index value and no data-dependent index (what flat loops allow).
+ * *red_vars: the kernel vars every REDUCE reads (AND over them). */
+static int gather_loads(planner *ke, tcc_ptrmap *seen, const tcc_vx *e, int *simple,
+                        uint32_t *red_vars) {
+  if (tcc_ptrmap_get(seen, e)) return 0;
+  if (tcc_ptrmap_put(seen, e, e)) return -1;
+  if (e->op == TCC_PRIM_LOAD) add_access(ke, e->buf, e->idx);
+  if (e->op == TCC_PRIM_REDUCE) *red_vars &= tcc_vx_kernel_vars(e);
+  if (e->op == TCC_PRIM_REDUCE || e->op == TCC_PRIM_INDEX) *simple = 0;
+  if (e->a && gather_loads(ke, seen, e->a, simple, red_vars)) return -1;
+  if (e->b && gather_loads(ke, seen, e->b, simple, red_vars)) return -1;
+  if (e->c && gather_loads(ke, seen, e->c, simple, red_vars)) return -1;
+  return 0;
+}
+
+/* A dim-order nest (not planned) runs its dims in the order of the first
+ * store's strides, largest outermost, when that store is affine and every
+ * REDUCE reads all the kernel's dims (a window reduction per element: it
+ * sits in the element loop whatever the order). A channels_last store
+ * then runs C innermost, unit-stride, instead of W at stride C. Otherwise
+ * (a per-channel statistic would move inward and be recomputed) dims run
+ * in order, i0 outermost. */
+static void order_dims(planner *ke, uint32_t red_vars, uint32_t need) {
+  const tcc_kernel *k = ke->k;
+  tcc_cpu_nest *pl = &ke->ks->nest;
+  int order[TCC_MAX_DIMS];
+  for (int d = 0; d < k->rank; d++) order[d] = d;
+  tcc_cpu_access first = ke->acc[0];
+  if (!ke->overflow && ke->nacc > 0 && (red_vars & need) == need &&
+      access_affine(ke->p, k, &first)) {
+    int64_t key[TCC_MAX_DIMS];     /* dims of size 1 outermost: they loop once */
+    for (int d = 0; d < k->rank; d++) key[d] = k->sizes[d] == 1 ? INT64_MAX : llabs(first.coef[d]);
+    for (int i = 1; i < k->rank; i++)
+      for (int j = i; j > 0 && key[order[j]] > key[order[j - 1]]; j--) {
+        int t = order[j];
+        order[j] = order[j - 1];
+        order[j - 1] = t;
+      }
+  }
+  pl->nloops = k->rank;
+  for (int j = 0; j < k->rank; j++) {
+    pl->size[j] = k->sizes[order[j]];
+    pl->dims[j][0] = order[j];
+    pl->ndims[j] = 1;
+    pl->pos[order[j]] = j;
+    pl->permuted |= order[j] != j;
+  }
+}
+
+/* Plans the loop nest of ke->k (see the file header). */
+static int plan_loops(planner *ke) {
+  const tcc_kernel *k = ke->k;
+  tcc_cpu_nest *pl = &ke->ks->nest;
+  memset(pl, 0, sizeof *pl);
+  tcc_ptrmap seen;
+  if (tcc_ptrmap_init(&seen, 64)) {
+    tcc_ptrmap_free(&seen);
+    return -1;
+  }
+  int simple = 1;
+  uint32_t red_vars = ~0u;
+  for (int s = 0; s < k->nstores; s++) add_access(ke, k->stores[s].buf, k->stores[s].idx);
+  int nstore_acc = ke->nacc;
+  for (int s = 0; s < k->nstores; s++)
+    if (gather_loads(ke, &seen, k->stores[s].value, &simple, &red_vars)) {
+      tcc_ptrmap_free(&seen);
+      return -1;
+    }
+  tcc_ptrmap_free(&seen);
+  /* every store must write a distinct element per iteration */
+  uint32_t need = 0;
+  for (int d = 0; d < k->rank; d++)
+    if (k->sizes[d] != 1) need |= 1u << d;
+  for (int s = 0; s < k->nstores && simple; s++) {
+    uint32_t have = 0;
+    const tcc_meta *m = &ke->p->bufs[k->stores[s].buf].layout;
+    for (int d = 0; d < m->rank; d++) have |= tcc_ix_kernel_vars(k->stores[s].idx[d]);
+    simple = (have & need) == need;
+  }
+  pl->affine = !ke->overflow && simple;
+  for (int i = 0; i < ke->nacc && pl->affine; i++)
+    pl->affine = access_affine(ke->p, k, &ke->acc[i]);
+  if (!pl->affine) {                           /* one loop per dim, no merging */
+    order_dims(ke, red_vars, need);
+    return 0;
+  }
+  /* Dims of size 1 vanish; order by the first store's |coef|, largest
+   * outermost, stable (a tuning config may order by the first load's:
+   * accesses are the distinct stores first, then the loads). */
+  int order[TCC_MAX_DIMS], n = 0;
+  for (int d = 0; d < k->rank; d++)
+    if (k->sizes[d] != 1) order[n++] = d;
+  const int64_t *key = ke->acc[0].coef;        /* acc[0] is the first store */
+  if (ke->loop_order == 1 && nstore_acc < ke->nacc) key = ke->acc[nstore_acc].coef;
+  for (int i = 1; i < n; i++)
+    for (int j = i; j > 0 && llabs(key[order[j]]) > llabs(key[order[j - 1]]); j--) {
+      int t = order[j];
+      order[j] = order[j - 1];
+      order[j - 1] = t;
+    }
+  for (int i = 0; i < n; i++) {
+    int d = order[i];
+    if (pl->nloops > 0) {
+      int j = pl->nloops - 1;
+      int inner = pl->dims[j][pl->ndims[j] - 1];  /* last merged = innermost */
+      int ok = 1;
+      for (int a = 0; a < ke->nacc && ok; a++) {
+        int64_t want;
+        ok = !__builtin_mul_overflow(ke->acc[a].coef[d], k->sizes[d], &want) &&
+             ke->acc[a].coef[inner] == want;
+      }
+      int64_t sz;
+      if (ok && !__builtin_mul_overflow(pl->size[j], k->sizes[d], &sz)) {
+        pl->dims[j][pl->ndims[j]++] = d;
+        pl->size[j] = sz;
+        continue;
+      }
+    }
+    pl->dims[pl->nloops][0] = d;
+    pl->ndims[pl->nloops] = 1;
+    pl->size[pl->nloops] = k->sizes[d];
+    pl->nloops++;
+  }
+  return 0;
+}
+
+
+/* --------------------------------------------------- border peeling */
+
+const tcc_ix *tcc_cpu_clamp_parts(const tcc_ix *e, int64_t *lo, int64_t *hi) {
+  *lo = INT64_MIN;
+  *hi = INT64_MAX;
+  if (e->kind == TCC_IX_MIN && e->a->kind == TCC_IX_MAX) {
+    *hi = e->c;
+    *lo = e->a->c;
+    return e->a->a;
+  }
+  if (e->kind == TCC_IX_MIN) *hi = e->c;
+  else if (e->kind == TCC_IX_MAX) *lo = e->c;
+  else return NULL;
+  return e->a;
+}
+
+int tcc_cpu_peelable(const tcc_ix *x, int v, int64_t *coef, int64_t *c) {
+  if (!tcc_ix_affine(x, TCC_MAX_DIMS, coef, c) || coef[v] != 1) return 0;
+  for (int d = v + 1; d < TCC_MAX_DIMS; d++)
+    if (coef[d]) return 0;
+  return 1;
+}
+
+/* Collects into ke->ks->peel the clamps of index e that the element loop can
+ * drop (the outermost clamp of each chain; nothing under a VALUE). */
+static void find_peels(planner *ke, const tcc_ix *e, int v) {
+  if (!e || e->kind == TCC_IX_VALUE) return;
+  int64_t lo, hi, coef[TCC_MAX_DIMS], c;
+  const tcc_ix *x = tcc_cpu_clamp_parts(e, &lo, &hi);
+  if (x && tcc_cpu_peelable(x, v, coef, &c)) {
+    for (int i = 0; i < ke->ks->npeel; i++)
+      if (ke->ks->peel[i] == e) return;
+    if (ke->ks->npeel < TCC_CPU_MAX_PEEL) ke->ks->peel[ke->ks->npeel++] = e;
+    return;
+  }
+  find_peels(ke, e->a, v);
+  find_peels(ke, e->b, v);
+}
+
+
+/* In a planned (affine) nest: does every store of the kernel move with
+ * loop j, so that its iterations write distinct elements? */
+static int stores_vary_in_loop(const planner *ke, int j) {
+  const tcc_cpu_nest *pl = &ke->ks->nest;
+  for (int s = 0; s < ke->k->nstores; s++) {
+    const tcc_store *st = &ke->k->stores[s];
+    const tcc_cpu_access *a = NULL;
+    for (int i = 0; i < ke->nacc; i++)
+      if (ke->acc[i].buf == st->buf && ke->acc[i].idx == st->idx) a = &ke->acc[i];
+    if (!a || !a->coef[pl->dims[j][pl->ndims[j] - 1]]) return 0;
+  }
+  return 1;
+}
+
+/* -------------------------------------------------- free variables */
+
+int tcc_cpu_fv_init(tcc_cpu_fv *f, tcc_arena *arena) {
+  f->arena = arena;
+  f->oom = 0;
+  return tcc_ptrmap_init(&f->map, 64);
+}
+
+void tcc_cpu_fv_free(tcc_cpu_fv *f) { tcc_ptrmap_free(&f->map); }
+
+static const tcc_varset empty_set = {0};
+
+static const tcc_varset *vs_make(tcc_cpu_fv *f, const int *v, int n) {
+  if (!n) return &empty_set;
+  tcc_varset *s = tcc_arena_alloc(f->arena, sizeof *s + sizeof(int) * (size_t)n);
+  if (!s) {
+    f->oom = 1;
+    return &empty_set;
+  }
+  s->n = n;
+  memcpy(s->v, v, sizeof(int) * (size_t)n);
+  return s;
+}
+
+/* Sorted union of up to a few sets into buf (cap entries); drops vars in
+ * [lo, hi). Returns the count, or -1 when over cap. */
+static int vs_union(const tcc_varset *const *sets, int nsets, int lo, int hi, int *buf, int cap) {
+  int n = 0;
+  for (int s = 0; s < nsets; s++) {
+    if (!sets[s]) continue;
+    for (int i = 0; i < sets[s]->n; i++) {
+      int v = sets[s]->v[i];
+      if (v >= lo && v < hi) continue;
+      int j = n;
+      while (j > 0 && buf[j - 1] > v) j--;
+      if (j > 0 && buf[j - 1] == v) continue;
+      if (n == cap) return -1;
+      memmove(&buf[j + 1], &buf[j], sizeof(int) * (size_t)(n - j));
+      buf[j] = v;
+      n++;
+    }
+  }
+  return n;
+}
+
+
+static const tcc_varset *fv_ix(tcc_cpu_fv *f, const tcc_ix *e) {
+  if (!e) return &empty_set;
+  switch (e->kind) {
+  case TCC_IX_CONST: return &empty_set;
+  case TCC_IX_VAR: return vs_make(f, &e->var, 1);
+  case TCC_IX_VALUE: return tcc_cpu_fv_vx(f, e->v);
+  default: {
+    const tcc_varset *s[2] = {fv_ix(f, e->a), fv_ix(f, e->b)};
+    int buf[256];
+    int n = vs_union(s, 2, 0, 0, buf, 256);
+    if (n < 0) {
+      f->oom = 1;
+      return &empty_set;
+    }
+    return vs_make(f, buf, n);
+  }
+  }
+}
+
+const tcc_varset *tcc_cpu_fv_vx(tcc_cpu_fv *f, const tcc_vx *e) {
+  const tcc_varset *hit = tcc_ptrmap_get(&f->map, e);
+  if (hit) return hit;
+  const tcc_varset *s[TCC_MAX_DIMS + 3];
+  int ns = 0, lo = 0, hi = 0;
+  if (e->op == TCC_PRIM_LOAD || e->op == TCC_PRIM_INDEX)
+    for (int d = 0; d < e->nidx; d++) s[ns++] = fv_ix(f, e->idx[d]);
+  if (e->op != TCC_PRIM_EXTERN) {
+    if (e->a) s[ns++] = tcc_cpu_fv_vx(f, e->a);
+    if (e->b) s[ns++] = tcc_cpu_fv_vx(f, e->b);
+    if (e->c) s[ns++] = tcc_cpu_fv_vx(f, e->c);
+  }
+  if (e->op == TCC_PRIM_REDUCE) {
+    lo = e->buf;
+    hi = e->buf + e->nidx;
+  }
+  int buf[256];
+  int n = vs_union(s, ns, lo, hi, buf, 256);
+  const tcc_varset *r = n < 0 ? (f->oom = 1, &empty_set) : vs_make(f, buf, n);
+  if (tcc_ptrmap_put(&f->map, e, r)) f->oom = 1;
+  return r;
+}
+
+
+/* ------------------------------------------------- levels, buffers */
+
+/* Loop level of e: 0 when it reads no loop variable, else 1 + the
+ * innermost loop it reads (planned loops: everything varying is
+ * innermost). */
+static int level_of(planner *ke, const tcc_varset *s) {
+  int lv = 0;
+  for (int i = 0; i < s->n; i++) {
+    int v = s->v[i];
+    if (v >= TCC_MAX_DIMS) return ke->ks->nest.nloops + 1;   /* bound: never at kernel level */
+    if (ke->k->sizes[v] == 1 && !ke->ks->nest.affine) {
+      if (lv < ke->ks->nest.pos[v] + 1) lv = ke->ks->nest.pos[v] + 1;
+      continue;
+    }
+    int l = ke->ks->nest.affine ? ke->ks->nest.nloops : ke->ks->nest.pos[v] + 1;
+    if (l > lv) lv = l;
+  }
+  return lv;
+}
+
+/* Post-order list of the kernel-level nodes (not inside reductions). */
+static int collect_nodes(planner *ke, const tcc_vx *e, tcc_ptrmap *seen, const tcc_vx ***list,
+                         int *n, int *cap) {
+  if (e->op == TCC_PRIM_CONST || tcc_ptrmap_get(seen, e)) return 0;
+  if (tcc_ptrmap_put(seen, e, e)) return -1;
+  if (e->op != TCC_PRIM_REDUCE) {
+    if (e->a && collect_nodes(ke, e->a, seen, list, n, cap)) return -1;
+    if (e->b && collect_nodes(ke, e->b, seen, list, n, cap)) return -1;
+    if (e->c && collect_nodes(ke, e->c, seen, list, n, cap)) return -1;
+  }
+  if (*n == *cap) {
+    int nc = *cap ? *cap * 2 : 64;
+    const tcc_vx **nl = realloc(*list, sizeof *nl * (size_t)nc);
+    if (!nl) return -1;
+    *list = nl;
+    *cap = nc;
+  }
+  (*list)[(*n)++] = e;
+  return 0;
+}
+
+static void add_buf(int *used, int *nused, int buf) {
+  int j = *nused;
+  while (j > 0 && used[j - 1] > buf) j--;
+  if (j > 0 && used[j - 1] == buf) return;
+  memmove(&used[j + 1], &used[j], sizeof *used * (size_t)(*nused - j));
+  used[j] = buf;
+  (*nused)++;
+}
+
+/* Every buffer a kernel touches (loads anywhere, including inside
+ * reductions and index values, and stores). */
+static int used_buffers(const tcc_vx *e, tcc_ptrmap *seen, int *used, int *nused) {
+  if (tcc_ptrmap_get(seen, e)) return 0;
+  if (tcc_ptrmap_put(seen, e, e)) return -1;
+  if (e->op == TCC_PRIM_LOAD) add_buf(used, nused, e->buf);
+  if (e->op == TCC_PRIM_LOAD || e->op == TCC_PRIM_INDEX)
+    for (int d = 0; d < e->nidx; d++) {
+      const tcc_ix *stack[64];
+      int sp = 0;
+      stack[sp++] = e->idx[d];
+      while (sp) {
+        const tcc_ix *y = stack[--sp];
+        if (!y) continue;
+        if (y->kind == TCC_IX_VALUE) {
+          if (used_buffers(y->v, seen, used, nused)) return -1;
+        } else if (sp < 62) {
+          stack[sp++] = y->a;
+          stack[sp++] = y->b;
+        }
+      }
+    }
+  if (e->a && used_buffers(e->a, seen, used, nused)) return -1;
+  if (e->b && used_buffers(e->b, seen, used, nused)) return -1;
+  if (e->c && used_buffers(e->c, seen, used, nused)) return -1;
+  return 0;
+}
+
+/* Work estimate: elements times (1 + reduction extents). */
+static double kernel_work(const tcc_kernel *k, const tcc_vx *const *nodes, int n) {
+  double numel = 1, red = 0;
+  for (int d = 0; d < k->rank; d++) numel *= (double)k->sizes[d];
+  for (int i = 0; i < n; i++)
+    if (nodes[i]->op == TCC_PRIM_REDUCE) {
+      double e = 1;
+      for (int r = 0; r < nodes[i]->nidx; r++) e *= (double)nodes[i]->idx[r]->c;
+      red += e;
+    }
+  return numel * (1 + red);
+}
+
+/* ------------------------------------------------------ one kernel */
+
+/* Plans pointwise kernel ke->k (see the file header). Returns 0 or -1
+ * (out of memory). */
+static int plan_kernel(planner *ke) {
+  const tcc_program *p = ke->p;
+  const tcc_kernel *k = ke->k;
+  tcc_cpu_kernel_schedule *ks = ke->ks;
+  const tcc_kernel_config *cfg = p->graph->nsyms ? NULL : tcc_kernel_config_of(p, ks->kno);
+  ke->loop_order = cfg ? cfg->order : 0;
+  if (plan_loops(ke)) return -1;
+  tcc_cpu_nest *pl = &ks->nest;
+  /* the nodes outside reductions, the buffers, the loop levels */
+  const tcc_vx **list = NULL;
+  int nn = 0, capn = 0, nused = 0, fail = 0;
+  int *used = tcc_arena_array(p->arena, (size_t)p->nbufs + 1, sizeof *used);
+  tcc_ptrmap seen;
+  if (!used || tcc_ptrmap_init(&seen, 64)) {
+    tcc_ptrmap_free(&seen);
+    return -1;
+  }
+  for (int s = 0; s < k->nstores && !fail; s++) {
+    fail = collect_nodes(ke, k->stores[s].value, &seen, &list, &nn, &capn);
+    add_buf(used, &nused, k->stores[s].buf);
+  }
+  tcc_ptrmap_free(&seen);
+  if (fail || tcc_ptrmap_init(&seen, 64)) {
+    free(list);
+    return -1;
+  }
+  for (int s = 0; s < k->nstores && !fail; s++) fail = used_buffers(k->stores[s].value, &seen, used, &nused);
+  tcc_ptrmap_free(&seen);
+  ks->nodes = tcc_arena_array(p->arena, (size_t)nn + 1, sizeof *ks->nodes);
+  ks->levels = tcc_arena_array(p->arena, (size_t)nn + 1, sizeof *ks->levels);
+  ks->store_levels = tcc_arena_array(p->arena, (size_t)k->nstores + 1, sizeof *ks->store_levels);
+  if (fail || !ks->nodes || !ks->levels || !ks->store_levels) {
+    free(list);
+    return -1;
+  }
+  if (nn) memcpy(ks->nodes, list, sizeof *list * (size_t)nn);
+  free(list);
+  ks->nnodes = nn;
+  ks->used = used;
+  ks->nused = nused;
+  for (int i = 0; i < nn; i++) ks->levels[i] = level_of(ke, tcc_cpu_fv_vx(&ke->fv, ks->nodes[i]));
+  for (int s = 0; s < k->nstores; s++) {
+    const tcc_store *st = &k->stores[s];
+    int lv = level_of(ke, tcc_cpu_fv_vx(&ke->fv, st->value));
+    const tcc_meta *m = &p->bufs[st->buf].layout;
+    for (int d = 0; d < m->rank; d++) {
+      int l = level_of(ke, fv_ix(&ke->fv, st->idx[d]));
+      if (l > lv) lv = l;
+    }
+    ks->store_levels[s] = lv;
+  }
+  if (ke->fv.oom) return -1;
+  ks->par = ks->peel_loop = -1;
+  int64_t numel = 1;
+  for (int d = 0; d < k->rank; d++) numel *= k->sizes[d];   /* checked in prepare */
+  if (numel == 0) return 0;                                  /* no loops run */
+  /* the parallel loop: the outermost of size > 1 above TCC_PARALLEL_WORK
+   * (dynamic programs: chosen at run time), or as the config says */
+  ks->simdlen = cfg ? cfg->vec : 0;
+  ks->tuned = cfg != NULL;
+  ks->threads = cfg ? cfg->threads : 0;
+  ks->chunk = cfg ? cfg->chunk : 0;
+  if (cfg && cfg->parallel) {
+    for (int j = 0; j < pl->nloops && ks->par < 0 && cfg->parallel > 0; j++)
+      if (pl->size[j] > 1) ks->par = j;
+  } else if (p->graph->nsyms || kernel_work(k, ks->nodes, nn) >= TCC_PARALLEL_WORK)
+    for (int j = 0; j < pl->nloops && ks->par < 0; j++)
+      if (pl->size[j] > 1) ks->par = j;
+  ks->par_at_run_time = p->graph->nsyms && ks->par >= 0;
+  /* a reduction loop inside the element loop: no simd there (OpenMP does
+   * not nest simd constructs) */
+  for (int i = 0; i < nn; i++)
+    if (ks->nodes[i]->op == TCC_PRIM_REDUCE && ks->levels[i] == pl->nloops) ks->inner_red = 1;
+  /* border peeling of the element loop */
+  int pv = pl->nloops - 1;
+  if (!pl->affine && !pl->permuted && !ks->inner_red && pv >= 0 && pv < k->rank && pv != ks->par &&
+      pl->size[pv] > 1 && !p->graph->nsyms)
+    for (int i = 0; i < nn; i++)
+      if (ks->nodes[i]->op == TCC_PRIM_LOAD)
+        for (int d = 0; d < ks->nodes[i]->nidx; d++) find_peels(ke, ks->nodes[i]->idx[d], pv);
+  if (ks->npeel) ks->peel_loop = pv;
+  /* the element loop (not the parallel one): iterations store distinct
+   * elements and read nothing the kernel writes (tcc_check_program), so
+   * it may run in SIMD lanes; this lets gcc if-convert selects (masks)
+   * into blends (with build.c's -fno-trapping-math; a planned loop too).
+   * Otherwise a config may unroll it. */
+  if (pv >= 0 && pv != ks->par) {
+    if (pl->size[pv] > 1 && !ks->inner_red && (!pl->affine || stores_vary_in_loop(ke, pv))) ks->simd = 1;
+    else if (cfg && cfg->unroll > 0) ks->unroll = cfg->unroll;
+  }
+  return 0;
+}
+
+/* The road and threading of an extern GEMM step, C[b] = A[b] . B[b]:
+ * oneDNN's dnnl_sgemm for float32 (when tcc_onednn_enabled), else
+ * cblas_?gemm. A tuning config may pin OpenBLAS's threads, or run the
+ * batch in parallel with one BLAS thread per GEMM. Without one, a GEMM of
+ * at least TCC_GEMM_PARALLEL_FLOPS runs on the kernels' OpenMP threads
+ * (the pool PyTorch's ops use too): the batch in parallel, or (OpenBLAS)
+ * one GEMM cut into a slab of rows (of columns when C has fewer than 16
+ * rows and more columns) per thread, each a one-thread BLAS call.
+ * Dynamic programs keep one shape of code. */
+static void plan_gemm(const tcc_program *p, const tcc_kernel *k, int kno, tcc_cpu_gemm *g) {
+  const tcc_store *st = &k->stores[0];
+  const tcc_vx *call = st->value;
+  int64_t Bt = call->idx[0]->c, M = call->idx[1]->c, N = call->idx[2]->c, K = call->idx[3]->c;
+  /* layout of each operand over (b, row, col) */
+  const tcc_vx *ops[2] = {call->a, call->b};
+  int64_t rows[2] = {M, K}, cols[2] = {K, N};
+  for (int o = 0; o < 2; o++) {
+    const tcc_vx *e = ops[o];
+    const tcc_meta *L = &p->bufs[e->buf].layout;
+    const tcc_ix *idx[TCC_MAX_DIMS];
+    int64_t strd[TCC_MAX_DIMS], coef[3], c0;
+    int n = 0;
+    for (int d = 0; d < e->nidx; d++) {
+      if (tcc_ix_kernel_vars(e->idx[d]) & 1u) continue;
+      idx[n] = e->idx[d];
+      strd[n++] = L->strides[d];
+    }
+    tcc_linear_affine(n, idx, strd, 3, coef, &c0);
+    int64_t R = rows[o], C = cols[o], cr = coef[1], cc = coef[2];
+    int64_t mc = C > 1 ? C : 1, mr = R > 1 ? R : 1;
+    if ((cc == 1 || C == 1) && (R == 1 || cr >= mc)) {
+      g->trans[o] = 0;
+      g->ld[o] = R == 1 ? mc : cr;
+    } else {
+      g->trans[o] = 1;
+      g->ld[o] = C == 1 ? mr : cc;
+    }
+  }
+  g->onednn = call->dtype == TCC__V1__DTYPE__FLOAT32 && tcc_onednn_enabled();
+  const tcc_kernel_config *cfg = tcc_kernel_config_of(p, kno);
+  int auto_par = !cfg && !p->graph->nsyms &&
+                 2.0 * (double)M * (double)N * (double)K * (double)Bt >= TCC_GEMM_PARALLEL_FLOPS;
+  g->batch_par = Bt > 1 && ((cfg && cfg->parallel > 0) || auto_par);
+  if (g->onednn) {
+    g->serial = cfg && cfg->parallel < 0;
+    return;
+  }
+  g->slab_par = Bt == 1 && auto_par && (M > 1 || N > 1);
+  g->by_rows = M >= N || M >= 16;
+  g->blas_threads = g->batch_par || g->slab_par ? 1 : !cfg ? 0 : cfg->parallel < 0 ? 1 : cfg->blas_threads;
+}
+
+/* ------------------------------------------------------------ the pass */
+
+int tcc_cpu_schedule_pass(tcc_program *p, tcc_error *err) {
+  for (int bi = 0; bi < p->nbufs; bi++)
+    if (!p->bufs[bi].dead && !tcc_cpu_ctype(p->bufs[bi].layout.dtype))
+      return tcc_error_set(err, TCC_E_UNIMPLEMENTED, "%s tensors are not supported by the CPU "
+                           "backend yet", tcc_dtype_name(p->bufs[bi].layout.dtype));
+  tcc_cpu_schedule *s = tcc_arena_alloc(p->arena, sizeof *s);
+  tcc_cpu_access *acc = malloc(sizeof *acc * TCC_CPU_MAX_ACCESS);
+  if (!s || !acc || !(s->kernels = tcc_arena_array(p->arena, (size_t)p->nkernels + 1, sizeof *s->kernels))) {
+    free(acc);
+    return tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "out of memory scheduling");
+  }
+  memset(s->kernels, 0, sizeof *s->kernels * ((size_t)p->nkernels + 1));
+  s->has_conv = s->has_dnnl_gemm = s->has_cblas = 0;
+  int rc = 0;
+  for (int k = 0, kno = 0; k < p->nkernels && !rc; k++) {
+    const tcc_kernel *K = &p->kernels[k];
+    if (K->dead) continue;
+    tcc_cpu_kernel_schedule *ks = &s->kernels[k];
+    ks->live = 1;
+    ks->kno = kno++;
+    ks->par = ks->peel_loop = -1;
+    if (K->kind == TCC_OPK_EXTERN) {
+      const tcc_store *st = &K->stores[0];
+      const tcc_vx *call = st->value;
+      int *used = tcc_arena_array(p->arena, 3, sizeof *used);
+      if (!used) {
+        rc = -1;
+        break;
+      }
+      add_buf(used, &ks->nused, call->a->buf);
+      add_buf(used, &ks->nused, call->b->buf);
+      add_buf(used, &ks->nused, st->buf);
+      ks->used = used;
+      if (call->i != TCC_EXT_GEMM) {
+        s->has_conv = 1;
+        continue;
+      }
+      plan_gemm(p, K, ks->kno, &ks->gemm);
+      if (ks->gemm.onednn) s->has_dnnl_gemm = 1;
+      else s->has_cblas = 1;
+      continue;
+    }
+    planner ke = {.p = p, .k = K, .ks = ks, .acc = acc};
+    if (tcc_cpu_fv_init(&ke.fv, p->arena)) rc = -1;
+    else rc = plan_kernel(&ke);
+    ks->acc = ke.nacc ? tcc_arena_array(p->arena, (size_t)ke.nacc, sizeof *ks->acc) : NULL;
+    if (!rc && ke.nacc && !ks->acc) rc = -1;
+    if (!rc && ke.nacc) memcpy(ks->acc, acc, sizeof *acc * (size_t)ke.nacc);
+    ks->nacc = ke.nacc;
+    tcc_cpu_fv_free(&ke.fv);
+  }
+  free(acc);
+  if (rc) return tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "out of memory scheduling");
+  p->sched.cpu = s;
+  return 0;
+}
+
+/* ------------------------------------------------------ check and dump */
+
+int tcc_cpu_schedule_check(const tcc_program *p, tcc_error *err) {
+  const tcc_cpu_schedule *s = p->sched.cpu;
+  if (!s) return tcc_error_set(err, TCC_E_INTERNAL, "no CPU schedule");
+  for (int k = 0, kno = 0; k < p->nkernels; k++) {
+    const tcc_kernel *K = &p->kernels[k];
+    const tcc_cpu_kernel_schedule *ks = &s->kernels[k];
+    if (ks->live != !K->dead) return tcc_error_set(err, TCC_E_INTERNAL, "kernel %d: liveness", k);
+    if (K->dead) continue;
+    if (ks->kno != kno++) return tcc_error_set(err, TCC_E_INTERNAL, "kernel %d: numbered out of order", k);
+    for (int i = 1; i < ks->nused; i++)
+      if (ks->used[i - 1] >= ks->used[i]) return tcc_error_set(err, TCC_E_INTERNAL, "k%d: buffers unsorted", ks->kno);
+    for (int st = 0; st < K->nstores; st++) {
+      int have = 0;
+      for (int i = 0; i < ks->nused; i++) have |= ks->used[i] == K->stores[st].buf;
+      if (!have) return tcc_error_set(err, TCC_E_INTERNAL, "k%d: a stored buffer is not declared", ks->kno);
+    }
+    if (K->kind == TCC_OPK_EXTERN) {
+      const tcc_cpu_gemm *g = &ks->gemm;
+      if ((g->slab_par && g->batch_par) || (g->onednn && (g->slab_par || g->blas_threads)))
+        return tcc_error_set(err, TCC_E_INTERNAL, "k%d: GEMM threaded two ways", ks->kno);
+      continue;
+    }
+    const tcc_cpu_nest *pl = &ks->nest;
+    if (pl->nloops < 0 || pl->nloops > TCC_MAX_DIMS)
+      return tcc_error_set(err, TCC_E_INTERNAL, "k%d: %d loops", ks->kno, pl->nloops);
+    int seen[TCC_MAX_DIMS] = {0};
+    for (int j = 0; j < pl->nloops; j++) {
+      int64_t size = 1;
+      for (int i = 0; i < pl->ndims[j]; i++) {
+        int d = pl->dims[j][i];
+        if (d < 0 || d >= K->rank || seen[d]++)
+          return tcc_error_set(err, TCC_E_INTERNAL, "k%d: loop %d runs dim %d twice or out of range", ks->kno, j, d);
+        size *= K->sizes[d];
+      }
+      if (size != pl->size[j])
+        return tcc_error_set(err, TCC_E_INTERNAL, "k%d: loop %d runs %" PRId64 " of its dims' %" PRId64 " iterations",
+                             ks->kno, j, pl->size[j], size);
+    }
+    for (int d = 0; d < K->rank; d++)
+      if (!seen[d] && K->sizes[d] != 1)
+        return tcc_error_set(err, TCC_E_INTERNAL, "k%d: dim %d has no loop", ks->kno, d);
+    if (ks->par < -1 || ks->par >= pl->nloops || (ks->par >= 0 && pl->size[ks->par] < 2))
+      return tcc_error_set(err, TCC_E_INTERNAL, "k%d: parallel loop %d of %d", ks->kno, ks->par, pl->nloops);
+    int elem = pl->nloops - 1;
+    if ((ks->simd || ks->unroll) && (elem < 0 || elem == ks->par))
+      return tcc_error_set(err, TCC_E_INTERNAL, "k%d: simd or unroll on the parallel loop", ks->kno);
+    if (ks->simd && ks->inner_red)
+      return tcc_error_set(err, TCC_E_INTERNAL, "k%d: simd around a reduction loop", ks->kno);
+    if (ks->peel_loop >= 0 && (ks->peel_loop != elem || ks->peel_loop == ks->par || !ks->npeel || pl->affine))
+      return tcc_error_set(err, TCC_E_INTERNAL, "k%d: peeling loop %d", ks->kno, ks->peel_loop);
+    for (int i = 0; i < ks->nnodes; i++)
+      if (ks->levels[i] < 0 || ks->levels[i] > pl->nloops + 1)
+        return tcc_error_set(err, TCC_E_INTERNAL, "k%d: a node at loop level %d of %d", ks->kno, ks->levels[i],
+                             pl->nloops);
+    for (int st = 0; st < K->nstores; st++)
+      if (ks->store_levels[st] < 0 || ks->store_levels[st] > pl->nloops)
+        return tcc_error_set(err, TCC_E_INTERNAL, "k%d: store %d at loop level %d of %d", ks->kno, st,
+                             ks->store_levels[st], pl->nloops);
+  }
+  return 0;
+}
+
+void tcc_cpu_schedule_dump(const tcc_program *p, tcc_buf *b) {
+  const tcc_cpu_schedule *s = p->sched.cpu;
+  if (!s) return;
+  tcc_buf_printf(b, "cpu schedule%s%s%s\n", s->has_conv ? ", oneDNN convolutions" : "",
+                 s->has_dnnl_gemm ? ", oneDNN GEMMs" : "", s->has_cblas ? ", OpenBLAS GEMMs" : "");
+  for (int k = 0; k < p->nkernels; k++) {
+    const tcc_kernel *K = &p->kernels[k];
+    const tcc_cpu_kernel_schedule *ks = &s->kernels[k];
+    if (!ks->live) continue;
+    tcc_buf_printf(b, "  k%d (kernel %d):", ks->kno, k);
+    if (K->kind == TCC_OPK_EXTERN) {
+      const tcc_cpu_gemm *g = &ks->gemm;
+      if (K->stores[0].value->i != TCC_EXT_GEMM) {
+        tcc_buf_puts(b, " oneDNN convolution\n");
+        continue;
+      }
+      tcc_buf_printf(b, " GEMM by %s, A%s ld %" PRId64 ", B%s ld %" PRId64 "%s%s%s", g->onednn ? "oneDNN" : "OpenBLAS",
+                     g->trans[0] ? "^T" : "", g->ld[0], g->trans[1] ? "^T" : "", g->ld[1],
+                     g->batch_par ? ", batch in parallel" : "",
+                     g->slab_par ? (g->by_rows ? ", row slabs per thread" : ", column slabs per thread") : "",
+                     g->serial ? ", one thread" : "");
+      if (g->blas_threads) tcc_buf_printf(b, ", %d BLAS thread%s", g->blas_threads, g->blas_threads == 1 ? "" : "s");
+      tcc_buf_puts(b, "\n");
+      continue;
+    }
+    const tcc_cpu_nest *pl = &ks->nest;
+    tcc_buf_printf(b, " %s nest", pl->affine ? "planned" : pl->permuted ? "stride-order" : "dim-order");
+    for (int j = 0; j < pl->nloops; j++) {
+      tcc_buf_printf(b, " %s%" PRId64 "(", j ? "x " : "[", pl->size[j]);
+      for (int i = 0; i < pl->ndims[j]; i++) tcc_buf_printf(b, "%si%d", i ? "," : "", pl->dims[j][i]);
+      tcc_buf_puts(b, ")");
+    }
+    tcc_buf_puts(b, pl->nloops ? "]" : " []");
+    if (ks->par >= 0)
+      tcc_buf_printf(b, "; parallel loop %d%s", ks->par, ks->par_at_run_time ? " (if the work is large)" : "");
+    if (ks->tuned && (ks->threads || ks->chunk))
+      tcc_buf_printf(b, " threads %d chunk %d", ks->threads, ks->chunk);
+    if (ks->simd) tcc_buf_puts(b, "; simd element loop");
+    if (ks->simdlen) tcc_buf_printf(b, " simdlen %d", ks->simdlen);
+    if (ks->unroll) tcc_buf_printf(b, "; element loop unrolled %d", ks->unroll);
+    if (ks->inner_red) tcc_buf_puts(b, "; reduction in the element loop");
+    if (ks->peel_loop >= 0) tcc_buf_printf(b, "; loop %d peeled around %d clamps", ks->peel_loop, ks->npeel);
+    tcc_buf_printf(b, "; %d accesses, %d buffers\n", ks->nacc, ks->nused);
+    /* where values are computed: per loop level, values (of which reductions) */
+    for (int lv = 0; lv <= pl->nloops + 1; lv++) {
+      int n = 0, red = 0, stores = 0;
+      for (int i = 0; i < ks->nnodes; i++)
+        if (ks->levels[i] == lv) n++, red += ks->nodes[i]->op == TCC_PRIM_REDUCE;
+      for (int st = 0; st < K->nstores; st++) stores += ks->store_levels[st] == lv;
+      if (n || stores)
+        tcc_buf_printf(b, "    level %d: %d values (%d reductions), %d stores\n", lv, n, red, stores);
+    }
+  }
+}
