@@ -1,6 +1,9 @@
 /*
- * csource.c — the C source text both emitters (emit_c.c for the CPU,
- * emit_cuda.c for NVRTC) write alike: numbers and primitive operations.
+ * csource.c — the C-family expression printer both emitters (cpu/emit.c
+ * for the system C compiler, cuda/emit.c for NVRTC) share: numbers,
+ * literals, constant buffers and primitive operations, each spelled in
+ * the target's dialect (tcc_dialect: its C types, float literal macros,
+ * rounding and isinf spellings, the division helpers' shape).
  *
  * Numbers: nothing from a request reaches generated source but numbers,
  * and these functions are how they get there: floats as exact hexadecimal
@@ -53,8 +56,88 @@ static double half_value(uint16_t h) {
   return h & 0x8000 ? -v : v;
 }
 
-void tcc_put_constant_elements(tcc_buf *b, const tcc_buffer *B, tcc_put_float_fn *put_float,
-                               int half_as_float) {
+/* tcc_c_put_prim's ops both dialects spell alike (C type T; isint:
+ * integer operands; math suffix f, "f" or ""). Returns 1, or 0 for the
+ * ops the dialect decides (ROUND, ISINF, DIV, TRUNCDIV, FLOORDIV, FMOD,
+ * REM), writing nothing. */
+static int put_prim_common(tcc_buf *b, tcc_prim op, tcc_dtype d, const char *T, int isint, const char *f,
+                           const char *x, const char *y, const char *z);
+
+void tcc_c_put_float(const tcc_dialect *D, tcc_buf *b, double v, tcc_dtype d) {
+  int f32 = D->halves_in_float ? d != TCC__V1__DTYPE__FLOAT64 : d == TCC__V1__DTYPE__FLOAT32;
+  if (isnan(v)) {
+    tcc_buf_puts(b, f32 ? D->nan_f32 : D->nan_f64);
+  } else if (isinf(v)) {
+    tcc_buf_printf(b, "%s%s", v < 0 ? "-" : "", f32 ? D->inf_f32 : D->inf_f64);
+  } else {
+    tcc_put_hexfloat(b, f32 ? (double)(float)v : v);
+    if (f32) tcc_buf_puts(b, "f");
+  }
+}
+
+void tcc_c_put_literal(const tcc_dialect *D, tcc_buf *b, const tcc_vx *e) {
+  if (tcc_dtype_is_float(e->dtype)) tcc_c_put_float(D, b, e->f, e->dtype);
+  else if (e->dtype == TCC__V1__DTYPE__INT64) tcc_put_int64(b, e->i);
+  else tcc_buf_printf(b, "((%s)%" PRId64 ")", D->ctype(e->dtype), e->i);
+}
+
+const char *tcc_c_int_limit(tcc_dtype d, int high) {
+  switch (d) {
+  case TCC__V1__DTYPE__INT8: return high ? "INT8_MAX" : "INT8_MIN";
+  case TCC__V1__DTYPE__INT16: return high ? "INT16_MAX" : "INT16_MIN";
+  case TCC__V1__DTYPE__INT32: return high ? "INT32_MAX" : "INT32_MIN";
+  case TCC__V1__DTYPE__INT64: return high ? "INT64_MAX" : "INT64_MIN";
+  default: return high ? "255" : "0";
+  }
+}
+
+void tcc_c_put_constant(const tcc_dialect *D, tcc_buf *b, const tcc_buffer *B, int id) {
+  int64_t n = B->layout.numel;
+  tcc_buf_printf(b, "%s %s b%d_data[%" PRId64 "] = ", D->constant_qualifiers, D->ctype(B->layout.dtype), id,
+                 n ? n : 1);
+  tcc_put_constant_elements(D, b, B);
+}
+
+void tcc_c_put_prim(const tcc_dialect *D, tcc_buf *b, tcc_prim op, tcc_dtype d, tcc_dtype od, const char *x,
+                    const char *y, const char *z) {
+  int fl = tcc_dtype_is_float(od);
+  const char *f = D->halves_in_float ? (od == TCC__V1__DTYPE__FLOAT64 ? "" : "f")
+                                     : (od == TCC__V1__DTYPE__FLOAT32 ? "f" : "");
+  const char *T = D->ctype(d), *bad = D->div_flag;
+  int isint = !fl;
+  switch (op) {
+  case TCC_PRIM_ROUND: tcc_buf_printf(b, "%s%s(%s)", D->round, f, x); break;
+  case TCC_PRIM_ISINF:
+    if (!fl) tcc_buf_puts(b, "(uint8_t)0");
+    else if (D->isinf_by_fabs) tcc_buf_printf(b, "(uint8_t)(fabs%s(%s) == %s)", f, x, *f ? D->inf_f32 : D->inf_f64);
+    else tcc_buf_printf(b, "(uint8_t)(isinf(%s) != 0)", x);
+    break;
+  case TCC_PRIM_DIV:
+  case TCC_PRIM_TRUNCDIV:
+    if (isint) tcc_buf_printf(b, "(%s)tcc_truncdiv_i64(%s, %s%s)", T, x, y, bad);
+    else if (op == TCC_PRIM_DIV) tcc_buf_printf(b, "%s / %s", x, y);
+    else tcc_buf_printf(b, "trunc%s(%s / %s)", f, x, y);
+    break;
+  case TCC_PRIM_FLOORDIV:
+  case TCC_PRIM_REM: {
+    const char *fn = op == TCC_PRIM_FLOORDIV ? "floordiv" : "rem";
+    if (isint) tcc_buf_printf(b, "(%s)tcc_%s_i64(%s, %s%s)", T, fn, x, y, bad);
+    else if (D->typed_float_helpers) tcc_buf_printf(b, "tcc_%s_f%s(%s, %s)", fn, *f ? "32" : "64", x, y);
+    else tcc_buf_printf(b, "tcc_%s(%s, %s)", fn, x, y);
+    break;
+  }
+  case TCC_PRIM_FMOD:
+    if (isint) tcc_buf_printf(b, "(%s)tcc_fmod_i64(%s, %s%s)", T, x, y, bad);
+    else tcc_buf_printf(b, "fmod%s(%s, %s)", f, x, y);
+    break;
+  default:
+    if (!put_prim_common(b, op, d, T, isint, f, x, y, z))
+      tcc_buf_printf(b, "/* bad prim %d */ 0", (int)op);
+    break;
+  }
+}
+
+void tcc_put_constant_elements(const tcc_dialect *D, tcc_buf *b, const tcc_buffer *B) {
   int64_t n = B->layout.numel;
   int es = tcc_dtype_size(B->layout.dtype);
   tcc_buf_puts(b, "{");
@@ -66,13 +149,13 @@ void tcc_put_constant_elements(tcc_buf *b, const tcc_buffer *B, tcc_put_float_fn
     case TCC__V1__DTYPE__FLOAT32: {
       float f;
       memcpy(&f, p, 4);
-      put_float(b, f, B->layout.dtype);
+      tcc_c_put_float(D, b, f, B->layout.dtype);
       break;
     }
     case TCC__V1__DTYPE__FLOAT64: {
       double f;
       memcpy(&f, p, 8);
-      put_float(b, f, B->layout.dtype);
+      tcc_c_put_float(D, b, f, B->layout.dtype);
       break;
     }
     case TCC__V1__DTYPE__INT8: tcc_buf_printf(b, "%d", (int)*(const int8_t *)p); break;
@@ -98,8 +181,8 @@ void tcc_put_constant_elements(tcc_buf *b, const tcc_buffer *B, tcc_put_float_fn
     case TCC__V1__DTYPE__BFLOAT16: {
       uint16_t h;
       memcpy(&h, p, 2);
-      if (half_as_float && B->layout.dtype == TCC__V1__DTYPE__FLOAT16)
-        put_float(b, half_value(h), TCC__V1__DTYPE__FLOAT32);
+      if (D->half_constants_as_values && B->layout.dtype == TCC__V1__DTYPE__FLOAT16)
+        tcc_c_put_float(D, b, half_value(h), TCC__V1__DTYPE__FLOAT32);
       else
         tcc_buf_printf(b, "%u", (unsigned)h);
       break;
@@ -110,8 +193,8 @@ void tcc_put_constant_elements(tcc_buf *b, const tcc_buffer *B, tcc_put_float_fn
   tcc_buf_puts(b, "};\n");
 }
 
-int tcc_put_prim_common(tcc_buf *b, tcc_prim op, tcc_dtype d, const char *T, int isint,
-                        const char *f, const char *x, const char *y, const char *z) {
+static int put_prim_common(tcc_buf *b, tcc_prim op, tcc_dtype d, const char *T, int isint,
+                           const char *f, const char *x, const char *y, const char *z) {
   const char *U = tcc_utype(d);
   switch (op) {
   case TCC_PRIM_NEG:

@@ -411,23 +411,39 @@ void tcc_dump_ix(const tcc_ix *e, tcc_buf *b);
 void tcc_put_hexfloat(tcc_buf *b, double v);
 /* v as INT64_C(v) (INT64_MIN by name). */
 void tcc_put_int64(tcc_buf *b, int64_t v);
-/* A target's exact literal of float v in dtype d. */
-typedef void tcc_put_float_fn(tcc_buf *b, double v, tcc_dtype d);
+/* How a C-family target spells what C99 and CUDA C differ in. */
+typedef struct tcc_dialect {
+  const char *(*ctype)(tcc_dtype d);   /* a dtype's C type */
+  const char *constant_qualifiers;     /* "static const", "__device__ const" */
+  int half_constants_as_values;        /* float16 constants as values (_Float16), else bits */
+  int halves_in_float;                 /* float16/bfloat16 math and literals in float ("f") */
+  const char *nan_f32, *nan_f64, *inf_f32, *inf_f64;  /* NaN and infinity */
+  const char *round;                   /* round half to even: "nearbyint", "rint" */
+  int isinf_by_fabs;                   /* isinf as fabs(x) == inf, else isinf(x) */
+  const char *div_flag;                /* extra argument of integer division helpers
+                                          (", &bad": division by zero flagged) */
+  int typed_float_helpers;             /* tcc_floordiv_f32/_f64, else one template */
+} tcc_dialect;
+
+/* An exact literal of float v in dtype d. */
+void tcc_c_put_float(const tcc_dialect *D, tcc_buf *b, double v, tcc_dtype d);
+/* The literal of a CONST expression. */
+void tcc_c_put_literal(const tcc_dialect *D, tcc_buf *b, const tcc_vx *e);
+/* INT8_MAX, ... of an integer dtype (uint8 and bool: 255 / 0). */
+const char *tcc_c_int_limit(tcc_dtype d, int high);
+/* Constant buffer B as the array b<id>_data with its elements. */
+void tcc_c_put_constant(const tcc_dialect *D, tcc_buf *b, const tcc_buffer *B, int id);
+/* Primitive op of result dtype d over operand texts x, y, z whose
+ * operand dtype is od. */
+void tcc_c_put_prim(const tcc_dialect *D, tcc_buf *b, tcc_prim op, tcc_dtype d, tcc_dtype od, const char *x,
+                    const char *y, const char *z);
 /* The initializer of constant buffer B's elements, "{...};\n": floats
- * through put_float, integers as decimals, bfloat16 as its bits, float16
- * as its value (half_as_float: the C target's _Float16) or its bits. */
-void tcc_put_constant_elements(tcc_buf *b, const tcc_buffer *B, tcc_put_float_fn *put_float,
-                               int half_as_float);
+ * exact, integers as decimals, bfloat16 as its bits, float16 as its value
+ * or its bits (the dialect's half_constants_as_values). */
+void tcc_put_constant_elements(const tcc_dialect *D, tcc_buf *b, const tcc_buffer *B);
 /* The unsigned type integer arithmetic of dtype d wraps in (uint64_t for
  * int64, uint32_t for the narrower ones). */
 const char *tcc_utype(tcc_dtype d);
-/* Writes primitive op of result dtype d (C type T; isint: integer
- * operands) over operand texts x, y, z, with math suffix f ("f" or ""),
- * as both targets spell it. Returns 1, or 0 for an op each target spells
- * itself (ROUND, ISINF, DIV, TRUNCDIV, FLOORDIV, FMOD, REM), writing
- * nothing. */
-int tcc_put_prim_common(tcc_buf *b, tcc_prim op, tcc_dtype d, const char *T, int isint,
-                        const char *f, const char *x, const char *y, const char *z);
 
 /* ---------------------------------------------------------- pipeline.c */
 

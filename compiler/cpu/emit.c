@@ -56,33 +56,27 @@
 #include <string.h>
 
 
-/* An exact C literal of value v in dtype d. */
-static void put_float(tcc_buf *b, double v, tcc_dtype d) {
-  int f32 = d == TCC__V1__DTYPE__FLOAT32;
-  if (isnan(v)) {
-    tcc_buf_puts(b, f32 ? "NAN" : "((double)NAN)");
-  } else if (isinf(v)) {
-    tcc_buf_printf(b, "%s%s", v < 0 ? "-" : "", f32 ? "INFINITY" : "((double)INFINITY)");
-  } else {
-    tcc_put_hexfloat(b, f32 ? (double)(float)v : v);
-    if (f32) tcc_buf_puts(b, "f");
-  }
-}
+/* C99 for the system compiler (cpu/prelude.c's helpers). */
+static const tcc_dialect c99 = {
+  .ctype = tcc_cpu_ctype,
+  .constant_qualifiers = "static const",
+  .half_constants_as_values = 1,
+  .halves_in_float = 0,
+  .nan_f32 = "NAN",
+  .nan_f64 = "((double)NAN)",
+  .inf_f32 = "INFINITY",
+  .inf_f64 = "((double)INFINITY)",
+  .round = "nearbyint",
+  .isinf_by_fabs = 0,
+  .div_flag = ", &bad",
+  .typed_float_helpers = 1,
+};
+#define D (&c99)
 
-static void put_literal(tcc_buf *b, const tcc_vx *e) {
-  if (tcc_dtype_is_float(e->dtype)) put_float(b, e->f, e->dtype);
-  else if (e->dtype == TCC__V1__DTYPE__INT64) tcc_put_int64(b, e->i);
-  else tcc_buf_printf(b, "((%s)%" PRId64 ")", tcc_cpu_ctype(e->dtype), e->i);
-}
+
 
 /* ------------------------------------------------------- constants */
 
-static void emit_constant(tcc_buf *b, const tcc_buffer *B, int id) {
-  int64_t n = B->layout.numel;
-  tcc_buf_printf(b, "static const %s b%d_data[%" PRId64 "] = ", tcc_cpu_ctype(B->layout.dtype), id,
-                 n ? n : 1);
-  tcc_put_constant_elements(b, B, put_float, 1);
-}
 
 /* ------------------------------------------------------- loop plan */
 
@@ -274,43 +268,6 @@ static void put_index(kernel_emit *ke, int buf, const tcc_ix *const *idx) {
 
 /* ------------------------------------------------------------ body */
 
-/* C for a primitive of result dtype d over operand texts x, y, z whose
- * operand dtype is od. */
-static void put_prim(tcc_buf *b, tcc_prim op, tcc_dtype d, tcc_dtype od, const char *x,
-                     const char *y, const char *z) {
-  int fl = tcc_dtype_is_float(od);
-  const char *f = od == TCC__V1__DTYPE__FLOAT32 ? "f" : "";
-  const char *T = tcc_cpu_ctype(d);
-  int isint = !fl;
-  switch (op) {
-  case TCC_PRIM_ROUND: tcc_buf_printf(b, "nearbyint%s(%s)", f, x); break;
-  case TCC_PRIM_ISINF: tcc_buf_printf(b, fl ? "(uint8_t)(isinf(%s) != 0)" : "(uint8_t)0", x); break;
-  case TCC_PRIM_DIV:
-    if (isint) tcc_buf_printf(b, "(%s)tcc_truncdiv_i64(%s, %s, &bad)", T, x, y);
-    else tcc_buf_printf(b, "%s / %s", x, y);
-    break;
-  case TCC_PRIM_TRUNCDIV:
-    if (isint) tcc_buf_printf(b, "(%s)tcc_truncdiv_i64(%s, %s, &bad)", T, x, y);
-    else tcc_buf_printf(b, "trunc%s(%s / %s)", f, x, y);
-    break;
-  case TCC_PRIM_FLOORDIV:
-    if (isint) tcc_buf_printf(b, "(%s)tcc_floordiv_i64(%s, %s, &bad)", T, x, y);
-    else tcc_buf_printf(b, "tcc_floordiv_f%s(%s, %s)", *f ? "32" : "64", x, y);
-    break;
-  case TCC_PRIM_FMOD:
-    if (isint) tcc_buf_printf(b, "(%s)tcc_fmod_i64(%s, %s, &bad)", T, x, y);
-    else tcc_buf_printf(b, "fmod%s(%s, %s)", f, x, y);
-    break;
-  case TCC_PRIM_REM:
-    if (isint) tcc_buf_printf(b, "(%s)tcc_rem_i64(%s, %s, &bad)", T, x, y);
-    else tcc_buf_printf(b, "tcc_rem_f%s(%s, %s)", *f ? "32" : "64", x, y);
-    break;
-  default:
-    if (!tcc_put_prim_common(b, op, d, T, isint, f, x, y, z))
-      tcc_buf_printf(b, "/* bad prim %d */ 0", (int)op);
-    break;
-  }
-}
 
 /* A conversion of text x from dtype from to dtype to. */
 static void put_cast(tcc_buf *b, tcc_dtype from, tcc_dtype to, const char *x) {
@@ -330,7 +287,7 @@ static void put_cast(tcc_buf *b, tcc_dtype from, tcc_dtype to, const char *x) {
 static void operand_text(kernel_emit *ke, const tcc_vx *e, char *out, size_t cap) {
   if (e->op == TCC_PRIM_CONST) {
     tcc_buf lit = {0};
-    put_literal(&lit, e);
+    tcc_c_put_literal(D, &lit, e);
     const char *t = lit.data ? lit.data : "0";
     snprintf(out, cap, t[0] == '-' ? "(%s)" : "%s", t);   /* never "--" or "- -x" */
     tcc_buf_free(&lit);
@@ -400,15 +357,6 @@ static const char *red_init(const tcc_vx *r) {
   }
 }
 
-static const char *int_limit(tcc_dtype d, int high) {
-  switch (d) {
-  case TCC__V1__DTYPE__INT8: return high ? "INT8_MAX" : "INT8_MIN";
-  case TCC__V1__DTYPE__INT16: return high ? "INT16_MAX" : "INT16_MIN";
-  case TCC__V1__DTYPE__INT32: return high ? "INT32_MAX" : "INT32_MIN";
-  case TCC__V1__DTYPE__INT64: return high ? "INT64_MAX" : "INT64_MIN";
-  default: return high ? "255" : "0";
-  }
-}
 
 /* How a REDUCE accumulates. A float32 sum adds each run of its innermost
  * loop (vectorised, at most TCC_SUM_BLOCK long) in float, and those
@@ -480,13 +428,13 @@ static int emit_reduce_group(kernel_emit *ke, const tcc_vx *const *group, int ng
     acc[g] = ke->naccs++;
     const char *init = red_init(r);
     if (!strcmp(init, "tcc_lowest") || !strcmp(init, "tcc_highest"))
-      init = int_limit(r->dtype, !strcmp(init, "tcc_highest"));
+      init = tcc_c_int_limit(r->dtype, !strcmp(init, "tcc_highest"));
     if (r->i == TCC_RED_ARGMAX || r->i == TCC_RED_ARGMIN) {
       const char *vt = tcc_cpu_ctype(r->a->dtype);
       int fl = tcc_dtype_is_float(r->a->dtype);
       tcc_buf_printf(b, "%*s%s a%dv = %s; int64_t a%d = 0;\n", indent, "", vt, acc[g],
                      fl ? (r->i == TCC_RED_ARGMAX ? "-INFINITY" : "INFINITY")
-                        : int_limit(r->a->dtype, r->i == TCC_RED_ARGMIN),
+                        : tcc_c_int_limit(r->a->dtype, r->i == TCC_RED_ARGMIN),
                      acc[g]);
       simd = 0;
     } else {
@@ -691,7 +639,7 @@ static int emit_node(kernel_emit *ke, const tcc_vx *e, int indent) {
     put_cast(b, e->a->dtype, e->dtype, x);
   } else {
     tcc_dtype od = e->op == TCC_PRIM_WHERE ? e->b->dtype : e->a ? e->a->dtype : e->dtype;
-    put_prim(b, e->op, e->dtype, od, x, y, z);
+    tcc_c_put_prim(D, b, e->op, e->dtype, od, x, y, z);
   }
   tcc_buf_puts(b, ";\n");
   return 0;
@@ -1087,7 +1035,7 @@ int tcc_cpu_emit(const tcc_program *p, tcc_buf *b, tcc_error *err) {
         if (p->bufs[bj].kind == TCC_BUF_CONST && p->bufs[bj].data == p->bufs[bi].data && !p->bufs[bj].dead)
           first = 0;
       (void)first;
-      emit_constant(b, &p->bufs[bi], bi);
+      tcc_c_put_constant(D, b, &p->bufs[bi], bi);
     }
   int kno = 0;
   for (int k = 0; k < p->nkernels; k++) {

@@ -100,32 +100,27 @@ static int is_half(tcc_dtype d) {
 
 static int is_float(tcc_dtype d) { return tcc_dtype_is_float(d) && !is_half(d); }
 
-static void put_float(tcc_buf *b, double v, tcc_dtype d) {
-  int f32 = d != TCC__V1__DTYPE__FLOAT64;
-  if (isnan(v)) {
-    tcc_buf_puts(b, f32 ? "TCC_NANF" : "TCC_NAN");
-  } else if (isinf(v)) {
-    tcc_buf_printf(b, "%s%s", v < 0 ? "-" : "", f32 ? "TCC_INFF" : "TCC_INF");
-  } else {
-    tcc_put_hexfloat(b, f32 ? (double)(float)v : v);
-    if (f32) tcc_buf_puts(b, "f");
-  }
-}
+/* CUDA C for NVRTC (the prelude's macros and templates). */
+static const tcc_dialect cuda_c = {
+  .ctype = tcc_cuda_ctype,
+  .constant_qualifiers = "__device__ const",
+  .half_constants_as_values = 0,
+  .halves_in_float = 1,
+  .nan_f32 = "TCC_NANF",
+  .nan_f64 = "TCC_NAN",
+  .inf_f32 = "TCC_INFF",
+  .inf_f64 = "TCC_INF",
+  .round = "rint",
+  .isinf_by_fabs = 1,
+  .div_flag = "",
+  .typed_float_helpers = 0,
+};
+#define D (&cuda_c)
 
-static void put_literal(tcc_buf *b, const tcc_vx *e) {
-  if (tcc_dtype_is_float(e->dtype)) put_float(b, e->f, e->dtype);
-  else if (e->dtype == TCC__V1__DTYPE__INT64) tcc_put_int64(b, e->i);
-  else tcc_buf_printf(b, "((%s)%" PRId64 ")", tcc_cuda_ctype(e->dtype), e->i);
-}
+
 
 /* ------------------------------------------------------- constants */
 
-static void emit_constant(tcc_buf *b, const tcc_buffer *B, int id) {
-  int64_t n = B->layout.numel;
-  tcc_buf_printf(b, "__device__ const %s b%d_data[%" PRId64 "] = ", tcc_cuda_ctype(B->layout.dtype), id,
-                 n ? n : 1);
-  tcc_put_constant_elements(b, B, put_float, 0);
-}
 
 /* ---------------------------------------------------------- emission */
 
@@ -222,44 +217,6 @@ static void put_index(cuda_emit *ce, int buf, const tcc_ix *const *idx) {
   }
 }
 
-/* CUDA for a primitive of result dtype d over operand texts of dtype od
- * (the device math library has the C99 names). */
-static void put_prim(tcc_buf *b, tcc_prim op, tcc_dtype d, tcc_dtype od, const char *x,
-                     const char *y, const char *z) {
-  int fl = tcc_dtype_is_float(od);
-  const char *f = od == TCC__V1__DTYPE__FLOAT64 ? "" : "f";
-  const char *T = tcc_cuda_ctype(d);
-  int isint = !fl;
-  switch (op) {
-  case TCC_PRIM_ROUND: tcc_buf_printf(b, "rint%s(%s)", f, x); break;
-  case TCC_PRIM_ISINF:
-    if (fl) tcc_buf_printf(b, "(uint8_t)(fabs%s(%s) == %s)", f, x, *f ? "TCC_INFF" : "TCC_INF");
-    else tcc_buf_puts(b, "(uint8_t)0");
-    break;
-  case TCC_PRIM_DIV:
-  case TCC_PRIM_TRUNCDIV:
-    if (isint) tcc_buf_printf(b, "(%s)tcc_truncdiv_i64(%s, %s)", T, x, y);
-    else if (op == TCC_PRIM_DIV) tcc_buf_printf(b, "%s / %s", x, y);
-    else tcc_buf_printf(b, "trunc%s(%s / %s)", f, x, y);
-    break;
-  case TCC_PRIM_FLOORDIV:
-    if (isint) tcc_buf_printf(b, "(%s)tcc_floordiv_i64(%s, %s)", T, x, y);
-    else tcc_buf_printf(b, "tcc_floordiv(%s, %s)", x, y);
-    break;
-  case TCC_PRIM_FMOD:
-    if (isint) tcc_buf_printf(b, "(%s)tcc_fmod_i64(%s, %s)", T, x, y);
-    else tcc_buf_printf(b, "fmod%s(%s, %s)", f, x, y);
-    break;
-  case TCC_PRIM_REM:
-    if (isint) tcc_buf_printf(b, "(%s)tcc_rem_i64(%s, %s)", T, x, y);
-    else tcc_buf_printf(b, "tcc_rem(%s, %s)", x, y);
-    break;
-  default:
-    if (!tcc_put_prim_common(b, op, d, T, isint, f, x, y, z))
-      tcc_buf_printf(b, "/* bad prim %d */ 0", (int)op);
-    break;
-  }
-}
 
 static void put_cast(tcc_buf *b, tcc_dtype from, tcc_dtype to, const char *x) {
   const char *in = from == TCC__V1__DTYPE__FLOAT16 ? "tcc_h2f" : from == TCC__V1__DTYPE__BFLOAT16 ? "tcc_bf2f" : "";
@@ -274,7 +231,7 @@ static void put_cast(tcc_buf *b, tcc_dtype from, tcc_dtype to, const char *x) {
 static void operand_text(cuda_emit *ce, const tcc_vx *e, char *out, size_t cap) {
   if (e->op == TCC_PRIM_CONST) {
     tcc_buf lit = {0};
-    put_literal(&lit, e);
+    tcc_c_put_literal(D, &lit, e);
     const char *t = lit.data ? lit.data : "0";
     snprintf(out, cap, t[0] == '-' ? "(%s)" : "%s", t);
     tcc_buf_free(&lit);
@@ -302,15 +259,6 @@ static int emit_ix_values(cuda_emit *ce, const tcc_ix *x, int ind) {
   return 0;
 }
 
-static const char *int_limit(tcc_dtype d, int high) {
-  switch (d) {
-  case TCC__V1__DTYPE__INT8: return high ? "INT8_MAX" : "INT8_MIN";
-  case TCC__V1__DTYPE__INT16: return high ? "INT16_MAX" : "INT16_MIN";
-  case TCC__V1__DTYPE__INT32: return high ? "INT32_MAX" : "INT32_MIN";
-  case TCC__V1__DTYPE__INT64: return high ? "INT64_MAX" : "INT64_MIN";
-  default: return high ? "255" : "0";
-  }
-}
 
 /* The identity of a fold (also what idle lanes contribute). */
 static const char *red_identity(const tcc_vx *r, tcc_dtype vd) {
@@ -320,9 +268,9 @@ static const char *red_identity(const tcc_vx *r, tcc_dtype vd) {
   case TCC_RED_SUM: return "0";
   case TCC_RED_PROD: return "1";
   case TCC_RED_MAX:
-  case TCC_RED_ARGMAX: return fl ? (dbl ? "-TCC_INF" : "-TCC_INFF") : int_limit(vd, 0);
+  case TCC_RED_ARGMAX: return fl ? (dbl ? "-TCC_INF" : "-TCC_INFF") : tcc_c_int_limit(vd, 0);
   case TCC_RED_MIN:
-  case TCC_RED_ARGMIN: return fl ? (dbl ? "TCC_INF" : "TCC_INFF") : int_limit(vd, 1);
+  case TCC_RED_ARGMIN: return fl ? (dbl ? "TCC_INF" : "TCC_INFF") : tcc_c_int_limit(vd, 1);
   }
   return "0";
 }
@@ -490,7 +438,7 @@ static int emit_node(cuda_emit *ce, const tcc_vx *e, int ind) {
     put_cast(b, e->a->dtype, e->dtype, x);
   } else {
     tcc_dtype od = e->op == TCC_PRIM_WHERE ? e->b->dtype : e->a ? e->a->dtype : e->dtype;
-    put_prim(b, e->op, e->dtype, od, x, y, z);
+    tcc_c_put_prim(D, b, e->op, e->dtype, od, x, y, z);
   }
   tcc_buf_puts(b, ";\n");
   return 0;
@@ -853,7 +801,7 @@ int tcc_cuda_emit(const tcc_program *p, tcc_buf *b, tcc_error *err) {
         exported |= (sch->steps[i].gemm.a.base == TCC_CUDA_CONSTANT && sch->steps[i].gemm.a.index == bi) ||
                     (sch->steps[i].gemm.b.base == TCC_CUDA_CONSTANT && sch->steps[i].gemm.b.index == bi);
     if (exported) tcc_buf_puts(b, "extern \"C\" ");
-    emit_constant(b, &p->bufs[bi], bi);
+    tcc_c_put_constant(D, b, &p->bufs[bi], bi);
   }
   for (int i = 0; i < sch->n && !rc; i++) {
     const tcc_cuda_step *st = &sch->steps[i];
