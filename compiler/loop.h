@@ -498,11 +498,9 @@ int tcc_run_tool(const char *const *argv, int timeout_ms, char **output, tcc_err
 int tcc_run_tool_limits(const char *const *argv, int timeout_ms, int limit_as, char **output,
                         tcc_error *err);
 
-/* -------------------------------------------------------------- tune.c */
+/* ----------------------------------------------------------- kconfig.c */
 
 /* The config of live kernel kno (NULL when it is the default). */
 const tcc_kernel_config *tcc_kernel_config_of(const tcc_program *p, int kno);
-/* Appends the benchmark hooks to C source with nkernels kernels. */
-void tcc_tune_append_hooks(tcc_buf *src, int nkernels);
 
 #endif

@@ -401,7 +401,7 @@ static int compile_program(const tcc_prepared *p, const tcc_build_options *opts,
   dump_graph(&dump, "graph.txt", g);
 
   if ((rc = generate(t, &prog, &src, &dump, err))) goto done;
-  if (bench_hooks) tcc_tune_append_hooks(&src, tcc_program_live_kernels(&prog));
+  if (bench_hooks) t->bench_hooks(&src, tcc_program_live_kernels(&prog));
   if ((rc = t->build(&prog, src.data, src.len, opts, &built, err))) goto done;
   out->data = built.data;
   out->size = built.size;

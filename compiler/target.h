@@ -37,7 +37,10 @@ typedef struct tcc_target {
   Tcc__V1__DeviceType device;
   Tcc__V1__ArtifactKind artifact;         /* SHARED_OBJECT, CUBIN */
   int dynamic_shapes;                     /* compiles graphs with symbols (dynamic.c) */
-  int bench_hooks;                        /* tuned builds carry tune.c's timing hooks */
+  /* Appends the timing hooks a tuned build carries (tune.c's header:
+   * tcc_tune_kernel runs one kernel), or NULL: the benchmark child
+   * times the artifact's own steps. */
+  void (*bench_hooks)(tcc_buf *src, int nkernels);
 
   /* The build tool's part of the key's identity (CUDA: NVRTC's version
    * and archs), or NULL: none beyond the C compiler's. */

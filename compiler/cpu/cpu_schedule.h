@@ -142,6 +142,9 @@ int tcc_cpu_peelable(const tcc_ix *x, int v, int64_t *coef, int64_t *c);
 
 /* emit.c: C for the scheduled program (compiler.h's tcc_entry ABI). */
 int tcc_cpu_emit(const tcc_program *p, tcc_buf *src, tcc_error *err);
+/* emit.c: tcc_tune_kernel(k, inputs, outputs, workspace), which runs
+ * kernel k alone, for tuned builds (tune.c's header). */
+void tcc_cpu_emit_bench_hooks(tcc_buf *src, int nkernels);
 /* prelude.c: what every translation unit starts with. */
 extern const char tcc_cpu_prelude[];
 /* The runtime of oneDNN convolution steps (runtime/onednn_conv.c, as

@@ -1078,3 +1078,14 @@ int tcc_cpu_emit(const tcc_program *p, tcc_buf *b, tcc_error *err) {
   if (b->failed) return tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "out of memory emitting C");
   return 0;
 }
+
+void tcc_cpu_emit_bench_hooks(tcc_buf *src, int nkernels) {
+  tcc_buf_puts(src, "\n/* benchmark hooks (tuning builds only) */\n"
+                    "__attribute__((visibility(\"default\")))\n"
+                    "int tcc_tune_kernel(int k, const void *const *inputs, void *const *outputs,"
+                    " void *workspace) {\n  (void)inputs; (void)outputs; (void)workspace;\n"
+                    "  switch (k) {\n");
+  for (int k = 0; k < nkernels; k++)
+    tcc_buf_printf(src, "  case %d: return k%d(inputs, outputs, (char *)workspace);\n", k, k);
+  tcc_buf_puts(src, "  }\n  return 0;\n}\n");
+}
