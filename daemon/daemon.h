@@ -343,6 +343,18 @@ int tccd_auth_check(const tccd_state *st, const grpc_metadata_array *md, tccd_ro
 typedef struct tccd_remote tccd_remote;
 typedef struct tccd_remote_flight tccd_remote_flight;
 
+/* A flight's life (see remote.c's drawing): X(state). */
+#define TCCD_FLIGHT_STATES(X) X(PROBE) X(LOCK) X(WAIT) X(HIT) X(FAILURE) X(COMPILE) X(CANCELLED)
+
+typedef enum tccd_flight_state {
+#define TCCD_FLIGHT_STATE_ENUM(name) TCCD_FLIGHT_##name,
+  TCCD_FLIGHT_STATES(TCCD_FLIGHT_STATE_ENUM)
+#undef TCCD_FLIGHT_STATE_ENUM
+} tccd_flight_state;
+
+/* 1 when the flight machine allows from -> to (the table remote.c asserts). */
+int tccd_flight_transition_allowed(tccd_flight_state from, tccd_flight_state to);
+
 /* How a cluster-wide lookup ended (see remote.c's drawing). */
 typedef struct tccd_remote_result {
   int hit;                 /* 1: entry + artifact below, verified */
