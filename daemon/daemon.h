@@ -459,6 +459,19 @@ void tccd_remote_info(const tccd_state *st, int *enabled, int *connected, const 
 typedef struct tccd_redis tccd_redis;
 struct redisReply;
 
+/* A node's connection (see redis_cluster.c's drawing): X(state). */
+#define TCCD_REDIS_NODE_STATES(X) X(DOWN) X(CONNECTING) X(CONNECTED) X(CLOSED)
+
+typedef enum tccd_redis_node_state {
+#define TCCD_REDIS_NODE_STATE_ENUM(name) TCCD_REDIS_NODE_##name,
+  TCCD_REDIS_NODE_STATES(TCCD_REDIS_NODE_STATE_ENUM)
+#undef TCCD_REDIS_NODE_STATE_ENUM
+} tccd_redis_node_state;
+
+/* 1 when the node machine allows from -> to (the table redis_cluster.c
+ * asserts). */
+int tccd_redis_node_transition_allowed(tccd_redis_node_state from, tccd_redis_node_state to);
+
 /* Connection-level news for the owner (remote.c counts and logs them). */
 typedef struct tccd_redis_events {
   void *arg;
