@@ -173,6 +173,23 @@ static grpc_byte_buffer *buffer_from_message(const ProtobufCMessage *msg) {
   return bb;
 }
 
+/* Fills zeroed ops with [initial metadata, unless sent already] [msg,
+ * unless NULL: it becomes c->send_buf, destroyed on completion]. Returns
+ * how many ops it filled. */
+static size_t ops_send(tccd_call *c, grpc_op *ops, grpc_byte_buffer *msg) {
+  size_t n = 0;
+  if (!c->initial_md_sent) {
+    ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
+    c->initial_md_sent = 1;
+  }
+  if (msg) {
+    ops[n].op = GRPC_OP_SEND_MESSAGE;
+    ops[n++].data.send_message.send_message = msg;
+    c->send_buf = msg;
+  }
+  return n;
+}
+
 /* Sends [initial metadata] [message] [status] in one batch and drops the
  * handler's reference: FINISHING. msg may be NULL (status only). A call
  * FINISHING already keeps its first answer. */
@@ -184,17 +201,8 @@ static void call_finish(tccd_call *c, grpc_byte_buffer *msg, grpc_status_code st
   }
   call_set_state(c, TCCD_CALL_FINISHING);
   grpc_op ops[3];
-  size_t n = 0;
   memset(ops, 0, sizeof ops);
-  if (!c->initial_md_sent) {
-    ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
-    c->initial_md_sent = 1;
-  }
-  if (msg) {
-    ops[n].op = GRPC_OP_SEND_MESSAGE;
-    ops[n++].data.send_message.send_message = msg;
-    c->send_buf = msg;
-  }
+  size_t n = ops_send(c, ops, msg);
   grpc_slice_unref(c->status_details);
   c->status_details = details && *details ? grpc_slice_from_copied_string(details) : grpc_empty_slice();
   ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
@@ -321,15 +329,8 @@ static void stream_next(tccd_call *c) {
   }
   if (c->state == TCCD_CALL_ACTIVE) call_set_state(c, TCCD_CALL_STREAMING);
   grpc_op ops[2];
-  size_t k = 0;
   memset(ops, 0, sizeof ops);
-  if (!c->initial_md_sent) {
-    ops[k++].op = GRPC_OP_SEND_INITIAL_METADATA;
-    c->initial_md_sent = 1;
-  }
-  ops[k].op = GRPC_OP_SEND_MESSAGE;
-  ops[k++].data.send_message.send_message = bb;
-  c->send_buf = bb;
+  size_t k = ops_send(c, ops, bb);
   c->send_tag = (tccd_tag){on_send_done, c};
   if (start_batch(c, ops, k, &c->send_tag) != 0) {
     grpc_byte_buffer_destroy(bb);
