@@ -117,39 +117,6 @@ typedef enum tccd_method_id {
   TCCD_METHOD__COUNT
 } tccd_method_id;
 
-/* One incoming call. Created when gRPC hands us a call, destroyed when its
- * last outstanding batch has completed (see server.c). */
-struct tccd_call {
-  tccd_server *server;
-  tccd_method_id method;           /* TCCD_METHOD__COUNT: an unknown method */
-  grpc_call *call;
-  grpc_call_details details;       /* unknown methods only */
-  tccd_tag request_tag;            /* gRPC handed us this call */
-  int refs;                        /* batches in flight + 1 until finished */
-  gpr_timespec deadline;
-  grpc_metadata_array request_md;
-  grpc_byte_buffer *payload;       /* the request message, or NULL */
-  uint64_t start_ns;               /* when it arrived (uv_hrtime) */
-  int cancelled;                   /* client went away (RECV_CLOSE says so) */
-  int finished;                    /* status sent or being sent */
-  int close_received;              /* RECV_CLOSE_ON_SERVER completed */
-  tccd_tag close_tag, send_tag;
-  grpc_byte_buffer *send_buf;      /* in flight, destroyed on completion */
-  grpc_slice status_details;
-  int close_cancelled_flag;        /* filled by RECV_CLOSE_ON_SERVER */
-  /* server streaming (Fetch): what is left to send */
-  uint8_t *stream_data;
-  size_t stream_len, stream_off, stream_chunk;
-  char stream_sha[TCC_SHA256_HEX];
-  int stream_kind;
-  uint8_t stream_sig[TCC_SIGNATURE_BYTES]; /* the entry's signature (Fetch by guard hash) */
-  size_t stream_sig_len;
-  char stream_key_id[TCC_SIGN_KEY_ID_HEX];
-  int initial_md_sent;
-  /* compile waiters: next call waiting on the same job */
-  tccd_call *next_waiter;
-};
-
 /* Daemon-wide runtime state; lives on the loop thread. */
 typedef struct tccd_state {
   tccd_config *cfg;
@@ -184,6 +151,65 @@ void tccd_server_free(tccd_server *srv);
 
 /* The bound port (after start). */
 int tccd_server_port(const tccd_server *srv);
+
+/* ------------------------------------------------------------- call.c */
+
+/* A call's life (see call.c's drawing): X(state). */
+#define TCCD_CALL_STATES(X) X(REQUESTED) X(ACTIVE) X(STREAMING) X(CANCELLED) X(FINISHING)
+
+typedef enum tccd_call_state {
+#define TCCD_CALL_STATE_ENUM(name) TCCD_CALL_##name,
+  TCCD_CALL_STATES(TCCD_CALL_STATE_ENUM)
+#undef TCCD_CALL_STATE_ENUM
+} tccd_call_state;
+
+/* One incoming call. Created when the server requests a call from gRPC,
+ * freed when its last reference is dropped (see call.c). */
+struct tccd_call {
+  tccd_server *server;
+  tccd_method_id method;           /* TCCD_METHOD__COUNT: an unknown method */
+  const char *method_name;         /* for logs */
+  void (*released)(tccd_server *); /* runs once the call is freed */
+  tccd_call_state state;           /* see call.c's drawing */
+  grpc_call *call;
+  grpc_call_details details;       /* unknown methods only */
+  tccd_tag request_tag;            /* gRPC handed us this call */
+  int refs;                        /* batches in flight + 1 until finished */
+  gpr_timespec deadline;
+  grpc_metadata_array request_md;
+  grpc_byte_buffer *payload;       /* the request message, or NULL */
+  uint64_t start_ns;               /* when it arrived (uv_hrtime) */
+  tccd_tag close_tag, send_tag;
+  grpc_byte_buffer *send_buf;      /* in flight, destroyed on completion */
+  grpc_slice status_details;
+  int close_cancelled_flag;        /* filled by RECV_CLOSE_ON_SERVER */
+  /* server streaming (Fetch): what is left to send */
+  uint8_t *stream_data;
+  size_t stream_len, stream_off, stream_chunk;
+  char stream_sha[TCC_SHA256_HEX];
+  int stream_kind;
+  uint8_t stream_sig[TCC_SIGNATURE_BYTES]; /* the entry's signature (Fetch by guard hash) */
+  size_t stream_sig_len;
+  char stream_key_id[TCC_SIGN_KEY_ID_HEX];
+  int initial_md_sent;
+  /* compile waiters: next call waiting on the same job */
+  tccd_call *next_waiter;
+};
+
+/* 1 when the call machine allows from -> to (the table call.c asserts). */
+int tccd_call_transition_allowed(tccd_call_state from, tccd_call_state to);
+
+/* For the server: a call in REQUESTED for method m (TCCD_METHOD__COUNT:
+ * the generic request) holding one reference, the pending request's;
+ * released(srv) runs after it is freed. NULL when out of memory. */
+tccd_call *tccd_call_new(tccd_server *srv, tccd_method_id m, const char *method_name,
+                         void (*released)(tccd_server *srv));
+/* For the server: the call arrived (REQUESTED -> ACTIVE); the request's
+ * reference becomes the handler's, and the client's going away is
+ * watched (RECV_CLOSE_ON_SERVER). */
+void tccd_call_activate(tccd_call *c);
+/* Drops one reference; the last frees the call. */
+void tccd_call_unref(tccd_call *c);
 
 /* Reply helpers: each finishes the call (exactly one per call). */
 void tccd_call_reply(tccd_call *c, const ProtobufCMessage *msg);
@@ -317,6 +343,18 @@ int tccd_auth_check(const tccd_state *st, const grpc_metadata_array *md, tccd_ro
 typedef struct tccd_remote tccd_remote;
 typedef struct tccd_remote_flight tccd_remote_flight;
 
+/* A flight's life (see remote.c's drawing): X(state). */
+#define TCCD_FLIGHT_STATES(X) X(PROBE) X(LOCK) X(WAIT) X(HIT) X(FAILURE) X(COMPILE) X(CANCELLED)
+
+typedef enum tccd_flight_state {
+#define TCCD_FLIGHT_STATE_ENUM(name) TCCD_FLIGHT_##name,
+  TCCD_FLIGHT_STATES(TCCD_FLIGHT_STATE_ENUM)
+#undef TCCD_FLIGHT_STATE_ENUM
+} tccd_flight_state;
+
+/* 1 when the flight machine allows from -> to (the table remote.c asserts). */
+int tccd_flight_transition_allowed(tccd_flight_state from, tccd_flight_state to);
+
 /* How a cluster-wide lookup ended (see remote.c's drawing). */
 typedef struct tccd_remote_result {
   int hit;                 /* 1: entry + artifact below, verified */
@@ -420,6 +458,19 @@ void tccd_remote_info(const tccd_state *st, int *enabled, int *connected, const 
  * slot of their key, MOVED/ASK/TRYAGAIN followed (see the file's drawing). */
 typedef struct tccd_redis tccd_redis;
 struct redisReply;
+
+/* A node's connection (see redis_cluster.c's drawing): X(state). */
+#define TCCD_REDIS_NODE_STATES(X) X(DOWN) X(CONNECTING) X(CONNECTED) X(CLOSED)
+
+typedef enum tccd_redis_node_state {
+#define TCCD_REDIS_NODE_STATE_ENUM(name) TCCD_REDIS_NODE_##name,
+  TCCD_REDIS_NODE_STATES(TCCD_REDIS_NODE_STATE_ENUM)
+#undef TCCD_REDIS_NODE_STATE_ENUM
+} tccd_redis_node_state;
+
+/* 1 when the node machine allows from -> to (the table redis_cluster.c
+ * asserts). */
+int tccd_redis_node_transition_allowed(tccd_redis_node_state from, tccd_redis_node_state to);
 
 /* Connection-level news for the owner (remote.c counts and logs them). */
 typedef struct tccd_redis_events {

@@ -9,15 +9,28 @@
  *
  * Nodes: the seeds of --redis (comma-separated URLs; credentials and DB
  * from the first that names them) and every master the slot map names.
- * Each node has its own connection state machine:
+ * Each node's connection is one state machine (node_set_state asserts
+ * every move):
  *
- *   down ──(reconnect due: 100 ms doubling to 5 s)──► connecting
- *     ▲                                                   │ connect OK
- *     │ error, EOF, no connect within --redis-timeout-ms, ▼
- *     └── or commands unanswered for max(5 s, 5 × timeout) ─ connected
+ *                  new node, or reconnect due (100 ms doubling to 5 s)
+ *   DOWN ─────────────────────────────────────────────────► CONNECTING
+ *     ▲  ▲                (node_connect)                     │  │
+ *     │  │ connect failed, or no connect within              │  │ connect OK
+ *     │  └──── --redis-timeout-ms (on_connect, on_tick) ─────┘  │ (on_connect)
+ *     │                                                         ▼
+ *     └── error, EOF, or commands unanswered for ────────── CONNECTED
+ *         max(5 s, 5 × timeout) (on_disconnect, on_tick)
  *
- * Commands are queued while connecting; while down they fail at once
- * (an error reply, never a wait). Every down node is retried by the timer.
+ *   DOWN, CONNECTING, CONNECTED ── tccd_redis_close ──► CLOSED
+ *
+ *   DOWN        no context; the timer reconnects at reconnect_at_ns (a
+ *               connect that fails at once stays DOWN). A command for it
+ *               fails at once (an error reply, never a wait)
+ *   CONNECTING  a hiredis context exists, the connect is not confirmed;
+ *               commands are queued on it (AUTH, SELECT and CLUSTER SLOTS
+ *               first) and sent once connected
+ *   CONNECTED   the connect succeeded: commands go out
+ *   CLOSED      the layer is closing; never reconnected
  *
  * Mode, found by asking: the first connection sends CLUSTER SLOTS before
  * anything else. "cluster support disabled" makes the layer SINGLE (every
@@ -53,6 +66,7 @@
  * (tccd_redis_command returned 0): with the reply, with an error reply
  * made here ("tccd: ..."), or with NULL when the layer is closed.
  */
+#include <assert.h>
 #include <hiredis/async.h>
 #include <hiredis/hiredis.h>
 #include <sodium.h>
@@ -82,8 +96,8 @@ typedef struct rc_node {
   char host[256];
   int port;
   char addr[300];                 /* host:port, for logs */
-  redisAsyncContext *ac;          /* NULL while down */
-  int connected;
+  tccd_redis_node_state state;    /* see the drawing above */
+  redisAsyncContext *ac;          /* CONNECTING and CONNECTED only, else NULL */
   uint64_t connect_started_ns;
   uint64_t reconnect_at_ns;
   unsigned reconnect_ms;
@@ -301,6 +315,38 @@ static rc_req *req_new(tccd_redis *rc, int slot, int argc, const char **argv, co
 
 /* ------------------------------------------------------------ nodes */
 
+static const char *const node_state_names[] = {
+#define NODE_STATE_NAME(name) #name,
+    TCCD_REDIS_NODE_STATES(NODE_STATE_NAME)
+#undef NODE_STATE_NAME
+};
+
+/* The allowed moves of the drawing; anything else is a bug. */
+int tccd_redis_node_transition_allowed(tccd_redis_node_state from, tccd_redis_node_state to) {
+  switch (from) {
+  case TCCD_REDIS_NODE_DOWN: return to == TCCD_REDIS_NODE_CONNECTING || to == TCCD_REDIS_NODE_CLOSED;
+  case TCCD_REDIS_NODE_CONNECTING:
+    return to == TCCD_REDIS_NODE_CONNECTED || to == TCCD_REDIS_NODE_DOWN || to == TCCD_REDIS_NODE_CLOSED;
+  case TCCD_REDIS_NODE_CONNECTED: return to == TCCD_REDIS_NODE_DOWN || to == TCCD_REDIS_NODE_CLOSED;
+  case TCCD_REDIS_NODE_CLOSED: return 0;
+  }
+  return 0;
+}
+
+static void node_set_state(rc_node *n, tccd_redis_node_state to) {
+  if (!tccd_redis_node_transition_allowed(n->state, to)) {
+    log_error("redis %s: illegal node state change %s -> %s", n->addr, node_state_names[n->state],
+              node_state_names[to]);
+    assert(!"illegal redis node state change");
+  }
+  n->state = to;
+}
+
+/* 1 while the node has a connection, made or being made. */
+static int node_open(const rc_node *n) {
+  return n->state == TCCD_REDIS_NODE_CONNECTING || n->state == TCCD_REDIS_NODE_CONNECTED;
+}
+
 static void node_connect(rc_node *n);
 
 static rc_node *node_find(tccd_redis *rc, const char *host, int port) {
@@ -323,6 +369,7 @@ static rc_node *node_get(tccd_redis *rc, const char *host, int port) {
   n = calloc(1, sizeof *n);
   if (!n) return NULL;
   n->rc = rc;
+  n->state = TCCD_REDIS_NODE_DOWN; /* a new node's first state */
   snprintf(n->host, sizeof n->host, "%s", host);
   n->port = port;
   snprintf(n->addr, sizeof n->addr, strchr(host, ':') ? "[%s]:%d" : "%s:%d", host, port);
@@ -338,11 +385,13 @@ static void node_schedule_reconnect(rc_node *n) {
   arm_tick(n->rc);
 }
 
-/* Drops a node's connection now: pending commands get NULL replies. */
-static void node_drop(rc_node *n) {
+/* Drops a node's connection now, leaving it in `to` (DOWN: reconnected
+ * later; CLOSED: the layer is closing): pending commands get NULL
+ * replies. */
+static void node_drop(rc_node *n, tccd_redis_node_state to) {
   redisAsyncContext *ac = n->ac;
   n->ac = NULL;
-  n->connected = 0;
+  node_set_state(n, to);
   n->pending = 0;
   if (ac) redisAsyncFree(ac);
 }
@@ -415,14 +464,14 @@ static void on_connect(const redisAsyncContext *ac, int status) {
   if (n->ac != ac) return;
   if (status != REDIS_OK) { /* hiredis frees the context after this */
     n->ac = NULL;
-    n->connected = 0;
+    node_set_state(n, TCCD_REDIS_NODE_DOWN);
     n->pending = 0;
     trouble(n->rc, "cannot connect to %s: %s", n->addr, ac->errstr[0] ? ac->errstr : "error");
     node_schedule_reconnect(n);
     want_refresh(n->rc);
     return;
   }
-  n->connected = 1;
+  node_set_state(n, TCCD_REDIS_NODE_CONNECTED);
   n->reconnect_ms = 0;
   log_info("redis %s: connected", n->addr);
   n->rc->ev.healthy(n->rc->ev.arg);
@@ -432,7 +481,7 @@ static void on_disconnect(const redisAsyncContext *ac, int status) {
   rc_node *n = ac->data;
   if (n->ac != ac) return; /* an old context, dropped already */
   n->ac = NULL;
-  n->connected = 0;
+  node_set_state(n, TCCD_REDIS_NODE_DOWN);
   n->pending = 0;
   if (n->rc->closing) return;
   if (status != REDIS_OK) trouble(n->rc, "connection to %s lost: %s", n->addr, ac->errstr[0] ? ac->errstr : "closed");
@@ -495,7 +544,7 @@ static void node_connect(rc_node *n) {
   redisAsyncSetConnectCallback(ac, on_connect);
   redisAsyncSetDisconnectCallback(ac, on_disconnect);
   n->ac = ac;
-  n->connected = 0;
+  node_set_state(n, TCCD_REDIS_NODE_CONNECTING);
   n->connect_started_ns = now_ns();
   n->pending = 0;
   /* queued before anything else, sent once connected */
@@ -526,7 +575,7 @@ static void node_connect(rc_node *n) {
 static void map_recheck_if_stale(tccd_redis *rc) {
   for (int i = 0; i < RC_SLOTS; i++) {
     int idx = rc->slots[i];
-    if (idx >= 0 && !rc->nodes[idx]->ac) {
+    if (idx >= 0 && !node_open(rc->nodes[idx])) {
       rc->refresh_wanted = 1;
       rc->refresh_recheck = 1;
       rc->refresh_at_ns = now_ns() + (uint64_t)RC_STALE_REFRESH_MS * 1000000ull;
@@ -615,7 +664,7 @@ static rc_node *route(tccd_redis *rc, int slot) {
   if (rc->mode == RC_CLUSTER && slot >= 0 && rc->slots[slot] >= 0) return rc->nodes[rc->slots[slot]];
   if (rc->mode != RC_SINGLE) { /* no owner known: any live node (a cluster redirects us) */
     for (int i = 0; i < rc->nnodes; i++)
-      if (rc->nodes[i]->ac) return rc->nodes[i];
+      if (node_open(rc->nodes[i])) return rc->nodes[i];
   }
   return rc->nodes[0];
 }
@@ -810,23 +859,23 @@ static void on_tick(uv_timer_t *t) {
   int busy = 0;
   for (int i = 0; i < rc->nnodes; i++) {
     rc_node *n = rc->nodes[i];
-    if (!n->ac && now >= n->reconnect_at_ns) node_connect(n);
+    if (n->state == TCCD_REDIS_NODE_DOWN && now >= n->reconnect_at_ns) node_connect(n);
     /* hiredis's libuv adapter may never call on_connect for a hung
      * connect: give it --redis-timeout-ms */
-    if (n->ac && !n->connected && now > n->connect_started_ns &&
+    if (n->state == TCCD_REDIS_NODE_CONNECTING && now > n->connect_started_ns &&
         now - n->connect_started_ns > (uint64_t)rc->timeout_ms * 1000000ull) {
       trouble(rc, "cannot connect to %s: no answer within %d ms", n->addr, rc->timeout_ms);
-      node_drop(n); /* pending commands get NULL replies */
+      node_drop(n, TCCD_REDIS_NODE_DOWN); /* pending commands get NULL replies */
       node_schedule_reconnect(n);
       want_refresh(rc);
     }
-    if (n->ac && n->pending > 0 && now > n->waiting_since_ns &&
+    if (node_open(n) && n->pending > 0 && now > n->waiting_since_ns &&
         now - n->waiting_since_ns > stuck_ms * 1000000ull) {
       trouble(rc, "%s: no reply for %llu ms; reconnecting", n->addr, (unsigned long long)stuck_ms);
-      node_drop(n);
+      node_drop(n, TCCD_REDIS_NODE_DOWN);
       if (n->reconnect_at_ns <= now) node_schedule_reconnect(n);
     }
-    if (!n->ac || !n->connected || n->pending > 0) busy = 1;
+    if (n->state != TCCD_REDIS_NODE_CONNECTED || n->pending > 0) busy = 1;
   }
   rc_req *due = NULL;
   for (rc_req **p = &rc->delayed; *p;) {
@@ -849,7 +898,7 @@ static void on_tick(uv_timer_t *t) {
     int start = (int)(randombytes_uniform((uint32_t)rc->nnodes));
     for (int k = 0; k < rc->nnodes; k++) {
       rc_node *n = rc->nodes[(start + k) % rc->nnodes];
-      if (n->ac && n->connected) {
+      if (n->state == TCCD_REDIS_NODE_CONNECTED) {
         refresh_from(n);
         break;
       }
@@ -1008,17 +1057,17 @@ int tccd_redis_command(tccd_redis *rc, const char *key, size_t key_len, int argc
 
 int tccd_redis_connected(const tccd_redis *rc) {
   if (!rc) return 0;
-  if (rc->mode == RC_SINGLE) return rc->nodes[0]->connected;
+  if (rc->mode == RC_SINGLE) return rc->nodes[0]->state == TCCD_REDIS_NODE_CONNECTED;
   for (int i = 0; i < rc->nnodes; i++)
-    if (rc->nodes[i]->connected) return 1;
+    if (rc->nodes[i]->state == TCCD_REDIS_NODE_CONNECTED) return 1;
   return 0;
 }
 
 int tccd_redis_usable(const tccd_redis *rc) {
   if (!rc || rc->closing) return 0;
-  if (rc->mode == RC_SINGLE) return rc->nodes[0]->ac != NULL;
+  if (rc->mode == RC_SINGLE) return node_open(rc->nodes[0]);
   for (int i = 0; i < rc->nnodes; i++)
-    if (rc->nodes[i]->ac) return 1;
+    if (node_open(rc->nodes[i])) return 1;
   return 0;
 }
 
@@ -1029,7 +1078,7 @@ void tccd_redis_info(const tccd_redis *rc, tccd_redis_stats *out) {
   if (!rc) return;
   out->cluster = rc->mode == RC_CLUSTER;
   out->nodes = rc->nnodes;
-  for (int i = 0; i < rc->nnodes; i++) out->connected_nodes += rc->nodes[i]->connected;
+  for (int i = 0; i < rc->nnodes; i++) out->connected_nodes += rc->nodes[i]->state == TCCD_REDIS_NODE_CONNECTED;
   out->moved = rc->redirects_moved;
   out->ask = rc->redirects_ask;
 }
@@ -1049,7 +1098,8 @@ void tccd_redis_close(tccd_redis *rc) {
     rc->delayed = q->next_delayed;
     req_finish(q, NULL);
   }
-  for (int i = 0; i < rc->nnodes; i++) node_drop(rc->nodes[i]); /* NULL replies to every pending command */
+  for (int i = 0; i < rc->nnodes; i++)
+    node_drop(rc->nodes[i], TCCD_REDIS_NODE_CLOSED); /* NULL replies to every pending command */
   uv_timer_stop(&rc->tick);
   uv_close((uv_handle_t *)&rc->tick, on_tick_closed);
 }

@@ -33,12 +33,16 @@
  *
  * One cluster-wide compile per guard hash. A local miss that no local job
  * is compiling starts a flight (compile.c holds its job in state REMOTE
- * meanwhile; later identical requests on this daemon wait on that job):
+ * meanwhile; later identical requests on this daemon wait on that job).
+ * A flight's life is one state machine (flight_set_state asserts every
+ * move):
  *
  *              MGET entry artifact lock failure
  *   PROBE ─────────────────────────────┬─ entry + artifact ── verify ─► HIT
  *     ▲                                │   (digest, key,       │ bad: COMPILE
  *     │                                │    signature)         ▼ (rejected)
+ *     │                                ├─ no entry, a failure record
+ *     │                                │  that verifies ──────────────► FAILURE
  *     │                                ├─ no entry, no lock ─► LOCK
  *     │ next poll                      └─ no entry, locked ──► WAIT
  *     │ (20 ms, doubling to 500)
@@ -49,15 +53,26 @@
  *     └──────────────────────────────────────────► lock in one script)
  *                                                  COMPILE (not locked)
  *
+ *   PROBE      an MGET is in flight (the first probe, or WAIT's next poll)
+ *   LOCK       SET NX PX of the lock is in flight
+ *   WAIT       another daemon holds the lock: nothing in flight; the tick
+ *              probes again at next_poll_ns, or gives up at give_up_ns
+ *   HIT        ends: a verified entry and its artifact for compile.c
+ *   FAILURE    ends: another daemon's verified failure record
+ *   COMPILE    ends: compile here, holding the lock (res.locked) or not
+ *   CANCELLED  ends: compile.c forgot the flight (tccd_remote_cancel), or
+ *              its first probe could not be sent; done never runs
+ *
  *   Every arrow that talks to Redis may instead fail — no connection, an
  *   error reply, or no reply within --redis-timeout-ms — and then the
- *   flight ends in COMPILE (not locked): the daemon compiles locally.
+ *   flight ends in COMPILE (not locked): the daemon compiles locally; so
+ *   does every flight still live at shutdown (tccd_remote_close).
  *   The lock expires after the compile timeout + 5 s, so a daemon that
  *   dies holding it delays the others by at most that.
  *
  *   A probe that finds no entry but a failure record that verifies (guard
  *   hash, canonical key, one of the recordable codes, the signature when
- *   the daemon has trusted keys) ends the flight with that failure:
+ *   the daemon has trusted keys) ends the flight in FAILURE:
  *   compile.c records it locally and answers its error. A record that
  *   does not verify counts in remote_rejected and is ignored.
  *
@@ -82,6 +97,7 @@
  * Otherwise it counts in remote_rejected and the daemon compiles the
  * graph itself (and its write-through replaces the bad entry).
  */
+#include <assert.h>
 #include <hiredis/async.h>
 #include <hiredis/hiredis.h>
 #include <sodium.h>
@@ -133,11 +149,15 @@ static const char RELEASE_SCRIPT[] =
 static const char EVICT_SCRIPT[] =
     "local r = {} for i, k in ipairs(KEYS) do r[i] = redis.call('DEL', k) end return r";
 
-typedef enum flight_state { FLIGHT_PROBE, FLIGHT_LOCK, FLIGHT_WAIT } flight_state;
+static const char *const flight_state_names[] = {
+#define FLIGHT_STATE_NAME(name) #name,
+    TCCD_FLIGHT_STATES(FLIGHT_STATE_NAME)
+#undef FLIGHT_STATE_NAME
+};
 
 struct tccd_remote_flight {
   tccd_remote *r;
-  flight_state state;
+  tccd_flight_state state;        /* see the drawing above */
   uint8_t hash[TCC_SHA256_BYTES];
   char hex[TCC_SHA256_HEX];
   uint8_t *key;                   /* the requester's canonical key (copy) */
@@ -149,7 +169,7 @@ struct tccd_remote_flight {
   uint64_t next_poll_ns;          /* WAIT: when to probe again */
   uint64_t give_up_ns;            /* WAIT: when to stop waiting */
   unsigned poll_ms;
-  int waited;
+  int waited;                     /* it has been in WAIT (told to compile.c) */
   char token[33];
   struct tccd_remote_flight *prev, *next;
 };
@@ -447,6 +467,28 @@ static int failure_check(const tccd_remote_flight *f, const uint8_t *bytes, size
 
 /* ------------------------------------------------------------ flights */
 
+/* The allowed moves of the drawing; anything else is a bug. */
+int tccd_flight_transition_allowed(tccd_flight_state from, tccd_flight_state to) {
+  switch (from) {
+  case TCCD_FLIGHT_PROBE:
+    return to == TCCD_FLIGHT_HIT || to == TCCD_FLIGHT_FAILURE || to == TCCD_FLIGHT_LOCK || to == TCCD_FLIGHT_WAIT ||
+           to == TCCD_FLIGHT_COMPILE || to == TCCD_FLIGHT_CANCELLED;
+  case TCCD_FLIGHT_LOCK: return to == TCCD_FLIGHT_COMPILE || to == TCCD_FLIGHT_WAIT || to == TCCD_FLIGHT_CANCELLED;
+  case TCCD_FLIGHT_WAIT: return to == TCCD_FLIGHT_PROBE || to == TCCD_FLIGHT_COMPILE || to == TCCD_FLIGHT_CANCELLED;
+  case TCCD_FLIGHT_HIT: case TCCD_FLIGHT_FAILURE: case TCCD_FLIGHT_COMPILE: case TCCD_FLIGHT_CANCELLED: return 0;
+  }
+  return 0;
+}
+
+static void flight_set_state(tccd_remote_flight *f, tccd_flight_state to) {
+  if (!tccd_flight_transition_allowed(f->state, to)) {
+    log_error("remote flight %.12s: illegal state change %s -> %s", f->hex, flight_state_names[f->state],
+              flight_state_names[to]);
+    assert(!"illegal remote flight state change");
+  }
+  f->state = to;
+}
+
 static void flight_unlink(tccd_remote_flight *f) {
   tccd_remote *r = f->r;
   if (f->prev) f->prev->next = f->next;
@@ -462,8 +504,17 @@ static void flight_free(tccd_remote_flight *f) {
   free(f);
 }
 
-/* Ends a flight: the receiver gets res (and owns what it holds). */
-static void flight_finish(tccd_remote_flight *f, tccd_remote_result *res) {
+/* Forgets a flight that never reports (CANCELLED): its done never runs. */
+static void flight_cancel(tccd_remote_flight *f) {
+  flight_set_state(f, TCCD_FLIGHT_CANCELLED);
+  flight_unlink(f);
+  flight_free(f);
+}
+
+/* Ends a flight in `end` (HIT, FAILURE or COMPILE): the receiver gets res
+ * (and owns what it holds). */
+static void flight_finish(tccd_remote_flight *f, tccd_flight_state end, tccd_remote_result *res) {
+  flight_set_state(f, end);
   flight_unlink(f);
   res->waited = f->waited;
   if (res->locked) memcpy(res->token, f->token, sizeof res->token);
@@ -477,7 +528,7 @@ static void flight_compile_here(tccd_remote_flight *f, int locked) {
   tccd_remote_result res;
   memset(&res, 0, sizeof res);
   res.locked = locked;
-  flight_finish(f, &res);
+  flight_finish(f, TCCD_FLIGHT_COMPILE, &res);
 }
 
 /* Sends the probe. Returns 0 or -1 (not sent). */
@@ -488,7 +539,7 @@ static int flight_send_probe(tccd_remote_flight *f) {
   key_name(k3, f->hex, "lock");
   key_name(k4, f->hex, "failure");
   const char *argv[5] = {"MGET", k1, k2, k3, k4};
-  if (f->state != FLIGHT_WAIT) f->state = FLIGHT_PROBE;
+  if (f->state != TCCD_FLIGHT_PROBE) flight_set_state(f, TCCD_FLIGHT_PROBE); /* WAIT: the next poll */
   return remote_send(f->r, f, TCC_COUNTER__COUNT, "MGET", k1, 5, argv, NULL);
 }
 
@@ -505,7 +556,7 @@ static void flight_lock(tccd_remote_flight *f) {
   key_name(k, f->hex, "lock");
   snprintf(px, sizeof px, "%d", f->r->st->cfg->compile_timeout_ms + REMOTE_LOCK_MARGIN_MS);
   const char *argv[6] = {"SET", k, f->token, "NX", "PX", px};
-  f->state = FLIGHT_LOCK;
+  flight_set_state(f, TCCD_FLIGHT_LOCK);
   if (remote_send(f->r, f, TCC_COUNTER__COUNT, "SET NX", k, 6, argv, NULL) != 0) {
     count(f->r, TCC_COUNTER_remote_errors);
     flight_compile_here(f, 0);
@@ -525,7 +576,7 @@ static void flight_wait(tccd_remote_flight *f) {
   } else {
     f->poll_ms = f->poll_ms * 2 > REMOTE_POLL_MAX_MS ? REMOTE_POLL_MAX_MS : f->poll_ms * 2;
   }
-  f->state = FLIGHT_WAIT;
+  flight_set_state(f, TCCD_FLIGHT_WAIT);
   f->next_poll_ns = now + (uint64_t)f->poll_ms * 1000000ull;
   arm_tick(f->r);
 }
@@ -550,7 +601,7 @@ static void flight_on_probe(tccd_remote_flight *f, redisReply *rep) {
       rc = tcc_error_set(&err, TCC_E_RESOURCE_EXHAUSTED, "out of memory");
     if (rc == 0) {
       res.hit = 1;
-      flight_finish(f, &res);
+      flight_finish(f, TCCD_FLIGHT_HIT, &res);
       return;
     }
     tcc_cache_entry_clear(&res.entry);
@@ -565,7 +616,7 @@ static void flight_on_probe(tccd_remote_flight *f, redisReply *rep) {
     memset(&res, 0, sizeof res);
     tcc_error err;
     if (failure_check(f, (const uint8_t *)fail->str, fail->len, &res, &err) == 0) {
-      flight_finish(f, &res);
+      flight_finish(f, TCCD_FLIGHT_FAILURE, &res);
       return;
     }
     count(f->r, TCC_COUNTER_remote_rejected);
@@ -613,8 +664,8 @@ static void on_reply(void *privdata, redisReply *rep) {
   free(op);
   if (g) record_on_reply(g, rep);
   if (!f) return;
-  if (f->state == FLIGHT_LOCK) flight_on_lock(f, rep);
-  else flight_on_probe(f, rep);
+  if (f->state == TCCD_FLIGHT_LOCK) flight_on_lock(f, rep);
+  else flight_on_probe(f, rep); /* PROBE: the only other state with a command in flight */
 }
 
 static void evicts_check_timeouts(tccd_remote *r, uint64_t now);
@@ -630,7 +681,7 @@ static void on_tick(uv_timer_t *t) {
       count(r, TCC_COUNTER_remote_errors);
       remote_trouble(r, "%s for %.12s timed out after %d ms", f->op->what, f->hex, r->st->cfg->redis_timeout_ms);
       flight_compile_here(f, 0);
-    } else if (f->state == FLIGHT_WAIT && !f->op) {
+    } else if (f->state == TCCD_FLIGHT_WAIT) { /* no command in flight */
       if (now >= f->give_up_ns) {
         log_warn("compile %.12s: waited %d ms for another daemon's compile; compiling it here", f->hex,
                  r->st->cfg->compile_timeout_ms + REMOTE_WAIT_MARGIN_MS);
@@ -708,6 +759,7 @@ tccd_remote_flight *tccd_remote_begin(tccd_state *st, const uint8_t hash[TCC_SHA
     return NULL;
   }
   f->r = r;
+  f->state = TCCD_FLIGHT_PROBE; /* a new flight's first state */
   memcpy(f->hash, hash, TCC_SHA256_BYTES);
   tcc_hex_encode(hash, TCC_SHA256_BYTES, f->hex);
   if (key_len) memcpy(f->key, key, key_len);
@@ -722,17 +774,14 @@ tccd_remote_flight *tccd_remote_begin(tccd_state *st, const uint8_t hash[TCC_SHA
   r->flights = f;
   if (flight_send_probe(f) != 0) { /* done is never called from here */
     count(r, TCC_COUNTER_remote_errors);
-    flight_unlink(f);
-    flight_free(f);
+    flight_cancel(f);
     return NULL;
   }
   return f;
 }
 
 void tccd_remote_cancel(tccd_remote_flight *f) {
-  if (!f) return;
-  flight_unlink(f);
-  flight_free(f);
+  if (f) flight_cancel(f);
 }
 
 void tccd_remote_publish(tccd_state *st, const tcc_cache_entry *e, const uint8_t *artifact, size_t len,

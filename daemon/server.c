@@ -24,16 +24,12 @@
  * TCCD_METHODS (only with --auth-tokens): UNAUTHENTICATED or
  * PERMISSION_DENIED ends it there.
  *
- * A call's life (one tccd_call):
- *
- *   requested ──(request tag, ok)──► active ──reply/fail──► finishing ──► freed
- *       │                              │  RECV_CLOSE_ON_SERVER pending      ▲
- *       └──(request tag, !ok: server shutting down)─────────────────────────┘
- *
- *   c->refs counts what still points at the call: each batch in flight,
- *   plus one held by the handler until it finishes the call (a compile
- *   waiter keeps that one while it waits). The call is freed when refs
- *   drops to 0 (call_unref).
+ * Each call is a tccd_call (call.c: its state machine, its references,
+ * the replies). This file requests calls from gRPC (call.c's REQUESTED),
+ * activates the ones that arrive (ACTIVE) and hands them to their
+ * handler; call.c tells it when a call is freed (call_released), so it
+ * knows when the last one is gone at shutdown. Nothing in call.c,
+ * compile.c or rpc.c calls into this file.
  *
  * For every registered method a few requests are kept pending (the payload
  * arrives with the call: GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER), and
@@ -48,8 +44,6 @@
  */
 #include <arpa/inet.h>
 #include <errno.h>
-#include <grpc/byte_buffer.h>
-#include <grpc/byte_buffer_reader.h>
 #include <grpc/grpc_security.h>
 #include <grpc/slice.h>
 #include <grpc/support/time.h>
@@ -62,7 +56,6 @@
 #include <unistd.h>
 
 #include "daemon.h"
-#include "tcc/v1/tcc.pb-c.h"
 
 /* How many requests to keep pending per method (hot methods get more). */
 static const int pending_per_method[TCCD_METHOD__COUNT] = {
@@ -177,257 +170,18 @@ static void on_wake(uv_async_t *h) {
 static void request_registered(tccd_server *srv, tccd_method_id m);
 static void request_generic(tccd_server *srv);
 
-static void call_free(tccd_call *c) {
-  tccd_server *srv = c->server;
-  if (c->call) grpc_call_unref(c->call);
-  grpc_metadata_array_destroy(&c->request_md);
-  if (c->method == TCCD_METHOD__COUNT) grpc_call_details_destroy(&c->details);
-  if (c->payload) grpc_byte_buffer_destroy(c->payload);
-  if (c->send_buf) grpc_byte_buffer_destroy(c->send_buf);
-  grpc_slice_unref(c->status_details);
-  free(c->stream_data);
-  free(c);
+/* A call of ours was freed (call.c tells us): one live call fewer. */
+static void call_released(tccd_server *srv) {
   srv->live_calls--;
   if (srv->shutting_down) server_finish_shutdown(srv);
 }
 
-static void call_unref(tccd_call *c) {
-  if (--c->refs == 0) call_free(c);
-}
-
+/* A call in REQUESTED for method m (TCCD_METHOD__COUNT: the generic
+ * request), counted live. NULL when out of memory. */
 static tccd_call *call_new(tccd_server *srv, tccd_method_id m) {
-  tccd_call *c = calloc(1, sizeof *c);
-  if (!c) return NULL;
-  c->server = srv;
-  c->method = m;
-  c->refs = 1; /* the pending request */
-  c->status_details = grpc_empty_slice();
-  grpc_metadata_array_init(&c->request_md);
-  if (m == TCCD_METHOD__COUNT) grpc_call_details_init(&c->details);
-  srv->live_calls++;
+  tccd_call *c = tccd_call_new(srv, m, m < TCCD_METHOD__COUNT ? method_names[m] : "unknown method", call_released);
+  if (c) srv->live_calls++;
   return c;
-}
-
-static void on_close(void *obj, int ok) {
-  tccd_call *c = obj;
-  (void)ok;
-  c->close_received = 1;
-  if (c->close_cancelled_flag) c->cancelled = 1;
-  call_unref(c);
-}
-
-static int start_batch(tccd_call *c, const grpc_op *ops, size_t n, tccd_tag *tag) {
-  c->refs++;
-  grpc_call_error e = grpc_call_start_batch(c->call, ops, n, tag, NULL);
-  if (e != GRPC_CALL_OK) {
-    log_error("grpc_call_start_batch failed (%d) on %s",
-              (int)e, c->method < TCCD_METHOD__COUNT ? method_names[c->method] : "unknown method");
-    c->refs--;
-    return -1;
-  }
-  return 0;
-}
-
-/* Called once a call has arrived: watch for the client going away. */
-static void call_activate(tccd_call *c) {
-  c->start_ns = uv_hrtime();
-  c->close_tag = (tccd_tag){on_close, c};
-  grpc_op op = {0};
-  op.op = GRPC_OP_RECV_CLOSE_ON_SERVER;
-  op.data.recv_close_on_server.cancelled = &c->close_cancelled_flag;
-  start_batch(c, &op, 1, &c->close_tag);
-}
-
-static void on_send_done(void *obj, int ok);
-
-static grpc_byte_buffer *buffer_from(const uint8_t *data, size_t len) {
-  grpc_slice s = grpc_slice_malloc(len);
-  if (len) memcpy(GRPC_SLICE_START_PTR(s), data, len);
-  grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(&s, 1);
-  grpc_slice_unref(s);
-  return bb;
-}
-
-static grpc_byte_buffer *buffer_from_message(const ProtobufCMessage *msg) {
-  size_t len = protobuf_c_message_get_packed_size(msg);
-  grpc_slice s = grpc_slice_malloc(len);
-  protobuf_c_message_pack(msg, GRPC_SLICE_START_PTR(s));
-  grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(&s, 1);
-  grpc_slice_unref(s);
-  return bb;
-}
-
-/* Sends [initial metadata] [message] [status] in one batch and drops the
- * handler's reference. msg may be NULL (status only). */
-static void call_finish(tccd_call *c, grpc_byte_buffer *msg, grpc_status_code status,
-                        const char *details) {
-  if (c->finished) {
-    if (msg) grpc_byte_buffer_destroy(msg);
-    return;
-  }
-  c->finished = 1;
-  grpc_op ops[3];
-  size_t n = 0;
-  memset(ops, 0, sizeof ops);
-  if (!c->initial_md_sent) {
-    ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
-    c->initial_md_sent = 1;
-  }
-  if (msg) {
-    ops[n].op = GRPC_OP_SEND_MESSAGE;
-    ops[n++].data.send_message.send_message = msg;
-    c->send_buf = msg;
-  }
-  grpc_slice_unref(c->status_details);
-  c->status_details = details && *details ? grpc_slice_from_copied_string(details) : grpc_empty_slice();
-  ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
-  ops[n].data.send_status_from_server.status = status;
-  ops[n++].data.send_status_from_server.status_details = &c->status_details;
-  c->send_tag = (tccd_tag){on_send_done, c};
-  start_batch(c, ops, n, &c->send_tag);
-  call_unref(c); /* the handler's reference */
-}
-
-void tccd_call_reply(tccd_call *c, const ProtobufCMessage *msg) {
-  call_finish(c, buffer_from_message(msg), GRPC_STATUS_OK, NULL);
-}
-
-void tccd_call_reply_bytes(tccd_call *c, const uint8_t *data, size_t len) {
-  call_finish(c, buffer_from(data, len), GRPC_STATUS_OK, NULL);
-}
-
-void tccd_call_fail(tccd_call *c, int code, const char *fmt, ...) {
-  char msg[TCC_ERROR_MSG_MAX];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(msg, sizeof msg, fmt, ap);
-  va_end(ap);
-  grpc_status_code status = code < 0 ? (grpc_status_code)(-code) : GRPC_STATUS_UNKNOWN;
-  call_finish(c, NULL, status, msg);
-}
-
-void tccd_call_fail_error(tccd_call *c, const tcc_error *err) {
-  tccd_call_fail(c, err->code ? err->code : TCC_E_UNKNOWN, "%s", err->msg);
-}
-
-grpc_byte_buffer *tccd_call_take_payload(tccd_call *c) {
-  grpc_byte_buffer *b = c->payload;
-  c->payload = NULL;
-  return b;
-}
-
-int tccd_payload_read(grpc_byte_buffer *payload, uint8_t **data, size_t *len, tcc_error *err) {
-  *data = NULL;
-  *len = 0;
-  if (!payload) return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "missing request message");
-  grpc_byte_buffer_reader reader;
-  if (!grpc_byte_buffer_reader_init(&reader, payload))
-    return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "request message could not be decompressed");
-  grpc_slice s = grpc_byte_buffer_reader_readall(&reader);
-  grpc_byte_buffer_reader_destroy(&reader);
-  size_t n = GRPC_SLICE_LENGTH(s);
-  uint8_t *buf = malloc(n ? n : 1);
-  if (!buf) {
-    grpc_slice_unref(s);
-    return tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "out of memory reading a %zu-byte request", n);
-  }
-  memcpy(buf, GRPC_SLICE_START_PTR(s), n);
-  grpc_slice_unref(s);
-  *data = buf;
-  *len = n;
-  return 0;
-}
-
-int tccd_call_read_payload(tccd_call *c, uint8_t **data, size_t *len) {
-  tcc_error err;
-  if (tccd_payload_read(c->payload, data, len, &err) == 0) return 0;
-  tccd_call_fail_error(c, &err);
-  return -1;
-}
-
-double tccd_call_elapsed_ms(const tccd_call *c) { return tccd_ms_since(c->start_ns); }
-
-/* ------------------------------------------------------------ streaming */
-
-static void stream_next(tccd_call *c);
-
-void tccd_call_stream_artifact(tccd_call *c, uint8_t *data, size_t len, const char *sha_hex, int kind,
-                               size_t chunk, const uint8_t *sig, size_t sig_len, const char *key_id) {
-  c->stream_sig_len = sig && sig_len <= sizeof c->stream_sig ? sig_len : 0;
-  if (c->stream_sig_len) memcpy(c->stream_sig, sig, c->stream_sig_len);
-  snprintf(c->stream_key_id, sizeof c->stream_key_id, "%s", key_id && c->stream_sig_len ? key_id : "");
-  c->stream_data = data;
-  c->stream_len = len;
-  c->stream_off = 0;
-  c->stream_chunk = chunk ? chunk : 64 * 1024;
-  snprintf(c->stream_sha, sizeof c->stream_sha, "%s", sha_hex);
-  c->stream_kind = kind;
-  stream_next(c);
-}
-
-/* Sends the next ArtifactChunk; the first one carries the metadata, the
- * last one rides with the OK status. */
-static void stream_next(tccd_call *c) {
-  size_t off = c->stream_off;
-  size_t n = c->stream_len - off;
-  if (n > c->stream_chunk) n = c->stream_chunk;
-  int first = off == 0, last = off + n == c->stream_len;
-
-  Tcc__V1__ArtifactChunk chunk = TCC__V1__ARTIFACT_CHUNK__INIT;
-  Tcc__V1__Artifact meta = TCC__V1__ARTIFACT__INIT;
-  if (first) {
-    meta.kind = (Tcc__V1__ArtifactKind)c->stream_kind;
-    meta.sha256 = c->stream_sha;
-    meta.size = (int64_t)c->stream_len;
-    meta.signature.data = c->stream_sig;
-    meta.signature.len = c->stream_sig_len;
-    meta.key_id = c->stream_key_id;
-    chunk.artifact = &meta;
-  }
-  chunk.offset = (int64_t)off;
-  chunk.data.data = c->stream_data + off;
-  chunk.data.len = n;
-  c->stream_off += n;
-  grpc_byte_buffer *bb = buffer_from_message(&chunk.base);
-  if (last) {
-    call_finish(c, bb, GRPC_STATUS_OK, NULL);
-    return;
-  }
-  grpc_op ops[2];
-  size_t k = 0;
-  memset(ops, 0, sizeof ops);
-  if (!c->initial_md_sent) {
-    ops[k++].op = GRPC_OP_SEND_INITIAL_METADATA;
-    c->initial_md_sent = 1;
-  }
-  ops[k].op = GRPC_OP_SEND_MESSAGE;
-  ops[k++].data.send_message.send_message = bb;
-  c->send_buf = bb;
-  c->send_tag = (tccd_tag){on_send_done, c};
-  if (start_batch(c, ops, k, &c->send_tag) != 0) {
-    grpc_byte_buffer_destroy(bb);
-    c->send_buf = NULL;
-    c->finished = 1;
-    call_unref(c);
-  }
-}
-
-static void on_send_done(void *obj, int ok) {
-  tccd_call *c = obj;
-  if (c->send_buf) {
-    grpc_byte_buffer_destroy(c->send_buf);
-    c->send_buf = NULL;
-  }
-  if (!c->finished) {
-    /* a streaming step completed */
-    if (ok && !c->cancelled) {
-      stream_next(c);
-    } else {
-      c->finished = 1;
-      call_unref(c); /* the handler's reference: the client is gone */
-    }
-  }
-  call_unref(c);
 }
 
 /* ------------------------------------------------------------ requests */
@@ -436,11 +190,11 @@ static void on_registered_request(void *obj, int ok) {
   tccd_call *c = obj;
   tccd_server *srv = c->server;
   if (!ok) { /* the server is shutting down */
-    call_unref(c);
+    tccd_call_unref(c);
     return;
   }
   if (!srv->shutting_down) request_registered(srv, c->method);
-  call_activate(c);
+  tccd_call_activate(c);
   tcc_error err;
   if (tccd_auth_check(srv->st, &c->request_md, method_roles[c->method], &err) != 0) {
     tcc_cache_count(srv->st->cache, TCC_COUNTER_auth_failures, 1);
@@ -455,11 +209,11 @@ static void on_generic_request(void *obj, int ok) {
   tccd_call *c = obj;
   tccd_server *srv = c->server;
   if (!ok) {
-    call_unref(c);
+    tccd_call_unref(c);
     return;
   }
   if (!srv->shutting_down) request_generic(srv);
-  call_activate(c);
+  tccd_call_activate(c);
   char method[256];
   size_t mlen = GRPC_SLICE_LENGTH(c->details.method);
   if (mlen >= sizeof method) mlen = sizeof method - 1;
@@ -481,7 +235,7 @@ static void request_registered(tccd_server *srv, tccd_method_id m) {
       &c->payload, srv->cq, srv->cq, &c->request_tag);
   if (e != GRPC_CALL_OK) {
     log_error("grpc_server_request_registered_call(%s) failed: %d", method_names[m], (int)e);
-    call_unref(c);
+    tccd_call_unref(c);
   }
 }
 
@@ -493,7 +247,7 @@ static void request_generic(tccd_server *srv) {
                                                srv->cq, srv->cq, &c->request_tag);
   if (e != GRPC_CALL_OK) {
     log_error("grpc_server_request_call failed: %d", (int)e);
-    call_unref(c);
+    tccd_call_unref(c);
   }
 }
 

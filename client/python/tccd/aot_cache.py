@@ -18,6 +18,10 @@ backend whose compilers return an OutputCode:
                    outside one, the environment's); its kernels then come
                    from the daemon's cache as on any warm start.
 
+This module never imports dynamo.py (which imports it): dynamo hands its
+_CompiledGraph in as the graph factory when it is imported
+(set_graph_factory), so a load inside or outside a backend call has it.
+
 The key (cache_key) is AOTAutogradCache's own minus Inductor's part: the
 Dynamo graph's code, its inputs' metadata (fake tensors, symbolic sizes),
 the values of tensor constants, AOTConfig, grad mode, autocast, the
@@ -45,6 +49,16 @@ from . import plan
 ENTRY_VERSION = 2               # bump when what an entry means to tccd changes
 
 _current = threading.local()    # .cfg, .tag, .key of the tccd compile in progress
+_make_graph = None              # the graph factory (set_graph_factory)
+
+
+def set_graph_factory(make_graph):
+    """Hands in what a loaded entry becomes: make_graph(gm, kind, cfg,
+    dynamic, fullgraph, fresh_copy=, load_source=, saved_plan=,
+    plan_path=) returns the graph AOTAutograd calls. dynamo.py hands in
+    its _CompiledGraph when it is imported."""
+    global _make_graph
+    _make_graph = make_graph
 
 
 class TccdOutputCode(OutputCode):
@@ -81,8 +95,10 @@ class TccdOutputCode(OutputCode):
         from torch.fx._graph_pickler import GraphPickler
 
         from .config import Config
-        from .dynamo import _CompiledGraph
 
+        if _make_graph is None:
+            raise RuntimeError("tccd.aot_cache: no graph factory "
+                               "(tccd.dynamo hands it in when imported)")
         cfg = getattr(_current, "cfg", None) or Config.make()
         fake_mode = detect_fake_mode(example_inputs) or FakeTensorMode()
 
@@ -106,9 +122,9 @@ class TccdOutputCode(OutputCode):
             loaded.append(load())
             return loaded[0]
 
-        self.graph = _CompiledGraph(loaded[0] if loaded else None, self.kind, cfg, self.dynamic,
-                                    self.fullgraph, fresh_copy=fresh_copy, load_source=first_load,
-                                    saved_plan=saved, plan_path=path)
+        self.graph = _make_graph(loaded[0] if loaded else None, self.kind, cfg, self.dynamic,
+                                 self.fullgraph, fresh_copy=fresh_copy, load_source=first_load,
+                                 saved_plan=saved, plan_path=path)
         _stats.add(aot_cache_hits=1)
 
     def set_triton_bundle(self, triton_bundle):

@@ -879,6 +879,11 @@ class _CompiledGraph:
             _stats.add(fallback_ops=part.n_ops)
 
 
+# what an entry loaded from the AOTAutograd cache becomes (aot_cache.py
+# never imports this module: the factory is handed in)
+aot_cache.set_graph_factory(_CompiledGraph)
+
+
 def _count_record(rec, sign=1):
     """Adds (sign -1: takes back) a graph record's counts to the stats."""
     _stats.add(graphs=sign, ops=sign * rec["ops"], compiled_ops=sign * rec["compiled_ops"],

@@ -1,0 +1,353 @@
+/*
+ * call.c — one gRPC call on the server side: its life, its references,
+ * and what a handler may do with it (read the request, reply, fail, or
+ * stream an artifact). The handlers (compile.c, rpc.c) and the server
+ * (server.c: requests calls from gRPC and dispatches them) both sit on
+ * top of this file; it calls neither of them: the server hands each call
+ * a `released` callback to hear when it is freed.
+ *
+ * DESIGN
+ *
+ * A call's life is one state machine (call_set_state asserts every move):
+ *
+ *   REQUESTED ──request tag, ok──► ACTIVE ──reply / fail (call_finish)──────────► FINISHING
+ *     │     (tccd_call_activate)    │   │                                          ▲  ▲  ▲
+ *     │                             │   │ tccd_call_stream_artifact, more         │  │  │
+ *     │                             │   ▼ than one chunk (stream_next)            │  │  │
+ *     │                             │  STREAMING ──the last chunk (call_finish)───┘  │  │
+ *     │                             │   │  │                                         │  │
+ *     │                             │   │  └──a send failed (stream_stop)───────────┘  │
+ *     │      client gone (on_close) │   │ client gone (on_close)                       │
+ *     │                             ▼   ▼                                              │
+ *     │                            CANCELLED ──reply / fail, or the stream stops at ───┘
+ *     │                                         its next send (stream_stop)
+ *     └──request tag, !ok (the server is shutting down)──► freed (tccd_call_unref)
+ *
+ *   REQUESTED  a request is pending in gRPC (grpc_server_request_*call);
+ *              nothing has arrived. Holds one reference: the request's.
+ *   ACTIVE     the call arrived; the handler owns it and must finish it
+ *              exactly once (the request's reference became the
+ *              handler's). RECV_CLOSE_ON_SERVER is pending (on_close).
+ *   STREAMING  the handler handed it to tccd_call_stream_artifact: chunks
+ *              go out one batch at a time (on_send_done sends the next);
+ *              the stream holds the handler's reference.
+ *   CANCELLED  the client went away (RECV_CLOSE said cancelled) while the
+ *              call was ACTIVE or STREAMING. The handler (a compile
+ *              waiter, say) still holds it and may still reply (the
+ *              status goes nowhere); a stream stops at its next send.
+ *   FINISHING  the status is sent or being sent (or a stream stopped):
+ *              the handler's reference is dropped; the batches in flight
+ *              complete, then the call is freed. A second reply is
+ *              ignored.
+ *
+ * c->refs counts what still points at the call: each batch in flight,
+ * plus one held by the request and then by the handler until it
+ * finishes the call (a compile waiter keeps that one while it waits).
+ * The call is freed when refs drops to 0 (tccd_call_unref): in REQUESTED
+ * (a request that failed) or FINISHING, never in between.
+ */
+#include <assert.h>
+#include <grpc/byte_buffer.h>
+#include <grpc/byte_buffer_reader.h>
+#include <grpc/slice.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "daemon.h"
+#include "tcc/v1/tcc.pb-c.h"
+
+static const char *const call_state_names[] = {
+#define CALL_STATE_NAME(name) #name,
+    TCCD_CALL_STATES(CALL_STATE_NAME)
+#undef CALL_STATE_NAME
+};
+
+/* The allowed moves of the drawing; anything else is a bug. */
+int tccd_call_transition_allowed(tccd_call_state from, tccd_call_state to) {
+  switch (from) {
+  case TCCD_CALL_REQUESTED: return to == TCCD_CALL_ACTIVE;
+  case TCCD_CALL_ACTIVE: return to == TCCD_CALL_STREAMING || to == TCCD_CALL_CANCELLED || to == TCCD_CALL_FINISHING;
+  case TCCD_CALL_STREAMING: return to == TCCD_CALL_CANCELLED || to == TCCD_CALL_FINISHING;
+  case TCCD_CALL_CANCELLED: return to == TCCD_CALL_FINISHING;
+  case TCCD_CALL_FINISHING: return 0;
+  }
+  return 0;
+}
+
+static void call_set_state(tccd_call *c, tccd_call_state to) {
+  tccd_call_state from = c->state;
+  if (!tccd_call_transition_allowed(from, to)) {
+    log_error("%s call: illegal state change %s -> %s", c->method_name, call_state_names[from],
+              call_state_names[to]);
+    assert(!"illegal call state change");
+  }
+  c->state = to;
+}
+
+/* ------------------------------------------------------------ references */
+
+static void call_free(tccd_call *c) {
+  assert(c->state == TCCD_CALL_REQUESTED || c->state == TCCD_CALL_FINISHING);
+  tccd_server *srv = c->server;
+  void (*released)(tccd_server *) = c->released;
+  if (c->call) grpc_call_unref(c->call);
+  grpc_metadata_array_destroy(&c->request_md);
+  if (c->method == TCCD_METHOD__COUNT) grpc_call_details_destroy(&c->details);
+  if (c->payload) grpc_byte_buffer_destroy(c->payload);
+  if (c->send_buf) grpc_byte_buffer_destroy(c->send_buf);
+  grpc_slice_unref(c->status_details);
+  free(c->stream_data);
+  free(c);
+  released(srv);
+}
+
+void tccd_call_unref(tccd_call *c) {
+  if (--c->refs == 0) call_free(c);
+}
+
+tccd_call *tccd_call_new(tccd_server *srv, tccd_method_id m, const char *method_name,
+                         void (*released)(tccd_server *srv)) {
+  tccd_call *c = calloc(1, sizeof *c);
+  if (!c) return NULL;
+  c->server = srv;
+  c->method = m;
+  c->method_name = method_name;
+  c->released = released;
+  c->state = TCCD_CALL_REQUESTED;
+  c->refs = 1; /* the pending request */
+  c->status_details = grpc_empty_slice();
+  grpc_metadata_array_init(&c->request_md);
+  if (m == TCCD_METHOD__COUNT) grpc_call_details_init(&c->details);
+  return c;
+}
+
+/* RECV_CLOSE_ON_SERVER completed: the client is done, or gone. */
+static void on_close(void *obj, int ok) {
+  tccd_call *c = obj;
+  (void)ok;
+  if (c->close_cancelled_flag && (c->state == TCCD_CALL_ACTIVE || c->state == TCCD_CALL_STREAMING))
+    call_set_state(c, TCCD_CALL_CANCELLED);
+  tccd_call_unref(c);
+}
+
+static int start_batch(tccd_call *c, const grpc_op *ops, size_t n, tccd_tag *tag) {
+  c->refs++;
+  grpc_call_error e = grpc_call_start_batch(c->call, ops, n, tag, NULL);
+  if (e != GRPC_CALL_OK) {
+    log_error("grpc_call_start_batch failed (%d) on %s", (int)e, c->method_name);
+    c->refs--;
+    return -1;
+  }
+  return 0;
+}
+
+void tccd_call_activate(tccd_call *c) {
+  call_set_state(c, TCCD_CALL_ACTIVE);
+  c->start_ns = uv_hrtime();
+  c->close_tag = (tccd_tag){on_close, c};
+  grpc_op op = {0};
+  op.op = GRPC_OP_RECV_CLOSE_ON_SERVER;
+  op.data.recv_close_on_server.cancelled = &c->close_cancelled_flag;
+  start_batch(c, &op, 1, &c->close_tag);
+}
+
+/* ------------------------------------------------------------ replies */
+
+static void on_send_done(void *obj, int ok);
+
+static grpc_byte_buffer *buffer_from(const uint8_t *data, size_t len) {
+  grpc_slice s = grpc_slice_malloc(len);
+  if (len) memcpy(GRPC_SLICE_START_PTR(s), data, len);
+  grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(&s, 1);
+  grpc_slice_unref(s);
+  return bb;
+}
+
+static grpc_byte_buffer *buffer_from_message(const ProtobufCMessage *msg) {
+  size_t len = protobuf_c_message_get_packed_size(msg);
+  grpc_slice s = grpc_slice_malloc(len);
+  protobuf_c_message_pack(msg, GRPC_SLICE_START_PTR(s));
+  grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(&s, 1);
+  grpc_slice_unref(s);
+  return bb;
+}
+
+/* Fills zeroed ops with [initial metadata, unless sent already] [msg,
+ * unless NULL: it becomes c->send_buf, destroyed on completion]. Returns
+ * how many ops it filled. */
+static size_t ops_send(tccd_call *c, grpc_op *ops, grpc_byte_buffer *msg) {
+  size_t n = 0;
+  if (!c->initial_md_sent) {
+    ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
+    c->initial_md_sent = 1;
+  }
+  if (msg) {
+    ops[n].op = GRPC_OP_SEND_MESSAGE;
+    ops[n++].data.send_message.send_message = msg;
+    c->send_buf = msg;
+  }
+  return n;
+}
+
+/* Sends [initial metadata] [message] [status] in one batch and drops the
+ * handler's reference: FINISHING. msg may be NULL (status only). A call
+ * FINISHING already keeps its first answer. */
+static void call_finish(tccd_call *c, grpc_byte_buffer *msg, grpc_status_code status,
+                        const char *details) {
+  if (c->state == TCCD_CALL_FINISHING) {
+    if (msg) grpc_byte_buffer_destroy(msg);
+    return;
+  }
+  call_set_state(c, TCCD_CALL_FINISHING);
+  grpc_op ops[3];
+  memset(ops, 0, sizeof ops);
+  size_t n = ops_send(c, ops, msg);
+  grpc_slice_unref(c->status_details);
+  c->status_details = details && *details ? grpc_slice_from_copied_string(details) : grpc_empty_slice();
+  ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
+  ops[n].data.send_status_from_server.status = status;
+  ops[n++].data.send_status_from_server.status_details = &c->status_details;
+  c->send_tag = (tccd_tag){on_send_done, c};
+  start_batch(c, ops, n, &c->send_tag);
+  tccd_call_unref(c); /* the handler's reference */
+}
+
+void tccd_call_reply(tccd_call *c, const ProtobufCMessage *msg) {
+  call_finish(c, buffer_from_message(msg), GRPC_STATUS_OK, NULL);
+}
+
+void tccd_call_reply_bytes(tccd_call *c, const uint8_t *data, size_t len) {
+  call_finish(c, buffer_from(data, len), GRPC_STATUS_OK, NULL);
+}
+
+void tccd_call_fail(tccd_call *c, int code, const char *fmt, ...) {
+  char msg[TCC_ERROR_MSG_MAX];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  grpc_status_code status = code < 0 ? (grpc_status_code)(-code) : GRPC_STATUS_UNKNOWN;
+  call_finish(c, NULL, status, msg);
+}
+
+void tccd_call_fail_error(tccd_call *c, const tcc_error *err) {
+  tccd_call_fail(c, err->code ? err->code : TCC_E_UNKNOWN, "%s", err->msg);
+}
+
+/* ------------------------------------------------------------ the request */
+
+grpc_byte_buffer *tccd_call_take_payload(tccd_call *c) {
+  grpc_byte_buffer *b = c->payload;
+  c->payload = NULL;
+  return b;
+}
+
+int tccd_payload_read(grpc_byte_buffer *payload, uint8_t **data, size_t *len, tcc_error *err) {
+  *data = NULL;
+  *len = 0;
+  if (!payload) return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "missing request message");
+  grpc_byte_buffer_reader reader;
+  if (!grpc_byte_buffer_reader_init(&reader, payload))
+    return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "request message could not be decompressed");
+  grpc_slice s = grpc_byte_buffer_reader_readall(&reader);
+  grpc_byte_buffer_reader_destroy(&reader);
+  size_t n = GRPC_SLICE_LENGTH(s);
+  uint8_t *buf = malloc(n ? n : 1);
+  if (!buf) {
+    grpc_slice_unref(s);
+    return tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "out of memory reading a %zu-byte request", n);
+  }
+  memcpy(buf, GRPC_SLICE_START_PTR(s), n);
+  grpc_slice_unref(s);
+  *data = buf;
+  *len = n;
+  return 0;
+}
+
+int tccd_call_read_payload(tccd_call *c, uint8_t **data, size_t *len) {
+  tcc_error err;
+  if (tccd_payload_read(c->payload, data, len, &err) == 0) return 0;
+  tccd_call_fail_error(c, &err);
+  return -1;
+}
+
+double tccd_call_elapsed_ms(const tccd_call *c) { return tccd_ms_since(c->start_ns); }
+
+/* ------------------------------------------------------------ streaming */
+
+static void stream_next(tccd_call *c);
+
+void tccd_call_stream_artifact(tccd_call *c, uint8_t *data, size_t len, const char *sha_hex, int kind,
+                               size_t chunk, const uint8_t *sig, size_t sig_len, const char *key_id) {
+  c->stream_sig_len = sig && sig_len <= sizeof c->stream_sig ? sig_len : 0;
+  if (c->stream_sig_len) memcpy(c->stream_sig, sig, c->stream_sig_len);
+  snprintf(c->stream_key_id, sizeof c->stream_key_id, "%s", key_id && c->stream_sig_len ? key_id : "");
+  c->stream_data = data;
+  c->stream_len = len;
+  c->stream_off = 0;
+  c->stream_chunk = chunk ? chunk : 64 * 1024;
+  snprintf(c->stream_sha, sizeof c->stream_sha, "%s", sha_hex);
+  c->stream_kind = kind;
+  stream_next(c);
+}
+
+/* The stream stops (a send failed, or the client is gone): the handler's
+ * reference goes, no status is sent. */
+static void stream_stop(tccd_call *c) {
+  call_set_state(c, TCCD_CALL_FINISHING);
+  tccd_call_unref(c);
+}
+
+/* Sends the next ArtifactChunk; the first one carries the metadata, the
+ * last one rides with the OK status. */
+static void stream_next(tccd_call *c) {
+  size_t off = c->stream_off;
+  size_t n = c->stream_len - off;
+  if (n > c->stream_chunk) n = c->stream_chunk;
+  int first = off == 0, last = off + n == c->stream_len;
+
+  Tcc__V1__ArtifactChunk chunk = TCC__V1__ARTIFACT_CHUNK__INIT;
+  Tcc__V1__Artifact meta = TCC__V1__ARTIFACT__INIT;
+  if (first) {
+    meta.kind = (Tcc__V1__ArtifactKind)c->stream_kind;
+    meta.sha256 = c->stream_sha;
+    meta.size = (int64_t)c->stream_len;
+    meta.signature.data = c->stream_sig;
+    meta.signature.len = c->stream_sig_len;
+    meta.key_id = c->stream_key_id;
+    chunk.artifact = &meta;
+  }
+  chunk.offset = (int64_t)off;
+  chunk.data.data = c->stream_data + off;
+  chunk.data.len = n;
+  c->stream_off += n;
+  grpc_byte_buffer *bb = buffer_from_message(&chunk.base);
+  if (last) {
+    call_finish(c, bb, GRPC_STATUS_OK, NULL);
+    return;
+  }
+  if (c->state == TCCD_CALL_ACTIVE) call_set_state(c, TCCD_CALL_STREAMING);
+  grpc_op ops[2];
+  memset(ops, 0, sizeof ops);
+  size_t k = ops_send(c, ops, bb);
+  c->send_tag = (tccd_tag){on_send_done, c};
+  if (start_batch(c, ops, k, &c->send_tag) != 0) {
+    grpc_byte_buffer_destroy(bb);
+    c->send_buf = NULL;
+    stream_stop(c);
+  }
+}
+
+static void on_send_done(void *obj, int ok) {
+  tccd_call *c = obj;
+  if (c->send_buf) {
+    grpc_byte_buffer_destroy(c->send_buf);
+    c->send_buf = NULL;
+  }
+  if (c->state != TCCD_CALL_FINISHING) { /* a streaming step completed */
+    if (ok && c->state == TCCD_CALL_STREAMING) stream_next(c);
+    else stream_stop(c); /* the client is gone */
+  }
+  tccd_call_unref(c);
+}
