@@ -197,8 +197,6 @@ int main(int argc, char **argv) {
     return 1;
   }
   int port = tccd_server_port(st.server);
-  if (cfg.port_file[0] && write_port_file(cfg.port_file, port) != 0)
-    log_warn("cannot write --port-file %s: %s", cfg.port_file, strerror(errno));
 
   uv_signal_init(st.loop, &sigint_handle);
   uv_signal_init(st.loop, &sigterm_handle);
@@ -234,6 +232,10 @@ int main(int argc, char **argv) {
   else
     log_warn("--no-signing: artifacts are served unsigned; clients with TCCD_TRUSTED_KEYS will refuse them");
 
+  /* the port file says "ready": written after the start-up lines, so a
+   * reader of it finds them in the log */
+  if (cfg.port_file[0] && write_port_file(cfg.port_file, port) != 0)
+    log_warn("cannot write --port-file %s: %s", cfg.port_file, strerror(errno));
   uv_timer_init(st.loop, &cancel_timer);
   cancel_timer.data = &st;
 
