@@ -11,9 +11,9 @@
  *   extern "C" __global__ void k<j>(const void *in0, ..., void *out0, ...,
  *                                   char *ws)
  *
- * (ABI 1 of client/cuda.h: inputs, outputs, workspace; every kernel takes
- * all of them). Shapes, strides, storage offsets and workspace offsets
- * are compiled in. The launch configuration of each kernel
+ * (ABI 1 of runtime/tcc_runtime.h: inputs, outputs, workspace; every
+ * kernel takes all of them). Shapes, strides, storage offsets and
+ * workspace offsets are compiled in. The launch configuration of each kernel
  * (tcc_cuda_geometry_for) is a pure function of the kernel and its
  * tuning config (max-autotune: tcc_kernel_config's block, ipt, wrow,
  * split, persist; all zero = the heuristic below, byte for byte), so the

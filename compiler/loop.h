@@ -450,8 +450,8 @@ int tcc_build_so(const tcc_program *p, const char *src, size_t len,
                  const tcc_build_options *opts, uint8_t **out, size_t *outlen,
                  tcc_error *err);
 
-/* emit_cuda.c: CUDA C for the CUDA target (ABI 1 of client/cuda.h: one
- * extern "C" __global__ k<j> per live kernel, each taking (inputs...,
+/* emit_cuda.c: CUDA C for the CUDA target (ABI 1 of runtime/tcc_runtime.h:
+ * one extern "C" __global__ k<j> per live kernel, each taking (inputs...,
  * outputs..., workspace), k<j>_split before split reductions; no code
  * for GEMM steps, which the client runs with cuBLAS).
  * TCC_E_UNIMPLEMENTED for other extern steps and dtypes it cannot do. */
@@ -572,11 +572,8 @@ int tcc_dyn_fit_source(int k, int nprobes, const int64_t (*assign)[TCC_MAX_SYMS]
  * signal), TCC_E_RESOURCE_EXHAUSTED (out of memory or disk) or
  * TCC_E_DEADLINE_EXCEEDED (timeout, CPU limit) for what may not. */
 int tcc_run_tool(const char *const *argv, int timeout_ms, char **output, tcc_error *err);
-/* The same; limit_as 0 leaves the address space unlimited (a process that
- * loads the CUDA driver maps far more virtual memory than any such
- * limit allows). Returns as tcc_run_tool. */
-int tcc_run_tool_limits(const char *const *argv, int timeout_ms, int limit_as, char **output,
-                        tcc_error *err);
+/* (tcc_run_tool_limits, the same with the address-space limit optional,
+ * is public: compiler.h. tcc_run_tool is tcc_run_tool_limits(.., 1, ..).) */
 
 /* -------------------------------------------------------------- tune.c */
 
