@@ -143,6 +143,13 @@ int tcc_run_tool_limits(const char *const *argv, int timeout_ms, int limit_as, c
  * Writes at most cap bytes into out. Returns 0 or a TCC_E* code. */
 int tcc_toolchain_identity(const char *cc, char *out, size_t cap, tcc_error *err);
 
+/* Describes the NVRTC that builds CUDA targets ("nvrtc 13.0 (sm_75 ...
+ * sm_121)"), the text tcc_prepare appends to the identity of CUDA
+ * requests. Loads NVRTC on the first call (dlopen'ed, ~30 ms: a daemon
+ * calls it at start-up). Writes at most cap bytes into out. Returns 0
+ * or TCC_E_FAILED_PRECONDITION with the reason (no NVRTC). */
+int tcc_toolchain_cuda_identity(char *out, size_t cap, tcc_error *err);
+
 /* Do CPU float32 convolutions become oneDNN steps (conv.c): tccd built
  * with oneDNN (-Donednn) and TCC_NO_ONEDNN unset in the environment? The
  * identity above names the road. */

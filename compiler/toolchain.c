@@ -1,5 +1,6 @@
 /*
- * toolchain.c — running the C compiler: identity and bounded execution.
+ * toolchain.c — running the C compiler: identity (and NVRTC's, for
+ * CUDA targets) and bounded execution.
  *
  * Every external program of the process runs through tcc_run_tool (or
  * tcc_run_tool_limits, public in compiler.h: the daemon spawns its
@@ -49,6 +50,7 @@
  * refused, so a daemon shutting down does not wait for its compilers.
  */
 #include "loop.h"
+#include "nvrtc.h"
 #include "tcc_config.h"
 
 #ifdef TCC_HAVE_ONEDNN
@@ -331,4 +333,8 @@ int tcc_toolchain_identity(const char *cc, char *out, size_t cap, tcc_error *err
     return tcc_error_set(err, TCC_E_INVALID_ARGUMENT,
                          "identity buffer too small (%zu bytes, need %d)", cap, w + 1);
   return 0;
+}
+
+int tcc_toolchain_cuda_identity(char *out, size_t cap, tcc_error *err) {
+  return tcc_nvrtc_identity(out, cap, err);
 }
