@@ -22,9 +22,10 @@
  * name): a taken name moves the memfd to another descriptor number.
  *
  * CUDA artifacts (manifest target "cuda:ARCH" and a cubin: ELF machine
- * 190) go to the Driver API loader (cuda.h) after checks 1-2: loaded into
- * the calling thread's current context, else device 0's primary context;
- * tcc_kernel_run launches the plan on the legacy default stream, and
+ * 190) go to the runtime's Driver API loader (runtime/tcc_runtime.h)
+ * after checks 1-2: loaded into the calling thread's current context,
+ * else device 0's primary context; tcc_kernel_run launches the plan on
+ * the legacy default stream, and
  * tcc_kernel_cuda() hands out the CUDA kernel for streams and graphs. A
  * cubin whose manifest does not say cuda (or the reverse) is refused.
  *
@@ -43,7 +44,7 @@
 #include <unistd.h>
 
 #include "client_internal.h"
-#include "cuda.h"
+#include "tcc_runtime.h"
 #include "tccclient.h"
 
 #define TCC_KERNEL_ABI_VERSION 1
@@ -63,7 +64,7 @@ struct tcc_kernel {
   int fd;                        /* the sealed memfd, open while loaded */
   Tcc__V1__Manifest *manifest;   /* our own copy */
   char sha256[TCC_SHA256_HEX];
-  tcc_cuda_kernel *cuda;         /* a CUDA artifact's loader state, else NULL */
+  tcc_rt_cuda_kernel *cuda;      /* a CUDA artifact's loader state, else NULL */
 };
 
 /* A deep copy of a manifest (pack + unpack); NULL when out of memory. */
@@ -163,8 +164,8 @@ static int load_cuda(const uint8_t *data, size_t len, const char *sha256_hex, co
     tcc_kernel_unload(k);
     return tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "out of memory");
   }
-  tcc_cuda_options opts = {.context = TCC_CUDA_CURRENT_OR_PRIMARY};
-  int rc = tcc_cuda_kernel_load_manifest(data, len, k->sha256, manifest, &opts, &k->cuda, err);
+  tcc_rt_cuda_options opts = {.context = TCC_RT_CUDA_CURRENT_OR_PRIMARY};
+  int rc = tcc_rt_cuda_kernel_load_manifest(data, len, k->sha256, manifest, &opts, &k->cuda, err);
   if (rc) {
     tcc_error_prefix(err, "CUDA artifact %.12s (%.64s)", k->sha256, manifest->target);
     tcc_kernel_unload(k);
@@ -243,7 +244,7 @@ static int entry_failed(const tcc_kernel *k, int rc, tcc_error *err) {
 
 int tcc_kernel_run(tcc_kernel *k, const void *const *inputs, void *const *outputs, void *workspace,
                    tcc_error *err) {
-  if (k && k->cuda) return tcc_cuda_kernel_launch(k->cuda, NULL, inputs, outputs, workspace, err);
+  if (k && k->cuda) return tcc_rt_cuda_kernel_launch(k->cuda, NULL, inputs, outputs, workspace, err);
   if (k && k->entry2)
     return tcc_error_set(err, TCC_E_FAILED_PRECONDITION,
                          "kernel %.12s has dynamic shapes (ABI 2): bind its symbols with "
@@ -261,11 +262,11 @@ int tcc_kernel_run(tcc_kernel *k, const void *const *inputs, void *const *output
 
 const Tcc__V1__Manifest *tcc_kernel_manifest(const tcc_kernel *k) { return k ? k->manifest : NULL; }
 
-tcc_cuda_kernel *tcc_kernel_cuda(tcc_kernel *k) { return k ? k->cuda : NULL; }
+tcc_rt_cuda_kernel *tcc_kernel_cuda(tcc_kernel *k) { return k ? k->cuda : NULL; }
 
 void tcc_kernel_unload(tcc_kernel *k) {
   if (!k) return;
-  tcc_cuda_kernel_unload(k->cuda);
+  tcc_rt_cuda_kernel_unload(k->cuda);
   if (k->handle) dlclose(k->handle);
   if (k->fd >= 0) close(k->fd); /* after dlclose: the name stays ours while loaded */
   if (k->manifest) tcc__v1__manifest__free_unpacked(k->manifest, NULL);

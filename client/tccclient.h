@@ -106,6 +106,12 @@ int tcc_kernel_run(tcc_kernel *k, const void *const *inputs,
 /* The manifest the kernel was loaded with (owned by the kernel). */
 const Tcc__V1__Manifest *tcc_kernel_manifest(const tcc_kernel *k);
 
+/* The CUDA part of a kernel (tcc_kernel_load of a CUDA artifact), or NULL
+ * for a CPU kernel. Owned by k. Streams, CUDA graphs and stats go through
+ * the runtime's loader (runtime/tcc_runtime.h). (kernel.c) */
+typedef struct tcc_rt_cuda_kernel tcc_rt_cuda_kernel;
+tcc_rt_cuda_kernel *tcc_kernel_cuda(tcc_kernel *k);
+
 void tcc_kernel_unload(tcc_kernel *k);
 
 /* Compile + fetch + verify + load. *resp (optional) receives the compile

@@ -52,7 +52,7 @@
  *     one kernel k<j> per fused kernel (an extern "C" __global__ taking
  *     ABI 1's (inputs..., outputs..., workspace) device pointers) with a
  *     grid and block and no dynamic shared memory, launched in order
- *     (client/cuda.h); a split reduction adds k<j>_split (kind
+ *     (runtime/tcc_runtime.h); a split reduction adds k<j>_split (kind
  *     "split-reduction", 2-D grid) before k<j>; a matmul is an "extern"
  *     step k<j> with KernelInfo.gemm (a cuBLAS call the client makes);
  *     Manifest.ptx is the PTX of the same compile. tcc_prepare appends
@@ -121,10 +121,34 @@ typedef struct tcc_prepared {
  * TCC_E_CANCELLED. For shutdown; there is no way back. */
 void tcc_tools_cancel(void);
 
+/* The process's one way to run an external program (toolchain.c), which
+ * tcc_tools_cancel reaches: the compiler runs the C compiler through it,
+ * the daemon its benchmark children. Runs argv (argv[0] looked up in
+ * PATH; no shell) in its own process group under prlimit(1) (address
+ * space 4 GiB unless limit_as is 0: a process that loads the CUDA driver
+ * maps far more virtual memory; CPU seconds timeout_ms/1000 + 5; files
+ * up to 1 GiB; no core), stdin from /dev/null, stdout+stderr (first 64
+ * KiB) into *output (malloc'ed, NUL-terminated, may be NULL on OOM).
+ * Kills the group after timeout_ms (0: 120000). Returns 0 when it exited
+ * 0, else the failure's class (toolchain.c's table): TCC_E_INTERNAL for
+ * a diagnostic that would repeat; TCC_E_UNAVAILABLE (could not start,
+ * killed by a signal), TCC_E_RESOURCE_EXHAUSTED (out of memory or disk),
+ * TCC_E_DEADLINE_EXCEEDED (timeout, CPU limit) or TCC_E_CANCELLED
+ * (tcc_tools_cancel). */
+int tcc_run_tool_limits(const char *const *argv, int timeout_ms, int limit_as, char **output,
+                        tcc_error *err);
+
 /* Describes the toolchain that builds kernels for the key ("tccd-codegen/1
  * cc=gcc (Debian 12.2.0-14) 12.2.0"), by running `cc --version` once.
  * Writes at most cap bytes into out. Returns 0 or a TCC_E* code. */
 int tcc_toolchain_identity(const char *cc, char *out, size_t cap, tcc_error *err);
+
+/* Describes the NVRTC that builds CUDA targets ("nvrtc 13.0 (sm_75 ...
+ * sm_121)"), the text tcc_prepare appends to the identity of CUDA
+ * requests. Loads NVRTC on the first call (dlopen'ed, ~30 ms: a daemon
+ * calls it at start-up). Writes at most cap bytes into out. Returns 0
+ * or TCC_E_FAILED_PRECONDITION with the reason (no NVRTC). */
+int tcc_toolchain_cuda_identity(char *out, size_t cap, tcc_error *err);
 
 /* Do CPU float32 convolutions become oneDNN steps (conv.c): tccd built
  * with oneDNN (-Donednn) and TCC_NO_ONEDNN unset in the environment? The
@@ -219,12 +243,13 @@ size_t tcc_compiler_dtypes(int device, Tcc__V1__DType *out, size_t cap);
  *   tcc_tune_candidates()    the candidate configs (index 0 = default)
  *   tcc_compile_tuned()      a .so with one config per kernel, optionally
  *                            with timing hooks (tcc_tune_kernel)
- *   tcc_cuda_probe()         the GPUs a benchmark child can see (CUDA)
- *   tcc_bench_run()          runs the benchmark child (tccd-bench) on a
- *                            hooked .so under limits: per-kernel medians
- *                            and the outputs on input set 0
  *   tcc_bench_compare()      a candidate's outputs against the default's
+ *                            (a tcc_bench_result each)
  *   tcc_tune_record_*()      (de)serializes a tuning record
+ *
+ * Running the benchmark child (tccd-bench, runtime/bench.c) on each
+ * candidate, and the GPU probe, are the daemon's (daemon/tune_child.c):
+ * this library spawns no benchmark.
  */
 
 /* How one CPU kernel is generated. All zero = the default code. */
@@ -304,18 +329,8 @@ int tcc_compile_tuned(const tcc_prepared *p, const tcc_build_options *opts,
                       const tcc_kernel_config *configs, int nconfigs, int bench_hooks,
                       tcc_artifact *out, tcc_error *err);
 
-/* How the benchmark child runs. */
-typedef struct tcc_bench_options {
-  const char *bench_exe;   /* the tccd-bench executable */
-  const char *work_dir;    /* scratch; NULL = $TMPDIR */
-  int timeout_ms;          /* wall clock; CPU seconds limit = timeout/1000+5 */
-  int reps;                /* timed runs per kernel (median); 0 = 9 */
-  int input_sets;          /* rotated input sets; 0 = 3 */
-  uint64_t seed;           /* inputs are a function of the seed */
-  int candidate;           /* passed on, for the fault-injection switch */
-  int cuda_device;         /* CUDA artifacts: the device index to run on */
-} tcc_bench_options;
-
+/* What one benchmark child reported for a candidate (daemon/tune_child.c
+ * fills it; tcc_bench_compare reads it). */
 typedef struct tcc_bench_result {
   int nkernels;
   double *kernel_ns;       /* median ns per kernel (malloc'd) */
@@ -324,37 +339,8 @@ typedef struct tcc_bench_result {
   int entry_bad;           /* tcc_entry reported 1 on input set 0 */
 } tcc_bench_result;
 
-/* Benchmarks a hooked artifact (tcc_compile_tuned with bench_hooks) in a
- * child process (tcc_run_tool: own process group, address space 4 GiB,
- * CPU time and wall-clock limits, no core). A cubin (CUDA target) runs
- * on device o->cuda_device with the same limits but the address-space
- * one (the CUDA driver maps far more virtual memory than that). Returns 0, or
- * TCC_E_DEADLINE_EXCEEDED (killed after timeout_ms), TCC_E_INTERNAL
- * (the child crashed or failed: the message says how) or
- * TCC_E_DATA_LOSS (its report is malformed). */
-int tcc_bench_run(const tcc_bench_options *o, const tcc_artifact *a, tcc_bench_result *out,
-                  tcc_error *err);
+/* Frees what a result holds and zeroes it. NULL is fine. */
 void tcc_bench_result_free(tcc_bench_result *r);
-
-/* What `tccd-bench --probe` saw: the CUDA devices of this machine. */
-typedef struct tcc_cuda_probe_result {
-  int ndevices;
-  struct {
-    char arch[16];         /* "sm_90" */
-    char name[96];
-  } device[8];
-  char why[256];           /* no device: the driver's reason */
-} tcc_cuda_probe_result;
-
-/* Runs bench_exe --probe (a child: libcuda is never loaded by the
- * caller) and fills out. Returns 0 (ndevices may be 0, with why), or
- * TCC_E_INTERNAL / TCC_E_DEADLINE_EXCEEDED when the child failed. */
-int tcc_cuda_probe(const char *bench_exe, int timeout_ms, tcc_cuda_probe_result *out, tcc_error *err);
-
-/* The first probed device a cubin for arch ("sm_80", "sm_90a") runs on
- * natively: same major compute capability and a minor at least the
- * arch's ("a" archs: exactly that one). Returns its index, or -1. */
-int tcc_cuda_probe_pick(const tcc_cuda_probe_result *probe, const char *arch);
 
 /* Compares a candidate's outputs with the reference's, output by output
  * from the manifest: integers and bools exactly, floats within

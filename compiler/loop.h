@@ -492,11 +492,8 @@ int tcc_dyn_fit_source(int k, int nprobes, const int64_t (*assign)[TCC_MAX_SYMS]
  * signal), TCC_E_RESOURCE_EXHAUSTED (out of memory or disk) or
  * TCC_E_DEADLINE_EXCEEDED (timeout, CPU limit) for what may not. */
 int tcc_run_tool(const char *const *argv, int timeout_ms, char **output, tcc_error *err);
-/* The same; limit_as 0 leaves the address space unlimited (a process that
- * loads the CUDA driver maps far more virtual memory than any such
- * limit allows). Returns as tcc_run_tool. */
-int tcc_run_tool_limits(const char *const *argv, int timeout_ms, int limit_as, char **output,
-                        tcc_error *err);
+/* (tcc_run_tool_limits, the same with the address-space limit optional,
+ * is public: compiler.h. tcc_run_tool is tcc_run_tool_limits(.., 1, ..).) */
 
 /* ----------------------------------------------------------- kconfig.c */
 

@@ -1,11 +1,14 @@
 /*
- * toolchain.c — running the C compiler: identity and bounded execution.
+ * toolchain.c — running the C compiler: identity (and NVRTC's, for
+ * CUDA targets) and bounded execution.
  *
- * Every external program runs through tcc_run_tool: posix_spawnp with an
- * argv list (never a shell), stdin from /dev/null, stdout and stderr into
- * one pipe, in a process group of its own so that a timeout kills the
- * compiler driver and everything it started (cc1, as, ld, a script's
- * sleep). Descriptors are close-on-exec, so a compile on another thread
+ * Every external program of the process runs through tcc_run_tool (or
+ * tcc_run_tool_limits, public in compiler.h: the daemon spawns its
+ * benchmark children, tccd-bench, through it, so that the kill switch
+ * below reaches them too): posix_spawnp with an argv list (never a
+ * shell), stdin from /dev/null, stdout and stderr into one pipe, in a
+ * process group of its own so that a timeout kills the compiler driver
+ * and everything it started (cc1, as, ld, a script's sleep). Descriptors are close-on-exec, so a compile on another thread
  * never inherits this one's pipe. Signals the daemon may ignore or block
  * are reset to their defaults in the child.
  *
@@ -47,6 +50,7 @@
  * refused, so a daemon shutting down does not wait for its compilers.
  */
 #include "loop.h"
+#include "nvrtc.h"
 #include "tcc_config.h"
 
 #ifdef TCC_HAVE_ONEDNN
@@ -329,4 +333,8 @@ int tcc_toolchain_identity(const char *cc, char *out, size_t cap, tcc_error *err
     return tcc_error_set(err, TCC_E_INVALID_ARGUMENT,
                          "identity buffer too small (%zu bytes, need %d)", cap, w + 1);
   return 0;
+}
+
+int tcc_toolchain_cuda_identity(char *out, size_t cap, tcc_error *err) {
+  return tcc_nvrtc_identity(out, cap, err);
 }

@@ -1,6 +1,7 @@
 /*
- * autotune.c — max-autotune: candidate builds, benchmark children,
- * tuning records (daemon.h, "autotune.c").
+ * autotune.c — max-autotune: candidate builds, benchmark children
+ * (spawned and read by tune_child.c), tuning records (daemon.h,
+ * "autotune.c").
  *
  * DESIGN
  *
@@ -51,8 +52,8 @@
  *   new record is put to Redis as well as the cache.
  *
  *   CUDA targets: the first CUDA run probes the GPUs once per process
- *   (pick_gpu: tccd-bench --probe in a child, so libcuda is never loaded
- *   here). With a device that runs the target's cubin natively (same
+ *   (pick_gpu: tccd-bench --probe in a child, tune_child.c, so libcuda
+ *   is never loaded here). With a device that runs the target's cubin natively (same
  *   major compute capability, minor at least the arch's), the run is the
  *   CPU one: the CUDA candidates (tune.c: block size, elements per
  *   thread, warp- or block-per-row and persistent reductions, split
@@ -101,7 +102,7 @@ struct tccd_tune {
   void *arg;
   uint64_t start_ns;
   tcc_build_options build;
-  tcc_bench_options bench;
+  tccd_bench_options bench;
   char bench_exe[PATH_MAX];
   uv_work_t work;              /* plan, bench, final build */
   int rc;
@@ -215,9 +216,9 @@ static void bench_work(uv_work_t *w) {
   for (int c = 0; c < t->ncand; c++) {
     tune_candidate *cd = &t->cand[c];
     if (cd->build_rc != 0) continue;
-    tcc_bench_options o = t->bench;
+    tccd_bench_options o = t->bench;
     o.candidate = c;
-    cd->bench_rc = tcc_bench_run(&o, &cd->art, &cd->res, &cd->bench_err);
+    cd->bench_rc = tccd_bench_run(&o, &cd->art, &cd->res, &cd->bench_err);
     if (cd->bench_rc == 0 && cd->res.nkernels != t->plan.nkernels)
       cd->bench_rc = tcc_error_set(&cd->bench_err, TCC_E_DATA_LOSS,
                                    "benchmark child reported %d kernels, expected %d",
@@ -370,7 +371,7 @@ static void build_done(uv_work_t *w, int status) {
  * the daemon never loads libcuda itself). */
 static pthread_mutex_t gpu_probe_mu = PTHREAD_MUTEX_INITIALIZER;
 static int gpu_probed;
-static tcc_cuda_probe_result gpu_probe;
+static tccd_gpu_probe_result gpu_probe;
 
 /* CUDA: the device to benchmark t's target on (t->bench.cuda_device), or
  * t->untuned with the reason. Pool thread. */
@@ -378,12 +379,12 @@ static void pick_gpu(tccd_tune *t) {
   pthread_mutex_lock(&gpu_probe_mu);
   if (!gpu_probed) {
     tcc_error err;
-    if (tcc_cuda_probe(t->bench_exe, t->bench.timeout_ms, &gpu_probe, &err) != 0)
+    if (tccd_gpu_probe(t->bench_exe, t->bench.timeout_ms, &gpu_probe, &err) != 0)
       snprintf(gpu_probe.why, sizeof gpu_probe.why, "%.200s", err.msg);
     gpu_probed = 1;
   }
   const char *arch = strchr(t->prep->target, ':');
-  int dev = tcc_cuda_probe_pick(&gpu_probe, arch ? arch + 1 : "");
+  int dev = tccd_gpu_pick(&gpu_probe, arch ? arch + 1 : "");
   if (dev >= 0) {
     t->bench.cuda_device = dev;
   } else {

@@ -25,6 +25,7 @@
 #include "compiler.h"
 #include "tcc_sign.h"
 #include "tcc_status.h"
+#include "tune_child.h"
 
 /* ------------------------------------------------------------- log.c */
 
@@ -318,6 +319,13 @@ tccd_tune *tccd_autotune_start(tccd_state *st, const tcc_prepared *prep, tccd_tu
                                void *arg);
 /* Progress of a run: candidates benchmarked so far and in all. */
 void tccd_autotune_progress(const tccd_tune *t, int *done, int *total);
+
+/* ------------------------------------------------------------- tune_child.c
+ *
+ * The benchmark child (tccd-bench, runtime/bench.c) run on one candidate
+ * (tccd_bench_run) and the GPU probe (tccd_gpu_probe, tccd_gpu_pick):
+ * declared in tune_child.h (included above), which tests compile without
+ * libuv or gRPC. */
 
 /* ------------------------------------------------------------- security.c */
 

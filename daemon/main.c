@@ -31,7 +31,6 @@
 #include <unistd.h>
 
 #include "daemon.h"
-#include "nvrtc.h"
 #include "tcc_config.h"
 
 static uv_signal_t sigint_handle, sigterm_handle;
@@ -145,7 +144,7 @@ int main(int argc, char **argv) {
    * not on the loop thread under the first CUDA request. */
   tcc_error nverr = {0};
   char nvrtc_id[256] = "";
-  if (tcc_nvrtc_identity(nvrtc_id, sizeof nvrtc_id, &nverr) != 0)
+  if (tcc_toolchain_cuda_identity(nvrtc_id, sizeof nvrtc_id, &nverr) != 0)
     snprintf(nvrtc_id, sizeof nvrtc_id, "unavailable (%.200s)", nverr.msg);
   tcc_cache_options copts = {.dir = cfg.cache_dir, .max_bytes = cfg.cache_max_bytes};
   if (tcc_cache_open(&copts, &st.cache, &err) != 0) {

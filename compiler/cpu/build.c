@@ -13,7 +13,7 @@
  *
  * -fopenmp when the source has OpenMP pragmas (parallel loops, simd
  * reductions); oneDNN when it has convolution steps (conv.c) or float32
- * GEMM steps (emit_c.c's emit_dnnl_gemm); OpenBLAS when it has other GEMM
+ * GEMM steps (emit.c's emit_dnnl_gemm); OpenBLAS when it has other GEMM
  * steps (float64, or oneDNN off).
  *
  * in a private directory made with mkdtemp under work_dir (or $TMPDIR, or

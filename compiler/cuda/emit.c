@@ -13,8 +13,8 @@
  *   extern "C" __global__ void k<j>(const void *in0, ..., void *out0, ...,
  *                                   char *ws)
  *
- * (ABI 1 of client/cuda.h: inputs, outputs, workspace; every kernel takes
- * all of them). Shapes, strides, storage offsets and workspace offsets
+ * (ABI 1 of runtime/tcc_runtime.h: inputs, outputs, workspace; every
+ * kernel takes all of them). Shapes, strides, storage offsets and workspace offsets
  * are compiled in. The launch configuration of each kernel
  * (schedule.c's plan_kernel) is a pure function of the kernel and its
  * tuning config (max-autotune: tcc_kernel_config's block, ipt, wrow,

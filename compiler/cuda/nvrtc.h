@@ -9,8 +9,8 @@
  *   - the PTX of the same compile (virtual arch compute_XX of the target):
  *     the forward-compatible form. A client whose device cannot run the
  *     cubin (another major arch, e.g. an sm_80 artifact on an sm_90 card)
- *     hands the PTX to the driver's JIT instead (client/cuda.h). NVRTC
- *     cannot write a fatbinary, so the two travel separately.
+ *     hands the PTX to the driver's JIT instead (runtime/tcc_runtime.h).
+ *     NVRTC cannot write a fatbinary, so the two travel separately.
  *
  * This works on machines with no GPU and no driver: NVRTC is a pure
  * compiler. It is a pure library too: no printing, no exiting; errors are

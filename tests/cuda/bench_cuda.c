@@ -2,7 +2,7 @@
  * bench_cuda.c — tccd's CUDA kernels timed on a GPU (scripts/gpu-check
  * runs it; scripts/bench_cuda.py adds the PyTorch eager and
  * torch.compile columns). Each case is built by tcc_compile for the
- * device's arch (no daemon), loaded with the client's Driver API loader
+ * device's arch (no daemon), loaded with the runtime's Driver API loader
  * and launched on fresh random inputs; the figure is the median over 5
  * rounds of the mean time of a batch of launches (cuCtxSynchronize
  * around each batch, batch sized to ~50 ms). Achieved bandwidth = bytes
@@ -22,9 +22,9 @@
 #include <time.h>
 
 #include "compiler.h"
-#include "cuda.h"
 #include "nvrtc.h"
 #include "reqb.h"
+#include "tcc_runtime.h"
 
 static char arch[16];
 static int quick;
@@ -76,26 +76,26 @@ static void run_case(reqb *b, const char *name, const char *kind, double copy_gb
     bytes += n;
     unsigned char *h = malloc(n);
     for (size_t j = 0; j < n; j++) h[j] = (unsigned char)(rand_r(&seed) & 0x3f);   /* small finite values */
-    if (tcc_cuda_malloc(0, n, &din[i], &err) || tcc_cuda_memcpy_htod(0, din[i], h, n, &err)) die(name, &err);
+    if (tcc_rt_cuda_malloc(0, n, &din[i], &err) || tcc_rt_cuda_memcpy_htod(0, din[i], h, n, &err)) die(name, &err);
     free(h);
   }
   for (size_t o = 0; o < m->n_outputs; o++) {
     size_t n = meta_bytes(m->outputs[o]);
     bytes += n;
-    if (tcc_cuda_malloc(0, n, &dout[o], &err)) die(name, &err);
+    if (tcc_rt_cuda_malloc(0, n, &dout[o], &err)) die(name, &err);
   }
-  if (m->workspace_bytes && tcc_cuda_malloc(0, (size_t)m->workspace_bytes, &dws, &err)) die(name, &err);
-  tcc_cuda_kernel *k;
-  if (tcc_cuda_kernel_load_manifest(a.data, a.size, NULL, m, NULL, &k, &err)) die(name, &err);
+  if (m->workspace_bytes && tcc_rt_cuda_malloc(0, (size_t)m->workspace_bytes, &dws, &err)) die(name, &err);
+  tcc_rt_cuda_kernel *k;
+  if (tcc_rt_cuda_kernel_load_manifest(a.data, a.size, NULL, m, NULL, &k, &err)) die(name, &err);
   void *stream;
-  if (tcc_cuda_stream_create(0, &stream, &err)) die(name, &err);
+  if (tcc_rt_cuda_stream_create(0, &stream, &err)) die(name, &err);
   /* warm up, size the batch */
   double t0 = now_ms();
   int iters = 0;
   do {
-    if (tcc_cuda_kernel_launch(k, stream, (const void *const *)din, dout, dws, &err)) die(name, &err);
+    if (tcc_rt_cuda_kernel_launch(k, stream, (const void *const *)din, dout, dws, &err)) die(name, &err);
     iters++;
-    if (tcc_cuda_synchronize(0, stream, &err)) die(name, &err);
+    if (tcc_rt_cuda_synchronize(0, stream, &err)) die(name, &err);
   } while (now_ms() - t0 < 20 && iters < 1000);
   double one = (now_ms() - t0) / iters;
   int batch = (int)(50.0 / (one > 1e-3 ? one : 1e-3));
@@ -106,8 +106,8 @@ static void run_case(reqb *b, const char *name, const char *kind, double copy_gb
   for (int r = 0; r < 5; r++) {
     double s = now_ms();
     for (int i = 0; i < batch; i++)
-      if (tcc_cuda_kernel_launch(k, stream, (const void *const *)din, dout, dws, &err)) die(name, &err);
-    if (tcc_cuda_synchronize(0, stream, &err)) die(name, &err);
+      if (tcc_rt_cuda_kernel_launch(k, stream, (const void *const *)din, dout, dws, &err)) die(name, &err);
+    if (tcc_rt_cuda_synchronize(0, stream, &err)) die(name, &err);
     rounds[r] = (now_ms() - s) / batch;
   }
   qsort(rounds, 5, sizeof rounds[0], cmp_double);
@@ -118,11 +118,11 @@ static void run_case(reqb *b, const char *name, const char *kind, double copy_gb
          a.compile_ms);
   *first = 0;
   fflush(stdout);
-  tcc_cuda_kernel_unload(k);
-  tcc_cuda_stream_destroy(0, stream, &err);
-  for (size_t i = 0; i < m->n_inputs; i++) tcc_cuda_free(0, din[i], &err);
-  for (size_t o = 0; o < m->n_outputs; o++) tcc_cuda_free(0, dout[o], &err);
-  if (dws) tcc_cuda_free(0, dws, &err);
+  tcc_rt_cuda_kernel_unload(k);
+  tcc_rt_cuda_stream_destroy(0, stream, &err);
+  for (size_t i = 0; i < m->n_inputs; i++) tcc_rt_cuda_free(0, din[i], &err);
+  for (size_t o = 0; o < m->n_outputs; o++) tcc_rt_cuda_free(0, dout[o], &err);
+  if (dws) tcc_rt_cuda_free(0, dws, &err);
   free(din);
   free(dout);
   tcc__v1__manifest__free_unpacked(m, NULL);
@@ -134,16 +134,16 @@ static double copy_bandwidth(void) {
   size_t n = (size_t)256 << 20;
   void *a, *b;
   tcc_error err = {0};
-  if (tcc_cuda_malloc(0, n, &a, &err) || tcc_cuda_malloc(0, n, &b, &err)) die("copy", &err);
+  if (tcc_rt_cuda_malloc(0, n, &a, &err) || tcc_rt_cuda_malloc(0, n, &b, &err)) die("copy", &err);
   double best = 1e30;
   for (int r = 0; r < 6; r++) {
     double s = now_ms();
-    if (tcc_cuda_memcpy_dtod(0, b, a, n, &err) || tcc_cuda_synchronize(0, NULL, &err)) die("copy", &err);
+    if (tcc_rt_cuda_memcpy_dtod(0, b, a, n, &err) || tcc_rt_cuda_synchronize(0, NULL, &err)) die("copy", &err);
     double t = now_ms() - s;
     if (r && t < best) best = t;
   }
-  tcc_cuda_free(0, a, &err);
-  tcc_cuda_free(0, b, &err);
+  tcc_rt_cuda_free(0, a, &err);
+  tcc_rt_cuda_free(0, b, &err);
   return 2.0 * (double)n / (best * 1e-3) / 1e9;
 }
 
@@ -180,7 +180,7 @@ int main(int argc, char **argv) {
     }
   }
   tcc_error err = {0};
-  if (tcc_cuda_available(&err)) {
+  if (tcc_rt_cuda_available(&err)) {
     printf("SKIP: no CUDA device (%s)\n", err.msg);
     return 77;
   }
@@ -189,7 +189,7 @@ int main(int argc, char **argv) {
     return 77;
   }
   char devname[256] = "";
-  if (tcc_cuda_device_arch(0, arch, devname, sizeof devname, &err)) die("device", &err);
+  if (tcc_rt_cuda_device_arch(0, arch, devname, sizeof devname, &err)) die("device", &err);
   double copy_gbs = copy_bandwidth();
   printf("{\"device\": \"%s\", \"arch\": \"%s\", \"copy_gbs\": %.1f, \"cases\": [", devname, arch, copy_gbs);
   int first = 1;

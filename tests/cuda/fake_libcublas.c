@@ -1,6 +1,6 @@
 /*
  * fake_libcublas.c — a stand-in for libcublas.so (the calls
- * client/cuda_blas.c makes) that records every call into fake_libcuda's
+ * runtime/cuda_blas.c makes) that records every call into fake_libcuda's
  * event log, so a test sees cuBLAS steps and kernel launches in one
  * order:
  *   cublas create H | cublas destroy H | cublas stream H S
@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../client/cuda_driver.h"
+#include "cuda_driver.h"
 
 #define EXPORT __attribute__((visibility("default")))
 

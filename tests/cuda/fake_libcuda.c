@@ -1,6 +1,6 @@
 /*
  * fake_libcuda.c — a stand-in for libcuda.so.1 (the Driver API subset of
- * client/cuda_driver.h) that runs on any machine, so the loader's logic
+ * runtime/cuda_driver.h) that runs on any machine, so the loader's logic
  * is tested where there is no GPU: which context is current, what is
  * loaded from cubin or PTX, every launch's kernel, grid, block, shared
  * bytes, stream and parameter values, stream capture, graph instantiation,
@@ -36,7 +36,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../client/cuda_driver.h"
+#include "cuda_driver.h"
 
 #define EXPORT __attribute__((visibility("default")))
 

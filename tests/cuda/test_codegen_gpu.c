@@ -1,9 +1,9 @@
 /*
  * test_codegen_gpu.c — kernels that tcc_compile generates for CUDA
- * (compiler/cuda/schedule.c, emit.c) run on a real device through the client's
- * Driver API loader (client/cuda.h: cubin + Manifest launch plan, ABI 1),
- * compared with the CPU backend's .so (itself tested against float64
- * references) on the same fresh random inputs (seed printed;
+ * (compiler/cuda/schedule.c, emit.c) run on a real device through the
+ * runtime's Driver API loader (runtime/tcc_runtime.h: cubin + Manifest
+ * launch plan, ABI 1), compared with the CPU backend's .so (itself tested
+ * against float64 references) on the same fresh random inputs (seed printed;
  * TCC_TEST_SEED replays it):
  *
  *   pointwise   sin(x) + cos(y) with broadcasting; float16 and bfloat16
@@ -32,11 +32,11 @@
 #include <unistd.h>
 
 #include "compiler.h"
-#include "cuda.h"
 #include "cutest.h"
 #include "nvrtc.h"
 #include "dlkernel.h"
 #include "reqb.h"
+#include "tcc_runtime.h"
 
 static char dev_arch[16];
 static unsigned seed;
@@ -162,28 +162,28 @@ static void run_and_compare(reqb *b, const char *what) {
     size_t n = meta_bytes(m->inputs[i]);
     hin[i] = malloc(n + 1);
     fill(hin[i], n, m->inputs[i]->dtype, &st);
-    OK(tcc_cuda_malloc(0, n + 1, &din[i], &e_));
-    OK(tcc_cuda_memcpy_htod(0, din[i], hin[i], n, &e_));
+    OK(tcc_rt_cuda_malloc(0, n + 1, &din[i], &e_));
+    OK(tcc_rt_cuda_memcpy_htod(0, din[i], hin[i], n, &e_));
   }
   for (size_t o = 0; o < no; o++) {
     size_t n = meta_bytes(m->outputs[o]);
     hout[o] = calloc(1, n + 1);
     gout[o] = calloc(1, n + 1);
-    OK(tcc_cuda_malloc(0, n + 1, &dout[o], &e_));
+    OK(tcc_rt_cuda_malloc(0, n + 1, &dout[o], &e_));
   }
   void *ws = malloc((size_t)cm->workspace_bytes + 64), *dws = NULL;
   void *cws = (void *)(((uintptr_t)ws + 63) & ~(uintptr_t)63);
-  if (m->workspace_bytes) OK(tcc_cuda_malloc(0, (size_t)m->workspace_bytes, &dws, &e_));
+  if (m->workspace_bytes) OK(tcc_rt_cuda_malloc(0, (size_t)m->workspace_bytes, &dws, &e_));
   ck_assert_int_eq(entry((const void *const *)hin, hout, cws), 0);
 
-  tcc_cuda_kernel *k;
-  OK(tcc_cuda_kernel_load_manifest(ga.data, ga.size, NULL, m, NULL, &k, &e_));
-  OK(tcc_cuda_kernel_launch(k, NULL, (const void *const *)din, dout, dws, &e_));
-  OK(tcc_cuda_synchronize(0, NULL, &e_));
+  tcc_rt_cuda_kernel *k;
+  OK(tcc_rt_cuda_kernel_load_manifest(ga.data, ga.size, NULL, m, NULL, &k, &e_));
+  OK(tcc_rt_cuda_kernel_launch(k, NULL, (const void *const *)din, dout, dws, &e_));
+  OK(tcc_rt_cuda_synchronize(0, NULL, &e_));
   for (size_t o = 0; o < no; o++) {
     const Tcc__V1__TensorMeta *om = m->outputs[o];
     size_t n = meta_bytes(om), es = dtype_size(om->dtype), bad = 0;
-    OK(tcc_cuda_memcpy_dtoh(0, gout[o], dout[o], n, &e_));
+    OK(tcc_rt_cuda_memcpy_dtoh(0, gout[o], dout[o], n, &e_));
     for (size_t i = 0; i < n / es; i++) {
       double want, got, tol;
       const char *c = (const char *)hout[o] + i * es, *g = (const char *)gout[o] + i * es;
@@ -229,17 +229,17 @@ static void run_and_compare(reqb *b, const char *what) {
     ck_assert_msg(bad == 0, "%s: output %zu: %zu of %zu elements differ (seed %u)", what, o, bad, n / es, seed);
   }
   printf("  %s: %zu kernel%s, gpu == cpu\n", what, m->n_kernels, m->n_kernels == 1 ? "" : "s");
-  tcc_cuda_kernel_unload(k);
+  tcc_rt_cuda_kernel_unload(k);
   for (size_t i = 0; i < ni; i++) {
     free(hin[i]);
-    OK(tcc_cuda_free(0, din[i], &e_));
+    OK(tcc_rt_cuda_free(0, din[i], &e_));
   }
   for (size_t o = 0; o < no; o++) {
     free(hout[o]);
     free(gout[o]);
-    OK(tcc_cuda_free(0, dout[o], &e_));
+    OK(tcc_rt_cuda_free(0, dout[o], &e_));
   }
-  if (dws) OK(tcc_cuda_free(0, dws, &e_));
+  if (dws) OK(tcc_rt_cuda_free(0, dws, &e_));
   free(ws);
   free(hin);
   free(din);
@@ -425,25 +425,25 @@ static Tcc__V1__Manifest *gpu_run(reqb *b, const char *what, void ***hin_out, vo
     size_t n = meta_bytes(m->inputs[i]);
     hin[i] = malloc(n + 1);
     fill(hin[i], n, m->inputs[i]->dtype, &st);
-    OK(tcc_cuda_malloc(0, n + 1, &din[i], &e_));
-    OK(tcc_cuda_memcpy_htod(0, din[i], hin[i], n, &e_));
+    OK(tcc_rt_cuda_malloc(0, n + 1, &din[i], &e_));
+    OK(tcc_rt_cuda_memcpy_htod(0, din[i], hin[i], n, &e_));
   }
   for (size_t o = 0; o < no; o++) {
     size_t n = meta_bytes(m->outputs[o]);
     hout[o] = calloc(1, n + 1);
-    OK(tcc_cuda_malloc(0, n + 1, &dout[o], &e_));
+    OK(tcc_rt_cuda_malloc(0, n + 1, &dout[o], &e_));
   }
   void *dws = NULL;
-  if (m->workspace_bytes) OK(tcc_cuda_malloc(0, (size_t)m->workspace_bytes, &dws, &e_));
-  tcc_cuda_kernel *k;
-  OK(tcc_cuda_kernel_load_manifest(ga.data, ga.size, NULL, m, NULL, &k, &e_));
-  OK(tcc_cuda_kernel_launch(k, NULL, (const void *const *)din, dout, dws, &e_));
-  OK(tcc_cuda_synchronize(0, NULL, &e_));
-  for (size_t o = 0; o < no; o++) OK(tcc_cuda_memcpy_dtoh(0, hout[o], dout[o], meta_bytes(m->outputs[o]), &e_));
-  tcc_cuda_kernel_unload(k);
-  for (size_t i = 0; i < ni; i++) OK(tcc_cuda_free(0, din[i], &e_));
-  for (size_t o = 0; o < no; o++) OK(tcc_cuda_free(0, dout[o], &e_));
-  if (dws) OK(tcc_cuda_free(0, dws, &e_));
+  if (m->workspace_bytes) OK(tcc_rt_cuda_malloc(0, (size_t)m->workspace_bytes, &dws, &e_));
+  tcc_rt_cuda_kernel *k;
+  OK(tcc_rt_cuda_kernel_load_manifest(ga.data, ga.size, NULL, m, NULL, &k, &e_));
+  OK(tcc_rt_cuda_kernel_launch(k, NULL, (const void *const *)din, dout, dws, &e_));
+  OK(tcc_rt_cuda_synchronize(0, NULL, &e_));
+  for (size_t o = 0; o < no; o++) OK(tcc_rt_cuda_memcpy_dtoh(0, hout[o], dout[o], meta_bytes(m->outputs[o]), &e_));
+  tcc_rt_cuda_kernel_unload(k);
+  for (size_t i = 0; i < ni; i++) OK(tcc_rt_cuda_free(0, din[i], &e_));
+  for (size_t o = 0; o < no; o++) OK(tcc_rt_cuda_free(0, dout[o], &e_));
+  if (dws) OK(tcc_rt_cuda_free(0, dws, &e_));
   free(din);
   free(dout);
   tcc_artifact_free(&ga);
@@ -674,9 +674,9 @@ END_TEST
 
 int main(void) {
   tcc_error err;
-  if (tcc_cuda_available(&err)) cutest_skip("no CUDA device (%s)", err.msg);
+  if (tcc_rt_cuda_available(&err)) cutest_skip("no CUDA device (%s)", err.msg);
   if (tcc_nvrtc_available(&err)) cutest_skip("%s", err.msg);
-  if (tcc_cuda_device_arch(0, dev_arch, NULL, 0, &err)) {
+  if (tcc_rt_cuda_device_arch(0, dev_arch, NULL, 0, &err)) {
     fprintf(stderr, "device arch: %s\n", err.msg);
     return 1;
   }

@@ -1,5 +1,5 @@
 /*
- * test_driver_abi.c — client/cuda_driver.h (the Driver API subset the
+ * test_driver_abi.c — runtime/cuda_driver.h (the Driver API subset the
  * loader declares itself, so it needs no toolkit) against the toolkit's
  * cuda.h: every constant equal, every handle and pointer the same size,
  * every symbol the loader dlsyms declared by cuda.h. Most of it is
@@ -9,7 +9,7 @@
 #include <cuda.h>
 #include <string.h>
 
-#include "../../client/cuda_driver.h" /* by path: -Iclient would make <cuda.h> ours */
+#include "cuda_driver.h"
 
 #define SAME(ours, theirs) _Static_assert((long long)(ours) == (long long)(theirs), #ours " != " #theirs)
 

@@ -19,8 +19,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cuda.h"
 #include "cutest.h"
+#include "tcc_runtime.h"
 #include "tccclient.h"
 
 static const char *(*fake_events)(void);
@@ -80,72 +80,72 @@ static int log_count(const char *prefix) {
 
 #define P(x) ((void *)(uintptr_t)(x))
 
-static tcc_cuda_kernel *load(int sm, const tcc_cuda_launch *l, size_t n, size_t n_in, size_t n_out, uint64_t ws,
-                             const char *arch, const tcc_cuda_options *o, const char *digest) {
+static tcc_rt_cuda_kernel *load(int sm, const tcc_rt_cuda_launch *l, size_t n, size_t n_in, size_t n_out, uint64_t ws,
+                             const char *arch, const tcc_rt_cuda_options *o, const char *digest) {
   uint8_t cubin[256];
   fake_cubin(cubin, sm);
-  tcc_cuda_plan plan = {.arch = arch, .launches = l, .n_launches = n, .n_inputs = n_in, .n_outputs = n_out,
+  tcc_rt_cuda_plan plan = {.arch = arch, .launches = l, .n_launches = n, .n_inputs = n_in, .n_outputs = n_out,
                         .workspace_bytes = ws};
-  tcc_cuda_kernel *k = NULL;
+  tcc_rt_cuda_kernel *k = NULL;
   tcc_error err = {0};
-  ck_assert_msg(tcc_cuda_kernel_load(cubin, sizeof cubin, digest, &plan, o, &k, &err) == 0, "%s", err.msg);
+  ck_assert_msg(tcc_rt_cuda_kernel_load(cubin, sizeof cubin, digest, &plan, o, &k, &err) == 0, "%s", err.msg);
   ck_assert_int_eq(fake_depth(), 0);
   return k;
 }
 
 START_TEST(launches_bind_inputs_outputs_workspace) {
   fake_reset();
-  tcc_cuda_launch l = {.name = "k0_pointwise", .grid = {40}, .block = {256}};
-  tcc_cuda_kernel *k = load(90, &l, 1, 2, 1, 0, "sm_90", NULL, NULL);
+  tcc_rt_cuda_launch l = {.name = "k0_pointwise", .grid = {40}, .block = {256}};
+  tcc_rt_cuda_kernel *k = load(90, &l, 1, 2, 1, 0, "sm_90", NULL, NULL);
   EXPECT_SEQ("push", "load cubin", "pop");
   fake_reset();
   tcc_error err = {0};
   const void *in[2] = {P(0x1000), P(0x2000)};
   void *out[1] = {P(0x3000)};
-  ck_assert_int_eq(tcc_cuda_kernel_launch(k, NULL, in, out, NULL, &err), 0);
+  ck_assert_int_eq(tcc_rt_cuda_kernel_launch(k, NULL, in, out, NULL, &err), 0);
   EXPECT_SEQ("push", "launch k0_pointwise g=40,1,1 b=256,1,1 s=0 stream=0 p=1000,2000,3000,0", "pop");
   ck_assert_int_eq(fake_depth(), 0);
-  ck_assert_int_eq(tcc_cuda_kernel_launch(k, NULL, NULL, out, NULL, &err), TCC_E_INVALID_ARGUMENT);
+  ck_assert_int_eq(tcc_rt_cuda_kernel_launch(k, NULL, NULL, out, NULL, &err), TCC_E_INVALID_ARGUMENT);
   ck_assert_msg(strstr(err.msg, "takes 2 inputs and 1 outputs"), "%s", err.msg);
-  tcc_cuda_stats st;
-  tcc_cuda_kernel_stats(k, &st);
+  tcc_rt_cuda_stats st;
+  tcc_rt_cuda_kernel_stats(k, &st);
   ck_assert_uint_eq(st.direct_launches, 1);
   ck_assert_str_eq(st.device_arch, "sm_90");
   fake_reset();
-  tcc_cuda_kernel_unload(k);
+  tcc_rt_cuda_kernel_unload(k);
   EXPECT_SEQ("push", "unload", "pop");
 }
 END_TEST
 
 START_TEST(plans_run_in_order_with_workspace_and_shared) {
   setenv("FAKE_CUDA_NPARAMS", "3", 1);
-  tcc_cuda_launch l[2] = {
+  tcc_rt_cuda_launch l[2] = {
       {.name = "k0_row_sumsq", .grid = {37}, .block = {256}, .shared_bytes = 64 * 1024},
       {.name = "k1_sqrt", .grid = {1, 2}, .block = {128, 1, 1}},
   };
   fake_reset();
-  tcc_cuda_kernel *k = load(90, l, 2, 1, 1, 148, "sm_90", NULL, NULL);
+  tcc_rt_cuda_kernel *k = load(90, l, 2, 1, 1, 148, "sm_90", NULL, NULL);
   EXPECT_SEQ("load cubin", "set_attr k0_row_sumsq 8 65536");
   ck_assert_int_eq(log_count("set_attr k1_sqrt"), 0);
   tcc_error err = {0};
   const void *in[1] = {P(0xa0)};
   void *out[1] = {P(0xb0)};
-  ck_assert_int_eq(tcc_cuda_kernel_launch(k, NULL, in, out, NULL, &err), TCC_E_INVALID_ARGUMENT);
+  ck_assert_int_eq(tcc_rt_cuda_kernel_launch(k, NULL, in, out, NULL, &err), TCC_E_INVALID_ARGUMENT);
   ck_assert_msg(strstr(err.msg, "workspace of 148 bytes"), "%s", err.msg);
   fake_reset();
-  ck_assert_int_eq(tcc_cuda_kernel_launch(k, NULL, in, out, P(0xc0), &err), 0);
+  ck_assert_int_eq(tcc_rt_cuda_kernel_launch(k, NULL, in, out, P(0xc0), &err), 0);
   EXPECT_SEQ("launch k0_row_sumsq g=37,1,1 b=256,1,1 s=65536 stream=0 p=a0,b0,c0",
              "launch k1_sqrt g=1,2,1 b=128,1,1 s=0 stream=0 p=a0,b0,c0");
-  tcc_cuda_kernel_unload(k);
+  tcc_rt_cuda_kernel_unload(k);
   unsetenv("FAKE_CUDA_NPARAMS");
 }
 END_TEST
 
 START_TEST(arch_decides_cubin_ptx_or_mismatch) {
-  tcc_cuda_launch l = {.name = "k0", .grid = {1}, .block = {32}};
+  tcc_rt_cuda_launch l = {.name = "k0", .grid = {1}, .block = {32}};
   uint8_t cubin[256];
-  tcc_cuda_plan plan = {.launches = &l, .n_launches = 1, .n_inputs = 2, .n_outputs = 1};
-  tcc_cuda_kernel *k = NULL;
+  tcc_rt_cuda_plan plan = {.launches = &l, .n_launches = 1, .n_inputs = 2, .n_outputs = 1};
+  tcc_rt_cuda_kernel *k = NULL;
   tcc_error err = {0};
   const char *ptx = "//\n.version 9.0\n.target sm_80\n";
   struct {
@@ -173,17 +173,17 @@ START_TEST(arch_decides_cubin_ptx_or_mismatch) {
     setenv("FAKE_CUDA_CC", cc, 1);
     fake_cubin(cubin, cases[i].sm);
     plan.arch = cases[i].arch;
-    tcc_cuda_options o = {.ptx = cases[i].with_ptx ? ptx : NULL};
+    tcc_rt_cuda_options o = {.ptx = cases[i].with_ptx ? ptx : NULL};
     fake_reset();
-    int rc = tcc_cuda_kernel_load(cubin, sizeof cubin, NULL, &plan, &o, &k, &err);
+    int rc = tcc_rt_cuda_kernel_load(cubin, sizeof cubin, NULL, &plan, &o, &k, &err);
     if (!strcmp(cases[i].expect, "cubin") || !strcmp(cases[i].expect, "ptx")) {
       ck_assert_msg(rc == 0, "case %zu: %s", i, err.msg);
       int ptx_loaded = log_count("load ptx") == 1;
       ck_assert_msg(ptx_loaded == !strcmp(cases[i].expect, "ptx"), "case %zu: events\n%s", i, fake_events());
-      tcc_cuda_stats st;
-      tcc_cuda_kernel_stats(k, &st);
+      tcc_rt_cuda_stats st;
+      tcc_rt_cuda_kernel_stats(k, &st);
       ck_assert_int_eq(st.from_ptx, ptx_loaded);
-      tcc_cuda_kernel_unload(k);
+      tcc_rt_cuda_kernel_unload(k);
     } else {
       ck_assert_msg(rc == TCC_E_FAILED_PRECONDITION, "case %zu: rc %d %s", i, rc, err.msg);
       ck_assert_msg(strstr(err.msg, cases[i].expect), "case %zu: expected '%s' in: %s", i, cases[i].expect, err.msg);
@@ -197,17 +197,17 @@ START_TEST(arch_decides_cubin_ptx_or_mismatch) {
 END_TEST
 
 START_TEST(graphs_capture_replay_and_evict) {
-  tcc_cuda_launch l[2] = {{.name = "k0", .grid = {4}, .block = {64}}, {.name = "k1", .grid = {2}, .block = {32}}};
-  tcc_cuda_options o = {.graphs = 1, .graph_cache_max = 2};
-  tcc_cuda_kernel *k = load(90, l, 2, 2, 1, 0, "sm_90", &o, NULL);
+  tcc_rt_cuda_launch l[2] = {{.name = "k0", .grid = {4}, .block = {64}}, {.name = "k1", .grid = {2}, .block = {32}}};
+  tcc_rt_cuda_options o = {.graphs = 1, .graph_cache_max = 2};
+  tcc_rt_cuda_kernel *k = load(90, l, 2, 2, 1, 0, "sm_90", &o, NULL);
   void *stream = NULL;
   tcc_error err = {0};
-  ck_assert_int_eq(tcc_cuda_stream_create(0, &stream, &err), 0);
+  ck_assert_int_eq(tcc_rt_cuda_stream_create(0, &stream, &err), 0);
   const void *in[2] = {P(0x10), P(0x20)};
   void *out_a[1] = {P(0x30)}, *out_b[1] = {P(0x40)}, *out_c[1] = {P(0x50)};
 
   fake_reset();
-  for (int i = 0; i < 3; i++) ck_assert_int_eq(tcc_cuda_kernel_launch(k, stream, in, out_a, NULL, &err), 0);
+  for (int i = 0; i < 3; i++) ck_assert_int_eq(tcc_rt_cuda_kernel_launch(k, stream, in, out_a, NULL, &err), 0);
   ck_assert_int_eq(log_count("capture"), 1);
   ck_assert_int_eq(log_count("instantiate"), 1);
   ck_assert_int_eq(log_count("replay"), 3);
@@ -216,76 +216,76 @@ START_TEST(graphs_capture_replay_and_evict) {
   ck_assert_msg(strstr(fake_events(), "p=10,20,30,0"), "%s", fake_events());
 
   fake_reset();
-  ck_assert_int_eq(tcc_cuda_kernel_launch(k, stream, in, out_b, NULL, &err), 0); /* second set */
-  ck_assert_int_eq(tcc_cuda_kernel_launch(k, stream, in, out_a, NULL, &err), 0); /* hit: a is newest */
-  ck_assert_int_eq(tcc_cuda_kernel_launch(k, stream, in, out_c, NULL, &err), 0); /* evicts b */
+  ck_assert_int_eq(tcc_rt_cuda_kernel_launch(k, stream, in, out_b, NULL, &err), 0); /* second set */
+  ck_assert_int_eq(tcc_rt_cuda_kernel_launch(k, stream, in, out_a, NULL, &err), 0); /* hit: a is newest */
+  ck_assert_int_eq(tcc_rt_cuda_kernel_launch(k, stream, in, out_c, NULL, &err), 0); /* evicts b */
   ck_assert_int_eq(log_count("capture"), 2);
   ck_assert_int_eq(log_count("destroy"), 1);
   ck_assert_msg(strstr(fake_events(), "p=10,20,50,0"), "%s", fake_events());
   fake_reset();
-  ck_assert_int_eq(tcc_cuda_kernel_launch(k, stream, in, out_a, NULL, &err), 0); /* still cached */
+  ck_assert_int_eq(tcc_rt_cuda_kernel_launch(k, stream, in, out_a, NULL, &err), 0); /* still cached */
   ck_assert_int_eq(log_count("capture"), 0);
-  ck_assert_int_eq(tcc_cuda_kernel_launch(k, stream, in, out_b, NULL, &err), 0); /* was evicted */
+  ck_assert_int_eq(tcc_rt_cuda_kernel_launch(k, stream, in, out_b, NULL, &err), 0); /* was evicted */
   ck_assert_int_eq(log_count("capture"), 1);
 
-  tcc_cuda_stats st;
-  tcc_cuda_kernel_stats(k, &st);
+  tcc_rt_cuda_stats st;
+  tcc_rt_cuda_kernel_stats(k, &st);
   ck_assert_uint_eq(st.graph_captures, 4);
   ck_assert_uint_eq(st.graph_replays, 8);
   ck_assert_uint_eq(st.direct_launches, 0);
 
   /* The legacy default stream: direct. */
   fake_reset();
-  ck_assert_int_eq(tcc_cuda_kernel_launch(k, NULL, in, out_a, NULL, &err), 0);
+  ck_assert_int_eq(tcc_rt_cuda_kernel_launch(k, NULL, in, out_a, NULL, &err), 0);
   ck_assert_int_eq(log_count("launch"), 2);
   ck_assert_int_eq(log_count("capture"), 0);
 
   /* A stream the caller is capturing: our launches join its graph. */
   fake_reset();
   ck_assert_int_eq(fake_begin_capture(stream, 1), 0);
-  ck_assert_int_eq(tcc_cuda_kernel_launch(k, stream, in, out_a, NULL, &err), 0);
+  ck_assert_int_eq(tcc_rt_cuda_kernel_launch(k, stream, in, out_a, NULL, &err), 0);
   void *g = NULL;
   ck_assert_int_eq(fake_end_capture(stream, &g), 0);
   fake_graph_destroy(g);
   ck_assert_int_eq(log_count("capture"), 1); /* the caller's own */
   ck_assert_int_eq(log_count("replay"), 0);
-  tcc_cuda_kernel_stats(k, &st);
+  tcc_rt_cuda_kernel_stats(k, &st);
   ck_assert_uint_eq(st.direct_launches, 2);
 
   /* Off: the cached graphs are destroyed, launches are direct. */
   fake_reset();
-  tcc_cuda_kernel_set_graphs(k, 0);
+  tcc_rt_cuda_kernel_set_graphs(k, 0);
   ck_assert_int_eq(log_count("destroy"), 2);
-  ck_assert_int_eq(tcc_cuda_kernel_launch(k, stream, in, out_a, NULL, &err), 0);
+  ck_assert_int_eq(tcc_rt_cuda_kernel_launch(k, stream, in, out_a, NULL, &err), 0);
   ck_assert_int_eq(log_count("launch"), 2);
-  tcc_cuda_kernel_set_graphs(k, 1);
-  ck_assert_int_eq(tcc_cuda_kernel_launch(k, stream, in, out_a, NULL, &err), 0);
+  tcc_rt_cuda_kernel_set_graphs(k, 1);
+  ck_assert_int_eq(tcc_rt_cuda_kernel_launch(k, stream, in, out_a, NULL, &err), 0);
   fake_reset();
-  tcc_cuda_kernel_unload(k); /* destroys the graph it captured again */
+  tcc_rt_cuda_kernel_unload(k); /* destroys the graph it captured again */
   ck_assert_int_eq(log_count("destroy"), 1);
   ck_assert_int_eq(log_count("unload"), 1);
-  ck_assert_int_eq(tcc_cuda_stream_destroy(0, stream, &err), 0);
+  ck_assert_int_eq(tcc_rt_cuda_stream_destroy(0, stream, &err), 0);
   ck_assert_int_eq(fake_depth(), 0);
 }
 END_TEST
 
 START_TEST(modules_are_cached_by_context_and_digest) {
-  tcc_cuda_launch l = {.name = "k0", .grid = {1}, .block = {32}};
+  tcc_rt_cuda_launch l = {.name = "k0", .grid = {1}, .block = {32}};
   const char *d1 = "1111111111111111111111111111111111111111111111111111111111111111";
   const char *d2 = "2222222222222222222222222222222222222222222222222222222222222222";
   fake_reset();
-  tcc_cuda_kernel *a = load(90, &l, 1, 2, 1, 0, NULL, NULL, d1);
-  tcc_cuda_kernel *b = load(90, &l, 1, 2, 1, 0, NULL, NULL, d1);
-  tcc_cuda_kernel *c = load(90, &l, 1, 2, 1, 0, NULL, NULL, d2);
-  tcc_cuda_kernel *d = load(90, &l, 1, 2, 1, 0, NULL, NULL, NULL);
+  tcc_rt_cuda_kernel *a = load(90, &l, 1, 2, 1, 0, NULL, NULL, d1);
+  tcc_rt_cuda_kernel *b = load(90, &l, 1, 2, 1, 0, NULL, NULL, d1);
+  tcc_rt_cuda_kernel *c = load(90, &l, 1, 2, 1, 0, NULL, NULL, d2);
+  tcc_rt_cuda_kernel *d = load(90, &l, 1, 2, 1, 0, NULL, NULL, NULL);
   ck_assert_int_eq(log_count("load cubin"), 3);
   fake_reset();
-  tcc_cuda_kernel_unload(a);
+  tcc_rt_cuda_kernel_unload(a);
   ck_assert_int_eq(log_count("unload"), 0);
-  tcc_cuda_kernel_unload(b);
+  tcc_rt_cuda_kernel_unload(b);
   ck_assert_int_eq(log_count("unload"), 1);
-  tcc_cuda_kernel_unload(c);
-  tcc_cuda_kernel_unload(d);
+  tcc_rt_cuda_kernel_unload(c);
+  tcc_rt_cuda_kernel_unload(d);
   ck_assert_int_eq(log_count("unload"), 3);
   ck_assert_int_eq(log_count("unload (no context!)"), 0);
 }
@@ -293,47 +293,47 @@ END_TEST
 
 START_TEST(errors_name_the_kernel) {
   tcc_error err = {0};
-  tcc_cuda_kernel *k = NULL;
+  tcc_rt_cuda_kernel *k = NULL;
   uint8_t cubin[256];
   fake_cubin(cubin, 90);
-  tcc_cuda_launch l[2] = {{.name = "k0", .grid = {1}, .block = {32}}, {.name = "missing_k1", .grid = {1}, .block = {32}}};
-  tcc_cuda_plan plan = {.launches = l, .n_launches = 2, .n_inputs = 2, .n_outputs = 1};
-  ck_assert_int_eq(tcc_cuda_kernel_load(cubin, sizeof cubin, NULL, &plan, NULL, &k, &err), TCC_E_NOT_FOUND);
+  tcc_rt_cuda_launch l[2] = {{.name = "k0", .grid = {1}, .block = {32}}, {.name = "missing_k1", .grid = {1}, .block = {32}}};
+  tcc_rt_cuda_plan plan = {.launches = l, .n_launches = 2, .n_inputs = 2, .n_outputs = 1};
+  ck_assert_int_eq(tcc_rt_cuda_kernel_load(cubin, sizeof cubin, NULL, &plan, NULL, &k, &err), TCC_E_NOT_FOUND);
   ck_assert_msg(strstr(err.msg, "kernel 'missing_k1' (launch 2 of 2) is not in the module: CUDA_ERROR_NOT_FOUND"),
                 "%s", err.msg);
   ck_assert_int_eq(fake_depth(), 0);
 
   plan.n_launches = 1;
   plan.n_inputs = 3; /* the fake kernels take 4 parameters */
-  ck_assert_int_eq(tcc_cuda_kernel_load(cubin, sizeof cubin, NULL, &plan, NULL, &k, &err), TCC_E_INVALID_ARGUMENT);
+  ck_assert_int_eq(tcc_rt_cuda_kernel_load(cubin, sizeof cubin, NULL, &plan, NULL, &k, &err), TCC_E_INVALID_ARGUMENT);
   ck_assert_msg(strstr(err.msg, "kernel 'k0' takes 4 parameters; the tccd ABI passes 5 (3 inputs, 1 outputs, workspace)"),
                 "%s", err.msg);
   plan.n_inputs = 2;
 
   l[0].block[0] = 1025;
-  ck_assert_int_eq(tcc_cuda_kernel_load(cubin, sizeof cubin, NULL, &plan, NULL, &k, &err), TCC_E_INVALID_ARGUMENT);
+  ck_assert_int_eq(tcc_rt_cuda_kernel_load(cubin, sizeof cubin, NULL, &plan, NULL, &k, &err), TCC_E_INVALID_ARGUMENT);
   ck_assert_msg(strstr(err.msg, "1025 threads"), "%s", err.msg);
   l[0].block[0] = 32;
   l[0].shared_bytes = 300000;
-  ck_assert_int_eq(tcc_cuda_kernel_load(cubin, sizeof cubin, NULL, &plan, NULL, &k, &err), TCC_E_INVALID_ARGUMENT);
+  ck_assert_int_eq(tcc_rt_cuda_kernel_load(cubin, sizeof cubin, NULL, &plan, NULL, &k, &err), TCC_E_INVALID_ARGUMENT);
   ck_assert_msg(strstr(err.msg, "300000 bytes of dynamic"), "%s", err.msg);
   l[0].shared_bytes = 0;
 
   l[0].grid[1] = 70000;
-  ck_assert_int_eq(tcc_cuda_kernel_load(cubin, sizeof cubin, NULL, &plan, NULL, &k, &err), 0);
+  ck_assert_int_eq(tcc_rt_cuda_kernel_load(cubin, sizeof cubin, NULL, &plan, NULL, &k, &err), 0);
   const void *in[2] = {P(1), P(2)};
   void *out[1] = {P(3)};
-  ck_assert_int_eq(tcc_cuda_kernel_launch(k, NULL, in, out, NULL, &err), TCC_E_INTERNAL);
+  ck_assert_int_eq(tcc_rt_cuda_kernel_launch(k, NULL, in, out, NULL, &err), TCC_E_INTERNAL);
   ck_assert_msg(strstr(err.msg, "kernel 'k0' (launch 1 of 1): cuLaunchKernel: CUDA_ERROR_INVALID_VALUE (invalid argument)"),
                 "%s", err.msg);
   ck_assert_int_eq(fake_depth(), 0);
-  tcc_cuda_kernel_unload(k);
+  tcc_rt_cuda_kernel_unload(k);
 
-  tcc_cuda_options cur = {.context = TCC_CUDA_CURRENT};
-  ck_assert_int_eq(tcc_cuda_kernel_load(cubin, sizeof cubin, NULL, &plan, &cur, &k, &err), TCC_E_FAILED_PRECONDITION);
+  tcc_rt_cuda_options cur = {.context = TCC_RT_CUDA_CURRENT};
+  ck_assert_int_eq(tcc_rt_cuda_kernel_load(cubin, sizeof cubin, NULL, &plan, &cur, &k, &err), TCC_E_FAILED_PRECONDITION);
   ck_assert_msg(strstr(err.msg, "no current CUDA context on this thread"), "%s", err.msg);
-  tcc_cuda_options dev = {.device = 3};
-  ck_assert_int_eq(tcc_cuda_kernel_load(cubin, sizeof cubin, NULL, &plan, &dev, &k, &err), TCC_E_INVALID_ARGUMENT);
+  tcc_rt_cuda_options dev = {.device = 3};
+  ck_assert_int_eq(tcc_rt_cuda_kernel_load(cubin, sizeof cubin, NULL, &plan, &dev, &k, &err), TCC_E_INVALID_ARGUMENT);
   ck_assert_msg(strstr(err.msg, "no CUDA device 3 (this machine has 1)"), "%s", err.msg);
 }
 END_TEST
@@ -341,22 +341,22 @@ END_TEST
 START_TEST(the_callers_current_context_is_used_as_is) {
   static int callers_ctx;
   ck_assert_int_eq(fake_push(&callers_ctx), 0);
-  tcc_cuda_launch l = {.name = "k0", .grid = {1}, .block = {32}};
-  tcc_cuda_options o = {.context = TCC_CUDA_CURRENT_OR_PRIMARY};
+  tcc_rt_cuda_launch l = {.name = "k0", .grid = {1}, .block = {32}};
+  tcc_rt_cuda_options o = {.context = TCC_RT_CUDA_CURRENT_OR_PRIMARY};
   fake_reset();
   uint8_t cubin[256];
   fake_cubin(cubin, 90);
-  tcc_cuda_plan plan = {.launches = &l, .n_launches = 1, .n_inputs = 2, .n_outputs = 1};
-  tcc_cuda_kernel *k = NULL;
+  tcc_rt_cuda_plan plan = {.launches = &l, .n_launches = 1, .n_inputs = 2, .n_outputs = 1};
+  tcc_rt_cuda_kernel *k = NULL;
   tcc_error err = {0};
-  ck_assert_int_eq(tcc_cuda_kernel_load(cubin, sizeof cubin, NULL, &plan, &o, &k, &err), 0);
+  ck_assert_int_eq(tcc_rt_cuda_kernel_load(cubin, sizeof cubin, NULL, &plan, &o, &k, &err), 0);
   const void *in[2] = {P(1), P(2)};
   void *out[1] = {P(3)};
-  ck_assert_int_eq(tcc_cuda_kernel_launch(k, NULL, in, out, NULL, &err), 0);
+  ck_assert_int_eq(tcc_rt_cuda_kernel_launch(k, NULL, in, out, NULL, &err), 0);
   ck_assert_int_eq(log_count("push"), 0); /* already current: nothing pushed */
   ck_assert_int_eq(log_count("retain"), 0);
   ck_assert_int_eq(log_count("launch k0"), 1);
-  tcc_cuda_kernel_unload(k);
+  tcc_rt_cuda_kernel_unload(k);
   void *popped = NULL;
   ck_assert_int_eq(fake_pop(&popped), 0);
   ck_assert_ptr_eq(popped, &callers_ctx);
@@ -370,22 +370,22 @@ START_TEST(memory_helpers_round_trip) {
   unsigned seed = cutest_seed("test_fake_driver");
   cutest_fill(host, 64, &seed, -1.0f, 1.0f);
   void *d = NULL;
-  ck_assert_int_eq(tcc_cuda_malloc(0, sizeof host, &d, &err), 0);
+  ck_assert_int_eq(tcc_rt_cuda_malloc(0, sizeof host, &d, &err), 0);
   ck_assert_ptr_nonnull(d);
-  ck_assert_int_eq(tcc_cuda_memcpy_htod(0, d, host, sizeof host, &err), 0);
-  ck_assert_int_eq(tcc_cuda_memcpy_dtoh(0, back, d, sizeof back, &err), 0);
+  ck_assert_int_eq(tcc_rt_cuda_memcpy_htod(0, d, host, sizeof host, &err), 0);
+  ck_assert_int_eq(tcc_rt_cuda_memcpy_dtoh(0, back, d, sizeof back, &err), 0);
   ck_assert_mem_eq(host, back, sizeof host);
-  ck_assert_int_eq(tcc_cuda_synchronize(0, NULL, &err), 0);
-  ck_assert_int_eq(tcc_cuda_free(0, d, &err), 0);
-  ck_assert_int_eq(tcc_cuda_malloc(7, 16, &d, &err), TCC_E_INVALID_ARGUMENT);
+  ck_assert_int_eq(tcc_rt_cuda_synchronize(0, NULL, &err), 0);
+  ck_assert_int_eq(tcc_rt_cuda_free(0, d, &err), 0);
+  ck_assert_int_eq(tcc_rt_cuda_malloc(7, 16, &d, &err), TCC_E_INVALID_ARGUMENT);
   int n = 0, v = 0;
   char arch[16], name[64];
-  ck_assert_int_eq(tcc_cuda_device_count(&n, &err), 0);
+  ck_assert_int_eq(tcc_rt_cuda_device_count(&n, &err), 0);
   ck_assert_int_eq(n, 1);
-  ck_assert_int_eq(tcc_cuda_driver_version(&v, &err), 0);
+  ck_assert_int_eq(tcc_rt_cuda_driver_version(&v, &err), 0);
   ck_assert_int_eq(v, 13000);
   setenv("FAKE_CUDA_CC", "86", 1);
-  ck_assert_int_eq(tcc_cuda_device_arch(0, arch, name, sizeof name, &err), 0);
+  ck_assert_int_eq(tcc_rt_cuda_device_arch(0, arch, name, sizeof name, &err), 0);
   unsetenv("FAKE_CUDA_CC");
   ck_assert_str_eq(arch, "sm_86");
   ck_assert_str_eq(name, "Fake GPU 0");
@@ -398,39 +398,39 @@ END_TEST
  * block size; FAKE_CUDA_LAUNCH_FAIL makes launches fail. */
 START_TEST(events_time_launches) {
   tcc_error err = {0};
-  tcc_cuda_launch l[2] = {{.name = "k0", .grid = {4}, .block = {512}}, {.name = "k1", .grid = {4}, .block = {128}}};
+  tcc_rt_cuda_launch l[2] = {{.name = "k0", .grid = {4}, .block = {512}}, {.name = "k1", .grid = {4}, .block = {128}}};
   setenv("FAKE_CUDA_NPARAMS", "3", 1);
-  tcc_cuda_kernel *k = load(90, l, 2, 1, 1, 0, "sm_90", NULL, NULL);
+  tcc_rt_cuda_kernel *k = load(90, l, 2, 1, 1, 0, "sm_90", NULL, NULL);
   setenv("FAKE_CUDA_LAUNCH_US", "k0@b256=1,k0@b512=7.5,*=20", 1);
   void *stream = NULL, *e0 = NULL, *e1 = NULL, *e2 = NULL;
-  ck_assert_int_eq(tcc_cuda_stream_create(0, &stream, &err), 0);
-  ck_assert_int_eq(tcc_cuda_event_create(0, &e0, &err), 0);
-  ck_assert_int_eq(tcc_cuda_event_create(0, &e1, &err), 0);
-  ck_assert_int_eq(tcc_cuda_event_create(0, &e2, &err), 0);
+  ck_assert_int_eq(tcc_rt_cuda_stream_create(0, &stream, &err), 0);
+  ck_assert_int_eq(tcc_rt_cuda_event_create(0, &e0, &err), 0);
+  ck_assert_int_eq(tcc_rt_cuda_event_create(0, &e1, &err), 0);
+  ck_assert_int_eq(tcc_rt_cuda_event_create(0, &e2, &err), 0);
   const void *in[1] = {P(0x1000)};
   void *out[1] = {P(0x2000)};
-  ck_assert_int_eq(tcc_cuda_event_record(0, e0, stream, &err), 0);
-  ck_assert_int_eq(tcc_cuda_kernel_launch(k, stream, in, out, NULL, &err), 0);   /* 7.5 + 20 us */
-  ck_assert_int_eq(tcc_cuda_event_record(0, e1, stream, &err), 0);
-  ck_assert_int_eq(tcc_cuda_kernel_launch(k, stream, in, out, NULL, &err), 0);
-  ck_assert_int_eq(tcc_cuda_event_record(0, e2, stream, &err), 0);
+  ck_assert_int_eq(tcc_rt_cuda_event_record(0, e0, stream, &err), 0);
+  ck_assert_int_eq(tcc_rt_cuda_kernel_launch(k, stream, in, out, NULL, &err), 0);   /* 7.5 + 20 us */
+  ck_assert_int_eq(tcc_rt_cuda_event_record(0, e1, stream, &err), 0);
+  ck_assert_int_eq(tcc_rt_cuda_kernel_launch(k, stream, in, out, NULL, &err), 0);
+  ck_assert_int_eq(tcc_rt_cuda_event_record(0, e2, stream, &err), 0);
   float ms = 0;
-  ck_assert_int_eq(tcc_cuda_event_elapsed_ms(0, e0, e1, &ms, &err), 0);
+  ck_assert_int_eq(tcc_rt_cuda_event_elapsed_ms(0, e0, e1, &ms, &err), 0);
   ck_assert_float_eq_tol(ms, 0.0275f, 1e-6f);
-  ck_assert_int_eq(tcc_cuda_event_elapsed_ms(0, e0, e2, &ms, &err), 0);
+  ck_assert_int_eq(tcc_rt_cuda_event_elapsed_ms(0, e0, e2, &ms, &err), 0);
   ck_assert_float_eq_tol(ms, 0.055f, 1e-6f);
   setenv("FAKE_CUDA_LAUNCH_FAIL", "k1@b128", 1);
-  ck_assert_int_eq(tcc_cuda_kernel_launch(k, stream, in, out, NULL, &err), TCC_E_INTERNAL);
+  ck_assert_int_eq(tcc_rt_cuda_kernel_launch(k, stream, in, out, NULL, &err), TCC_E_INTERNAL);
   ck_assert_msg(strstr(err.msg, "k1") && strstr(err.msg, "cuLaunchKernel"), "%s", err.msg);
   unsetenv("FAKE_CUDA_LAUNCH_FAIL");
   unsetenv("FAKE_CUDA_LAUNCH_US");
-  ck_assert_int_eq(tcc_cuda_event_destroy(0, e0, &err), 0);
-  ck_assert_int_eq(tcc_cuda_event_destroy(0, e1, &err), 0);
-  ck_assert_int_eq(tcc_cuda_event_destroy(0, e2, &err), 0);
-  ck_assert_int_eq(tcc_cuda_event_destroy(0, NULL, &err), 0);
-  ck_assert_int_eq(tcc_cuda_stream_destroy(0, stream, &err), 0);
+  ck_assert_int_eq(tcc_rt_cuda_event_destroy(0, e0, &err), 0);
+  ck_assert_int_eq(tcc_rt_cuda_event_destroy(0, e1, &err), 0);
+  ck_assert_int_eq(tcc_rt_cuda_event_destroy(0, e2, &err), 0);
+  ck_assert_int_eq(tcc_rt_cuda_event_destroy(0, NULL, &err), 0);
+  ck_assert_int_eq(tcc_rt_cuda_stream_destroy(0, stream, &err), 0);
   ck_assert_int_eq(fake_depth(), 0);
-  tcc_cuda_kernel_unload(k);
+  tcc_rt_cuda_kernel_unload(k);
   unsetenv("FAKE_CUDA_NPARAMS");
 }
 END_TEST
@@ -554,12 +554,12 @@ START_TEST(gemm_steps_run_through_cublas_in_plan_order) {
 
   /* reduce-overhead: the GEMM is captured into the graph with the kernel */
   void *stream;
-  ck_assert_int_eq(tcc_cuda_stream_create(0, &stream, &err), 0);
-  tcc_cuda_kernel_set_graphs(tcc_kernel_cuda(k), 1);
+  ck_assert_int_eq(tcc_rt_cuda_stream_create(0, &stream, &err), 0);
+  tcc_rt_cuda_kernel_set_graphs(tcc_kernel_cuda(k), 1);
   fake_reset();
-  ck_assert_msg(tcc_cuda_kernel_launch(tcc_kernel_cuda(k), stream, in, out, P(0x4000), &err) == 0, "%s", err.msg);
+  ck_assert_msg(tcc_rt_cuda_kernel_launch(tcc_kernel_cuda(k), stream, in, out, P(0x4000), &err) == 0, "%s", err.msg);
   EXPECT_SEQ("capture", "cublas gemm (captured) NT m=45", "end", "instantiate", "replay", "  k1 g=12");
-  ck_assert_int_eq(tcc_cuda_stream_destroy(0, stream, &err), 0);
+  ck_assert_int_eq(tcc_rt_cuda_stream_destroy(0, stream, &err), 0);
 
   /* a cuBLAS failure names the step */
   setenv("FAKE_CUBLAS_FAIL", "1", 1);
@@ -663,8 +663,8 @@ START_TEST(manifest_ptx_is_the_jit_fallback) {
   ck_assert_msg(tcc_kernel_load(cubin, sizeof cubin, hex, &x.m, &k, &err) == 0, "%s", err.msg);
   EXPECT_SEQ("load ptx");
   ck_assert_int_eq(log_count("load cubin"), 0);
-  tcc_cuda_stats st;
-  tcc_cuda_kernel_stats(tcc_kernel_cuda(k), &st);
+  tcc_rt_cuda_stats st;
+  tcc_rt_cuda_kernel_stats(tcc_kernel_cuda(k), &st);
   ck_assert_int_eq(st.from_ptx, 1);
   ck_assert_str_eq(st.device_arch, "sm_100");
   tcc_kernel_unload(k);
@@ -717,7 +717,7 @@ END_TEST
 
 START_TEST(cuinit_failure_is_reported) {
   tcc_error err = {0};
-  ck_assert_int_eq(tcc_cuda_available(&err), TCC_E_FAILED_PRECONDITION);
+  ck_assert_int_eq(tcc_rt_cuda_available(&err), TCC_E_FAILED_PRECONDITION);
   ck_assert_msg(strstr(err.msg, "cuInit failed: CUDA_ERROR_NO_DEVICE (no CUDA-capable device is detected)"), "%s",
                 err.msg);
 }

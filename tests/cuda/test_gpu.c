@@ -18,9 +18,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cuda.h"
 #include "cutest.h"
 #include "nvrtc.h"
+#include "tcc_runtime.h"
 
 static char dev_arch[16];      /* "sm_90" */
 static int dev_major, dev_minor;
@@ -41,21 +41,21 @@ static void build(const char *src, const char *arch, const char *const *names, t
 
 static void *dalloc(size_t bytes) {
   void *p = NULL;
-  OK(tcc_cuda_malloc(0, bytes, &p, &e_));
+  OK(tcc_rt_cuda_malloc(0, bytes, &p, &e_));
   return p;
 }
-static void dfree(void *p) { OK(tcc_cuda_free(0, p, &e_)); }
-static void htod(void *d, const void *h, size_t n) { OK(tcc_cuda_memcpy_htod(0, d, h, n, &e_)); }
-static void dtoh(void *h, const void *d, size_t n) { OK(tcc_cuda_memcpy_dtoh(0, h, d, n, &e_)); }
-static void sync_stream(void *s) { OK(tcc_cuda_synchronize(0, s, &e_)); }
+static void dfree(void *p) { OK(tcc_rt_cuda_free(0, p, &e_)); }
+static void htod(void *d, const void *h, size_t n) { OK(tcc_rt_cuda_memcpy_htod(0, d, h, n, &e_)); }
+static void dtoh(void *h, const void *d, size_t n) { OK(tcc_rt_cuda_memcpy_dtoh(0, h, d, n, &e_)); }
+static void sync_stream(void *s) { OK(tcc_rt_cuda_synchronize(0, s, &e_)); }
 
 /* ------------------------------------------------------------------ pointwise */
 
 typedef struct pointwise {
   int n;
   tcc_nvrtc_result built;
-  tcc_cuda_launch launch;
-  tcc_cuda_plan plan;
+  tcc_rt_cuda_launch launch;
+  tcc_rt_cuda_plan plan;
   float *x, *y, *z;            /* host */
   void *dx, *dy, *dz;          /* device */
 } pointwise;
@@ -67,9 +67,9 @@ static void pointwise_init(pointwise *p, const char *arch, int n) {
   snprintf(src, sizeof src, "#define N %d\n%s", n, CUTEST_POINTWISE_SRC);
   const char *names[] = {CUTEST_POINTWISE_NAME, NULL};
   build(src, arch, names, &p->built);
-  p->launch = (tcc_cuda_launch){.name = p->built.lowered_names[0], .grid = {(uint32_t)(n + 255) / 256, 1, 1},
+  p->launch = (tcc_rt_cuda_launch){.name = p->built.lowered_names[0], .grid = {(uint32_t)(n + 255) / 256, 1, 1},
                                 .block = {256, 1, 1}};
-  p->plan = (tcc_cuda_plan){.arch = arch, .launches = &p->launch, .n_launches = 1, .n_inputs = 2, .n_outputs = 1};
+  p->plan = (tcc_rt_cuda_plan){.arch = arch, .launches = &p->launch, .n_launches = 1, .n_inputs = 2, .n_outputs = 1};
   p->x = malloc(n * sizeof(float));
   p->y = malloc(n * sizeof(float));
   p->z = malloc(n * sizeof(float));
@@ -104,32 +104,32 @@ static void pointwise_free(pointwise *p) {
   tcc_nvrtc_result_free(&p->built);
 }
 
-static int launch(tcc_cuda_kernel *k, void *stream, pointwise *p, void *dz, tcc_error *err) {
+static int launch(tcc_rt_cuda_kernel *k, void *stream, pointwise *p, void *dz, tcc_error *err) {
   const void *in[2] = {p->dx, p->dy};
   void *out[1] = {dz};
-  return tcc_cuda_kernel_launch(k, stream, in, out, NULL, err);
+  return tcc_rt_cuda_kernel_launch(k, stream, in, out, NULL, err);
 }
 
 START_TEST(pointwise_matches_cpu) {
   int n = 1000 + rand_r(&seed) % 200000; /* rarely a multiple of the block */
   pointwise p;
   pointwise_init(&p, dev_arch, n);
-  tcc_cuda_kernel *k = NULL;
-  OK(tcc_cuda_kernel_load(p.built.cubin, p.built.cubin_size, NULL, &p.plan, NULL, &k, &e_));
+  tcc_rt_cuda_kernel *k = NULL;
+  OK(tcc_rt_cuda_kernel_load(p.built.cubin, p.built.cubin_size, NULL, &p.plan, NULL, &k, &e_));
   for (int round = 0; round < 2; round++) {
     pointwise_fill(&p);
     OK(launch(k, NULL, &p, p.dz, &e_));
     sync_stream(NULL);
     pointwise_check(&p, p.dz);
   }
-  tcc_cuda_stats st;
-  tcc_cuda_kernel_stats(k, &st);
+  tcc_rt_cuda_stats st;
+  tcc_rt_cuda_kernel_stats(k, &st);
   ck_assert_uint_eq(st.direct_launches, 2);
   ck_assert_uint_eq(st.graph_captures, 0);
   ck_assert_int_eq(st.from_ptx, 0);
   ck_assert_str_eq(st.device_arch, dev_arch);
   printf("  pointwise: n = %d on %s\n", n, dev_arch);
-  tcc_cuda_kernel_unload(k);
+  tcc_rt_cuda_kernel_unload(k);
   pointwise_free(&p);
 }
 END_TEST
@@ -144,14 +144,14 @@ static void run_reduction(int rows, int cols, uint32_t shared) {
   const char *names[] = {CUTEST_REDUCE_NAMES, NULL};
   tcc_nvrtc_result b;
   build(src, dev_arch, names, &b);
-  tcc_cuda_launch launches[2] = {
+  tcc_rt_cuda_launch launches[2] = {
       {.name = b.lowered_names[0], .grid = {(uint32_t)rows}, .block = {256}, .shared_bytes = shared},
       {.name = b.lowered_names[1], .grid = {(uint32_t)(rows + 127) / 128}, .block = {128}},
   };
-  tcc_cuda_plan plan = {.arch = dev_arch, .launches = launches, .n_launches = 2, .n_inputs = 1, .n_outputs = 1,
+  tcc_rt_cuda_plan plan = {.arch = dev_arch, .launches = launches, .n_launches = 2, .n_inputs = 1, .n_outputs = 1,
                         .workspace_bytes = (uint64_t)rows * sizeof(float)};
-  tcc_cuda_kernel *k = NULL;
-  OK(tcc_cuda_kernel_load(b.cubin, b.cubin_size, NULL, &plan, NULL, &k, &e_));
+  tcc_rt_cuda_kernel *k = NULL;
+  OK(tcc_rt_cuda_kernel_load(b.cubin, b.cubin_size, NULL, &plan, NULL, &k, &e_));
 
   size_t nx = (size_t)rows * cols;
   float *x = malloc(nx * sizeof *x), *out = malloc(rows * sizeof *out);
@@ -163,9 +163,9 @@ static void run_reduction(int rows, int cols, uint32_t shared) {
   const void *in[1] = {dx};
   void *outs[1] = {dout};
   /* The workspace is required. */
-  ck_assert_int_eq(tcc_cuda_kernel_launch(k, NULL, in, outs, NULL, &err), TCC_E_INVALID_ARGUMENT);
+  ck_assert_int_eq(tcc_rt_cuda_kernel_launch(k, NULL, in, outs, NULL, &err), TCC_E_INVALID_ARGUMENT);
   ck_assert_msg(strstr(err.msg, "workspace"), "%s", err.msg);
-  OK(tcc_cuda_kernel_launch(k, NULL, in, outs, ws, &e_));
+  OK(tcc_rt_cuda_kernel_launch(k, NULL, in, outs, ws, &e_));
   sync_stream(NULL);
   dtoh(out, dout, rows * sizeof *out);
   for (int r = 0; r < rows; r++) {
@@ -177,7 +177,7 @@ static void run_reduction(int rows, int cols, uint32_t shared) {
   printf("  reduction: %d x %d, %u shared bytes\n", rows, cols, shared);
   dfree(dx), dfree(dout), dfree(ws);
   free(x), free(out);
-  tcc_cuda_kernel_unload(k);
+  tcc_rt_cuda_kernel_unload(k);
   tcc_nvrtc_result_free(&b);
 }
 
@@ -196,13 +196,13 @@ END_TEST
 START_TEST(graphs_capture_once_and_replay) {
   pointwise p;
   pointwise_init(&p, dev_arch, 5000 + rand_r(&seed) % 50000);
-  tcc_cuda_options o = {.graphs = 1, .graph_cache_max = 2};
-  tcc_cuda_kernel *k = NULL;
-  OK(tcc_cuda_kernel_load(p.built.cubin, p.built.cubin_size, NULL, &p.plan, &o, &k, &e_));
+  tcc_rt_cuda_options o = {.graphs = 1, .graph_cache_max = 2};
+  tcc_rt_cuda_kernel *k = NULL;
+  OK(tcc_rt_cuda_kernel_load(p.built.cubin, p.built.cubin_size, NULL, &p.plan, &o, &k, &e_));
   void *stream = NULL;
-  OK(tcc_cuda_stream_create(0, &stream, &e_));
+  OK(tcc_rt_cuda_stream_create(0, &stream, &e_));
   void *dz2 = dalloc(p.n * sizeof(float)), *dz3 = dalloc(p.n * sizeof(float));
-  tcc_cuda_stats st;
+  tcc_rt_cuda_stats st;
 
   /* Same pointers three times, new input values each time: one capture,
    * three replays, and every replay reads the current inputs. */
@@ -212,7 +212,7 @@ START_TEST(graphs_capture_once_and_replay) {
     sync_stream(stream);
     pointwise_check(&p, p.dz);
   }
-  tcc_cuda_kernel_stats(k, &st);
+  tcc_rt_cuda_kernel_stats(k, &st);
   ck_assert_uint_eq(st.graph_captures, 1);
   ck_assert_uint_eq(st.graph_replays, 3);
   ck_assert_uint_eq(st.direct_launches, 0);
@@ -224,7 +224,7 @@ START_TEST(graphs_capture_once_and_replay) {
   OK(launch(k, stream, &p, dz3, &e_)); /* evicts the first set */
   sync_stream(stream);
   pointwise_check(&p, dz3);
-  tcc_cuda_kernel_stats(k, &st);
+  tcc_rt_cuda_kernel_stats(k, &st);
   ck_assert_uint_eq(st.graph_captures, 3);
   pointwise_fill(&p);
   OK(launch(k, stream, &p, dz3, &e_)); /* still cached */
@@ -232,7 +232,7 @@ START_TEST(graphs_capture_once_and_replay) {
   sync_stream(stream);
   pointwise_check(&p, p.dz);
   pointwise_check(&p, dz3);
-  tcc_cuda_kernel_stats(k, &st);
+  tcc_rt_cuda_kernel_stats(k, &st);
   ck_assert_uint_eq(st.graph_captures, 4);
   ck_assert_uint_eq(st.graph_replays, 7);
 
@@ -241,23 +241,23 @@ START_TEST(graphs_capture_once_and_replay) {
   OK(launch(k, NULL, &p, p.dz, &e_));
   sync_stream(NULL);
   pointwise_check(&p, p.dz);
-  tcc_cuda_kernel_stats(k, &st);
+  tcc_rt_cuda_kernel_stats(k, &st);
   ck_assert_uint_eq(st.direct_launches, 1);
 
   /* Graphs off: direct on the stream too. */
-  tcc_cuda_kernel_set_graphs(k, 0);
+  tcc_rt_cuda_kernel_set_graphs(k, 0);
   OK(launch(k, stream, &p, dz2, &e_));
   sync_stream(stream);
   pointwise_check(&p, dz2);
-  tcc_cuda_kernel_stats(k, &st);
+  tcc_rt_cuda_kernel_stats(k, &st);
   ck_assert_uint_eq(st.direct_launches, 2);
   ck_assert_uint_eq(st.graph_captures, 4);
   printf("  graphs: %llu captures, %llu replays, %llu direct\n", (unsigned long long)st.graph_captures,
          (unsigned long long)st.graph_replays, (unsigned long long)st.direct_launches);
 
-  OK(tcc_cuda_stream_destroy(0, stream, &e_));
+  OK(tcc_rt_cuda_stream_destroy(0, stream, &e_));
   dfree(dz2), dfree(dz3);
-  tcc_cuda_kernel_unload(k);
+  tcc_rt_cuda_kernel_unload(k);
   pointwise_free(&p);
 }
 END_TEST
@@ -272,26 +272,26 @@ START_TEST(ptx_is_jit_compiled_for_another_major_arch) {
   }
   pointwise p;
   pointwise_init(&p, lower, 4096 + rand_r(&seed) % 4096);
-  tcc_cuda_kernel *k = NULL;
+  tcc_rt_cuda_kernel *k = NULL;
   tcc_error err = {0};
-  ck_assert_int_eq(tcc_cuda_kernel_load(p.built.cubin, p.built.cubin_size, NULL, &p.plan, NULL, &k, &err),
+  ck_assert_int_eq(tcc_rt_cuda_kernel_load(p.built.cubin, p.built.cubin_size, NULL, &p.plan, NULL, &k, &err),
                    TCC_E_FAILED_PRECONDITION);
   char want[96];
   snprintf(want, sizeof want, "arch mismatch: artifact %s, device %s", lower, dev_arch);
   ck_assert_msg(strstr(err.msg, want), "expected '%s' in: %s", want, err.msg);
   ck_assert_ptr_null(k);
 
-  tcc_cuda_options o = {.ptx = p.built.ptx};
-  OK(tcc_cuda_kernel_load(p.built.cubin, p.built.cubin_size, NULL, &p.plan, &o, &k, &e_));
-  tcc_cuda_stats st;
-  tcc_cuda_kernel_stats(k, &st);
+  tcc_rt_cuda_options o = {.ptx = p.built.ptx};
+  OK(tcc_rt_cuda_kernel_load(p.built.cubin, p.built.cubin_size, NULL, &p.plan, &o, &k, &e_));
+  tcc_rt_cuda_stats st;
+  tcc_rt_cuda_kernel_stats(k, &st);
   ck_assert_int_eq(st.from_ptx, 1);
   pointwise_fill(&p);
   OK(launch(k, NULL, &p, p.dz, &e_));
   sync_stream(NULL);
   pointwise_check(&p, p.dz);
   printf("  %s artifact on %s: PTX JIT, results match\n", lower, dev_arch);
-  tcc_cuda_kernel_unload(k);
+  tcc_rt_cuda_kernel_unload(k);
   pointwise_free(&p);
 }
 END_TEST
@@ -302,9 +302,9 @@ START_TEST(newer_arch_is_a_clear_mismatch) {
   if (!higher || tcc_nvrtc_check_arch(higher, &err) != 0) return;
   pointwise p;
   pointwise_init(&p, higher, 1024);
-  tcc_cuda_options o = {.ptx = p.built.ptx}; /* compute_120 PTX cannot run on an older device either */
-  tcc_cuda_kernel *k = NULL;
-  ck_assert_int_eq(tcc_cuda_kernel_load(p.built.cubin, p.built.cubin_size, NULL, &p.plan, &o, &k, &err),
+  tcc_rt_cuda_options o = {.ptx = p.built.ptx}; /* compute_120 PTX cannot run on an older device either */
+  tcc_rt_cuda_kernel *k = NULL;
+  ck_assert_int_eq(tcc_rt_cuda_kernel_load(p.built.cubin, p.built.cubin_size, NULL, &p.plan, &o, &k, &err),
                    TCC_E_FAILED_PRECONDITION);
   char want[96];
   snprintf(want, sizeof want, "arch mismatch: artifact sm_120, device %s", dev_arch);
@@ -316,15 +316,15 @@ START_TEST(newer_arch_is_a_clear_mismatch) {
   snprintf(a_arch, sizeof a_arch, "%sa", dev_arch);
   if (dev_major >= 9 && tcc_nvrtc_check_arch(a_arch, &err) == 0) {
     pointwise_init(&p, a_arch, 2048);
-    OK(tcc_cuda_kernel_load(p.built.cubin, p.built.cubin_size, NULL, &p.plan, NULL, &k, &e_));
-    tcc_cuda_stats st;
-    tcc_cuda_kernel_stats(k, &st);
+    OK(tcc_rt_cuda_kernel_load(p.built.cubin, p.built.cubin_size, NULL, &p.plan, NULL, &k, &e_));
+    tcc_rt_cuda_stats st;
+    tcc_rt_cuda_kernel_stats(k, &st);
     ck_assert_int_eq(st.from_ptx, 0);
     pointwise_fill(&p);
     OK(launch(k, NULL, &p, p.dz, &e_));
     sync_stream(NULL);
     pointwise_check(&p, p.dz);
-    tcc_cuda_kernel_unload(k);
+    tcc_rt_cuda_kernel_unload(k);
     pointwise_free(&p);
   }
 }
@@ -335,54 +335,54 @@ END_TEST
 START_TEST(bad_plans_and_launches_name_the_kernel) {
   pointwise p;
   pointwise_init(&p, dev_arch, 2048);
-  tcc_cuda_kernel *k = NULL;
+  tcc_rt_cuda_kernel *k = NULL;
   tcc_error err = {0};
 
-  tcc_cuda_launch l = p.launch;
-  tcc_cuda_plan plan = p.plan;
+  tcc_rt_cuda_launch l = p.launch;
+  tcc_rt_cuda_plan plan = p.plan;
   plan.launches = &l;
   l.name = "k9_nope";
-  ck_assert_int_eq(tcc_cuda_kernel_load(p.built.cubin, p.built.cubin_size, NULL, &plan, NULL, &k, &err),
+  ck_assert_int_eq(tcc_rt_cuda_kernel_load(p.built.cubin, p.built.cubin_size, NULL, &plan, NULL, &k, &err),
                    TCC_E_NOT_FOUND);
   ck_assert_msg(strstr(err.msg, "kernel 'k9_nope' (launch 1 of 1) is not in the module"), "%s", err.msg);
 
   l = p.launch;
   l.block[0] = 2048;
-  ck_assert_int_eq(tcc_cuda_kernel_load(p.built.cubin, p.built.cubin_size, NULL, &plan, NULL, &k, &err),
+  ck_assert_int_eq(tcc_rt_cuda_kernel_load(p.built.cubin, p.built.cubin_size, NULL, &plan, NULL, &k, &err),
                    TCC_E_INVALID_ARGUMENT);
   ck_assert_msg(strstr(err.msg, "2048 threads"), "%s", err.msg);
 
   int version = 0;
-  OK(tcc_cuda_driver_version(&version, &e_));
+  OK(tcc_rt_cuda_driver_version(&version, &e_));
   l = p.launch;
   plan.n_inputs = 3; /* the kernel takes 2 inputs */
-  int rc = tcc_cuda_kernel_load(p.built.cubin, p.built.cubin_size, NULL, &plan, NULL, &k, &err);
+  int rc = tcc_rt_cuda_kernel_load(p.built.cubin, p.built.cubin_size, NULL, &plan, NULL, &k, &err);
   if (version >= 12040) {
     ck_assert_int_eq(rc, TCC_E_INVALID_ARGUMENT);
     ck_assert_msg(strstr(err.msg, "takes 4 parameters; the tccd ABI passes 5"), "%s", err.msg);
   } else if (rc == 0) {
-    tcc_cuda_kernel_unload(k);
+    tcc_rt_cuda_kernel_unload(k);
   }
   plan.n_inputs = 2;
 
   /* A grid the device refuses: the launch fails, naming the kernel. */
   l.grid[1] = 70000;
-  OK(tcc_cuda_kernel_load(p.built.cubin, p.built.cubin_size, NULL, &plan, NULL, &k, &e_));
+  OK(tcc_rt_cuda_kernel_load(p.built.cubin, p.built.cubin_size, NULL, &plan, NULL, &k, &e_));
   pointwise_fill(&p);
   ck_assert_int_eq(launch(k, NULL, &p, p.dz, &err), TCC_E_INTERNAL);
   ck_assert_msg(strstr(err.msg, "kernel 'k0_pointwise' (launch 1 of 1): cuLaunchKernel: CUDA_ERROR_"), "%s",
                 err.msg);
-  ck_assert_int_eq(tcc_cuda_kernel_launch(k, NULL, NULL, NULL, NULL, &err), TCC_E_INVALID_ARGUMENT);
+  ck_assert_int_eq(tcc_rt_cuda_kernel_launch(k, NULL, NULL, NULL, NULL, &err), TCC_E_INVALID_ARGUMENT);
   ck_assert_msg(strstr(err.msg, "takes 2 inputs and 1 outputs"), "%s", err.msg);
-  tcc_cuda_kernel_unload(k);
+  tcc_rt_cuda_kernel_unload(k);
 
   /* The caller's current context: there is none on this thread. */
-  tcc_cuda_options cur = {.context = TCC_CUDA_CURRENT};
-  ck_assert_int_eq(tcc_cuda_kernel_load(p.built.cubin, p.built.cubin_size, NULL, &p.plan, &cur, &k, &err),
+  tcc_rt_cuda_options cur = {.context = TCC_RT_CUDA_CURRENT};
+  ck_assert_int_eq(tcc_rt_cuda_kernel_load(p.built.cubin, p.built.cubin_size, NULL, &p.plan, &cur, &k, &err),
                    TCC_E_FAILED_PRECONDITION);
   ck_assert_msg(strstr(err.msg, "no current CUDA context"), "%s", err.msg);
-  tcc_cuda_options bad_dev = {.device = 1000};
-  ck_assert_int_eq(tcc_cuda_kernel_load(p.built.cubin, p.built.cubin_size, NULL, &p.plan, &bad_dev, &k, &err),
+  tcc_rt_cuda_options bad_dev = {.device = 1000};
+  ck_assert_int_eq(tcc_rt_cuda_kernel_load(p.built.cubin, p.built.cubin_size, NULL, &p.plan, &bad_dev, &k, &err),
                    TCC_E_INVALID_ARGUMENT);
   ck_assert_msg(strstr(err.msg, "no CUDA device 1000"), "%s", err.msg);
   sync_stream(NULL); /* the failed launch left no sticky error */
@@ -394,21 +394,21 @@ START_TEST(modules_are_shared_by_digest) {
   pointwise p;
   pointwise_init(&p, dev_arch, 3000);
   const char *digest = "5f1d0000000000000000000000000000000000000000000000000000000000aa";
-  tcc_cuda_kernel *a = NULL, *b = NULL, *c = NULL;
-  OK(tcc_cuda_kernel_load(p.built.cubin, p.built.cubin_size, digest, &p.plan, NULL, &a, &e_));
-  OK(tcc_cuda_kernel_load(p.built.cubin, p.built.cubin_size, digest, &p.plan, NULL, &b, &e_));
-  OK(tcc_cuda_kernel_load(p.built.cubin, p.built.cubin_size, NULL, &p.plan, NULL, &c, &e_));
-  tcc_cuda_kernel_unload(a); /* b keeps the shared module loaded */
+  tcc_rt_cuda_kernel *a = NULL, *b = NULL, *c = NULL;
+  OK(tcc_rt_cuda_kernel_load(p.built.cubin, p.built.cubin_size, digest, &p.plan, NULL, &a, &e_));
+  OK(tcc_rt_cuda_kernel_load(p.built.cubin, p.built.cubin_size, digest, &p.plan, NULL, &b, &e_));
+  OK(tcc_rt_cuda_kernel_load(p.built.cubin, p.built.cubin_size, NULL, &p.plan, NULL, &c, &e_));
+  tcc_rt_cuda_kernel_unload(a); /* b keeps the shared module loaded */
   pointwise_fill(&p);
   OK(launch(b, NULL, &p, p.dz, &e_));
   sync_stream(NULL);
   pointwise_check(&p, p.dz);
-  tcc_cuda_kernel_unload(b);
+  tcc_rt_cuda_kernel_unload(b);
   pointwise_fill(&p);
   OK(launch(c, NULL, &p, p.dz, &e_));
   sync_stream(NULL);
   pointwise_check(&p, p.dz);
-  tcc_cuda_kernel_unload(c);
+  tcc_rt_cuda_kernel_unload(c);
   pointwise_free(&p);
 }
 END_TEST
@@ -416,7 +416,7 @@ END_TEST
 /* ------------------------------------------------------------------ threads */
 
 typedef struct worker {
-  tcc_cuda_kernel *k;
+  tcc_rt_cuda_kernel *k;
   pointwise *p;
   void *dz;
   float *z;
@@ -428,11 +428,11 @@ static void *work(void *arg) {
   worker *w = arg;
   void *stream = NULL;
   tcc_error err = {0};
-  w->rc = tcc_cuda_stream_create(0, &stream, &err);
+  w->rc = tcc_rt_cuda_stream_create(0, &stream, &err);
   for (int i = 0; i < 20 && !w->rc; i++) w->rc = launch(w->k, stream, w->p, w->dz, &err);
-  if (!w->rc) w->rc = tcc_cuda_synchronize(0, stream, &err);
-  if (!w->rc) w->rc = tcc_cuda_memcpy_dtoh(0, w->z, w->dz, w->p->n * sizeof(float), &err);
-  tcc_cuda_stream_destroy(0, stream, NULL);
+  if (!w->rc) w->rc = tcc_rt_cuda_synchronize(0, stream, &err);
+  if (!w->rc) w->rc = tcc_rt_cuda_memcpy_dtoh(0, w->z, w->dz, w->p->n * sizeof(float), &err);
+  tcc_rt_cuda_stream_destroy(0, stream, NULL);
   snprintf(w->msg, sizeof w->msg, "%.200s", err.msg);
   return NULL;
 }
@@ -440,9 +440,9 @@ static void *work(void *arg) {
 START_TEST(concurrent_launches_from_threads) {
   pointwise p;
   pointwise_init(&p, dev_arch, 10000 + rand_r(&seed) % 10000);
-  tcc_cuda_options o = {.graphs = 1};
-  tcc_cuda_kernel *k = NULL;
-  OK(tcc_cuda_kernel_load(p.built.cubin, p.built.cubin_size, NULL, &p.plan, &o, &k, &e_));
+  tcc_rt_cuda_options o = {.graphs = 1};
+  tcc_rt_cuda_kernel *k = NULL;
+  OK(tcc_rt_cuda_kernel_load(p.built.cubin, p.built.cubin_size, NULL, &p.plan, &o, &k, &e_));
   pointwise_fill(&p);
   worker w[4];
   pthread_t t[4];
@@ -453,31 +453,31 @@ START_TEST(concurrent_launches_from_threads) {
   for (int i = 0; i < 4; i++) pthread_join(t[i], NULL);
   for (int i = 0; i < 4; i++) {
     ck_assert_msg(w[i].rc == 0, "thread %d: %s", i, w[i].msg);
-    OK(tcc_cuda_memcpy_htod(0, p.dz, w[i].z, p.n * sizeof(float), &e_));
+    OK(tcc_rt_cuda_memcpy_htod(0, p.dz, w[i].z, p.n * sizeof(float), &e_));
     pointwise_check(&p, p.dz);
     dfree(w[i].dz);
     free(w[i].z);
   }
-  tcc_cuda_stats st;
-  tcc_cuda_kernel_stats(k, &st);
+  tcc_rt_cuda_stats st;
+  tcc_rt_cuda_kernel_stats(k, &st);
   ck_assert_uint_eq(st.graph_captures, 4);
   ck_assert_uint_eq(st.graph_replays, 80);
-  tcc_cuda_kernel_unload(k);
+  tcc_rt_cuda_kernel_unload(k);
   pointwise_free(&p);
 }
 END_TEST
 
 int main(void) {
   tcc_error err = {0};
-  if (tcc_cuda_available(&err) != 0) cutest_skip("no CUDA device (%s)", err.msg);
+  if (tcc_rt_cuda_available(&err) != 0) cutest_skip("no CUDA device (%s)", err.msg);
   char name[128] = "";
-  if (tcc_cuda_device_arch(0, dev_arch, name, sizeof name, &err) != 0) cutest_skip("no CUDA device (%s)", err.msg);
+  if (tcc_rt_cuda_device_arch(0, dev_arch, name, sizeof name, &err) != 0) cutest_skip("no CUDA device (%s)", err.msg);
   if (tcc_nvrtc_available(&err) != 0) cutest_skip("%s", err.msg); /* "NVRTC not available: why" */
   if (tcc_nvrtc_check_arch(dev_arch, &err) != 0) cutest_skip("NVRTC cannot build for this device (%s)", err.msg);
   dev_major = atoi(dev_arch + 3) / 10; /* "sm_86" -> 8.6, "sm_120" -> 12.0 */
   dev_minor = atoi(dev_arch + 3) % 10;
   int version = 0;
-  tcc_cuda_driver_version(&version, &err);
+  tcc_rt_cuda_driver_version(&version, &err);
   printf("test_gpu: device 0 = %s (%s), driver %d\n", name, dev_arch, version);
   seed = cutest_seed("test_gpu");
 

@@ -13,9 +13,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cuda.h"
 #include "cutest.h"
 #include "nvrtc.h"
+#include "tcc_runtime.h"
 #include "tccclient.h"
 
 static char dev_arch[16];
@@ -69,24 +69,24 @@ START_TEST(generic_load_and_run_of_a_reduction_artifact) {
   float *x = malloc(nx * sizeof *x), *out = malloc(rows * sizeof *out);
   ck_assert(x && out);
   void *dx, *dout, *ws, *stream;
-  OK(tcc_cuda_malloc(0, nx * sizeof *x, &dx, &e_));
-  OK(tcc_cuda_malloc(0, rows * sizeof *out, &dout, &e_));
-  OK(tcc_cuda_malloc(0, (size_t)m.workspace_bytes, &ws, &e_));
-  OK(tcc_cuda_stream_create(0, &stream, &e_));
-  tcc_cuda_kernel_set_graphs(tcc_kernel_cuda(k), 1);
+  OK(tcc_rt_cuda_malloc(0, nx * sizeof *x, &dx, &e_));
+  OK(tcc_rt_cuda_malloc(0, rows * sizeof *out, &dout, &e_));
+  OK(tcc_rt_cuda_malloc(0, (size_t)m.workspace_bytes, &ws, &e_));
+  OK(tcc_rt_cuda_stream_create(0, &stream, &e_));
+  tcc_rt_cuda_kernel_set_graphs(tcc_kernel_cuda(k), 1);
   for (int round = 0; round < 3; round++) {
     cutest_fill(x, nx, &seed, -2.0f, 2.0f);
-    OK(tcc_cuda_memcpy_htod(0, dx, x, nx * sizeof *x, &e_));
+    OK(tcc_rt_cuda_memcpy_htod(0, dx, x, nx * sizeof *x, &e_));
     const void *in[1] = {dx};
     void *o[1] = {dout};
     if (round == 0) {
       OK(tcc_kernel_run(k, in, o, ws, &e_)); /* the generic call: default stream */
-      OK(tcc_cuda_synchronize(0, NULL, &e_));
+      OK(tcc_rt_cuda_synchronize(0, NULL, &e_));
     } else {
-      OK(tcc_cuda_kernel_launch(tcc_kernel_cuda(k), stream, in, o, ws, &e_));
-      OK(tcc_cuda_synchronize(0, stream, &e_));
+      OK(tcc_rt_cuda_kernel_launch(tcc_kernel_cuda(k), stream, in, o, ws, &e_));
+      OK(tcc_rt_cuda_synchronize(0, stream, &e_));
     }
-    OK(tcc_cuda_memcpy_dtoh(0, out, dout, rows * sizeof *out, &e_));
+    OK(tcc_rt_cuda_memcpy_dtoh(0, out, dout, rows * sizeof *out, &e_));
     for (int r = 0; r < rows; r++) {
       double s = 0;
       for (int j = 0; j < cols; j++) s += (double)x[(size_t)r * cols + j] * x[(size_t)r * cols + j];
@@ -94,8 +94,8 @@ START_TEST(generic_load_and_run_of_a_reduction_artifact) {
                     out[r], sqrt(s));
     }
   }
-  tcc_cuda_stats st;
-  tcc_cuda_kernel_stats(tcc_kernel_cuda(k), &st);
+  tcc_rt_cuda_stats st;
+  tcc_rt_cuda_kernel_stats(tcc_kernel_cuda(k), &st);
   ck_assert_uint_eq(st.direct_launches, 1);
   ck_assert_uint_eq(st.graph_captures, 1);
   ck_assert_uint_eq(st.graph_replays, 2);
@@ -108,10 +108,10 @@ START_TEST(generic_load_and_run_of_a_reduction_artifact) {
   ck_assert_msg(strstr(err.msg, "but the cubin is for"), "%s", err.msg);
 
   tcc_kernel_unload(k);
-  OK(tcc_cuda_stream_destroy(0, stream, &e_));
-  OK(tcc_cuda_free(0, dx, &e_));
-  OK(tcc_cuda_free(0, dout, &e_));
-  OK(tcc_cuda_free(0, ws, &e_));
+  OK(tcc_rt_cuda_stream_destroy(0, stream, &e_));
+  OK(tcc_rt_cuda_free(0, dx, &e_));
+  OK(tcc_rt_cuda_free(0, dout, &e_));
+  OK(tcc_rt_cuda_free(0, ws, &e_));
   free(x), free(out);
   tcc_nvrtc_result_free(&b);
 }
@@ -119,8 +119,8 @@ END_TEST
 
 int main(void) {
   tcc_error err = {0};
-  if (tcc_cuda_available(&err) != 0) cutest_skip("no CUDA device (%s)", err.msg);
-  if (tcc_cuda_device_arch(0, dev_arch, NULL, 0, &err) != 0) cutest_skip("no CUDA device (%s)", err.msg);
+  if (tcc_rt_cuda_available(&err) != 0) cutest_skip("no CUDA device (%s)", err.msg);
+  if (tcc_rt_cuda_device_arch(0, dev_arch, NULL, 0, &err) != 0) cutest_skip("no CUDA device (%s)", err.msg);
   if (tcc_nvrtc_available(&err) != 0) cutest_skip("%s", err.msg); /* "NVRTC not available: why" */
   if (tcc_nvrtc_check_arch(dev_arch, &err) != 0) cutest_skip("NVRTC cannot build for this device (%s)", err.msg);
   seed = cutest_seed("test_gpu_manifest");

@@ -18,8 +18,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cuda.h"
 #include "cutest.h"
+#include "tcc_runtime.h"
 #include "tccclient.h"
 
 static int no_driver;          /* the driver is known to be missing */
@@ -43,35 +43,35 @@ static void assert_no_driver(const tcc_error *err) {
 
 START_TEST(availability_is_reported_clearly) {
   tcc_error err = {0};
-  int rc = tcc_cuda_available(&err);
+  int rc = tcc_rt_cuda_available(&err);
   if (no_driver) {
     ck_assert_int_eq(rc, TCC_E_FAILED_PRECONDITION);
     assert_no_driver(&err);
     int v = -1, n = -1;
     char arch[16];
     void *p = (void *)1, *s = (void *)1;
-    ck_assert_int_eq(tcc_cuda_driver_version(&v, &err), TCC_E_FAILED_PRECONDITION);
+    ck_assert_int_eq(tcc_rt_cuda_driver_version(&v, &err), TCC_E_FAILED_PRECONDITION);
     ck_assert_int_eq(v, 0);
-    ck_assert_int_eq(tcc_cuda_device_count(&n, &err), TCC_E_FAILED_PRECONDITION);
+    ck_assert_int_eq(tcc_rt_cuda_device_count(&n, &err), TCC_E_FAILED_PRECONDITION);
     ck_assert_int_eq(n, 0);
-    ck_assert_int_eq(tcc_cuda_device_arch(0, arch, NULL, 0, &err), TCC_E_FAILED_PRECONDITION);
-    ck_assert_int_eq(tcc_cuda_malloc(0, 1024, &p, &err), TCC_E_FAILED_PRECONDITION);
+    ck_assert_int_eq(tcc_rt_cuda_device_arch(0, arch, NULL, 0, &err), TCC_E_FAILED_PRECONDITION);
+    ck_assert_int_eq(tcc_rt_cuda_malloc(0, 1024, &p, &err), TCC_E_FAILED_PRECONDITION);
     ck_assert_ptr_null(p);
     assert_no_driver(&err);
-    ck_assert_int_eq(tcc_cuda_stream_create(0, &s, &err), TCC_E_FAILED_PRECONDITION);
+    ck_assert_int_eq(tcc_rt_cuda_stream_create(0, &s, &err), TCC_E_FAILED_PRECONDITION);
     ck_assert_ptr_null(s);
-    ck_assert_int_eq(tcc_cuda_synchronize(0, NULL, &err), TCC_E_FAILED_PRECONDITION);
+    ck_assert_int_eq(tcc_rt_cuda_synchronize(0, NULL, &err), TCC_E_FAILED_PRECONDITION);
     printf("  no driver: %s\n", err.msg);
   } else if (rc == 0) {
     int n = 0, v = 0;
     char arch[16], name[128];
-    ck_assert_int_eq(tcc_cuda_device_count(&n, &err), 0);
+    ck_assert_int_eq(tcc_rt_cuda_device_count(&n, &err), 0);
     ck_assert_int_ge(n, 1);
-    ck_assert_int_eq(tcc_cuda_driver_version(&v, &err), 0);
+    ck_assert_int_eq(tcc_rt_cuda_driver_version(&v, &err), 0);
     ck_assert_int_ge(v, 11000);
-    ck_assert_int_eq(tcc_cuda_device_arch(0, arch, name, sizeof name, &err), 0);
+    ck_assert_int_eq(tcc_rt_cuda_device_arch(0, arch, name, sizeof name, &err), 0);
     ck_assert_msg(!strncmp(arch, "sm_", 3), "%s", arch);
-    ck_assert_int_eq(tcc_cuda_device_arch(n, arch, NULL, 0, &err), TCC_E_INVALID_ARGUMENT);
+    ck_assert_int_eq(tcc_rt_cuda_device_arch(n, arch, NULL, 0, &err), TCC_E_INVALID_ARGUMENT);
     printf("  driver %d, %d device(s), device 0: %s (%s)\n", v, n, name, arch);
   } else {
     ck_assert_int_eq(rc, TCC_E_FAILED_PRECONDITION);
@@ -84,39 +84,39 @@ END_TEST
 START_TEST(cubins_are_checked_before_the_driver) {
   uint8_t cubin[256];
   fake_cubin(cubin);
-  tcc_cuda_launch l = {.name = "k0", .grid = {1, 1, 1}, .block = {32, 1, 1}};
-  tcc_cuda_plan plan = {.arch = "sm_90", .launches = &l, .n_launches = 1, .n_inputs = 1, .n_outputs = 1};
-  tcc_cuda_kernel *k = (tcc_cuda_kernel *)1;
+  tcc_rt_cuda_launch l = {.name = "k0", .grid = {1, 1, 1}, .block = {32, 1, 1}};
+  tcc_rt_cuda_plan plan = {.arch = "sm_90", .launches = &l, .n_launches = 1, .n_inputs = 1, .n_outputs = 1};
+  tcc_rt_cuda_kernel *k = (tcc_rt_cuda_kernel *)1;
   tcc_error err = {0};
 
   uint8_t so[256];
   memcpy(so, cubin, sizeof so);
   so[18] = 62; /* x86-64 */
-  ck_assert_int_eq(tcc_cuda_kernel_load(so, sizeof so, NULL, &plan, NULL, &k, &err), TCC_E_INVALID_ARGUMENT);
+  ck_assert_int_eq(tcc_rt_cuda_kernel_load(so, sizeof so, NULL, &plan, NULL, &k, &err), TCC_E_INVALID_ARGUMENT);
   ck_assert_ptr_null(k);
   ck_assert_msg(strstr(err.msg, "not a cubin"), "%s", err.msg);
-  ck_assert_int_eq(tcc_cuda_kernel_load(cubin, 40, NULL, &plan, NULL, &k, &err), TCC_E_INVALID_ARGUMENT);
+  ck_assert_int_eq(tcc_rt_cuda_kernel_load(cubin, 40, NULL, &plan, NULL, &k, &err), TCC_E_INVALID_ARGUMENT);
 
   plan.arch = "sm_80";
-  ck_assert_int_eq(tcc_cuda_kernel_load(cubin, sizeof cubin, NULL, &plan, NULL, &k, &err), TCC_E_INVALID_ARGUMENT);
+  ck_assert_int_eq(tcc_rt_cuda_kernel_load(cubin, sizeof cubin, NULL, &plan, NULL, &k, &err), TCC_E_INVALID_ARGUMENT);
   ck_assert_msg(strstr(err.msg, "says sm_80 but the cubin is for sm_90"), "%s", err.msg);
   plan.arch = "gfx90a";
-  ck_assert_int_eq(tcc_cuda_kernel_load(cubin, sizeof cubin, NULL, &plan, NULL, &k, &err), TCC_E_INVALID_ARGUMENT);
+  ck_assert_int_eq(tcc_rt_cuda_kernel_load(cubin, sizeof cubin, NULL, &plan, NULL, &k, &err), TCC_E_INVALID_ARGUMENT);
   ck_assert_msg(strstr(err.msg, "gfx90a"), "%s", err.msg);
   plan.arch = "sm_90a";
   plan.n_launches = 0;
-  ck_assert_int_eq(tcc_cuda_kernel_load(cubin, sizeof cubin, NULL, &plan, NULL, &k, &err), TCC_E_INVALID_ARGUMENT);
+  ck_assert_int_eq(tcc_rt_cuda_kernel_load(cubin, sizeof cubin, NULL, &plan, NULL, &k, &err), TCC_E_INVALID_ARGUMENT);
   ck_assert_msg(strstr(err.msg, "no kernels"), "%s", err.msg);
   plan.n_launches = 1;
   l.name = "";
-  ck_assert_int_eq(tcc_cuda_kernel_load(cubin, sizeof cubin, NULL, &plan, NULL, &k, &err), TCC_E_INVALID_ARGUMENT);
+  ck_assert_int_eq(tcc_rt_cuda_kernel_load(cubin, sizeof cubin, NULL, &plan, NULL, &k, &err), TCC_E_INVALID_ARGUMENT);
   ck_assert_msg(strstr(err.msg, "launch 1 of 1 has no kernel name"), "%s", err.msg);
-  ck_assert_int_eq(tcc_cuda_kernel_load(cubin, sizeof cubin, NULL, NULL, NULL, &k, &err), TCC_E_INVALID_ARGUMENT);
+  ck_assert_int_eq(tcc_rt_cuda_kernel_load(cubin, sizeof cubin, NULL, NULL, NULL, &k, &err), TCC_E_INVALID_ARGUMENT);
 
   if (no_driver) { /* a well-formed request reaches the driver, which is missing */
     l.name = "k0";
     plan.arch = NULL; /* read from the cubin */
-    ck_assert_int_eq(tcc_cuda_kernel_load(cubin, sizeof cubin, "00", &plan, NULL, &k, &err),
+    ck_assert_int_eq(tcc_rt_cuda_kernel_load(cubin, sizeof cubin, "00", &plan, NULL, &k, &err),
                      TCC_E_FAILED_PRECONDITION);
     assert_no_driver(&err);
     ck_assert_ptr_null(k);
@@ -159,13 +159,13 @@ START_TEST(manifests_are_validated) {
   uint8_t cubin[256];
   fake_cubin(cubin);
   tm_cuda t;
-  tcc_cuda_kernel *k = NULL;
+  tcc_rt_cuda_kernel *k = NULL;
   tcc_error err = {0};
 #define EXPECT(edit_stmt, want)                                                                         \
   do {                                                                                                  \
     tm_init(&t);                                                                                        \
     edit_stmt;                                                                                          \
-    ck_assert_int_eq(tcc_cuda_kernel_load_manifest(cubin, sizeof cubin, NULL, &t.m, NULL, &k, &err),    \
+    ck_assert_int_eq(tcc_rt_cuda_kernel_load_manifest(cubin, sizeof cubin, NULL, &t.m, NULL, &k, &err),    \
                      TCC_E_INVALID_ARGUMENT);                                                           \
     ck_assert_msg(strstr(err.msg, want), "expected '%s' in: %s", want, err.msg);                        \
     ck_assert_ptr_null(k);                                                                              \
@@ -187,13 +187,13 @@ START_TEST(manifests_are_validated) {
   EXPECT(t.m.target = (char *)"cuda:sm_86", "says sm_86 but the cubin is for sm_90");
   EXPECT(t.m.target = (char *)"cuda:", "bad CUDA arch");
 #undef EXPECT
-  ck_assert_int_eq(tcc_cuda_kernel_load_manifest(cubin, sizeof cubin, NULL, NULL, NULL, &k, &err),
+  ck_assert_int_eq(tcc_rt_cuda_kernel_load_manifest(cubin, sizeof cubin, NULL, NULL, NULL, &k, &err),
                    TCC_E_INVALID_ARGUMENT);
 
   if (no_driver) {
     tm_init(&t);
     t.m.target = (char *)"cuda:sm_90a";
-    ck_assert_int_eq(tcc_cuda_kernel_load_manifest(cubin, sizeof cubin, NULL, &t.m, NULL, &k, &err),
+    ck_assert_int_eq(tcc_rt_cuda_kernel_load_manifest(cubin, sizeof cubin, NULL, &t.m, NULL, &k, &err),
                      TCC_E_FAILED_PRECONDITION);
     assert_no_driver(&err);
   }
@@ -243,15 +243,15 @@ END_TEST
 
 START_TEST(null_kernels_are_harmless) {
   tcc_error err = {0};
-  ck_assert_int_eq(tcc_cuda_kernel_launch(NULL, NULL, NULL, NULL, NULL, &err), TCC_E_INVALID_ARGUMENT);
-  tcc_cuda_kernel_unload(NULL);
-  tcc_cuda_kernel_set_graphs(NULL, 1);
-  tcc_cuda_stats st;
+  ck_assert_int_eq(tcc_rt_cuda_kernel_launch(NULL, NULL, NULL, NULL, NULL, &err), TCC_E_INVALID_ARGUMENT);
+  tcc_rt_cuda_kernel_unload(NULL);
+  tcc_rt_cuda_kernel_set_graphs(NULL, 1);
+  tcc_rt_cuda_stats st;
   memset(&st, 0xab, sizeof st);
-  tcc_cuda_kernel_stats(NULL, &st);
+  tcc_rt_cuda_kernel_stats(NULL, &st);
   ck_assert_uint_eq(st.direct_launches + st.graph_captures + st.graph_replays, 0);
-  ck_assert_int_eq(tcc_cuda_free(0, NULL, &err), 0);
-  ck_assert_int_eq(tcc_cuda_stream_destroy(0, NULL, &err), 0);
+  ck_assert_int_eq(tcc_rt_cuda_free(0, NULL, &err), 0);
+  ck_assert_int_eq(tcc_rt_cuda_stream_destroy(0, NULL, &err), 0);
 }
 END_TEST
 

@@ -22,10 +22,10 @@
 #include <string.h>
 
 #include "compiler.h"
-#include "cuda.h"
 #include "cutest.h"
 #include "nvrtc.h"
 #include "reqb.h"
+#include "tcc_runtime.h"
 #include "tccclient.h"
 
 static const char *(*fake_events)(void);

@@ -19,8 +19,9 @@
  *   - the default candidate (0) gives the same source and manifest bytes
  *     as tcc_compile (default mode artifacts unchanged);
  *   - tcc_tune_plan_make works for CUDA (one signature per live kernel,
- *     the same kernel in another graph has the same one), and
- *     tcc_cuda_probe_pick picks only devices that run the cubin natively.
+ *     the same kernel in another graph has the same one), and the
+ *     daemon's tccd_gpu_pick (daemon/tune_child.c) picks only devices
+ *     that run the cubin natively.
  * Skips (exit 77) when NVRTC is not available.
  */
 #include <check.h>
@@ -34,6 +35,7 @@
 #include "nvrtc.h"
 #include "pbjson.h"
 #include "reqb.h"
+#include "tune_child.h"
 
 static const char *const ARCHS[] = {"sm_80", "sm_90"};
 #define MAX_GRID 65536
@@ -361,23 +363,23 @@ START_TEST(plan_signatures) {
 END_TEST
 
 START_TEST(probe_pick) {
-  tcc_cuda_probe_result r;
+  tccd_gpu_probe_result r;
   memset(&r, 0, sizeof r);
-  ck_assert_int_eq(tcc_cuda_probe_pick(&r, "sm_90"), -1);   /* no device */
+  ck_assert_int_eq(tccd_gpu_pick(&r, "sm_90"), -1);   /* no device */
   r.ndevices = 3;
   snprintf(r.device[0].arch, sizeof r.device[0].arch, "sm_75");
   snprintf(r.device[1].arch, sizeof r.device[1].arch, "sm_86");
   snprintf(r.device[2].arch, sizeof r.device[2].arch, "sm_90");
-  ck_assert_int_eq(tcc_cuda_probe_pick(&r, "sm_80"), 1);    /* 8.6 runs sm_80 cubins */
-  ck_assert_int_eq(tcc_cuda_probe_pick(&r, "sm_86"), 1);
-  ck_assert_int_eq(tcc_cuda_probe_pick(&r, "sm_89"), -1);   /* 8.6 < 8.9 */
-  ck_assert_int_eq(tcc_cuda_probe_pick(&r, "sm_90"), 2);
-  ck_assert_int_eq(tcc_cuda_probe_pick(&r, "sm_90a"), 2);
-  ck_assert_int_eq(tcc_cuda_probe_pick(&r, "sm_100"), -1);  /* another major: not natively */
-  ck_assert_int_eq(tcc_cuda_probe_pick(&r, "sm_86a"), 1);
-  ck_assert_int_eq(tcc_cuda_probe_pick(&r, "sm_80a"), -1);  /* "a": that arch exactly */
-  ck_assert_int_eq(tcc_cuda_probe_pick(&r, "garbage"), -1);
-  ck_assert_int_eq(tcc_cuda_probe_pick(&r, NULL), -1);
+  ck_assert_int_eq(tccd_gpu_pick(&r, "sm_80"), 1);    /* 8.6 runs sm_80 cubins */
+  ck_assert_int_eq(tccd_gpu_pick(&r, "sm_86"), 1);
+  ck_assert_int_eq(tccd_gpu_pick(&r, "sm_89"), -1);   /* 8.6 < 8.9 */
+  ck_assert_int_eq(tccd_gpu_pick(&r, "sm_90"), 2);
+  ck_assert_int_eq(tccd_gpu_pick(&r, "sm_90a"), 2);
+  ck_assert_int_eq(tccd_gpu_pick(&r, "sm_100"), -1);  /* another major: not natively */
+  ck_assert_int_eq(tccd_gpu_pick(&r, "sm_86a"), 1);
+  ck_assert_int_eq(tccd_gpu_pick(&r, "sm_80a"), -1);  /* "a": that arch exactly */
+  ck_assert_int_eq(tccd_gpu_pick(&r, "garbage"), -1);
+  ck_assert_int_eq(tccd_gpu_pick(&r, NULL), -1);
 }
 END_TEST
 

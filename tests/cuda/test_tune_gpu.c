@@ -6,10 +6,11 @@
  *                     no multiple of any block), a softmax with long rows
  *                     and one with short rows, and a split sum of 2 long
  *                     rows, built for the device's arch, launched through
- *                     the client's loader on fresh random inputs and
+ *                     the runtime's loader on fresh random inputs and
  *                     compared with a float64 reference;
- *   the tuning path   what the daemon does (daemon/autotune.c): the
- *                     GPU probe (tccd-bench --probe) finds the device;
+ *   the tuning path   what the daemon does (daemon/autotune.c, through
+ *                     daemon/tune_child.c): the GPU probe
+ *                     (tccd-bench --probe) finds the device;
  *                     every candidate is benchmarked in the real
  *                     tccd-bench child (cuEvent timing) and its outputs
  *                     agree with the default's (tcc_bench_compare); the
@@ -29,10 +30,11 @@
 #include <string.h>
 
 #include "compiler.h"
-#include "cuda.h"
 #include "cutest.h"
 #include "nvrtc.h"
 #include "reqb.h"
+#include "tcc_runtime.h"
+#include "tune_child.h"
 
 static char dev_arch[16];
 static unsigned seed;
@@ -147,25 +149,25 @@ static void run_and_check(const tcase_def *c, const tcc_kernel_config *cfg, int 
   float *x = random_floats(n, &st), *y = c->kind == 0 ? random_floats(n, &st) : NULL;
   float *out = calloc(nout, sizeof *out);
   void *din[2] = {NULL, NULL}, *dout[1] = {NULL}, *dws = NULL;
-  OK(tcc_cuda_malloc(0, n * 4, &din[0], &e_));
-  OK(tcc_cuda_memcpy_htod(0, din[0], x, n * 4, &e_));
+  OK(tcc_rt_cuda_malloc(0, n * 4, &din[0], &e_));
+  OK(tcc_rt_cuda_memcpy_htod(0, din[0], x, n * 4, &e_));
   if (y) {
-    OK(tcc_cuda_malloc(0, n * 4, &din[1], &e_));
-    OK(tcc_cuda_memcpy_htod(0, din[1], y, n * 4, &e_));
+    OK(tcc_rt_cuda_malloc(0, n * 4, &din[1], &e_));
+    OK(tcc_rt_cuda_memcpy_htod(0, din[1], y, n * 4, &e_));
   }
-  OK(tcc_cuda_malloc(0, nout * 4, &dout[0], &e_));
-  if (m->workspace_bytes) OK(tcc_cuda_malloc(0, (size_t)m->workspace_bytes, &dws, &e_));
-  tcc_cuda_kernel *k;
-  OK(tcc_cuda_kernel_load_manifest(a.data, a.size, NULL, m, NULL, &k, &e_));
-  OK(tcc_cuda_kernel_launch(k, NULL, (const void *const *)din, dout, dws, &e_));
-  OK(tcc_cuda_synchronize(0, NULL, &e_));
-  OK(tcc_cuda_memcpy_dtoh(0, out, dout[0], nout * 4, &e_));
+  OK(tcc_rt_cuda_malloc(0, nout * 4, &dout[0], &e_));
+  if (m->workspace_bytes) OK(tcc_rt_cuda_malloc(0, (size_t)m->workspace_bytes, &dws, &e_));
+  tcc_rt_cuda_kernel *k;
+  OK(tcc_rt_cuda_kernel_load_manifest(a.data, a.size, NULL, m, NULL, &k, &e_));
+  OK(tcc_rt_cuda_kernel_launch(k, NULL, (const void *const *)din, dout, dws, &e_));
+  OK(tcc_rt_cuda_synchronize(0, NULL, &e_));
+  OK(tcc_rt_cuda_memcpy_dtoh(0, out, dout[0], nout * 4, &e_));
   check_ref(c, x, y, out, what);
-  tcc_cuda_kernel_unload(k);
-  OK(tcc_cuda_free(0, din[0], &e_));
-  OK(tcc_cuda_free(0, din[1], &e_));
-  OK(tcc_cuda_free(0, dout[0], &e_));
-  OK(tcc_cuda_free(0, dws, &e_));
+  tcc_rt_cuda_kernel_unload(k);
+  OK(tcc_rt_cuda_free(0, din[0], &e_));
+  OK(tcc_rt_cuda_free(0, din[1], &e_));
+  OK(tcc_rt_cuda_free(0, dout[0], &e_));
+  OK(tcc_rt_cuda_free(0, dws, &e_));
   free(x);
   free(y);
   free(out);
@@ -212,11 +214,11 @@ END_TEST
 START_TEST(tuning_path_on_the_gpu) {
   const char *exe = getenv("TCCD_BENCH_EXE");
   ck_assert_msg(exe && *exe, "TCCD_BENCH_EXE is not set");
-  tcc_cuda_probe_result probe;
-  OK(tcc_cuda_probe(exe, 60000, &probe, &e_));
+  tccd_gpu_probe_result probe;
+  OK(tccd_gpu_probe(exe, 60000, &probe, &e_));
   ck_assert_int_ge(probe.ndevices, 1);
   ck_assert_str_eq(probe.device[0].arch, dev_arch);
-  ck_assert_int_eq(tcc_cuda_probe_pick(&probe, dev_arch), 0);
+  ck_assert_int_eq(tccd_gpu_pick(&probe, dev_arch), 0);
   tcc_kernel_config cands[TCC_TUNE_MAX_CANDIDATES];
   int nc = tcc_tune_candidates(TCC__V1__DEVICE_TYPE__CUDA, cands);
   for (size_t i = 0; i < sizeof CASES / sizeof CASES[0]; i++) {
@@ -231,7 +233,7 @@ START_TEST(tuning_path_on_the_gpu) {
     tcc_bench_result res[TCC_TUNE_MAX_CANDIDATES];
     tcc_artifact ref_art;
     memset(&ref_art, 0, sizeof ref_art);
-    tcc_bench_options o = {.bench_exe = exe, .timeout_ms = 120000, .reps = 9, .input_sets = 3,
+    tccd_bench_options o = {.bench_exe = exe, .timeout_ms = 120000, .reps = 9, .input_sets = 3,
                            .seed = seed, .cuda_device = 0};
     tcc_kernel_config *best = calloc((size_t)nk, sizeof *best);
     double *best_ns = calloc((size_t)nk, sizeof *best_ns);
@@ -241,7 +243,7 @@ START_TEST(tuning_path_on_the_gpu) {
       tcc_artifact a;
       ck_assert_msg(tcc_compile_tuned(p, NULL, cfg, nk, 1, &a, &err) == 0, "%s: %s", tc->what, err.msg);
       o.candidate = c;
-      ck_assert_msg(tcc_bench_run(&o, &a, &res[c], &err) == 0, "%s candidate %d: %s", tc->what, c, err.msg);
+      ck_assert_msg(tccd_bench_run(&o, &a, &res[c], &err) == 0, "%s candidate %d: %s", tc->what, c, err.msg);
       ck_assert_int_eq(res[c].nkernels, nk);
       ck_assert_int_eq(res[c].entry_bad, 0);
       for (int k = 0; k < nk; k++) {
@@ -277,9 +279,9 @@ END_TEST
 
 int main(void) {
   tcc_error err;
-  if (tcc_cuda_available(&err)) cutest_skip("no CUDA device (%s)", err.msg);
+  if (tcc_rt_cuda_available(&err)) cutest_skip("no CUDA device (%s)", err.msg);
   if (tcc_nvrtc_available(&err)) cutest_skip("%s", err.msg);
-  if (tcc_cuda_device_arch(0, dev_arch, NULL, 0, &err)) {
+  if (tcc_rt_cuda_device_arch(0, dev_arch, NULL, 0, &err)) {
     fprintf(stderr, "device arch: %s\n", err.msg);
     return 1;
   }

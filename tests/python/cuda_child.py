@@ -33,7 +33,7 @@ report = {"device": cg.device, "target": cg.base.target.cuda_arch,
 fake = ctypes.CDLL(os.environ["TCC_CUDA_LIBRARY"])
 fake.fake_cuda_events.restype = ctypes.c_char_p
 lib = _lib.load()
-lib.tcc_cuda_stream_create.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p]
+lib.tcc_rt_cuda_stream_create.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p]
 for p in cg.partitions:
     report["views"] = p.plan.n_views
     for k in p._kernels.values():
@@ -43,7 +43,7 @@ for p in cg.partitions:
         ws = torch.empty(max(k.workspace_bytes, 1), dtype=torch.uint8)
         stream = ctypes.c_void_p()
         err = _lib.Error()
-        assert lib.tcc_cuda_stream_create(0, ctypes.byref(stream), err.ptr) == 0, err.message
+        assert lib.tcc_rt_cuda_stream_create(0, ctypes.byref(stream), err.ptr) == 0, err.message
         fake.fake_cuda_reset()
         k.launch_cuda([t.data_ptr() for t in ins], [o.data_ptr() for o in outs], ws.data_ptr(),
                       stream.value)

@@ -252,7 +252,7 @@ class Kernel:
         self._in_offset_bytes = [
             off * (dt.itemsize if dt is not None else 0)
             for (_, _, off, dt) in self.input_specs]
-        # A CUDA artifact (cubin): launched with tcc_cuda_kernel_launch on
+        # A CUDA artifact (cubin): launched with tcc_rt_cuda_kernel_launch on
         # a stream, with device pointers (libtccclient's Driver API loader,
         # in the thread's current context: PyTorch's for its device).
         self._cuda = _lib.load().tcc_kernel_cuda(handle) or None
@@ -361,7 +361,7 @@ class Kernel:
         ins = self._in_t(*in_ptrs)
         outs = self._out_t(*out_ptrs)
         err = _lib.thread_error()
-        rc = _lib.load().tcc_cuda_kernel_launch(self._cuda, stream or None, ins, outs,
+        rc = _lib.load().tcc_rt_cuda_kernel_launch(self._cuda, stream or None, ins, outs,
                                                 workspace_ptr or None, err.ptr)
         if rc:
             raise error_for(rc, err.message, addr=self.addr, what="run", default=TccdKernelError)
@@ -390,7 +390,7 @@ def cuda_device_arch(index=0):
     arch = ctypes.create_string_buffer(16)
     name = ctypes.create_string_buffer(256)
     err = _lib.Error()
-    rc = _lib.load().tcc_cuda_device_arch(int(index), arch, name, len(name), err.ptr)
+    rc = _lib.load().tcc_rt_cuda_device_arch(int(index), arch, name, len(name), err.ptr)
     if rc:
         raise error_for(rc, err.message, what="cuda")
     return arch.value.decode(), name.value.decode(errors="replace")

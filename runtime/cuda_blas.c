@@ -53,7 +53,7 @@ static struct {
 
 static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
 
-struct tcc_cublas {
+struct tcc_rt_cublas {
   tcb_handle h;
   pthread_mutex_t mu;   /* SetStream + Gemm as one */
 };
@@ -92,7 +92,7 @@ static void blas_load(void) {
   blas.ok = 1;
 }
 
-int tcc_cublas_available(tcc_error *err) {
+int tcc_rt_cublas_available(tcc_error *err) {
   pthread_once(&blas_once, blas_load);
   if (blas.ok) return 0;
   return tcc_error_set(err, TCC_E_FAILED_PRECONDITION, "%s", blas.why);
@@ -104,11 +104,11 @@ static void status_text(tcb_status s, char *buf, size_t cap) {
   snprintf(buf, cap, "%s (%d)", name ? name : "cublasStatus", s);
 }
 
-int tcc_cublas_create(tcc_cublas **out, tcc_error *err) {
+int tcc_rt_cublas_create(tcc_rt_cublas **out, tcc_error *err) {
   *out = NULL;
-  int rc = tcc_cublas_available(err);
+  int rc = tcc_rt_cublas_available(err);
   if (rc) return rc;
-  tcc_cublas *c = calloc(1, sizeof *c);
+  tcc_rt_cublas *c = calloc(1, sizeof *c);
   if (!c) return tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "out of memory");
   tcb_status s = blas.cublasCreate_v2(&c->h);
   if (s != 0) {
@@ -132,8 +132,8 @@ static int data_type(int dtype) {
   }
 }
 
-int tcc_cublas_gemm(tcc_cublas *h, void *stream, const tcc_cuda_gemm_step *g, const void *a, const void *b, void *c,
-                    const char *name, size_t i, size_t n, tcc_error *err) {
+int tcc_rt_cublas_gemm(tcc_rt_cublas *h, void *stream, const tcc_rt_cuda_gemm_step *g, const void *a, const void *b, void *c,
+                       const char *name, size_t i, size_t n, tcc_error *err) {
   int at = data_type(g->a_dtype), bt = data_type(g->b_dtype), ct = data_type(g->c_dtype);
   if (at < 0 || bt < 0 || ct < 0)
     return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "step '%.100s': a dtype cuBLAS is not called with here",
@@ -143,9 +143,9 @@ int tcc_cublas_gemm(tcc_cublas *h, void *stream, const tcc_cuda_gemm_step *g, co
   double ad = g->alpha, bd = g->beta;
   const void *alpha = &af, *beta = &bf;
   switch (g->compute) {
-  case TCC_CUDA_COMPUTE_32F: compute = TCB_COMPUTE_32F; break;
-  case TCC_CUDA_COMPUTE_32F_FAST_TF32: compute = TCB_COMPUTE_32F_FAST_TF32, math = TCB_TF32_TENSOR_OP_MATH; break;
-  case TCC_CUDA_COMPUTE_64F: compute = TCB_COMPUTE_64F, alpha = &ad, beta = &bd; break;
+  case TCC_RT_CUDA_COMPUTE_32F: compute = TCB_COMPUTE_32F; break;
+  case TCC_RT_CUDA_COMPUTE_32F_FAST_TF32: compute = TCB_COMPUTE_32F_FAST_TF32, math = TCB_TF32_TENSOR_OP_MATH; break;
+  case TCC_RT_CUDA_COMPUTE_64F: compute = TCB_COMPUTE_64F, alpha = &ad, beta = &bd; break;
   default: return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "step '%.100s': unknown compute type", name);
   }
   if (g->m == 0 || g->n == 0 || g->batch_count == 0) return 0;
@@ -166,7 +166,7 @@ int tcc_cublas_gemm(tcc_cublas *h, void *stream, const tcc_cuda_gemm_step *g, co
   return tcc_error_set(err, TCC_E_INTERNAL, "step '%.100s' (launch %zu of %zu): %s: %s", name, i + 1, n, what, t);
 }
 
-void tcc_cublas_destroy(tcc_cublas *h) {
+void tcc_rt_cublas_destroy(tcc_rt_cublas *h) {
   if (!h) return;
   blas.cublasDestroy_v2(h->h);
   pthread_mutex_destroy(&h->mu);

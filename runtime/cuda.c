@@ -1,8 +1,8 @@
 /*
- * cuda.c — the CUDA loader: libcuda dlopen'ed, modules cached per
- * (context, digest), launch plans run directly or as CUDA graphs. The
- * contract (contexts, cubin vs PTX, argument binding, graphs) is at the
- * top of cuda.h.
+ * cuda.c — the runtime's CUDA loader: libcuda dlopen'ed, modules cached
+ * per (context, digest), launch plans run directly or as CUDA graphs.
+ * The contract (contexts, cubin vs PTX, argument binding, graphs) is at
+ * the top of tcc_runtime.h.
  *
  * State, all behind one mutex (drv_mu) unless noted:
  *   drv            the driver: handle, functions, cuInit's outcome
@@ -23,7 +23,7 @@
  *        -> lookup pointer set -> replay | capture + instantiate + replay
  *   or  -> cuLaunchKernel for each launch -> pop.
  */
-#include "cuda.h"
+#include "tcc_runtime.h"
 
 #include <dlfcn.h>
 #include <pthread.h>
@@ -125,20 +125,20 @@ static void driver_load(void) {
   drv.ok = 1;
 }
 
-int tcc_cuda_available(tcc_error *err) {
+int tcc_rt_cuda_available(tcc_error *err) {
   pthread_once(&drv_once, driver_load);
   if (drv.ok) return 0;
   return tcc_error_set(err, TCC_E_FAILED_PRECONDITION, "%s", drv.why);
 }
 
-int tcc_cuda_driver_version(int *version, tcc_error *err) {
-  int rc = tcc_cuda_available(err);
+int tcc_rt_cuda_driver_version(int *version, tcc_error *err) {
+  int rc = tcc_rt_cuda_available(err);
   *version = rc ? 0 : drv.version;
   return rc;
 }
 
-int tcc_cuda_device_count(int *count, tcc_error *err) {
-  int rc = tcc_cuda_available(err);
+int tcc_rt_cuda_device_count(int *count, tcc_error *err) {
+  int rc = tcc_rt_cuda_available(err);
   *count = rc ? 0 : drv.n_devices;
   return rc;
 }
@@ -146,7 +146,7 @@ int tcc_cuda_device_count(int *count, tcc_error *err) {
 /* The primary context of device index `device`, retained on first use.
  * Returns 0, INVALID_ARGUMENT or INTERNAL. */
 static int primary_context(int device, tcu_context *ctx, tcc_error *err) {
-  int rc = tcc_cuda_available(err);
+  int rc = tcc_rt_cuda_available(err);
   if (rc) return rc;
   if (device < 0 || device >= drv.n_devices)
     return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "no CUDA device %d (this machine has %d)", device,
@@ -189,8 +189,8 @@ static tcu_result device_cc(tcu_device dev, int *major, int *minor) {
   return r;
 }
 
-int tcc_cuda_device_arch(int device, char arch[16], char *name, size_t name_cap, tcc_error *err) {
-  int rc = tcc_cuda_available(err);
+int tcc_rt_cuda_device_arch(int device, char arch[16], char *name, size_t name_cap, tcc_error *err) {
+  int rc = tcc_rt_cuda_available(err);
   if (rc) return rc;
   if (device < 0 || device >= drv.n_devices)
     return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "no CUDA device %d (this machine has %d)", device,
@@ -381,7 +381,7 @@ typedef struct launch {
   tcu_function fn;
   unsigned grid[3], block[3], shared;
   int is_gemm;                  /* a cuBLAS step: gemm, not fn */
-  tcc_cuda_gemm_step gemm;      /* (constant names not kept: resolved below) */
+  tcc_rt_cuda_gemm_step gemm;      /* (constant names not kept: resolved below) */
   uint64_t const_a, const_b;    /* module addresses of constant operands */
 } launch;
 
@@ -391,7 +391,7 @@ typedef struct graph_entry {
   uint64_t last_used;
 } graph_entry;
 
-struct tcc_cuda_kernel {
+struct tcc_rt_cuda_kernel {
   tcu_context ctx;
   int device;                   /* the context's device (handle = ordinal) */
   char device_arch[16];
@@ -409,14 +409,14 @@ struct tcc_cuda_kernel {
   uint64_t tick;
 
   uint64_t direct, captures, replays; /* atomic */
-  tcc_cublas *blas;             /* when the plan has cuBLAS steps */
+  tcc_rt_cublas *blas;             /* when the plan has cuBLAS steps */
 };
 
 /* Resolves a constant operand of a cuBLAS step to its module address. */
-static int gemm_constant(tcc_cuda_kernel *k, const launch *L, const tcc_cuda_buffer *b, uint64_t *out,
+static int gemm_constant(tcc_rt_cuda_kernel *k, const launch *L, const tcc_rt_cuda_buffer *b, uint64_t *out,
                          tcc_error *err) {
   *out = 0;
-  if (b->base != TCC_CUDA_BUF_CONSTANT) return 0;
+  if (b->base != TCC_RT_CUDA_BUF_CONSTANT) return 0;
   tcu_deviceptr p = 0;
   size_t bytes = 0;
   tcu_result r = drv.cuModuleGetGlobal_v2(&p, &bytes, k->module->mod, b->constant ? b->constant : "");
@@ -428,10 +428,10 @@ static int gemm_constant(tcc_cuda_kernel *k, const launch *L, const tcc_cuda_buf
 }
 
 /* Resolves and checks launch i's function. */
-static int launch_prepare(tcc_cuda_kernel *k, launch *L, size_t i, int optin_shared, tcc_error *err) {
+static int launch_prepare(tcc_rt_cuda_kernel *k, launch *L, size_t i, int optin_shared, tcc_error *err) {
   if (L->is_gemm) {
     int rc = 0;
-    if (!k->blas) rc = tcc_cublas_create(&k->blas, err);
+    if (!k->blas) rc = tcc_rt_cublas_create(&k->blas, err);
     if (rc) {
       tcc_error_prefix(err, "step '%.100s' (launch %zu of %zu)", L->name, i + 1, k->n_launches);
       return rc;
@@ -481,10 +481,10 @@ static int launch_prepare(tcc_cuda_kernel *k, launch *L, size_t i, int optin_sha
   return 0;
 }
 
-int tcc_cuda_kernel_load(const uint8_t *cubin, size_t len, const char *digest_hex, const tcc_cuda_plan *plan,
-                         const tcc_cuda_options *opts, tcc_cuda_kernel **out, tcc_error *err) {
+int tcc_rt_cuda_kernel_load(const uint8_t *cubin, size_t len, const char *digest_hex, const tcc_rt_cuda_plan *plan,
+                            const tcc_rt_cuda_options *opts, tcc_rt_cuda_kernel **out, tcc_error *err) {
   *out = NULL;
-  static const tcc_cuda_options defaults;
+  static const tcc_rt_cuda_options defaults;
   if (!opts) opts = &defaults;
   if (!plan) return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "no launch plan");
   int sm = cubin_sm(cubin, len);
@@ -502,25 +502,25 @@ int tcc_cuda_kernel_load(const uint8_t *cubin, size_t len, const char *digest_he
   if (plan->n_launches == 0 || !plan->launches)
     return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "the launch plan has no kernels");
   for (size_t i = 0; i < plan->n_launches; i++) {
-    const tcc_cuda_launch *l = &plan->launches[i];
+    const tcc_rt_cuda_launch *l = &plan->launches[i];
     if (!l->name || !*l->name)
       return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "launch %zu of %zu has no kernel name", i + 1,
                            plan->n_launches);
   }
-  int rc = tcc_cuda_available(err);
+  int rc = tcc_rt_cuda_available(err);
   if (rc) return rc;
 
   /* The context. */
   tcu_context ctx = NULL;
-  if (opts->context == TCC_CUDA_CURRENT || opts->context == TCC_CUDA_CURRENT_OR_PRIMARY) {
+  if (opts->context == TCC_RT_CUDA_CURRENT || opts->context == TCC_RT_CUDA_CURRENT_OR_PRIMARY) {
     tcu_result r = drv.cuCtxGetCurrent(&ctx);
     if (r != TCU_SUCCESS) return cu_fail(err, TCC_E_INTERNAL, r, "cuCtxGetCurrent");
-    if (!ctx && opts->context == TCC_CUDA_CURRENT)
+    if (!ctx && opts->context == TCC_RT_CUDA_CURRENT)
       return tcc_error_set(err, TCC_E_FAILED_PRECONDITION, "no current CUDA context on this thread");
   }
   if (!ctx && (rc = primary_context(opts->device, &ctx, err))) return rc;
 
-  tcc_cuda_kernel *k = calloc(1, sizeof *k);
+  tcc_rt_cuda_kernel *k = calloc(1, sizeof *k);
   if (!k) return tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "out of memory");
   pthread_mutex_init(&k->mu, NULL);
   k->ctx = ctx;
@@ -532,15 +532,15 @@ int tcc_cuda_kernel_load(const uint8_t *cubin, size_t len, const char *digest_he
   k->graph_max = opts->graph_cache_max ? opts->graph_cache_max : DEFAULT_GRAPH_CACHE;
   k->launches = calloc(plan->n_launches, sizeof *k->launches);
   if (!k->launches) {
-    tcc_cuda_kernel_unload(k);
+    tcc_rt_cuda_kernel_unload(k);
     return tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "out of memory");
   }
   k->n_launches = plan->n_launches;
   for (size_t i = 0; i < plan->n_launches; i++) {
-    const tcc_cuda_launch *l = &plan->launches[i];
+    const tcc_rt_cuda_launch *l = &plan->launches[i];
     launch *L = &k->launches[i];
     if (!(L->name = strdup(l->name))) {
-      tcc_cuda_kernel_unload(k);
+      tcc_rt_cuda_kernel_unload(k);
       return tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "out of memory");
     }
     for (int d = 0; d < 3; d++) {
@@ -552,16 +552,16 @@ int tcc_cuda_kernel_load(const uint8_t *cubin, size_t len, const char *digest_he
       L->is_gemm = 1;
       L->gemm = *l->gemm;
       L->gemm.a.constant = L->gemm.b.constant = L->gemm.c.constant = NULL;   /* ours: below */
-      const tcc_cuda_buffer *bs[3] = {&l->gemm->a, &l->gemm->b, &l->gemm->c};
+      const tcc_rt_cuda_buffer *bs[3] = {&l->gemm->a, &l->gemm->b, &l->gemm->c};
       for (int j = 0; j < 3; j++) {
-        const tcc_cuda_buffer *b = bs[j];
-        int bad = b->base == TCC_CUDA_BUF_INPUT    ? b->index >= plan->n_inputs
-                  : b->base == TCC_CUDA_BUF_OUTPUT ? b->index >= plan->n_outputs
-                  : b->base == TCC_CUDA_BUF_WORKSPACE ? b->offset_bytes >= plan->workspace_bytes
-                  : b->base == TCC_CUDA_BUF_CONSTANT  ? j == 2 || !b->constant
+        const tcc_rt_cuda_buffer *b = bs[j];
+        int bad = b->base == TCC_RT_CUDA_BUF_INPUT    ? b->index >= plan->n_inputs
+                  : b->base == TCC_RT_CUDA_BUF_OUTPUT ? b->index >= plan->n_outputs
+                  : b->base == TCC_RT_CUDA_BUF_WORKSPACE ? b->offset_bytes >= plan->workspace_bytes
+                  : b->base == TCC_RT_CUDA_BUF_CONSTANT  ? j == 2 || !b->constant
                                                       : 1;
         if (bad) {
-          tcc_cuda_kernel_unload(k);
+          tcc_rt_cuda_kernel_unload(k);
           return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "step '%.100s' (launch %zu of %zu): operand %c names "
                                "no buffer of the plan", l->name, i + 1, plan->n_launches, "abc"[j]);
         }
@@ -570,7 +570,7 @@ int tcc_cuda_kernel_load(const uint8_t *cubin, size_t len, const char *digest_he
       if (l->gemm->a.constant) L->gemm.a.constant = strdup(l->gemm->a.constant);
       if (l->gemm->b.constant) L->gemm.b.constant = strdup(l->gemm->b.constant);
       if ((l->gemm->a.constant && !L->gemm.a.constant) || (l->gemm->b.constant && !L->gemm.b.constant)) {
-        tcc_cuda_kernel_unload(k);
+        tcc_rt_cuda_kernel_unload(k);
         return tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "out of memory");
       }
     }
@@ -579,7 +579,7 @@ int tcc_cuda_kernel_load(const uint8_t *cubin, size_t len, const char *digest_he
   int pushed;
   tcu_result r = ctx_enter(ctx, &pushed);
   if (r != TCU_SUCCESS) {
-    tcc_cuda_kernel_unload(k);
+    tcc_rt_cuda_kernel_unload(k);
     return cu_fail(err, TCC_E_INTERNAL, r, "making the CUDA context current");
   }
   tcu_device dev;
@@ -598,7 +598,7 @@ int tcc_cuda_kernel_load(const uint8_t *cubin, size_t len, const char *digest_he
 out:
   ctx_leave(pushed);
   if (rc) {
-    tcc_cuda_kernel_unload(k);
+    tcc_rt_cuda_kernel_unload(k);
     return rc;
   }
   *out = k;
@@ -606,26 +606,26 @@ out:
 }
 
 /* The device address of a cuBLAS operand for this launch's pointers. */
-static const void *gemm_operand(const tcc_cuda_kernel *k, const tcc_cuda_buffer *b, uint64_t constant,
+static const void *gemm_operand(const tcc_rt_cuda_kernel *k, const tcc_rt_cuda_buffer *b, uint64_t constant,
                                 void **args) {
   uint64_t base = 0;
   switch (b->base) {
-  case TCC_CUDA_BUF_INPUT: base = *(const uint64_t *)args[b->index]; break;
-  case TCC_CUDA_BUF_OUTPUT: base = *(const uint64_t *)args[k->n_inputs + b->index]; break;
-  case TCC_CUDA_BUF_WORKSPACE: base = *(const uint64_t *)args[k->n_inputs + k->n_outputs]; break;
-  case TCC_CUDA_BUF_CONSTANT: base = constant; break;
+  case TCC_RT_CUDA_BUF_INPUT: base = *(const uint64_t *)args[b->index]; break;
+  case TCC_RT_CUDA_BUF_OUTPUT: base = *(const uint64_t *)args[k->n_inputs + b->index]; break;
+  case TCC_RT_CUDA_BUF_WORKSPACE: base = *(const uint64_t *)args[k->n_inputs + k->n_outputs]; break;
+  case TCC_RT_CUDA_BUF_CONSTANT: base = constant; break;
   }
   return (const void *)(uintptr_t)(base + b->offset_bytes);
 }
 
 /* Each launch in order on stream. Returns 0 or INTERNAL naming the kernel. */
-static int launch_direct(tcc_cuda_kernel *k, tcu_stream stream, void **args, tcc_error *err) {
+static int launch_direct(tcc_rt_cuda_kernel *k, tcu_stream stream, void **args, tcc_error *err) {
   for (size_t i = 0; i < k->n_launches; i++) {
     const launch *L = &k->launches[i];
     if (L->is_gemm) {
-      int rc = tcc_cublas_gemm(k->blas, stream, &L->gemm, gemm_operand(k, &L->gemm.a, L->const_a, args),
-                               gemm_operand(k, &L->gemm.b, L->const_b, args),
-                               (void *)gemm_operand(k, &L->gemm.c, 0, args), L->name, i, k->n_launches, err);
+      int rc = tcc_rt_cublas_gemm(k->blas, stream, &L->gemm, gemm_operand(k, &L->gemm.a, L->const_a, args),
+                                  gemm_operand(k, &L->gemm.b, L->const_b, args),
+                                  (void *)gemm_operand(k, &L->gemm.c, 0, args), L->name, i, k->n_launches, err);
       if (rc) return rc;
       continue;
     }
@@ -638,7 +638,7 @@ static int launch_direct(tcc_cuda_kernel *k, tcu_stream stream, void **args, tcc
   return 0;
 }
 
-static void graph_drop_all(tcc_cuda_kernel *k) {
+static void graph_drop_all(tcc_rt_cuda_kernel *k) {
   for (size_t i = 0; i < k->n_graphs; i++) {
     drv.cuGraphExecDestroy(k->graph_cache[i].exec);
     free(k->graph_cache[i].ptrs);
@@ -648,7 +648,7 @@ static void graph_drop_all(tcc_cuda_kernel *k) {
 
 /* Replays the graph captured for this pointer set, capturing it first
  * when there is none. Called with k->mu held. */
-static int launch_graph(tcc_cuda_kernel *k, tcu_stream stream, const uint64_t *vals, void **args, tcc_error *err) {
+static int launch_graph(tcc_rt_cuda_kernel *k, tcu_stream stream, const uint64_t *vals, void **args, tcc_error *err) {
   size_t bytes = k->n_params * sizeof *vals;
   for (size_t i = 0; i < k->n_graphs; i++) {
     graph_entry *g = &k->graph_cache[i];
@@ -703,8 +703,8 @@ static int launch_graph(tcc_cuda_kernel *k, tcu_stream stream, const uint64_t *v
   return 0;
 }
 
-int tcc_cuda_kernel_launch(tcc_cuda_kernel *k, void *stream, const void *const *inputs, void *const *outputs,
-                           void *workspace, tcc_error *err) {
+int tcc_rt_cuda_kernel_launch(tcc_rt_cuda_kernel *k, void *stream, const void *const *inputs, void *const *outputs,
+                              void *workspace, tcc_error *err) {
   if (!k) return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "no CUDA kernel loaded");
   if ((k->n_inputs && !inputs) || (k->n_outputs && !outputs))
     return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "the kernel takes %zu inputs and %zu outputs", k->n_inputs,
@@ -756,7 +756,7 @@ out:
   return rc;
 }
 
-void tcc_cuda_kernel_set_graphs(tcc_cuda_kernel *k, int on) {
+void tcc_rt_cuda_kernel_set_graphs(tcc_rt_cuda_kernel *k, int on) {
   if (!k) return;
   pthread_mutex_lock(&k->mu);
   __atomic_store_n(&k->graphs, on != 0, __ATOMIC_RELAXED);
@@ -770,7 +770,7 @@ void tcc_cuda_kernel_set_graphs(tcc_cuda_kernel *k, int on) {
   pthread_mutex_unlock(&k->mu);
 }
 
-void tcc_cuda_kernel_stats(tcc_cuda_kernel *k, tcc_cuda_stats *out) {
+void tcc_rt_cuda_kernel_stats(tcc_rt_cuda_kernel *k, tcc_rt_cuda_stats *out) {
   memset(out, 0, sizeof *out);
   if (!k) return;
   out->direct_launches = __atomic_load_n(&k->direct, __ATOMIC_RELAXED);
@@ -781,7 +781,7 @@ void tcc_cuda_kernel_stats(tcc_cuda_kernel *k, tcc_cuda_stats *out) {
   snprintf(out->device_arch, sizeof out->device_arch, "%s", k->device_arch);
 }
 
-void tcc_cuda_kernel_unload(tcc_cuda_kernel *k) {
+void tcc_rt_cuda_kernel_unload(tcc_rt_cuda_kernel *k) {
   if (!k) return;
   if (k->n_graphs) {
     int pushed;
@@ -794,7 +794,7 @@ void tcc_cuda_kernel_unload(tcc_cuda_kernel *k) {
   if (k->blas) {
     int pushed;
     if (ctx_enter(k->ctx, &pushed) == TCU_SUCCESS) {
-      tcc_cublas_destroy(k->blas);
+      tcc_rt_cublas_destroy(k->blas);
       ctx_leave(pushed);
     }
   }
@@ -826,7 +826,7 @@ void tcc_cuda_kernel_unload(tcc_cuda_kernel *k) {
     return 0;                                                                \
   } while (0)
 
-int tcc_cuda_malloc(int device, size_t bytes, void **dptr, tcc_error *err) {
+int tcc_rt_cuda_malloc(int device, size_t bytes, void **dptr, tcc_error *err) {
   tcu_deviceptr p = 0;
   *dptr = NULL;
   int rc;
@@ -845,35 +845,35 @@ int tcc_cuda_malloc(int device, size_t bytes, void **dptr, tcc_error *err) {
   return 0;
 }
 
-int tcc_cuda_free(int device, void *dptr, tcc_error *err) {
+int tcc_rt_cuda_free(int device, void *dptr, tcc_error *err) {
   if (!dptr) return 0;
   IN_PRIMARY(device, err, "cuMemFree", drv.cuMemFree_v2((tcu_deviceptr)(uintptr_t)dptr));
 }
 
-int tcc_cuda_memcpy_htod(int device, void *dst, const void *src, size_t bytes, tcc_error *err) {
+int tcc_rt_cuda_memcpy_htod(int device, void *dst, const void *src, size_t bytes, tcc_error *err) {
   IN_PRIMARY(device, err, "cuMemcpyHtoD", drv.cuMemcpyHtoD_v2((tcu_deviceptr)(uintptr_t)dst, src, bytes));
 }
 
-int tcc_cuda_memcpy_dtoh(int device, void *dst, const void *src, size_t bytes, tcc_error *err) {
+int tcc_rt_cuda_memcpy_dtoh(int device, void *dst, const void *src, size_t bytes, tcc_error *err) {
   IN_PRIMARY(device, err, "cuMemcpyDtoH", drv.cuMemcpyDtoH_v2(dst, (tcu_deviceptr)(uintptr_t)src, bytes));
 }
 
-int tcc_cuda_memcpy_dtod(int device, void *dst, const void *src, size_t bytes, tcc_error *err) {
+int tcc_rt_cuda_memcpy_dtod(int device, void *dst, const void *src, size_t bytes, tcc_error *err) {
   IN_PRIMARY(device, err, "cuMemcpyDtoD",
              drv.cuMemcpyDtoD_v2((tcu_deviceptr)(uintptr_t)dst, (tcu_deviceptr)(uintptr_t)src, bytes));
 }
 
-int tcc_cuda_stream_create(int device, void **stream, tcc_error *err) {
+int tcc_rt_cuda_stream_create(int device, void **stream, tcc_error *err) {
   *stream = NULL;
   IN_PRIMARY(device, err, "cuStreamCreate", drv.cuStreamCreate((tcu_stream *)stream, TCU_STREAM_NON_BLOCKING));
 }
 
-int tcc_cuda_stream_destroy(int device, void *stream, tcc_error *err) {
+int tcc_rt_cuda_stream_destroy(int device, void *stream, tcc_error *err) {
   if (!stream) return 0;
   IN_PRIMARY(device, err, "cuStreamDestroy", drv.cuStreamDestroy_v2(stream));
 }
 
-int tcc_cuda_synchronize(int device, void *stream, tcc_error *err) {
+int tcc_rt_cuda_synchronize(int device, void *stream, tcc_error *err) {
   IN_PRIMARY(device, err, stream ? "cuStreamSynchronize" : "cuCtxSynchronize",
              stream ? drv.cuStreamSynchronize(stream) : drv.cuCtxSynchronize());
 }
@@ -882,7 +882,7 @@ int tcc_cuda_synchronize(int device, void *stream, tcc_error *err) {
 
 /* FAILED_PRECONDITION unless the driver has every event call. */
 static int events_present(tcc_error *err) {
-  int rc = tcc_cuda_available(err);
+  int rc = tcc_rt_cuda_available(err);
   if (rc) return rc;
   if (!drv.cuEventCreate || !drv.cuEventRecord || !drv.cuEventSynchronize || !drv.cuEventDestroy_v2 ||
       (!drv.cuEventElapsedTime && !drv.cuEventElapsedTime_v2))
@@ -890,20 +890,20 @@ static int events_present(tcc_error *err) {
   return 0;
 }
 
-int tcc_cuda_event_create(int device, void **event, tcc_error *err) {
+int tcc_rt_cuda_event_create(int device, void **event, tcc_error *err) {
   *event = NULL;
   int rc = events_present(err);
   if (rc) return rc;
   IN_PRIMARY(device, err, "cuEventCreate", drv.cuEventCreate((tcu_event *)event, 0));
 }
 
-int tcc_cuda_event_record(int device, void *event, void *stream, tcc_error *err) {
+int tcc_rt_cuda_event_record(int device, void *event, void *stream, tcc_error *err) {
   int rc = events_present(err);
   if (rc) return rc;
   IN_PRIMARY(device, err, "cuEventRecord", drv.cuEventRecord(event, stream));
 }
 
-int tcc_cuda_event_elapsed_ms(int device, void *start, void *end, float *ms, tcc_error *err) {
+int tcc_rt_cuda_event_elapsed_ms(int device, void *start, void *end, float *ms, tcc_error *err) {
   *ms = 0;
   int rc = events_present(err);
   if (rc) return rc;
@@ -924,7 +924,7 @@ int tcc_cuda_event_elapsed_ms(int device, void *start, void *end, float *ms, tcc
   return r == TCU_SUCCESS ? 0 : cu_fail(err, TCC_E_INTERNAL, r, "%s", what);
 }
 
-int tcc_cuda_event_destroy(int device, void *event, tcc_error *err) {
+int tcc_rt_cuda_event_destroy(int device, void *event, tcc_error *err) {
   if (!event) return 0;
   int rc = events_present(err);
   if (rc) return rc;

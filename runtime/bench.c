@@ -1,33 +1,51 @@
 /*
- * bench.c — tccd-bench, the benchmark child of autotuning.
+ * bench.c — tccd-bench, the benchmark child of autotuning (part of the
+ * runtime: it runs kernels; the daemon only spawns it and reads its
+ * report, daemon/tune_child.c).
  *
  *   tccd-bench SO MANIFEST OUTFILE SEED REPS SETS CANDIDATE
  *   tccd-bench CUBIN MANIFEST OUTFILE SEED REPS SETS CANDIDATE DEVICE
  *   tccd-bench --probe
  *
  * tccd never runs generated code in its own process: for each candidate
- * it runs this program (compiler/tune.c's tcc_bench_run: own process
- * group, prlimit address-space / CPU-time / no-core limits, killed at a
- * wall-clock deadline). It loads the candidate .so (built with benchmark
- * hooks), allocates the inputs, outputs and workspace the manifest
- * describes, fills SETS input sets with random values drawn from SEED
- * (floats uniform in [-1, 1), integers in [0, 4), bools 0/1: the same
- * values for every candidate), runs every kernel once per set to warm
- * up, then times REPS rounds of every kernel, each round on the next
+ * it runs this program (daemon/tune_child.c's tccd_bench_run, through
+ * the compiler's one spawning helper tcc_run_tool_limits: own process
+ * group, prlimit address-space (4 GiB) / CPU-time (timeout/1000 + 5 s) /
+ * no-core limits, killed at a wall-clock deadline and by
+ * tcc_tools_cancel at shutdown). It loads the candidate .so (built with
+ * benchmark hooks), allocates the inputs, outputs and workspace the
+ * manifest describes, fills SETS input sets with random values drawn from
+ * SEED (floats uniform in [-1, 1), integers in [0, 4), bools 0/1: the
+ * same values for every candidate), runs every kernel once per set to
+ * warm up, then times REPS rounds of every kernel, each round on the next
  * input set (rotating, so no candidate wins by finding its inputs in
- * cache), and reports the median per kernel on stdout (the format is in
- * tune.c), with OMP_WAIT_POLICY=PASSIVE unless the environment sets it.
- * Last, it zero-fills the outputs, runs tcc_entry on input set
- * 0 and writes every output's storage to OUTFILE for the output check.
+ * cache), and reports the median per kernel on stdout, with
+ * OMP_WAIT_POLICY=PASSIVE unless the environment sets it. Last, it
+ * zero-fills the outputs, runs tcc_entry on input set 0 and writes every
+ * output's storage, in order, to OUTFILE for the output check.
  *
- * CUDA (the manifest's target is "cuda:..."): the same, on GPU DEVICE,
- * through libtccclient's CUDA loader (client/cuda.h; libcuda dlopen'ed,
- * never linked): the whole plan for the warm-up and the outputs, one
- * plan per live kernel (its steps of the manifest, from the same module)
- * for the timings, which are CUDA events around each launch on one
- * stream (cuda_bench). Any CUDA error exits 2 with the message (the
- * daemon discards the candidate as crashed). --probe lists the devices
- * (cuda_probe) so the daemon never loads libcuda itself.
+ * The report (stdout; the daemon refuses anything else as malformed):
+ *
+ *   tccd-bench 1
+ *   kernels N
+ *   bad 0|1                  (tcc_entry returned 1 on input set 0)
+ *   k <j> <median ns>        (N lines, j = 0 .. N-1)
+ *   end
+ *
+ * CUDA (the manifest's target is "cuda:..."): the artifact is a cubin
+ * (the daemon writes it as candidate.cubin) and DEVICE the GPU to run
+ * on; the daemon runs it without the address-space limit (the driver
+ * maps far more virtual memory). The same, through the runtime's CUDA
+ * loader (tcc_runtime.h; libcuda dlopen'ed, never linked): the whole
+ * plan for the warm-up and the outputs, one plan per live kernel (its
+ * steps of the manifest, from the same module) for the timings, which
+ * are CUDA events around each launch on one stream (cuda_bench); the
+ * same report, with "bad 0". Any CUDA error exits 2 with the message
+ * (the daemon discards the candidate as crashed). --probe lists the
+ * devices (cuda_probe) so the daemon never loads libcuda itself:
+ *
+ *   tccd-bench-probe 1
+ *   device <i> <sm_XY> <name>     (one per device), or: none <why>
  *
  * Fault injection (TEST ONLY): TCCD_BENCH_FAULT="crash=I,hang=J,wrong=K"
  * (any subset) makes the child crash (SIGSEGV), hang (sleep until
@@ -44,8 +62,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cuda.h" /* client/cuda.h: libtccclient's CUDA loader */
 #include "tcc/v1/tcc.pb-c.h"
+#include "tcc_runtime.h" /* the CUDA loader */
 
 typedef int (*kernel_fn)(int, const void *const *, void *const *, void *);
 typedef int (*entry_fn)(const void *const *, void *const *, void *);
@@ -181,7 +199,7 @@ static int write_outputs(const char *path, void *const *out, const size_t *out_b
   return fclose(f) != 0 ? -1 : 0;
 }
 
-/* The report (tune.c's format): each kernel's median of times[k * reps ..]. */
+/* The report (see the top): each kernel's median of times[k * reps ..]. */
 static void report(int nk, int bad, double *times, int reps) {
   printf("tccd-bench 1\nkernels %d\nbad %d\n", nk, bad ? 1 : 0);
   for (int k = 0; k < nk; k++) {
@@ -195,22 +213,21 @@ static void report(int nk, int bad, double *times, int reps) {
 
 /* ------------------------------------------------------------ CUDA */
 
-/* `tccd-bench --probe`: the CUDA devices this process sees, as
- *   tccd-bench-probe 1
- *   device <i> <arch> <name>     (one per device)  |  none <why>
- * The daemon runs it once (tune.c's tcc_cuda_probe) so that libcuda is
- * never loaded into the daemon itself. Returns the exit status (0). */
+/* `tccd-bench --probe`: the CUDA devices this process sees (the format
+ * is at the top). The daemon runs it once (tune_child.c's
+ * tccd_gpu_probe) so that libcuda is never loaded into the daemon
+ * itself. Returns the exit status (0). */
 static int cuda_probe(void) {
   tcc_error err;
   int n = 0;
   printf("tccd-bench-probe 1\n");
-  if (tcc_cuda_device_count(&n, &err) != 0) {
+  if (tcc_rt_cuda_device_count(&n, &err) != 0) {
     printf("none %s\n", err.msg);
     return 0;
   }
   for (int i = 0; i < n; i++) {
     char arch[16], name[96];
-    if (tcc_cuda_device_arch(i, arch, name, sizeof name, &err) == 0) printf("device %d %s %s\n", i, arch, name);
+    if (tcc_rt_cuda_device_arch(i, arch, name, sizeof name, &err) == 0) printf("device %d %s %s\n", i, arch, name);
   }
   if (n == 0) printf("none no CUDA device\n");
   return 0;
@@ -233,7 +250,7 @@ static int cuda_fail(const char *what, const tcc_error *err) {
 /* Benchmarks a cubin on `device`: the whole plan (the manifest) for the
  * warm-up and the outputs, and each live kernel's steps (k<j>_split,
  * k<j>: one kernel, or its cuBLAS call) loaded as a plan of their own
- * from the same module (client/cuda.c's loader, one module per
+ * from the same module (the runtime's loader, one module per
  * artifact). Inputs as on CPU (same generator, SETS sets, copied to the
  * device); every timed launch sits between two events on one stream,
  * all of them queued before the first wait, so the GPU runs them back to
@@ -251,9 +268,9 @@ static int cuda_bench(const Tcc__V1__Manifest *m, const char *cubin_path, const 
     fprintf(stderr, "tccd-bench: cannot read %s\n", cubin_path);
     return 2;
   }
-  tcc_cuda_options opts = {.device = device, .context = TCC_CUDA_PRIMARY};
-  tcc_cuda_kernel *whole = NULL;
-  if (tcc_cuda_kernel_load_manifest(cubin, clen, "tccd-bench-candidate", m, &opts, &whole, &err))
+  tcc_rt_cuda_options opts = {.device = device, .context = TCC_RT_CUDA_PRIMARY};
+  tcc_rt_cuda_kernel *whole = NULL;
+  if (tcc_rt_cuda_kernel_load_manifest(cubin, clen, "tccd-bench-candidate", m, &opts, &whole, &err))
     return cuda_fail("loading the cubin", &err);
   int nk = 0;
   for (size_t i = 0; i < m->n_kernels; i++) {
@@ -265,7 +282,7 @@ static int cuda_bench(const Tcc__V1__Manifest *m, const char *cubin_path, const 
     if (j + 1 > nk) nk = j + 1;
   }
   /* one plan per live kernel: its steps of the manifest, same module */
-  tcc_cuda_kernel **part = xcalloc(sizeof *part * (size_t)(nk + 1));
+  tcc_rt_cuda_kernel **part = xcalloc(sizeof *part * (size_t)(nk + 1));
   Tcc__V1__KernelInfo **steps = xcalloc(sizeof *steps * (m->n_kernels + 1));
   for (int j = 0; j < nk; j++) {
     Tcc__V1__Manifest sub = *m;
@@ -273,7 +290,7 @@ static int cuda_bench(const Tcc__V1__Manifest *m, const char *cubin_path, const 
     sub.n_kernels = 0;
     for (size_t i = 0; i < m->n_kernels; i++)
       if (step_kernel(m->kernels[i]->name) == j) steps[sub.n_kernels++] = m->kernels[i];
-    if (sub.n_kernels && tcc_cuda_kernel_load_manifest(cubin, clen, "tccd-bench-candidate", &sub, &opts, &part[j], &err))
+    if (sub.n_kernels && tcc_rt_cuda_kernel_load_manifest(cubin, clen, "tccd-bench-candidate", &sub, &opts, &part[j], &err))
       return cuda_fail("loading one kernel's plan", &err);
   }
   free(steps);
@@ -288,7 +305,7 @@ static int cuda_bench(const Tcc__V1__Manifest *m, const char *cubin_path, const 
       uint8_t *host = xcalloc(bytes + 64);
       fill(host, n, m->inputs[i]->dtype);
       void *d = NULL;
-      if (tcc_cuda_malloc(device, bytes + 256, &d, &err) || tcc_cuda_memcpy_htod(device, d, host, bytes, &err))
+      if (tcc_rt_cuda_malloc(device, bytes + 256, &d, &err) || tcc_rt_cuda_memcpy_htod(device, d, host, bytes, &err))
         return cuda_fail("input memory", &err);
       free(host);
       in[(size_t)s * nin + i] = d;
@@ -298,32 +315,32 @@ static int cuda_bench(const Tcc__V1__Manifest *m, const char *cubin_path, const 
   for (size_t o = 0; o < nout; o++) {
     out_bytes[o] = (size_t)storage_elems(m->outputs[o]) * (size_t)dtype_size(m->outputs[o]->dtype);
     host_out[o] = xcalloc(out_bytes[o] + 64);
-    if (tcc_cuda_malloc(device, out_bytes[o] + 256, &out[o], &err)) return cuda_fail("output memory", &err);
+    if (tcc_rt_cuda_malloc(device, out_bytes[o] + 256, &out[o], &err)) return cuda_fail("output memory", &err);
   }
   void *ws = NULL, *stream = NULL;
-  if (m->workspace_bytes > 0 && tcc_cuda_malloc(device, (size_t)m->workspace_bytes, &ws, &err))
+  if (m->workspace_bytes > 0 && tcc_rt_cuda_malloc(device, (size_t)m->workspace_bytes, &ws, &err))
     return cuda_fail("workspace memory", &err);
-  if (tcc_cuda_stream_create(device, &stream, &err)) return cuda_fail("stream", &err);
+  if (tcc_rt_cuda_stream_create(device, &stream, &err)) return cuda_fail("stream", &err);
 
   for (int s = 0; s < sets; s++) /* warm up on every set */
-    if (tcc_cuda_kernel_launch(whole, stream, &in[(size_t)s * nin], out, ws, &err))
+    if (tcc_rt_cuda_kernel_launch(whole, stream, &in[(size_t)s * nin], out, ws, &err))
       return cuda_fail("warm-up launch", &err);
-  if (tcc_cuda_synchronize(device, stream, &err)) return cuda_fail("warm-up", &err);
+  if (tcc_rt_cuda_synchronize(device, stream, &err)) return cuda_fail("warm-up", &err);
 
   size_t nev = (size_t)(nk ? nk : 1) * (size_t)reps;
   void **ev0 = xcalloc(sizeof *ev0 * nev), **ev1 = xcalloc(sizeof *ev1 * nev);
   double *times = xcalloc(sizeof *times * nev);
   for (size_t e = 0; e < (size_t)nk * (size_t)reps; e++)
-    if (tcc_cuda_event_create(device, &ev0[e], &err) || tcc_cuda_event_create(device, &ev1[e], &err))
+    if (tcc_rt_cuda_event_create(device, &ev0[e], &err) || tcc_rt_cuda_event_create(device, &ev1[e], &err))
       return cuda_fail("events", &err);
   for (int r = 0; r < reps; r++) {
     const void *const *cur = &in[(size_t)(r % sets) * nin];
     for (int k = 0; k < nk; k++) {
       size_t e = (size_t)k * (size_t)reps + (size_t)r;
       if (!part[k]) continue;
-      if (tcc_cuda_event_record(device, ev0[e], stream, &err) ||
-          tcc_cuda_kernel_launch(part[k], stream, cur, out, ws, &err) ||
-          tcc_cuda_event_record(device, ev1[e], stream, &err))
+      if (tcc_rt_cuda_event_record(device, ev0[e], stream, &err) ||
+          tcc_rt_cuda_kernel_launch(part[k], stream, cur, out, ws, &err) ||
+          tcc_rt_cuda_event_record(device, ev1[e], stream, &err))
         return cuda_fail("timed launch", &err);
     }
   }
@@ -331,34 +348,34 @@ static int cuda_bench(const Tcc__V1__Manifest *m, const char *cubin_path, const 
     for (int r = 0; r < reps && part[k]; r++) {
       size_t e = (size_t)k * (size_t)reps + (size_t)r;
       float ms = 0;
-      if (tcc_cuda_event_elapsed_ms(device, ev0[e], ev1[e], &ms, &err)) return cuda_fail("timing", &err);
+      if (tcc_rt_cuda_event_elapsed_ms(device, ev0[e], ev1[e], &ms, &err)) return cuda_fail("timing", &err);
       times[e] = (double)ms * 1e6;
     }
 
   /* the outputs of one run of the whole plan on set 0, zero-filled first */
   for (size_t o = 0; o < nout; o++)
-    if (tcc_cuda_memcpy_htod(device, out[o], host_out[o], out_bytes[o], &err)) return cuda_fail("zeroing", &err);
-  if (tcc_cuda_kernel_launch(whole, stream, &in[0], out, ws, &err) || tcc_cuda_synchronize(device, stream, &err))
+    if (tcc_rt_cuda_memcpy_htod(device, out[o], host_out[o], out_bytes[o], &err)) return cuda_fail("zeroing", &err);
+  if (tcc_rt_cuda_kernel_launch(whole, stream, &in[0], out, ws, &err) || tcc_rt_cuda_synchronize(device, stream, &err))
     return cuda_fail("the output run", &err);
   for (size_t o = 0; o < nout; o++)
-    if (tcc_cuda_memcpy_dtoh(device, host_out[o], out[o], out_bytes[o], &err)) return cuda_fail("outputs", &err);
+    if (tcc_rt_cuda_memcpy_dtoh(device, host_out[o], out[o], out_bytes[o], &err)) return cuda_fail("outputs", &err);
   if (fault_for("wrong") == candidate) corrupt_outputs(m, host_out, out_bytes);
   if (write_outputs(outfile, host_out, out_bytes, nout)) return 2;
   report(nk, 0, times, reps);
 
   for (size_t e = 0; e < (size_t)nk * (size_t)reps; e++) {
-    tcc_cuda_event_destroy(device, ev0[e], &err);
-    tcc_cuda_event_destroy(device, ev1[e], &err);
+    tcc_rt_cuda_event_destroy(device, ev0[e], &err);
+    tcc_rt_cuda_event_destroy(device, ev1[e], &err);
   }
-  tcc_cuda_stream_destroy(device, stream, &err);
-  for (size_t i = 0; i < nin * (size_t)sets; i++) tcc_cuda_free(device, (void *)in[i], &err);
+  tcc_rt_cuda_stream_destroy(device, stream, &err);
+  for (size_t i = 0; i < nin * (size_t)sets; i++) tcc_rt_cuda_free(device, (void *)in[i], &err);
   for (size_t o = 0; o < nout; o++) {
-    tcc_cuda_free(device, out[o], &err);
+    tcc_rt_cuda_free(device, out[o], &err);
     free(host_out[o]);
   }
-  tcc_cuda_free(device, ws, &err);
-  for (int k = 0; k < nk; k++) tcc_cuda_kernel_unload(part[k]);
-  tcc_cuda_kernel_unload(whole);
+  tcc_rt_cuda_free(device, ws, &err);
+  for (int k = 0; k < nk; k++) tcc_rt_cuda_kernel_unload(part[k]);
+  tcc_rt_cuda_kernel_unload(whole);
   free(part);
   free(in);
   free(out);

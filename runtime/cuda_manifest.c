@@ -24,7 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cuda.h"
+#include "tcc_runtime.h"
 #include "tcc/v1/tcc.pb-c.h"
 
 /* Copies one repeated dim field into out[3]. Returns 0 or an error. */
@@ -43,17 +43,17 @@ static int dims(const int64_t *v, size_t n, const char *field, size_t i, const c
   return 0;
 }
 
-/* One BufferRef -> tcc_cuda_buffer. */
-static int buffer_ref(const Tcc__V1__BufferRef *r, char which, size_t i, const char *name, tcc_cuda_buffer *out,
+/* One BufferRef -> tcc_rt_cuda_buffer. */
+static int buffer_ref(const Tcc__V1__BufferRef *r, char which, size_t i, const char *name, tcc_rt_cuda_buffer *out,
                       tcc_error *err) {
   memset(out, 0, sizeof *out);
   if (!r) return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "manifest kernel %zu ('%.100s'): gemm.%c missing", i, name,
                                which);
   switch (r->base_case) {
-  case TCC__V1__BUFFER_REF__BASE_INPUT: out->base = TCC_CUDA_BUF_INPUT, out->index = r->input; break;
-  case TCC__V1__BUFFER_REF__BASE_OUTPUT: out->base = TCC_CUDA_BUF_OUTPUT, out->index = r->output; break;
-  case TCC__V1__BUFFER_REF__BASE_WORKSPACE: out->base = TCC_CUDA_BUF_WORKSPACE; break;
-  case TCC__V1__BUFFER_REF__BASE_CONSTANT: out->base = TCC_CUDA_BUF_CONSTANT, out->constant = r->constant; break;
+  case TCC__V1__BUFFER_REF__BASE_INPUT: out->base = TCC_RT_CUDA_BUF_INPUT, out->index = r->input; break;
+  case TCC__V1__BUFFER_REF__BASE_OUTPUT: out->base = TCC_RT_CUDA_BUF_OUTPUT, out->index = r->output; break;
+  case TCC__V1__BUFFER_REF__BASE_WORKSPACE: out->base = TCC_RT_CUDA_BUF_WORKSPACE; break;
+  case TCC__V1__BUFFER_REF__BASE_CONSTANT: out->base = TCC_RT_CUDA_BUF_CONSTANT, out->constant = r->constant; break;
   default:
     return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "manifest kernel %zu ('%.100s'): gemm.%c names no buffer", i,
                          name, which);
@@ -65,8 +65,8 @@ static int buffer_ref(const Tcc__V1__BufferRef *r, char which, size_t i, const c
   return 0;
 }
 
-/* A GemmStep -> tcc_cuda_gemm_step, checked. */
-static int gemm_step(const Tcc__V1__GemmStep *g, size_t i, const char *name, tcc_cuda_gemm_step *out,
+/* A GemmStep -> tcc_rt_cuda_gemm_step, checked. */
+static int gemm_step(const Tcc__V1__GemmStep *g, size_t i, const char *name, tcc_rt_cuda_gemm_step *out,
                      tcc_error *err) {
   memset(out, 0, sizeof *out);
   if (!g) return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "manifest kernel %zu ('%.100s'): extern step without a "
@@ -90,13 +90,13 @@ static int gemm_step(const Tcc__V1__GemmStep *g, size_t i, const char *name, tcc
   int ok_c = g->c_dtype == TCC__V1__DTYPE__FLOAT32 || g->c_dtype == TCC__V1__DTYPE__FLOAT64 ||
              g->c_dtype == g->a_dtype;
   const char *ct = g->compute_type ? g->compute_type : "";
-  if (!strcmp(ct, "32F")) out->compute = TCC_CUDA_COMPUTE_32F;
-  else if (!strcmp(ct, "32F_FAST_TF32")) out->compute = TCC_CUDA_COMPUTE_32F_FAST_TF32;
-  else if (!strcmp(ct, "64F")) out->compute = TCC_CUDA_COMPUTE_64F;
+  if (!strcmp(ct, "32F")) out->compute = TCC_RT_CUDA_COMPUTE_32F;
+  else if (!strcmp(ct, "32F_FAST_TF32")) out->compute = TCC_RT_CUDA_COMPUTE_32F_FAST_TF32;
+  else if (!strcmp(ct, "64F")) out->compute = TCC_RT_CUDA_COMPUTE_64F;
   else
     return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "manifest kernel %zu ('%.100s'): unknown gemm compute type "
                          "'%.32s'", i, name, ct);
-  if (!ok_ab || !ok_c || (out->compute == TCC_CUDA_COMPUTE_64F) != (g->c_dtype == TCC__V1__DTYPE__FLOAT64))
+  if (!ok_ab || !ok_c || (out->compute == TCC_RT_CUDA_COMPUTE_64F) != (g->c_dtype == TCC__V1__DTYPE__FLOAT64))
     return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "manifest kernel %zu ('%.100s'): gemm dtypes %d/%d/%d with "
                          "compute %s are not supported", i, name, g->a_dtype, g->b_dtype, g->c_dtype, ct);
   out->trans_a = g->trans_a, out->trans_b = g->trans_b;
@@ -112,9 +112,9 @@ static int gemm_step(const Tcc__V1__GemmStep *g, size_t i, const char *name, tcc
   return rc;
 }
 
-int tcc_cuda_kernel_load_manifest(const uint8_t *cubin, size_t len, const char *digest_hex,
-                                  const struct Tcc__V1__Manifest *m, const tcc_cuda_options *opts,
-                                  tcc_cuda_kernel **out, tcc_error *err) {
+int tcc_rt_cuda_kernel_load_manifest(const uint8_t *cubin, size_t len, const char *digest_hex,
+                                     const struct Tcc__V1__Manifest *m, const tcc_rt_cuda_options *opts,
+                                     tcc_rt_cuda_kernel **out, tcc_error *err) {
   *out = NULL;
   if (!m) return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "no manifest");
   const char *target = m->target ? m->target : "";
@@ -124,8 +124,8 @@ int tcc_cuda_kernel_load_manifest(const uint8_t *cubin, size_t len, const char *
   if (m->workspace_bytes < 0)
     return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "manifest workspace_bytes %lld is negative",
                          (long long)m->workspace_bytes);
-  tcc_cuda_launch *launches = calloc(m->n_kernels, sizeof *launches);
-  tcc_cuda_gemm_step *gemms = calloc(m->n_kernels, sizeof *gemms);
+  tcc_rt_cuda_launch *launches = calloc(m->n_kernels, sizeof *launches);
+  tcc_rt_cuda_gemm_step *gemms = calloc(m->n_kernels, sizeof *gemms);
   char *ptx = NULL;
   if (!launches || !gemms) {
     free(launches), free(gemms);
@@ -160,7 +160,7 @@ int tcc_cuda_kernel_load_manifest(const uint8_t *cubin, size_t len, const char *
     }
     launches[i].shared_bytes = (uint32_t)ki->shared_bytes;
   }
-  tcc_cuda_options o = opts ? *opts : (tcc_cuda_options){0};
+  tcc_rt_cuda_options o = opts ? *opts : (tcc_rt_cuda_options){0};
   if (!rc && !o.ptx && m->ptx.len) {   /* the manifest's PTX, as text */
     if (memchr(m->ptx.data, 0, m->ptx.len))
       rc = tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "the manifest's PTX holds a NUL byte");
@@ -173,7 +173,7 @@ int tcc_cuda_kernel_load_manifest(const uint8_t *cubin, size_t len, const char *
     }
   }
   if (!rc) {
-    tcc_cuda_plan plan = {
+    tcc_rt_cuda_plan plan = {
         .arch = target + 5,
         .launches = launches,
         .n_launches = m->n_kernels,
@@ -181,7 +181,7 @@ int tcc_cuda_kernel_load_manifest(const uint8_t *cubin, size_t len, const char *
         .n_outputs = m->n_outputs,
         .workspace_bytes = (uint64_t)m->workspace_bytes,
     };
-    rc = tcc_cuda_kernel_load(cubin, len, digest_hex, &plan, &o, out, err);
+    rc = tcc_rt_cuda_kernel_load(cubin, len, digest_hex, &plan, &o, out, err);
   }
   free(ptx);
   free(gemms);

@@ -1,7 +1,7 @@
 /*
- * cuda_driver.h — the part of the CUDA Driver API (cuda.h) that cuda.c
- * uses, declared here so libtccclient builds without a CUDA toolkit and
- * never links libcuda (it is dlopen'ed; see cuda.h).
+ * cuda_driver.h — the part of the CUDA Driver API (NVIDIA's <cuda.h>)
+ * that cuda.c uses, declared here so libtccruntime builds without a CUDA
+ * toolkit and never links libcuda (it is dlopen'ed; see tcc_runtime.h).
  *
  * Names are cuda.h's with the prefix tcu_/TCU_ instead of cu/CU, so a
  * file may include both: tests/cuda/test_driver_abi.c does, and checks
@@ -10,8 +10,8 @@
  * so the symbols named in TCU_DRIVER_FUNCTIONS are the ones cuda.h maps
  * its names to for CUDA 12 and 13 without per-thread default streams.
  */
-#ifndef TCC_CUDA_DRIVER_H
-#define TCC_CUDA_DRIVER_H
+#ifndef TCC_RUNTIME_CUDA_DRIVER_H
+#define TCC_RUNTIME_CUDA_DRIVER_H
 
 #include <stddef.h>
 
