@@ -296,8 +296,6 @@ int tcc_verify(const Tcc__V1__CompileRequest *req, tcc_arena *arena,
 int tcc_meta_from_proto(const Tcc__V1__TensorMeta *pm, tcc_meta *m,
                         tcc_error *err);
 
-/* "[2, 3]" into buf (truncated to fit); returns buf. */
-const char *tcc_shape_str(const int64_t *sizes, int rank, char *buf, size_t cap);
 
 /* A client-supplied name made safe to quote in a message: printable
  * ASCII, at most 64 bytes then "...". Writes into buf, returns buf. */
@@ -317,6 +315,9 @@ int tcc_broadcast(const int64_t *a, int ra, const int64_t *b, int rb,
                   int64_t *out, int *rout, tcc_error *err);
 
 /* Helpers the infer and lower rules share (infer.c). */
+/* "[2, 3]" into buf (truncated to fit); returns buf. */
+const char *tcc_shape_str(const int64_t *sizes, int rank, char *buf, size_t cap);
+
 const tcc_arg *tcc_node_arg(const tcc_node *n, const char *name);  /* NULL: no such param */
 /* Normalizes dim d (negative counts from the end) for a tensor of rank
  * `rank` (a 0-dim tensor accepts 0 and -1). Returns 0 or INVALID_ARGUMENT. */

@@ -17,7 +17,19 @@
 #include "graph.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
+
+const char *tcc_shape_str(const int64_t *sizes, int rank, char *buf, size_t cap) {
+  size_t o = 0;
+  if (!cap) return buf;
+  buf[0] = '\0';
+  o += (size_t)snprintf(buf, cap, "[");
+  for (int i = 0; i < rank && o < cap; i++)
+    o += (size_t)snprintf(buf + o, cap - o, "%s%lld", i ? ", " : "", (long long)sizes[i]);
+  if (o < cap) snprintf(buf + o, cap - o, "]");
+  return buf;
+}
 
 /* Requires: the element count of m's sizes fits int64. */
 void tcc_meta_contiguous(tcc_meta *m) {

@@ -59,16 +59,6 @@ const char *tcc_quote_name(const char *name, char *buf, size_t cap) {
   return buf;
 }
 
-const char *tcc_shape_str(const int64_t *sizes, int rank, char *buf, size_t cap) {
-  size_t o = 0;
-  if (!cap) return buf;
-  buf[0] = '\0';
-  o += (size_t)snprintf(buf, cap, "[");
-  for (int i = 0; i < rank && o < cap; i++)
-    o += (size_t)snprintf(buf + o, cap - o, "%s%lld", i ? ", " : "", (long long)sizes[i]);
-  if (o < cap) snprintf(buf + o, cap - o, "]");
-  return buf;
-}
 #define SHAPE(sz, r) tcc_shape_str((sz), (r), (char[200]){0}, 200)
 
 /* ---------------------------------------------------------- metadata */
