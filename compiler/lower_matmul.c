@@ -1,0 +1,223 @@
+/*
+ * lower_matmul.c — matmuls lowered (mm, bmm, addmm, matmul, linear's
+ * decompositions): a GEMM step (tcc_lower_gemm: an EXTERN kernel the
+ * targets run through oneDNN, OpenBLAS or cuBLAS) over operands packed
+ * (tcc_lower_pack) where their layout does not fit the library; conv.c
+ * and attention.c use the same step.
+ */
+#include "lower.h"
+
+#include <string.h>
+
+/* ------------------------------------------------------------ matmul */
+
+/* Can a GEMM operand over vars (b, r, c) with extents R x C be passed to
+ * BLAS as it is? It must be one load whose storage offset is affine in
+ * r and c (not necessarily in b) with a unit stride in one of them. */
+static int blas_operand_ok(const tcc_program *p, const tcc_vx *e, int64_t R, int64_t C) {
+  if (!e || e->op != TCC_PRIM_LOAD) return 0;
+  const tcc_meta *L = &p->bufs[e->buf].layout;
+  if (L->dtype != e->dtype) return 0;
+  for (int d = 0; d < e->nidx; d++) {
+    uint32_t v = tcc_ix_kernel_vars(e->idx[d]);
+    if ((v & 1u) && (v & 6u)) return 0;        /* mixes batch and matrix vars */
+  }
+  int64_t coef[3], c0;
+  /* matrix part: batch var 0 fixed by substituting it away is not
+   * possible here, so require the whole offset to be affine in (r, c)
+   * once batch-only dims are dropped */
+  const tcc_ix *idx[TCC_MAX_DIMS];
+  int64_t st[TCC_MAX_DIMS];
+  int n = 0;
+  for (int d = 0; d < e->nidx; d++) {
+    if (tcc_ix_kernel_vars(e->idx[d]) & 1u) continue;
+    idx[n] = e->idx[d];
+    st[n++] = L->strides[d];
+  }
+  if (!tcc_linear_affine(n, idx, st, 3, coef, &c0)) return 0;
+  int64_t cr = coef[1], cc = coef[2];
+  if (cr > INT32_MAX || cc > INT32_MAX) return 0;
+  int64_t mc = C > 1 ? C : 1, mr = R > 1 ? R : 1;
+  if ((cc == 1 || C == 1) && (R == 1 || cr >= mc)) return 1;
+  if ((cr == 1 || R == 1) && (C == 1 || cc >= mr)) return 1;
+  return 0;
+}
+
+/* CUDA only: cuBLAS's strided-batched call needs the operand's batch
+ * offset affine in b too (a broadcast batch of an operand that is itself
+ * batched is not); such operands are materialized. */
+static int cuda_batch_affine(const tcc_program *p, const tcc_vx *e) {
+  const tcc_meta *L = &p->bufs[e->buf].layout;
+  int64_t coef[3], c0;
+  return tcc_linear_affine(e->nidx, e->idx, L->strides, 3, coef, &c0);
+}
+
+/* Adds the GEMM C[b, m, n] = A[b, m, :] . B[b, :, n] as an EXTERN kernel;
+ * a and bb are bodies over (b, m, k) and (b, k, n). Returns a load of C
+ * over (b, m, n), or NULL when out of memory. */
+static const tcc_vx *gemm(tcc_lower_ctx *lc, const tcc_vx *a, const tcc_vx *bb, int64_t B,
+                          int64_t M, int64_t N, int64_t K, tcc_dtype dt) {
+  tcc_program *p = lc->prog;
+  int64_t as[3] = {B, M, K}, bs[3] = {B, K, N}, cs[3] = {B, M, N};
+  /* CUDA: float16/bfloat16 operands stay half (cuBLAS reads them and
+   * accumulates in float32 into a float32 C); CPU computes in float32. */
+  int cuda = lc->g->target.device == TCC__V1__DEVICE_TYPE__CUDA;
+  tcc_dtype od = dt;
+  if (cuda && a && bb && a->dtype == bb->dtype && dt == TCC__V1__DTYPE__FLOAT32 &&
+      (a->dtype == TCC__V1__DTYPE__FLOAT16 || a->dtype == TCC__V1__DTYPE__BFLOAT16))
+    od = a->dtype;
+  a = tcc_vx_cast(p, a, od);
+  bb = tcc_vx_cast(p, bb, od);
+  if (!blas_operand_ok(p, a, M, K) || (cuda && !cuda_batch_affine(p, a))) a = tcc_lower_materialize(lc, a, 3, as, od);
+  if (!blas_operand_ok(p, bb, K, N) || (cuda && !cuda_batch_affine(p, bb))) bb = tcc_lower_materialize(lc, bb, 3, bs, od);
+  int id = tcc_lower_temp(lc, 3, cs, dt);
+  const tcc_ix *idx[3];
+  if (id < 0 || tcc_lower_identity_index(p, 3, idx)) return NULL;
+  int64_t dims[4] = {B, M, N, K};
+  const tcc_vx *call = tcc_vx_extern(p, TCC_EXT_GEMM, dt, a, bb, 4, dims);
+  int k = tcc_program_add_kernel(p, 3, cs);
+  if (k < 0 || tcc_kernel_add_store(p, k, id, idx, call)) return NULL;
+  p->kernels[k].kind = TCC_OPK_EXTERN;
+  return tcc_vx_load(p, id, 3, idx);
+}
+
+/* Body of value v (shape sizes[0..rank)) read as a [B, R, C] operand over
+ * vars (b, r, c): the leading dims (broadcast to `batch`, right-aligned)
+ * flatten into b, the trailing two are r and c. `trans` swaps the last
+ * two dims (weight of linear); rank-1 operands are a row (as_row) or a
+ * column. */
+static const tcc_vx *as_operand(tcc_lower_ctx *lc, int v, const int64_t *batch, int nb,
+                                int trans, int as_row) {
+  tcc_program *p = lc->prog;
+  const tcc_meta *x = &lc->g->values[v].meta;
+  const tcc_ix *in[TCC_MAX_DIMS];
+  const tcc_ix *bvar = tcc_ix_var(p, 0), *r = tcc_ix_var(p, 1), *c = tcc_ix_var(p, 2);
+  if (trans) {
+    const tcc_ix *t = r;
+    r = c;
+    c = t;
+  }
+  if (x->rank == 1) {
+    in[0] = as_row ? c : r;
+    return tcc_lower_body_at(lc, v, in);
+  }
+  int xb = x->rank - 2;
+  /* unflatten b over the broadcast batch shape */
+  const tcc_ix *bi[TCC_MAX_DIMS];
+  const tcc_ix *rem = bvar;
+  for (int d = nb - 1; d >= 0; d--) {
+    bi[d] = d == 0 ? rem : tcc_ix_mod(p, rem, batch[d]);
+    rem = tcc_ix_div(p, rem, batch[d]);
+  }
+  for (int d = 0; d < xb; d++) {
+    int bd = d + nb - xb;
+    in[d] = x->sizes[d] == 1 ? tcc_ix_const(p, 0) : bi[bd];
+  }
+  in[xb] = r;
+  in[xb + 1] = c;
+  return tcc_lower_body_at(lc, v, in);
+}
+
+int tcc_lower_matmul(tcc_lower_ctx *lc, const tcc_node *n, tcc_error *err) {
+  const tcc_meta *m = tcc_lower_out_meta(lc, n, 0);
+  if (!m) return 0;
+  tcc_program *p = lc->prog;
+  tcc_op_id id = n->op->id;
+  int av, bv;
+  if (id == TCC_OP_ADDMM) {
+    av = ARG("mat1")->v;
+    bv = ARG("mat2")->v;
+  } else {
+    av = n->args[0].v;
+    bv = n->args[1].v;
+  }
+  const tcc_meta *A = &lc->g->values[av].meta, *Bm = &lc->g->values[bv].meta;
+  tcc_dtype dt = A->dtype, gd;
+  if (dt == TCC__V1__DTYPE__FLOAT32 || dt == TCC__V1__DTYPE__FLOAT16 || dt == TCC__V1__DTYPE__BFLOAT16)
+    gd = TCC__V1__DTYPE__FLOAT32;
+  else if (dt == TCC__V1__DTYPE__FLOAT64)
+    gd = dt;
+  else
+    return tcc_error_set(err, TCC_E_UNIMPLEMENTED, "node %d (%s): %s matmul is not supported by the "
+                         "CPU backend", n->src_index, n->op->name, tcc_dtype_name(dt));
+  int64_t batch[TCC_MAX_DIMS], B = 1, M, N, K;
+  int nb = 0, trans_b = 0;
+  int a_rank = A->rank, b_rank = Bm->rank;
+  if (id == TCC_OP_LINEAR) {
+    /* x [..., K] . w^T: flatten all of x's leading dims into M */
+    trans_b = 1;
+    K = A->sizes[a_rank - 1];
+    N = b_rank == 2 ? Bm->sizes[0] : 1;
+    M = 1;
+    for (int d = 0; d < a_rank - 1; d++) M *= A->sizes[d];
+  } else {
+    K = A->sizes[a_rank - 1];
+    M = a_rank >= 2 ? A->sizes[a_rank - 2] : 1;
+    N = b_rank >= 2 ? Bm->sizes[b_rank - 1] : 1;
+    int ra = a_rank > 2 ? a_rank - 2 : 0, rb = b_rank > 2 ? b_rank - 2 : 0, r;
+    int64_t ba[TCC_MAX_DIMS], bb[TCC_MAX_DIMS];
+    memcpy(ba, A->sizes, sizeof(int64_t) * (size_t)ra);
+    memcpy(bb, Bm->sizes, sizeof(int64_t) * (size_t)rb);
+    if (tcc_broadcast(ba, ra, bb, rb, batch, &r, err)) return err->code;
+    nb = r;
+    for (int d = 0; d < nb; d++) B *= batch[d];
+  }
+  const tcc_vx *a, *b;
+  if (id == TCC_OP_LINEAR) {
+    /* A(b, m, k) = x[unflatten(m), k] */
+    const tcc_ix *o[2] = {tcc_ix_var(p, 1), tcc_ix_var(p, 2)}, *in[TCC_MAX_DIMS];
+    int64_t flat[2] = {M, K};
+    if (tcc_lower_reshape_index(p, A->sizes, a_rank, flat, 2, o, in)) return OOM();
+    a = tcc_lower_body_at(lc, av, in);
+    if (b_rank == 2) {
+      b = as_operand(lc, bv, NULL, 0, 1, 0);
+    } else {
+      const tcc_ix *w[1] = {tcc_ix_var(p, 1)};
+      b = tcc_lower_body_at(lc, bv, w);
+    }
+  } else {
+    a = as_operand(lc, av, batch, nb, 0, 1);
+    b = as_operand(lc, bv, batch, nb, 0, 0);
+    (void)trans_b;
+  }
+  const tcc_vx *c = gemm(lc, a, b, B, M, N, K, gd);
+  if (!c) return OOM();
+  /* C over (b, m, n) -> the output's index */
+  const tcc_ix *ci[3], *out[TCC_MAX_DIMS];
+  if (tcc_lower_identity_index(p, m->rank, out)) return OOM();
+  if (id == TCC_OP_LINEAR) {
+    ci[0] = tcc_ix_const(p, 0);
+    const tcc_ix *lin = tcc_ix_const(p, 0);
+    int lead = b_rank == 2 ? m->rank - 1 : m->rank;
+    for (int d = 0; d < lead; d++) lin = tcc_ix_add(p, tcc_ix_mul(p, lin, m->sizes[d]), out[d]);
+    ci[1] = lin;
+    ci[2] = b_rank == 2 ? out[m->rank - 1] : tcc_ix_const(p, 0);
+  } else {
+    const tcc_ix *lin = tcc_ix_const(p, 0);
+    for (int d = 0; d < nb; d++) lin = tcc_ix_add(p, tcc_ix_mul(p, lin, batch[d]), out[d]);
+    ci[0] = lin;
+    ci[1] = a_rank >= 2 ? out[nb] : tcc_ix_const(p, 0);
+    ci[2] = b_rank >= 2 ? out[m->rank - 1] : tcc_ix_const(p, 0);
+  }
+  const tcc_vx *y = tcc_vx_subst(p, c, 3, ci);
+  /* epilogue: bias, alpha, beta */
+  if (id == TCC_OP_ADDMM) {
+    const tcc_arg *beta = ARG("beta"), *alpha = ARG("alpha");
+    double bf = beta->kind == TCC_ARG_FLOAT ? beta->f : (double)beta->i;
+    double af = alpha->kind == TCC_ARG_FLOAT ? alpha->f : (double)alpha->i;
+    if (af != 1.0) y = BIN(MUL, y, tcc_lower_cst(p, gd, af));
+    if (bf != 0.0) {
+      const tcc_vx *bias = tcc_lower_opnd(lc, n, &n->args[0], gd);
+      if (bf != 1.0) bias = BIN(MUL, bias, tcc_lower_cst(p, gd, bf));
+      y = BIN(ADD, bias, y);
+    }
+  } else if (id == TCC_OP_LINEAR && ARG("bias")->kind == TCC_ARG_TENSOR) {
+    y = BIN(ADD, y, tcc_lower_opnd(lc, n, ARG("bias"), gd));
+  }
+  return tcc_lower_result(lc, n, 0, y, err);
+}
+/* gemm() for extern lowerings in other files (conv.c). */
+const tcc_vx *tcc_lower_gemm(tcc_lower_ctx *lc, const tcc_vx *a, const tcc_vx *b, int64_t batch,
+                             int64_t M, int64_t N, int64_t K, tcc_dtype dt) {
+  return gemm(lc, a, b, batch, M, N, K, dt);
+}
