@@ -88,6 +88,7 @@
 
 #include "tcc/v1/tcc.pb-c.h"
 #include "tcc_digest.h"
+#include "tcc_spawn.h"
 #include "tcc_status.h"
 
 #define TCC_MAX_NODES        65536      /* nodes per graph */
@@ -116,27 +117,9 @@ typedef struct tcc_prepared {
   size_t nodes;                           /* node count, for logs */
 } tcc_prepared;
 
-/* Kills every external tool this process runs (C compilers, benchmark
- * children) within 100 ms, and refuses to start more: they fail with
- * TCC_E_CANCELLED. For shutdown; there is no way back. */
-void tcc_tools_cancel(void);
+/* Running external programs (the C compiler, benchmark children) and
+ * the kill switch for all of them: common/tcc_spawn.h. */
 
-/* The process's one way to run an external program (toolchain.c), which
- * tcc_tools_cancel reaches: the compiler runs the C compiler through it,
- * the daemon its benchmark children. Runs argv (argv[0] looked up in
- * PATH; no shell) in its own process group under prlimit(1) (address
- * space 4 GiB unless limit_as is 0: a process that loads the CUDA driver
- * maps far more virtual memory; CPU seconds timeout_ms/1000 + 5; files
- * up to 1 GiB; no core), stdin from /dev/null, stdout+stderr (first 64
- * KiB) into *output (malloc'ed, NUL-terminated, may be NULL on OOM).
- * Kills the group after timeout_ms (0: 120000). Returns 0 when it exited
- * 0, else the failure's class (toolchain.c's table): TCC_E_INTERNAL for
- * a diagnostic that would repeat; TCC_E_UNAVAILABLE (could not start,
- * killed by a signal), TCC_E_RESOURCE_EXHAUSTED (out of memory or disk),
- * TCC_E_DEADLINE_EXCEEDED (timeout, CPU limit) or TCC_E_CANCELLED
- * (tcc_tools_cancel). */
-int tcc_run_tool_limits(const char *const *argv, int timeout_ms, int limit_as, char **output,
-                        tcc_error *err);
 
 /* Describes the toolchain that builds kernels for the key ("tccd-codegen/1
  * cc=gcc (Debian 12.2.0-14) 12.2.0"), by running `cc --version` once.

@@ -481,19 +481,6 @@ int tcc_dyn_fit(int k, int nprobes, const int64_t (*assign)[TCC_MAX_SYMS], const
 int tcc_dyn_fit_source(int k, int nprobes, const int64_t (*assign)[TCC_MAX_SYMS],
                        const char *const *src, tcc_buf *out, int *nsymbolic, tcc_error *err);
 
-/* --------------------------------------------------------- toolchain.c */
-
-/* Runs argv (argv[0] looked up in PATH; no shell) in its own process
- * group with stdin from /dev/null, collecting stdout+stderr (first 64
- * KiB) into *output (malloc'ed, NUL-terminated, may be NULL on OOM).
- * Kills the group after timeout_ms. Returns 0 when it exited 0, else the
- * failure's class (toolchain.c's table): TCC_E_INTERNAL for a diagnostic
- * that would repeat; TCC_E_UNAVAILABLE (could not start, killed by a
- * signal), TCC_E_RESOURCE_EXHAUSTED (out of memory or disk) or
- * TCC_E_DEADLINE_EXCEEDED (timeout, CPU limit) for what may not. */
-int tcc_run_tool(const char *const *argv, int timeout_ms, char **output, tcc_error *err);
-/* (tcc_run_tool_limits, the same with the address-space limit optional,
- * is public: compiler.h. tcc_run_tool is tcc_run_tool_limits(.., 1, ..).) */
 
 /* ----------------------------------------------------------- kconfig.c */
 

@@ -531,7 +531,7 @@ static void job_store(tccd_job *job) {
  * compiler's diagnostic about the source): recorded in the negative cache
  * for --failure-ttl, locally and in Redis. Everything else is transient
  * (the compiler killed by a signal or missing, out of memory or disk,
- * NVRTC's internal errors: toolchain.c's table; timeouts; a store that
+ * NVRTC's internal errors: common/tcc_spawn.c's table; timeouts; a store that
  * failed) and never recorded; a timeout starts a backoff instead. */
 static int failure_is_deterministic(int code) {
   return code == TCC_E_UNIMPLEMENTED || code == TCC_E_INTERNAL || code == TCC_E_INVALID_ARGUMENT ||

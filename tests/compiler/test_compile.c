@@ -822,7 +822,7 @@ START_TEST(compiler_failure) {
   ck_assert_ptr_nonnull(strstr(err.msg, "exited with status 2"));
   ck_assert_ptr_nonnull(strstr(err.msg, "error: boom"));
 
-  /* transient failures (toolchain.c's table): each its own class */
+  /* transient failures (common/tcc_spawn.c's table): each its own class */
   static const struct {
     const char *body;
     int code;
