@@ -16,25 +16,13 @@
 #include <string.h>
 
 #include "pbjson.h"
+#include "tcc_dtype.h"
 #include "tccclient.h"
-
-static size_t dtype_size(Tcc__V1__DType t) {
-  switch (t) {
-  case TCC__V1__DTYPE__FLOAT64: case TCC__V1__DTYPE__INT64: return 8;
-  case TCC__V1__DTYPE__FLOAT32: case TCC__V1__DTYPE__INT32: return 4;
-  case TCC__V1__DTYPE__FLOAT16: case TCC__V1__DTYPE__BFLOAT16: case TCC__V1__DTYPE__INT16: return 2;
-  default: return 1;
-  }
-}
 
 /* Bytes of storage a tensor reaches: (offset + 1 + sum((size-1)*stride)) * elem. */
 static size_t storage_bytes(const Tcc__V1__TensorMeta *m) {
-  int64_t last = m->storage_offset;
-  for (size_t i = 0; i < m->n_sizes; i++) {
-    if (m->sizes[i] == 0) return 0;
-    last += (m->sizes[i] - 1) * (i < m->n_strides ? m->strides[i] : 0);
-  }
-  return (size_t)(last + 1) * dtype_size(m->dtype);
+  return (size_t)tcc_storage_elems(m->sizes, m->n_sizes, m->strides, m->n_strides, m->storage_offset) *
+         (size_t)tcc_dtype_size(m->dtype);
 }
 
 static char *read_file(const char *path, size_t *len) {
