@@ -9,6 +9,7 @@
 
 #include "tcc/v1/tcc.pb-c.h"
 #include "tcc_dtype.h"
+#include "tcctest.h"
 
 START_TEST(sizes_follow_the_wire_enum) {
   static const struct {
@@ -43,14 +44,5 @@ START_TEST(storage_spans) {
 END_TEST
 
 int main(void) {
-  Suite *s = suite_create("dtype");
-  TCase *t = tcase_create("dtype");
-  tcase_add_test(t, sizes_follow_the_wire_enum);
-  tcase_add_test(t, storage_spans);
-  suite_add_tcase(s, t);
-  SRunner *r = srunner_create(s);
-  srunner_run_all(r, CK_NORMAL);
-  int failed = srunner_ntests_failed(r);
-  srunner_free(r);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+  return tt_run_tests("dtype", 0, 0, (const TTest *[]){sizes_follow_the_wire_enum, storage_spans, NULL});
 }
