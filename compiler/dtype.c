@@ -1,5 +1,6 @@
 /*
- * dtype.c — element types: sizes, names and torch.promote_types.
+ * dtype.c — element types: names, categories and torch.promote_types
+ * (their sizes: common/tcc_dtype.c, the one table of them).
  *
  * Dtypes are the wire enum's numbers (tcc.v1.DType). Promotion follows
  * c10's promoteTypes table, written as its rules:
@@ -12,29 +13,26 @@
 
 typedef struct dtype_info {
   const char *name;
-  int size;
   int is_float, is_int, is_signed;
   int rank;  /* width order within its category */
 } dtype_info;
 
 static const dtype_info dtypes[] = {
-  [TCC__V1__DTYPE__FLOAT32] = {"float32", 4, 1, 0, 1, 2},
-  [TCC__V1__DTYPE__FLOAT64] = {"float64", 8, 1, 0, 1, 3},
-  [TCC__V1__DTYPE__FLOAT16] = {"float16", 2, 1, 0, 1, 1},
-  [TCC__V1__DTYPE__BFLOAT16] = {"bfloat16", 2, 1, 0, 1, 1},
-  [TCC__V1__DTYPE__INT8] = {"int8", 1, 0, 1, 1, 1},
-  [TCC__V1__DTYPE__INT16] = {"int16", 2, 0, 1, 1, 2},
-  [TCC__V1__DTYPE__INT32] = {"int32", 4, 0, 1, 1, 3},
-  [TCC__V1__DTYPE__INT64] = {"int64", 8, 0, 1, 1, 4},
-  [TCC__V1__DTYPE__UINT8] = {"uint8", 1, 0, 1, 0, 1},
-  [TCC__V1__DTYPE__BOOL] = {"bool", 1, 0, 0, 0, 0},
+  [TCC__V1__DTYPE__FLOAT32] = {"float32", 1, 0, 1, 2},
+  [TCC__V1__DTYPE__FLOAT64] = {"float64", 1, 0, 1, 3},
+  [TCC__V1__DTYPE__FLOAT16] = {"float16", 1, 0, 1, 1},
+  [TCC__V1__DTYPE__BFLOAT16] = {"bfloat16", 1, 0, 1, 1},
+  [TCC__V1__DTYPE__INT8] = {"int8", 0, 1, 1, 1},
+  [TCC__V1__DTYPE__INT16] = {"int16", 0, 1, 1, 2},
+  [TCC__V1__DTYPE__INT32] = {"int32", 0, 1, 1, 3},
+  [TCC__V1__DTYPE__INT64] = {"int64", 0, 1, 1, 4},
+  [TCC__V1__DTYPE__UINT8] = {"uint8", 0, 1, 0, 1},
+  [TCC__V1__DTYPE__BOOL] = {"bool", 0, 0, 0, 0},
 };
 
 int tcc_dtype_valid(tcc_dtype d) {
   return d > 0 && d < (int)(sizeof dtypes / sizeof dtypes[0]) && dtypes[d].name;
 }
-
-int tcc_dtype_size(tcc_dtype d) { return tcc_dtype_valid(d) ? dtypes[d].size : 0; }
 
 const char *tcc_dtype_name(tcc_dtype d) {
   return tcc_dtype_valid(d) ? dtypes[d].name : "invalid";

@@ -33,6 +33,7 @@
 #include "arena.h"
 #include "compiler.h"
 #include "ops.h"
+#include "tcc_dtype.h"
 
 /* ------------------------------------------------------------ dtype.c */
 
@@ -41,8 +42,8 @@ typedef int tcc_dtype;
 
 /* 1 when d names a dtype this build knows (FLOAT32..BOOL). */
 int tcc_dtype_valid(tcc_dtype d);
-/* Element size in bytes (0 for an invalid dtype). */
-int tcc_dtype_size(tcc_dtype d);
+/* Element size in bytes (0 for an invalid dtype): tcc_dtype_size, from
+ * common/tcc_dtype.h (included above). */
 /* "float32", "int64", ...; "dtype(<n>)" style text is never returned:
  * invalid dtypes give "invalid". */
 const char *tcc_dtype_name(tcc_dtype d);

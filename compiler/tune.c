@@ -264,16 +264,6 @@ void tcc_bench_result_free(tcc_bench_result *r) {
 
 /* ------------------------------------------------------------ output check */
 
-/* Elements of a tensor's storage span (offset + last element + 1). */
-static int64_t storage_elems(const Tcc__V1__TensorMeta *m) {
-  int64_t last = 0;
-  for (size_t d = 0; d < m->n_sizes; d++) {
-    if (m->sizes[d] == 0) return 0;
-    last += (m->sizes[d] - 1) * (d < m->n_strides ? m->strides[d] : 0);
-  }
-  return m->storage_offset + last + 1;
-}
-
 static double load_float(const uint8_t *p, int dt) {
   switch (dt) {
   case TCC__V1__DTYPE__FLOAT32: { float f; memcpy(&f, p, 4); return f; }
@@ -312,7 +302,7 @@ int tcc_bench_compare(const uint8_t *manifest, size_t manifest_len, const tcc_be
     const Tcc__V1__TensorMeta *t = m->outputs[o];
     int dt = t->dtype;
     int es = tcc_dtype_size(dt);
-    int64_t n = storage_elems(t);
+    int64_t n = tcc_storage_elems(t->sizes, t->n_sizes, t->strides, t->n_strides, t->storage_offset);
     size_t bytes = (size_t)n * (size_t)es;
     if (off + bytes > ref->outputs_len) {
       rc = tcc_error_set(err, TCC_E_OUT_OF_RANGE, "output %zu is past the reported bytes", o);

@@ -63,6 +63,7 @@
 #include <unistd.h>
 
 #include "tcc/v1/tcc.pb-c.h"
+#include "tcc_dtype.h"
 #include "tcc_runtime.h" /* the CUDA loader */
 
 typedef int (*kernel_fn)(int, const void *const *, void *const *, void *);
@@ -79,22 +80,9 @@ static uint64_t rng_next(void) { /* splitmix64 */
 
 static double uniform(void) { return (double)(rng_next() >> 11) / 9007199254740992.0 * 2 - 1; }
 
-static int dtype_size(int dt) {
-  switch (dt) {
-  case TCC__V1__DTYPE__FLOAT64: case TCC__V1__DTYPE__INT64: return 8;
-  case TCC__V1__DTYPE__FLOAT32: case TCC__V1__DTYPE__INT32: return 4;
-  case TCC__V1__DTYPE__FLOAT16: case TCC__V1__DTYPE__BFLOAT16: case TCC__V1__DTYPE__INT16: return 2;
-  default: return 1;
-  }
-}
-
+/* Elements of a tensor's storage span (common/tcc_dtype.h). */
 static int64_t storage_elems(const Tcc__V1__TensorMeta *m) {
-  int64_t last = 0;
-  for (size_t d = 0; d < m->n_sizes; d++) {
-    if (m->sizes[d] == 0) return 0;
-    last += (m->sizes[d] - 1) * (d < m->n_strides ? m->strides[d] : 0);
-  }
-  return m->storage_offset + last + 1;
+  return tcc_storage_elems(m->sizes, m->n_sizes, m->strides, m->n_strides, m->storage_offset);
 }
 
 static void fill(uint8_t *p, int64_t n, int dt) {
@@ -123,7 +111,7 @@ static void fill(uint8_t *p, int64_t n, int dt) {
     case TCC__V1__DTYPE__BOOL: p[i] = (uint8_t)(rng_next() & 1); break;
     default: {
       int64_t v = (int64_t)(rng_next() & 3);
-      memcpy(p + i * dtype_size(dt), &v, (size_t)dtype_size(dt)); /* little-endian */
+      memcpy(p + i * tcc_dtype_size(dt), &v, (size_t)tcc_dtype_size(dt)); /* little-endian */
     }
     }
   }
@@ -301,7 +289,7 @@ static int cuda_bench(const Tcc__V1__Manifest *m, const char *cubin_path, const 
   for (int s = 0; s < sets; s++)
     for (size_t i = 0; i < nin; i++) {
       int64_t n = storage_elems(m->inputs[i]);
-      size_t bytes = (size_t)n * (size_t)dtype_size(m->inputs[i]->dtype);
+      size_t bytes = (size_t)n * (size_t)tcc_dtype_size(m->inputs[i]->dtype);
       uint8_t *host = xcalloc(bytes + 64);
       fill(host, n, m->inputs[i]->dtype);
       void *d = NULL;
@@ -313,7 +301,7 @@ static int cuda_bench(const Tcc__V1__Manifest *m, const char *cubin_path, const 
   void **out = xcalloc(sizeof *out * (nout + 1)), **host_out = xcalloc(sizeof *host_out * (nout + 1));
   size_t *out_bytes = xcalloc(sizeof *out_bytes * (nout + 1));
   for (size_t o = 0; o < nout; o++) {
-    out_bytes[o] = (size_t)storage_elems(m->outputs[o]) * (size_t)dtype_size(m->outputs[o]->dtype);
+    out_bytes[o] = (size_t)storage_elems(m->outputs[o]) * (size_t)tcc_dtype_size(m->outputs[o]->dtype);
     host_out[o] = xcalloc(out_bytes[o] + 64);
     if (tcc_rt_cuda_malloc(device, out_bytes[o] + 256, &out[o], &err)) return cuda_fail("output memory", &err);
   }
@@ -439,14 +427,14 @@ int main(int argc, char **argv) {
   for (int s = 0; s < sets; s++)
     for (size_t i = 0; i < nin; i++) {
       int64_t n = storage_elems(m->inputs[i]);
-      uint8_t *p = xcalloc((size_t)n * (size_t)dtype_size(m->inputs[i]->dtype) + 64);
+      uint8_t *p = xcalloc((size_t)n * (size_t)tcc_dtype_size(m->inputs[i]->dtype) + 64);
       fill(p, n, m->inputs[i]->dtype);
       in[(size_t)s * nin + i] = p;
     }
   void **out = xcalloc(sizeof *out * (nout + 1));
   size_t *out_bytes = xcalloc(sizeof *out_bytes * (nout + 1));
   for (size_t o = 0; o < nout; o++) {
-    out_bytes[o] = (size_t)storage_elems(m->outputs[o]) * (size_t)dtype_size(m->outputs[o]->dtype);
+    out_bytes[o] = (size_t)storage_elems(m->outputs[o]) * (size_t)tcc_dtype_size(m->outputs[o]->dtype);
     out[o] = xcalloc(out_bytes[o] + 64);
   }
   void *ws = NULL;

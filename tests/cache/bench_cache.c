@@ -23,6 +23,7 @@
 
 #include "cache.h"
 #include "cache_testutil.h"
+#include "tcctest.h"
 
 static double now_us(void) {
   struct timespec ts;
@@ -56,8 +57,8 @@ int main(int argc, char **argv) {
     fprintf(stderr, "usage: bench_cache [--full] [ENTRIES [SIZE [OPS]]]\n");
     return 2;
   }
-  tu_seed("bench_cache");
-  char *dir = tu_tempdir();
+  tt_seed("bench_cache");
+  char *dir = tt_tmpdir("cache-test");
   if (!dir) return 1;
   tcc_cache_options o = {.dir = dir, .max_bytes = (int64_t)(entries * size),
                          .synchronous_full = full};
@@ -73,7 +74,7 @@ int main(int argc, char **argv) {
   size_t head = 0;
   double fill0 = now_us();
   for (size_t i = 0; i < entries + ops; i++) {
-    tu_rand_bytes(art, size);
+    tt_rand_bytes(art, size);
     tcc_cache_entry *e = &ring[head];
     head = (head + 1) % entries;
     tcc_cache_entry_clear(e);
@@ -94,7 +95,7 @@ int main(int argc, char **argv) {
          (long long)st.counters[TCC_COUNTER_evictions]);
 
   for (size_t i = 0; i < ops; i++) {
-    tcc_cache_entry *e = &ring[tu_rand_range(0, entries - 1)], got;
+    tcc_cache_entry *e = &ring[tt_rand_range(0, entries - 1)], got;
     double t0 = now_us();
     if (tcc_cache_lookup(c, e->hash, e->key, e->key_len, &got, &err)) die("lookup", &err);
     t[i] = now_us() - t0;
@@ -103,7 +104,7 @@ int main(int argc, char **argv) {
   report("lookup", t, ops);
 
   for (size_t i = 0; i < ops; i++) {
-    tcc_cache_entry *e = &ring[tu_rand_range(0, entries - 1)];
+    tcc_cache_entry *e = &ring[tt_rand_range(0, entries - 1)];
     uint8_t *data = NULL;
     size_t n = 0;
     double t0 = now_us();
@@ -132,7 +133,7 @@ int main(int argc, char **argv) {
   free(ring);
   free(art);
   free(t);
-  tu_remove_tree(dir);
+  tt_remove_tree(dir);
   free(dir);
   return 0;
 }

@@ -21,8 +21,9 @@
 
 #include "cache.h"
 #include "cache_testutil.h"
+#include "tcctest.h"
 
-static int fail(const char *what, const tcc_error *err) {
+static int failed(const char *what, const tcc_error *err) {
   fprintf(stderr, "crash_writer: %s: %s (%s)\n", what, err->msg, tcc_status_name(err->code));
   return 1;
 }
@@ -41,18 +42,18 @@ static int write_entries(tcc_cache *c, long count) {
       art = prev;
       prev = NULL;
     } else {
-      len = (size_t)tu_rand_range(64, 16384);
+      len = (size_t)tt_rand_range(64, 16384);
       art = tu_random_artifact(len);
     }
     tcc_cache_entry e;
-    if (!art || tu_random_entry(&e, art, len, (double)tu_rand_range(1, 100000) / 10.0)) {
+    if (!art || tu_random_entry(&e, art, len, (double)tt_rand_range(1, 100000) / 10.0)) {
       fprintf(stderr, "crash_writer: out of memory\n");
       free(art);
       rc = 1;
       break;
     }
     if (tcc_cache_store(c, &e, art, len, &err)) {
-      rc = fail("store", &err);
+      rc = failed("store", &err);
       tcc_cache_entry_clear(&e);
       free(art);
       break;
@@ -65,17 +66,17 @@ static int write_entries(tcc_cache *c, long count) {
 
     if (i % 3 == 0) {
       tcc_cache_entry got;
-      if (tcc_cache_lookup(c, e.hash, e.key, e.key_len, &got, &err)) rc = fail("lookup", &err);
+      if (tcc_cache_lookup(c, e.hash, e.key, e.key_len, &got, &err)) rc = failed("lookup", &err);
       tcc_cache_entry_clear(&got);
       tcc_cache_count(c, TCC_COUNTER_hits, 1);
     }
     tcc_cache_count(c, TCC_COUNTER_compiles, 1);
-    if (!rc && i % 25 == 24 && tcc_cache_flush(c, &err)) rc = fail("flush", &err);
+    if (!rc && i % 25 == 24 && tcc_cache_flush(c, &err)) rc = failed("flush", &err);
     if (!rc && i % 10 == 5) {
       uint8_t *data = NULL;
       size_t n = 0;
       if (tcc_cache_read_artifact(c, e.artifact_sha256, &data, &n, &err))
-        rc = fail("read_artifact", &err);
+        rc = failed("read_artifact", &err);
       else if (n != len || memcmp(data, art, n) != 0)
         rc = 1, fprintf(stderr, "crash_writer: artifact read back differs\n");
       free(data);
@@ -95,10 +96,10 @@ int main(int argc, char **argv) {
     fprintf(stderr, "usage: crash_writer DIR|--tmp [COUNT]\n");
     return 2;
   }
-  tu_seed("crash_writer");
+  tt_seed("crash_writer");
   long count = argc == 3 ? strtol(argv[2], NULL, 10) : 0;
   bool scratch = strcmp(argv[1], "--tmp") == 0;
-  char *dir = scratch ? tu_tempdir() : strdup(argv[1]);
+  char *dir = scratch ? tt_tmpdir("cache-test") : strdup(argv[1]);
   if (!dir) {
     perror("crash_writer: directory");
     return 1;
@@ -106,10 +107,10 @@ int main(int argc, char **argv) {
   tcc_cache_options o = {.dir = dir};
   tcc_cache *c = NULL;
   tcc_error err = {0};
-  int rc = tcc_cache_open(&o, &c, &err) ? fail("open", &err) : write_entries(c, count);
-  if (c && !rc && tcc_cache_integrity_check(c, &err)) rc = fail("integrity_check", &err);
+  int rc = tcc_cache_open(&o, &c, &err) ? failed("open", &err) : write_entries(c, count);
+  if (c && !rc && tcc_cache_integrity_check(c, &err)) rc = failed("integrity_check", &err);
   tcc_cache_close(c);
-  if (scratch) tu_remove_tree(dir);
+  if (scratch) tt_remove_tree(dir);
   free(dir);
   return rc;
 }

@@ -21,19 +21,20 @@
 
 #include "cache.h"
 #include "cache_testutil.h"
+#include "tcctest.h"
 
 static char *dir;       /* this test's scratch directory */
 static char db_path[512];
 
 static void dir_setup(void) {
-  tu_seed("test_cache");
-  dir = tu_tempdir();
+  tt_seed("test_cache");
+  dir = tt_tmpdir("cache-test");
   ck_assert_msg(dir != NULL, "mkdtemp: %s", strerror(errno));
   snprintf(db_path, sizeof db_path, "%s/cache.db", dir);
 }
 
 static void dir_teardown(void) {
-  if (dir) tu_remove_tree(dir);
+  if (dir) tt_remove_tree(dir);
   free(dir);
   dir = NULL;
 }
@@ -87,12 +88,33 @@ static void raw_exec(sqlite3 *db, const char *sql) {
   sqlite3_free(msg);
 }
 
+/* A cache holding one random entry a (len bytes, compile_ms), turned into
+ * an older version by sql run on the closed file, then opened again,
+ * which migrates it. */
+static tcc_cache *downgraded(stored *a, size_t len, double compile_ms, const char *sql) {
+  tcc_cache *c = open_cache(0);
+  store_random(c, a, len, compile_ms);
+  tcc_cache_close(c);
+  sqlite3 *db = raw_open();
+  raw_exec(db, sql);
+  sqlite3_close(db);
+  return open_cache(0);
+}
+
 static int64_t raw_int(sqlite3 *db, const char *sql) {
   sqlite3_stmt *s = NULL;
   ck_assert_int_eq(sqlite3_prepare_v2(db, sql, -1, &s, NULL), SQLITE_OK);
   ck_assert_int_eq(sqlite3_step(s), SQLITE_ROW);
   int64_t v = sqlite3_column_int64(s, 0);
   sqlite3_finalize(s);
+  return v;
+}
+
+/* The closed cache file's schema version (PRAGMA user_version). */
+static int64_t file_version(void) {
+  sqlite3 *db = raw_open();
+  int64_t v = raw_int(db, "PRAGMA user_version");
+  sqlite3_close(db);
   return v;
 }
 
@@ -108,7 +130,7 @@ static void corrupt_blob(const uint8_t sha[TCC_SHA256_BYTES], size_t len) {
   uint8_t *data = malloc(len);
   memcpy(data, sqlite3_column_blob(s, 0), len);
   sqlite3_finalize(s);
-  data[tu_rand_range(0, len - 1)] ^= (uint8_t)(1u << tu_rand_range(0, 7));
+  data[tt_rand_range(0, len - 1)] ^= (uint8_t)(1u << tt_rand_range(0, 7));
   ck_assert_int_eq(sqlite3_prepare_v2(db, "UPDATE blobs SET data = ?2 WHERE sha256 = ?1", -1, &s,
                                       NULL), SQLITE_OK);
   sqlite3_bind_blob(s, 1, sha, TCC_SHA256_BYTES, SQLITE_STATIC);
@@ -175,8 +197,8 @@ static void assert_entry_equal(const tcc_cache_entry *got, const tcc_cache_entry
 START_TEST(test_store_lookup_reopen) {
   tcc_cache *c = open_cache(0);
   stored s;
-  size_t len = (size_t)tu_rand_range(1000, 40000);
-  double ms = (double)tu_rand_range(1, 1000000) / 7.0;
+  size_t len = (size_t)tt_rand_range(1000, 40000);
+  double ms = (double)tt_rand_range(1, 1000000) / 7.0;
   int64_t t0 = (int64_t)time(NULL);
   store_random(c, &s, len, ms);
   int64_t t1 = (int64_t)time(NULL);
@@ -192,7 +214,7 @@ START_TEST(test_store_lookup_reopen) {
   ck_assert_int_ge(got.last_used, got.created);
   tcc_cache_entry_clear(&got);
 
-  int n_hits = (int)tu_rand_range(2, 50);
+  int n_hits = (int)tt_rand_range(2, 50);
   for (int i = 1; i < n_hits; i++) {
     ck_assert_int_eq(tcc_cache_lookup(c, s.e.hash, s.e.key, s.e.key_len, &got, &err), 0);
     ck_assert_int_eq(got.hits, i + 1);
@@ -242,7 +264,7 @@ START_TEST(test_key_mismatch_is_miss) {
   /* Same length, one byte different. */
   uint8_t *other = malloc(s.e.key_len);
   memcpy(other, s.e.key, s.e.key_len);
-  other[tu_rand_range(0, s.e.key_len - 1)] ^= 0x40;
+  other[tt_rand_range(0, s.e.key_len - 1)] ^= 0x40;
   ck_assert_int_eq(tcc_cache_lookup(c, s.e.hash, other, s.e.key_len, &got, &err),
                    TCC_E_NOT_FOUND);
   ck_assert_ptr_nonnull(strstr(err.msg, "guard hash collision"));
@@ -253,7 +275,7 @@ START_TEST(test_key_mismatch_is_miss) {
   ck_assert_ptr_nonnull(strstr(err.msg, "guard hash collision"));
   /* An unknown hash is a plain miss. */
   uint8_t h[TCC_SHA256_BYTES];
-  tu_rand_bytes(h, sizeof h);
+  tt_rand_bytes(h, sizeof h);
   ck_assert_int_eq(tcc_cache_lookup(c, h, s.e.key, s.e.key_len, &got, &err), TCC_E_NOT_FOUND);
   ck_assert_ptr_null(strstr(err.msg, "collision"));
   /* Misses recorded no hit. */
@@ -271,7 +293,7 @@ START_TEST(test_read_artifact_roundtrip) {
   tcc_error err = {0};
   for (int i = 0; i < 8; i++) {
     stored s;
-    size_t len = (size_t)tu_rand_range(1, 200000);
+    size_t len = (size_t)tt_rand_range(1, 200000);
     store_random(c, &s, len, 3.0);
     uint8_t *data = NULL;
     size_t n = 0;
@@ -287,7 +309,7 @@ START_TEST(test_read_artifact_roundtrip) {
   }
   uint8_t unknown[TCC_SHA256_BYTES], *data = (uint8_t *)&err;
   size_t n = 7;
-  tu_rand_bytes(unknown, sizeof unknown);
+  tt_rand_bytes(unknown, sizeof unknown);
   ck_assert_int_eq(tcc_cache_read_artifact(c, unknown, &data, &n, &err), TCC_E_NOT_FOUND);
   ck_assert_ptr_null(data);
   ck_assert_uint_eq(n, 0);
@@ -298,8 +320,8 @@ END_TEST
 START_TEST(test_corrupt_blob) {
   tcc_cache *c = open_cache(0);
   stored bad, good;
-  store_random(c, &bad, (size_t)tu_rand_range(100, 50000), 40.0);
-  store_random(c, &good, (size_t)tu_rand_range(100, 50000), 40.0);
+  store_random(c, &bad, (size_t)tt_rand_range(100, 50000), 40.0);
+  store_random(c, &good, (size_t)tt_rand_range(100, 50000), 40.0);
   corrupt_blob(bad.e.artifact_sha256, bad.len);
 
   tcc_error err = {0};
@@ -346,12 +368,12 @@ START_TEST(test_eviction_by_budget) {
   bool valuable[N] = {false};
   /* VALUABLE random positions among the first N-2 (the hot one is 0). */
   for (int k = 0; k < VALUABLE;) {
-    int i = (int)tu_rand_range(1, N - 2);
+    int i = (int)tt_rand_range(1, N - 2);
     if (!valuable[i]) valuable[i] = true, k++;
   }
   tcc_error err = {0};
   for (int i = 0; i < N; i++) {
-    double ms = valuable[i] ? tu_rand_range(900, 5000) : tu_rand_range(1, 5);
+    double ms = valuable[i] ? tt_rand_range(900, 5000) : tt_rand_range(1, 5);
     store_random(c, &s[i], len, ms);
     if (i == 0) { /* a cheap entry made valuable by its hits (pending in memory) */
       for (int h = 0; h < 6000; h++) {
@@ -422,8 +444,8 @@ START_TEST(test_negative_cache) {
   tcc_cache *c = open_cache(0);
   tcc_error err = {0};
   uint8_t hash[TCC_SHA256_BYTES], key[40], other_key[40];
-  tu_rand_bytes(hash, sizeof hash);
-  tu_rand_bytes(key, sizeof key);
+  tt_rand_bytes(hash, sizeof hash);
+  tt_rand_bytes(key, sizeof key);
   memcpy(other_key, key, sizeof key);
   other_key[7] ^= 1;
   tcc_cache_failure f;
@@ -462,17 +484,12 @@ END_TEST
 /* A version-1 file (before the negative cache) is migrated on open, its
  * entries kept, and compile_seconds carried over from them. */
 START_TEST(test_migrate_from_v1) {
-  tcc_cache *c = open_cache(0);
   stored a;
-  store_random(c, &a, 2000, 1500);
-  tcc_cache_close(c);
-  sqlite3 *db = raw_open();
-  raw_exec(db, "DROP TABLE tuning; DROP TABLE failures;"
-               "DELETE FROM totals WHERE name = 'compile_seconds';"
-               "ALTER TABLE entries DROP COLUMN signature; ALTER TABLE entries DROP COLUMN key_id;"
-               "PRAGMA user_version = 1;");
-  sqlite3_close(db);
-  c = open_cache(0);
+  tcc_cache *c = downgraded(&a, 2000, 1500,
+                            "DROP TABLE tuning; DROP TABLE failures;"
+                            "DELETE FROM totals WHERE name = 'compile_seconds';"
+                            "ALTER TABLE entries DROP COLUMN signature; ALTER TABLE entries DROP COLUMN key_id;"
+                            "PRAGMA user_version = 1;");
   ck_assert(present(c, a.e.hash));
   tcc_cache_stats st = stats_of(c);
   ck_assert(st.compile_seconds > 1.49 && st.compile_seconds < 1.51);
@@ -480,9 +497,7 @@ START_TEST(test_migrate_from_v1) {
   ck_assert_int_eq(tcc_cache_store_failure(c, a.e.hash, a.e.key, a.e.key_len, "cpu",
                                            TCC_E_INTERNAL, "x", &err), 0);
   tcc_cache_close(c);
-  db = raw_open();
-  ck_assert_int_eq(raw_int(db, "PRAGMA user_version"), 4);
-  sqlite3_close(db);
+  ck_assert_int_eq(file_version(), 4);
   stored_free(&a);
 }
 END_TEST
@@ -491,16 +506,11 @@ END_TEST
  * are kept, unsigned; signatures stored afterwards round-trip, also in
  * lists. */
 START_TEST(test_migrate_from_v2) {
-  tcc_cache *c = open_cache(0);
   stored a;
-  store_random(c, &a, 1500, 20);
-  tcc_cache_close(c);
-  sqlite3 *db = raw_open();
-  raw_exec(db, "DROP TABLE tuning;"
-               "ALTER TABLE entries DROP COLUMN signature; ALTER TABLE entries DROP COLUMN key_id;"
-               "PRAGMA user_version = 2;");
-  sqlite3_close(db);
-  c = open_cache(0);
+  tcc_cache *c = downgraded(&a, 1500, 20,
+                            "DROP TABLE tuning;"
+                            "ALTER TABLE entries DROP COLUMN signature; ALTER TABLE entries DROP COLUMN key_id;"
+                            "PRAGMA user_version = 2;");
   tcc_error err = {0};
   tcc_cache_entry got;
   ck_assert_int_eq(tcc_cache_lookup(c, a.e.hash, a.e.key, a.e.key_len, &got, &err), 0);
@@ -511,9 +521,9 @@ START_TEST(test_migrate_from_v2) {
 
   stored b; /* a signed entry stored after the migration */
   store_random(c, &b, 900, 7);
-  tu_rand_bytes(b.e.signature, sizeof b.e.signature);
+  tt_rand_bytes(b.e.signature, sizeof b.e.signature);
   b.e.signature_len = sizeof b.e.signature;
-  snprintf(b.e.key_id, sizeof b.e.key_id, "%016llx", (unsigned long long)tu_rand());
+  snprintf(b.e.key_id, sizeof b.e.key_id, "%016llx", (unsigned long long)tt_rand());
   ck_assert_int_eq(tcc_cache_store(c, &b.e, b.artifact, b.len, &err), 0);
   tcc_cache_close(c);
   c = open_cache(0);
@@ -536,9 +546,7 @@ START_TEST(test_migrate_from_v2) {
   memset(b.e.key_id, 'a', sizeof b.e.key_id);
   ck_assert_int_eq(tcc_cache_store(c, &b.e, b.artifact, b.len, &err), TCC_E_INVALID_ARGUMENT);
   tcc_cache_close(c);
-  db = raw_open();
-  ck_assert_int_eq(raw_int(db, "PRAGMA user_version"), 4);
-  sqlite3_close(db);
+  ck_assert_int_eq(file_version(), 4);
   stored_free(&a);
   stored_free(&b);
 }
@@ -551,13 +559,13 @@ START_TEST(test_tuning_records) {
   tcc_cache *c = open_cache(0);
   tcc_error err = {0};
   uint8_t sig[TCC_SHA256_BYTES], other[TCC_SHA256_BYTES];
-  tu_rand_bytes(sig, sizeof sig);
+  tt_rand_bytes(sig, sizeof sig);
   memcpy(other, sig, sizeof sig);
-  other[tu_rand_range(0, sizeof other - 1)] ^= 0x10;
+  other[tt_rand_range(0, sizeof other - 1)] ^= 0x10;
   uint8_t rec[300], rec2[300];
-  size_t len = (size_t)tu_rand_range(1, sizeof rec), len2 = (size_t)tu_rand_range(1, sizeof rec2);
-  tu_rand_bytes(rec, len);
-  tu_rand_bytes(rec2, len2);
+  size_t len = (size_t)tt_rand_range(1, sizeof rec), len2 = (size_t)tt_rand_range(1, sizeof rec2);
+  tt_rand_bytes(rec, len);
+  tt_rand_bytes(rec2, len2);
   uint8_t *got = NULL;
   size_t n = 0;
   ck_assert_int_eq(tcc_cache_tuning_get(c, sig, "cpu:x86-64-v2", &got, &n, &err), TCC_E_NOT_FOUND);
@@ -587,29 +595,21 @@ END_TEST
 /* A version-3 file (before tuning records) is migrated on open: its
  * entries are kept and records can be stored. */
 START_TEST(test_migrate_from_v3) {
-  tcc_cache *c = open_cache(0);
   stored a;
-  store_random(c, &a, 1200, 30);
-  tcc_cache_close(c);
-  sqlite3 *db = raw_open();
-  raw_exec(db, "DROP TABLE tuning; PRAGMA user_version = 3;");
-  sqlite3_close(db);
-  c = open_cache(0);
+  tcc_cache *c = downgraded(&a, 1200, 30, "DROP TABLE tuning; PRAGMA user_version = 3;");
   ck_assert(present(c, a.e.hash));
   tcc_error err = {0};
   uint8_t sig[TCC_SHA256_BYTES], rec[16], *got = NULL;
   size_t n = 0;
-  tu_rand_bytes(sig, sizeof sig);
-  tu_rand_bytes(rec, sizeof rec);
+  tt_rand_bytes(sig, sizeof sig);
+  tt_rand_bytes(rec, sizeof rec);
   ck_assert_int_eq(stats_of(c).tuning_records, 0);
   ck_assert_int_eq(tcc_cache_tuning_put(c, sig, "cpu", rec, sizeof rec, &err), 0);
   ck_assert_int_eq(tcc_cache_tuning_get(c, sig, "cpu", &got, &n, &err), 0);
   ck_assert_mem_eq(got, rec, sizeof rec);
   free(got);
   tcc_cache_close(c);
-  db = raw_open();
-  ck_assert_int_eq(raw_int(db, "PRAGMA user_version"), 4);
-  sqlite3_close(db);
+  ck_assert_int_eq(file_version(), 4);
   stored_free(&a);
 }
 END_TEST
@@ -619,7 +619,7 @@ END_TEST
 START_TEST(test_imported_store) {
   tcc_cache *c = open_cache(0);
   stored a;
-  double ms = (double)tu_rand_range(1000, 9000);
+  double ms = (double)tt_rand_range(1000, 9000);
   store_random(c, &a, 700, ms);
   double before = stats_of(c).compile_seconds;
   ck_assert(before > ms / 1000.0 - 1e-9 && before < ms / 1000.0 + 1e-9);
@@ -641,7 +641,7 @@ END_TEST
 
 START_TEST(test_shared_blob) {
   tcc_cache *c = open_cache(0);
-  size_t len = (size_t)tu_rand_range(1000, 30000);
+  size_t len = (size_t)tt_rand_range(1000, 30000);
   uint8_t *art = tu_random_artifact(len);
   tcc_cache_entry e1, e2;
   tu_random_entry(&e1, art, len, 10);
@@ -719,7 +719,7 @@ START_TEST(test_store_rejects_bad_digest) {
   uint8_t *art = tu_random_artifact(len);
   tcc_cache_entry e;
   tu_random_entry(&e, art, len, 1);
-  e.artifact_sha256[tu_rand_range(0, 31)] ^= 1;
+  e.artifact_sha256[tt_rand_range(0, 31)] ^= 1;
   tcc_error err = {0};
   ck_assert_int_eq(tcc_cache_store(c, &e, art, len, &err), TCC_E_INVALID_ARGUMENT);
   ck_assert_ptr_nonnull(strstr(err.msg, "does not match"));
@@ -831,10 +831,10 @@ START_TEST(test_list_ordering) {
   tcc_error err = {0};
   int64_t base = (int64_t)time(NULL) - 50000;
   for (int i = 0; i < N; i++) {
-    store_random(c, &s[i], (size_t)tu_rand_range(100, 9000), 1);
-    set_entry_int(s[i].e.hash, "created", base + (int64_t)tu_rand_range(0, 40000));
-    set_entry_int(s[i].e.hash, "last_used", base + (int64_t)tu_rand_range(0, 40000));
-    int hits = (int)tu_rand_range(0, 20);
+    store_random(c, &s[i], (size_t)tt_rand_range(100, 9000), 1);
+    set_entry_int(s[i].e.hash, "created", base + (int64_t)tt_rand_range(0, 40000));
+    set_entry_int(s[i].e.hash, "last_used", base + (int64_t)tt_rand_range(0, 40000));
+    int hits = (int)tt_rand_range(0, 20);
     for (int h = 0; h < hits; h++) {
       tcc_cache_entry got;
       ck_assert_int_eq(tcc_cache_lookup(c, s[i].e.hash, s[i].e.key, s[i].e.key_len, &got, &err), 0);
@@ -886,7 +886,7 @@ START_TEST(test_counters_persist) {
   int64_t want[TCC_COUNTER__COUNT] = {0};
   for (int round = 0; round < 3; round++) {
     for (int i = 0; i < TCC_COUNTER__COUNT; i++) {
-      int64_t d = (int64_t)tu_rand_range(1, 100000);
+      int64_t d = (int64_t)tt_rand_range(1, 100000);
       tcc_cache_count(c, (tcc_cache_counter)i, d);
       want[i] += d;
     }
@@ -959,7 +959,7 @@ START_TEST(test_unusable_dir) {
 END_TEST
 
 START_TEST(test_garbage_file) {
-  size_t n = (size_t)tu_rand_range(100, 20000);
+  size_t n = (size_t)tt_rand_range(100, 20000);
   uint8_t *junk = tu_random_artifact(n);
   FILE *f = fopen(db_path, "wb");
   ck_assert_ptr_nonnull(f);
@@ -985,7 +985,7 @@ END_TEST
 START_TEST(test_newer_schema) {
   tcc_cache_close(open_cache(0));
   sqlite3 *db = raw_open();
-  int v = (int)tu_rand_range(5, 1000); /* the current version is 4 */
+  int v = (int)tt_rand_range(5, 1000); /* the current version is 4 */
   char sql[64];
   snprintf(sql, sizeof sql, "PRAGMA user_version = %d", v);
   raw_exec(db, sql);
@@ -1138,9 +1138,5 @@ static Suite *cache_suite(void) {
 }
 
 int main(void) {
-  SRunner *sr = srunner_create(cache_suite());
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+  return tt_run_suite(cache_suite(), 0);
 }

@@ -26,6 +26,7 @@
 
 #include "cache.h"
 #include "cache_testutil.h"
+#include "tcctest.h"
 
 extern char **environ;
 
@@ -115,13 +116,13 @@ static void verify_ack(tcc_cache *c, const ack *a) {
 }
 
 START_TEST(test_kill9_keeps_acked_entries) {
-  tu_seed("test_crash");
+  tt_seed("test_crash");
   const char *writer = getenv("TCC_CRASH_WRITER");
   ck_assert_msg(writer && *writer, "set TCC_CRASH_WRITER to the crash_writer binary");
   const char *r_env = getenv("TCC_CRASH_ROUNDS");
   int rounds = r_env && *r_env ? atoi(r_env) : 25;
   ck_assert_int_ge(rounds, 1);
-  char *dir = tu_tempdir();
+  char *dir = tt_tmpdir("cache-test");
   ck_assert_ptr_nonnull(dir);
 
   ack_list acks = {0};
@@ -129,7 +130,7 @@ START_TEST(test_kill9_keeps_acked_entries) {
   int killed_mid_run = 0;
   for (int round = 0; round < rounds; round++) {
     size_t first_new = acks.n, len = 0;
-    int64_t delay = (int64_t)tu_rand_range(0, 200);
+    int64_t delay = (int64_t)tt_rand_range(0, 200);
     int fds[2];
     ck_assert_int_eq(pipe(fds), 0);
     posix_spawn_file_actions_t fa;
@@ -160,7 +161,7 @@ START_TEST(test_kill9_keeps_acked_entries) {
     bool last = round == rounds - 1;
     for (size_t i = last ? 0 : first_new; i < acks.n; i++) verify_ack(c, &acks.v[i]);
     for (int k = 0; !last && first_new > 0 && k < 50; k++)
-      verify_ack(c, &acks.v[tu_rand_range(0, first_new - 1)]);
+      verify_ack(c, &acks.v[tt_rand_range(0, first_new - 1)]);
     tcc_cache_stats st;
     ck_assert_int_eq(tcc_cache_stats_get(c, &st, &err), 0);
     ck_assert_int_ge(st.entries, (int64_t)acks.n); /* unacked commits may exist too */
@@ -171,20 +172,11 @@ START_TEST(test_kill9_keeps_acked_entries) {
   ck_assert_msg(killed_mid_run >= rounds / 2, "only %d of %d rounds stored anything",
                 killed_mid_run, rounds);
   free(acks.v);
-  tu_remove_tree(dir);
+  tt_remove_tree(dir);
   free(dir);
 }
 END_TEST
 
 int main(void) {
-  Suite *s = suite_create("cache_crash");
-  TCase *t = tcase_create("kill9");
-  tcase_set_timeout(t, 600);
-  tcase_add_test(t, test_kill9_keeps_acked_entries);
-  suite_add_tcase(s, t);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+  return tt_run_tests("cache_crash", 600, 0, (const TTest *[]){test_kill9_keeps_acked_entries, NULL});
 }

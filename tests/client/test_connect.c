@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "tccclient.h"
+#include "tcctest.h"
 
 #if defined(__has_include)
 #if __has_include(<valgrind/valgrind.h>)
@@ -221,19 +222,12 @@ START_TEST(unresolvable_host_is_unavailable) {
 END_TEST
 
 int main(void) {
-  Suite *s = suite_create("connect");
-  TCase *tc = tcase_create("unavailable");
-  tcase_set_timeout(tc, 30);
-  tcase_add_test(tc, nothing_listening_is_unavailable_within_timeout);
-  tcase_add_test(tc, default_address_from_environment);
-  tcase_add_test(tc, unresolvable_host_is_unavailable);
-  tcase_add_test(tc, refused_is_unavailable_at_once);
-  tcase_add_test(tc, silent_peer_waits_for_the_connect_timeout);
-  tcase_add_test(tc, addresses_are_checked);
-  suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+  return tt_run_tests("connect", 30, 0, (const TTest *[]){
+      nothing_listening_is_unavailable_within_timeout,
+      default_address_from_environment,
+      unresolvable_host_is_unavailable,
+      refused_is_unavailable_at_once,
+      silent_peer_waits_for_the_connect_timeout,
+      addresses_are_checked,
+      NULL});
 }

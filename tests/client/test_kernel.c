@@ -20,6 +20,7 @@
 
 #include "tcc_config.h"
 #include "tccclient.h"
+#include "tcctest.h"
 #include "testutil.h"
 
 /* ------------------------------------------------------------------ */
@@ -28,7 +29,7 @@ START_TEST(load_run_unload) {
   size_t len;
   uint8_t *so = tu_build_kernel("TCC_MARK_LOAD", NULL, &len);
   char hex[TCC_SHA256_HEX];
-  tu_digest_hex(so, len, hex);
+  tt_sha256_hex(so, len, hex);
   tu_manifest tm;
   tu_manifest_init(&tm, "tcc_entry", 1);
   unsetenv("TCC_MARK_LOAD");
@@ -64,7 +65,7 @@ START_TEST(digest_mismatch_refused_before_dlopen) {
   size_t len;
   uint8_t *so = tu_build_kernel("TCC_MARK_DIGEST", NULL, &len);
   char hex[TCC_SHA256_HEX], wrong[TCC_SHA256_HEX];
-  tu_digest_hex(so, len, hex);
+  tt_sha256_hex(so, len, hex);
   memcpy(wrong, hex, sizeof hex);
   wrong[10] = wrong[10] == '0' ? '1' : '0';
   tu_manifest tm;
@@ -96,7 +97,7 @@ START_TEST(wrong_entry_symbol_refused) {
   size_t len;
   uint8_t *so = tu_build_kernel("TCC_MARK_ENTRY", NULL, &len);
   char hex[TCC_SHA256_HEX];
-  tu_digest_hex(so, len, hex);
+  tt_sha256_hex(so, len, hex);
   tu_manifest tm;
   tu_manifest_init(&tm, "tcc_entry_nope", 1);
   tcc_kernel *k = (tcc_kernel *)0x1;
@@ -128,7 +129,7 @@ START_TEST(abi_version_mismatch_refused) {
   size_t len;
   uint8_t *so = tu_build_kernel("TCC_MARK_ABI", NULL, &len);
   char hex[TCC_SHA256_HEX];
-  tu_digest_hex(so, len, hex);
+  tt_sha256_hex(so, len, hex);
   unsetenv("TCC_MARK_ABI");
   unsigned versions[] = {0, 2, 99};
   for (int i = 0; i < 3; i++) {
@@ -149,10 +150,10 @@ START_TEST(not_a_shared_object_refused) {
   tu_manifest tm;
   tu_manifest_init(&tm, "tcc_entry", 1);
   uint8_t junk[200];
-  for (size_t i = 0; i < sizeof junk; i++) junk[i] = (uint8_t)rand_r(tu_seed("test_kernel"));
+  for (size_t i = 0; i < sizeof junk; i++) junk[i] = (uint8_t)tt_rand();
   junk[0] = 'X';
   char hex[TCC_SHA256_HEX];
-  tu_digest_hex(junk, sizeof junk, hex);
+  tt_sha256_hex(junk, sizeof junk, hex);
   tcc_kernel *k = NULL;
   tcc_error err = {0};
   ck_assert_int_eq(tcc_kernel_load(junk, sizeof junk, hex, &tm.m, &k, &err), TCC_E_FAILED_PRECONDITION);
@@ -162,13 +163,13 @@ START_TEST(not_a_shared_object_refused) {
   memcpy(junk, "\x7f" "ELF", 4);
   junk[18] = 190;
   junk[19] = 0;
-  tu_digest_hex(junk, sizeof junk, hex);
+  tt_sha256_hex(junk, sizeof junk, hex);
   ck_assert_int_eq(tcc_kernel_load(junk, sizeof junk, hex, &tm.m, &k, &err), TCC_E_UNIMPLEMENTED);
   ck_assert_ptr_nonnull(strstr(err.msg, "cubin"));
 
   /* An ELF header but garbage after it: dlopen refuses, we report it. */
   junk[18] = 62; /* EM_X86_64 */
-  tu_digest_hex(junk, sizeof junk, hex);
+  tt_sha256_hex(junk, sizeof junk, hex);
   ck_assert_int_eq(tcc_kernel_load(junk, sizeof junk, hex, &tm.m, &k, &err), TCC_E_FAILED_PRECONDITION);
   ck_assert_ptr_nonnull(strstr(err.msg, "dlopen"));
   ck_assert_ptr_null(k);
@@ -182,8 +183,8 @@ START_TEST(distinct_kernels_never_confused) {
   uint8_t *a = tu_build_kernel("TCC_MARK_A", NULL, &la);
   uint8_t *b = tu_build_kernel("TCC_MARK_B", "-DDOUBLE_IT", &lb);
   char ha[TCC_SHA256_HEX], hb[TCC_SHA256_HEX];
-  tu_digest_hex(a, la, ha);
-  tu_digest_hex(b, lb, hb);
+  tt_sha256_hex(a, la, ha);
+  tt_sha256_hex(b, lb, hb);
   tu_manifest tm;
   tu_manifest_init(&tm, "tcc_entry", 1);
   tcc_error err = {0};
@@ -208,7 +209,7 @@ START_TEST(bytes_api_and_workspace) {
   size_t len;
   uint8_t *so = tu_build_kernel("TCC_MARK_BYTES", NULL, &len);
   char hex[TCC_SHA256_HEX];
-  tu_digest_hex(so, len, hex);
+  tt_sha256_hex(so, len, hex);
   tu_manifest tm;
   tu_manifest_init(&tm, "tcc_entry", 1);
   tm.m.workspace_bytes = 64;
@@ -255,11 +256,8 @@ static Suite *kernel_suite(void) {
 }
 
 int main(void) {
-  tu_seed("test_kernel");
-  SRunner *sr = srunner_create(kernel_suite());
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
+  tt_seed("test_kernel");
+  int rc = tt_run_suite(kernel_suite(), 0);
   rmdir(tu_tmpdir());
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+  return rc;
 }

@@ -18,6 +18,7 @@
 #include "client_internal.h"
 #include "fake_tccd.h"
 #include "tccclient.h"
+#include "tcctest.h"
 #include "testutil.h"
 
 #define GUARD "5eed5eed00112233445566778899aabbccddeeff00112233445566778899aabb"
@@ -187,7 +188,7 @@ START_TEST(artifact_dir_serves_and_repairs) {
   free(data);
   ck_assert_int_eq(fake->fetch_calls, 1);
   size_t flen;
-  char *file = tu_read_file(path, &flen); /* stored under its digest */
+  char *file = tt_read_file(path, &flen); /* stored under its digest */
   ck_assert_ptr_nonnull(file);
   ck_assert(flen == so_len && memcmp(file, so, flen) == 0);
   free(file);
@@ -207,7 +208,7 @@ START_TEST(artifact_dir_serves_and_repairs) {
   ck_assert(len == so_len && memcmp(data, so, len) == 0);
   free(data);
   ck_assert_int_eq(fake->fetch_calls, 2);
-  file = tu_read_file(path, &flen);
+  file = tt_read_file(path, &flen);
   ck_assert(flen == so_len && memcmp(file, so, flen) == 0);
   free(file);
 
@@ -479,17 +480,16 @@ START_TEST(sign_and_verify_primitives) {
   ck_assert_str_eq(keys.keys[0].key_id, key.key_id);
   ck_assert_uint_eq(strlen(key.key_id), 16);
 
-  unsigned *seed = tu_seed("sign_and_verify_primitives");
   uint8_t guard[32], sha[32], manifest[300], sig[64];
-  for (size_t i = 0; i < 32; i++) guard[i] = (uint8_t)rand_r(seed), sha[i] = (uint8_t)rand_r(seed);
-  for (size_t i = 0; i < sizeof manifest; i++) manifest[i] = (uint8_t)rand_r(seed);
+  for (size_t i = 0; i < 32; i++) guard[i] = (uint8_t)tt_rand(), sha[i] = (uint8_t)tt_rand();
+  for (size_t i = 0; i < sizeof manifest; i++) manifest[i] = (uint8_t)tt_rand();
   tcc_artifact_sign(&key, guard, sha, manifest, sizeof manifest, sig);
   ck_assert_int_eq(tcc_artifact_verify(&keys, key.key_id, guard, sha, manifest, sizeof manifest, sig, 64, &err), 0);
   uint8_t *fields[] = {guard, sha, manifest, sig};
   size_t lens[] = {32, 32, sizeof manifest, 64};
   for (int f = 0; f < 4; f++) { /* any one bit anywhere breaks it */
-    size_t at = (size_t)rand_r(seed) % lens[f];
-    fields[f][at] ^= (uint8_t)(1u << (rand_r(seed) % 8));
+    size_t at = (size_t)tt_rand() % lens[f];
+    fields[f][at] ^= (uint8_t)(1u << (tt_rand() % 8));
     ck_assert_int_eq(tcc_artifact_verify(&keys, key.key_id, guard, sha, manifest, sizeof manifest, sig, 64, &err),
                      TCC_E_PERMISSION_DENIED);
     ck_assert_msg(strstr(err.msg, "artifact signature invalid"), "%s", err.msg);
@@ -729,29 +729,23 @@ START_TEST(one_client_many_threads) {
 END_TEST
 
 int main(void) {
-  tu_seed("test_rpc");
-  Suite *s = suite_create("rpc");
-  TCase *tc = tcase_create("fake tccd");
-  tcase_set_timeout(tc, 120);
-  tcase_add_test(tc, get_kernel_end_to_end);
-  tcase_add_test(tc, fetch_by_digest_and_by_guard_hash);
-  tcase_add_test(tc, fetch_detects_corruption);
-  tcase_add_test(tc, artifact_dir_serves_and_repairs);
-  tcase_add_test(tc, admin_calls_and_statuses);
-  tcase_add_test(tc, deadline_is_enforced);
-  tcase_add_test(tc, byte_level_api);
-  tcase_add_test(tc, one_client_many_threads);
-  tcase_add_test(tc, daemon_gone_is_unavailable_not_a_hang);
-  tcase_add_test(tc, daemon_gone_mid_call_is_unavailable);
-  tcase_add_test(tc, fetch_entry_verifies_signatures);
-  tcase_add_test(tc, signatures_are_checked_before_loading);
-  tcase_add_test(tc, sign_and_verify_primitives);
-  suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
+  tt_seed("test_rpc");
+  int rc = tt_run_tests("rpc", 120, 0, (const TTest *[]){
+      get_kernel_end_to_end,
+      fetch_by_digest_and_by_guard_hash,
+      fetch_detects_corruption,
+      artifact_dir_serves_and_repairs,
+      admin_calls_and_statuses,
+      deadline_is_enforced,
+      byte_level_api,
+      one_client_many_threads,
+      daemon_gone_is_unavailable_not_a_hang,
+      daemon_gone_mid_call_is_unavailable,
+      fetch_entry_verifies_signatures,
+      signatures_are_checked_before_loading,
+      sign_and_verify_primitives,
+      NULL});
   tcc_client_library_shutdown();
   rmdir(tu_tmpdir());
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+  return rc;
 }

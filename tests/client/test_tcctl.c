@@ -17,10 +17,11 @@
 #include <unistd.h>
 
 #include "fake_tccd.h"
+#include "tcctest.h"
 #include "testutil.h"
 
 #define GUARD "5eed5eed00112233445566778899aabbccddeeff00112233445566778899aabb"
-#define SIN_COS TCC_TEST_GRAPHS_DIR "/sin_cos.json"
+#define SIN_COS tt_graph_path("sin_cos.json")
 
 static uint8_t *so;
 static size_t so_len;
@@ -69,9 +70,9 @@ static run_result tcctl_at(const char *addr, const char *stdin_path, ...) {
   snprintf(out, sizeof out, "%s/tcctl.out", tu_tmpdir());
   snprintf(err, sizeof err, "%s/tcctl.err", tu_tmpdir());
   run_result r;
-  r.status = tu_run(argv, stdin_path, out, err);
-  r.out = tu_read_file(out, NULL);
-  r.err = tu_read_file(err, NULL);
+  r.status = tt_run(argv, stdin_path, out, err);
+  r.out = tt_read_file(out, NULL);
+  r.err = tt_read_file(err, NULL);
   ck_assert(r.out && r.err);
   unlink(out);
   unlink(err);
@@ -307,7 +308,7 @@ START_TEST(fetch_gc_health) {
   run_result r = TCCTL("fetch", "5eed5eed", out);
   expect_ok(&r);
   size_t len;
-  char *data = tu_read_file(out, &len);
+  char *data = tt_read_file(out, &len);
   ck_assert(data && len == so_len && memcmp(data, so, len) == 0);
   free(data);
   char want[1024];
@@ -583,23 +584,17 @@ START_TEST(usage_and_unreachable) {
 END_TEST
 
 int main(void) {
-  tu_seed("test_tcctl");
-  Suite *s = suite_create("tcctl");
-  TCase *tc = tcase_create("fake tccd");
-  tcase_set_timeout(tc, 120);
-  tcase_add_test(tc, stats);
-  tcase_add_test(tc, compile);
-  tcase_add_test(tc, ls_show_evict);
-  tcase_add_test(tc, fetch_gc_health);
-  tcase_add_test(tc, usage_and_unreachable);
-  tcase_add_test(tc, keygen_and_signatures);
-  tcase_add_test(tc, fetch_verifies_signatures);
-  tcase_add_test(tc, bad_addresses_are_usage_errors);
-  suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
+  tt_seed("test_tcctl");
+  int rc = tt_run_tests("tcctl", 120, 0, (const TTest *[]){
+      stats,
+      compile,
+      ls_show_evict,
+      fetch_gc_health,
+      usage_and_unreachable,
+      keygen_and_signatures,
+      fetch_verifies_signatures,
+      bad_addresses_are_usage_errors,
+      NULL});
   rmdir(tu_tmpdir());
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+  return rc;
 }

@@ -2,16 +2,14 @@
 #include "testutil.h"
 
 #include <check.h>
-#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "tcc_config.h"
+#include "tcctest.h"
 
 static const char kernel_src[] =
     "#include <math.h>\n"
@@ -35,65 +33,12 @@ static const char kernel_src[] =
     "}\n";
 
 const char *tu_tmpdir(void) {
-  static char dir[256];
-  if (!dir[0]) {
-    const char *base = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
-    snprintf(dir, sizeof dir, "%s/tcc-client-test-XXXXXX", base);
-    if (!mkdtemp(dir)) {
-      perror("mkdtemp");
-      abort();
-    }
+  static char *dir;
+  if (!dir && !(dir = tt_tmpdir("client-test"))) {
+    perror("mkdtemp");
+    abort();
   }
   return dir;
-}
-
-unsigned *tu_seed(const char *test_name) {
-  static unsigned seed;
-  static int printed;
-  if (!printed) {
-    const char *env = getenv("TCC_TEST_SEED");
-    seed = env ? (unsigned)strtoul(env, NULL, 10) : (unsigned)time(NULL) ^ (unsigned)getpid();
-    fprintf(stderr, "%s: seed %u (TCC_TEST_SEED to replay)\n", test_name, seed);
-    printed = 1;
-  }
-  return &seed;
-}
-
-int tu_run(char *const argv[], const char *stdin_path, const char *stdout_path, const char *stderr_path) {
-  fflush(NULL);
-  pid_t pid = fork();
-  if (pid == 0) {
-    const char *paths[3] = {stdin_path, stdout_path, stderr_path};
-    for (int fd = 0; fd < 3; fd++) {
-      if (!paths[fd]) continue;
-      int f = fd == 0 ? open(paths[fd], O_RDONLY) : open(paths[fd], O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      if (f < 0 || dup2(f, fd) < 0) _exit(126);
-      close(f);
-    }
-    execvp(argv[0], argv);
-    _exit(127);
-  }
-  int st;
-  if (pid < 0 || waitpid(pid, &st, 0) != pid) return -1;
-  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
-char *tu_read_file(const char *path, size_t *len) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char *buf = malloc((size_t)n + 1);
-  if (fread(buf, 1, (size_t)n, f) != (size_t)n) {
-    free(buf);
-    fclose(f);
-    return NULL;
-  }
-  buf[n] = '\0';
-  fclose(f);
-  if (len) *len = (size_t)n;
-  return buf;
 }
 
 uint8_t *tu_build_kernel(const char *marker, const char *extra_define, size_t *len) {
@@ -108,18 +53,12 @@ uint8_t *tu_build_kernel(const char *marker, const char *extra_define, size_t *l
   fclose(f);
   char *argv[] = {(char *)TCC_CC_DEFAULT, "-shared", "-fPIC", "-O2", mdef, ndef,
                   (char *)(extra_define ? extra_define : "-DUNUSED_DEFINE"), "-o", so, src, "-lm", NULL};
-  ck_assert_int_eq(tu_run(argv, NULL, NULL, NULL), 0);
-  uint8_t *data = (uint8_t *)tu_read_file(so, len);
+  ck_assert_int_eq(tt_run(argv, NULL, NULL, NULL), 0);
+  uint8_t *data = (uint8_t *)tt_read_file(so, len);
   ck_assert_ptr_nonnull(data);
   unlink(src);
   unlink(so);
   return data;
-}
-
-void tu_digest_hex(const uint8_t *data, size_t len, char out[TCC_SHA256_HEX]) {
-  uint8_t d[TCC_SHA256_BYTES];
-  tcc_sha256(data, len, d);
-  tcc_hex_encode(d, sizeof d, out);
 }
 
 void tu_manifest_init(tu_manifest *t, const char *entry, unsigned abi) {
@@ -155,11 +94,10 @@ void tu_manifest_init(tu_manifest *t, const char *entry, unsigned abi) {
 }
 
 void tu_run_and_check(tcc_kernel *k, int doubled) {
-  unsigned *seed = tu_seed("client test");
   float x[TU_N], y[TU_N], out[TU_N];
   for (int i = 0; i < TU_N; i++) {
-    x[i] = (float)(-6.0 + 12.0 * rand_r(seed) / RAND_MAX);
-    y[i] = (float)(-6.0 + 12.0 * rand_r(seed) / RAND_MAX);
+    x[i] = (float)tt_uniform(-6.0, 6.0);
+    y[i] = (float)tt_uniform(-6.0, 6.0);
     out[i] = NAN;
   }
   const void *ins[] = {x, y};

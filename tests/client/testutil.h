@@ -1,7 +1,8 @@
 /*
- * testutil.h — helpers the client tests share: build a test kernel (a
- * shared object implementing tcc_entry) with the system C compiler, its
- * manifest, digests, and a float64 reference check.
+ * testutil.h — what the client tests share beyond tests/support
+ * (tcctest.h): build a test kernel (a shared object implementing
+ * tcc_entry) with the system C compiler, its manifest, and a float64
+ * reference check.
  *
  * The kernel: out0[i] = sin(x[i]) + cos(y[i]) over TU_N float32 elements
  * (out0 = 2 x with -DDOUBLE_IT); its constructor sets the environment
@@ -21,14 +22,9 @@
 /* A private temporary directory for this process (created once). */
 const char *tu_tmpdir(void);
 
-/* Seeds from TCC_TEST_SEED or the clock, printing the seed once. */
-unsigned *tu_seed(const char *test_name);
-
 /* Builds the test kernel; returns the .so bytes (malloc'd). Aborts the
  * test (Check) when the compiler fails. */
 uint8_t *tu_build_kernel(const char *marker, const char *extra_define, size_t *len);
-
-void tu_digest_hex(const uint8_t *data, size_t len, char out[TCC_SHA256_HEX]);
 
 /* A manifest for the test kernel: two float32[TU_N] inputs, one output. */
 typedef struct tu_manifest {
@@ -45,13 +41,5 @@ void tu_manifest_init(tu_manifest *t, const char *entry, unsigned abi);
 /* Runs k on fresh random inputs and checks out0 against the float64
  * reference (sin + cos, or 2x when doubled). */
 void tu_run_and_check(tcc_kernel *k, int doubled);
-
-/* Runs argv (fork/exec); returns the exit status, or -1. stdout_path and
- * stderr_path (optional) receive the streams; stdin_path (optional) feeds
- * stdin. */
-int tu_run(char *const argv[], const char *stdin_path, const char *stdout_path, const char *stderr_path);
-
-/* Reads a whole file (malloc'd, NUL-terminated); NULL if unreadable. */
-char *tu_read_file(const char *path, size_t *len);
 
 #endif

@@ -14,45 +14,17 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "pbjson.h"
 #include "pbjson_test.pb-c.h"
 #include "tcc/v1/tcc.pb-c.h"
+#include "tcctest.h"
 
 /* ---------------------------------------------------------- helpers */
 
-static uint64_t rng_state;
+static uint64_t rnd(void) { return tt_rand(); }
 
-static uint64_t rnd(void) { /* xorshift64* */
-  rng_state ^= rng_state >> 12;
-  rng_state ^= rng_state << 25;
-  rng_state ^= rng_state >> 27;
-  return rng_state * 2685821657736338717ULL;
-}
-
-static void seed_once(void) {
-  if (rng_state) return;
-  const char *env = getenv("TCC_TEST_SEED");
-  uint64_t seed = env ? strtoull(env, NULL, 10) : (uint64_t)time(NULL) ^ (uint64_t)clock();
-  if (!seed) seed = 1;
-  fprintf(stderr, "test_pbjson: seed %llu (TCC_TEST_SEED to replay)\n", (unsigned long long)seed);
-  rng_state = seed;
-}
-
-static char *read_file(const char *path, size_t *len) {
-  FILE *f = fopen(path, "rb");
-  ck_assert_msg(f != NULL, "cannot open %s", path);
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char *buf = malloc((size_t)n + 1);
-  ck_assert_int_eq(fread(buf, 1, (size_t)n, f), (size_t)n);
-  buf[n] = '\0';
-  fclose(f);
-  *len = (size_t)n;
-  return buf;
-}
+static void seed_once(void) { tt_seed("test_pbjson"); }
 
 /* Packs m into a malloc'd buffer. */
 static uint8_t *pack(const ProtobufCMessage *m, size_t *len) {
@@ -203,7 +175,8 @@ static Tcctest__AllKinds *rand_all_kinds(void) {
 
 START_TEST(sin_cos_round_trip) {
   size_t len;
-  char *json = read_file(TCC_TEST_GRAPHS_DIR "/sin_cos.json", &len);
+  char *json = tt_graph_read("sin_cos.json", &len);
+  ck_assert_msg(json != NULL, "cannot open %s", tt_graph_path("sin_cos.json"));
   ProtobufCMessage *m = NULL;
   tcc_error err = {0};
   ck_assert_int_eq(tcc_pbjson_parse(&tcc__v1__compile_request__descriptor, json, len, &m, &err), 0);
@@ -632,9 +605,5 @@ static Suite *pbjson_suite(void) {
 
 int main(void) {
   seed_once();
-  SRunner *sr = srunner_create(pbjson_suite());
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+  return tt_run_suite(pbjson_suite(), 0);
 }

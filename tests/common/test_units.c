@@ -7,6 +7,7 @@
 #include <stdlib.h>
 
 #include "tcc_units.h"
+#include "tcctest.h"
 
 START_TEST(sizes_parse) {
   static const struct {
@@ -38,14 +39,5 @@ START_TEST(non_sizes_are_refused) {
 END_TEST
 
 int main(void) {
-  Suite *s = suite_create("units");
-  TCase *t = tcase_create("bytes");
-  tcase_add_test(t, sizes_parse);
-  tcase_add_test(t, non_sizes_are_refused);
-  suite_add_tcase(s, t);
-  SRunner *r = srunner_create(s);
-  srunner_run_all(r, CK_NORMAL);
-  int failed = srunner_ntests_failed(r);
-  srunner_free(r);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+  return tt_run_tests("units", 0, 0, (const TTest *[]){sizes_parse, non_sizes_are_refused, NULL});
 }

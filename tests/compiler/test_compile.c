@@ -28,8 +28,8 @@
 #include <unistd.h>
 
 #include "compiler.h"
-#include "dlkernel.h"
-#include "reqb.h"
+#include "tcc_dtype.h"
+#include "tcctest.h"
 
 #define F32 TCC__V1__DTYPE__FLOAT32
 #define F64 TCC__V1__DTYPE__FLOAT64
@@ -40,20 +40,7 @@ static char identity[256];
 
 /* ------------------------------------------------------------ random */
 
-static uint64_t rng_state;
-
-static uint64_t rng_next(void) {   /* splitmix64 */
-  uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
-static double rng_uniform(double lo, double hi) {
-  return lo + (hi - lo) * ((double)(rng_next() >> 11) / 9007199254740992.0);
-}
-
-static int rng_int(int n) { return (int)(rng_next() % (uint64_t)n); }
+static int rng_int(int n) { return (int)(tt_rand() % (uint64_t)n); }
 
 /* --------------------------------------------------------- test graph */
 
@@ -215,8 +202,6 @@ static int64_t span_of(const tv *v) {
   return m + 1;
 }
 
-static int esize(int dtype) { return dtype == F64 ? 8 : 4; }
-
 static double load(const void *base, int dtype, int64_t i) {
   if (dtype == F64) return ((const double *)base)[i];
   if (dtype == F32) return ((const float *)base)[i];
@@ -315,39 +300,14 @@ typedef struct built {
   char dir[256];
 } built;
 
+/* A fresh scratch directory (asserted), in a static buffer. */
 static char *make_tmpdir(void) {
   static char dir[256];
-  snprintf(dir, sizeof dir, "%s/tcc-test-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
-  ck_assert_ptr_nonnull(mkdtemp(dir));
+  char *d = tt_tmpdir("test");
+  ck_assert_ptr_nonnull(d);
+  snprintf(dir, sizeof dir, "%s", d);
+  free(d);
   return dir;
-}
-
-static void rm_tree(const char *path) {
-  DIR *d = opendir(path);
-  if (d) {
-    struct dirent *e;
-    while ((e = readdir(d))) {
-      if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-      char p[1024];
-      snprintf(p, sizeof p, "%s/%s", path, e->d_name);
-      rm_tree(p);
-    }
-    closedir(d);
-    rmdir(path);
-  } else {
-    unlink(path);
-  }
-}
-
-static int dir_entries(const char *path) {
-  int n = 0;
-  DIR *d = opendir(path);
-  if (!d) return -1;
-  struct dirent *e;
-  while ((e = readdir(d)))
-    if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) n++;
-  closedir(d);
-  return n;
 }
 
 static void build(tg *t, built *out) {
@@ -364,18 +324,12 @@ static void build(tg *t, built *out) {
   rc = tcc_compile(p, &o, &out->art, &err);
   tcc_prepared_free(p);
   ck_assert_msg(rc == 0, "compile: %s", err.msg);
-  ck_assert_int_eq(dir_entries(out->dir), 0);   /* build dir cleaned up */
+  ck_assert_int_eq(tt_dir_entries(out->dir), 0);   /* build dir cleaned up */
   ck_assert_int_eq(out->art.kind, TCC__V1__ARTIFACT_KIND__SHARED_OBJECT);
   uint8_t h[TCC_SHA256_BYTES];
   tcc_sha256(out->art.data, out->art.size, h);
   ck_assert(memcmp(h, out->art.sha256, sizeof h) == 0);
-  char so[300];
-  snprintf(so, sizeof so, "%s/k.so", out->dir);
-  FILE *f = fopen(so, "wb");
-  ck_assert_ptr_nonnull(f);
-  ck_assert_uint_eq(fwrite(out->art.data, 1, out->art.size, f), out->art.size);
-  fclose(f);
-  out->dl = dlopen_kernel(so);
+  out->dl = tt_load_kernel(out->dir, "k.so", out->art.data, out->art.size);
   ck_assert_msg(out->dl != NULL, "dlopen: %s", dlerror());
   out->entry = (entry_fn *)dlsym(out->dl, "tcc_entry");
   ck_assert_ptr_nonnull(out->entry);
@@ -396,7 +350,7 @@ static void unbuild(built *b) {
   if (b->dl) dlclose(b->dl);
   if (b->manifest) tcc__v1__manifest__free_unpacked(b->manifest, NULL);
   tcc_artifact_free(&b->art);
-  rm_tree(b->dir);
+  tt_remove_tree(b->dir);
 }
 
 /* Runs the built kernel `rounds` times on fresh inputs and checks every
@@ -407,9 +361,9 @@ static void run_and_check(tg *t, built *bt, int rounds) {
     for (int k = 0; k < t->ninputs; k++) {
       tv *v = &t->v[t->inputs[k]];
       int64_t span = span_of(v);
-      in[k] = malloc((size_t)span * (size_t)esize(v->dtype));
+      in[k] = malloc((size_t)span * (size_t)tcc_dtype_size(v->dtype));
       for (int64_t i = 0; i < span; i++) {
-        double x = rng_uniform(v->lo, v->hi);
+        double x = tt_uniform(v->lo, v->hi);
         if (v->dtype == I32) x = floor(x);
         store(in[k], v->dtype, i, x);
       }
@@ -417,7 +371,7 @@ static void run_and_check(tg *t, built *bt, int rounds) {
     for (int k = 0; k < t->noutputs; k++) {
       tv *v = &t->v[t->outputs[k]];
       int64_t span = span_of(v);
-      out[k] = malloc((size_t)span * (size_t)esize(v->dtype));
+      out[k] = malloc((size_t)span * (size_t)tcc_dtype_size(v->dtype));
       for (int64_t i = 0; i < span; i++) store(out[k], v->dtype, i, SENTINEL);
     }
     void *ws = malloc((size_t)bt->manifest->workspace_bytes + 1);
@@ -715,7 +669,7 @@ START_TEST(random_graphs) {
         last = tg_binary(t, binary[which], a, b, which < 2 && rng_int(2) ? 0.5 : NAN);
         break;
       }
-      case 2: last = tg_scalar(t, scalar[rng_int(3)], a, rng_uniform(-2, 2), 0, NAN); break;
+      case 2: last = tg_scalar(t, scalar[rng_int(3)], a, tt_uniform(-2, 2), 0, NAN); break;
       case 3: {   /* a / (|b| + 1) */
         int d = tg_scalar(t, "aten.add.Scalar", tg_unary(t, "aten.abs.default", b), 1, 1, NAN);
         last = tg_binary(t, "aten.div.Tensor", a, d, NAN);
@@ -799,9 +753,9 @@ START_TEST(compiler_timeout) {
   ck_assert_msg(took < 5000, "timeout took %.0f ms", took);
   ck_assert_ptr_nonnull(strstr(err.msg, "did not finish within 300 ms"));
   ck_assert_ptr_null(art.data);
-  ck_assert_int_eq(dir_entries(work), 0);
+  ck_assert_int_eq(tt_dir_entries(work), 0);
   tcc_prepared_free(p);
-  rm_tree(dir);
+  tt_remove_tree(dir);
 }
 END_TEST
 
@@ -845,7 +799,7 @@ START_TEST(compiler_failure) {
   o.cc = "/nonexistent/cc";
   ck_assert_int_eq(tcc_compile(p, &o, &art, &err), TCC_E_UNAVAILABLE);
   ck_assert_ptr_nonnull(strstr(err.msg, "cannot run"));
-  ck_assert_int_eq(dir_entries(dir), 1);   /* only the script */
+  ck_assert_int_eq(tt_dir_entries(dir), 1);   /* only the script */
 
   char missing[4200];
   snprintf(missing, sizeof missing, "%s/no-such-dir", dir);
@@ -853,7 +807,7 @@ START_TEST(compiler_failure) {
   ck_assert_int_eq(tcc_compile(p, &nodir, &art, &err), TCC_E_UNAVAILABLE);
   ck_assert_ptr_nonnull(strstr(err.msg, "build directory"));
   tcc_prepared_free(p);
-  rm_tree(dir);
+  tt_remove_tree(dir);
 }
 END_TEST
 
@@ -895,10 +849,10 @@ START_TEST(dumps_and_kept_sources) {
     struct stat st;
     ck_assert_msg(stat(path, &st) == 0 && st.st_size > 0, "missing %s", path);
   }
-  ck_assert_int_eq(dir_entries(dir), 2);   /* the dump dir and the kept build dir */
+  ck_assert_int_eq(tt_dir_entries(dir), 2);   /* the dump dir and the kept build dir */
   tcc_artifact_free(&art);
   tcc_prepared_free(p);
-  rm_tree(dir);
+  tt_remove_tree(dir);
 }
 END_TEST
 
@@ -927,39 +881,28 @@ START_TEST(source_hygiene) {
 END_TEST
 
 int main(void) {
-  const char *env = getenv("TCC_TEST_SEED");
-  seed = env ? (unsigned)strtoul(env, NULL, 10) : (unsigned)time(NULL) ^ (unsigned)getpid();
-  rng_state = seed;
-  printf("test-compiler-compile: seed %u (TCC_TEST_SEED=%u replays)\n", seed, seed);
-  fflush(stdout);
+  seed = (unsigned)tt_seed("test-compiler-compile");
   tcc_error err;
   if (tcc_toolchain_identity(NULL, identity, sizeof identity, &err)) {
     fprintf(stderr, "toolchain identity: %s\n", err.msg);
     return EXIT_FAILURE;
   }
-  Suite *s = suite_create("compile");
-  TCase *tc = tcase_create("compile");
-  tcase_set_timeout(tc, 240);
-  tcase_add_test(tc, sin_cos);
-  tcase_add_test(tc, chain_f32);
-  tcase_add_test(tc, chain_f64);
-  tcase_add_test(tc, broadcast);
-  tcase_add_test(tc, strided);
-  tcase_add_test(tc, small_and_empty);
-  tcase_add_test(tc, mixed_dtypes);
-  tcase_add_test(tc, special_values);
-  tcase_add_test(tc, constants_and_copies);
-  tcase_add_test(tc, workspace_temporaries);
-  tcase_add_test(tc, random_graphs);
-  tcase_add_test(tc, compiler_timeout);
-  tcase_add_test(tc, compiler_failure);
-  tcase_add_test(tc, unsupported_dtype);
-  tcase_add_test(tc, dumps_and_kept_sources);
-  tcase_add_test(tc, source_hygiene);
-  suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+  return tt_run_tests("compile", 240, 0, (const TTest *[]){
+      sin_cos,
+      chain_f32,
+      chain_f64,
+      broadcast,
+      strided,
+      small_and_empty,
+      mixed_dtypes,
+      special_values,
+      constants_and_copies,
+      workspace_temporaries,
+      random_graphs,
+      compiler_timeout,
+      compiler_failure,
+      unsupported_dtype,
+      dumps_and_kept_sources,
+      source_hygiene,
+      NULL});
 }

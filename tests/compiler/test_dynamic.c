@@ -11,19 +11,18 @@
  *   out3 = x @ w2                        GEMM with symbolic M
  * compiled once (example B = 8) and run, through libtccclient's ABI 2
  * calls (bind, output layout, workspace, run), at B = 2, 3, 13, 64, 101
- * on fresh random inputs (seed printed) against a float64 reference:
- * |got - want| <= 1e-5 + 1e-4 |want|.
+ * on fresh random inputs (seed printed; TCC_TEST_SEED replays it)
+ * against a float64 reference: |got - want| <= 1e-5 + 1e-4 |want|.
  */
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "loop.h"
-#include "reqb.h"
 #include "tccclient.h"
+#include "tcctest.h"
 
 #define W 37
 #define N2 5
@@ -141,7 +140,7 @@ START_TEST(key_documents_symbols) {
 }
 END_TEST
 
-static float frand(void) { return (float)rand() / (float)RAND_MAX * 4.0f - 2.0f; }
+static float frand(void) { return (float)tt_uniform(-2.0, 2.0); }
 
 static void check_close(const char *what, int64_t b, const float *got, const double *want, int64_t n) {
   for (int64_t i = 0; i < n; i++)
@@ -415,9 +414,7 @@ int main(void) {
     fprintf(stderr, "toolchain: %s\n", err.msg);
     return 1;
   }
-  seed = (unsigned)time(NULL);
-  printf("seed %u\n", seed);
-  srand(seed);
+  seed = (unsigned)tt_seed("test_dynamic");
   Suite *s = suite_create("dynamic");
   /* "front": nothing generated runs (CK_RUN_CASE=front under valgrind);
    * "run": compiled kernels run (OpenBLAS, OpenMP) */
@@ -437,9 +434,5 @@ int main(void) {
   tcase_add_test(tc, one_artifact_many_sizes);
   tcase_add_test(tc, guards_refuse);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return tt_run_suite(s, 0);
 }

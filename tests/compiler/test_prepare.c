@@ -15,7 +15,7 @@
 
 #include "compiler.h"
 #include "pbjson.h"
-#include "reqb.h"
+#include "tcctest.h"
 
 #define F32 TCC__V1__DTYPE__FLOAT32
 #define F64 TCC__V1__DTYPE__FLOAT64
@@ -24,21 +24,7 @@
 static const int64_t S10x10[] = {10, 10};
 
 /* foo(x, y) = sin(x) + cos(y) on 10x10 float32, as tests/graphs/sin_cos.json. */
-static reqb *sin_cos(void) {
-  reqb *b = reqb_new("x86-64-v2");
-  reqb_value(b, "x", F32, 2, S10x10, NULL, 0);
-  reqb_value(b, "y", F32, 2, S10x10, NULL, 0);
-  reqb_value(b, "sin", F32, 2, S10x10, NULL, 0);
-  reqb_value(b, "cos", F32, 2, S10x10, NULL, 0);
-  reqb_value(b, "add", F32, 2, S10x10, NULL, 0);
-  reqb_input(b, "x");
-  reqb_input(b, "y");
-  reqb_unary(b, "aten.sin.default", "x", "sin");
-  reqb_unary(b, "aten.cos.default", "y", "cos");
-  reqb_binary(b, "aten.add.Tensor", "sin", "cos", "add");
-  reqb_output(b, "add");
-  return b;
-}
+static reqb *sin_cos(void) { return reqb_sin_cos("x86-64-v2"); }
 
 /* Prepares b through the struct entry point and (unless struct_only)
  * through the bytes entry point; both must agree. Returns the code and
@@ -111,19 +97,6 @@ START_TEST(sin_cos_prepares) {
 }
 END_TEST
 
-static char *read_graph_file(const char *name, size_t *len) {
-  const char *dir = getenv("TCC_GRAPHS");
-  char path[1024];
-  snprintf(path, sizeof path, "%s/%s", dir ? dir : "tests/graphs", name);
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  char *buf = malloc(1 << 20);
-  *len = fread(buf, 1, (1 << 20) - 1, f);
-  buf[*len] = '\0';
-  fclose(f);
-  return buf;
-}
-
 /* The checked-in example graphs decode (pbjson) and prepare; sin_cos.json
  * hashes like the hand-built one (names and client label differ). */
 START_TEST(json_graphs) {
@@ -131,8 +104,8 @@ START_TEST(json_graphs) {
   char first_hash[TCC_SHA256_HEX] = "";
   for (size_t i = 0; i < 2; i++) {
     size_t len;
-    char *json = read_graph_file(files[i], &len);
-    ck_assert_msg(json != NULL, "cannot read %s (TCC_GRAPHS=%s)", files[i], getenv("TCC_GRAPHS"));
+    char *json = tt_graph_read(files[i], &len);
+    ck_assert_msg(json != NULL, "cannot read %s", tt_graph_path(files[i]));
     ProtobufCMessage *m;
     tcc_error err;
     ck_assert_msg(tcc_pbjson_parse(&tcc__v1__compile_request__descriptor, json, len, &m, &err) == 0,
@@ -792,29 +765,22 @@ START_TEST(identity) {
 END_TEST
 
 int main(void) {
-  Suite *s = suite_create("prepare");
-  TCase *tc = tcase_create("prepare");
-  tcase_set_timeout(tc, 60);
-  tcase_add_test(tc, sin_cos_prepares);
-  tcase_add_test(tc, json_graphs);
-  tcase_add_test(tc, garbage_and_truncated);
-  tcase_add_test(tc, too_big);
-  tcase_add_test(tc, missing_parts);
-  tcase_add_test(tc, names_and_definitions);
-  tcase_add_test(tc, cycles);
-  tcase_add_test(tc, arity_and_types);
-  tcase_add_test(tc, bad_metas);
-  tcase_add_test(tc, shape_and_dtype_rules);
-  tcase_add_test(tc, constants);
-  tcase_add_test(tc, targets_and_options);
-  tcase_add_test(tc, hash_invariances);
-  tcase_add_test(tc, hash_differences);
-  tcase_add_test(tc, threads);
-  tcase_add_test(tc, identity);
-  suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+  return tt_run_tests("prepare", 60, 0, (const TTest *[]){
+      sin_cos_prepares,
+      json_graphs,
+      garbage_and_truncated,
+      too_big,
+      missing_parts,
+      names_and_definitions,
+      cycles,
+      arity_and_types,
+      bad_metas,
+      shape_and_dtype_rules,
+      constants,
+      targets_and_options,
+      hash_invariances,
+      hash_differences,
+      threads,
+      identity,
+      NULL});
 }

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "graph.h"
+#include "tcctest.h"
 
 START_TEST(table_parses) {
   tcc_error err;
@@ -249,20 +250,14 @@ START_TEST(published_ops) {
 END_TEST
 
 int main(void) {
-  Suite *s = suite_create("schema");
-  TCase *tc = tcase_create("schema");
-  tcase_add_test(tc, table_parses);
-  tcase_add_test(tc, required_ops_present);
-  tcase_add_test(tc, add_tensor_schema);
-  tcase_add_test(tc, future_schemas);
-  tcase_add_test(tc, bad_schemas);
-  tcase_add_test(tc, param_type_text);
-  tcase_add_test(tc, promotion);
-  tcase_add_test(tc, published_ops);
-  suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+  return tt_run_tests("schema", 0, 0, (const TTest *[]){
+      table_parses,
+      required_ops_present,
+      add_tensor_schema,
+      future_schemas,
+      bad_schemas,
+      param_type_text,
+      promotion,
+      published_ops,
+      NULL});
 }

@@ -18,18 +18,9 @@
 #include <unistd.h>
 
 #include "compiler.h"
-#include "reqb.h"
+#include "tcctest.h"
 
-static uint64_t rng;
-
-static uint64_t next(void) {
-  uint64_t z = (rng += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
-static int64_t range(int64_t lo, int64_t hi) { return lo + (int64_t)(next() % (uint64_t)(hi - lo + 1)); }
+static int64_t range(int64_t lo, int64_t hi) { return lo + (int64_t)(tt_rand() % (uint64_t)(hi - lo + 1)); }
 
 /* softmax(x) over the last dim of x[rows, cols]; with `extra`, also
  * s = sin(w[7, 9]) listed FIRST (another graph holding the same softmax). */
@@ -236,17 +227,15 @@ START_TEST(test_hook_runs_one_kernel) {
   tcc_artifact a;
   tcc_error err;
   ck_assert_msg(tcc_compile_tuned(p, NULL, cfg, 1, 1, &a, &err) == 0, "%s", err.msg);
-  char path[] = "/tmp/test-tune-XXXXXX";
-  int fd = mkstemp(path);
-  ck_assert(fd >= 0 && write(fd, a.data, a.size) == (ssize_t)a.size);
-  close(fd);
-  void *so = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  char *dir = tt_tmpdir("test-tune");
+  ck_assert_ptr_nonnull(dir);
+  void *so = tt_load_kernel(dir, "k.so", a.data, a.size);
   ck_assert_msg(so != NULL, "%s", dlerror());
   kernel_fn k = (kernel_fn)dlsym(so, "tcc_tune_kernel");
   ck_assert_ptr_nonnull(k);
   size_t n = (size_t)(rows * cols);
   float *x = malloc(n * 4), *y = calloc(n, 4);
-  for (size_t i = 0; i < n; i++) x[i] = (float)((double)(next() >> 11) / 9007199254740992.0 * 8 - 4);
+  tt_fill_float(x, n, -4, 4);
   const void *in[1] = {x};
   void *out[1] = {y};
   ck_assert_int_eq(k(0, in, out, NULL), 0);
@@ -276,29 +265,21 @@ START_TEST(test_hook_runs_one_kernel) {
   free(x);
   free(y);
   free(z);
-  unlink(path);
+  tt_remove_tree(dir);
+  free(dir);
   tcc_artifact_free(&a);
   tcc_prepared_free(p);
 }
 END_TEST
 
 int main(void) {
-  const char *s = getenv("TCC_TEST_SEED");
-  rng = s ? strtoull(s, NULL, 10) : (uint64_t)time(NULL) * 2654435761u;
-  fprintf(stderr, "test_tune: seed %" PRIu64 " (replay with TCC_TEST_SEED=%" PRIu64 ")\n", rng, rng);
-  Suite *suite = suite_create("tune");
-  TCase *t = tcase_create("tune");
-  tcase_set_timeout(t, 120);
-  tcase_add_test(t, test_config_roundtrip);
-  tcase_add_test(t, test_cuda_config_text);
-  tcase_add_test(t, test_record_roundtrip);
-  tcase_add_test(t, test_default_config_is_tcc_compile);
-  tcase_add_test(t, test_signatures_across_graphs);
-  tcase_add_test(t, test_hook_runs_one_kernel);
-  suite_add_tcase(suite, t);
-  SRunner *sr = srunner_create(suite);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  tt_seed("test_tune");
+  return tt_run_tests("tune", 120, 0, (const TTest *[]){
+      test_config_roundtrip,
+      test_cuda_config_text,
+      test_record_roundtrip,
+      test_default_config_is_tcc_compile,
+      test_signatures_across_graphs,
+      test_hook_runs_one_kernel,
+      NULL});
 }

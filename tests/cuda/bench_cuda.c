@@ -13,7 +13,8 @@
  *
  * Prints one JSON document: {"device", "arch", "copy_gbs", "cases":
  * [{"name", "kind", "tccd_ms", "bytes", "gbs", "pct_of_copy", "steps",
- * "compile_ms"}]}. Exits 77 ("SKIP: ...") without a CUDA device or NVRTC.
+ * "compile_ms"}]}. Exits 77 ("SKIP: ...") without a CUDA device or NVRTC
+ * (tt_need_gpu of tests/support).
  */
 #include <math.h>
 #include <stdio.h>
@@ -23,8 +24,8 @@
 
 #include "compiler.h"
 #include "nvrtc.h"
-#include "reqb.h"
 #include "tcc_runtime.h"
+#include "tcctest.h"
 
 static char arch[16];
 static int quick;
@@ -40,17 +41,6 @@ static void die(const char *what, const tcc_error *e) {
   exit(1);
 }
 
-static size_t dsize(Tcc__V1__DType d) {
-  return d == TCC__V1__DTYPE__FLOAT64 || d == TCC__V1__DTYPE__INT64 ? 8
-         : d == TCC__V1__DTYPE__FLOAT16 || d == TCC__V1__DTYPE__BFLOAT16 ? 2 : 4;
-}
-
-static size_t meta_bytes(const Tcc__V1__TensorMeta *m) {
-  size_t n = 1;
-  for (size_t d = 0; d < m->n_sizes; d++) n *= (size_t)m->sizes[d];
-  return n * dsize(m->dtype);
-}
-
 static int cmp_double(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
   return x < y ? -1 : x > y;
@@ -59,9 +49,7 @@ static int cmp_double(const void *a, const void *b) {
 /* Times one request; prints its JSON object. */
 static void run_case(reqb *b, const char *name, const char *kind, double copy_gbs, int *first) {
   Tcc__V1__CompileRequest *req = reqb_req(b);
-  req->target->device = TCC__V1__DEVICE_TYPE__CUDA;
-  req->target->cuda_arch = reqb_str(b, arch);
-  for (size_t i = 0; i < req->graph->n_values; i++) req->graph->values[i]->meta->device->type = TCC__V1__DEVICE_TYPE__CUDA;
+  tt_request_to_cuda(req, reqb_str(b, arch));
   tcc_error err = {0};
   tcc_prepared *p;
   if (tcc_prepare(req, "bench-cuda", &p, &err)) die(name, &err);
@@ -72,7 +60,7 @@ static void run_case(reqb *b, const char *name, const char *kind, double copy_gb
   size_t bytes = 0;
   unsigned seed = 12345;
   for (size_t i = 0; i < m->n_inputs; i++) {
-    size_t n = meta_bytes(m->inputs[i]);
+    size_t n = tt_meta_bytes(m->inputs[i]);
     bytes += n;
     unsigned char *h = malloc(n);
     for (size_t j = 0; j < n; j++) h[j] = (unsigned char)(rand_r(&seed) & 0x3f);   /* small finite values */
@@ -80,7 +68,7 @@ static void run_case(reqb *b, const char *name, const char *kind, double copy_gb
     free(h);
   }
   for (size_t o = 0; o < m->n_outputs; o++) {
-    size_t n = meta_bytes(m->outputs[o]);
+    size_t n = tt_meta_bytes(m->outputs[o]);
     bytes += n;
     if (tcc_rt_cuda_malloc(0, n, &dout[o], &err)) die(name, &err);
   }
@@ -147,20 +135,6 @@ static double copy_bandwidth(void) {
   return 2.0 * (double)n / (best * 1e-3) / 1e9;
 }
 
-static void int_list(reqb *b, Tcc__V1__Node *n, const char *param, int64_t v) {
-  static int64_t vals[64];
-  static Tcc__V1__IntList lists[64];
-  static int next;
-  int i = next++ % 64;
-  vals[i] = v;
-  tcc__v1__int_list__init(&lists[i]);
-  lists[i].n_values = 1;
-  lists[i].values = &vals[i];
-  Tcc__V1__Argument *a = reqb_arg_int(b, n, param, 0);
-  a->kind_case = TCC__V1__ARGUMENT__KIND_AS_INTS;
-  a->as_ints = &lists[i];
-}
-
 static int wanted(const char *list, const char *name) {
   if (!list) return 1;
   size_t n = strlen(name);
@@ -179,146 +153,61 @@ int main(int argc, char **argv) {
       return 2;
     }
   }
-  tcc_error err = {0};
-  if (tcc_rt_cuda_available(&err)) {
-    printf("SKIP: no CUDA device (%s)\n", err.msg);
-    return 77;
-  }
-  if (tcc_nvrtc_available(&err)) {
-    printf("SKIP: %s\n", err.msg);
-    return 77;
-  }
   char devname[256] = "";
-  if (tcc_rt_cuda_device_arch(0, arch, devname, sizeof devname, &err)) die("device", &err);
+  tt_need_gpu(arch, devname, sizeof devname);
   double copy_gbs = copy_bandwidth();
   printf("{\"device\": \"%s\", \"arch\": \"%s\", \"copy_gbs\": %.1f, \"cases\": [", devname, arch, copy_gbs);
   int first = 1;
   const Tcc__V1__DType F = TCC__V1__DTYPE__FLOAT32, H = TCC__V1__DTYPE__FLOAT16;
   int64_t R = quick ? 1024 : 4096, C = quick ? 1024 : 4096;
-  if (wanted(cases, "add_relu")) {   /* relu(x + y): 3 x 64 MiB */
+  const struct {
+    const char *name;
+    Tcc__V1__DType dt;
+  } add_relu[] = {{"add_relu", F}, {"add_relu_f16", H}};   /* relu(x + y): 3 x 64 MiB in float32 */
+  for (int i = 0; i < 2; i++) {
+    if (!wanted(cases, add_relu[i].name)) continue;
     reqb *b = reqb_new("");
-    reqb_value(b, "x", F, 2, (int64_t[]){R, C}, NULL, 0);
-    reqb_value(b, "y", F, 2, (int64_t[]){R, C}, NULL, 0);
-    reqb_value(b, "s", F, 2, (int64_t[]){R, C}, NULL, 0);
-    reqb_value(b, "o", F, 2, (int64_t[]){R, C}, NULL, 0);
+    reqb_value(b, "x", add_relu[i].dt, 2, (int64_t[]){R, C}, NULL, 0);
+    reqb_value(b, "y", add_relu[i].dt, 2, (int64_t[]){R, C}, NULL, 0);
+    reqb_value(b, "s", add_relu[i].dt, 2, (int64_t[]){R, C}, NULL, 0);
+    reqb_value(b, "o", add_relu[i].dt, 2, (int64_t[]){R, C}, NULL, 0);
     reqb_input(b, "x");
     reqb_input(b, "y");
     reqb_binary(b, "aten.add.Tensor", "x", "y", "s");
     reqb_unary(b, "aten.relu.default", "s", "o");
     reqb_output(b, "o");
-    run_case(b, "add_relu", "pointwise", copy_gbs, &first);
-    reqb_free(b);
-  }
-  if (wanted(cases, "add_relu_f16")) {
-    reqb *b = reqb_new("");
-    reqb_value(b, "x", H, 2, (int64_t[]){R, C}, NULL, 0);
-    reqb_value(b, "y", H, 2, (int64_t[]){R, C}, NULL, 0);
-    reqb_value(b, "s", H, 2, (int64_t[]){R, C}, NULL, 0);
-    reqb_value(b, "o", H, 2, (int64_t[]){R, C}, NULL, 0);
-    reqb_input(b, "x");
-    reqb_input(b, "y");
-    reqb_binary(b, "aten.add.Tensor", "x", "y", "s");
-    reqb_unary(b, "aten.relu.default", "s", "o");
-    reqb_output(b, "o");
-    run_case(b, "add_relu_f16", "pointwise", copy_gbs, &first);
+    run_case(b, add_relu[i].name, "pointwise", copy_gbs, &first);
     reqb_free(b);
   }
   if (wanted(cases, "sin_cos")) {   /* sin(x) + cos(y), y broadcast over rows */
-    reqb *b = reqb_new("");
-    reqb_value(b, "x", F, 2, (int64_t[]){R, C}, NULL, 0);
-    reqb_value(b, "y", F, 1, (int64_t[]){C}, NULL, 0);
-    reqb_value(b, "s", F, 2, (int64_t[]){R, C}, NULL, 0);
-    reqb_value(b, "c", F, 1, (int64_t[]){C}, NULL, 0);
-    reqb_value(b, "o", F, 2, (int64_t[]){R, C}, NULL, 0);
-    reqb_input(b, "x");
-    reqb_input(b, "y");
-    reqb_unary(b, "aten.sin.default", "x", "s");
-    reqb_unary(b, "aten.cos.default", "y", "c");
-    reqb_binary(b, "aten.add.Tensor", "s", "c", "o");
-    reqb_output(b, "o");
+    reqb *b = reqb_sin_cos_rows(R, C);
     run_case(b, "sin_cos", "pointwise", copy_gbs, &first);
     reqb_free(b);
   }
   static const char *const red[][2] = {{"softmax", "aten._softmax.default"}, {"log_softmax", "aten._log_softmax.default"}};
   for (int r = 0; r < 2; r++) {
     if (!wanted(cases, red[r][0])) continue;
-    reqb *b = reqb_new("");
-    reqb_value(b, "x", F, 2, (int64_t[]){2 * R, 1024}, NULL, 0);
-    reqb_value(b, "o", F, 2, (int64_t[]){2 * R, 1024}, NULL, 0);
-    reqb_input(b, "x");
-    Tcc__V1__Node *n = reqb_node(b, red[r][1], "o");
-    reqb_arg_tensor(b, n, "self", "x");
-    reqb_arg_int(b, n, "dim", 1);
-    reqb_arg_bool(b, n, "half_to_float", 0);
-    reqb_output(b, "o");
+    reqb *b = reqb_softmax(red[r][1], F, 2 * R, 1024);
     run_case(b, red[r][0], "reduction", copy_gbs, &first);
     reqb_free(b);
   }
   if (wanted(cases, "layer_norm")) {
-    int64_t norm[1] = {1024};
-    reqb *b = reqb_new("");
-    reqb_value(b, "x", F, 2, (int64_t[]){2 * R, 1024}, NULL, 0);
-    reqb_value(b, "w", F, 1, norm, NULL, 0);
-    reqb_value(b, "bb", F, 1, norm, NULL, 0);
-    reqb_value(b, "o", F, 2, (int64_t[]){2 * R, 1024}, NULL, 0);
-    reqb_value(b, "m", F, 2, (int64_t[]){2 * R, 1}, NULL, 0);
-    reqb_value(b, "r", F, 2, (int64_t[]){2 * R, 1}, NULL, 0);
-    reqb_input(b, "x");
-    reqb_input(b, "w");
-    reqb_input(b, "bb");
-    Tcc__V1__Node *n = reqb_node(b, "aten.native_layer_norm.default", "o");
-    reqb_node_output(b, n, "m");
-    reqb_node_output(b, n, "r");
-    reqb_arg_tensor(b, n, "input", "x");
-    int_list(b, n, "normalized_shape", 1024);
-    reqb_arg_tensor(b, n, "weight", "w");
-    reqb_arg_tensor(b, n, "bias", "bb");
-    reqb_arg_float(b, n, "eps", 1e-5);
-    reqb_output(b, "o");
-    reqb_output(b, "m");
-    reqb_output(b, "r");
+    reqb *b = reqb_layer_norm(F, 2 * R, 1024, 1);
     run_case(b, "layer_norm", "reduction", copy_gbs, &first);
     reqb_free(b);
   }
   if (wanted(cases, "sum_rows")) {
-    reqb *b = reqb_new("");
-    reqb_value(b, "x", F, 2, (int64_t[]){R, C}, NULL, 0);
-    reqb_value(b, "o", F, 1, (int64_t[]){R}, NULL, 0);
-    reqb_input(b, "x");
-    Tcc__V1__Node *n = reqb_node(b, "aten.sum.dim_IntList", "o");
-    reqb_arg_tensor(b, n, "self", "x");
-    int_list(b, n, "dim", 1);
-    reqb_output(b, "o");
+    reqb *b = reqb_sum_rows(R, C);
     run_case(b, "sum_rows", "reduction", copy_gbs, &first);
     reqb_free(b);
   }
   if (wanted(cases, "sum_all")) {   /* 2^24 values into one: the split reduction */
-    int64_t n24 = quick ? INT64_C(1) << 20 : INT64_C(1) << 24;
-    reqb *b = reqb_new("");
-    reqb_value(b, "x", F, 1, &n24, NULL, 0);
-    reqb_value(b, "o", F, 0, NULL, NULL, 0);
-    reqb_input(b, "x");
-    reqb_unary(b, "aten.sum.default", "x", "o");
-    reqb_output(b, "o");
+    reqb *b = reqb_sum_all(quick ? INT64_C(1) << 20 : INT64_C(1) << 24);
     run_case(b, "sum_all", "split-reduction", copy_gbs, &first);
     reqb_free(b);
   }
   if (wanted(cases, "gelu_mlp")) {   /* gelu(x @ w.T + b): cuBLAS + the fused epilogue */
-    reqb *b = reqb_new("");
-    reqb_value(b, "x", F, 2, (int64_t[]){512, 768}, NULL, 0);
-    reqb_value(b, "w", F, 2, (int64_t[]){3072, 768}, NULL, 0);
-    reqb_value(b, "bias", F, 1, (int64_t[]){3072}, NULL, 0);
-    reqb_value(b, "l", F, 2, (int64_t[]){512, 3072}, NULL, 0);
-    reqb_value(b, "o", F, 2, (int64_t[]){512, 3072}, NULL, 0);
-    reqb_input(b, "x");
-    reqb_input(b, "w");
-    reqb_input(b, "bias");
-    Tcc__V1__Node *n = reqb_node(b, "aten.linear.default", "l");
-    reqb_arg_tensor(b, n, "input", "x");
-    reqb_arg_tensor(b, n, "weight", "w");
-    reqb_arg_tensor(b, n, "bias", "bias");
-    reqb_unary(b, "aten.gelu.default", "l", "o");
-    reqb_output(b, "o");
+    reqb *b = reqb_linear_gelu(2, (int64_t[]){512, 768}, 3072);
     run_case(b, "gelu_mlp", "matmul", copy_gbs, &first);
     reqb_free(b);
   }

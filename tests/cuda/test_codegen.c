@@ -22,32 +22,19 @@
  * Skips (exit 77) when NVRTC is not available.
  */
 #include <check.h>
-#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "cutest.h"
 #include "loop.h"
 #include "nvrtc.h"
-#include "pbjson.h"
-#include "reqb.h"
+#include "tcc_dtype.h"
+#include "tcctest.h"
 
 static const char *const ARCHS[] = {"sm_80", "sm_90"};
 static const char *cuobjdump;
-static char tmpdir[] = "/tmp/tcc-cudagen-XXXXXX";
+static char *tmpdir;
 static int objdumps;   /* cuobjdump runs left (each costs ~50 ms) */
-
-/* Points req at CUDA arch (strings owned by the caller's allocator:
- * old_arch freed by the caller when it was malloc'ed). */
-static void retarget(Tcc__V1__CompileRequest *req, char *arch) {
-  req->target->device = TCC__V1__DEVICE_TYPE__CUDA;
-  req->target->cuda_arch = arch;
-  Tcc__V1__Graph *g = req->graph;
-  for (size_t i = 0; i < g->n_values; i++)
-    if (g->values[i]->meta && g->values[i]->meta->device)
-      g->values[i]->meta->device->type = TCC__V1__DEVICE_TYPE__CUDA;
-}
 
 /* Parameter count of .entry name in PTX, -1 when absent. Every
  * parameter must be .u64 (a pointer). */
@@ -65,35 +52,9 @@ static int ptx_params(const char *ptx, const char *name) {
   return n;
 }
 
-static char *run_cuobjdump(const char *flag, const char *file) {
-  char cmd[2048];
-  snprintf(cmd, sizeof cmd, "'%s' %s '%s' 2>&1", cuobjdump, flag, file);
-  FILE *p = popen(cmd, "r");
-  ck_assert_ptr_nonnull(p);
-  size_t cap = 1 << 16, len = 0;
-  char *out = malloc(cap);
-  size_t n;
-  while ((n = fread(out + len, 1, cap - len - 1, p)) > 0) {
-    len += n;
-    if (len + 1 == cap) out = realloc(out, cap *= 2);
-  }
-  out[len] = '\0';
-  ck_assert_int_eq(pclose(p), 0);
-  return out;
-}
-
 /* Elements of storage a tensor meta spans (offset included). */
 static int64_t meta_span(const Tcc__V1__TensorMeta *t) {
-  int64_t n = t->storage_offset + 1;
-  for (size_t d = 0; d < t->n_sizes; d++) {
-    if (t->sizes[d] == 0) return 0;
-    n += (t->sizes[d] - 1) * t->strides[d];
-  }
-  return n;
-}
-
-static int dtype_bytes(Tcc__V1__DType d) {
-  return d == TCC__V1__DTYPE__FLOAT64 ? 8 : d == TCC__V1__DTYPE__FLOAT32 ? 4 : 2;
+  return tcc_storage_elems(t->sizes, t->n_sizes, t->strides, t->n_strides, t->storage_offset);
 }
 
 /* One operand of a GEMM step: rows x cols (column-major, ld) per batch
@@ -102,7 +63,7 @@ static void check_ref(const Tcc__V1__Manifest *m, const Tcc__V1__BufferRef *ref,
                       int64_t cols, int64_t ld, int64_t stride, int64_t batch, const char *what) {
   ck_assert_ptr_nonnull(ref);
   ck_assert_int_ge(ld, rows > 1 ? rows : 1);
-  int64_t es = dtype_bytes(dt);
+  int64_t es = tcc_dtype_size(dt);
   int64_t last = (batch - 1) * stride + (cols - 1) * ld + rows;   /* elements, one past */
   ck_assert_int_eq(ref->offset_bytes % es, 0);
   int64_t end = ref->offset_bytes + last * es;
@@ -217,13 +178,10 @@ static void check_artifact(const tcc_prepared *p, const tcc_artifact *a, const c
   tcc_nvrtc_result_free(&r);
   if (cuobjdump && objdumps > 0) {
     objdumps--;
-    char path[256];
+    char path[1024];
     snprintf(path, sizeof path, "%s/k.cubin", tmpdir);
-    FILE *f = fopen(path, "wb");
-    ck_assert_ptr_nonnull(f);
-    ck_assert_uint_eq(fwrite(a->data, 1, a->size, f), a->size);
-    fclose(f);
-    char *elf = run_cuobjdump("-elf", path);
+    ck_assert_int_eq(tt_write_file(path, a->data, a->size), 0);
+    char *elf = tt_cuobjdump_run("-elf", path);
     for (size_t k = 0; k < m->n_kernels; k++) {
       char sec[64];
       snprintf(sec, sizeof sec, ".text.%s\n", m->kernels[k]->name);
@@ -256,6 +214,17 @@ static int compile_for(Tcc__V1__CompileRequest *req, const char *arch, const cha
   return rc;
 }
 
+/* Prepares and compiles req for arch, asserting both succeed, and checks
+ * the artifact (the caller frees it). */
+static void compile_checked(Tcc__V1__CompileRequest *req, const char *arch, const char *what, tcc_artifact *art) {
+  tcc_prepared *p;
+  tcc_error err;
+  ck_assert_msg(tcc_prepare(req, "test-id", &p, &err) == 0, "%s: %s", what, err.msg);
+  ck_assert_msg(tcc_compile(p, NULL, art, &err) == 0, "%s: %s", what, err.msg);
+  check_artifact(p, art, arch, what);
+  tcc_prepared_free(p);
+}
+
 /* ------------------------------------------------------------- graphs */
 
 static int has_matmul(const Tcc__V1__CompileRequest *req) {
@@ -269,29 +238,15 @@ static int has_matmul(const Tcc__V1__CompileRequest *req) {
 }
 
 START_TEST(example_graphs) {
-  const char *dir = getenv("TCC_GRAPHS");
-  ck_assert_ptr_nonnull(dir);
-  DIR *d = opendir(dir);
-  ck_assert_ptr_nonnull(d);
-  int seen = 0;
-  const char *name;
-  size_t len;
-  char *json;
-  while ((json = cutest_next_graph(d, dir, &name, &len))) {
+  tt_graph g = {0};
+  while (tt_graph_next(&g)) {
     for (size_t a = 0; a < 2; a++) {
-      ProtobufCMessage *msg;
+      Tcc__V1__CompileRequest *req = tt_graph_request(&g, ARCHS[a]);
       tcc_error err;
-      ck_assert_msg(tcc_pbjson_parse(&tcc__v1__compile_request__descriptor, json, len, &msg, &err) == 0,
-                    "%s: %s", name, err.msg);
-      Tcc__V1__CompileRequest *req = (Tcc__V1__CompileRequest *)msg;
-      ck_assert_ptr_nonnull(req->target);
-      if (req->target->cuda_arch && req->target->cuda_arch != protobuf_c_empty_string)
-        free(req->target->cuda_arch);
-      retarget(req, strdup(ARCHS[a]));
-      int rc = compile_for(req, ARCHS[a], name, &err);
-      ck_assert_msg(rc == 0, "%s for %s: %s", name, ARCHS[a], err.msg);
-      printf("  %s %s: ok%s\n", name, ARCHS[a], has_matmul(req) ? " (cuBLAS step)" : "");
-      if (!strcmp(name, "sin_cos.json")) {   /* 10x10 float32 contiguous: vectorized */
+      int rc = compile_for(req, ARCHS[a], g.name, &err);
+      ck_assert_msg(rc == 0, "%s for %s: %s", g.name, ARCHS[a], err.msg);
+      printf("  %s %s: ok%s\n", g.name, ARCHS[a], has_matmul(req) ? " (cuBLAS step)" : "");
+      if (!strcmp(g.name, "sin_cos.json")) {   /* 10x10 float32 contiguous: vectorized */
         char *src;
         size_t sl;
         tcc_prepared *p;
@@ -301,13 +256,10 @@ START_TEST(example_graphs) {
         free(src);
         tcc_prepared_free(p);
       }
-      protobuf_c_message_free_unpacked(msg, NULL);
+      protobuf_c_message_free_unpacked(&req->base, NULL);
     }
-    free(json);
-    seen++;
   }
-  closedir(d);
-  ck_assert_int_ge(seen, 5);
+  ck_assert_int_ge(g.count, 5);
 }
 END_TEST
 
@@ -387,19 +339,6 @@ static int parse_shape(const char *s, outmeta *m) {
 
 static const int64_t SHAPE[2] = {4, 33};
 
-/* An int-list argument (values owned by the caller, static here). */
-static void arg_ints(reqb *b, Tcc__V1__Node *n, const char *param, const int64_t *v, size_t nv) {
-  static Tcc__V1__IntList lists[64];
-  static int next;
-  Tcc__V1__IntList *l = &lists[next++ % 64];
-  tcc__v1__int_list__init(l);
-  l->n_values = nv;
-  l->values = (int64_t *)v;
-  Tcc__V1__Argument *a = reqb_arg_int(b, n, param, 0);
-  a->kind_case = TCC__V1__ARGUMENT__KIND_AS_INTS;
-  a->as_ints = l;
-}
-
 /* Builds op(x[, y]) with the tensor/scalar params; NULL when the op
  * needs parameters this generator does not make. */
 static reqb *op_request(const tcc_op_info *op, Tcc__V1__DType dt, const outmeta *outs, int *nout) {
@@ -437,9 +376,9 @@ static reqb *op_request(const tcc_op_info *op, Tcc__V1__DType dt, const outmeta 
       reqb_arg_bool(b, n, p->name, 0);
     } else if (!strncmp(p->type, "int[", 4)) {
       static const int64_t one[1] = {1};
-      arg_ints(b, n, p->name, one, 1);
+      reqb_arg_ints(b, n, p->name, 1, one);
     } else if (!strcmp(p->type, "SymInt[]")) {
-      arg_ints(b, n, p->name, SHAPE, 2);
+      reqb_arg_ints(b, n, p->name, 2, SHAPE);
     } else if (strchr(p->type, '?')) {
       reqb_arg_none(b, n, p->name);
     } else {
@@ -508,7 +447,7 @@ static int compile_op(const tcc_op_info *op, Tcc__V1__DType dt, char *why, size_
     free(csrc);
     int result = 1;
     for (size_t a = 0; a < 2; a++) {
-      retarget(req, reqb_str(b, ARCHS[a]));
+      tt_request_to_cuda(req, reqb_str(b, ARCHS[a]));
       char what[160];
       snprintf(what, sizeof what, "%s (%s)", op->target, tcc_dtype_name((tcc_dtype)dt));
       rc = compile_for(req, ARCHS[a], what, &err);
@@ -576,7 +515,7 @@ static void reduction(const char *target, int ret_dt_same, int with_dim, int kee
     if (keepdim) reqb_arg_bool(b, n, "keepdim", 1);
     reqb_output(b, "o");
     Tcc__V1__CompileRequest *req = reqb_req(b);
-    retarget(req, reqb_str(b, ARCHS[a]));
+    tt_request_to_cuda(req, reqb_str(b, ARCHS[a]));
     tcc_error err;
     char what[128];
     snprintf(what, sizeof what, "%s [%lld, %lld]", target, (long long)R, (long long)C);
@@ -598,29 +537,15 @@ END_TEST
 /* softmax / log_softmax / layer_norm: ONE reduction kernel each. */
 static void one_kernel(const char *target, Tcc__V1__DType dt, int64_t R, int64_t C) {
   for (size_t a = 0; a < 2; a++) {
-    reqb *b = reqb_new("");
-    reqb_value(b, "x", dt, 2, (int64_t[]){R, C}, NULL, 0);
-    reqb_value(b, "o", dt, 2, (int64_t[]){R, C}, NULL, 0);
-    reqb_input(b, "x");
-    Tcc__V1__Node *n = reqb_node(b, target, "o");
-    reqb_arg_tensor(b, n, "self", "x");
-    reqb_arg_int(b, n, "dim", 1);
-    reqb_arg_bool(b, n, "half_to_float", 0);
-    reqb_output(b, "o");
-    Tcc__V1__CompileRequest *req = reqb_req(b);
-    retarget(req, reqb_str(b, ARCHS[a]));
-    tcc_prepared *p;
-    tcc_error err;
-    ck_assert_msg(tcc_prepare(req, "test-id", &p, &err) == 0, "%s: %s", target, err.msg);
+    reqb *b = reqb_softmax(target, dt, R, C);
+    tt_request_to_cuda(reqb_req(b), reqb_str(b, ARCHS[a]));
     tcc_artifact art;
-    ck_assert_msg(tcc_compile(p, NULL, &art, &err) == 0, "%s: %s", target, err.msg);
-    check_artifact(p, &art, ARCHS[a], target);
+    compile_checked(reqb_req(b), ARCHS[a], target, &art);
     ck_assert_int_eq(art.kernels, 1);
     /* rows over 32: block reductions; else a warp per row */
     ck_assert_ptr_nonnull(strstr(art.source, C > 32 ? "= tcc_block_reduce(a" : "= tcc_warp_reduce(a"));
     ck_assert_ptr_nonnull(strstr(art.source, "__shfl_down_sync"));
     tcc_artifact_free(&art);
-    tcc_prepared_free(p);
     reqb_free(b);
   }
 }
@@ -639,60 +564,40 @@ END_TEST
 static void ln_or_reduce(int which, Tcc__V1__DType dt, int64_t R, int64_t C) {
   static const int64_t dim0[1] = {0}, dim1[1] = {1};
   for (size_t a = 0; a < 2; a++) {
-    reqb *b = reqb_new("");
-    int64_t shape[2] = {R, C}, norm[1] = {C};
-    reqb_value(b, "x", dt, 2, shape, NULL, 0);
-    reqb_value(b, "w", dt, 1, norm, NULL, 0);
-    reqb_input(b, "x");
-    Tcc__V1__Node *n;
+    reqb *b;
     const char *what;
     if (which == 0) {
       what = "layer_norm";
-      reqb_value(b, "o", dt, 2, shape, NULL, 0);
-      Tcc__V1__DType st = dt;
-      reqb_value(b, "m", st, 2, (int64_t[]){R, 1}, NULL, 0);
-      reqb_value(b, "r", st, 2, (int64_t[]){R, 1}, NULL, 0);
-      reqb_input(b, "w");
-      n = reqb_node(b, "aten.native_layer_norm.default", "o");
-      reqb_node_output(b, n, "m");
-      reqb_node_output(b, n, "r");
-      reqb_arg_tensor(b, n, "input", "x");
-      arg_ints(b, n, "normalized_shape", norm, 1);
-      reqb_arg_tensor(b, n, "weight", "w");
-      reqb_arg_none(b, n, "bias");
-      reqb_arg_float(b, n, "eps", 1e-5);
-      reqb_output(b, "o");
-      reqb_output(b, "m");
-      reqb_output(b, "r");
-    } else if (which == 1) {
-      what = "sum over dim 0";
-      reqb_value(b, "o", tcc_dtype_is_float((tcc_dtype)dt) ? dt : TCC__V1__DTYPE__INT64, 1,
-                 (int64_t[]){C}, NULL, 0);
-      n = reqb_node(b, "aten.sum.dim_IntList", "o");
-      reqb_arg_tensor(b, n, "self", "x");
-      arg_ints(b, n, "dim", dim0, 1);
-      reqb_output(b, "o");
+      b = reqb_layer_norm(dt, R, C, 0);
     } else {
-      what = "var over dim 1";
-      reqb_value(b, "o", dt, 1, (int64_t[]){R}, NULL, 0);
-      n = reqb_node(b, "aten.var.correction", "o");
-      reqb_arg_tensor(b, n, "self", "x");
-      arg_ints(b, n, "dim", dim1, 1);
+      b = reqb_new("");
+      reqb_value(b, "x", dt, 2, (int64_t[]){R, C}, NULL, 0);
+      reqb_value(b, "w", dt, 1, (int64_t[]){C}, NULL, 0);
+      reqb_input(b, "x");
+      Tcc__V1__Node *n;
+      if (which == 1) {
+        what = "sum over dim 0";
+        reqb_value(b, "o", tcc_dtype_is_float((tcc_dtype)dt) ? dt : TCC__V1__DTYPE__INT64, 1,
+                   (int64_t[]){C}, NULL, 0);
+        n = reqb_node(b, "aten.sum.dim_IntList", "o");
+        reqb_arg_tensor(b, n, "self", "x");
+        reqb_arg_ints(b, n, "dim", 1, dim0);
+      } else {
+        what = "var over dim 1";
+        reqb_value(b, "o", dt, 1, (int64_t[]){R}, NULL, 0);
+        n = reqb_node(b, "aten.var.correction", "o");
+        reqb_arg_tensor(b, n, "self", "x");
+        reqb_arg_ints(b, n, "dim", 1, dim1);
+      }
       reqb_output(b, "o");
     }
-    Tcc__V1__CompileRequest *req = reqb_req(b);
-    retarget(req, reqb_str(b, ARCHS[a]));
-    tcc_prepared *p;
-    tcc_error err;
-    ck_assert_msg(tcc_prepare(req, "test-id", &p, &err) == 0, "%s: %s", what, err.msg);
+    tt_request_to_cuda(reqb_req(b), reqb_str(b, ARCHS[a]));
     tcc_artifact art;
-    ck_assert_msg(tcc_compile(p, NULL, &art, &err) == 0, "%s: %s", what, err.msg);
-    check_artifact(p, &art, ARCHS[a], what);
+    compile_checked(reqb_req(b), ARCHS[a], what, &art);
     if (which == 0) ck_assert_int_eq(art.kernels, 1);
     int64_t red = which == 1 ? R : C;
     ck_assert_ptr_nonnull(strstr(art.source, red > 32 ? "= tcc_block_reduce(a" : "= tcc_warp_reduce(a"));
     tcc_artifact_free(&art);
-    tcc_prepared_free(p);
     reqb_free(b);
   }
 }
@@ -721,7 +626,7 @@ START_TEST(views_cat_and_indexing) {
         reqb_value(b, "o", TCC__V1__DTYPE__FLOAT32, 2, (int64_t[]){33, 4}, (int64_t[]){1, 33}, 0);
         n = reqb_node(b, "aten.permute.default", "o");
         reqb_arg_tensor(b, n, "self", "x");
-        arg_ints(b, n, "dims", perm, 2);
+        reqb_arg_ints(b, n, "dims", 2, perm);
         /* a view output aliasing an input is not a kernel: add 1 */
         reqb_value(b, "o2", TCC__V1__DTYPE__FLOAT32, 2, (int64_t[]){33, 4}, NULL, 0);
         Tcc__V1__Node *m = reqb_node(b, "aten.add.Scalar", "o2");
@@ -748,7 +653,7 @@ START_TEST(views_cat_and_indexing) {
         reqb_output(b, "o");
       }
       Tcc__V1__CompileRequest *req = reqb_req(b);
-      retarget(req, reqb_str(b, ARCHS[a]));
+      tt_request_to_cuda(req, reqb_str(b, ARCHS[a]));
       tcc_error err;
       static const char *const names[] = {"permute", "", "index_select", "gather"};
       int rc = compile_for(req, ARCHS[a], names[which], &err);
@@ -769,7 +674,7 @@ START_TEST(keys_differ_by_arch) {
     reqb_input(b, "x");
     reqb_unary(b, "aten.sin.default", "x", "o");
     reqb_output(b, "o");
-    if (a < 2) retarget(reqb_req(b), reqb_str(b, ARCHS[a]));
+    if (a < 2) tt_request_to_cuda(reqb_req(b), reqb_str(b, ARCHS[a]));
     tcc_prepared *p;
     tcc_error err;
     ck_assert_msg(tcc_prepare(reqb_req(b), "test-id", &p, &err) == 0, "%s", err.msg);
@@ -791,14 +696,9 @@ END_TEST
 static Tcc__V1__Manifest *compile_manifest(reqb *b, const char *what, char **source) {
   Tcc__V1__Manifest *keep = NULL;
   for (size_t a = 0; a < 2; a++) {
-    Tcc__V1__CompileRequest *req = reqb_req(b);
-    retarget(req, reqb_str(b, ARCHS[a]));
-    tcc_prepared *p;
-    tcc_error err;
-    ck_assert_msg(tcc_prepare(req, "test-id", &p, &err) == 0, "%s: %s", what, err.msg);
+    tt_request_to_cuda(reqb_req(b), reqb_str(b, ARCHS[a]));
     tcc_artifact art;
-    ck_assert_msg(tcc_compile(p, NULL, &art, &err) == 0, "%s: %s", what, err.msg);
-    check_artifact(p, &art, ARCHS[a], what);
+    compile_checked(reqb_req(b), ARCHS[a], what, &art);
     Tcc__V1__Manifest *mm = tcc__v1__manifest__unpack(NULL, art.manifest_len, art.manifest);
     for (size_t k = 0; k < mm->n_kernels; k++) {   /* constants cuBLAS reads are symbols of the cubin */
       const Tcc__V1__GemmStep *gs = mm->kernels[k]->gemm;
@@ -814,7 +714,6 @@ static Tcc__V1__Manifest *compile_manifest(reqb *b, const char *what, char **sou
       if (source) *source = strdup(art.source);
     }
     tcc_artifact_free(&art);
-    tcc_prepared_free(p);
   }
   ck_assert_ptr_nonnull(keep);
   return keep;
@@ -861,21 +760,7 @@ START_TEST(matmul_family) {
   /* linear(x [4,5,64], w [96,64], bias) then gelu: w read transposed
    * (op T), x flattened to M = 20; the epilogue kernel after the GEMM */
   {
-    reqb *b = reqb_new("");
-    reqb_value(b, "x", TCC__V1__DTYPE__FLOAT32, 3, (int64_t[]){4, 5, 64}, NULL, 0);
-    reqb_value(b, "w", TCC__V1__DTYPE__FLOAT32, 2, (int64_t[]){96, 64}, NULL, 0);
-    reqb_value(b, "bias", TCC__V1__DTYPE__FLOAT32, 1, (int64_t[]){96}, NULL, 0);
-    reqb_value(b, "l", TCC__V1__DTYPE__FLOAT32, 3, (int64_t[]){4, 5, 96}, NULL, 0);
-    reqb_value(b, "o", TCC__V1__DTYPE__FLOAT32, 3, (int64_t[]){4, 5, 96}, NULL, 0);
-    reqb_input(b, "x");
-    reqb_input(b, "w");
-    reqb_input(b, "bias");
-    Tcc__V1__Node *n = reqb_node(b, "aten.linear.default", "l");
-    reqb_arg_tensor(b, n, "input", "x");
-    reqb_arg_tensor(b, n, "weight", "w");
-    reqb_arg_tensor(b, n, "bias", "bias");
-    reqb_unary(b, "aten.gelu.default", "l", "o");
-    reqb_output(b, "o");
+    reqb *b = reqb_linear_gelu(3, (int64_t[]){4, 5, 64}, 96);
     char *src;
     Tcc__V1__Manifest *m = compile_manifest(b, "linear+gelu", &src);
     ck_assert_int_eq(gemm_steps(m, g, 4), 1);
@@ -988,23 +873,17 @@ END_TEST
 START_TEST(split_reduction) {
   static const int64_t shapes[][2] = {{1, INT64_C(1) << 24}, {4, 200000}};
   for (size_t s = 0; s < 2; s++) {
-    reqb *b = reqb_new("");
-    reqb_value(b, "x", TCC__V1__DTYPE__FLOAT32, 2, shapes[s], NULL, 0);
-    if (s == 0) reqb_value(b, "o", TCC__V1__DTYPE__FLOAT32, 0, NULL, NULL, 0);
-    else reqb_value(b, "o", TCC__V1__DTYPE__FLOAT32, 1, (int64_t[]){4}, NULL, 0);
-    reqb_input(b, "x");
-    Tcc__V1__Node *n = reqb_node(b, s == 0 ? "aten.sum.default" : "aten.sum.dim_IntList", "o");
-    reqb_arg_tensor(b, n, "self", "x");
-    if (s == 1) {
-      Tcc__V1__Argument *arg = reqb_arg_int(b, n, "dim", 1);
-      arg->kind_case = TCC__V1__ARGUMENT__KIND_AS_INTS;
-      static int64_t one[1] = {1};
-      static Tcc__V1__IntList il = TCC__V1__INT_LIST__INIT;
-      il.n_values = 1;
-      il.values = one;
-      arg->as_ints = &il;
+    reqb *b;
+    if (s == 0) {
+      b = reqb_new("");
+      reqb_value(b, "x", TCC__V1__DTYPE__FLOAT32, 2, shapes[s], NULL, 0);
+      reqb_value(b, "o", TCC__V1__DTYPE__FLOAT32, 0, NULL, NULL, 0);
+      reqb_input(b, "x");
+      reqb_unary(b, "aten.sum.default", "x", "o");
+      reqb_output(b, "o");
+    } else {
+      b = reqb_sum_rows(shapes[s][0], shapes[s][1]);
     }
-    reqb_output(b, "o");
     char *src;
     objdumps++;
     Tcc__V1__Manifest *m = compile_manifest(b, "split sum", &src);
@@ -1044,13 +923,11 @@ START_TEST(cuda_ops_list_matmul) {
 END_TEST
 
 int main(void) {
-  tcc_error err;
-  if (tcc_nvrtc_available(&err)) cutest_skip("%s", err.msg);
-  cuobjdump = getenv("CUOBJDUMP");
-  if (cuobjdump && (!*cuobjdump || access(cuobjdump, X_OK))) cuobjdump = NULL;
+  tt_need_nvrtc();
+  cuobjdump = tt_cuobjdump();
   if (!cuobjdump) printf("no cuobjdump (CUOBJDUMP): cubins checked by their ELF symbols only\n");
   objdumps = 40;
-  if (!mkdtemp(tmpdir)) return 1;
+  if (!(tmpdir = tt_tmpdir("cudagen"))) return 1;
   Suite *s = suite_create("cuda codegen");
   TCase *tc = tcase_create("graphs");   /* CK_RUN_CASE=graphs: the quick part (valgrind) */
   tcase_set_timeout(tc, 1200);
@@ -1068,13 +945,8 @@ int main(void) {
   tcase_add_test(tc, views_cat_and_indexing);
   tcase_add_test(tc, every_op);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  char path[256];
-  snprintf(path, sizeof path, "%s/k.cubin", tmpdir);
-  unlink(path);
-  rmdir(tmpdir);
-  return failed ? 1 : 0;
+  int rc = tt_run_suite(s, 0);
+  tt_remove_tree(tmpdir);
+  free(tmpdir);
+  return rc;
 }

@@ -32,44 +32,14 @@
 #include <unistd.h>
 
 #include "compiler.h"
-#include "cutest.h"
 #include "nvrtc.h"
-#include "dlkernel.h"
-#include "reqb.h"
+#include "tcc_dtype.h"
 #include "tcc_runtime.h"
+#include "tcctest.h"
 
 static char dev_arch[16];
 static unsigned seed;
-static char tmpdir[] = "/tmp/tcc-cudagen-gpu-XXXXXX";
-
-#define OK(call)                                              \
-  do {                                                        \
-    tcc_error e_ = {0};                                       \
-    int rc_ = (call);                                         \
-    ck_assert_msg(rc_ == 0, "%s: %d %s", #call, rc_, e_.msg); \
-  } while (0)
-
-static size_t dtype_size(Tcc__V1__DType d) {
-  switch (d) {
-  case TCC__V1__DTYPE__FLOAT64:
-  case TCC__V1__DTYPE__INT64: return 8;
-  case TCC__V1__DTYPE__FLOAT32:
-  case TCC__V1__DTYPE__INT32: return 4;
-  case TCC__V1__DTYPE__FLOAT16:
-  case TCC__V1__DTYPE__BFLOAT16:
-  case TCC__V1__DTYPE__INT16: return 2;
-  default: return 1;
-  }
-}
-
-static size_t meta_bytes(const Tcc__V1__TensorMeta *m) {
-  size_t span = 1;
-  for (size_t d = 0; d < m->n_sizes; d++) {
-    if (!m->sizes[d]) return 0;
-    span += (size_t)(m->sizes[d] - 1) * (size_t)llabs(m->strides[d]);
-  }
-  return (span + (size_t)m->storage_offset) * dtype_size(m->dtype);
-}
+static char *tmpdir;
 
 static float half_to_float(uint16_t h) {
   int e = (h >> 10) & 0x1f, m = h & 0x3ff;
@@ -86,7 +56,7 @@ static float bf16_to_float(uint16_t h) {
 
 /* Random bytes of a tensor: floats in [-3, 3), ints in [0, 7). */
 static void fill(void *buf, size_t bytes, Tcc__V1__DType dt, unsigned *st) {
-  size_t es = dtype_size(dt), n = bytes / es;
+  size_t es = tcc_dtype_size(dt), n = bytes / es;
   for (size_t i = 0; i < n; i++) {
     double v = -3.0 + 6.0 * ((double)rand_r(st) / ((double)RAND_MAX + 1.0));
     char *p = (char *)buf + i * es;
@@ -115,75 +85,91 @@ static void fill(void *buf, size_t bytes, Tcc__V1__DType dt, unsigned *st) {
 /* Compiles req for target (CPU when arch is NULL). */
 static void compile(Tcc__V1__CompileRequest *req, reqb *b, const char *arch, tcc_artifact *a,
                     tcc_prepared **pp) {
-  if (arch) {
-    req->target->device = TCC__V1__DEVICE_TYPE__CUDA;
-    req->target->cuda_arch = reqb_str(b, arch);
-  } else {
-    req->target->device = TCC__V1__DEVICE_TYPE__CPU;
-  }
-  Tcc__V1__Graph *g = req->graph;
-  for (size_t i = 0; i < g->n_values; i++)
-    if (g->values[i]->meta && g->values[i]->meta->device)
-      g->values[i]->meta->device->type = req->target->device;
+  if (arch) tt_request_to_cuda(req, reqb_str(b, arch));
+  else tt_request_to_cpu(req);
   tcc_error err;
   ck_assert_msg(tcc_prepare(req, "gpu-test", pp, &err) == 0, "prepare: %s", err.msg);
   ck_assert_msg(tcc_compile(*pp, NULL, a, &err) == 0, "compile for %s: %s", arch ? arch : "cpu", err.msg);
 }
 
-/* Runs req on the GPU and on the CPU backend; compares every output. */
-static void run_and_compare(reqb *b, const char *what) {
+/* Compiles req for the device, runs it once on fresh random inputs
+ * (contiguous) and returns host copies of inputs and outputs (caller
+ * frees each, and the arrays) and the manifest. */
+static Tcc__V1__Manifest *gpu_run(reqb *b, const char *what, void ***hin_out, void ***hout_out) {
   Tcc__V1__CompileRequest *req = reqb_req(b);
-  tcc_artifact ga, ca;
-  tcc_prepared *gp, *cp;
+  tcc_artifact ga;
+  tcc_prepared *gp;
   compile(req, b, dev_arch, &ga, &gp);
-  compile(req, b, NULL, &ca, &cp);
   Tcc__V1__Manifest *m = tcc__v1__manifest__unpack(NULL, ga.manifest_len, ga.manifest);
+  ck_assert_ptr_nonnull(m);
+  size_t ni = m->n_inputs, no = m->n_outputs;
+  void **hin = calloc(ni + 1, sizeof *hin), **din = calloc(ni + 1, sizeof *din);
+  void **hout = calloc(no + 1, sizeof *hout), **dout = calloc(no + 1, sizeof *dout);
+  unsigned st = seed ^ (unsigned)strlen(what);
+  for (size_t i = 0; i < ni; i++) {
+    size_t n = tt_meta_bytes(m->inputs[i]);
+    hin[i] = malloc(n + 1);
+    fill(hin[i], n, m->inputs[i]->dtype, &st);
+    TT_OK(tcc_rt_cuda_malloc(0, n + 1, &din[i], &e_));
+    TT_OK(tcc_rt_cuda_memcpy_htod(0, din[i], hin[i], n, &e_));
+  }
+  for (size_t o = 0; o < no; o++) {
+    size_t n = tt_meta_bytes(m->outputs[o]);
+    hout[o] = calloc(1, n + 1);
+    TT_OK(tcc_rt_cuda_malloc(0, n + 1, &dout[o], &e_));
+  }
+  void *dws = NULL;
+  if (m->workspace_bytes) TT_OK(tcc_rt_cuda_malloc(0, (size_t)m->workspace_bytes, &dws, &e_));
+  tcc_rt_cuda_kernel *k;
+  TT_OK(tcc_rt_cuda_kernel_load_manifest(ga.data, ga.size, NULL, m, NULL, &k, &e_));
+  TT_OK(tcc_rt_cuda_kernel_launch(k, NULL, (const void *const *)din, dout, dws, &e_));
+  TT_OK(tcc_rt_cuda_synchronize(0, NULL, &e_));
+  for (size_t o = 0; o < no; o++)
+    TT_OK(tcc_rt_cuda_memcpy_dtoh(0, hout[o], dout[o], tt_meta_bytes(m->outputs[o]), &e_));
+  tcc_rt_cuda_kernel_unload(k);
+  for (size_t i = 0; i < ni; i++) TT_OK(tcc_rt_cuda_free(0, din[i], &e_));
+  for (size_t o = 0; o < no; o++) TT_OK(tcc_rt_cuda_free(0, dout[o], &e_));
+  if (dws) TT_OK(tcc_rt_cuda_free(0, dws, &e_));
+  free(din);
+  free(dout);
+  tcc_artifact_free(&ga);
+  tcc_prepared_free(gp);
+  *hin_out = hin;
+  *hout_out = hout;
+  return m;
+}
+
+static void free_all(void **v, size_t n) {
+  for (size_t i = 0; i < n; i++) free(v[i]);
+  free(v);
+}
+
+/* Runs req on the GPU (gpu_run) and on the CPU backend on the same
+ * inputs; compares every output. */
+static void run_and_compare(reqb *b, const char *what) {
+  void **hin, **gout;
+  Tcc__V1__Manifest *m = gpu_run(b, what, &hin, &gout);
+  tcc_artifact ca;
+  tcc_prepared *cp;
+  compile(reqb_req(b), b, NULL, &ca, &cp);
   Tcc__V1__Manifest *cm = tcc__v1__manifest__unpack(NULL, ca.manifest_len, ca.manifest);
-  ck_assert(m && cm);
+  ck_assert_ptr_nonnull(cm);
   /* the CPU reference */
-  char so[256];
-  snprintf(so, sizeof so, "%s/ref.so", tmpdir);
-  FILE *f = fopen(so, "wb");
-  ck_assert_ptr_nonnull(f);
-  ck_assert_uint_eq(fwrite(ca.data, 1, ca.size, f), ca.size);
-  fclose(f);
-  void *lib = dlopen_kernel(so);
+  void *lib = tt_load_kernel(tmpdir, "ref.so", ca.data, ca.size);
   ck_assert_msg(lib != NULL, "%s", dlerror());
   int (*entry)(const void *const *, void *const *, void *) =
       (int (*)(const void *const *, void *const *, void *))dlsym(lib, "tcc_entry");
   ck_assert_ptr_nonnull(entry);
-
-  size_t ni = m->n_inputs, no = m->n_outputs;
-  void **hin = calloc(ni + 1, sizeof *hin), **din = calloc(ni + 1, sizeof *din);
-  void **hout = calloc(no + 1, sizeof *hout), **gout = calloc(no + 1, sizeof *gout),
-       **dout = calloc(no + 1, sizeof *dout);
-  unsigned st = seed ^ (unsigned)strlen(what);
-  for (size_t i = 0; i < ni; i++) {
-    size_t n = meta_bytes(m->inputs[i]);
-    hin[i] = malloc(n + 1);
-    fill(hin[i], n, m->inputs[i]->dtype, &st);
-    OK(tcc_rt_cuda_malloc(0, n + 1, &din[i], &e_));
-    OK(tcc_rt_cuda_memcpy_htod(0, din[i], hin[i], n, &e_));
-  }
-  for (size_t o = 0; o < no; o++) {
-    size_t n = meta_bytes(m->outputs[o]);
-    hout[o] = calloc(1, n + 1);
-    gout[o] = calloc(1, n + 1);
-    OK(tcc_rt_cuda_malloc(0, n + 1, &dout[o], &e_));
-  }
-  void *ws = malloc((size_t)cm->workspace_bytes + 64), *dws = NULL;
+  size_t no = m->n_outputs;
+  void **hout = calloc(no + 1, sizeof *hout);
+  for (size_t o = 0; o < no; o++) hout[o] = calloc(1, tt_meta_bytes(m->outputs[o]) + 1);
+  void *ws = malloc((size_t)cm->workspace_bytes + 64);
   void *cws = (void *)(((uintptr_t)ws + 63) & ~(uintptr_t)63);
-  if (m->workspace_bytes) OK(tcc_rt_cuda_malloc(0, (size_t)m->workspace_bytes, &dws, &e_));
   ck_assert_int_eq(entry((const void *const *)hin, hout, cws), 0);
 
-  tcc_rt_cuda_kernel *k;
-  OK(tcc_rt_cuda_kernel_load_manifest(ga.data, ga.size, NULL, m, NULL, &k, &e_));
-  OK(tcc_rt_cuda_kernel_launch(k, NULL, (const void *const *)din, dout, dws, &e_));
-  OK(tcc_rt_cuda_synchronize(0, NULL, &e_));
   for (size_t o = 0; o < no; o++) {
     const Tcc__V1__TensorMeta *om = m->outputs[o];
-    size_t n = meta_bytes(om), es = dtype_size(om->dtype), bad = 0;
-    OK(tcc_rt_cuda_memcpy_dtoh(0, gout[o], dout[o], n, &e_));
+    size_t n = tt_meta_bytes(om), es = tcc_dtype_size(om->dtype), bad = 0;
     for (size_t i = 0; i < n / es; i++) {
       double want, got, tol;
       const char *c = (const char *)hout[o] + i * es, *g = (const char *)gout[o] + i * es;
@@ -229,58 +215,19 @@ static void run_and_compare(reqb *b, const char *what) {
     ck_assert_msg(bad == 0, "%s: output %zu: %zu of %zu elements differ (seed %u)", what, o, bad, n / es, seed);
   }
   printf("  %s: %zu kernel%s, gpu == cpu\n", what, m->n_kernels, m->n_kernels == 1 ? "" : "s");
-  tcc_rt_cuda_kernel_unload(k);
-  for (size_t i = 0; i < ni; i++) {
-    free(hin[i]);
-    OK(tcc_rt_cuda_free(0, din[i], &e_));
-  }
-  for (size_t o = 0; o < no; o++) {
-    free(hout[o]);
-    free(gout[o]);
-    OK(tcc_rt_cuda_free(0, dout[o], &e_));
-  }
-  if (dws) OK(tcc_rt_cuda_free(0, dws, &e_));
+  free_all(hin, m->n_inputs);
+  free_all(hout, no);
+  free_all(gout, no);
   free(ws);
-  free(hin);
-  free(din);
-  free(hout);
-  free(gout);
-  free(dout);
   dlclose(lib);
-  unlink(so);
   tcc__v1__manifest__free_unpacked(m, NULL);
   tcc__v1__manifest__free_unpacked(cm, NULL);
-  tcc_artifact_free(&ga);
   tcc_artifact_free(&ca);
-  tcc_prepared_free(gp);
   tcc_prepared_free(cp);
 }
 
-static void arg_ints(reqb *b, Tcc__V1__Node *n, const char *param, const int64_t *v, size_t nv) {
-  static Tcc__V1__IntList lists[64];
-  static int next;
-  Tcc__V1__IntList *l = &lists[next++ % 64];
-  tcc__v1__int_list__init(l);
-  l->n_values = nv;
-  l->values = (int64_t *)v;
-  Tcc__V1__Argument *a = reqb_arg_int(b, n, param, 0);
-  a->kind_case = TCC__V1__ARGUMENT__KIND_AS_INTS;
-  a->as_ints = l;
-}
-
 START_TEST(pointwise) {
-  reqb *b = reqb_new("");
-  reqb_value(b, "x", TCC__V1__DTYPE__FLOAT32, 2, (int64_t[]){300, 257}, NULL, 0);
-  reqb_value(b, "y", TCC__V1__DTYPE__FLOAT32, 1, (int64_t[]){257}, NULL, 0);
-  reqb_value(b, "s", TCC__V1__DTYPE__FLOAT32, 2, (int64_t[]){300, 257}, NULL, 0);
-  reqb_value(b, "c", TCC__V1__DTYPE__FLOAT32, 1, (int64_t[]){257}, NULL, 0);
-  reqb_value(b, "o", TCC__V1__DTYPE__FLOAT32, 2, (int64_t[]){300, 257}, NULL, 0);
-  reqb_input(b, "x");
-  reqb_input(b, "y");
-  reqb_unary(b, "aten.sin.default", "x", "s");
-  reqb_unary(b, "aten.cos.default", "y", "c");
-  reqb_binary(b, "aten.add.Tensor", "s", "c", "o");
-  reqb_output(b, "o");
+  reqb *b = reqb_sin_cos_rows(300, 257);
   run_and_compare(b, "sin(x) + cos(y) [300, 257] + [257]");
   reqb_free(b);
 
@@ -317,15 +264,7 @@ START_TEST(half_types) {
 END_TEST
 
 static void softmax(const char *target, int64_t R, int64_t C) {
-  reqb *b = reqb_new("");
-  reqb_value(b, "x", TCC__V1__DTYPE__FLOAT32, 2, (int64_t[]){R, C}, NULL, 0);
-  reqb_value(b, "o", TCC__V1__DTYPE__FLOAT32, 2, (int64_t[]){R, C}, NULL, 0);
-  reqb_input(b, "x");
-  Tcc__V1__Node *n = reqb_node(b, target, "o");
-  reqb_arg_tensor(b, n, "self", "x");
-  reqb_arg_int(b, n, "dim", 1);
-  reqb_arg_bool(b, n, "half_to_float", 0);
-  reqb_output(b, "o");
+  reqb *b = reqb_softmax(target, TCC__V1__DTYPE__FLOAT32, R, C);
   char what[128];
   snprintf(what, sizeof what, "%s [%lld, %lld]", target, (long long)R, (long long)C);
   run_and_compare(b, what);
@@ -342,28 +281,7 @@ START_TEST(softmax_rows) {
 END_TEST
 
 START_TEST(layer_norm_sum_argmax) {
-  int64_t R = 19, C = 768, norm[1] = {768};
-  reqb *b = reqb_new("");
-  reqb_value(b, "x", TCC__V1__DTYPE__FLOAT32, 2, (int64_t[]){R, C}, NULL, 0);
-  reqb_value(b, "w", TCC__V1__DTYPE__FLOAT32, 1, norm, NULL, 0);
-  reqb_value(b, "bb", TCC__V1__DTYPE__FLOAT32, 1, norm, NULL, 0);
-  reqb_value(b, "o", TCC__V1__DTYPE__FLOAT32, 2, (int64_t[]){R, C}, NULL, 0);
-  reqb_value(b, "m", TCC__V1__DTYPE__FLOAT32, 2, (int64_t[]){R, 1}, NULL, 0);
-  reqb_value(b, "r", TCC__V1__DTYPE__FLOAT32, 2, (int64_t[]){R, 1}, NULL, 0);
-  reqb_input(b, "x");
-  reqb_input(b, "w");
-  reqb_input(b, "bb");
-  Tcc__V1__Node *n = reqb_node(b, "aten.native_layer_norm.default", "o");
-  reqb_node_output(b, n, "m");
-  reqb_node_output(b, n, "r");
-  reqb_arg_tensor(b, n, "input", "x");
-  arg_ints(b, n, "normalized_shape", norm, 1);
-  reqb_arg_tensor(b, n, "weight", "w");
-  reqb_arg_tensor(b, n, "bias", "bb");
-  reqb_arg_float(b, n, "eps", 1e-5);
-  reqb_output(b, "o");
-  reqb_output(b, "m");
-  reqb_output(b, "r");
+  reqb *b = reqb_layer_norm(TCC__V1__DTYPE__FLOAT32, 19, 768, 1);
   run_and_compare(b, "native_layer_norm [19, 768]");
   reqb_free(b);
 
@@ -372,9 +290,9 @@ START_TEST(layer_norm_sum_argmax) {
   reqb_value(b, "x", TCC__V1__DTYPE__FLOAT32, 2, (int64_t[]){1000, 3}, NULL, 0);
   reqb_value(b, "o", TCC__V1__DTYPE__FLOAT32, 1, (int64_t[]){3}, NULL, 0);
   reqb_input(b, "x");
-  n = reqb_node(b, "aten.sum.dim_IntList", "o");
+  Tcc__V1__Node *n = reqb_node(b, "aten.sum.dim_IntList", "o");
   reqb_arg_tensor(b, n, "self", "x");
-  arg_ints(b, n, "dim", dim0, 1);
+  reqb_arg_ints(b, n, "dim", 1, dim0);
   reqb_output(b, "o");
   run_and_compare(b, "sum over dim 0 of [1000, 3]");
   reqb_free(b);
@@ -397,7 +315,7 @@ END_TEST
 
 /* Element i of a host tensor of dtype dt, as double. */
 static double elem(const void *buf, Tcc__V1__DType dt, size_t i) {
-  const char *p = (const char *)buf + i * dtype_size(dt);
+  const char *p = (const char *)buf + i * tcc_dtype_size(dt);
   switch (dt) {
   case TCC__V1__DTYPE__FLOAT32: { float f; memcpy(&f, p, 4); return f; }
   case TCC__V1__DTYPE__FLOAT64: { double d; memcpy(&d, p, 8); return d; }
@@ -405,57 +323,6 @@ static double elem(const void *buf, Tcc__V1__DType dt, size_t i) {
   case TCC__V1__DTYPE__BFLOAT16: { uint16_t h; memcpy(&h, p, 2); return bf16_to_float(h); }
   default: return 0;
   }
-}
-
-/* Compiles req for the device, runs it once on fresh random inputs
- * (contiguous) and returns host copies of inputs and outputs (caller
- * frees each, and the arrays) and the manifest. */
-static Tcc__V1__Manifest *gpu_run(reqb *b, const char *what, void ***hin_out, void ***hout_out) {
-  Tcc__V1__CompileRequest *req = reqb_req(b);
-  tcc_artifact ga;
-  tcc_prepared *gp;
-  compile(req, b, dev_arch, &ga, &gp);
-  Tcc__V1__Manifest *m = tcc__v1__manifest__unpack(NULL, ga.manifest_len, ga.manifest);
-  ck_assert_ptr_nonnull(m);
-  size_t ni = m->n_inputs, no = m->n_outputs;
-  void **hin = calloc(ni + 1, sizeof *hin), **din = calloc(ni + 1, sizeof *din);
-  void **hout = calloc(no + 1, sizeof *hout), **dout = calloc(no + 1, sizeof *dout);
-  unsigned st = seed ^ (unsigned)strlen(what);
-  for (size_t i = 0; i < ni; i++) {
-    size_t n = meta_bytes(m->inputs[i]);
-    hin[i] = malloc(n + 1);
-    fill(hin[i], n, m->inputs[i]->dtype, &st);
-    OK(tcc_rt_cuda_malloc(0, n + 1, &din[i], &e_));
-    OK(tcc_rt_cuda_memcpy_htod(0, din[i], hin[i], n, &e_));
-  }
-  for (size_t o = 0; o < no; o++) {
-    size_t n = meta_bytes(m->outputs[o]);
-    hout[o] = calloc(1, n + 1);
-    OK(tcc_rt_cuda_malloc(0, n + 1, &dout[o], &e_));
-  }
-  void *dws = NULL;
-  if (m->workspace_bytes) OK(tcc_rt_cuda_malloc(0, (size_t)m->workspace_bytes, &dws, &e_));
-  tcc_rt_cuda_kernel *k;
-  OK(tcc_rt_cuda_kernel_load_manifest(ga.data, ga.size, NULL, m, NULL, &k, &e_));
-  OK(tcc_rt_cuda_kernel_launch(k, NULL, (const void *const *)din, dout, dws, &e_));
-  OK(tcc_rt_cuda_synchronize(0, NULL, &e_));
-  for (size_t o = 0; o < no; o++) OK(tcc_rt_cuda_memcpy_dtoh(0, hout[o], dout[o], meta_bytes(m->outputs[o]), &e_));
-  tcc_rt_cuda_kernel_unload(k);
-  for (size_t i = 0; i < ni; i++) OK(tcc_rt_cuda_free(0, din[i], &e_));
-  for (size_t o = 0; o < no; o++) OK(tcc_rt_cuda_free(0, dout[o], &e_));
-  if (dws) OK(tcc_rt_cuda_free(0, dws, &e_));
-  free(din);
-  free(dout);
-  tcc_artifact_free(&ga);
-  tcc_prepared_free(gp);
-  *hin_out = hin;
-  *hout_out = hout;
-  return m;
-}
-
-static void free_all(void **v, size_t n) {
-  for (size_t i = 0; i < n; i++) free(v[i]);
-  free(v);
 }
 
 /* [B, M, K] @ [B or 1, K, N] (+ bias[N]) (then gelu) against float64;
@@ -638,16 +505,8 @@ END_TEST
  * 200000, against float64 sums (float32 partials: |err| <= 1e-6 sum|x|). */
 START_TEST(split_reduction_vs_float64) {
   static const int64_t shapes[][2] = {{1, INT64_C(1) << 24}, {4, 200000}};
-  static const int64_t dim1[1] = {1};
   for (int s = 0; s < 2; s++) {
-    reqb *b = reqb_new("");
-    reqb_value(b, "x", TCC__V1__DTYPE__FLOAT32, 2, shapes[s], NULL, 0);
-    reqb_value(b, "o", TCC__V1__DTYPE__FLOAT32, 1, (int64_t[]){shapes[s][0]}, NULL, 0);
-    reqb_input(b, "x");
-    Tcc__V1__Node *n = reqb_node(b, "aten.sum.dim_IntList", "o");
-    reqb_arg_tensor(b, n, "self", "x");
-    arg_ints(b, n, "dim", dim1, 1);
-    reqb_output(b, "o");
+    reqb *b = reqb_sum_rows(shapes[s][0], shapes[s][1]);
     void **hin, **hout;
     Tcc__V1__Manifest *m = gpu_run(b, "split sum", &hin, &hout);
     ck_assert_str_eq(m->kernels[0]->kind, "split-reduction");
@@ -673,33 +532,20 @@ START_TEST(split_reduction_vs_float64) {
 END_TEST
 
 int main(void) {
-  tcc_error err;
-  if (tcc_rt_cuda_available(&err)) cutest_skip("no CUDA device (%s)", err.msg);
-  if (tcc_nvrtc_available(&err)) cutest_skip("%s", err.msg);
-  if (tcc_rt_cuda_device_arch(0, dev_arch, NULL, 0, &err)) {
-    fprintf(stderr, "device arch: %s\n", err.msg);
-    return 1;
-  }
-  if (tcc_nvrtc_check_arch(dev_arch, &err)) cutest_skip("NVRTC cannot build for this device: %s", err.msg);
-  seed = cutest_seed("test_codegen_gpu");
+  tt_need_gpu(dev_arch, NULL, 0);
+  seed = (unsigned)tt_seed("test_codegen_gpu");
   printf("device %s\n", dev_arch);
-  if (!mkdtemp(tmpdir)) return 1;
-  Suite *s = suite_create("cuda codegen gpu");
-  TCase *tc = tcase_create("gpu");
-  tcase_set_timeout(tc, 600);
-  tcase_add_test(tc, pointwise);
-  tcase_add_test(tc, half_types);
-  tcase_add_test(tc, softmax_rows);
-  tcase_add_test(tc, layer_norm_sum_argmax);
-  tcase_add_test(tc, matmul_vs_float64);
-  tcase_add_test(tc, conv_vs_float64);
-  tcase_add_test(tc, split_reduction_vs_float64);
-  suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_set_fork_status(sr, CK_NOFORK);   /* one CUDA context for the process */
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  rmdir(tmpdir);
-  return failed ? 1 : 0;
+  if (!(tmpdir = tt_tmpdir("cudagen-gpu"))) return 1;
+  int rc = tt_run_tests("cuda codegen gpu", 600, 1, (const TTest *[]){
+      pointwise,
+      half_types,
+      softmax_rows,
+      layer_norm_sum_argmax,
+      matmul_vs_float64,
+      conv_vs_float64,
+      split_reduction_vs_float64,
+      NULL}); /* one CUDA context for the process */
+  tt_remove_tree(tmpdir);
+  free(tmpdir);
+  return rc;
 }

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "cuda_driver.h"
+#include "tcctest.h"
 
 #define SAME(ours, theirs) _Static_assert((long long)(ours) == (long long)(theirs), #ours " != " #theirs)
 
@@ -82,13 +83,5 @@ START_TEST(public_names_map_to_the_symbols_we_load) {
 END_TEST
 
 int main(void) {
-  Suite *s = suite_create("cuda-driver-abi");
-  TCase *tc = tcase_create("abi");
-  tcase_add_test(tc, public_names_map_to_the_symbols_we_load);
-  suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return tt_run_tests("cuda-driver-abi", 0, 0, (const TTest *[]){public_names_map_to_the_symbols_we_load, NULL});
 }

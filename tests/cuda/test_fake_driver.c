@@ -19,9 +19,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cutest.h"
 #include "tcc_runtime.h"
 #include "tccclient.h"
+#include "tcctest.h"
 
 static const char *(*fake_events)(void);
 static void (*fake_reset)(void);
@@ -32,58 +32,23 @@ static int (*fake_graph_destroy)(void *graph);
 static int (*fake_push)(void *ctx);
 static int (*fake_pop)(void **ctx);
 
-/* A cubin header for sm_NN (CUDA 13 ELF ABI 8), random bytes after it. */
-static void fake_cubin(uint8_t b[256], int sm) {
-  unsigned seed = cutest_seed("test_fake_driver");
-  for (int i = 0; i < 256; i++) b[i] = (uint8_t)rand_r(&seed);
-  memcpy(b, "\x7f" "ELF\x02\x01\x01\x41\x08", 9);
-  b[18] = 190, b[19] = 0;
-  b[0x30] = 0x04, b[0x31] = (uint8_t)sm, b[0x32] = 0x00, b[0x33] = 0x06;
-}
-
-/* Whether the event log has these lines, in this order (each a prefix
- * of a line, others may come between). */
-static int log_has_seq(const char *const *want, size_t n) {
-  const char *p = fake_events();
-  for (size_t i = 0; i < n; i++) {
-    const char *hit = NULL;
-    for (const char *line = p; *line;) {
-      if (!strncmp(line, want[i], strlen(want[i]))) {
-        hit = line;
-        break;
-      }
-      const char *nl = strchr(line, '\n');
-      if (!nl) break;
-      line = nl + 1;
-    }
-    if (!hit) return 0;
-    p = strchr(hit, '\n') ? strchr(hit, '\n') + 1 : hit + strlen(hit);
-  }
-  return 1;
-}
-#define EXPECT_SEQ(...)                                                                   \
-  do {                                                                                    \
-    const char *const want_[] = {__VA_ARGS__};                                            \
-    ck_assert_msg(log_has_seq(want_, sizeof want_ / sizeof want_[0]), "events:\n%s", fake_events()); \
+/* The event log has lines starting with these, in this order (others
+ * may come between). */
+#define EXPECT_SEQ(...)                                                                       \
+  do {                                                                                        \
+    const char *const want_[] = {__VA_ARGS__};                                                \
+    ck_assert_msg(tt_fake_events_in_order(fake_events(), want_, sizeof want_ / sizeof want_[0]), \
+                  "events:\n%s", fake_events());                                              \
   } while (0)
 
-static int log_count(const char *prefix) {
-  int n = 0;
-  for (const char *line = fake_events(); *line;) {
-    if (!strncmp(line, prefix, strlen(prefix))) n++;
-    const char *nl = strchr(line, '\n');
-    if (!nl) break;
-    line = nl + 1;
-  }
-  return n;
-}
+static int log_count(const char *prefix) { return tt_fake_event_count(fake_events(), prefix); }
 
 #define P(x) ((void *)(uintptr_t)(x))
 
 static tcc_rt_cuda_kernel *load(int sm, const tcc_rt_cuda_launch *l, size_t n, size_t n_in, size_t n_out, uint64_t ws,
                              const char *arch, const tcc_rt_cuda_options *o, const char *digest) {
   uint8_t cubin[256];
-  fake_cubin(cubin, sm);
+  tt_fake_cubin(cubin, sm);
   tcc_rt_cuda_plan plan = {.arch = arch, .launches = l, .n_launches = n, .n_inputs = n_in, .n_outputs = n_out,
                         .workspace_bytes = ws};
   tcc_rt_cuda_kernel *k = NULL;
@@ -171,7 +136,7 @@ START_TEST(arch_decides_cubin_ptx_or_mismatch) {
     char cc[8];
     snprintf(cc, sizeof cc, "%d", cases[i].cc);
     setenv("FAKE_CUDA_CC", cc, 1);
-    fake_cubin(cubin, cases[i].sm);
+    tt_fake_cubin(cubin, cases[i].sm);
     plan.arch = cases[i].arch;
     tcc_rt_cuda_options o = {.ptx = cases[i].with_ptx ? ptx : NULL};
     fake_reset();
@@ -295,7 +260,7 @@ START_TEST(errors_name_the_kernel) {
   tcc_error err = {0};
   tcc_rt_cuda_kernel *k = NULL;
   uint8_t cubin[256];
-  fake_cubin(cubin, 90);
+  tt_fake_cubin(cubin, 90);
   tcc_rt_cuda_launch l[2] = {{.name = "k0", .grid = {1}, .block = {32}}, {.name = "missing_k1", .grid = {1}, .block = {32}}};
   tcc_rt_cuda_plan plan = {.launches = l, .n_launches = 2, .n_inputs = 2, .n_outputs = 1};
   ck_assert_int_eq(tcc_rt_cuda_kernel_load(cubin, sizeof cubin, NULL, &plan, NULL, &k, &err), TCC_E_NOT_FOUND);
@@ -345,7 +310,7 @@ START_TEST(the_callers_current_context_is_used_as_is) {
   tcc_rt_cuda_options o = {.context = TCC_RT_CUDA_CURRENT_OR_PRIMARY};
   fake_reset();
   uint8_t cubin[256];
-  fake_cubin(cubin, 90);
+  tt_fake_cubin(cubin, 90);
   tcc_rt_cuda_plan plan = {.launches = &l, .n_launches = 1, .n_inputs = 2, .n_outputs = 1};
   tcc_rt_cuda_kernel *k = NULL;
   tcc_error err = {0};
@@ -367,8 +332,7 @@ END_TEST
 START_TEST(memory_helpers_round_trip) {
   tcc_error err = {0};
   float host[64], back[64];
-  unsigned seed = cutest_seed("test_fake_driver");
-  cutest_fill(host, 64, &seed, -1.0f, 1.0f);
+  tt_fill_float(host, 64, -1.0f, 1.0f);
   void *d = NULL;
   ck_assert_int_eq(tcc_rt_cuda_malloc(0, sizeof host, &d, &err), 0);
   ck_assert_ptr_nonnull(d);
@@ -437,7 +401,7 @@ END_TEST
 
 START_TEST(manifests_and_generic_kernels_launch) {
   uint8_t cubin[256];
-  fake_cubin(cubin, 90);
+  tt_fake_cubin(cubin, 90);
   int64_t grid[2] = {3, 5}, block[1] = {128};
   Tcc__V1__KernelInfo ki = TCC__V1__KERNEL_INFO__INIT;
   ki.name = (char *)"k0_fused";
@@ -449,10 +413,8 @@ START_TEST(manifests_and_generic_kernels_launch) {
   m.abi_version = 1, m.target = (char *)"cuda:sm_90";
   m.n_kernels = 1, m.kernels = kis, m.n_inputs = 2, m.inputs = ins, m.n_outputs = 1, m.outputs = outs;
   m.workspace_bytes = 512;
-  uint8_t digest[TCC_SHA256_BYTES];
   char hex[TCC_SHA256_HEX];
-  tcc_sha256(cubin, sizeof cubin, digest);
-  tcc_hex_encode(digest, sizeof digest, hex);
+  tt_sha256_hex(cubin, sizeof cubin, hex);
 
   tcc_kernel *k = NULL;
   tcc_error err = {0};
@@ -520,20 +482,20 @@ static void gemm_manifest_init(gemm_manifest *x, Tcc__V1__DType dt) {
   x->m.workspace_bytes = 256 + 2 * 45 * 33 * 4;
 }
 
-static void cubin_hex(const uint8_t *cubin, size_t n, char hex[TCC_SHA256_HEX]) {
-  uint8_t digest[TCC_SHA256_BYTES];
-  tcc_sha256(cubin, n, digest);
-  tcc_hex_encode(digest, sizeof digest, hex);
+/* An sm_90 cubin for the manifests above and its digest; the fake's
+ * kernels take 4 parameters. */
+static void gemm_cubin(uint8_t cubin[256], char hex[TCC_SHA256_HEX]) {
+  tt_fake_cubin(cubin, 90);
+  tt_sha256_hex(cubin, 256, hex);
+  setenv("FAKE_CUDA_NPARAMS", "4", 1);
 }
 
 /* The cuBLAS step runs before the epilogue kernel, with the manifest's
  * sizes and the ABI's pointers + offsets; float32 without TF32. */
 START_TEST(gemm_steps_run_through_cublas_in_plan_order) {
   uint8_t cubin[256];
-  fake_cubin(cubin, 90);
   char hex[TCC_SHA256_HEX];
-  cubin_hex(cubin, sizeof cubin, hex);
-  setenv("FAKE_CUDA_NPARAMS", "4", 1);
+  gemm_cubin(cubin, hex);
   gemm_manifest x;
   gemm_manifest_init(&x, TCC__V1__DTYPE__FLOAT32);
   tcc_kernel *k = NULL;
@@ -579,10 +541,8 @@ END_TEST
  * steps refused at load, naming the kernel and field. */
 START_TEST(gemm_dtypes_constants_and_bad_steps) {
   uint8_t cubin[256];
-  fake_cubin(cubin, 90);
   char hex[TCC_SHA256_HEX];
-  cubin_hex(cubin, sizeof cubin, hex);
-  setenv("FAKE_CUDA_NPARAMS", "4", 1);
+  gemm_cubin(cubin, hex);
   const void *in[2] = {P(0x1000), P(0x2000)};
   void *out[1] = {P(0x3000)};
   tcc_error err = {0};
@@ -620,23 +580,19 @@ START_TEST(gemm_dtypes_constants_and_bad_steps) {
   x.b.constant = (char *)"missing_data";
   ck_assert_int_eq(tcc_kernel_load(cubin, sizeof cubin, hex, &x.m, &k, &err), TCC_E_NOT_FOUND);
   ck_assert_msg(strstr(err.msg, "constant 'missing_data' is not in the module"), "%s", err.msg);
-  /* bad steps */
-  gemm_manifest_init(&x, TCC__V1__DTYPE__FLOAT32);
-  x.g.lda = 10;
-  ck_assert_int_eq(tcc_kernel_load(cubin, sizeof cubin, hex, &x.m, &k, &err), TCC_E_INVALID_ARGUMENT);
-  ck_assert_msg(strstr(err.msg, "manifest kernel 0 ('k0'): gemm leading dimensions"), "%s", err.msg);
-  gemm_manifest_init(&x, TCC__V1__DTYPE__FLOAT32);
-  x.g.compute_type = (char *)"16F";
-  ck_assert_int_eq(tcc_kernel_load(cubin, sizeof cubin, hex, &x.m, &k, &err), TCC_E_INVALID_ARGUMENT);
-  ck_assert_msg(strstr(err.msg, "unknown gemm compute type '16F'"), "%s", err.msg);
-  gemm_manifest_init(&x, TCC__V1__DTYPE__FLOAT32);
-  x.a.input = 7;
-  ck_assert_int_eq(tcc_kernel_load(cubin, sizeof cubin, hex, &x.m, &k, &err), TCC_E_INVALID_ARGUMENT);
-  ck_assert_msg(strstr(err.msg, "step 'k0' (launch 1 of 2): operand a names no buffer"), "%s", err.msg);
-  gemm_manifest_init(&x, TCC__V1__DTYPE__FLOAT32);
-  x.k0.gemm = NULL;
-  ck_assert_int_eq(tcc_kernel_load(cubin, sizeof cubin, hex, &x.m, &k, &err), TCC_E_INVALID_ARGUMENT);
-  ck_assert_msg(strstr(err.msg, "extern step without a gemm"), "%s", err.msg);
+  /* bad steps: refused at load, naming the kernel and the field */
+#define BAD_STEP(edit_stmt, want)                                                                      \
+  do {                                                                                                 \
+    gemm_manifest_init(&x, TCC__V1__DTYPE__FLOAT32);                                                   \
+    edit_stmt;                                                                                         \
+    ck_assert_int_eq(tcc_kernel_load(cubin, sizeof cubin, hex, &x.m, &k, &err), TCC_E_INVALID_ARGUMENT); \
+    ck_assert_msg(strstr(err.msg, want), "%s", err.msg);                                              \
+  } while (0)
+  BAD_STEP(x.g.lda = 10, "manifest kernel 0 ('k0'): gemm leading dimensions");
+  BAD_STEP(x.g.compute_type = (char *)"16F", "unknown gemm compute type '16F'");
+  BAD_STEP(x.a.input = 7, "step 'k0' (launch 1 of 2): operand a names no buffer");
+  BAD_STEP(x.k0.gemm = NULL, "extern step without a gemm");
+#undef BAD_STEP
   ck_assert_int_eq(fake_depth(), 0);
 }
 END_TEST
@@ -645,10 +601,8 @@ END_TEST
  * fit the device; without it, a clear arch mismatch. */
 START_TEST(manifest_ptx_is_the_jit_fallback) {
   uint8_t cubin[256];
-  fake_cubin(cubin, 90);
   char hex[TCC_SHA256_HEX];
-  cubin_hex(cubin, sizeof cubin, hex);
-  setenv("FAKE_CUDA_NPARAMS", "4", 1);
+  gemm_cubin(cubin, hex);
   setenv("FAKE_CUDA_CC", "100", 1);   /* a Blackwell: sm_90 cubins do not run there */
   gemm_manifest x;
   gemm_manifest_init(&x, TCC__V1__DTYPE__FLOAT32);
@@ -695,10 +649,8 @@ END_TEST
  * step fails to load, saying so; plans without one load as before. */
 START_TEST(gemm_steps_need_cublas) {
   uint8_t cubin[256];
-  fake_cubin(cubin, 90);
   char hex[TCC_SHA256_HEX];
-  cubin_hex(cubin, sizeof cubin, hex);
-  setenv("FAKE_CUDA_NPARAMS", "4", 1);
+  gemm_cubin(cubin, hex);
   gemm_manifest x;
   gemm_manifest_init(&x, TCC__V1__DTYPE__FLOAT32);
   tcc_kernel *k = NULL;
@@ -729,27 +681,17 @@ static void default_knobs(void) {
   unsetenv("FAKE_CUDA_NPARAMS");
 }
 
-#define FAKE_SYM(var, name)                                      \
-  do {                                                           \
-    void *s_ = dlsym(h, name);                                   \
-    if (!s_) cutest_skip("fake driver lacks %s", name);          \
-    memcpy(&var, &s_, sizeof s_);                                \
-  } while (0)
-
 int main(void) {
-  const char *path = getenv("TCC_CUDA_LIBRARY");
-  if (!path || !strstr(path, "fake")) cutest_skip("TCC_CUDA_LIBRARY must name fake_libcuda.so");
-  void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-  if (!h) cutest_skip("cannot load %s: %s", path, dlerror());
-  FAKE_SYM(fake_events, "fake_cuda_events");
-  FAKE_SYM(fake_reset, "fake_cuda_reset");
-  FAKE_SYM(fake_depth, "fake_cuda_depth");
-  FAKE_SYM(fake_begin_capture, "cuStreamBeginCapture_v2");
-  FAKE_SYM(fake_end_capture, "cuStreamEndCapture");
-  FAKE_SYM(fake_graph_destroy, "cuGraphDestroy");
-  FAKE_SYM(fake_push, "cuCtxPushCurrent_v2");
-  FAKE_SYM(fake_pop, "cuCtxPopCurrent_v2");
-  cutest_seed("test_fake_driver");
+  void *h = tt_fake_cuda_open();
+  tt_fake_cuda_sym(h, "fake_cuda_events", &fake_events);
+  tt_fake_cuda_sym(h, "fake_cuda_reset", &fake_reset);
+  tt_fake_cuda_sym(h, "fake_cuda_depth", &fake_depth);
+  tt_fake_cuda_sym(h, "cuStreamBeginCapture_v2", &fake_begin_capture);
+  tt_fake_cuda_sym(h, "cuStreamEndCapture", &fake_end_capture);
+  tt_fake_cuda_sym(h, "cuGraphDestroy", &fake_graph_destroy);
+  tt_fake_cuda_sym(h, "cuCtxPushCurrent_v2", &fake_push);
+  tt_fake_cuda_sym(h, "cuCtxPopCurrent_v2", &fake_pop);
+  tt_seed("test_fake_driver");
   Suite *s = suite_create("cuda-fake-driver");
   TCase *tc = tcase_create("fake");
   tcase_add_checked_fixture(tc, default_knobs, NULL);
@@ -773,11 +715,7 @@ int main(void) {
     tcase_add_test(tc, manifests_and_generic_kernels_launch);
   }
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_set_fork_status(sr, CK_NOFORK); /* one driver state, as with the real one */
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
+  int rc = tt_run_suite(s, 1); /* one driver state, as with the real one */
   dlclose(h);
-  return failed ? 1 : 0;
+  return rc;
 }

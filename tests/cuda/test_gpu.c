@@ -18,21 +18,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cutest.h"
 #include "nvrtc.h"
 #include "tcc_runtime.h"
+#include "tcctest.h"
 
 static char dev_arch[16];      /* "sm_90" */
 static int dev_major, dev_minor;
-static unsigned seed;
-
-#define OK(call)                                              \
-  do {                                                        \
-    tcc_error e_ = {0};                                       \
-    int rc_ = (call);                                         \
-    ck_assert_msg(rc_ == 0, "%s: %d %s", #call, rc_, e_.msg); \
-  } while (0)
-/* (call) must use &e_ as its error buffer. */
 
 static void build(const char *src, const char *arch, const char *const *names, tcc_nvrtc_result *r) {
   tcc_error err = {0};
@@ -41,13 +32,13 @@ static void build(const char *src, const char *arch, const char *const *names, t
 
 static void *dalloc(size_t bytes) {
   void *p = NULL;
-  OK(tcc_rt_cuda_malloc(0, bytes, &p, &e_));
+  TT_OK(tcc_rt_cuda_malloc(0, bytes, &p, &e_));
   return p;
 }
-static void dfree(void *p) { OK(tcc_rt_cuda_free(0, p, &e_)); }
-static void htod(void *d, const void *h, size_t n) { OK(tcc_rt_cuda_memcpy_htod(0, d, h, n, &e_)); }
-static void dtoh(void *h, const void *d, size_t n) { OK(tcc_rt_cuda_memcpy_dtoh(0, h, d, n, &e_)); }
-static void sync_stream(void *s) { OK(tcc_rt_cuda_synchronize(0, s, &e_)); }
+static void dfree(void *p) { TT_OK(tcc_rt_cuda_free(0, p, &e_)); }
+static void htod(void *d, const void *h, size_t n) { TT_OK(tcc_rt_cuda_memcpy_htod(0, d, h, n, &e_)); }
+static void dtoh(void *h, const void *d, size_t n) { TT_OK(tcc_rt_cuda_memcpy_dtoh(0, h, d, n, &e_)); }
+static void sync_stream(void *s) { TT_OK(tcc_rt_cuda_synchronize(0, s, &e_)); }
 
 /* ------------------------------------------------------------------ pointwise */
 
@@ -64,8 +55,8 @@ static void pointwise_init(pointwise *p, const char *arch, int n) {
   memset(p, 0, sizeof *p);
   p->n = n;
   char src[2048];
-  snprintf(src, sizeof src, "#define N %d\n%s", n, CUTEST_POINTWISE_SRC);
-  const char *names[] = {CUTEST_POINTWISE_NAME, NULL};
+  snprintf(src, sizeof src, "#define N %d\n%s", n, TT_CUDA_POINTWISE_SRC);
+  const char *names[] = {TT_CUDA_POINTWISE_NAME, NULL};
   build(src, arch, names, &p->built);
   p->launch = (tcc_rt_cuda_launch){.name = p->built.lowered_names[0], .grid = {(uint32_t)(n + 255) / 256, 1, 1},
                                 .block = {256, 1, 1}};
@@ -81,8 +72,8 @@ static void pointwise_init(pointwise *p, const char *arch, int n) {
 
 /* New random inputs, copied to the device. */
 static void pointwise_fill(pointwise *p) {
-  cutest_fill(p->x, p->n, &seed, -3.0f, 3.0f);
-  cutest_fill(p->y, p->n, &seed, -2.0f, 2.0f);
+  tt_fill_float(p->x, p->n, -3.0f, 3.0f);
+  tt_fill_float(p->y, p->n, -2.0f, 2.0f);
   htod(p->dx, p->x, p->n * sizeof(float));
   htod(p->dy, p->y, p->n * sizeof(float));
 }
@@ -111,14 +102,14 @@ static int launch(tcc_rt_cuda_kernel *k, void *stream, pointwise *p, void *dz, t
 }
 
 START_TEST(pointwise_matches_cpu) {
-  int n = 1000 + rand_r(&seed) % 200000; /* rarely a multiple of the block */
+  int n = 1000 + (int)(tt_rand() % 200000); /* rarely a multiple of the block */
   pointwise p;
   pointwise_init(&p, dev_arch, n);
   tcc_rt_cuda_kernel *k = NULL;
-  OK(tcc_rt_cuda_kernel_load(p.built.cubin, p.built.cubin_size, NULL, &p.plan, NULL, &k, &e_));
+  TT_OK(tcc_rt_cuda_kernel_load(p.built.cubin, p.built.cubin_size, NULL, &p.plan, NULL, &k, &e_));
   for (int round = 0; round < 2; round++) {
     pointwise_fill(&p);
-    OK(launch(k, NULL, &p, p.dz, &e_));
+    TT_OK(launch(k, NULL, &p, p.dz, &e_));
     sync_stream(NULL);
     pointwise_check(&p, p.dz);
   }
@@ -140,8 +131,8 @@ END_TEST
  * shared bytes `shared` for the first kernel (>= 8 warps * 4). */
 static void run_reduction(int rows, int cols, uint32_t shared) {
   char src[4096];
-  snprintf(src, sizeof src, "#define R %d\n#define C %d\n%s", rows, cols, CUTEST_REDUCE_SRC);
-  const char *names[] = {CUTEST_REDUCE_NAMES, NULL};
+  snprintf(src, sizeof src, "#define R %d\n#define C %d\n%s", rows, cols, TT_CUDA_REDUCE_SRC);
+  const char *names[] = {TT_CUDA_REDUCE_NAMES, NULL};
   tcc_nvrtc_result b;
   build(src, dev_arch, names, &b);
   tcc_rt_cuda_launch launches[2] = {
@@ -151,12 +142,12 @@ static void run_reduction(int rows, int cols, uint32_t shared) {
   tcc_rt_cuda_plan plan = {.arch = dev_arch, .launches = launches, .n_launches = 2, .n_inputs = 1, .n_outputs = 1,
                         .workspace_bytes = (uint64_t)rows * sizeof(float)};
   tcc_rt_cuda_kernel *k = NULL;
-  OK(tcc_rt_cuda_kernel_load(b.cubin, b.cubin_size, NULL, &plan, NULL, &k, &e_));
+  TT_OK(tcc_rt_cuda_kernel_load(b.cubin, b.cubin_size, NULL, &plan, NULL, &k, &e_));
 
   size_t nx = (size_t)rows * cols;
   float *x = malloc(nx * sizeof *x), *out = malloc(rows * sizeof *out);
   ck_assert(x && out);
-  cutest_fill(x, nx, &seed, -1.0f, 1.0f);
+  tt_fill_float(x, nx, -1.0f, 1.0f);
   void *dx = dalloc(nx * sizeof *x), *dout = dalloc(rows * sizeof *out), *ws = dalloc(plan.workspace_bytes);
   htod(dx, x, nx * sizeof *x);
   tcc_error err = {0};
@@ -165,7 +156,7 @@ static void run_reduction(int rows, int cols, uint32_t shared) {
   /* The workspace is required. */
   ck_assert_int_eq(tcc_rt_cuda_kernel_launch(k, NULL, in, outs, NULL, &err), TCC_E_INVALID_ARGUMENT);
   ck_assert_msg(strstr(err.msg, "workspace"), "%s", err.msg);
-  OK(tcc_rt_cuda_kernel_launch(k, NULL, in, outs, ws, &e_));
+  TT_OK(tcc_rt_cuda_kernel_launch(k, NULL, in, outs, ws, &e_));
   sync_stream(NULL);
   dtoh(out, dout, rows * sizeof *out);
   for (int r = 0; r < rows; r++) {
@@ -182,12 +173,12 @@ static void run_reduction(int rows, int cols, uint32_t shared) {
 }
 
 START_TEST(reduction_matches_cpu) {
-  run_reduction(5 + rand_r(&seed) % 60, 100 + rand_r(&seed) % 5000, 8 * sizeof(float));
+  run_reduction(5 + (int)(tt_rand() % 60), 100 + (int)(tt_rand() % 5000), 8 * sizeof(float));
 }
 END_TEST
 
 START_TEST(dynamic_shared_memory_over_48k) {
-  run_reduction(3 + rand_r(&seed) % 20, 1000 + rand_r(&seed) % 3000, 64 * 1024);
+  run_reduction(3 + (int)(tt_rand() % 20), 1000 + (int)(tt_rand() % 3000), 64 * 1024);
 }
 END_TEST
 
@@ -195,12 +186,12 @@ END_TEST
 
 START_TEST(graphs_capture_once_and_replay) {
   pointwise p;
-  pointwise_init(&p, dev_arch, 5000 + rand_r(&seed) % 50000);
+  pointwise_init(&p, dev_arch, 5000 + (int)(tt_rand() % 50000));
   tcc_rt_cuda_options o = {.graphs = 1, .graph_cache_max = 2};
   tcc_rt_cuda_kernel *k = NULL;
-  OK(tcc_rt_cuda_kernel_load(p.built.cubin, p.built.cubin_size, NULL, &p.plan, &o, &k, &e_));
+  TT_OK(tcc_rt_cuda_kernel_load(p.built.cubin, p.built.cubin_size, NULL, &p.plan, &o, &k, &e_));
   void *stream = NULL;
-  OK(tcc_rt_cuda_stream_create(0, &stream, &e_));
+  TT_OK(tcc_rt_cuda_stream_create(0, &stream, &e_));
   void *dz2 = dalloc(p.n * sizeof(float)), *dz3 = dalloc(p.n * sizeof(float));
   tcc_rt_cuda_stats st;
 
@@ -208,7 +199,7 @@ START_TEST(graphs_capture_once_and_replay) {
    * three replays, and every replay reads the current inputs. */
   for (int round = 0; round < 3; round++) {
     pointwise_fill(&p);
-    OK(launch(k, stream, &p, p.dz, &e_));
+    TT_OK(launch(k, stream, &p, p.dz, &e_));
     sync_stream(stream);
     pointwise_check(&p, p.dz);
   }
@@ -218,17 +209,17 @@ START_TEST(graphs_capture_once_and_replay) {
   ck_assert_uint_eq(st.direct_launches, 0);
 
   /* Other pointer sets capture again; the cache holds two. */
-  OK(launch(k, stream, &p, dz2, &e_));
+  TT_OK(launch(k, stream, &p, dz2, &e_));
   sync_stream(stream);
   pointwise_check(&p, dz2);
-  OK(launch(k, stream, &p, dz3, &e_)); /* evicts the first set */
+  TT_OK(launch(k, stream, &p, dz3, &e_)); /* evicts the first set */
   sync_stream(stream);
   pointwise_check(&p, dz3);
   tcc_rt_cuda_kernel_stats(k, &st);
   ck_assert_uint_eq(st.graph_captures, 3);
   pointwise_fill(&p);
-  OK(launch(k, stream, &p, dz3, &e_)); /* still cached */
-  OK(launch(k, stream, &p, p.dz, &e_)); /* was evicted: captured anew */
+  TT_OK(launch(k, stream, &p, dz3, &e_)); /* still cached */
+  TT_OK(launch(k, stream, &p, p.dz, &e_)); /* was evicted: captured anew */
   sync_stream(stream);
   pointwise_check(&p, p.dz);
   pointwise_check(&p, dz3);
@@ -238,7 +229,7 @@ START_TEST(graphs_capture_once_and_replay) {
 
   /* The legacy default stream cannot be captured: direct launches. */
   pointwise_fill(&p);
-  OK(launch(k, NULL, &p, p.dz, &e_));
+  TT_OK(launch(k, NULL, &p, p.dz, &e_));
   sync_stream(NULL);
   pointwise_check(&p, p.dz);
   tcc_rt_cuda_kernel_stats(k, &st);
@@ -246,7 +237,7 @@ START_TEST(graphs_capture_once_and_replay) {
 
   /* Graphs off: direct on the stream too. */
   tcc_rt_cuda_kernel_set_graphs(k, 0);
-  OK(launch(k, stream, &p, dz2, &e_));
+  TT_OK(launch(k, stream, &p, dz2, &e_));
   sync_stream(stream);
   pointwise_check(&p, dz2);
   tcc_rt_cuda_kernel_stats(k, &st);
@@ -255,7 +246,7 @@ START_TEST(graphs_capture_once_and_replay) {
   printf("  graphs: %llu captures, %llu replays, %llu direct\n", (unsigned long long)st.graph_captures,
          (unsigned long long)st.graph_replays, (unsigned long long)st.direct_launches);
 
-  OK(tcc_rt_cuda_stream_destroy(0, stream, &e_));
+  TT_OK(tcc_rt_cuda_stream_destroy(0, stream, &e_));
   dfree(dz2), dfree(dz3);
   tcc_rt_cuda_kernel_unload(k);
   pointwise_free(&p);
@@ -271,7 +262,7 @@ START_TEST(ptx_is_jit_compiled_for_another_major_arch) {
     return;
   }
   pointwise p;
-  pointwise_init(&p, lower, 4096 + rand_r(&seed) % 4096);
+  pointwise_init(&p, lower, 4096 + (int)(tt_rand() % 4096));
   tcc_rt_cuda_kernel *k = NULL;
   tcc_error err = {0};
   ck_assert_int_eq(tcc_rt_cuda_kernel_load(p.built.cubin, p.built.cubin_size, NULL, &p.plan, NULL, &k, &err),
@@ -282,12 +273,12 @@ START_TEST(ptx_is_jit_compiled_for_another_major_arch) {
   ck_assert_ptr_null(k);
 
   tcc_rt_cuda_options o = {.ptx = p.built.ptx};
-  OK(tcc_rt_cuda_kernel_load(p.built.cubin, p.built.cubin_size, NULL, &p.plan, &o, &k, &e_));
+  TT_OK(tcc_rt_cuda_kernel_load(p.built.cubin, p.built.cubin_size, NULL, &p.plan, &o, &k, &e_));
   tcc_rt_cuda_stats st;
   tcc_rt_cuda_kernel_stats(k, &st);
   ck_assert_int_eq(st.from_ptx, 1);
   pointwise_fill(&p);
-  OK(launch(k, NULL, &p, p.dz, &e_));
+  TT_OK(launch(k, NULL, &p, p.dz, &e_));
   sync_stream(NULL);
   pointwise_check(&p, p.dz);
   printf("  %s artifact on %s: PTX JIT, results match\n", lower, dev_arch);
@@ -316,12 +307,12 @@ START_TEST(newer_arch_is_a_clear_mismatch) {
   snprintf(a_arch, sizeof a_arch, "%sa", dev_arch);
   if (dev_major >= 9 && tcc_nvrtc_check_arch(a_arch, &err) == 0) {
     pointwise_init(&p, a_arch, 2048);
-    OK(tcc_rt_cuda_kernel_load(p.built.cubin, p.built.cubin_size, NULL, &p.plan, NULL, &k, &e_));
+    TT_OK(tcc_rt_cuda_kernel_load(p.built.cubin, p.built.cubin_size, NULL, &p.plan, NULL, &k, &e_));
     tcc_rt_cuda_stats st;
     tcc_rt_cuda_kernel_stats(k, &st);
     ck_assert_int_eq(st.from_ptx, 0);
     pointwise_fill(&p);
-    OK(launch(k, NULL, &p, p.dz, &e_));
+    TT_OK(launch(k, NULL, &p, p.dz, &e_));
     sync_stream(NULL);
     pointwise_check(&p, p.dz);
     tcc_rt_cuda_kernel_unload(k);
@@ -353,7 +344,7 @@ START_TEST(bad_plans_and_launches_name_the_kernel) {
   ck_assert_msg(strstr(err.msg, "2048 threads"), "%s", err.msg);
 
   int version = 0;
-  OK(tcc_rt_cuda_driver_version(&version, &e_));
+  TT_OK(tcc_rt_cuda_driver_version(&version, &e_));
   l = p.launch;
   plan.n_inputs = 3; /* the kernel takes 2 inputs */
   int rc = tcc_rt_cuda_kernel_load(p.built.cubin, p.built.cubin_size, NULL, &plan, NULL, &k, &err);
@@ -367,7 +358,7 @@ START_TEST(bad_plans_and_launches_name_the_kernel) {
 
   /* A grid the device refuses: the launch fails, naming the kernel. */
   l.grid[1] = 70000;
-  OK(tcc_rt_cuda_kernel_load(p.built.cubin, p.built.cubin_size, NULL, &plan, NULL, &k, &e_));
+  TT_OK(tcc_rt_cuda_kernel_load(p.built.cubin, p.built.cubin_size, NULL, &plan, NULL, &k, &e_));
   pointwise_fill(&p);
   ck_assert_int_eq(launch(k, NULL, &p, p.dz, &err), TCC_E_INTERNAL);
   ck_assert_msg(strstr(err.msg, "kernel 'k0_pointwise' (launch 1 of 1): cuLaunchKernel: CUDA_ERROR_"), "%s",
@@ -395,17 +386,17 @@ START_TEST(modules_are_shared_by_digest) {
   pointwise_init(&p, dev_arch, 3000);
   const char *digest = "5f1d0000000000000000000000000000000000000000000000000000000000aa";
   tcc_rt_cuda_kernel *a = NULL, *b = NULL, *c = NULL;
-  OK(tcc_rt_cuda_kernel_load(p.built.cubin, p.built.cubin_size, digest, &p.plan, NULL, &a, &e_));
-  OK(tcc_rt_cuda_kernel_load(p.built.cubin, p.built.cubin_size, digest, &p.plan, NULL, &b, &e_));
-  OK(tcc_rt_cuda_kernel_load(p.built.cubin, p.built.cubin_size, NULL, &p.plan, NULL, &c, &e_));
+  TT_OK(tcc_rt_cuda_kernel_load(p.built.cubin, p.built.cubin_size, digest, &p.plan, NULL, &a, &e_));
+  TT_OK(tcc_rt_cuda_kernel_load(p.built.cubin, p.built.cubin_size, digest, &p.plan, NULL, &b, &e_));
+  TT_OK(tcc_rt_cuda_kernel_load(p.built.cubin, p.built.cubin_size, NULL, &p.plan, NULL, &c, &e_));
   tcc_rt_cuda_kernel_unload(a); /* b keeps the shared module loaded */
   pointwise_fill(&p);
-  OK(launch(b, NULL, &p, p.dz, &e_));
+  TT_OK(launch(b, NULL, &p, p.dz, &e_));
   sync_stream(NULL);
   pointwise_check(&p, p.dz);
   tcc_rt_cuda_kernel_unload(b);
   pointwise_fill(&p);
-  OK(launch(c, NULL, &p, p.dz, &e_));
+  TT_OK(launch(c, NULL, &p, p.dz, &e_));
   sync_stream(NULL);
   pointwise_check(&p, p.dz);
   tcc_rt_cuda_kernel_unload(c);
@@ -439,10 +430,10 @@ static void *work(void *arg) {
 
 START_TEST(concurrent_launches_from_threads) {
   pointwise p;
-  pointwise_init(&p, dev_arch, 10000 + rand_r(&seed) % 10000);
+  pointwise_init(&p, dev_arch, 10000 + (int)(tt_rand() % 10000));
   tcc_rt_cuda_options o = {.graphs = 1};
   tcc_rt_cuda_kernel *k = NULL;
-  OK(tcc_rt_cuda_kernel_load(p.built.cubin, p.built.cubin_size, NULL, &p.plan, &o, &k, &e_));
+  TT_OK(tcc_rt_cuda_kernel_load(p.built.cubin, p.built.cubin_size, NULL, &p.plan, &o, &k, &e_));
   pointwise_fill(&p);
   worker w[4];
   pthread_t t[4];
@@ -453,7 +444,7 @@ START_TEST(concurrent_launches_from_threads) {
   for (int i = 0; i < 4; i++) pthread_join(t[i], NULL);
   for (int i = 0; i < 4; i++) {
     ck_assert_msg(w[i].rc == 0, "thread %d: %s", i, w[i].msg);
-    OK(tcc_rt_cuda_memcpy_htod(0, p.dz, w[i].z, p.n * sizeof(float), &e_));
+    TT_OK(tcc_rt_cuda_memcpy_htod(0, p.dz, w[i].z, p.n * sizeof(float), &e_));
     pointwise_check(&p, p.dz);
     dfree(w[i].dz);
     free(w[i].z);
@@ -469,35 +460,24 @@ END_TEST
 
 int main(void) {
   tcc_error err = {0};
-  if (tcc_rt_cuda_available(&err) != 0) cutest_skip("no CUDA device (%s)", err.msg);
   char name[128] = "";
-  if (tcc_rt_cuda_device_arch(0, dev_arch, name, sizeof name, &err) != 0) cutest_skip("no CUDA device (%s)", err.msg);
-  if (tcc_nvrtc_available(&err) != 0) cutest_skip("%s", err.msg); /* "NVRTC not available: why" */
-  if (tcc_nvrtc_check_arch(dev_arch, &err) != 0) cutest_skip("NVRTC cannot build for this device (%s)", err.msg);
+  tt_need_gpu(dev_arch, name, sizeof name);
   dev_major = atoi(dev_arch + 3) / 10; /* "sm_86" -> 8.6, "sm_120" -> 12.0 */
   dev_minor = atoi(dev_arch + 3) % 10;
   int version = 0;
   tcc_rt_cuda_driver_version(&version, &err);
   printf("test_gpu: device 0 = %s (%s), driver %d\n", name, dev_arch, version);
-  seed = cutest_seed("test_gpu");
+  tt_seed("test_gpu");
 
-  Suite *s = suite_create("cuda-gpu");
-  TCase *tc = tcase_create("gpu");
-  tcase_set_timeout(tc, 300);
-  tcase_add_test(tc, pointwise_matches_cpu);
-  tcase_add_test(tc, reduction_matches_cpu);
-  tcase_add_test(tc, dynamic_shared_memory_over_48k);
-  tcase_add_test(tc, graphs_capture_once_and_replay);
-  tcase_add_test(tc, ptx_is_jit_compiled_for_another_major_arch);
-  tcase_add_test(tc, newer_arch_is_a_clear_mismatch);
-  tcase_add_test(tc, bad_plans_and_launches_name_the_kernel);
-  tcase_add_test(tc, modules_are_shared_by_digest);
-  tcase_add_test(tc, concurrent_launches_from_threads);
-  suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_set_fork_status(sr, CK_NOFORK); /* CUDA does not survive fork() */
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return tt_run_tests("cuda-gpu", 300, 1, (const TTest *[]){
+      pointwise_matches_cpu,
+      reduction_matches_cpu,
+      dynamic_shared_memory_over_48k,
+      graphs_capture_once_and_replay,
+      ptx_is_jit_compiled_for_another_major_arch,
+      newer_arch_is_a_clear_mismatch,
+      bad_plans_and_launches_name_the_kernel,
+      modules_are_shared_by_digest,
+      concurrent_launches_from_threads,
+      NULL}); /* CUDA does not survive fork() */
 }

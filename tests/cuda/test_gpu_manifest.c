@@ -13,28 +13,20 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cutest.h"
 #include "nvrtc.h"
 #include "tcc_runtime.h"
 #include "tccclient.h"
+#include "tcctest.h"
 
 static char dev_arch[16];
-static unsigned seed;
-
-#define OK(call)                                              \
-  do {                                                        \
-    tcc_error e_ = {0};                                       \
-    int rc_ = (call);                                         \
-    ck_assert_msg(rc_ == 0, "%s: %d %s", #call, rc_, e_.msg); \
-  } while (0)
 
 START_TEST(generic_load_and_run_of_a_reduction_artifact) {
-  int rows = 4 + rand_r(&seed) % 50, cols = 64 + rand_r(&seed) % 3000;
+  int rows = 4 + (int)(tt_rand() % 50), cols = 64 + (int)(tt_rand() % 3000);
   char src[4096];
-  snprintf(src, sizeof src, "#define R %d\n#define C %d\n%s", rows, cols, CUTEST_REDUCE_SRC);
-  const char *names[] = {CUTEST_REDUCE_NAMES, NULL};
+  snprintf(src, sizeof src, "#define R %d\n#define C %d\n%s", rows, cols, TT_CUDA_REDUCE_SRC);
+  const char *names[] = {TT_CUDA_REDUCE_NAMES, NULL};
   tcc_nvrtc_result b;
-  OK(tcc_nvrtc_build(src, dev_arch, names, &b, &e_));
+  TT_OK(tcc_nvrtc_build(src, dev_arch, names, &b, &e_));
 
   /* The manifest tccd would send. */
   char target[32];
@@ -56,12 +48,10 @@ START_TEST(generic_load_and_run_of_a_reduction_artifact) {
   m.n_outputs = 1, m.outputs = outs;
   m.workspace_bytes = rows * (int64_t)sizeof(float);
 
-  uint8_t digest[TCC_SHA256_BYTES];
   char hex[TCC_SHA256_HEX];
-  tcc_sha256(b.cubin, b.cubin_size, digest);
-  tcc_hex_encode(digest, sizeof digest, hex);
+  tt_sha256_hex(b.cubin, b.cubin_size, hex);
   tcc_kernel *k = NULL;
-  OK(tcc_kernel_load(b.cubin, b.cubin_size, hex, &m, &k, &e_));
+  TT_OK(tcc_kernel_load(b.cubin, b.cubin_size, hex, &m, &k, &e_));
   ck_assert_ptr_nonnull(tcc_kernel_cuda(k));
   ck_assert_str_eq(tcc_kernel_manifest(k)->target, target);
 
@@ -69,24 +59,24 @@ START_TEST(generic_load_and_run_of_a_reduction_artifact) {
   float *x = malloc(nx * sizeof *x), *out = malloc(rows * sizeof *out);
   ck_assert(x && out);
   void *dx, *dout, *ws, *stream;
-  OK(tcc_rt_cuda_malloc(0, nx * sizeof *x, &dx, &e_));
-  OK(tcc_rt_cuda_malloc(0, rows * sizeof *out, &dout, &e_));
-  OK(tcc_rt_cuda_malloc(0, (size_t)m.workspace_bytes, &ws, &e_));
-  OK(tcc_rt_cuda_stream_create(0, &stream, &e_));
+  TT_OK(tcc_rt_cuda_malloc(0, nx * sizeof *x, &dx, &e_));
+  TT_OK(tcc_rt_cuda_malloc(0, rows * sizeof *out, &dout, &e_));
+  TT_OK(tcc_rt_cuda_malloc(0, (size_t)m.workspace_bytes, &ws, &e_));
+  TT_OK(tcc_rt_cuda_stream_create(0, &stream, &e_));
   tcc_rt_cuda_kernel_set_graphs(tcc_kernel_cuda(k), 1);
   for (int round = 0; round < 3; round++) {
-    cutest_fill(x, nx, &seed, -2.0f, 2.0f);
-    OK(tcc_rt_cuda_memcpy_htod(0, dx, x, nx * sizeof *x, &e_));
+    tt_fill_float(x, nx, -2.0f, 2.0f);
+    TT_OK(tcc_rt_cuda_memcpy_htod(0, dx, x, nx * sizeof *x, &e_));
     const void *in[1] = {dx};
     void *o[1] = {dout};
     if (round == 0) {
-      OK(tcc_kernel_run(k, in, o, ws, &e_)); /* the generic call: default stream */
-      OK(tcc_rt_cuda_synchronize(0, NULL, &e_));
+      TT_OK(tcc_kernel_run(k, in, o, ws, &e_)); /* the generic call: default stream */
+      TT_OK(tcc_rt_cuda_synchronize(0, NULL, &e_));
     } else {
-      OK(tcc_rt_cuda_kernel_launch(tcc_kernel_cuda(k), stream, in, o, ws, &e_));
-      OK(tcc_rt_cuda_synchronize(0, stream, &e_));
+      TT_OK(tcc_rt_cuda_kernel_launch(tcc_kernel_cuda(k), stream, in, o, ws, &e_));
+      TT_OK(tcc_rt_cuda_synchronize(0, stream, &e_));
     }
-    OK(tcc_rt_cuda_memcpy_dtoh(0, out, dout, rows * sizeof *out, &e_));
+    TT_OK(tcc_rt_cuda_memcpy_dtoh(0, out, dout, rows * sizeof *out, &e_));
     for (int r = 0; r < rows; r++) {
       double s = 0;
       for (int j = 0; j < cols; j++) s += (double)x[(size_t)r * cols + j] * x[(size_t)r * cols + j];
@@ -108,31 +98,19 @@ START_TEST(generic_load_and_run_of_a_reduction_artifact) {
   ck_assert_msg(strstr(err.msg, "but the cubin is for"), "%s", err.msg);
 
   tcc_kernel_unload(k);
-  OK(tcc_rt_cuda_stream_destroy(0, stream, &e_));
-  OK(tcc_rt_cuda_free(0, dx, &e_));
-  OK(tcc_rt_cuda_free(0, dout, &e_));
-  OK(tcc_rt_cuda_free(0, ws, &e_));
+  TT_OK(tcc_rt_cuda_stream_destroy(0, stream, &e_));
+  TT_OK(tcc_rt_cuda_free(0, dx, &e_));
+  TT_OK(tcc_rt_cuda_free(0, dout, &e_));
+  TT_OK(tcc_rt_cuda_free(0, ws, &e_));
   free(x), free(out);
   tcc_nvrtc_result_free(&b);
 }
 END_TEST
 
 int main(void) {
-  tcc_error err = {0};
-  if (tcc_rt_cuda_available(&err) != 0) cutest_skip("no CUDA device (%s)", err.msg);
-  if (tcc_rt_cuda_device_arch(0, dev_arch, NULL, 0, &err) != 0) cutest_skip("no CUDA device (%s)", err.msg);
-  if (tcc_nvrtc_available(&err) != 0) cutest_skip("%s", err.msg); /* "NVRTC not available: why" */
-  if (tcc_nvrtc_check_arch(dev_arch, &err) != 0) cutest_skip("NVRTC cannot build for this device (%s)", err.msg);
-  seed = cutest_seed("test_gpu_manifest");
-  Suite *s = suite_create("cuda-gpu-manifest");
-  TCase *tc = tcase_create("manifest");
-  tcase_set_timeout(tc, 300);
-  tcase_add_test(tc, generic_load_and_run_of_a_reduction_artifact);
-  suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_set_fork_status(sr, CK_NOFORK);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  tt_need_gpu(dev_arch, NULL, 0);
+  tt_seed("test_gpu_manifest");
+  return tt_run_tests("cuda-gpu-manifest", 300, 1, (const TTest *[]){
+      generic_load_and_run_of_a_reduction_artifact,
+      NULL});
 }

@@ -18,21 +18,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cutest.h"
 #include "tcc_runtime.h"
 #include "tccclient.h"
+#include "tcctest.h"
 
 static int no_driver;          /* the driver is known to be missing */
 static char driver_name[256];  /* what the loader dlopens */
-
-/* A 64-byte header of a CUDA 13 cubin (ELF ABI 8) for sm_90. */
-static void fake_cubin(uint8_t b[256]) {
-  unsigned seed = cutest_seed("test_loader");
-  for (int i = 0; i < 256; i++) b[i] = (uint8_t)rand_r(&seed);
-  memcpy(b, "\x7f" "ELF\x02\x01\x01\x41\x08", 9);
-  b[18] = 190, b[19] = 0;
-  b[0x30] = 0x04, b[0x31] = 0x5a, b[0x32] = 0x00, b[0x33] = 0x06; /* e_flags 0x06005a04: sm_90 */
-}
 
 static void assert_no_driver(const tcc_error *err) {
   char want[400];
@@ -83,7 +74,7 @@ END_TEST
 
 START_TEST(cubins_are_checked_before_the_driver) {
   uint8_t cubin[256];
-  fake_cubin(cubin);
+  tt_fake_cubin(cubin, 90);
   tcc_rt_cuda_launch l = {.name = "k0", .grid = {1, 1, 1}, .block = {32, 1, 1}};
   tcc_rt_cuda_plan plan = {.arch = "sm_90", .launches = &l, .n_launches = 1, .n_inputs = 1, .n_outputs = 1};
   tcc_rt_cuda_kernel *k = (tcc_rt_cuda_kernel *)1;
@@ -157,7 +148,7 @@ static void tm_init(tm_cuda *t) {
 
 START_TEST(manifests_are_validated) {
   uint8_t cubin[256];
-  fake_cubin(cubin);
+  tt_fake_cubin(cubin, 90);
   tm_cuda t;
   tcc_rt_cuda_kernel *k = NULL;
   tcc_error err = {0};
@@ -202,11 +193,9 @@ END_TEST
 
 START_TEST(generic_load_dispatches_cuda_artifacts) {
   uint8_t cubin[256];
-  fake_cubin(cubin);
-  uint8_t digest[TCC_SHA256_BYTES];
+  tt_fake_cubin(cubin, 90);
   char hex[TCC_SHA256_HEX];
-  tcc_sha256(cubin, sizeof cubin, digest);
-  tcc_hex_encode(digest, sizeof digest, hex);
+  tt_sha256_hex(cubin, sizeof cubin, hex);
   tm_cuda t;
   tm_init(&t);
   tcc_kernel *k = NULL;
@@ -232,8 +221,7 @@ START_TEST(generic_load_dispatches_cuda_artifacts) {
   ck_assert_int_eq(tcc_kernel_load(cubin, sizeof cubin, hex, &t.m, &k, &err), TCC_E_UNIMPLEMENTED);
   ck_assert_msg(strstr(err.msg, "cubin") && strstr(err.msg, "cpu:x86-64-v2"), "%s", err.msg);
   cubin[18] = 62;
-  tcc_sha256(cubin, sizeof cubin, digest);
-  tcc_hex_encode(digest, sizeof digest, hex);
+  tt_sha256_hex(cubin, sizeof cubin, hex);
   t.m.target = (char *)"cuda:sm_90";
   ck_assert_int_eq(tcc_kernel_load(cubin, sizeof cubin, hex, &t.m, &k, &err), TCC_E_UNIMPLEMENTED);
   ck_assert_msg(strstr(err.msg, "not a cubin"), "%s", err.msg);
@@ -267,20 +255,12 @@ int main(void) {
       no_driver = 1;
   }
   printf("test_loader: %s %s\n", driver_name, no_driver ? "is missing (the error is asserted)" : "is present");
-  cutest_seed("test_loader");
-  Suite *s = suite_create("cuda-loader");
-  TCase *tc = tcase_create("loader");
-  tcase_add_test(tc, availability_is_reported_clearly);
-  tcase_add_test(tc, cubins_are_checked_before_the_driver);
-  tcase_add_test(tc, manifests_are_validated);
-  tcase_add_test(tc, generic_load_dispatches_cuda_artifacts);
-  tcase_add_test(tc, null_kernels_are_harmless);
-  suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  /* CUDA does not survive fork() once initialised: no forking here. */
-  srunner_set_fork_status(sr, CK_NOFORK);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  tt_seed("test_loader");
+  return tt_run_tests("cuda-loader", 0, 1, (const TTest *[]){
+      availability_is_reported_clearly,
+      cubins_are_checked_before_the_driver,
+      manifests_are_validated,
+      generic_load_dispatches_cuda_artifacts,
+      null_kernels_are_harmless,
+      NULL});
 }

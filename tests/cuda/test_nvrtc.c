@@ -12,11 +12,11 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cutest.h"
 #include "nvrtc.h"
+#include "tcctest.h"
 
-static const char *const POINTWISE = "#define N 1000\n" CUTEST_POINTWISE_SRC;
-static const char *const REDUCE = "#define R 7\n#define C 300\n" CUTEST_REDUCE_SRC;
+static const char *const POINTWISE = "#define N 1000\n" TT_CUDA_POINTWISE_SRC;
+static const char *const REDUCE = "#define R 7\n#define C 300\n" TT_CUDA_REDUCE_SRC;
 
 /* Every arch of the brief that this NVRTC builds (sm_80, sm_90, sm_90a
  * are required: the test fails when NVRTC lacks them). */
@@ -64,7 +64,7 @@ START_TEST(builds_pointwise_and_reduction_for_each_arch) {
       continue;
     }
     tcc_nvrtc_result r;
-    const char *pw[] = {CUTEST_POINTWISE_NAME, NULL};
+    const char *pw[] = {TT_CUDA_POINTWISE_NAME, NULL};
     ck_assert_msg(tcc_nvrtc_build(POINTWISE, ARCHS[a], pw, &r, &err) == 0, "%s: %s", ARCHS[a], err.msg);
     check_build(&r, ARCHS[a], ARCH_SM[a], pw, 1);
     printf("  %s pointwise: cubin %zu bytes, PTX %zu bytes, %.1f ms\n", ARCHS[a], r.cubin_size, r.ptx_size,
@@ -72,7 +72,7 @@ START_TEST(builds_pointwise_and_reduction_for_each_arch) {
     tcc_nvrtc_result_free(&r);
     ck_assert_ptr_null(r.cubin);
 
-    const char *rd[] = {CUTEST_REDUCE_NAMES, NULL};
+    const char *rd[] = {TT_CUDA_REDUCE_NAMES, NULL};
     ck_assert_msg(tcc_nvrtc_build(REDUCE, ARCHS[a], rd, &r, &err) == 0, "%s: %s", ARCHS[a], err.msg);
     check_build(&r, ARCHS[a], ARCH_SM[a], rd, 2);
     ck_assert_msg(strstr(r.ptx, "shfl.sync.down"), "no warp shuffle in the reduction's PTX");
@@ -89,7 +89,7 @@ START_TEST(template_kernels_get_lowered_names) {
   tcc_nvrtc_result r;
   tcc_error err = {0};
   const char *names[] = {"scale<128>", "scale<64>", NULL};
-  ck_assert_msg(tcc_nvrtc_build(CUTEST_TEMPLATE_SRC, "sm_90", names, &r, &err) == 0, "%s", err.msg);
+  ck_assert_msg(tcc_nvrtc_build(TT_CUDA_TEMPLATE_SRC, "sm_90", names, &r, &err) == 0, "%s", err.msg);
   ck_assert_uint_eq(r.n_kernels, 2);
   for (int i = 0; i < 2; i++) {
     ck_assert_msg(!strncmp(r.lowered_names[i], "_Z", 2), "not mangled: %s", r.lowered_names[i]);
@@ -106,7 +106,7 @@ START_TEST(a_name_that_is_not_a_kernel_is_refused) {
   tcc_nvrtc_result r;
   tcc_error err = {0};
   const char *names[] = {"&not_a_kernel", NULL}; /* a __device__ variable's name expression */
-  ck_assert_int_eq(tcc_nvrtc_build(CUTEST_TEMPLATE_SRC, "sm_80", names, &r, &err), TCC_E_INTERNAL);
+  ck_assert_int_eq(tcc_nvrtc_build(TT_CUDA_TEMPLATE_SRC, "sm_80", names, &r, &err), TCC_E_INTERNAL);
   ck_assert_msg(strstr(err.msg, "not_a_kernel") && strstr(err.msg, "not a __global__"), "%s", err.msg);
   ck_assert_ptr_null(r.cubin);
   ck_assert_ptr_null(r.lowered_names);
@@ -180,7 +180,7 @@ END_TEST
 START_TEST(options_are_passed_and_checked) {
   tcc_nvrtc_result r;
   tcc_error err = {0};
-  const char *pw[] = {CUTEST_POINTWISE_NAME, NULL};
+  const char *pw[] = {TT_CUDA_POINTWISE_NAME, NULL};
   const char *extra[] = {"-DUNUSED_MACRO=1", NULL};
   tcc_nvrtc_options o = {.fast_math = 1, .line_info = 1, .max_registers = 32, .extra = extra};
   ck_assert_msg(tcc_nvrtc_build_ex(POINTWISE, "sm_80", pw, &o, &r, &err) == 0, "%s", err.msg);
@@ -218,8 +218,8 @@ static void *build_job(void *p) {
 
 START_TEST(concurrent_builds) {
   job jobs[4] = {
-      {POINTWISE, "sm_80", CUTEST_POINTWISE_NAME, 0, 0, ""},
-      {POINTWISE, "sm_90", CUTEST_POINTWISE_NAME, 0, 0, ""},
+      {POINTWISE, "sm_80", TT_CUDA_POINTWISE_NAME, 0, 0, ""},
+      {POINTWISE, "sm_90", TT_CUDA_POINTWISE_NAME, 0, 0, ""},
       {REDUCE, "sm_90a", "k0_row_sumsq", 0, 0, ""},
       {REDUCE, "sm_80", "k1_sqrt", 0, 0, ""},
   };
@@ -235,8 +235,7 @@ END_TEST
 
 START_TEST(cubin_readers_refuse_other_bytes) {
   uint8_t junk[128];
-  unsigned seed = cutest_seed("test_nvrtc");
-  for (size_t i = 0; i < sizeof junk; i++) junk[i] = (uint8_t)rand_r(&seed);
+  tt_rand_bytes(junk, sizeof junk);
   junk[0] = 'X';
   ck_assert_int_eq(tcc_cubin_sm(junk, sizeof junk), -1);
   ck_assert_int_eq(tcc_cubin_has_entry(junk, sizeof junk, "k"), -1);
@@ -253,17 +252,17 @@ START_TEST(cubin_readers_refuse_other_bytes) {
   /* A real cubin cut short: never read past the end. */
   tcc_nvrtc_result r;
   tcc_error err = {0};
-  const char *pw[] = {CUTEST_POINTWISE_NAME, NULL};
+  const char *pw[] = {TT_CUDA_POINTWISE_NAME, NULL};
   ck_assert_int_eq(tcc_nvrtc_build(POINTWISE, "sm_90", pw, &r, &err), 0);
   uint64_t shoff = 0;
   for (int i = 7; i >= 0; i--) shoff = shoff << 8 | r.cubin[0x28 + i];
   size_t sh_end = (size_t)shoff + 64 * (size_t)(r.cubin[0x3c] | r.cubin[0x3d] << 8);
   for (size_t cut = 0; cut < r.cubin_size; cut += 37) {
-    int got = tcc_cubin_has_entry(r.cubin, cut, CUTEST_POINTWISE_NAME);
+    int got = tcc_cubin_has_entry(r.cubin, cut, TT_CUDA_POINTWISE_NAME);
     if (cut < 64 || cut < sh_end) ck_assert_int_eq(got, -1); /* header or section table cut */
     ck_assert_int_ne(tcc_cubin_has_entry(r.cubin, cut, "k1_not_there"), 1);
   }
-  ck_assert_int_eq(tcc_cubin_has_entry(r.cubin, r.cubin_size, CUTEST_POINTWISE_NAME), 1);
+  ck_assert_int_eq(tcc_cubin_has_entry(r.cubin, r.cubin_size, TT_CUDA_POINTWISE_NAME), 1);
   tcc_nvrtc_result_free(&r);
 }
 END_TEST
@@ -272,7 +271,7 @@ END_TEST
  * (DEADLINE_EXCEEDED) and finishes in the background; one within it
  * returns as without a deadline, errors and NVRTC's log included. */
 START_TEST(timeouts_abandon_the_compile) {
-  const char *names[] = {CUTEST_POINTWISE_NAME, NULL};
+  const char *names[] = {TT_CUDA_POINTWISE_NAME, NULL};
   tcc_nvrtc_options o = {.timeout_ms = 1};
   tcc_nvrtc_result r;
   tcc_error err = {0};
@@ -295,26 +294,18 @@ START_TEST(timeouts_abandon_the_compile) {
 END_TEST
 
 int main(void) {
-  tcc_error err = {0};
-  if (tcc_nvrtc_available(&err) != 0) cutest_skip("%s", err.msg); /* "NVRTC not available: why" */
-  cutest_seed("test_nvrtc");
-  Suite *s = suite_create("nvrtc");
-  TCase *tc = tcase_create("nvrtc");
-  tcase_set_timeout(tc, 300);
-  tcase_add_test(tc, builds_pointwise_and_reduction_for_each_arch);
-  tcase_add_test(tc, template_kernels_get_lowered_names);
-  tcase_add_test(tc, a_name_that_is_not_a_kernel_is_refused);
-  tcase_add_test(tc, syntax_error_reports_the_nvrtc_log);
-  tcase_add_test(tc, unknown_archs_are_rejected);
-  tcase_add_test(tc, identity_names_version_and_archs);
-  tcase_add_test(tc, options_are_passed_and_checked);
-  tcase_add_test(tc, concurrent_builds);
-  tcase_add_test(tc, cubin_readers_refuse_other_bytes);
-  tcase_add_test(tc, timeouts_abandon_the_compile);
-  suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  tt_need_nvrtc();
+  tt_seed("test_nvrtc");
+  return tt_run_tests("nvrtc", 300, 0, (const TTest *[]){
+      builds_pointwise_and_reduction_for_each_arch,
+      template_kernels_get_lowered_names,
+      a_name_that_is_not_a_kernel_is_refused,
+      syntax_error_reports_the_nvrtc_log,
+      unknown_archs_are_rejected,
+      identity_names_version_and_archs,
+      options_are_passed_and_checked,
+      concurrent_builds,
+      cubin_readers_refuse_other_bytes,
+      timeouts_abandon_the_compile,
+      NULL});
 }

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "nvrtc.h"
+#include "tcctest.h"
 
 START_TEST(every_call_says_nvrtc_is_missing) {
   tcc_error err = {0};
@@ -35,13 +36,5 @@ START_TEST(every_call_says_nvrtc_is_missing) {
 END_TEST
 
 int main(void) {
-  Suite *s = suite_create("nvrtc-missing");
-  TCase *tc = tcase_create("missing");
-  tcase_add_test(tc, every_call_says_nvrtc_is_missing);
-  suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return tt_run_tests("nvrtc-missing", 0, 0, (const TTest *[]){every_call_says_nvrtc_is_missing, NULL});
 }

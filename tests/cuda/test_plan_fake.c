@@ -22,11 +22,10 @@
 #include <string.h>
 
 #include "compiler.h"
-#include "cutest.h"
 #include "nvrtc.h"
-#include "reqb.h"
 #include "tcc_runtime.h"
 #include "tccclient.h"
+#include "tcctest.h"
 
 static const char *(*fake_events)(void);
 static void (*fake_reset)(void);
@@ -34,23 +33,12 @@ static void (*fake_reset)(void);
 #define P(x) ((void *)(uintptr_t)(x))
 
 /* Index of the first event line starting with prefix, -1 when none. */
-static int event_at(const char *prefix) {
-  int i = 0;
-  for (const char *line = fake_events(); *line; i++) {
-    if (!strncmp(line, prefix, strlen(prefix))) return i;
-    const char *nl = strchr(line, '\n');
-    if (!nl) break;
-    line = nl + 1;
-  }
-  return -1;
-}
+static int event_at(const char *prefix) { return tt_fake_event_at(fake_events(), prefix); }
 
 /* Compiles b for sm_90 and loads it through the generic client path. */
 static tcc_kernel *compile_and_load(reqb *b, Tcc__V1__Manifest **mout, tcc_artifact *a) {
   Tcc__V1__CompileRequest *req = reqb_req(b);
-  req->target->device = TCC__V1__DEVICE_TYPE__CUDA;
-  req->target->cuda_arch = reqb_str(b, "sm_90");
-  for (size_t i = 0; i < req->graph->n_values; i++) req->graph->values[i]->meta->device->type = TCC__V1__DEVICE_TYPE__CUDA;
+  tt_request_to_cuda(req, reqb_str(b, "sm_90"));
   tcc_error err = {0};
   tcc_prepared *p;
   ck_assert_msg(tcc_prepare(req, "plan-fake", &p, &err) == 0, "%s", err.msg);
@@ -70,21 +58,7 @@ static tcc_kernel *compile_and_load(reqb *b, Tcc__V1__Manifest **mout, tcc_artif
 }
 
 START_TEST(gemm_then_epilogue) {
-  reqb *b = reqb_new("");
-  reqb_value(b, "x", TCC__V1__DTYPE__FLOAT32, 2, (int64_t[]){20, 64}, NULL, 0);
-  reqb_value(b, "w", TCC__V1__DTYPE__FLOAT32, 2, (int64_t[]){96, 64}, NULL, 0);
-  reqb_value(b, "bias", TCC__V1__DTYPE__FLOAT32, 1, (int64_t[]){96}, NULL, 0);
-  reqb_value(b, "l", TCC__V1__DTYPE__FLOAT32, 2, (int64_t[]){20, 96}, NULL, 0);
-  reqb_value(b, "o", TCC__V1__DTYPE__FLOAT32, 2, (int64_t[]){20, 96}, NULL, 0);
-  reqb_input(b, "x");
-  reqb_input(b, "w");
-  reqb_input(b, "bias");
-  Tcc__V1__Node *n = reqb_node(b, "aten.linear.default", "l");
-  reqb_arg_tensor(b, n, "input", "x");
-  reqb_arg_tensor(b, n, "weight", "w");
-  reqb_arg_tensor(b, n, "bias", "bias");
-  reqb_unary(b, "aten.gelu.default", "l", "o");
-  reqb_output(b, "o");
+  reqb *b = reqb_linear_gelu(2, (int64_t[]){20, 64}, 96);
   fake_reset();
   tcc_artifact a;
   Tcc__V1__Manifest *m;
@@ -118,13 +92,7 @@ START_TEST(gemm_then_epilogue) {
 END_TEST
 
 START_TEST(split_reduction_and_ptx_fallback) {
-  int64_t n20 = INT64_C(1) << 20;
-  reqb *b = reqb_new("");
-  reqb_value(b, "x", TCC__V1__DTYPE__FLOAT32, 1, &n20, NULL, 0);
-  reqb_value(b, "o", TCC__V1__DTYPE__FLOAT32, 0, NULL, NULL, 0);
-  reqb_input(b, "x");
-  reqb_unary(b, "aten.sum.default", "x", "o");
-  reqb_output(b, "o");
+  reqb *b = reqb_sum_all(INT64_C(1) << 20);
   for (int newer = 0; newer < 2; newer++) {
     if (newer) setenv("FAKE_CUDA_CC", "100", 1);
     else unsetenv("FAKE_CUDA_CC");
@@ -155,27 +123,14 @@ START_TEST(split_reduction_and_ptx_fallback) {
 END_TEST
 
 int main(void) {
-  tcc_error err = {0};
-  if (tcc_nvrtc_available(&err)) cutest_skip("%s", err.msg);
-  const char *path = getenv("TCC_CUDA_LIBRARY");
-  if (!path || !strstr(path, "fake")) cutest_skip("TCC_CUDA_LIBRARY must name fake_libcuda.so");
-  void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-  if (!h) cutest_skip("cannot load %s: %s", path, dlerror());
-  void *s1 = dlsym(h, "fake_cuda_events"), *s2 = dlsym(h, "fake_cuda_reset");
-  if (!s1 || !s2) cutest_skip("not the fake driver");
-  memcpy(&fake_events, &s1, sizeof s1);
-  memcpy(&fake_reset, &s2, sizeof s2);
-  Suite *s = suite_create("cuda plan (fake driver)");
-  TCase *tc = tcase_create("plan");
-  tcase_set_timeout(tc, 300);
-  tcase_add_test(tc, gemm_then_epilogue);
-  tcase_add_test(tc, split_reduction_and_ptx_fallback);
-  suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_set_fork_status(sr, CK_NOFORK);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
+  tt_need_nvrtc();
+  void *h = tt_fake_cuda_open();
+  tt_fake_cuda_sym(h, "fake_cuda_events", &fake_events);
+  tt_fake_cuda_sym(h, "fake_cuda_reset", &fake_reset);
+  int rc = tt_run_tests("cuda plan (fake driver)", 300, 1, (const TTest *[]){
+      gemm_then_epilogue,
+      split_reduction_and_ptx_fallback,
+      NULL});
   dlclose(h);
-  return failed ? 1 : 0;
+  return rc;
 }

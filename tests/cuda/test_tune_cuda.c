@@ -25,30 +25,17 @@
  * Skips (exit 77) when NVRTC is not available.
  */
 #include <check.h>
-#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "cutest.h"
 #include "loop.h"
 #include "nvrtc.h"
-#include "pbjson.h"
-#include "reqb.h"
+#include "tcctest.h"
 #include "tune_child.h"
 
 static const char *const ARCHS[] = {"sm_80", "sm_90"};
 #define MAX_GRID 65536
-
-/* Points req at CUDA arch (the string must outlive req's use). */
-static void retarget(Tcc__V1__CompileRequest *req, char *arch) {
-  req->target->device = TCC__V1__DEVICE_TYPE__CUDA;
-  req->target->cuda_arch = arch;
-  Tcc__V1__Graph *g = req->graph;
-  for (size_t i = 0; i < g->n_values; i++)
-    if (g->values[i]->meta && g->values[i]->meta->device)
-      g->values[i]->meta->device->type = TCC__V1__DEVICE_TYPE__CUDA;
-}
 
 /* The N of "__launch_bounds__(N) <name>(" in src, or -1. */
 static long launch_bounds(const char *src, const char *name) {
@@ -158,63 +145,25 @@ static int every_candidate(const Tcc__V1__CompileRequest *req, const char *what)
 }
 
 START_TEST(example_graph_candidates) {
-  const char *dir = getenv("TCC_GRAPHS");
-  ck_assert_ptr_nonnull(dir);
-  DIR *d = opendir(dir);
-  ck_assert_ptr_nonnull(d);
-  int seen = 0;
-  const char *name;
-  size_t len;
-  char *json;
-  while ((json = cutest_next_graph(d, dir, &name, &len))) {
+  tt_graph g = {0};
+  while (tt_graph_next(&g)) {
     for (size_t a = 0; a < 2; a++) {
-      ProtobufCMessage *msg;
-      tcc_error err;
-      ck_assert_msg(tcc_pbjson_parse(&tcc__v1__compile_request__descriptor, json, len, &msg, &err) == 0,
-                    "%s: %s", name, err.msg);
-      Tcc__V1__CompileRequest *req = (Tcc__V1__CompileRequest *)msg;
-      if (req->target->cuda_arch && req->target->cuda_arch != protobuf_c_empty_string)
-        free(req->target->cuda_arch);
-      retarget(req, strdup(ARCHS[a]));
+      Tcc__V1__CompileRequest *req = tt_graph_request(&g, ARCHS[a]);
       char what[256];
-      snprintf(what, sizeof what, "%s %s", name, ARCHS[a]);
+      snprintf(what, sizeof what, "%s %s", g.name, ARCHS[a]);
       int n = every_candidate(req, what);
       printf("  %s: every candidate builds, %d launches checked\n", what, n);
-      protobuf_c_message_free_unpacked(msg, NULL);
+      protobuf_c_message_free_unpacked(&req->base, NULL);
     }
-    free(json);
-    seen++;
   }
-  closedir(d);
-  ck_assert_int_ge(seen, 5);
+  ck_assert_int_ge(g.count, 5);
 }
 END_TEST
 
-/* sum over dim 1 of x [R, C] (a split reduction when C is long and R small). */
-static reqb *sum_rows(int64_t R, int64_t C) {
-  reqb *b = reqb_new("");
-  reqb_value(b, "x", TCC__V1__DTYPE__FLOAT32, 2, (int64_t[]){R, C}, NULL, 0);
-  reqb_value(b, "o", TCC__V1__DTYPE__FLOAT32, 1, (int64_t[]){R}, NULL, 0);
-  reqb_input(b, "x");
-  Tcc__V1__Node *n = reqb_node(b, "aten.sum.dim_IntList", "o");
-  reqb_arg_tensor(b, n, "self", "x");
-  reqb_arg_ints(b, n, "dim", 1, (int64_t[]){1});
-  reqb_output(b, "o");
-  return b;
-}
-
-/* softmax over dim 1 of x [R, C]. */
+/* softmax over dim 1 of x [R, C]. (reqb_sum_rows: a split reduction
+ * when C is long and R small.) */
 static reqb *softmax_rows(int64_t R, int64_t C) {
-  reqb *b = reqb_new("");
-  reqb_value(b, "x", TCC__V1__DTYPE__FLOAT32, 2, (int64_t[]){R, C}, NULL, 0);
-  reqb_value(b, "o", TCC__V1__DTYPE__FLOAT32, 2, (int64_t[]){R, C}, NULL, 0);
-  reqb_input(b, "x");
-  Tcc__V1__Node *n = reqb_node(b, "aten._softmax.default", "o");
-  reqb_arg_tensor(b, n, "self", "x");
-  reqb_arg_int(b, n, "dim", 1);
-  reqb_arg_bool(b, n, "half_to_float", 0);
-  reqb_output(b, "o");
-  return b;
+  return reqb_softmax("aten._softmax.default", TCC__V1__DTYPE__FLOAT32, R, C);
 }
 
 START_TEST(reduction_candidates) {
@@ -223,15 +172,15 @@ START_TEST(reduction_candidates) {
     reqb *(*make)(int64_t, int64_t);
     int64_t R, C;
   } cases[] = {
-    {"split sum [2, 300000]", sum_rows, 2, 300000},
-    {"sum [300, 70]", sum_rows, 300, 70},
+    {"split sum [2, 300000]", reqb_sum_rows, 2, 300000},
+    {"sum [300, 70]", reqb_sum_rows, 300, 70},
     {"softmax [64, 1000]", softmax_rows, 64, 1000},
     {"softmax [128, 20]", softmax_rows, 128, 20},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
     for (size_t a = 0; a < 2; a++) {
       reqb *b = cases[i].make(cases[i].R, cases[i].C);
-      retarget(reqb_req(b), reqb_str(b, ARCHS[a]));
+      tt_request_to_cuda(reqb_req(b), reqb_str(b, ARCHS[a]));
       char what[128];
       snprintf(what, sizeof what, "%s %s", cases[i].what, ARCHS[a]);
       int n = every_candidate(reqb_req(b), what);
@@ -244,8 +193,8 @@ END_TEST
 /* The split factor reaches the code: the split stage's partials and the
  * final fold use the config's group count. */
 START_TEST(split_factor_in_the_code) {
-  reqb *b = sum_rows(2, 300000);
-  retarget(reqb_req(b), reqb_str(b, "sm_90"));
+  reqb *b = reqb_sum_rows(2, 300000);
+  tt_request_to_cuda(reqb_req(b), reqb_str(b, "sm_90"));
   tcc_prepared *p;
   tcc_error err;
   ck_assert_msg(tcc_prepare(reqb_req(b), "test-id", &p, &err) == 0, "%s", err.msg);
@@ -265,7 +214,7 @@ END_TEST
 
 /* Source of b (retargeted to sm_90) under cfg on its one kernel. */
 static char *source_under(reqb *b, tcc_kernel_config cfg) {
-  retarget(reqb_req(b), reqb_str(b, "sm_90"));
+  tt_request_to_cuda(reqb_req(b), reqb_str(b, "sm_90"));
   tcc_prepared *p;
   tcc_error err;
   ck_assert_msg(tcc_prepare(reqb_req(b), "test-id", &p, &err) == 0, "%s", err.msg);
@@ -301,7 +250,7 @@ START_TEST(persistent_rows) {
   struct {
     reqb *(*make)(int64_t, int64_t);
     int64_t R, C;
-  } same[] = {{sum_rows, 300, 70}, {softmax_rows, 4, 20000}};
+  } same[] = {{reqb_sum_rows, 300, 70}, {softmax_rows, 4, 20000}};
   for (int i = 0; i < 2; i++) {
     reqb *b1 = same[i].make(same[i].R, same[i].C), *b2 = same[i].make(same[i].R, same[i].C);
     char *s1 = source_under(b1, persist), *s2 = source_under(b2, def);
@@ -336,7 +285,7 @@ START_TEST(plan_signatures) {
       reqb_arg_int(b, n, "dim", 1);
       reqb_arg_bool(b, n, "half_to_float", 0);
       reqb_output(b, "o");
-      retarget(reqb_req(b), reqb_str(b, ARCHS[a]));
+      tt_request_to_cuda(reqb_req(b), reqb_str(b, ARCHS[a]));
       tcc_prepared *p;
       tcc_error err;
       ck_assert_msg(tcc_prepare(reqb_req(b), "test-id", &p, &err) == 0, "%s", err.msg);
@@ -404,9 +353,5 @@ int main(void) {
     tcase_add_test(tc, example_graph_candidates);
     suite_add_tcase(s, tc);
   }
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return tt_run_suite(s, 0);
 }

@@ -30,21 +30,13 @@
 #include <string.h>
 
 #include "compiler.h"
-#include "cutest.h"
 #include "nvrtc.h"
-#include "reqb.h"
 #include "tcc_runtime.h"
+#include "tcctest.h"
 #include "tune_child.h"
 
 static char dev_arch[16];
 static unsigned seed;
-
-#define OK(call)                                              \
-  do {                                                        \
-    tcc_error e_ = {0};                                       \
-    int rc_ = (call);                                         \
-    ck_assert_msg(rc_ == 0, "%s: %d %s", #call, rc_, e_.msg); \
-  } while (0)
 
 /* ------------------------------------------------------------ the cases */
 
@@ -88,12 +80,7 @@ static reqb *build(const tcase_def *c) {
     reqb_arg_ints(b, n, "dim", 1, (int64_t[]){1});
   }
   reqb_output(b, "o");
-  Tcc__V1__CompileRequest *req = reqb_req(b);
-  req->target->device = TCC__V1__DEVICE_TYPE__CUDA;
-  req->target->cuda_arch = reqb_str(b, dev_arch);
-  for (size_t i = 0; i < req->graph->n_values; i++)
-    if (req->graph->values[i]->meta && req->graph->values[i]->meta->device)
-      req->graph->values[i]->meta->device->type = TCC__V1__DEVICE_TYPE__CUDA;
+  tt_request_to_cuda(reqb_req(b), reqb_str(b, dev_arch));
   return b;
 }
 
@@ -149,25 +136,25 @@ static void run_and_check(const tcase_def *c, const tcc_kernel_config *cfg, int 
   float *x = random_floats(n, &st), *y = c->kind == 0 ? random_floats(n, &st) : NULL;
   float *out = calloc(nout, sizeof *out);
   void *din[2] = {NULL, NULL}, *dout[1] = {NULL}, *dws = NULL;
-  OK(tcc_rt_cuda_malloc(0, n * 4, &din[0], &e_));
-  OK(tcc_rt_cuda_memcpy_htod(0, din[0], x, n * 4, &e_));
+  TT_OK(tcc_rt_cuda_malloc(0, n * 4, &din[0], &e_));
+  TT_OK(tcc_rt_cuda_memcpy_htod(0, din[0], x, n * 4, &e_));
   if (y) {
-    OK(tcc_rt_cuda_malloc(0, n * 4, &din[1], &e_));
-    OK(tcc_rt_cuda_memcpy_htod(0, din[1], y, n * 4, &e_));
+    TT_OK(tcc_rt_cuda_malloc(0, n * 4, &din[1], &e_));
+    TT_OK(tcc_rt_cuda_memcpy_htod(0, din[1], y, n * 4, &e_));
   }
-  OK(tcc_rt_cuda_malloc(0, nout * 4, &dout[0], &e_));
-  if (m->workspace_bytes) OK(tcc_rt_cuda_malloc(0, (size_t)m->workspace_bytes, &dws, &e_));
+  TT_OK(tcc_rt_cuda_malloc(0, nout * 4, &dout[0], &e_));
+  if (m->workspace_bytes) TT_OK(tcc_rt_cuda_malloc(0, (size_t)m->workspace_bytes, &dws, &e_));
   tcc_rt_cuda_kernel *k;
-  OK(tcc_rt_cuda_kernel_load_manifest(a.data, a.size, NULL, m, NULL, &k, &e_));
-  OK(tcc_rt_cuda_kernel_launch(k, NULL, (const void *const *)din, dout, dws, &e_));
-  OK(tcc_rt_cuda_synchronize(0, NULL, &e_));
-  OK(tcc_rt_cuda_memcpy_dtoh(0, out, dout[0], nout * 4, &e_));
+  TT_OK(tcc_rt_cuda_kernel_load_manifest(a.data, a.size, NULL, m, NULL, &k, &e_));
+  TT_OK(tcc_rt_cuda_kernel_launch(k, NULL, (const void *const *)din, dout, dws, &e_));
+  TT_OK(tcc_rt_cuda_synchronize(0, NULL, &e_));
+  TT_OK(tcc_rt_cuda_memcpy_dtoh(0, out, dout[0], nout * 4, &e_));
   check_ref(c, x, y, out, what);
   tcc_rt_cuda_kernel_unload(k);
-  OK(tcc_rt_cuda_free(0, din[0], &e_));
-  OK(tcc_rt_cuda_free(0, din[1], &e_));
-  OK(tcc_rt_cuda_free(0, dout[0], &e_));
-  OK(tcc_rt_cuda_free(0, dws, &e_));
+  TT_OK(tcc_rt_cuda_free(0, din[0], &e_));
+  TT_OK(tcc_rt_cuda_free(0, din[1], &e_));
+  TT_OK(tcc_rt_cuda_free(0, dout[0], &e_));
+  TT_OK(tcc_rt_cuda_free(0, dws, &e_));
   free(x);
   free(y);
   free(out);
@@ -177,14 +164,21 @@ static void run_and_check(const tcase_def *c, const tcc_kernel_config *cfg, int 
   reqb_free(b);
 }
 
+/* Case c built (*b) and prepared (*p), and its tuning plan; the caller
+ * frees all three. */
+static void prepare_case(const tcase_def *c, reqb **b, tcc_prepared **p, tcc_tune_plan *plan) {
+  *b = build(c);
+  tcc_error err;
+  ck_assert_msg(tcc_prepare(reqb_req(*b), "gpu-tune-test", p, &err) == 0, "%s", err.msg);
+  ck_assert_msg(tcc_tune_plan_make(*p, plan, &err) == 0, "%s", err.msg);
+}
+
 /* Live kernels of case c. */
 static int live_kernels(const tcase_def *c) {
-  reqb *b = build(c);
+  reqb *b;
   tcc_prepared *p;
-  tcc_error err;
-  ck_assert_msg(tcc_prepare(reqb_req(b), "gpu-tune-test", &p, &err) == 0, "%s", err.msg);
   tcc_tune_plan plan;
-  ck_assert_msg(tcc_tune_plan_make(p, &plan, &err) == 0, "%s", err.msg);
+  prepare_case(c, &b, &p, &plan);
   int nk = plan.nkernels;
   tcc_tune_plan_free(&plan);
   tcc_prepared_free(p);
@@ -215,7 +209,7 @@ START_TEST(tuning_path_on_the_gpu) {
   const char *exe = getenv("TCCD_BENCH_EXE");
   ck_assert_msg(exe && *exe, "TCCD_BENCH_EXE is not set");
   tccd_gpu_probe_result probe;
-  OK(tccd_gpu_probe(exe, 60000, &probe, &e_));
+  TT_OK(tccd_gpu_probe(exe, 60000, &probe, &e_));
   ck_assert_int_ge(probe.ndevices, 1);
   ck_assert_str_eq(probe.device[0].arch, dev_arch);
   ck_assert_int_eq(tccd_gpu_pick(&probe, dev_arch), 0);
@@ -223,12 +217,11 @@ START_TEST(tuning_path_on_the_gpu) {
   int nc = tcc_tune_candidates(TCC__V1__DEVICE_TYPE__CUDA, cands);
   for (size_t i = 0; i < sizeof CASES / sizeof CASES[0]; i++) {
     const tcase_def *tc = &CASES[i];
-    reqb *b = build(tc);
+    reqb *b;
     tcc_prepared *p;
-    tcc_error err;
-    ck_assert_msg(tcc_prepare(reqb_req(b), "gpu-tune-test", &p, &err) == 0, "%s", err.msg);
     tcc_tune_plan plan;
-    ck_assert_msg(tcc_tune_plan_make(p, &plan, &err) == 0, "%s", err.msg);
+    prepare_case(tc, &b, &p, &plan);
+    tcc_error err;
     int nk = plan.nkernels;
     tcc_bench_result res[TCC_TUNE_MAX_CANDIDATES];
     tcc_artifact ref_art;
@@ -278,26 +271,11 @@ START_TEST(tuning_path_on_the_gpu) {
 END_TEST
 
 int main(void) {
-  tcc_error err;
-  if (tcc_rt_cuda_available(&err)) cutest_skip("no CUDA device (%s)", err.msg);
-  if (tcc_nvrtc_available(&err)) cutest_skip("%s", err.msg);
-  if (tcc_rt_cuda_device_arch(0, dev_arch, NULL, 0, &err)) {
-    fprintf(stderr, "device arch: %s\n", err.msg);
-    return 1;
-  }
-  if (tcc_nvrtc_check_arch(dev_arch, &err)) cutest_skip("NVRTC cannot build for this device: %s", err.msg);
-  seed = cutest_seed("test_tune_gpu");
+  tt_need_gpu(dev_arch, NULL, 0);
+  seed = (unsigned)tt_seed("test_tune_gpu");
   printf("device %s\n", dev_arch);
-  Suite *s = suite_create("cuda tune gpu");
-  TCase *tc = tcase_create("gpu");
-  tcase_set_timeout(tc, 900);
-  tcase_add_test(tc, every_candidate_vs_float64);
-  tcase_add_test(tc, tuning_path_on_the_gpu);
-  suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_set_fork_status(sr, CK_NOFORK);   /* one CUDA context for the process */
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return tt_run_tests("cuda tune gpu", 900, 1, (const TTest *[]){
+      every_candidate_vs_float64,
+      tuning_path_on_the_gpu,
+      NULL}); /* one CUDA context for the process */
 }

@@ -4,10 +4,11 @@
  *   - tccd_redis_slot: the Redis Cluster spec's CRC16 and hash-tag rules
  *     (values checked against CLUSTER KEYSLOT of redis-server 7);
  *   - the record hook (tccd_remote_record_put/get): a random blob (seed
- *     printed) comes back byte for byte and signed; an absent record is 0;
- *     a blob altered in Redis, an unsigned record and a record signed by
- *     an untrusted key are refused (-1, remote_rejected); bad names are
- *     INVALID_ARGUMENT; a get pending at shutdown gets -1.
+ *     printed; TCC_TEST_SEED replays it) comes back byte for byte and
+ *     signed; an absent record is 0; a blob altered in Redis, an unsigned
+ *     record and a record signed by an untrusted key are refused (-1,
+ *     remote_rejected); bad names are INVALID_ARGUMENT; a get pending at
+ *     shutdown gets -1.
  * The daemon's remote.c, redis_cluster.c and log.c are compiled in.
  */
 #include <check.h>
@@ -24,6 +25,7 @@
 #include <unistd.h>
 
 #include "daemon.h"
+#include "tcctest.h"
 
 extern char **environ;
 
@@ -218,9 +220,6 @@ START_TEST(test_records) {
     fprintf(stderr, "redis-server not available: record tests skipped\n");
     return;
   }
-  unsigned seed = (unsigned)time(NULL) ^ (unsigned)getpid();
-  fprintf(stderr, "test_records seed %u\n", seed);
-  srand(seed);
   size_t n = 1000 + (size_t)(rand() % 5000);
   uint8_t *blob = malloc(n);
   for (size_t i = 0; i < n; i++) blob[i] = (uint8_t)rand();
@@ -337,9 +336,6 @@ START_TEST(test_evict) {
     fprintf(stderr, "redis-server not available: evict tests skipped\n");
     return;
   }
-  unsigned seed = (unsigned)time(NULL) ^ (unsigned)getpid();
-  fprintf(stderr, "test_evict seed %u\n", seed);
-  srand(seed);
   uint8_t hash[TCC_SHA256_BYTES];
   for (size_t i = 0; i < sizeof hash; i++) hash[i] = (uint8_t)rand();
   char hex[TCC_SHA256_HEX], k[4][REMOTE_TEST_KEY];
@@ -408,23 +404,13 @@ START_TEST(test_evict) {
 END_TEST
 
 int main(void) {
-  snprintf(workdir, sizeof workdir, "/tmp/tccd-test-remote-XXXXXX");
-  if (!mkdtemp(workdir)) return 1;
-  Suite *s = suite_create("remote");
-  TCase *tc = tcase_create("remote");
-  tcase_set_timeout(tc, 120);
-  tcase_add_test(tc, test_slot_vectors);
-  tcase_add_test(tc, test_records);
-  tcase_add_test(tc, test_evict);
-  suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_set_fork_status(sr, CK_NOFORK);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
+  srand((unsigned)tt_seed("test_remote"));
+  char *dir = tt_tmpdir("test-remote");
+  if (!dir) return 1;
+  snprintf(workdir, sizeof workdir, "%s", dir);
+  free(dir);
+  int rc = tt_run_tests("remote", 120, 1, (const TTest *[]){test_slot_vectors, test_records, test_evict, NULL});
   redis_stop();
-  char cmd[300];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", workdir);
-  if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", workdir);
-  return failed ? 1 : 0;
+  if (tt_remove_tree(workdir) != 0) fprintf(stderr, "could not remove %s\n", workdir);
+  return rc;
 }

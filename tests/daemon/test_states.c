@@ -13,6 +13,7 @@
 #include <stdio.h>
 
 #include "daemon.h"
+#include "tcctest.h"
 
 #define NAME(s) #s,
 static const char *const call_names[] = {TCCD_CALL_STATES(NAME)};
@@ -133,9 +134,5 @@ int main(void) {
   tcase_add_test(tc, test_illegal_moves_refused);
   Suite *s = suite_create("states");
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return tt_run_suite(s, 0);
 }

@@ -19,7 +19,7 @@
 
 #include "compiler.h"
 #include "loop.h"
-#include "reqb.h"
+#include "tcctest.h"
 
 #define F32 TCC__V1__DTYPE__FLOAT32
 #define F64 TCC__V1__DTYPE__FLOAT64

@@ -10,7 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "reqb.h"
+#include "tcc/v1/tcc.pb-c.h"
+#include "tcctest.h"
 
 #define F32 TCC__V1__DTYPE__FLOAT32
 #define F64 TCC__V1__DTYPE__FLOAT64
@@ -33,22 +34,7 @@ static void save(reqb *b, const char *name, size_t cut) {
   reqb_free(b);
 }
 
-static reqb *sin_cos(void) {
-  static const int64_t s[] = {10, 10};
-  reqb *b = reqb_new("x86-64-v2");
-  reqb_value(b, "x", F32, 2, s, NULL, 0);
-  reqb_value(b, "y", F32, 2, s, NULL, 0);
-  reqb_value(b, "sin", F32, 2, s, NULL, 0);
-  reqb_value(b, "cos", F32, 2, s, NULL, 0);
-  reqb_value(b, "add", F32, 2, s, NULL, 0);
-  reqb_input(b, "x");
-  reqb_input(b, "y");
-  reqb_unary(b, "aten.sin.default", "x", "sin");
-  reqb_unary(b, "aten.cos.default", "y", "cos");
-  reqb_binary(b, "aten.add.Tensor", "sin", "cos", "add");
-  reqb_output(b, "add");
-  return b;
-}
+static reqb *sin_cos(void) { return reqb_sin_cos("x86-64-v2"); }
 
 /* Every op, chained, over a broadcast of a transposed [4,1,5] and an
  * offset [3,5]; two outputs. */
@@ -117,9 +103,7 @@ int main(int argc, char **argv) {
   save(b, "constants.bin", 0);
 
   b = sin_cos();         /* CUDA target */
-  reqb_target(b)->device = TCC__V1__DEVICE_TYPE__CUDA;
-  reqb_target(b)->cuda_arch = reqb_str(b, "sm_90");
-  for (size_t i = 0; i < 5; i++) reqb_req(b)->graph->values[i]->meta->device->type = TCC__V1__DEVICE_TYPE__CUDA;
+  tt_request_to_cuda(reqb_req(b), reqb_str(b, "sm_90"));
   save(b, "cuda.bin", 0);
 
   b = sin_cos();         /* options, features, requires_grad */

@@ -16,42 +16,14 @@
 #include <string.h>
 
 #include "pbjson.h"
+#include "tcc_dtype.h"
 #include "tccclient.h"
-
-static size_t dtype_size(Tcc__V1__DType t) {
-  switch (t) {
-  case TCC__V1__DTYPE__FLOAT64: case TCC__V1__DTYPE__INT64: return 8;
-  case TCC__V1__DTYPE__FLOAT32: case TCC__V1__DTYPE__INT32: return 4;
-  case TCC__V1__DTYPE__FLOAT16: case TCC__V1__DTYPE__BFLOAT16: case TCC__V1__DTYPE__INT16: return 2;
-  default: return 1;
-  }
-}
+#include "tcctest.h"
 
 /* Bytes of storage a tensor reaches: (offset + 1 + sum((size-1)*stride)) * elem. */
 static size_t storage_bytes(const Tcc__V1__TensorMeta *m) {
-  int64_t last = m->storage_offset;
-  for (size_t i = 0; i < m->n_sizes; i++) {
-    if (m->sizes[i] == 0) return 0;
-    last += (m->sizes[i] - 1) * (i < m->n_strides ? m->strides[i] : 0);
-  }
-  return (size_t)(last + 1) * dtype_size(m->dtype);
-}
-
-static char *read_file(const char *path, size_t *len) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char *buf = malloc((size_t)n + 1);
-  if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
-    free(buf);
-    buf = NULL;
-  }
-  fclose(f);
-  if (buf) buf[n] = '\0';
-  *len = (size_t)n;
-  return buf;
+  return (size_t)tcc_storage_elems(m->sizes, m->n_sizes, m->strides, m->n_strides, m->storage_offset) *
+         (size_t)tcc_dtype_size(m->dtype);
 }
 
 static const char *cache_name(Tcc__V1__CacheStatus s) {
@@ -79,7 +51,7 @@ int main(int argc, char **argv) {
 
   tcc_error err;
   size_t json_len;
-  char *json = read_file(argv[2], &json_len);
+  char *json = tt_read_file(argv[2], &json_len);
   if (!json) {
     fprintf(stderr, "tcc-run: cannot read %s\n", argv[2]);
     return 1;
@@ -113,7 +85,7 @@ int main(int argc, char **argv) {
   }
   for (int i = 0; i < nin; i++) {
     size_t len, want = storage_bytes(m->inputs[i]);
-    inputs[i] = read_file(argv[3 + i], &len);
+    inputs[i] = tt_read_file(argv[3 + i], &len);
     if (!inputs[i] || len != want) {
       fprintf(stderr, "tcc-run: input %d (%s): %zu bytes, the manifest needs %zu\n", i, argv[3 + i],
               inputs[i] ? len : 0, want);

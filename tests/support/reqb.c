@@ -1,9 +1,11 @@
-/* reqb.c — see reqb.h. Fixed capacities; exceeding one aborts the test. */
-#include "reqb.h"
-
+/* reqb.c — CompileRequest messages built by hand (see tcctest.h). Fixed
+ * capacities; exceeding one aborts the test. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "tcc/v1/tcc.pb-c.h"
+#include "tcctest.h"
 
 #define RB_VALUES 512
 #define RB_NODES 512
@@ -77,8 +79,8 @@ void reqb_free(reqb *b) {
   free(b);
 }
 
-Tcc__V1__TensorMeta *reqb_value(reqb *b, const char *name, Tcc__V1__DType dt, int rank,
-                                const int64_t *sizes, const int64_t *strides, int64_t offset) {
+Tcc__V1__TensorMeta *reqb_value(reqb *b, const char *name, int dt, int rank, const int64_t *sizes,
+                                const int64_t *strides, int64_t offset) {
   size_t i = b->graph.n_values;
   need(i < RB_VALUES && rank <= 16, "values");
   Tcc__V1__TensorValue *v = &b->vals[i];
@@ -89,7 +91,7 @@ Tcc__V1__TensorMeta *reqb_value(reqb *b, const char *name, Tcc__V1__DType dt, in
   b->devs[i].type = TCC__V1__DEVICE_TYPE__CPU;
   v->name = reqb_str(b, name);
   v->meta = m;
-  m->dtype = dt;
+  m->dtype = (Tcc__V1__DType)dt;
   m->device = &b->devs[i];
   m->n_sizes = m->n_strides = (size_t)rank;
   m->sizes = b->sizes[i];
@@ -249,4 +251,124 @@ uint8_t *reqb_pack(reqb *b, size_t *len) {
   need(buf != NULL, "memory");
   tcc__v1__compile_request__pack(&b->req, buf);
   return buf;
+}
+
+reqb *reqb_sin_cos(const char *isa) {
+  static const int64_t s[] = {10, 10};
+  const int f32 = TCC__V1__DTYPE__FLOAT32;
+  reqb *b = reqb_new(isa);
+  reqb_value(b, "x", f32, 2, s, NULL, 0);
+  reqb_value(b, "y", f32, 2, s, NULL, 0);
+  reqb_value(b, "sin", f32, 2, s, NULL, 0);
+  reqb_value(b, "cos", f32, 2, s, NULL, 0);
+  reqb_value(b, "add", f32, 2, s, NULL, 0);
+  reqb_input(b, "x");
+  reqb_input(b, "y");
+  reqb_unary(b, "aten.sin.default", "x", "sin");
+  reqb_unary(b, "aten.cos.default", "y", "cos");
+  reqb_binary(b, "aten.add.Tensor", "sin", "cos", "add");
+  reqb_output(b, "add");
+  return b;
+}
+
+reqb *reqb_sin_cos_rows(int64_t rows, int64_t cols) {
+  const int f32 = TCC__V1__DTYPE__FLOAT32;
+  reqb *b = reqb_new("");
+  reqb_value(b, "x", f32, 2, (int64_t[]){rows, cols}, NULL, 0);
+  reqb_value(b, "y", f32, 1, (int64_t[]){cols}, NULL, 0);
+  reqb_value(b, "s", f32, 2, (int64_t[]){rows, cols}, NULL, 0);
+  reqb_value(b, "c", f32, 1, (int64_t[]){cols}, NULL, 0);
+  reqb_value(b, "o", f32, 2, (int64_t[]){rows, cols}, NULL, 0);
+  reqb_input(b, "x");
+  reqb_input(b, "y");
+  reqb_unary(b, "aten.sin.default", "x", "s");
+  reqb_unary(b, "aten.cos.default", "y", "c");
+  reqb_binary(b, "aten.add.Tensor", "s", "c", "o");
+  reqb_output(b, "o");
+  return b;
+}
+
+reqb *reqb_sum_all(int64_t n) {
+  reqb *b = reqb_new("");
+  reqb_value(b, "x", TCC__V1__DTYPE__FLOAT32, 1, &n, NULL, 0);
+  reqb_value(b, "o", TCC__V1__DTYPE__FLOAT32, 0, NULL, NULL, 0);
+  reqb_input(b, "x");
+  reqb_unary(b, "aten.sum.default", "x", "o");
+  reqb_output(b, "o");
+  return b;
+}
+
+reqb *reqb_softmax(const char *target, int dt, int64_t rows, int64_t cols) {
+  reqb *b = reqb_new("");
+  reqb_value(b, "x", dt, 2, (int64_t[]){rows, cols}, NULL, 0);
+  reqb_value(b, "o", dt, 2, (int64_t[]){rows, cols}, NULL, 0);
+  reqb_input(b, "x");
+  Tcc__V1__Node *n = reqb_node(b, target, "o");
+  reqb_arg_tensor(b, n, "self", "x");
+  reqb_arg_int(b, n, "dim", 1);
+  reqb_arg_bool(b, n, "half_to_float", 0);
+  reqb_output(b, "o");
+  return b;
+}
+
+reqb *reqb_sum_rows(int64_t rows, int64_t cols) {
+  reqb *b = reqb_new("");
+  reqb_value(b, "x", TCC__V1__DTYPE__FLOAT32, 2, (int64_t[]){rows, cols}, NULL, 0);
+  reqb_value(b, "o", TCC__V1__DTYPE__FLOAT32, 1, (int64_t[]){rows}, NULL, 0);
+  reqb_input(b, "x");
+  Tcc__V1__Node *n = reqb_node(b, "aten.sum.dim_IntList", "o");
+  reqb_arg_tensor(b, n, "self", "x");
+  reqb_arg_ints(b, n, "dim", 1, (int64_t[]){1});
+  reqb_output(b, "o");
+  return b;
+}
+
+reqb *reqb_layer_norm(int dt, int64_t rows, int64_t cols, int with_bias) {
+  reqb *b = reqb_new("");
+  reqb_value(b, "x", dt, 2, (int64_t[]){rows, cols}, NULL, 0);
+  reqb_value(b, "w", dt, 1, (int64_t[]){cols}, NULL, 0);
+  if (with_bias) reqb_value(b, "bb", dt, 1, (int64_t[]){cols}, NULL, 0);
+  reqb_value(b, "o", dt, 2, (int64_t[]){rows, cols}, NULL, 0);
+  reqb_value(b, "m", dt, 2, (int64_t[]){rows, 1}, NULL, 0);
+  reqb_value(b, "r", dt, 2, (int64_t[]){rows, 1}, NULL, 0);
+  reqb_input(b, "x");
+  reqb_input(b, "w");
+  if (with_bias) reqb_input(b, "bb");
+  Tcc__V1__Node *n = reqb_node(b, "aten.native_layer_norm.default", "o");
+  reqb_node_output(b, n, "m");
+  reqb_node_output(b, n, "r");
+  reqb_arg_tensor(b, n, "input", "x");
+  reqb_arg_ints(b, n, "normalized_shape", 1, (int64_t[]){cols});
+  reqb_arg_tensor(b, n, "weight", "w");
+  if (with_bias) reqb_arg_tensor(b, n, "bias", "bb");
+  else reqb_arg_none(b, n, "bias");
+  reqb_arg_float(b, n, "eps", 1e-5);
+  reqb_output(b, "o");
+  reqb_output(b, "m");
+  reqb_output(b, "r");
+  return b;
+}
+
+reqb *reqb_linear_gelu(int rank, const int64_t *x_sizes, int64_t n) {
+  need(rank >= 1 && rank <= 16, "rank");
+  int64_t out[16];
+  memcpy(out, x_sizes, sizeof *out * (size_t)rank);
+  out[rank - 1] = n;
+  const int f32 = TCC__V1__DTYPE__FLOAT32;
+  reqb *b = reqb_new("");
+  reqb_value(b, "x", f32, rank, x_sizes, NULL, 0);
+  reqb_value(b, "w", f32, 2, (int64_t[]){n, x_sizes[rank - 1]}, NULL, 0);
+  reqb_value(b, "bias", f32, 1, (int64_t[]){n}, NULL, 0);
+  reqb_value(b, "l", f32, rank, out, NULL, 0);
+  reqb_value(b, "o", f32, rank, out, NULL, 0);
+  reqb_input(b, "x");
+  reqb_input(b, "w");
+  reqb_input(b, "bias");
+  Tcc__V1__Node *node = reqb_node(b, "aten.linear.default", "l");
+  reqb_arg_tensor(b, node, "input", "x");
+  reqb_arg_tensor(b, node, "weight", "w");
+  reqb_arg_tensor(b, node, "bias", "bias");
+  reqb_unary(b, "aten.gelu.default", "l", "o");
+  reqb_output(b, "o");
+  return b;
 }
