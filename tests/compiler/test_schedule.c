@@ -11,7 +11,7 @@
 
 #include "cpu_schedule.h"
 #include "cuda_schedule.h"
-#include "reqb.h"
+#include "tcctest.h"
 
 /* A program run through the passes up to (and with) the schedule. */
 typedef struct scheduled {
@@ -185,16 +185,10 @@ START_TEST(cuda_geometry_and_checker) {
 END_TEST
 
 int main(void) {
-  Suite *s = suite_create("schedule");
-  TCase *tc = tcase_create("schedule");
-  tcase_add_test(tc, cpu_small_is_serial_and_simd);
-  tcase_add_test(tc, cpu_large_is_parallel);
-  tcase_add_test(tc, cpu_checker_refuses);
-  tcase_add_test(tc, cuda_geometry_and_checker);
-  suite_add_tcase(s, tc);
-  SRunner *r = srunner_create(s);
-  srunner_run_all(r, CK_NORMAL);
-  int failed = srunner_ntests_failed(r);
-  srunner_free(r);
-  return failed ? 1 : 0;
+  return tt_run_tests("schedule", 0, 0, (const TTest *[]){
+      cpu_small_is_serial_and_simd,
+      cpu_large_is_parallel,
+      cpu_checker_refuses,
+      cuda_geometry_and_checker,
+      NULL});
 }
