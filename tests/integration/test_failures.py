@@ -160,7 +160,10 @@ def test_remote_failure_records(daemon_factory, tmp_path, pb):
         req = variant(pb, 17)
         err = compile_error(c, req, pb)
         assert err.code() == grpc.StatusCode.INTERNAL
-        keys = r.cmd("KEYS", "tccd:*:failure")
+        # the record goes to Redis beside the answer, not before it
+        deadline = time.time() + 10
+        while not (keys := r.cmd("KEYS", "tccd:*:failure")) and time.time() < deadline:
+            time.sleep(0.02)
         assert len(keys) == 1
         fkey = keys[0].decode()
         rec = pb.RemoteFailure.FromString(r.cmd("GET", fkey))
