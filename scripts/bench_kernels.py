@@ -5,7 +5,7 @@ kernel against a STREAM triad measured here (a small OpenMP C kernel);
 cold compile time of tccd (the library's tcc_compile: lower, fuse, emit,
 cc) vs Inductor (first call with its caches disabled).
 
-tccd kernels are compiled without the daemon by build-cpu's
+tccd kernels are compiled without the daemon by the build's
 tcc-compile-file from the graph the PyTorch client would send (make_fx
 with core ATen decompositions -> tccd.graph.build_graph) and called
 through ctypes.

@@ -92,6 +92,9 @@ typedef struct tcc_cpu_kernel_schedule {
 typedef struct tcc_cpu_schedule {
   tcc_cpu_kernel_schedule *kernels;   /* per p->kernels index */
   int has_conv, has_dnnl_gemm, has_cblas;  /* what the source must declare */
+  int threaded;               /* some kernel runs on OpenMP threads (a parallel
+                                 loop, a oneDNN step, a GEMM batch or slabs):
+                                 tcc_entry runs the thread governor */
 } tcc_cpu_schedule;
 
 /* The C type of a dtype (bfloat16 as its bits), or NULL: not supported. */
@@ -147,6 +150,7 @@ int tcc_cpu_emit(const tcc_program *p, tcc_buf *src, tcc_error *err);
 void tcc_cpu_emit_bench_hooks(tcc_buf *src, int nkernels);
 /* prelude.c: what every translation unit starts with. */
 extern const char tcc_cpu_prelude[];
+extern const char tcc_cpu_governor[];   /* prelude.c: tcc_gov_begin/_end */
 /* The runtime of oneDNN convolution steps (runtime/onednn_conv.c, as
  * text): emit.c copies it into sources that have such steps. */
 extern const char tcc_onednn_conv_runtime[];

@@ -1019,6 +1019,8 @@ int tcc_cpu_emit(const tcc_program *p, tcc_buf *b, tcc_error *err) {
                  p->workspace_bytes);
   if (has_conv) tcc_buf_puts(b, "#define _POSIX_C_SOURCE 200809L   /* pthreads, posix_memalign */\n");
   tcc_buf_puts(b, tcc_cpu_prelude);
+  const int governed = sch->threaded && !g->nsyms;  /* dynamic programs: times vary with the sizes */
+  if (governed) tcc_buf_puts(b, tcc_cpu_governor);
   if (has_conv) tcc_buf_puts(b, tcc_onednn_conv_runtime);
   if (has_extern)
     tcc_buf_puts(b, "void cblas_sgemm(int, int, int, int, int, int, float, const float *, int,\n"
@@ -1072,8 +1074,12 @@ int tcc_cpu_emit(const tcc_program *p, tcc_buf *b, tcc_error *err) {
   tcc_buf_puts(b, "\n__attribute__((visibility(\"default\")))\n"
                   "int tcc_entry(const void *const *inputs, void *const *outputs, void *workspace) {\n"
                   "  int bad = 0;\n");
+  if (governed)
+    tcc_buf_puts(b, "  int tcc_threads, tcc_mode = tcc_gov_begin(&tcc_threads);\n"
+                    "  int64_t tcc_t0 = tcc_mode >= 0 ? tcc_gov_now() : 0;\n");
   for (int k = 0; k < kno; k++)
     tcc_buf_printf(b, "  bad |= k%d(inputs, outputs, (char *)workspace);\n", k);
+  if (governed) tcc_buf_puts(b, "  tcc_gov_end(tcc_mode, tcc_threads, tcc_t0);\n");
   tcc_buf_puts(b, "  (void)inputs; (void)outputs; (void)workspace;\n  return bad;\n}\n");
   if (b->failed) return tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "out of memory emitting C");
   return 0;

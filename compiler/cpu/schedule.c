@@ -25,6 +25,13 @@
  * parallel, threads, chunk, unroll, vec, order) replaces the matching
  * choice.
  *
+ * A static program with any kernel on OpenMP threads (a parallel loop,
+ * a oneDNN step, GEMMs in batches or slabs) is `threaded`: its tcc_entry
+ * runs the thread governor (cpu/prelude.c), which picks, call by call,
+ * all threads or the calling thread alone by measured call times, so a
+ * core taken by another process does not turn every barrier into a wait
+ * for a time slice.
+ *
  * Border peeling. A kernel whose element loop reads through clamped
  * indices (the zero padding of a convolution's im2col pack) and holds no
  * reduction runs that loop in three ranges, the middle one without the
@@ -599,7 +606,7 @@ int tcc_cpu_schedule_pass(tcc_program *p, tcc_error *err) {
     return tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "out of memory scheduling");
   }
   memset(s->kernels, 0, sizeof *s->kernels * ((size_t)p->nkernels + 1));
-  s->has_conv = s->has_dnnl_gemm = s->has_cblas = 0;
+  s->has_conv = s->has_dnnl_gemm = s->has_cblas = s->threaded = 0;
   int rc = 0;
   for (int k = 0, kno = 0; k < p->nkernels && !rc; k++) {
     const tcc_kernel *K = &p->kernels[k];
@@ -621,12 +628,13 @@ int tcc_cpu_schedule_pass(tcc_program *p, tcc_error *err) {
       add_buf(used, &ks->nused, st->buf);
       ks->used = used;
       if (call->i != TCC_EXT_GEMM) {
-        s->has_conv = 1;
+        s->has_conv = s->threaded = 1;
         continue;
       }
       plan_gemm(p, K, ks->kno, &ks->gemm);
       if (ks->gemm.onednn) s->has_dnnl_gemm = 1;
       else s->has_cblas = 1;
+      if (ks->gemm.batch_par || ks->gemm.slab_par || (ks->gemm.onednn && !ks->gemm.serial)) s->threaded = 1;
       continue;
     }
     planner ke = {.p = p, .k = K, .ks = ks, .acc = acc};
@@ -636,6 +644,7 @@ int tcc_cpu_schedule_pass(tcc_program *p, tcc_error *err) {
     if (!rc && ke.nacc && !ks->acc) rc = -1;
     if (!rc && ke.nacc) memcpy(ks->acc, acc, sizeof *acc * (size_t)ke.nacc);
     ks->nacc = ke.nacc;
+    if (ks->par >= 0) s->threaded = 1;
     tcc_cpu_fv_free(&ke.fv);
   }
   free(acc);
@@ -711,8 +720,9 @@ int tcc_cpu_schedule_check(const tcc_program *p, tcc_error *err) {
 void tcc_cpu_schedule_dump(const tcc_program *p, tcc_buf *b) {
   const tcc_cpu_schedule *s = p->sched.cpu;
   if (!s) return;
-  tcc_buf_printf(b, "cpu schedule%s%s%s\n", s->has_conv ? ", oneDNN convolutions" : "",
-                 s->has_dnnl_gemm ? ", oneDNN GEMMs" : "", s->has_cblas ? ", OpenBLAS GEMMs" : "");
+  tcc_buf_printf(b, "cpu schedule%s%s%s%s\n", s->has_conv ? ", oneDNN convolutions" : "",
+                 s->has_dnnl_gemm ? ", oneDNN GEMMs" : "", s->has_cblas ? ", OpenBLAS GEMMs" : "",
+                 s->threaded ? ", thread governor" : "");
   for (int k = 0; k < p->nkernels; k++) {
     const tcc_kernel *K = &p->kernels[k];
     const tcc_cpu_kernel_schedule *ks = &s->kernels[k];

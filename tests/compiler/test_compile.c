@@ -428,12 +428,47 @@ START_TEST(sin_cos) {
   ck_assert_ptr_nonnull(strstr(bt.art.source, "cosf("));
   ck_assert_ptr_nonnull(strstr(bt.art.source, "int tcc_entry("));
   ck_assert_ptr_nonnull(strstr(bt.art.source, "i0 < 100;"));  /* one flat loop */
+  ck_assert_ptr_null(strstr(bt.art.source, "tcc_gov_begin"));  /* serial: no governor */
   ck_assert_str_eq(bt.manifest->target, "cpu:x86-64-v2");
   ck_assert_int_eq(bt.manifest->kernels[0]->numel, 100);
   ck_assert_str_eq(bt.manifest->kernels[0]->kind, "pointwise");
   ck_assert_uint_eq(bt.manifest->outputs[0]->n_sizes, 2);
   ck_assert(bt.art.compile_ms > 0);
   run_and_check(t, &bt, 3);
+  unbuild(&bt);
+  tg_free(t);
+}
+END_TEST
+
+/* A program with a parallel loop runs its calls under the thread
+ * governor (cpu/prelude.c): calls 1-2 on every OpenMP thread, 3-4 on the
+ * calling thread, then the faster mode with probes of the other. Every
+ * call's outputs are right, and the caller's OpenMP thread count is the
+ * same after each call as before (PyTorch's own ops read it). */
+START_TEST(thread_governor) {
+  tg *t = tg_new();
+  int64_t s[] = {512, 512};
+  int x = tg_input(t, F32, 2, s, NULL, 0, -4, 4), y = tg_input(t, F32, 2, s, NULL, 0, -4, 4);
+  int z = tg_binary(t, "aten.add.Tensor", tg_unary(t, "aten.sin.default", x),
+                    tg_unary(t, "aten.cos.default", y), NAN);
+  tg_output(t, z, NULL, 0);
+  built bt;
+  build(t, &bt);
+  ck_assert_ptr_nonnull(strstr(bt.art.source, "#pragma omp parallel for"));
+  ck_assert_ptr_nonnull(strstr(bt.art.source, "tcc_gov_begin(&tcc_threads)"));
+  void *gomp = dlopen("libgomp.so.1", RTLD_NOW | RTLD_NOLOAD);   /* the kernel's */
+  ck_assert_ptr_nonnull(gomp);
+  int (*get_max)(void) = (int (*)(void))dlsym(gomp, "omp_get_max_threads");
+  void (*set_num)(int) = (void (*)(int))dlsym(gomp, "omp_set_num_threads");
+  ck_assert(get_max && set_num);
+  for (int threads = 1; threads <= 3; threads++) {
+    set_num(threads);
+    for (int call = 0; call < 12; call++) {
+      run_and_check(t, &bt, 1);
+      ck_assert_int_eq(get_max(), threads);
+    }
+  }
+  dlclose(gomp);
   unbuild(&bt);
   tg_free(t);
 }
@@ -889,6 +924,7 @@ int main(void) {
   }
   return tt_run_tests("compile", 240, 0, (const TTest *[]){
       sin_cos,
+      thread_governor,
       chain_f32,
       chain_f64,
       broadcast,

@@ -348,6 +348,35 @@ def test_threads_share_compiled_function(daemon):
     assert not errors, errors[0]
 
 
+def test_parallel_kernels_keep_torch_threads(daemon):
+    """A graph big enough for parallel loops runs under the thread governor,
+    which times calls on all threads and on one (omp_set_num_threads for
+    the call): every call is right, from several Python threads at once
+    too, and PyTorch's thread count is the same afterwards."""
+    threads = torch.get_num_threads()
+    opt = torch.compile(foo, backend="tccd")
+    errors = []
+
+    def work():
+        try:
+            for _ in range(12):
+                a, b = torch.randn(512, 512), torch.randn(512, 512)
+                close64(opt(a, b), foo, a, b)
+                assert torch.get_num_threads() == threads
+        except Exception as e:  # noqa: BLE001
+            errors.append(e)
+
+    work()                                 # compile, and the governor's first calls
+    ts = [threading.Thread(target=work) for _ in range(3)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert not errors, errors[0]
+    assert torch.get_num_threads() == threads
+    assert tccd.stats()["kernels"] >= 1
+
+
 def test_info_log_once_per_graph(daemon, caplog):
     caplog.set_level(logging.INFO, logger="tccd")
 
