@@ -414,13 +414,19 @@ static int check_graph(tg *t) {
 
 /* ------------------------------------------------------------- tests */
 
-START_TEST(sin_cos) {
+/* sin(x) + cos(y) on [rows, cols] float32 inputs in [-4, 4). */
+static tg *sin_cos_graph(int64_t rows, int64_t cols) {
   tg *t = tg_new();
-  int64_t s[] = {10, 10};
+  int64_t s[] = {rows, cols};
   int x = tg_input(t, F32, 2, s, NULL, 0, -4, 4), y = tg_input(t, F32, 2, s, NULL, 0, -4, 4);
   int z = tg_binary(t, "aten.add.Tensor", tg_unary(t, "aten.sin.default", x),
                     tg_unary(t, "aten.cos.default", y), NAN);
   tg_output(t, z, NULL, 0);
+  return t;
+}
+
+START_TEST(sin_cos) {
+  tg *t = sin_cos_graph(10, 10);
   built bt;
   build(t, &bt);
   ck_assert_int_eq(bt.art.kernels, 1);                      /* fused */
@@ -446,12 +452,7 @@ END_TEST
  * call's outputs are right, and the caller's OpenMP thread count is the
  * same after each call as before (PyTorch's own ops read it). */
 START_TEST(thread_governor) {
-  tg *t = tg_new();
-  int64_t s[] = {512, 512};
-  int x = tg_input(t, F32, 2, s, NULL, 0, -4, 4), y = tg_input(t, F32, 2, s, NULL, 0, -4, 4);
-  int z = tg_binary(t, "aten.add.Tensor", tg_unary(t, "aten.sin.default", x),
-                    tg_unary(t, "aten.cos.default", y), NAN);
-  tg_output(t, z, NULL, 0);
+  tg *t = sin_cos_graph(512, 512);
   built bt;
   build(t, &bt);
   ck_assert_ptr_nonnull(strstr(bt.art.source, "#pragma omp parallel for"));

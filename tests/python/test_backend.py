@@ -26,6 +26,14 @@ def close64(got, ref_fn, *inputs):
     torch.testing.assert_close(got.double(), ref, **F64)
 
 
+def run_in_threads(fn, n):
+    ts = [threading.Thread(target=fn) for _ in range(n)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+
+
 def foo(x, y):
     return torch.sin(x) + torch.cos(y)
 
@@ -340,11 +348,7 @@ def test_threads_share_compiled_function(daemon):
         except Exception as e:  # noqa: BLE001
             errors.append(e)
 
-    ts = [threading.Thread(target=work) for _ in range(4)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
+    run_in_threads(work, 4)
     assert not errors, errors[0]
 
 
@@ -367,11 +371,7 @@ def test_parallel_kernels_keep_torch_threads(daemon):
             errors.append(e)
 
     work()                                 # compile, and the governor's first calls
-    ts = [threading.Thread(target=work) for _ in range(3)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
+    run_in_threads(work, 3)
     assert not errors, errors[0]
     assert torch.get_num_threads() == threads
     assert tccd.stats()["kernels"] >= 1
