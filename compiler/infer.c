@@ -16,6 +16,7 @@
  */
 #include "graph.h"
 
+#include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -725,6 +726,41 @@ int tcc_infer_index(const tcc_graph *g, const tcc_node *n, tcc_meta *out, tcc_er
   for (int d = 0; d < l.first; d++) out->sizes[out->rank++] = m->sizes[d];
   for (int d = 0; d < l.rank; d++) out->sizes[out->rank++] = l.sizes[d];
   for (int d = l.first + l.count; d < m->rank; d++) out->sizes[out->rank++] = m->sizes[d];
+  return finish(g, out, err);
+}
+
+/* index_put with one boolean mask over self's leading dims and a value
+ * of one element (x[x == 0] = 1, the masked assignment numpy programs
+ * write): out = mask ? value : self (accumulate: self + value), a
+ * pointwise select. Integer indices and multi-element values write
+ * positions that depend on the data: UNIMPLEMENTED, so the client runs
+ * them eagerly. */
+int tcc_infer_index_put(const tcc_graph *g, const tcc_node *n, tcc_meta *out, tcc_error *err) {
+  const tcc_meta *m = tensor_meta(g, &n->args[0]), *v = tensor_meta(g, ARG("values"));
+  const tcc_arg *ix = ARG("indices");
+  if (!m || !v) return BAD("index_put: self and values must be tensors");
+  int mask = -1;
+  for (int k = 0; k < ix->n; k++) {
+    if (ix->vals[k] < 0) continue;
+    if (k != 0 || mask >= 0)
+      return tcc_error_set(err, TCC_E_UNIMPLEMENTED, "index_put: only one boolean mask, in the "
+                           "first index position");
+    mask = ix->vals[k];
+  }
+  if (mask < 0) return BAD("index_put: no index tensor (all None)");
+  const tcc_meta *mm = &g->values[mask].meta;
+  if (mm->dtype != TCC__V1__DTYPE__BOOL)
+    return tcc_error_set(err, TCC_E_UNIMPLEMENTED, "index_put with %s indices (the positions "
+                         "written depend on the data)", tcc_dtype_name(mm->dtype));
+  if (mm->rank > m->rank) return BAD("index_put: mask of rank %d for a tensor of rank %d", mm->rank, m->rank);
+  for (int d = 0; d < mm->rank; d++)
+    if (mm->sizes[d] != m->sizes[d])
+      return BAD("index_put: the mask's size %" PRId64 " in dim %d differs from the tensor's %" PRId64,
+                 mm->sizes[d], d, m->sizes[d]);
+  if (v->numel != 1)
+    return tcc_error_set(err, TCC_E_UNIMPLEMENTED, "index_put of %" PRId64 " values (one value per "
+                         "selected element: which goes where depends on the mask)", v->numel);
+  *out = *m;
   return finish(g, out, err);
 }
 

@@ -938,6 +938,25 @@ int tcc_lower_index(tcc_lower_ctx *lc, const tcc_node *n, tcc_error *err) {
   return tcc_lower_result(lc, n, 0, tcc_lower_body_at(lc, n->args[0].v, in), err);
 }
 
+/* out = mask ? value : self, the mask over self's leading dims
+ * (tcc_infer_index_put checked the rest). */
+int tcc_lower_index_put(tcc_lower_ctx *lc, const tcc_node *n, tcc_error *err) {
+  const tcc_meta *m = tcc_lower_out_meta(lc, n, 0);
+  if (!m) return 0;
+  tcc_program *p = lc->prog;
+  tcc_dtype cd = tcc_lower_compute_dt(m->dtype);
+  const tcc_lval *mk = &lc->vals[ARG("indices")->vals[0]];
+  const tcc_ix *idx[TCC_MAX_DIMS];
+  for (int d = 0; d < mk->rank; d++) idx[d] = mk->sizes[d] == 1 ? tcc_ix_const(p, 0) : tcc_ix_var(p, d);
+  const tcc_vx *mask = tcc_vx_subst(p, mk->body, mk->rank, idx);
+  const tcc_vx *self = tcc_lower_opnd(lc, n, ARG("self"), cd);
+  /* the value is cast to self's dtype first, as PyTorch does */
+  const tcc_vx *val = tcc_vx_cast(p, tcc_lower_opnd(lc, n, ARG("values"), m->dtype), cd);
+  const tcc_arg *acc = ARG("accumulate");
+  if (acc && acc->i) val = BIN(ADD, self, val);
+  return tcc_lower_result(lc, n, 0, tcc_vx_where(p, mask, val, self), err);
+}
+
 int tcc_lower_embedding(tcc_lower_ctx *lc, const tcc_node *n, tcc_error *err) {
   const tcc_meta *m = tcc_lower_out_meta(lc, n, 0), *w = tcc_lower_arg_meta(lc, ARG("weight"));
   if (!m) return 0;

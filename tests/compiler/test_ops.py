@@ -623,6 +623,42 @@ def test_advanced_index_refusals():
             str(e.value)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.int64, torch.bfloat16])
+def test_index_put_boolean_mask(dtype):
+    """aten.index_put with one boolean mask (over every dim or the leading
+    ones) and one value: a select; accumulate adds the value; the value is
+    cast to self's dtype first; non-contiguous self and mask."""
+    g = gen(307 + (FLOATS.index(dtype) if dtype in FLOATS else 7))
+    x = rnd((5, 6, 7), dtype, g, layout="t")
+    full = torch.rand(7, 6, 5, generator=g).permute(2, 1, 0) > 0.5
+    lead = torch.rand(5, 6, generator=g) > 0.3
+    one = torch.tensor(2.75, dtype=torch.float64)
+    run_op(A.index_put.default, (x, [full], one.to(dtype)))
+    run_op(A.index_put.default, (x, [lead], one.to(dtype).view(1, 1)))
+    run_op(A.index_put.default, (x, [full], one.to(dtype), True))
+    run_op(A.index_put.default, (x, [lead[:, 0]], one.to(dtype).view(1)))   # mask over dim 0 only
+
+
+def test_index_put_refusals():
+    """Integer indices, several values, or a mask after a None write
+    data-dependent positions: UNIMPLEMENTED naming the op (they run
+    eagerly); a mask whose size differs from self's is INVALID_ARGUMENT."""
+    x = torch.randn(4, 5)
+    m = torch.rand(4, 5) > 0.5
+    for args, code in (((x, [torch.tensor([0, 2])], torch.tensor(1.0)), -12),
+                       ((x, [m], torch.randn(1, 20)), -12),
+                       ((x, [None, m[0]], torch.tensor(1.0)), -12),
+                       ((x, [m[:3]], torch.tensor(1.0)), -3)):
+        try:
+            gm, ins = tk.op_graph(A.index_put.default, args)
+        except RuntimeError:          # eager itself refuses (the size mismatch)
+            assert code == -3
+            continue
+        with pytest.raises(tk.CompileError) as e:
+            tk.compile_fx(gm, ins)
+        assert e.value.code == code and "aten.index_put.default" in e.value.message, str(e.value)
+
+
 def test_out_of_range_index_is_an_error():
     x = torch.randn(3, 4)
     gm, ins = tk.op_graph(A.index_select.default, (x, 0, torch.tensor([0, 3])))
