@@ -80,7 +80,8 @@ const char tcc_cpu_prelude[] =
  * counted; calls 1-2 sample mode 0 and 3-4 mode 1; after that the other
  * mode is probed once every 32 x (its median / the best's) calls, so a
  * probe costs about 1/32 of a call whichever mode wins, and a freed core
- * is found within two probes. With one OpenMP thread it does nothing.
+ * is found within two probes. With one OpenMP thread, or with
+ * TCC_NO_GOVERNOR set in the process (a debug switch), it does nothing.
  * State is per artifact; concurrent calls race only on statistics
  * (relaxed atomics). */
 const char tcc_cpu_governor[] =
@@ -101,7 +102,12 @@ const char tcc_cpu_governor[] =
   "  return v[2] < lo ? lo : v[2] > hi ? hi : v[2];\n}\n"
   "/* The mode of this call (-1: one thread anyway); sets the threads. */\n"
   "static int tcc_gov_begin(int *saved) {\n"
-  "  *saved = omp_get_max_threads();\n  if (*saved <= 1) return -1;\n"
+  "  static int off = -1;  /* TCC_NO_GOVERNOR (a debug switch): always all threads */\n"
+  "  if (__atomic_load_n(&off, __ATOMIC_RELAXED) < 0) {\n"
+  "    char *getenv(const char *);\n"
+  "    __atomic_store_n(&off, getenv(\"TCC_NO_GOVERNOR\") != 0, __ATOMIC_RELAXED);\n  }\n"
+  "  *saved = omp_get_max_threads();\n"
+  "  if (*saved <= 1 || __atomic_load_n(&off, __ATOMIC_RELAXED)) return -1;\n"
   "  int64_t c = __atomic_fetch_add(&tcc_gov_calls, 1, __ATOMIC_RELAXED);\n"
   "  int mode;\n"
   "  if (c < 5) mode = c >= 3;\n"
