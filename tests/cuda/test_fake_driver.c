@@ -6,7 +6,7 @@
  * order, context push/pop balance, cubin vs PTX vs "arch mismatch" by
  * compute capability, the module cache, CUDA graph capture/replay/LRU,
  * launches inside a caller's capture, the manifest path and the generic
- * tcc_kernel_load/run, the event helpers (timing against the fake's
+ * tcc_module_load/run, the event helpers (timing against the fake's
  * programmable clock), and the error messages. Real kernels run in
  * test_gpu on a GPU machine.
  *
@@ -416,21 +416,21 @@ START_TEST(manifests_and_generic_kernels_launch) {
   char hex[TCC_SHA256_HEX];
   tt_sha256_hex(cubin, sizeof cubin, hex);
 
-  tcc_kernel *k = NULL;
+  tcc_module *k = NULL;
   tcc_error err = {0};
-  ck_assert_msg(tcc_kernel_load(cubin, sizeof cubin, hex, &m, &k, &err) == 0, "%s", err.msg);
-  ck_assert_ptr_nonnull(tcc_kernel_cuda(k));
+  ck_assert_msg(tcc_module_load(cubin, sizeof cubin, hex, &m, &k, &err) == 0, "%s", err.msg);
+  ck_assert_ptr_nonnull(tcc_module_cuda(k));
   const void *in[2] = {P(0x100), P(0x200)};
   void *out[1] = {P(0x300)};
   fake_reset();
-  ck_assert_int_eq(tcc_kernel_run(k, in, out, P(0x400), &err), 0);
+  ck_assert_int_eq(tcc_module_run(k, in, out, P(0x400), &err), 0);
   EXPECT_SEQ("launch k0_fused g=3,5,1 b=128,1,1 s=256 stream=0 p=100,200,300,400");
-  ck_assert_int_eq(tcc_kernel_run(k, in, out, NULL, &err), TCC_E_INVALID_ARGUMENT);
-  tcc_kernel_unload(k);
+  ck_assert_int_eq(tcc_module_run(k, in, out, NULL, &err), TCC_E_INVALID_ARGUMENT);
+  tcc_module_unload(k);
 
   /* The manifest's arch must be the cubin's. */
   m.target = (char *)"cuda:sm_80";
-  ck_assert_int_eq(tcc_kernel_load(cubin, sizeof cubin, hex, &m, &k, &err), TCC_E_INVALID_ARGUMENT);
+  ck_assert_int_eq(tcc_module_load(cubin, sizeof cubin, hex, &m, &k, &err), TCC_E_INVALID_ARGUMENT);
   ck_assert_msg(strstr(err.msg, "the manifest says sm_80 but the cubin is for sm_90"), "%s", err.msg);
   ck_assert_int_eq(fake_depth(), 0);
 }
@@ -498,15 +498,15 @@ START_TEST(gemm_steps_run_through_cublas_in_plan_order) {
   gemm_cubin(cubin, hex);
   gemm_manifest x;
   gemm_manifest_init(&x, TCC__V1__DTYPE__FLOAT32);
-  tcc_kernel *k = NULL;
+  tcc_module *k = NULL;
   tcc_error err = {0};
   fake_reset();
-  ck_assert_msg(tcc_kernel_load(cubin, sizeof cubin, hex, &x.m, &k, &err) == 0, "%s", err.msg);
+  ck_assert_msg(tcc_module_load(cubin, sizeof cubin, hex, &x.m, &k, &err) == 0, "%s", err.msg);
   EXPECT_SEQ("load cubin", "cublas create");
   const void *in[2] = {P(0x1000), P(0x2000)};
   void *out[1] = {P(0x3000)};
   fake_reset();
-  ck_assert_msg(tcc_kernel_run(k, in, out, P(0x4000), &err) == 0, "%s", err.msg);
+  ck_assert_msg(tcc_module_run(k, in, out, P(0x4000), &err) == 0, "%s", err.msg);
   EXPECT_SEQ("cublas math 1 0",
              "cublas gemm NT m=45 n=33 k=70 lda=45 ldb=33 ldc=45 sa=0 sb=2310 sc=1485 batch=2 types=0,0,0 compute=68 "
              "algo=-1 alpha=1 beta=0 A=2000 B=1010 C=4100 stream=0",
@@ -517,20 +517,20 @@ START_TEST(gemm_steps_run_through_cublas_in_plan_order) {
   /* reduce-overhead: the GEMM is captured into the graph with the kernel */
   void *stream;
   ck_assert_int_eq(tcc_rt_cuda_stream_create(0, &stream, &err), 0);
-  tcc_rt_cuda_kernel_set_graphs(tcc_kernel_cuda(k), 1);
+  tcc_rt_cuda_kernel_set_graphs(tcc_module_cuda(k), 1);
   fake_reset();
-  ck_assert_msg(tcc_rt_cuda_kernel_launch(tcc_kernel_cuda(k), stream, in, out, P(0x4000), &err) == 0, "%s", err.msg);
+  ck_assert_msg(tcc_rt_cuda_kernel_launch(tcc_module_cuda(k), stream, in, out, P(0x4000), &err) == 0, "%s", err.msg);
   EXPECT_SEQ("capture", "cublas gemm (captured) NT m=45", "end", "instantiate", "replay", "  k1 g=12");
   ck_assert_int_eq(tcc_rt_cuda_stream_destroy(0, stream, &err), 0);
 
   /* a cuBLAS failure names the step */
   setenv("FAKE_CUBLAS_FAIL", "1", 1);
-  ck_assert_int_eq(tcc_kernel_run(k, in, out, P(0x4000), &err), TCC_E_INTERNAL);
+  ck_assert_int_eq(tcc_module_run(k, in, out, P(0x4000), &err), TCC_E_INTERNAL);
   unsetenv("FAKE_CUBLAS_FAIL");
   ck_assert_msg(strstr(err.msg, "step 'k0' (launch 1 of 2): cublasGemmStridedBatchedEx: CUBLAS_STATUS_EXECUTION_FAILED"),
                 "%s", err.msg);
   fake_reset();
-  tcc_kernel_unload(k);
+  tcc_module_unload(k);
   EXPECT_SEQ("cublas destroy 1", "unload");
   ck_assert_int_eq(fake_depth(), 0);
 }
@@ -557,35 +557,35 @@ START_TEST(gemm_dtypes_constants_and_bad_steps) {
   for (size_t c = 0; c < 3; c++) {
     gemm_manifest x;
     gemm_manifest_init(&x, cases[c].dt);
-    tcc_kernel *k = NULL;
-    ck_assert_msg(tcc_kernel_load(cubin, sizeof cubin, hex, &x.m, &k, &err) == 0, "%s", err.msg);
+    tcc_module *k = NULL;
+    ck_assert_msg(tcc_module_load(cubin, sizeof cubin, hex, &x.m, &k, &err) == 0, "%s", err.msg);
     fake_reset();
-    ck_assert_msg(tcc_kernel_run(k, in, out, P(0x4000), &err) == 0, "%s", err.msg);
+    ck_assert_msg(tcc_module_run(k, in, out, P(0x4000), &err) == 0, "%s", err.msg);
     ck_assert_msg(strstr(fake_events(), cases[c].want), "want %s in\n%s", cases[c].want, fake_events());
-    tcc_kernel_unload(k);
+    tcc_module_unload(k);
   }
   /* a constant of the module as cuBLAS's B */
   gemm_manifest x;
   gemm_manifest_init(&x, TCC__V1__DTYPE__FLOAT32);
   x.b.base_case = TCC__V1__BUFFER_REF__BASE_CONSTANT, x.b.constant = (char *)"b3_data", x.b.offset_bytes = 8;
-  tcc_kernel *k = NULL;
+  tcc_module *k = NULL;
   fake_reset();
-  ck_assert_msg(tcc_kernel_load(cubin, sizeof cubin, hex, &x.m, &k, &err) == 0, "%s", err.msg);
+  ck_assert_msg(tcc_module_load(cubin, sizeof cubin, hex, &x.m, &k, &err) == 0, "%s", err.msg);
   EXPECT_SEQ("load cubin", "global b3_data");
   fake_reset();
-  ck_assert_msg(tcc_kernel_run(k, in, out, P(0x4000), &err) == 0, "%s", err.msg);
+  ck_assert_msg(tcc_module_run(k, in, out, P(0x4000), &err) == 0, "%s", err.msg);
   EXPECT_SEQ("cublas gemm NT m=45", "launch k1");
   ck_assert_ptr_nonnull(strstr(fake_events(), " B=7308 "));
-  tcc_kernel_unload(k);
+  tcc_module_unload(k);
   x.b.constant = (char *)"missing_data";
-  ck_assert_int_eq(tcc_kernel_load(cubin, sizeof cubin, hex, &x.m, &k, &err), TCC_E_NOT_FOUND);
+  ck_assert_int_eq(tcc_module_load(cubin, sizeof cubin, hex, &x.m, &k, &err), TCC_E_NOT_FOUND);
   ck_assert_msg(strstr(err.msg, "constant 'missing_data' is not in the module"), "%s", err.msg);
   /* bad steps: refused at load, naming the kernel and the field */
 #define BAD_STEP(edit_stmt, want)                                                                      \
   do {                                                                                                 \
     gemm_manifest_init(&x, TCC__V1__DTYPE__FLOAT32);                                                   \
     edit_stmt;                                                                                         \
-    ck_assert_int_eq(tcc_kernel_load(cubin, sizeof cubin, hex, &x.m, &k, &err), TCC_E_INVALID_ARGUMENT); \
+    ck_assert_int_eq(tcc_module_load(cubin, sizeof cubin, hex, &x.m, &k, &err), TCC_E_INVALID_ARGUMENT); \
     ck_assert_msg(strstr(err.msg, want), "%s", err.msg);                                              \
   } while (0)
   BAD_STEP(x.g.lda = 10, "manifest kernel 0 ('k0'): gemm leading dimensions");
@@ -611,28 +611,28 @@ START_TEST(manifest_ptx_is_the_jit_fallback) {
   static const char ptx[] = "//\n.version 9.0\n.target sm_90\n.address_size 64\n.visible .entry k1(\n)\n{ ret; }\n";
   x.m.ptx.data = (uint8_t *)ptx;
   x.m.ptx.len = strlen(ptx);
-  tcc_kernel *k = NULL;
+  tcc_module *k = NULL;
   tcc_error err = {0};
   fake_reset();
-  ck_assert_msg(tcc_kernel_load(cubin, sizeof cubin, hex, &x.m, &k, &err) == 0, "%s", err.msg);
+  ck_assert_msg(tcc_module_load(cubin, sizeof cubin, hex, &x.m, &k, &err) == 0, "%s", err.msg);
   EXPECT_SEQ("load ptx");
   ck_assert_int_eq(log_count("load cubin"), 0);
   tcc_rt_cuda_stats st;
-  tcc_rt_cuda_kernel_stats(tcc_kernel_cuda(k), &st);
+  tcc_rt_cuda_kernel_stats(tcc_module_cuda(k), &st);
   ck_assert_int_eq(st.from_ptx, 1);
   ck_assert_str_eq(st.device_arch, "sm_100");
-  tcc_kernel_unload(k);
+  tcc_module_unload(k);
   /* the same device, no PTX: the message says what to do */
   x.m.ptx.len = 0;
   x.m.ptx.data = NULL;
-  ck_assert_int_eq(tcc_kernel_load(cubin, sizeof cubin, hex, &x.m, &k, &err), TCC_E_FAILED_PRECONDITION);
+  ck_assert_int_eq(tcc_module_load(cubin, sizeof cubin, hex, &x.m, &k, &err), TCC_E_FAILED_PRECONDITION);
   ck_assert_msg(strstr(err.msg, "arch mismatch: artifact sm_90, device sm_100 (no PTX to JIT-compile"), "%s",
                 err.msg);
   /* an older device than the PTX: neither works */
   setenv("FAKE_CUDA_CC", "80", 1);
   x.m.ptx.data = (uint8_t *)ptx;
   x.m.ptx.len = strlen(ptx);
-  ck_assert_int_eq(tcc_kernel_load(cubin, sizeof cubin, hex, &x.m, &k, &err), TCC_E_FAILED_PRECONDITION);
+  ck_assert_int_eq(tcc_module_load(cubin, sizeof cubin, hex, &x.m, &k, &err), TCC_E_FAILED_PRECONDITION);
   ck_assert_msg(strstr(err.msg, "arch mismatch: artifact sm_90, device sm_80 (the PTX cannot run there either"),
                 "%s", err.msg);
   /* PTX with a NUL byte is refused */
@@ -640,7 +640,7 @@ START_TEST(manifest_ptx_is_the_jit_fallback) {
   static const uint8_t bad[] = {'.', 'v', 0, 'x'};
   x.m.ptx.data = (uint8_t *)bad;
   x.m.ptx.len = sizeof bad;
-  ck_assert_int_eq(tcc_kernel_load(cubin, sizeof cubin, hex, &x.m, &k, &err), TCC_E_INVALID_ARGUMENT);
+  ck_assert_int_eq(tcc_module_load(cubin, sizeof cubin, hex, &x.m, &k, &err), TCC_E_INVALID_ARGUMENT);
   ck_assert_int_eq(fake_depth(), 0);
 }
 END_TEST
@@ -653,16 +653,16 @@ START_TEST(gemm_steps_need_cublas) {
   gemm_cubin(cubin, hex);
   gemm_manifest x;
   gemm_manifest_init(&x, TCC__V1__DTYPE__FLOAT32);
-  tcc_kernel *k = NULL;
+  tcc_module *k = NULL;
   tcc_error err = {0};
-  ck_assert_int_eq(tcc_kernel_load(cubin, sizeof cubin, hex, &x.m, &k, &err), TCC_E_FAILED_PRECONDITION);
+  ck_assert_int_eq(tcc_module_load(cubin, sizeof cubin, hex, &x.m, &k, &err), TCC_E_FAILED_PRECONDITION);
   ck_assert_msg(strstr(err.msg, "step 'k0' (launch 1 of 2): /nonexistent/libcublas.so.13 not found: the plan has a "
                                 "matmul (cuBLAS) step"),
                 "%s", err.msg);
   x.m.n_kernels = 1;
   x.kis[0] = &x.k1;
-  ck_assert_msg(tcc_kernel_load(cubin, sizeof cubin, hex, &x.m, &k, &err) == 0, "%s", err.msg);
-  tcc_kernel_unload(k);
+  ck_assert_msg(tcc_module_load(cubin, sizeof cubin, hex, &x.m, &k, &err) == 0, "%s", err.msg);
+  tcc_module_unload(k);
   ck_assert_int_eq(fake_depth(), 0);
 }
 END_TEST
