@@ -47,7 +47,7 @@
  *     GEMM step, or a float32 convolution step through oneDNN when
  *     tcc_onednn_enabled(), below).
  *   - CUDA targets ("cuda:sm_80", "sm_90a", ...; cuda/emit.c) build with
- *     NVRTC (compiler/cuda/nvrtc.h, dlopen'ed: no GPU needed) into a
+ *     NVRTC (compiler/cuda/tcc_nvrtc.h, dlopen'ed: no GPU needed) into a
  *     CUBIN artifact for exactly that arch. Its Manifest has entry "",
  *     one kernel k<j> per fused kernel (an extern "C" __global__ taking
  *     ABI 1's (inputs..., outputs..., workspace) device pointers) with a
@@ -62,9 +62,9 @@
  *     other than matmuls (convolution) are TCC_E_UNIMPLEMENTED naming the
  *     op; without NVRTC tcc_compile is TCC_E_FAILED_PRECONDITION; NVRTC
  *     past opts->timeout_ms is TCC_E_DEADLINE_EXCEEDED (the compile is
- *     abandoned, nvrtc.h). Gathers with an index out of range read index
- *     0 and integer division by zero gives 0 on CUDA (ABI 1 has no error
- *     flag).
+ *     abandoned, tcc_nvrtc.h). Gathers with an index out of range read
+ *     index 0 and integer division by zero gives 0 on CUDA (ABI 1 has no
+ *     error flag).
  *   - Dynamic shapes (dynamic.c): with options.dynamic and graph-input
  *     dims marked symbolic (TensorMeta.sym_sizes), the key hashes symbols
  *     instead of their example sizes (format 2, canon.c) and tcc_compile

@@ -7,7 +7,7 @@
  * shared memory, or the GemmStep of a cuBLAS call; the PTX).
  */
 #include "cuda_schedule.h"
-#include "nvrtc.h"
+#include "tcc_nvrtc.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -27,7 +27,7 @@
 #include <string.h>
 
 #include "loop.h"
-#include "nvrtc.h"
+#include "tcc_nvrtc.h"
 #include "tcc_dtype.h"
 #include "tcctest.h"
 

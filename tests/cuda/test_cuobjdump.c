@@ -11,7 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "nvrtc.h"
+#include "tcc_nvrtc.h"
 #include "tcctest.h"
 
 static char *dir;

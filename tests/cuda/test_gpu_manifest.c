@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "nvrtc.h"
+#include "tcc_nvrtc.h"
 #include "tcc_runtime.h"
 #include "tccclient.h"
 #include "tcctest.h"

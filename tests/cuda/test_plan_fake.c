@@ -22,7 +22,7 @@
 #include <string.h>
 
 #include "compiler.h"
-#include "nvrtc.h"
+#include "tcc_nvrtc.h"
 #include "tcc_runtime.h"
 #include "tccclient.h"
 #include "tcctest.h"

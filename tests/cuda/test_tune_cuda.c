@@ -30,7 +30,7 @@
 #include <string.h>
 
 #include "loop.h"
-#include "nvrtc.h"
+#include "tcc_nvrtc.h"
 #include "tcctest.h"
 #include "tune_child.h"
 

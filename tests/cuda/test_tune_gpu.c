@@ -30,7 +30,7 @@
 #include <string.h>
 
 #include "compiler.h"
-#include "nvrtc.h"
+#include "tcc_nvrtc.h"
 #include "tcc_runtime.h"
 #include "tcctest.h"
 #include "tune_child.h"

@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#include "nvrtc.h"
+#include "tcc_nvrtc.h"
 #include "tcctest.h"
 
 void tt_need_nvrtc(void) {
