@@ -308,7 +308,7 @@ static int generate(const tcc_target *t, tcc_program *prog, tcc_buf *src, dumper
   PASS("lower.txt", tcc_lower(prog, err));
   PASS("fuse.txt", tcc_fuse(prog, err));
   PASS("split.txt", tcc_split_dims(prog, err));
-  PASS("plan.txt", tcc_plan_buffers(prog, err));
+  PASS("place.txt", tcc_place_buffers(prog, err));
   if ((rc = t->schedule(prog, err))) return rc;
   if ((rc = t->check(prog, err))) {
     tcc_error_prefix(err, "schedule check");

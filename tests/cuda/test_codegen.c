@@ -1,7 +1,7 @@
 /*
  * test_codegen.c — the CUDA backend (compiler/cuda/schedule.c, emit.c) end to end on a
  * machine without a GPU: requests for target cuda:sm_80 and cuda:sm_90
- * go through tcc_prepare + tcc_compile (lower, fuse, plan, CUDA C, NVRTC)
+ * go through tcc_prepare + tcc_compile (lower, fuse, place, CUDA C, NVRTC)
  * and the artifact is checked:
  *
  *   - kind CUBIN for the requested SM (ELF header), every manifest kernel
