@@ -219,7 +219,8 @@ size_t tcc_compiler_dtypes(int device, Tcc__V1__DType *out, size_t cap);
  * be generated under a tcc_kernel_config; the all-zero config is
  * "default" and generates exactly what tcc_compile generates. The daemon:
  *
- *   tcc_tune_plan()          each live kernel's signature (SHA-256 of its
+ *   tcc_tune_signatures_make()
+ *                            each live kernel's signature (SHA-256 of its
  *                            default source with identifiers renumbered,
  *                            + target + compiler identity): the same
  *                            kernel in another graph has the same one
@@ -267,24 +268,24 @@ typedef struct tcc_kernel_config {
 #define TCC_TUNE_MAX_CANDIDATES 12
 #define TCC_TUNE_CONFIG_TEXT 160
 
-/* One live kernel of a plan. */
+/* One live kernel: its signature (the key of its tuning record) and kind. */
 typedef struct tcc_tune_kernel {
   uint8_t signature[TCC_SHA256_BYTES];
   char signature_hex[TCC_SHA256_HEX];
   char kind[16];                          /* "pointwise", "reduction", "extern" */
 } tcc_tune_kernel;
 
-typedef struct tcc_tune_plan {
+typedef struct tcc_tune_signatures {
   int nkernels;
-  tcc_tune_kernel *kernels;               /* malloc'd; tcc_tune_plan_free */
-} tcc_tune_plan;
+  tcc_tune_kernel *kernels;               /* malloc'd; tcc_tune_signatures_free */
+} tcc_tune_signatures;
 
 /* Signatures of p's live kernels (generates the default source; no
  * build). CPU and CUDA targets, static shapes: TCC_E_UNIMPLEMENTED
  * otherwise. Returns 0 or
  * a TCC_E_* code. */
-int tcc_tune_plan_make(const tcc_prepared *p, tcc_tune_plan *out, tcc_error *err);
-void tcc_tune_plan_free(tcc_tune_plan *plan);
+int tcc_tune_signatures_make(const tcc_prepared *p, tcc_tune_signatures *out, tcc_error *err);
+void tcc_tune_signatures_free(tcc_tune_signatures *sigs);
 
 /* Fills out[0..n) with the candidate configs for device (CPU or CUDA)
  * and returns n (<= TCC_TUNE_MAX_CANDIDATES); out[0] is always the

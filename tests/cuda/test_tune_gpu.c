@@ -164,23 +164,23 @@ static void run_and_check(const tcase_def *c, const tcc_kernel_config *cfg, int 
   reqb_free(b);
 }
 
-/* Case c built (*b) and prepared (*p), and its tuning plan; the caller
+/* Case c built (*b) and prepared (*p), and its tuning signatures; the caller
  * frees all three. */
-static void prepare_case(const tcase_def *c, reqb **b, tcc_prepared **p, tcc_tune_plan *plan) {
+static void prepare_case(const tcase_def *c, reqb **b, tcc_prepared **p, tcc_tune_signatures *sigs) {
   *b = build(c);
   tcc_error err;
   ck_assert_msg(tcc_prepare(reqb_req(*b), "gpu-tune-test", p, &err) == 0, "%s", err.msg);
-  ck_assert_msg(tcc_tune_plan_make(*p, plan, &err) == 0, "%s", err.msg);
+  ck_assert_msg(tcc_tune_signatures_make(*p, sigs, &err) == 0, "%s", err.msg);
 }
 
 /* Live kernels of case c. */
 static int live_kernels(const tcase_def *c) {
   reqb *b;
   tcc_prepared *p;
-  tcc_tune_plan plan;
-  prepare_case(c, &b, &p, &plan);
-  int nk = plan.nkernels;
-  tcc_tune_plan_free(&plan);
+  tcc_tune_signatures sigs;
+  prepare_case(c, &b, &p, &sigs);
+  int nk = sigs.nkernels;
+  tcc_tune_signatures_free(&sigs);
   tcc_prepared_free(p);
   reqb_free(b);
   return nk;
@@ -219,10 +219,10 @@ START_TEST(tuning_path_on_the_gpu) {
     const tcase_def *tc = &CASES[i];
     reqb *b;
     tcc_prepared *p;
-    tcc_tune_plan plan;
-    prepare_case(tc, &b, &p, &plan);
+    tcc_tune_signatures sigs;
+    prepare_case(tc, &b, &p, &sigs);
     tcc_error err;
-    int nk = plan.nkernels;
+    int nk = sigs.nkernels;
     tcc_bench_result res[TCC_TUNE_MAX_CANDIDATES];
     tcc_artifact ref_art;
     memset(&ref_art, 0, sizeof ref_art);
@@ -263,7 +263,7 @@ START_TEST(tuning_path_on_the_gpu) {
     tcc_artifact_free(&ref_art);
     free(best);
     free(best_ns);
-    tcc_tune_plan_free(&plan);
+    tcc_tune_signatures_free(&sigs);
     tcc_prepared_free(p);
     reqb_free(b);
   }
