@@ -5,7 +5,7 @@ Without a GPU (this machine, CI): a graph traced on fake CUDA tensors goes
 through the backend's setup in a child process whose libtccclient is bound
 to the recording fake libcuda/libcublas (tests/cuda): the daemon compiles
 the partition for the device's arch (NVRTC), the package loads the cubin
-through libtccclient, and a launch on a stream runs the manifest's plan
+through libtccclient, and a launch on a stream runs the manifest's launch plan
 with the package's pointers, in order. Skipped when the build has no NVRTC.
 
 With a GPU (torch.cuda.is_available()): three training steps of every

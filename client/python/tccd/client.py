@@ -350,7 +350,7 @@ class Kernel:
     # ---------------------------------------------------------------- CUDA
 
     def launch_cuda(self, in_ptrs, out_ptrs, workspace_ptr, stream):
-        """Launches a CUDA kernel's plan on `stream` (a CUstream as an int;
+        """Launches a CUDA artifact's launch plan on `stream` (a CUstream as an int;
         0 = the legacy default stream) with device pointers: each input's
         storage base (data_ptr - storage_offset * element size), each
         output, the workspace (Manifest.workspace_bytes; 0 when none).
