@@ -129,9 +129,17 @@ typedef struct tune_remote_get {
   int kernel;
 } tune_remote_get;
 
-/* The benchmark child: $TCCD_BENCH_EXE, else tccd-bench beside tccd. */
+/* The benchmark child: $TCC_BENCH_EXE (a test switch), else tccd-bench
+ * beside tccd. Its old name TCCD_BENCH_EXE is still read, with a warning,
+ * until 0.2 (deprecated). On the loop thread. */
 static void bench_exe_path(char *out, size_t cap) {
-  const char *env = getenv("TCCD_BENCH_EXE");
+  const char *env = getenv("TCC_BENCH_EXE");
+  if (!env || !env[0]) {
+    static int warned;
+    env = getenv("TCCD_BENCH_EXE");
+    if (env && env[0] && !warned++)
+      log_warn("TCCD_BENCH_EXE is deprecated (read until 0.2): set TCC_BENCH_EXE");
+  }
   if (env && env[0]) {
     snprintf(out, cap, "%s", env);
     return;

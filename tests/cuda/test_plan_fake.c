@@ -11,7 +11,7 @@
  *   sum of 2^20 values  k0_split with grid (groups, 1) before k0 with
  *                       grid 1, both on the same pointers
  *   a newer device      the manifest's PTX is JIT-compiled instead of the
- *                       cubin (FAKE_CUDA_CC=100 for an sm_90 artifact)
+ *                       cubin (TCC_FAKE_CUDA_CC=100 for an sm_90 artifact)
  *
  * Skips (exit 77) without NVRTC or when TCC_CUDA_LIBRARY is not the fake.
  */
@@ -50,7 +50,7 @@ static tcc_module *compile_and_load(reqb *b, Tcc__V1__Manifest **mout, tcc_artif
   tcc_hex_encode(a->sha256, sizeof a->sha256, hex);
   char np[16];
   snprintf(np, sizeof np, "%zu", m->n_inputs + m->n_outputs + 1);
-  setenv("FAKE_CUDA_NPARAMS", np, 1);
+  setenv("TCC_FAKE_CUDA_NPARAMS", np, 1);
   tcc_module *k = NULL;
   ck_assert_msg(tcc_module_load(a->data, a->size, hex, m, &k, &err) == 0, "%s", err.msg);
   *mout = m;
@@ -94,8 +94,8 @@ END_TEST
 START_TEST(split_reduction_and_ptx_fallback) {
   reqb *b = reqb_sum_all(INT64_C(1) << 20);
   for (int newer = 0; newer < 2; newer++) {
-    if (newer) setenv("FAKE_CUDA_CC", "100", 1);
-    else unsetenv("FAKE_CUDA_CC");
+    if (newer) setenv("TCC_FAKE_CUDA_CC", "100", 1);
+    else unsetenv("TCC_FAKE_CUDA_CC");
     fake_reset();
     tcc_artifact a;
     Tcc__V1__Manifest *m;
@@ -117,7 +117,7 @@ START_TEST(split_reduction_and_ptx_fallback) {
     tcc__v1__manifest__free_unpacked(m, NULL);
     tcc_artifact_free(&a);
   }
-  unsetenv("FAKE_CUDA_CC");
+  unsetenv("TCC_FAKE_CUDA_CC");
   reqb_free(b);
 }
 END_TEST

@@ -21,7 +21,7 @@
  * sin + cos 4e-6 absolute; sums 2e-6 * sum |x|.
  * Inputs: uniform in [-3, 3) from the printed seed (TCC_TEST_SEED).
  * Skips (exit 77) without a CUDA driver and device, or without NVRTC.
- * TCCD_BENCH_EXE names the benchmark child (meson sets it).
+ * TCC_BENCH_EXE names the benchmark child (meson sets it).
  */
 #include <check.h>
 #include <math.h>
@@ -206,8 +206,8 @@ START_TEST(every_candidate_vs_float64) {
 END_TEST
 
 START_TEST(tuning_path_on_the_gpu) {
-  const char *exe = getenv("TCCD_BENCH_EXE");
-  ck_assert_msg(exe && *exe, "TCCD_BENCH_EXE is not set");
+  const char *exe = getenv("TCC_BENCH_EXE");
+  ck_assert_msg(exe && *exe, "TCC_BENCH_EXE is not set");
   tccd_gpu_probe_result probe;
   TT_OK(tccd_gpu_probe(exe, 60000, &probe, &e_));
   ck_assert_int_ge(probe.ndevices, 1);

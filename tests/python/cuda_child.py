@@ -10,7 +10,7 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.proxy_tensor import make_fx
 
-sys.path.insert(0, os.environ["TCCD_PKG"])
+sys.path.insert(0, os.environ["TCC_PKG"])
 from tccd import _lib, config, dynamo  # noqa: E402
 
 

@@ -273,7 +273,7 @@ size_t tt_meta_bytes(const Tcc__V1__TensorMeta *m);
 /* Skips (exit 77: "SKIP: NVRTC not available: why") unless NVRTC loads. */
 void tt_need_nvrtc(void);
 
-/* $CUOBJDUMP when it names an executable, else NULL. */
+/* $TCC_CUOBJDUMP when it names an executable, else NULL. */
 const char *tt_cuobjdump(void);
 
 /* Runs `cuobjdump flag file` (tt_cuobjdump() names it) and returns what

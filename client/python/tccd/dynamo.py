@@ -72,7 +72,19 @@ MAX_REPARTITIONS = 8            # setup rounds that learn which nodes the daemon
 MAX_CONSTANT_BYTES = 64 << 10   # get_attr tensors up to this size are baked into the kernel
 _graph_ids = itertools.count(1)
 
-_CHECK = os.environ.get("TCCD_CHECK", "") not in ("", "0")   # debug: compare with eager
+
+def _check_switch():
+    """TCC_CHECK=1 (debug): compare every partition with eager. Its old
+    name TCCD_CHECK is still read, with a warning, until 0.2 (deprecated)."""
+    v = os.environ.get("TCC_CHECK", "")
+    if not v and os.environ.get("TCCD_CHECK", ""):
+        v = os.environ["TCCD_CHECK"]
+        warnings.warn("TCCD_CHECK is deprecated (read until 0.2): set TCC_CHECK",
+                      FutureWarning, stacklevel=2)
+    return v not in ("", "0")
+
+
+_CHECK = _check_switch()
 
 # ------------------------------------------------------------------ clients
 
@@ -255,7 +267,7 @@ class CompiledPartition(torch.nn.Module):
         return self._outputs(key, args, k.run(run_args, check=False))
 
     def _checked(self, k, key, args, run_args):
-        """TCCD_CHECK=1: runs the partition eagerly too and compares."""
+        """TCC_CHECK=1: runs the partition eagerly too and compares."""
         got = self._outputs(key, args, k.run(run_args, check=True))
         want = self._eager(args)
         for i, (g, w) in enumerate(zip(got, want)):
@@ -424,7 +436,7 @@ class _CompiledGraph:
             t0 = time.perf_counter()
             try:
                 saved, self.saved_recipe = self.saved_recipe, None
-                # (TCCD_CHECK compares partitions with eager: it partitions)
+                # (TCC_CHECK compares partitions with eager: it partitions)
                 if saved is not None and not _CHECK:
                     try:
                         run = self._setup_from_recipe(saved)
