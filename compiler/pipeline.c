@@ -2,8 +2,8 @@
  * pipeline.c — the compiler, top to bottom (after QBE's main.c).
  *
  *   tcc_prepare   decode -> verify -> canonicalize -> check -> key + hash
- *   tcc_compile   generate (lower -> fuse -> plan -> emit) -> build
- *                 -> manifest
+ *   tcc_compile   generate (lower -> fuse -> split -> place -> schedule ->
+ *                 emit) -> build -> manifest
  *
  * Every pass of tcc_compile is followed by the IR checker; a broken
  * invariant is TCC_E_INTERNAL "IR check after <pass>: ...". With the
