@@ -66,7 +66,7 @@
  * response's guard hash, artifact digest and the manifest's bytes exactly
  * as they arrived (field 4, found by walking the top-level wire format,
  * never re-encoded). The artifact's bytes are then held to that digest
- * by fetch and by tcc_kernel_load, so nothing unsigned or altered is ever
+ * by fetch and by tcc_module_load, so nothing unsigned or altered is ever
  * loaded.
  */
 #include <errno.h>
@@ -1041,7 +1041,7 @@ int tcc_client_fetch_entry(tcc_client *c, const char *guard_hash_hex, uint8_t **
 
 /* ------------------------------------------------------------ get_kernel */
 
-int tcc_client_get_kernel(tcc_client *c, const Tcc__V1__CompileRequest *req, tcc_kernel **out,
+int tcc_client_get_module(tcc_client *c, const Tcc__V1__CompileRequest *req, tcc_module **out,
                           Tcc__V1__CompileResponse **resp_out, tcc_error *err) {
   *out = NULL;
   if (resp_out) *resp_out = NULL;
@@ -1056,7 +1056,7 @@ int tcc_client_get_kernel(tcc_client *c, const Tcc__V1__CompileRequest *req, tcc
     size_t len;
     rc = tcc_client_fetch(c, resp->artifact->sha256, &data, &len, err);
     if (rc == 0) {
-      rc = tcc_kernel_load(data, len, resp->artifact->sha256, resp->manifest, out, err);
+      rc = tcc_module_load(data, len, resp->artifact->sha256, resp->manifest, out, err);
       free(data);
     }
   }

@@ -1,5 +1,5 @@
 /*
- * client_internal.h — what client.c, kernel.c, ffi.c and tcctl share but
+ * client_internal.h — what client.c, module.c, ffi.c and tcctl share but
  * the public header does not promise: the wire method names and the
  * digest checks every artifact goes through.
  */

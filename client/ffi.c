@@ -47,7 +47,7 @@ static int pack(const ProtobufCMessage *m, uint8_t **out, size_t *len, tcc_error
   return 0;
 }
 
-int tcc_client_get_kernel_bytes(tcc_client *c, const uint8_t *req, size_t req_len, tcc_kernel **out,
+int tcc_client_get_module_bytes(tcc_client *c, const uint8_t *req, size_t req_len, tcc_module **out,
                                 uint8_t **resp, size_t *resp_len, tcc_error *err) {
   *out = NULL;
   if (resp) *resp = NULL;
@@ -55,32 +55,32 @@ int tcc_client_get_kernel_bytes(tcc_client *c, const uint8_t *req, size_t req_le
   Tcc__V1__CompileRequest *r = tcc__v1__compile_request__unpack(NULL, req_len, req);
   if (!r) return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "malformed tcc.v1.CompileRequest");
   Tcc__V1__CompileResponse *cr = NULL;
-  int rc = tcc_client_get_kernel(c, r, out, &cr, err);
+  int rc = tcc_client_get_module(c, r, out, &cr, err);
   tcc__v1__compile_request__free_unpacked(r, NULL);
   if (rc) return rc;
   if (resp && resp_len) rc = pack(&cr->base, resp, resp_len, err);
   tcc__v1__compile_response__free_unpacked(cr, NULL);
   if (rc) {
-    tcc_kernel_unload(*out);
+    tcc_module_unload(*out);
     *out = NULL;
   }
   return rc;
 }
 
-int tcc_kernel_load_bytes(const uint8_t *data, size_t len, const char *sha256_hex, const uint8_t *manifest,
-                          size_t manifest_len, tcc_kernel **out, tcc_error *err) {
+int tcc_module_load_bytes(const uint8_t *data, size_t len, const char *sha256_hex, const uint8_t *manifest,
+                          size_t manifest_len, tcc_module **out, tcc_error *err) {
   *out = NULL;
   Tcc__V1__Manifest *m = tcc__v1__manifest__unpack(NULL, manifest_len, manifest);
   if (!m) return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "malformed tcc.v1.Manifest");
-  int rc = tcc_kernel_load(data, len, sha256_hex, m, out, err);
+  int rc = tcc_module_load(data, len, sha256_hex, m, out, err);
   tcc__v1__manifest__free_unpacked(m, NULL);
   return rc;
 }
 
-int tcc_kernel_manifest_bytes(const tcc_kernel *k, uint8_t **out, size_t *len, tcc_error *err) {
+int tcc_module_manifest_bytes(const tcc_module *k, uint8_t **out, size_t *len, tcc_error *err) {
   *out = NULL;
   *len = 0;
-  const Tcc__V1__Manifest *m = tcc_kernel_manifest(k);
+  const Tcc__V1__Manifest *m = tcc_module_manifest(k);
   if (!m) return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "no kernel");
   return pack(&m->base, out, len, err);
 }

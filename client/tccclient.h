@@ -5,13 +5,13 @@
  * and the Python package are thin layers over it.
  *
  *   tcc_client_connect -> tcc_client_compile -> tcc_client_fetch
- *                      -> tcc_kernel_load -> tcc_kernel_run
+ *                      -> tcc_module_load -> tcc_module_run
  *
- * or all of it at once with tcc_client_get_kernel. Every call has a
+ * or all of it at once with tcc_client_get_module. Every call has a
  * deadline (the client's default, or the one given). Functions return 0 or
  * a negative TCC_E* code (the gRPC status of the call, negated) and fill
  * err with the daemon's message. A tcc_client may be used from several
- * threads at once; a tcc_kernel may be run from several threads at once.
+ * threads at once; a tcc_module may be run from several threads at once.
  */
 #ifndef TCC_CLIENT_H
 #define TCC_CLIENT_H
@@ -26,7 +26,10 @@
 #define TCC_DEFAULT_ADDR "127.0.0.1:7311"
 
 typedef struct tcc_client tcc_client;
-typedef struct tcc_kernel tcc_kernel;
+/* A loaded artifact: one compiled graph (a .so, or a cubin and its launch
+ * steps) with its manifest, ready to run (module.c). Not the compiler's
+ * tcc_kernel, which is one loop nest of the IR. */
+typedef struct tcc_module tcc_module;
 
 typedef struct tcc_client_options {
   int deadline_ms;            /* per call; 0 = 60000 */
@@ -85,7 +88,7 @@ int tcc_client_compile(tcc_client *c, const Tcc__V1__CompileRequest *req,
  * verifies its SHA-256. Uses/updates the local artifact cache when set.
  * *data is malloc'd (caller frees). A digest names no signature: with
  * trusted keys, take the digest from a verified CompileResponse (as
- * tcc_client_get_kernel does) or fetch by guard hash
+ * tcc_client_get_module does) or fetch by guard hash
  * (tcc_client_fetch_entry, which verifies). */
 int tcc_client_fetch(tcc_client *c, const char *sha256_hex,
                      uint8_t **data, size_t *len, tcc_error *err);
@@ -93,31 +96,31 @@ int tcc_client_fetch(tcc_client *c, const char *sha256_hex,
 /* Loads an artifact after checking its digest against sha256_hex.
  * CPU: a shared object, dlopen'ed from a sealed memfd; the manifest's
  * entry symbol is resolved. */
-int tcc_kernel_load(const uint8_t *data, size_t len, const char *sha256_hex,
+int tcc_module_load(const uint8_t *data, size_t len, const char *sha256_hex,
                     const Tcc__V1__Manifest *manifest,
-                    tcc_kernel **out, tcc_error *err);
+                    tcc_module **out, tcc_error *err);
 
 /* Runs the loaded graph: inputs/outputs as the manifest describes them
  * (pointers to element 0 of each storage), workspace of at least
  * manifest->workspace_bytes (NULL when 0). */
-int tcc_kernel_run(tcc_kernel *k, const void *const *inputs,
+int tcc_module_run(tcc_module *mod, const void *const *inputs,
                    void *const *outputs, void *workspace, tcc_error *err);
 
-/* The manifest the kernel was loaded with (owned by the kernel). */
-const Tcc__V1__Manifest *tcc_kernel_manifest(const tcc_kernel *k);
+/* The manifest the module was loaded with (owned by the module). */
+const Tcc__V1__Manifest *tcc_module_manifest(const tcc_module *mod);
 
-/* The CUDA part of a kernel (tcc_kernel_load of a CUDA artifact), or NULL
- * for a CPU kernel. Owned by k. Streams, CUDA graphs and stats go through
- * the runtime's loader (runtime/tcc_runtime.h). (kernel.c) */
+/* The CUDA part of a module (tcc_module_load of a CUDA artifact), or NULL
+ * for a CPU module. Owned by mod. Streams, CUDA graphs and stats go through
+ * the runtime's loader (runtime/tcc_runtime.h). (module.c) */
 typedef struct tcc_rt_cuda_kernel tcc_rt_cuda_kernel;
-tcc_rt_cuda_kernel *tcc_kernel_cuda(tcc_kernel *k);
+tcc_rt_cuda_kernel *tcc_module_cuda(tcc_module *mod);
 
-void tcc_kernel_unload(tcc_kernel *k);
+void tcc_module_unload(tcc_module *mod);
 
 /* Compile + fetch + verify + load. *resp (optional) receives the compile
  * response. */
-int tcc_client_get_kernel(tcc_client *c, const Tcc__V1__CompileRequest *req,
-                          tcc_kernel **out, Tcc__V1__CompileResponse **resp,
+int tcc_client_get_module(tcc_client *c, const Tcc__V1__CompileRequest *req,
+                          tcc_module **out, Tcc__V1__CompileResponse **resp,
                           tcc_error *err);
 
 /* ------------------------------------------------------------------
@@ -196,44 +199,44 @@ int tcc_client_gc(tcc_client *c, int64_t max_bytes, Tcc__V1__GcResponse **out,
 void tcc_client_library_shutdown(void);
 
 /* ------------------------------------------------------------------
- * Dynamic shapes (kernel.c): artifacts of ABI 2 (Manifest.abi_version 2,
+ * Dynamic shapes (module.c): artifacts of ABI 2 (Manifest.abi_version 2,
  * entry tcc_entry2) serve every size their guards admit. The caller
  * binds the symbols from the actual inputs, allocates outputs and
  * workspace for them, and runs with the bound values. Layout arrays are
  * flattened over the inputs in order (input i has the rank of
- * manifest->inputs[i]). Every function also accepts ABI 1 kernels (no
+ * manifest->inputs[i]). Every function also accepts ABI 1 modules (no
  * symbols: fixed layouts).
  * ------------------------------------------------------------------ */
 
-#define TCC_KERNEL_MAX_SYMS 16
+#define TCC_MODULE_MAX_SYMS 16
 
-/* The number of symbols (0 for an ABI 1 kernel). */
-int tcc_kernel_symbols(const tcc_kernel *k);
+/* The number of symbols (0 for an ABI 1 module). */
+int tcc_module_symbols(const tcc_module *mod);
 
-/* Binds the symbols (syms[0..tcc_kernel_symbols)) from the inputs' sizes
+/* Binds the symbols (syms[0..tcc_module_symbols)) from the inputs' sizes
  * and checks the guards against sizes, strides (NULL: not checked) and
  * storage offsets (one per input; NULL: not checked). Returns 0, or
  * TCC_E_FAILED_PRECONDITION "guard failed: ..." naming the input and dim
  * (compile again for these sizes), or TCC_E_INVALID_ARGUMENT. */
-int tcc_kernel_bind(const tcc_kernel *k, const int64_t *sizes, const int64_t *strides,
+int tcc_module_bind(const tcc_module *mod, const int64_t *sizes, const int64_t *strides,
                     const int64_t *offsets, int64_t *syms, tcc_error *err);
 
 /* Output `output`'s sizes and strides (rank of manifest->outputs[output])
  * at the bound symbols. Returns 0 or TCC_E_INVALID_ARGUMENT. */
-int tcc_kernel_output_layout(const tcc_kernel *k, const int64_t *syms, int output,
+int tcc_module_output_layout(const tcc_module *mod, const int64_t *syms, int output,
                              int64_t *sizes, int64_t *strides, tcc_error *err);
 
 /* Workspace bytes at the bound symbols (-1 on overflow). */
-int64_t tcc_kernel_workspace_bytes(const tcc_kernel *k, const int64_t *syms);
+int64_t tcc_module_workspace_bytes(const tcc_module *mod, const int64_t *syms);
 
-/* tcc_kernel_run with the bound symbols (ABI 2); ABI 1 kernels ignore
+/* tcc_module_run with the bound symbols (ABI 2); ABI 1 modules ignore
  * syms. */
-int tcc_kernel_run_sym(tcc_kernel *k, const void *const *inputs, void *const *outputs,
+int tcc_module_run_sym(tcc_module *mod, const void *const *inputs, void *const *outputs,
                        void *workspace, const int64_t *syms, tcc_error *err);
 
-/* Checks an ABI 2 manifest's symbolic parts (tcc_kernel_load does).
+/* Checks an ABI 2 manifest's symbolic parts (tcc_module_load does).
  * Returns 0 or TCC_E_FAILED_PRECONDITION. */
-int tcc_kernel_check_sym_manifest(const Tcc__V1__Manifest *m, tcc_error *err);
+int tcc_module_check_sym_manifest(const Tcc__V1__Manifest *m, tcc_error *err);
 
 /* ------------------------------------------------------------------
  * Byte-level API for FFI callers (ctypes) (ffi.c): no protobuf-c structs
@@ -251,20 +254,20 @@ int tcc_client_open(const char *addr, int deadline_ms, int connect_timeout_ms,
 int tcc_client_compile_bytes(tcc_client *c, const uint8_t *req, size_t req_len,
                              uint8_t **resp, size_t *resp_len, tcc_error *err);
 
-/* tcc_client_get_kernel with encoded request/response (resp optional). */
-int tcc_client_get_kernel_bytes(tcc_client *c, const uint8_t *req,
-                                size_t req_len, tcc_kernel **out,
+/* tcc_client_get_module with encoded request/response (resp optional). */
+int tcc_client_get_module_bytes(tcc_client *c, const uint8_t *req,
+                                size_t req_len, tcc_module **out,
                                 uint8_t **resp, size_t *resp_len,
                                 tcc_error *err);
 
-/* tcc_kernel_load with an encoded tcc.v1.Manifest. */
-int tcc_kernel_load_bytes(const uint8_t *data, size_t len,
+/* tcc_module_load with an encoded tcc.v1.Manifest. */
+int tcc_module_load_bytes(const uint8_t *data, size_t len,
                           const char *sha256_hex, const uint8_t *manifest,
-                          size_t manifest_len, tcc_kernel **out,
+                          size_t manifest_len, tcc_module **out,
                           tcc_error *err);
 
-/* The kernel's manifest, encoded (malloc'd into *out). */
-int tcc_kernel_manifest_bytes(const tcc_kernel *k, uint8_t **out,
+/* The module's manifest, encoded (malloc'd into *out). */
+int tcc_module_manifest_bytes(const tcc_module *mod, uint8_t **out,
                               size_t *len, tcc_error *err);
 
 /* Frees a buffer this library returned. */

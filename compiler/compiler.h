@@ -47,7 +47,7 @@
  *     GEMM step, or a float32 convolution step through oneDNN when
  *     tcc_onednn_enabled(), below).
  *   - CUDA targets ("cuda:sm_80", "sm_90a", ...; cuda/emit.c) build with
- *     NVRTC (compiler/cuda/nvrtc.h, dlopen'ed: no GPU needed) into a
+ *     NVRTC (compiler/cuda/tcc_nvrtc.h, dlopen'ed: no GPU needed) into a
  *     CUBIN artifact for exactly that arch. Its Manifest has entry "",
  *     one kernel k<j> per fused kernel (an extern "C" __global__ taking
  *     ABI 1's (inputs..., outputs..., workspace) device pointers) with a
@@ -62,9 +62,9 @@
  *     other than matmuls (convolution) are TCC_E_UNIMPLEMENTED naming the
  *     op; without NVRTC tcc_compile is TCC_E_FAILED_PRECONDITION; NVRTC
  *     past opts->timeout_ms is TCC_E_DEADLINE_EXCEEDED (the compile is
- *     abandoned, nvrtc.h). Gathers with an index out of range read index
- *     0 and integer division by zero gives 0 on CUDA (ABI 1 has no error
- *     flag).
+ *     abandoned, tcc_nvrtc.h). Gathers with an index out of range read
+ *     index 0 and integer division by zero gives 0 on CUDA (ABI 1 has no
+ *     error flag).
  *   - Dynamic shapes (dynamic.c): with options.dynamic and graph-input
  *     dims marked symbolic (TensorMeta.sym_sizes), the key hashes symbols
  *     instead of their example sizes (format 2, canon.c) and tcc_compile
@@ -219,7 +219,8 @@ size_t tcc_compiler_dtypes(int device, Tcc__V1__DType *out, size_t cap);
  * be generated under a tcc_kernel_config; the all-zero config is
  * "default" and generates exactly what tcc_compile generates. The daemon:
  *
- *   tcc_tune_plan()          each live kernel's signature (SHA-256 of its
+ *   tcc_tune_signatures_make()
+ *                            each live kernel's signature (SHA-256 of its
  *                            default source with identifiers renumbered,
  *                            + target + compiler identity): the same
  *                            kernel in another graph has the same one
@@ -267,24 +268,24 @@ typedef struct tcc_kernel_config {
 #define TCC_TUNE_MAX_CANDIDATES 12
 #define TCC_TUNE_CONFIG_TEXT 160
 
-/* One live kernel of a plan. */
+/* One live kernel: its signature (the key of its tuning record) and kind. */
 typedef struct tcc_tune_kernel {
   uint8_t signature[TCC_SHA256_BYTES];
   char signature_hex[TCC_SHA256_HEX];
   char kind[16];                          /* "pointwise", "reduction", "extern" */
 } tcc_tune_kernel;
 
-typedef struct tcc_tune_plan {
+typedef struct tcc_tune_signatures {
   int nkernels;
-  tcc_tune_kernel *kernels;               /* malloc'd; tcc_tune_plan_free */
-} tcc_tune_plan;
+  tcc_tune_kernel *kernels;               /* malloc'd; tcc_tune_signatures_free */
+} tcc_tune_signatures;
 
 /* Signatures of p's live kernels (generates the default source; no
  * build). CPU and CUDA targets, static shapes: TCC_E_UNIMPLEMENTED
  * otherwise. Returns 0 or
  * a TCC_E_* code. */
-int tcc_tune_plan_make(const tcc_prepared *p, tcc_tune_plan *out, tcc_error *err);
-void tcc_tune_plan_free(tcc_tune_plan *plan);
+int tcc_tune_signatures_make(const tcc_prepared *p, tcc_tune_signatures *out, tcc_error *err);
+void tcc_tune_signatures_free(tcc_tune_signatures *sigs);
 
 /* Fills out[0..n) with the candidate configs for device (CPU or CUDA)
  * and returns n (<= TCC_TUNE_MAX_CANDIDATES); out[0] is always the

@@ -54,7 +54,7 @@
  * about 2.5-5x faster than the GEMM road on ResNet's small convolutions.
  *
  * The temporaries (col, packed gy, GEMM results) are ordinary TEMP
- * buffers: plan.c places them in the workspace (Manifest.workspace_bytes);
+ * buffers: place.c places them in the workspace (Manifest.workspace_bytes);
  * kernels allocate nothing. Every operand is read through its layout, so
  * channels_last and other strided inputs need no copy first. float32 and
  * float64 only (sgemm/dgemm); other dtypes and transposed convolution

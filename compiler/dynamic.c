@@ -16,7 +16,7 @@
  *
  * How a dynamic graph is compiled (probe and fit)
  * -----------------------------------------------
- * The passes (infer, lower, fuse, plan, emit) work on concrete sizes.
+ * The passes (infer, lower, fuse, place, emit) work on concrete sizes.
  * A dynamic compile runs them at several assignments of the symbols
  * ("probes") and reads the generated C of all probes side by side:
  *
@@ -40,7 +40,7 @@
  * differed: kernels are correct for every size the guards admit, never
  * only for the probes. The emitter helps by making no size-dependent
  * choices for dynamic programs (cpu/emit.c: the parallel loop is chosen
- * with an OpenMP if() clause at run time; plan.c: no workspace reuse,
+ * with an OpenMP if() clause at run time; place.c: no workspace reuse,
  * 8-byte granules) and by passing tcc_S to every kernel.
  *
  * The manifest's layouts and workspace size are fitted the same way
@@ -179,7 +179,7 @@ static const char *syms_str(const tcc_graph *g, const int64_t *syms, char *buf, 
 }
 
 /* The most elements a tensor may hold at a probe: sizes, strides and
- * byte counts (8 per element, plan.c) stay far from int64 overflow. */
+ * byte counts (8 per element, place.c) stay far from int64 overflow. */
 #define PROBE_MAX_NUMEL ((int64_t)1 << 52)
 
 /* 0 when m is small enough to probe, else UNIMPLEMENTED. */

@@ -37,7 +37,7 @@
  *             spaces into one loop nest
  *   split.c   a dim read through i / c and i % c becomes two loops, so
  *             those accesses are affine again
- *   plan.c    place the remaining temporary buffers in the workspace
+ *   place.c   place the remaining temporary buffers in the workspace
  *   then each target's schedule pass, emitter and build (target.h:
  *   cpu/ and cuda/)
  */
@@ -232,7 +232,7 @@ typedef struct tcc_buffer {
   const uint8_t *data;      /* CONST: row-major elements */
   size_t data_len;
   int value;                /* graph value held (for dumps), -1 none */
-  int64_t ws_offset;        /* TEMP: byte offset in the workspace (plan.c) */
+  int64_t ws_offset;        /* TEMP: byte offset in the workspace (place.c) */
   int dead;                 /* removed by a pass */
 } tcc_buffer;
 
@@ -264,7 +264,7 @@ struct tcc_program {
   int nkernels, capkernels;
   tcc_kernel *kernels;
   int64_t workspace_bytes;
-  int planned;              /* plan.c has placed the temporaries */
+  int planned;              /* place.c has placed the temporaries */
   tcc_intern ix_intern, vx_intern;
   int next_var;             /* next fresh bound variable (REDUCE) */
   int cur_node;             /* node being lowered (provenance of new
@@ -385,11 +385,11 @@ int tcc_fuse(tcc_program *p, tcc_error *err);
  * program with symbols. Returns 0 or TCC_E_RESOURCE_EXHAUSTED. */
 int tcc_split_dims(tcc_program *p, tcc_error *err);
 
-/* ------------------------------------------------------------ plan.c */
+/* ----------------------------------------------------------- place.c */
 
 /* Gives live temporaries workspace offsets (64-byte aligned) and sets
  * workspace_bytes. Returns 0 or TCC_E_RESOURCE_EXHAUSTED (overflow). */
-int tcc_plan_buffers(tcc_program *p, tcc_error *err);
+int tcc_place_buffers(tcc_program *p, tcc_error *err);
 
 /* ----------------------------------------------------------- check.c */
 

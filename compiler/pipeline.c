@@ -2,8 +2,8 @@
  * pipeline.c — the compiler, top to bottom (after QBE's main.c).
  *
  *   tcc_prepare   decode -> verify -> canonicalize -> check -> key + hash
- *   tcc_compile   generate (lower -> fuse -> plan -> emit) -> build
- *                 -> manifest
+ *   tcc_compile   generate (lower -> fuse -> split -> place -> schedule ->
+ *                 emit) -> build -> manifest
  *
  * Every pass of tcc_compile is followed by the IR checker; a broken
  * invariant is TCC_E_INTERNAL "IR check after <pass>: ...". With the
@@ -308,7 +308,7 @@ static int generate(const tcc_target *t, tcc_program *prog, tcc_buf *src, dumper
   PASS("lower.txt", tcc_lower(prog, err));
   PASS("fuse.txt", tcc_fuse(prog, err));
   PASS("split.txt", tcc_split_dims(prog, err));
-  PASS("plan.txt", tcc_plan_buffers(prog, err));
+  PASS("place.txt", tcc_place_buffers(prog, err));
   if ((rc = t->schedule(prog, err))) return rc;
   if ((rc = t->check(prog, err))) {
     tcc_error_prefix(err, "schedule check");

@@ -3,7 +3,7 @@
  * function pointers per device type, so that pipeline.c runs the same
  * passes for every target and never tests the device.
  *
- *   pipeline.c          lower -> fuse -> split -> plan buffers
+ *   pipeline.c          lower -> fuse -> split -> place buffers
  *                       -> t->schedule (dumped, checked by t->check)
  *                       -> t->emit -> t->build -> manifest + t->manifest
  *   cpu/  (tcc_target_cpu)   schedule.c: loop nests, parallel loop, SIMD,

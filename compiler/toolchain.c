@@ -5,7 +5,7 @@
  * and NVRTC's, for CUDA targets.
  */
 #include "loop.h"
-#include "nvrtc.h"
+#include "tcc_nvrtc.h"
 #include "tcc_config.h"
 
 #ifdef TCC_HAVE_ONEDNN

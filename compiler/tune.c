@@ -179,7 +179,7 @@ static void kernel_kind(const char *s, const char *e, char *out, size_t cap) {
   else if (strncmp(c, "reduction", 9) == 0) snprintf(out, cap, "reduction");
 }
 
-int tcc_tune_plan_make(const tcc_prepared *p, tcc_tune_plan *out, tcc_error *err) {
+int tcc_tune_signatures_make(const tcc_prepared *p, tcc_tune_signatures *out, tcc_error *err) {
   memset(out, 0, sizeof *out);
   if (!p || !p->graph || (p->graph->target.device != TCC__V1__DEVICE_TYPE__CPU &&
                           p->graph->target.device != TCC__V1__DEVICE_TYPE__CUDA))
@@ -215,7 +215,7 @@ int tcc_tune_plan_make(const tcc_prepared *p, tcc_tune_plan *out, tcc_error *err
     if (e2 && (!e || e2 < e)) e = e2;
     if (!e || e > end) e = end;
     if (!s || !head) {
-      tcc_tune_plan_free(out);
+      tcc_tune_signatures_free(out);
       free(src);
       return tcc_error_set(err, TCC_E_INTERNAL, "kernel k%d not found in the generated source", k);
     }
@@ -233,7 +233,7 @@ int tcc_tune_plan_make(const tcc_prepared *p, tcc_tune_plan *out, tcc_error *err
     }
     if (b.failed) {
       tcc_buf_free(&b);
-      tcc_tune_plan_free(out);
+      tcc_tune_signatures_free(out);
       free(src);
       return tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "out of memory");
     }
@@ -247,10 +247,10 @@ int tcc_tune_plan_make(const tcc_prepared *p, tcc_tune_plan *out, tcc_error *err
   return 0;
 }
 
-void tcc_tune_plan_free(tcc_tune_plan *plan) {
-  if (!plan) return;
-  free(plan->kernels);
-  memset(plan, 0, sizeof *plan);
+void tcc_tune_signatures_free(tcc_tune_signatures *sigs) {
+  if (!sigs) return;
+  free(sigs->kernels);
+  memset(sigs, 0, sizeof *sigs);
 }
 
 /* ------------------------------------------------------------ results */

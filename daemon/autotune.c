@@ -12,8 +12,8 @@
  *
  *     loop                         pool (--workers threads)
  *     ----                         ------------------------
- *     start ─────────────────────► plan: kernel signatures (tune.c)
- *     plan_done: tuning records ◄─┘
+ *     start ─────────────────────► signatures of the kernels (tune.c)
+ *     signatures_done: records ◄──┘
  *       every kernel has one? ─────────────────────────────────┐
  *       else: one item per candidate ─► build candidate c      │
  *                                       (tcc_compile_tuned,     │
@@ -45,8 +45,9 @@
  *   to the final build (or to nothing when every record says default).
  *   With --redis, the kernels with no local record are then asked of
  *   Redis (tccd_remote_record_get, kind "tune", tag remote_tag's) all at
- *   once; plan_done returns and the last answer (found, absent, error,
- *   timeout) moves the run on (tune_measure), so the loop never waits.
+ *   once; signatures_done returns and the last answer (found, absent,
+ *   error, timeout) moves the run on (tune_measure), so the loop never
+ *   waits.
  *   A found record is untrusted: only one that decodes to a config among
  *   this daemon's own candidates is taken (and stored locally). Every
  *   new record is put to Redis as well as the cache.
@@ -104,10 +105,10 @@ struct tccd_tune {
   tcc_build_options build;
   tccd_bench_options bench;
   char bench_exe[PATH_MAX];
-  uv_work_t work;              /* plan, bench, final build */
+  uv_work_t work;              /* signatures, bench, final build */
   int rc;
   tcc_error err;
-  tcc_tune_plan plan;
+  tcc_tune_signatures sigs;
   int ncand;
   tcc_kernel_config cands[TCC_TUNE_MAX_CANDIDATES];
   tune_candidate cand[TCC_TUNE_MAX_CANDIDATES];
@@ -128,9 +129,17 @@ typedef struct tune_remote_get {
   int kernel;
 } tune_remote_get;
 
-/* The benchmark child: $TCCD_BENCH_EXE, else tccd-bench beside tccd. */
+/* The benchmark child: $TCC_BENCH_EXE (a test switch), else tccd-bench
+ * beside tccd. Its old name TCCD_BENCH_EXE is still read, with a warning,
+ * until 0.2 (deprecated). On the loop thread. */
 static void bench_exe_path(char *out, size_t cap) {
-  const char *env = getenv("TCCD_BENCH_EXE");
+  const char *env = getenv("TCC_BENCH_EXE");
+  if (!env || !env[0]) {
+    static int warned;
+    env = getenv("TCCD_BENCH_EXE");
+    if (env && env[0] && !warned++)
+      log_warn("TCCD_BENCH_EXE is deprecated (read until 0.2): set TCC_BENCH_EXE");
+  }
   if (env && env[0]) {
     snprintf(out, cap, "%s", env);
     return;
@@ -170,7 +179,7 @@ static void tune_finish(tccd_tune *t, tcc_artifact *tuned) {
     tcc_bench_result_free(&t->cand[c].res);
   }
   tcc_artifact_free(&t->final);
-  tcc_tune_plan_free(&t->plan);
+  tcc_tune_signatures_free(&t->sigs);
   free(t->chosen);
   free(t->measure);
   free(t);
@@ -180,7 +189,7 @@ static void tune_finish(tccd_tune *t, tcc_artifact *tuned) {
 
 static void final_work(uv_work_t *w) {
   tccd_tune *t = w->data;
-  t->rc = tcc_compile_tuned(t->prep, &t->build, t->chosen, t->plan.nkernels, 0, &t->final, &t->err);
+  t->rc = tcc_compile_tuned(t->prep, &t->build, t->chosen, t->sigs.nkernels, 0, &t->final, &t->err);
 }
 
 static void final_done(uv_work_t *w, int status) {
@@ -198,7 +207,7 @@ static void final_done(uv_work_t *w, int status) {
  * the default (then the default artifact stays). */
 static void tune_final(tccd_tune *t) {
   int tuned = 0;
-  for (int k = 0; k < t->plan.nkernels; k++) tuned |= !tcc_kernel_config_is_default(&t->chosen[k]);
+  for (int k = 0; k < t->sigs.nkernels; k++) tuned |= !tcc_kernel_config_is_default(&t->chosen[k]);
   if (!tuned || t->st->draining) {
     log_debug("autotune %.12s: every kernel keeps the default config", t->prep->hash_hex);
     tune_finish(t, NULL);
@@ -219,10 +228,10 @@ static void bench_work(uv_work_t *w) {
     tccd_bench_options o = t->bench;
     o.candidate = c;
     cd->bench_rc = tccd_bench_run(&o, &cd->art, &cd->res, &cd->bench_err);
-    if (cd->bench_rc == 0 && cd->res.nkernels != t->plan.nkernels)
+    if (cd->bench_rc == 0 && cd->res.nkernels != t->sigs.nkernels)
       cd->bench_rc = tcc_error_set(&cd->bench_err, TCC_E_DATA_LOSS,
                                    "benchmark child reported %d kernels, expected %d",
-                                   cd->res.nkernels, t->plan.nkernels);
+                                   cd->res.nkernels, t->sigs.nkernels);
     atomic_fetch_add(&t->benched, 1);
     if (c == 0 && cd->bench_rc != 0) break; /* nothing to compare with */
   }
@@ -237,7 +246,7 @@ static void remote_tag(const tccd_tune *t, int k, char tag[TCC_SHA256_HEX]) {
   uint8_t d[TCC_SHA256_BYTES];
   tcc_sha256_ctx ctx;
   tcc_sha256_init(&ctx);
-  tcc_sha256_update(&ctx, t->plan.kernels[k].signature, TCC_SHA256_BYTES);
+  tcc_sha256_update(&ctx, t->sigs.kernels[k].signature, TCC_SHA256_BYTES);
   tcc_sha256_update(&ctx, t->prep->target, strlen(t->prep->target));
   tcc_sha256_final(&ctx, d);
   tcc_hex_encode(d, TCC_SHA256_BYTES, tag);
@@ -254,7 +263,7 @@ static void tune_record(tccd_tune *t, int k, int best, int tried, int discarded)
   size_t len;
   tcc_error err;
   if (tcc_tune_record_encode(&r, &bytes, &len, &err) == 0) {
-    if (tcc_cache_tuning_put(t->st->cache, t->plan.kernels[k].signature, t->prep->target, bytes,
+    if (tcc_cache_tuning_put(t->st->cache, t->sigs.kernels[k].signature, t->prep->target, bytes,
                              len, &err) != 0)
       log_warn("autotune: could not store the tuning record: %s", err.msg);
     if (t->st->remote) {
@@ -314,7 +323,7 @@ static void bench_done(uv_work_t *w, int status) {
     valid[c] = 1;
   }
   tcc_cache_count(st->cache, TCC_COUNTER_autotune_candidates, tried);
-  for (int k = 0; k < t->plan.nkernels; k++) {
+  for (int k = 0; k < t->sigs.nkernels; k++) {
     if (!t->measure[k]) continue;
     int best = 0;
     double best_ns = ref->res.kernel_ns[k];
@@ -327,7 +336,7 @@ static void bench_done(uv_work_t *w, int status) {
     t->chosen[k] = t->cands[best];
     tune_record(t, k, best, tried, discarded);
     log_info("autotune %.12s: k%d (%s) -> candidate %d (%s): %.0f ns vs default %.0f ns", h, k,
-             t->plan.kernels[k].kind, best, tcc_kernel_config_format(&t->cands[best], cfg, sizeof cfg),
+             t->sigs.kernels[k].kind, best, tcc_kernel_config_format(&t->cands[best], cfg, sizeof cfg),
              t->cand[best].res.kernel_ns[k], ref->res.kernel_ns[k]);
   }
   tune_final(t);
@@ -338,7 +347,7 @@ static void bench_done(uv_work_t *w, int status) {
 static void build_work(uv_work_t *w) {
   tune_candidate *cd = w->data;
   tccd_tune *t = cd->run;
-  int nk = t->plan.nkernels;
+  int nk = t->sigs.nkernels;
   tcc_kernel_config *cfg = calloc((size_t)nk + 1, sizeof *cfg);
   if (!cfg) {
     cd->build_rc = tcc_error_set(&cd->build_err, TCC_E_RESOURCE_EXHAUSTED, "out of memory");
@@ -364,7 +373,7 @@ static void build_done(uv_work_t *w, int status) {
   if (uv_queue_work(t->st->loop, &t->work, bench_work, bench_done) != 0) tune_finish(t, NULL);
 }
 
-/* ------------------------------------------------------------ plan + records */
+/* ------------------------------------------------------ signatures + records */
 
 /* The GPUs a benchmark child sees: probed once per daemon process, by
  * the first CUDA tuning run (on a pool thread: tccd-bench --probe, so
@@ -398,13 +407,13 @@ static void pick_gpu(tccd_tune *t) {
   pthread_mutex_unlock(&gpu_probe_mu);
 }
 
-static void plan_work(uv_work_t *w) {
+static void signatures_work(uv_work_t *w) {
   tccd_tune *t = w->data;
   if (t->prep->device == TCC__V1__DEVICE_TYPE__CUDA) {
     pick_gpu(t);
     if (t->untuned) return;
   }
-  t->rc = tcc_tune_plan_make(t->prep, &t->plan, &t->err);
+  t->rc = tcc_tune_signatures_make(t->prep, &t->sigs, &t->err);
 }
 
 static void tune_measure(tccd_tune *t);
@@ -430,7 +439,7 @@ static void remote_record_done(void *arg, int found, const uint8_t *data, size_t
       if (!ok) tcc_error_set(&err, TCC_E_INVALID_ARGUMENT, "its config is not one of this daemon's candidates");
     }
     if (ok) {
-      if (tcc_cache_tuning_put(st->cache, t->plan.kernels[k].signature, t->prep->target, data, len, &err) != 0)
+      if (tcc_cache_tuning_put(st->cache, t->sigs.kernels[k].signature, t->prep->target, data, len, &err) != 0)
         log_warn("autotune: could not store the remote tuning record: %s", err.msg);
       t->chosen[k] = r.config;
       t->measure[k] = 0;
@@ -438,7 +447,7 @@ static void remote_record_done(void *arg, int found, const uint8_t *data, size_t
       tcc_cache_count(st->cache, TCC_COUNTER_autotune_record_hits, 1);
       tcc_cache_count(st->cache, TCC_COUNTER_autotune_remote_record_hits, 1);
       log_debug("autotune %.12s: k%d has a tuning record from the cluster (%.12s)", t->prep->hash_hex, k,
-                t->plan.kernels[k].signature_hex);
+                t->sigs.kernels[k].signature_hex);
     } else {
       tcc_cache_count(st->cache, TCC_COUNTER_remote_rejected, 1);
       log_warn("autotune %.12s: ignoring k%d's tuning record from the cluster: %s", t->prep->hash_hex, k,
@@ -451,7 +460,7 @@ static void remote_record_done(void *arg, int found, const uint8_t *data, size_t
 /* Asks Redis for the record of every kernel still to measure; each get
  * that was sent adds one to remote_pending (its done runs later). */
 static void tune_ask_remote(tccd_tune *t) {
-  for (int k = 0; k < t->plan.nkernels; k++) {
+  for (int k = 0; k < t->sigs.nkernels; k++) {
     if (!t->measure[k]) continue;
     tune_remote_get *g = calloc(1, sizeof *g);
     if (!g) break;
@@ -468,7 +477,7 @@ static void tune_ask_remote(tccd_tune *t) {
   }
 }
 
-static void plan_done(uv_work_t *w, int status) {
+static void signatures_done(uv_work_t *w, int status) {
   tccd_tune *t = w->data;
   tccd_state *st = t->st;
   if (t->untuned && status != UV_ECANCELED) {
@@ -478,11 +487,11 @@ static void plan_done(uv_work_t *w, int status) {
     return;
   }
   if (status == UV_ECANCELED || t->rc != 0 || st->draining) {
-    if (t->rc) log_warn("autotune %.12s: no kernel plan: %s", t->prep->hash_hex, t->err.msg);
+    if (t->rc) log_warn("autotune %.12s: no kernel signatures: %s", t->prep->hash_hex, t->err.msg);
     tune_finish(t, NULL);
     return;
   }
-  int nk = t->plan.nkernels;
+  int nk = t->sigs.nkernels;
   t->chosen = calloc((size_t)nk + 1, sizeof *t->chosen);
   t->measure = calloc((size_t)nk + 1, sizeof *t->measure);
   if (!t->chosen || !t->measure) {
@@ -494,7 +503,7 @@ static void plan_done(uv_work_t *w, int status) {
     size_t len;
     tcc_error err;
     tcc_tune_record r;
-    int rc = tcc_cache_tuning_get(st->cache, t->plan.kernels[k].signature, t->prep->target, &bytes,
+    int rc = tcc_cache_tuning_get(st->cache, t->sigs.kernels[k].signature, t->prep->target, &bytes,
                                   &len, &err);
     if (rc == 0) {
       rc = tcc_tune_record_decode(bytes, len, &r, &err);
@@ -504,7 +513,7 @@ static void plan_done(uv_work_t *w, int status) {
       t->chosen[k] = r.config;
       tcc_cache_count(st->cache, TCC_COUNTER_autotune_record_hits, 1);
       log_debug("autotune %.12s: k%d has a tuning record (%.12s)", t->prep->hash_hex, k,
-                t->plan.kernels[k].signature_hex);
+                t->sigs.kernels[k].signature_hex);
     } else {
       if (rc != TCC_E_NOT_FOUND) log_warn("autotune: ignoring a tuning record: %s", err.msg);
       t->measure[k] = 1;
@@ -558,7 +567,7 @@ tccd_tune *tccd_autotune_start(tccd_state *st, const tcc_prepared *prep, tccd_tu
   t->bench.input_sets = 3;
   t->bench.seed = (uint64_t)time(NULL) ^ ((uint64_t)prep->hash[0] << 32 | prep->hash[1]);
   t->work.data = t;
-  if (uv_queue_work(st->loop, &t->work, plan_work, plan_done) != 0) {
+  if (uv_queue_work(st->loop, &t->work, signatures_work, signatures_done) != 0) {
     free(t);
     return NULL;
   }

@@ -47,7 +47,7 @@
  *   tccd-bench-probe 1
  *   device <i> <sm_XY> <name>     (one per device), or: none <why>
  *
- * Fault injection (TEST ONLY): TCCD_BENCH_FAULT="crash=I,hang=J,wrong=K"
+ * Fault injection (TEST ONLY): TCC_BENCH_FAULT="crash=I,hang=J,wrong=K"
  * (any subset) makes the child crash (SIGSEGV), hang (sleep until
  * killed) or corrupt its outputs when it benchmarks candidate I, J or K.
  * The integration tests use it to prove such candidates are discarded.
@@ -117,9 +117,9 @@ static void fill(uint8_t *p, int64_t n, int dt) {
   }
 }
 
-/* The candidate this fault names in TCCD_BENCH_FAULT, or -1. */
+/* The candidate this fault names in TCC_BENCH_FAULT, or -1. */
 static int fault_for(const char *kind) {
-  const char *f = getenv("TCCD_BENCH_FAULT");
+  const char *f = getenv("TCC_BENCH_FAULT");
   if (!f) return -1;
   size_t n = strlen(kind);
   for (const char *p = f; (p = strstr(p, kind)); p += n)
@@ -159,7 +159,7 @@ static uint8_t *read_file(const char *path, size_t *len) {
   return b;
 }
 
-/* Test-only fault injection (TCCD_BENCH_FAULT wrong=I): corrupts every
+/* Test-only fault injection (TCC_BENCH_FAULT wrong=I): corrupts every
  * output so the output check must catch it. */
 static void corrupt_outputs(const Tcc__V1__Manifest *m, void **out, const size_t *out_bytes) {
   for (size_t o = 0; o < m->n_outputs; o++) {

@@ -21,10 +21,10 @@
  * Every function and type of the runtime is prefixed tcc_rt_ (the
  * compiler's CUDA backend owns tcc_cuda_*).
  *
- * The generic tcc_kernel_load (client/tccclient.h) sends an artifact here
+ * The generic tcc_module_load (client/tccclient.h) sends an artifact here
  * when its manifest's target is "cuda:ARCH" and the bytes are a cubin;
- * tcc_kernel_run then launches on the default stream of the kernel's
- * context, and tcc_kernel_cuda() (tccclient.h) gives the
+ * tcc_module_run then launches on the default stream of the kernel's
+ * context, and tcc_module_cuda() (tccclient.h) gives the
  * tcc_rt_cuda_kernel for stream and CUDA-graph control.
  *
  * Contexts. A kernel belongs to one CUDA context, chosen at load
@@ -37,7 +37,7 @@
  * Module cache. One CUmodule per (context, artifact digest), shared by
  * every kernel loaded from the same artifact in that context and unloaded
  * with the last of them. The digest is the caller's word that the bytes
- * hash to it (tcc_kernel_load checks it before it gets here).
+ * hash to it (tcc_module_load checks it before it gets here).
  *
  * Cubin or PTX. A cubin for sm_XY runs on devices of compute capability
  * X.Z with Z >= Y; an "a" cubin (sm_90a) only on X.Y exactly. Otherwise

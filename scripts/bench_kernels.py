@@ -29,7 +29,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-ROOT = os.environ.get("TCCD_SOURCE_DIR", os.path.abspath(os.path.join(os.path.dirname(__file__), "..")))
+ROOT = os.environ.get("TCC_SOURCE_DIR", os.path.abspath(os.path.join(os.path.dirname(__file__), "..")))
 sys.path.insert(0, os.path.join(ROOT, "tests", "compiler"))
 import tcckern as tk  # noqa: E402
 

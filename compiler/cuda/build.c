@@ -1,13 +1,13 @@
 /*
  * build.c — the CUDA target's build and manifest: the scheduled
- * program's CUDA C through NVRTC (nvrtc.h, dlopen'ed: no GPU needed) into
+ * program's CUDA C through NVRTC (tcc_nvrtc.h, dlopen'ed: no GPU needed) into
  * a cubin and its PTX for exactly the target's arch, each __global__
  * checked to lower to its plain name; and the manifest's launch plan (one
  * KernelInfo per step of p->sched.cuda, in launch order: grid, block,
  * shared memory, or the GemmStep of a cuBLAS call; the PTX).
  */
 #include "cuda_schedule.h"
-#include "nvrtc.h"
+#include "tcc_nvrtc.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -142,7 +142,7 @@ static inline int64_t tcc_cuda_reduce_extent(const tcc_vx *r) {
  * dtypes it cannot do. */
 int tcc_cuda_emit(const tcc_program *p, tcc_buf *src, tcc_error *err);
 
-/* build.c: NVRTC -> cubin and PTX for p's target arch (nvrtc.h); stops
+/* build.c: NVRTC -> cubin and PTX for p's target arch (tcc_nvrtc.h); stops
  * waiting for NVRTC after opts->timeout_ms (TCC_E_DEADLINE_EXCEEDED);
  * NVRTC's log is in the error on failure. */
 int tcc_cuda_build(const tcc_program *p, const char *src, size_t len, const tcc_build_options *opts,

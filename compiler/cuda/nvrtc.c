@@ -1,6 +1,6 @@
 /*
  * nvrtc.c — NVRTC loaded at run time; CUDA C -> cubin + PTX; cubin ELF
- * inspection. See nvrtc.h for the contract.
+ * inspection. See tcc_nvrtc.h for the contract.
  *
  * Why dlopen and not -lnvrtc: the PyPI wheel ships only libnvrtc.so.13
  * (no unversioned libnvrtc.so for the linker), the daemon must start on
@@ -18,7 +18,7 @@
  *   nvrtcDestroyProgram.
  * Both libraries stay loaded for the life of the process.
  */
-#include "nvrtc.h" /* this folder's header (quotes: found next to this file) */
+#include "tcc_nvrtc.h"
 
 #include <dlfcn.h>
 #include <errno.h>

@@ -29,7 +29,7 @@
  * split reductions' partials.
  */
 #include "cuda_schedule.h"
-#include "nvrtc.h"
+#include "tcc_nvrtc.h"
 
 #include <inttypes.h>
 #include <stdio.h>

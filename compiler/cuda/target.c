@@ -5,7 +5,7 @@
  * persist; the rest stays 0).
  */
 #include "cuda_schedule.h"
-#include "nvrtc.h"
+#include "tcc_nvrtc.h"
 
 #include <stdio.h>
 #include <string.h>

@@ -83,26 +83,26 @@ START_TEST(get_kernel_end_to_end) {
   Tcc__V1__CompileRequest req;
   Tcc__V1__Target tg;
   sample_request(&req, &tg);
-  tcc_kernel *k = NULL;
+  tcc_module *k = NULL;
   Tcc__V1__CompileResponse *resp = NULL;
   tcc_error err = {0};
   unsetenv("TCC_MARK_RPC");
-  ck_assert_msg(tcc_client_get_kernel(client, &req, &k, &resp, &err) == 0, "get_kernel: %s", err.msg);
+  ck_assert_msg(tcc_client_get_module(client, &req, &k, &resp, &err) == 0, "get_kernel: %s", err.msg);
   ck_assert_ptr_nonnull(getenv("TCC_MARK_RPC"));
   ck_assert_str_eq(resp->guard_hash, GUARD);
   ck_assert_int_eq(resp->cache, TCC__V1__CACHE_STATUS__MISS);
   ck_assert_str_eq(resp->artifact->sha256, fake_tccd_artifact_sha(fake));
-  ck_assert_int_eq(tcc_kernel_manifest(k)->n_kernels, 1);
+  ck_assert_int_eq(tcc_module_manifest(k)->n_kernels, 1);
   tu_run_and_check(k, 0);
-  tcc_kernel_unload(k);
+  tcc_module_unload(k);
   tcc__v1__compile_response__free_unpacked(resp, NULL);
   ck_assert_int_eq(fake->compile_calls, 1);
   ck_assert_int_eq(fake->fetch_calls, 1);
 
   /* Second time: the daemon says HIT; without an artifact dir it refetches. */
-  ck_assert_int_eq(tcc_client_get_kernel(client, &req, &k, NULL, &err), 0);
+  ck_assert_int_eq(tcc_client_get_module(client, &req, &k, NULL, &err), 0);
   tu_run_and_check(k, 0);
-  tcc_kernel_unload(k);
+  tcc_module_unload(k);
   ck_assert_int_eq(fake->fetch_calls, 2);
   stop_fake();
 }
@@ -164,9 +164,9 @@ START_TEST(fetch_detects_corruption) {
   Tcc__V1__CompileRequest req;
   Tcc__V1__Target tg;
   sample_request(&req, &tg);
-  tcc_kernel *k = (tcc_kernel *)0x1;
+  tcc_module *k = (tcc_module *)0x1;
   unsetenv("TCC_MARK_RPC");
-  ck_assert_int_eq(tcc_client_get_kernel(client, &req, &k, NULL, &err), TCC_E_DATA_LOSS);
+  ck_assert_int_eq(tcc_client_get_module(client, &req, &k, NULL, &err), TCC_E_DATA_LOSS);
   ck_assert_ptr_null(k);
   ck_assert_ptr_null(getenv("TCC_MARK_RPC"));
   stop_fake();
@@ -227,10 +227,10 @@ START_TEST(artifact_dir_serves_and_repairs) {
   Tcc__V1__CompileRequest req;
   Tcc__V1__Target tg;
   sample_request(&req, &tg);
-  tcc_kernel *k;
-  ck_assert_int_eq(tcc_client_get_kernel(client, &req, &k, NULL, &err), 0);
+  tcc_module *k;
+  ck_assert_int_eq(tcc_client_get_module(client, &req, &k, NULL, &err), 0);
   tu_run_and_check(k, 0);
-  tcc_kernel_unload(k);
+  tcc_module_unload(k);
   ck_assert_int_eq(fake->fetch_calls, 4);
   stop_fake();
   unlink(path);
@@ -332,16 +332,16 @@ START_TEST(byte_level_api) {
   tcc__v1__compile_response__free_unpacked(cr, NULL);
   tcc_free(resp);
 
-  tcc_kernel *k;
-  ck_assert_int_eq(tcc_client_get_kernel_bytes(client, reqb, n, &k, &resp, &resp_len, err), 0);
+  tcc_module *k;
+  ck_assert_int_eq(tcc_client_get_module_bytes(client, reqb, n, &k, &resp, &resp_len, err), 0);
   cr = tcc__v1__compile_response__unpack(NULL, resp_len, resp);
   ck_assert_int_eq(cr->cache, TCC__V1__CACHE_STATUS__HIT);
   tcc__v1__compile_response__free_unpacked(cr, NULL);
   tcc_free(resp);
   tu_run_and_check(k, 0);
-  tcc_kernel_unload(k);
+  tcc_module_unload(k);
 
-  ck_assert_int_eq(tcc_client_get_kernel_bytes(client, (const uint8_t *)"\xff\xff\xff", 3, &k, NULL, NULL, err),
+  ck_assert_int_eq(tcc_client_get_module_bytes(client, (const uint8_t *)"\xff\xff\xff", 3, &k, NULL, NULL, err),
                    TCC_E_INVALID_ARGUMENT);
   ck_assert_int_eq(tcc_error_code(err), TCC_E_INVALID_ARGUMENT);
   tcc_error_free(err);
@@ -367,9 +367,9 @@ static int get_kernel_checked(tcc_error *err) {
   Tcc__V1__CompileRequest req;
   Tcc__V1__Target tg;
   sample_request(&req, &tg);
-  tcc_kernel *k = NULL;
+  tcc_module *k = NULL;
   unsetenv("TCC_MARK_RPC");
-  int rc = tcc_client_get_kernel(client, &req, &k, NULL, err);
+  int rc = tcc_client_get_module(client, &req, &k, NULL, err);
   if (rc) {
     ck_assert_ptr_null(k);
     ck_assert_msg(getenv("TCC_MARK_RPC") == NULL, "a refused artifact was loaded");
@@ -377,7 +377,7 @@ static int get_kernel_checked(tcc_error *err) {
   }
   ck_assert_ptr_nonnull(getenv("TCC_MARK_RPC"));
   tu_run_and_check(k, 0);
-  tcc_kernel_unload(k);
+  tcc_module_unload(k);
   return 0;
 }
 

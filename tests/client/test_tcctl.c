@@ -1,5 +1,5 @@
 /*
- * test_tcctl.c — the tcctl binary (path in $TCCTL) against the in-process
+ * test_tcctl.c — the tcctl binary (path in $TCC_TCCTL) against the in-process
  * fake tccd: every command's human and --json output, exit statuses,
  * error lines ("tcctl: CMD: STATUS: message"), usage errors (exit 2, a
  * bad --addr or $TCCD_ADDR among them), hash prefixes, --target
@@ -52,8 +52,8 @@ static void stop_fake(void) {
 /* Runs tcctl with args (NULL-terminated), --addr first unless addr is
  * NULL; stdin from stdin_path when given. */
 static run_result tcctl_at(const char *addr, const char *stdin_path, ...) {
-  const char *exe = getenv("TCCTL");
-  ck_assert_msg(exe != NULL, "TCCTL is not set");
+  const char *exe = getenv("TCC_TCCTL");
+  ck_assert_msg(exe != NULL, "TCC_TCCTL is not set");
   char *argv[32];
   int n = 0;
   argv[n++] = (char *)exe;

@@ -93,7 +93,7 @@ void tu_manifest_init(tu_manifest *t, const char *entry, unsigned abi) {
   t->m.compiler = (char *)"test-kernel";
 }
 
-void tu_run_and_check(tcc_kernel *k, int doubled) {
+void tu_run_and_check(tcc_module *k, int doubled) {
   float x[TU_N], y[TU_N], out[TU_N];
   for (int i = 0; i < TU_N; i++) {
     x[i] = (float)tt_uniform(-6.0, 6.0);
@@ -103,7 +103,7 @@ void tu_run_and_check(tcc_kernel *k, int doubled) {
   const void *ins[] = {x, y};
   void *outs[] = {out};
   tcc_error err = {0};
-  ck_assert_msg(tcc_kernel_run(k, ins, outs, NULL, &err) == 0, "run: %s", err.msg);
+  ck_assert_msg(tcc_module_run(k, ins, outs, NULL, &err) == 0, "run: %s", err.msg);
   for (int i = 0; i < TU_N; i++) {
     double ref = doubled ? 2.0 * x[i] : sin((double)x[i]) + cos((double)y[i]);
     /* float32 sinf/cosf and one rounding of the sum: well under 1e-5 here. */

@@ -40,6 +40,6 @@ void tu_manifest_init(tu_manifest *t, const char *entry, unsigned abi);
 
 /* Runs k on fresh random inputs and checks out0 against the float64
  * reference (sin + cos, or 2x when doubled). */
-void tu_run_and_check(tcc_kernel *k, int doubled);
+void tu_run_and_check(tcc_module *k, int doubled);
 
 #endif

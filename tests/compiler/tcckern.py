@@ -21,8 +21,8 @@ import torch
 from tccd import graph as tg
 from tccd._proto import tcc_pb2 as pb
 
-ROOT = os.environ.get("TCCD_SOURCE_DIR") or os.path.abspath(os.path.join(os.path.dirname(__file__), "../.."))
-BUILD = os.environ.get("TCCD_BUILD_DIR") or os.path.join(ROOT, "build")
+ROOT = os.environ.get("TCC_SOURCE_DIR") or os.path.abspath(os.path.join(os.path.dirname(__file__), "../.."))
+BUILD = os.environ.get("TCC_BUILD_DIR") or os.path.join(ROOT, "build")
 TOOL = os.path.join(BUILD, "tests", "compiler", "tcc-compile-file")
 _TMP = tempfile.mkdtemp(prefix="tcckern-")
 

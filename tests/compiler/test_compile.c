@@ -877,7 +877,7 @@ START_TEST(dumps_and_kept_sources) {
   ck_assert_msg(tcc_compile(p, &o, &art, &err) == 0, "%s", err.msg);
   unsetenv("TCC_DUMP");
   static const char *const files[] = {"00-graph.txt", "01-lower.txt", "02-fuse.txt",
-                                      "03-split.txt", "04-plan.txt", "05-schedule.txt",
+                                      "03-split.txt", "04-place.txt", "05-schedule.txt",
                                       "06-kernel.c"};
   for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
     char path[600];

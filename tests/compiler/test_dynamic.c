@@ -150,7 +150,7 @@ static void check_close(const char *what, int64_t b, const float *got, const dou
 }
 
 /* Runs the loaded kernel at batch b and compares with float64. */
-static void run_at(tcc_kernel *k, int64_t b) {
+static void run_at(tcc_module *k, int64_t b) {
   float *x = malloc(sizeof *x * (size_t)(b * W)), *y = malloc(sizeof *y * (size_t)(b * W));
   float w[W], w2[W * N2];
   for (int64_t i = 0; i < b * W; i++) {
@@ -160,14 +160,14 @@ static void run_at(tcc_kernel *k, int64_t b) {
   for (int i = 0; i < W; i++) w[i] = frand();
   for (int i = 0; i < W * N2; i++) w2[i] = frand();
   int64_t sizes[] = {b, W, b, W, W, W, N2}, strides[] = {W, 1, W, 1, 1, N2, 1}, offs[4] = {0};
-  int64_t syms[TCC_KERNEL_MAX_SYMS];
+  int64_t syms[TCC_MODULE_MAX_SYMS];
   tcc_error err = {0};
-  ck_assert_int_eq(tcc_kernel_symbols(k), 1);
-  int rc = tcc_kernel_bind(k, sizes, strides, offs, syms, &err);
+  ck_assert_int_eq(tcc_module_symbols(k), 1);
+  int rc = tcc_module_bind(k, sizes, strides, offs, syms, &err);
   ck_assert_msg(rc == 0, "bind at %lld: %s", (long long)b, err.msg);
   ck_assert_int_eq(syms[0], b);
   int64_t osz[4][2], ost[4][2];
-  for (int o = 0; o < 4; o++) ck_assert_int_eq(tcc_kernel_output_layout(k, syms, o, osz[o], ost[o], &err), 0);
+  for (int o = 0; o < 4; o++) ck_assert_int_eq(tcc_module_output_layout(k, syms, o, osz[o], ost[o], &err), 0);
   ck_assert_int_eq(osz[0][0], b);
   ck_assert_int_eq(osz[0][1], W);
   ck_assert_int_eq(ost[0][0], W);
@@ -176,12 +176,12 @@ static void run_at(tcc_kernel *k, int64_t b) {
   ck_assert_int_eq(osz[3][1], N2);
   ck_assert_int_eq(ost[3][0], N2);
   float *o0 = malloc(sizeof *o0 * (size_t)(b * W)), o1[W], o2[1], *o3 = malloc(sizeof *o3 * (size_t)(b * N2));
-  int64_t ws = tcc_kernel_workspace_bytes(k, syms);
+  int64_t ws = tcc_module_workspace_bytes(k, syms);
   ck_assert_int_ge(ws, 0);
   void *wsp = ws ? aligned_alloc(64, ((size_t)ws + 63) & ~(size_t)63) : NULL;
   const void *ins[] = {x, y, w, w2};
   void *outs[] = {o0, o1, o2, o3};
-  rc = tcc_kernel_run_sym(k, ins, outs, wsp, syms, &err);
+  rc = tcc_module_run_sym(k, ins, outs, wsp, syms, &err);
   ck_assert_msg(rc == 0, "run at %lld: %s", (long long)b, err.msg);
 
   double *r0 = malloc(sizeof *r0 * (size_t)(b * W)), r1[W] = {0}, r2 = 0, *r3 = calloc((size_t)(b * N2), sizeof *r3);
@@ -215,7 +215,7 @@ static void run_at(tcc_kernel *k, int64_t b) {
 }
 
 /* Compiles the graph at example batch 8 and loads it with libtccclient. */
-static tcc_kernel *compile_and_load(tcc_artifact *art) {
+static tcc_module *compile_and_load(tcc_artifact *art) {
   reqb *r = graph(8, 1, SYM_S0, SYM_S0);
   tcc_prepared *p;
   tcc_error err = {0};
@@ -232,8 +232,8 @@ static tcc_kernel *compile_and_load(tcc_artifact *art) {
   ck_assert_ptr_nonnull(strstr(art->source, "tcc_S[0]"));
   char hex[TCC_SHA256_HEX];
   tcc_hex_encode(art->sha256, sizeof art->sha256, hex);
-  tcc_kernel *k;
-  rc = tcc_kernel_load(art->data, art->size, hex, m, &k, &err);
+  tcc_module *k;
+  rc = tcc_module_load(art->data, art->size, hex, m, &k, &err);
   ck_assert_msg(rc == 0, "load: %s", err.msg);
   tcc__v1__manifest__free_unpacked(m, NULL);
   tcc_prepared_free(p);
@@ -298,37 +298,37 @@ END_TEST
 
 START_TEST(one_artifact_many_sizes) {
   tcc_artifact art;
-  tcc_kernel *k = compile_and_load(&art);
+  tcc_module *k = compile_and_load(&art);
   static const int64_t sizes[] = {2, 3, 13, 64, 101, 8};
   for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) run_at(k, sizes[i]);
-  tcc_kernel_unload(k);
+  tcc_module_unload(k);
   tcc_artifact_free(&art);
 }
 END_TEST
 
 START_TEST(guards_refuse) {
   tcc_artifact art;
-  tcc_kernel *k = compile_and_load(&art);
-  int64_t syms[TCC_KERNEL_MAX_SYMS];
+  tcc_module *k = compile_and_load(&art);
+  int64_t syms[TCC_MODULE_MAX_SYMS];
   tcc_error err = {0};
   /* batch 1: a symbol is >= 2 */
   int64_t s1[] = {1, W, 1, W, W, W, N2};
-  ck_assert_int_eq(tcc_kernel_bind(k, s1, NULL, NULL, syms, &err), TCC_E_FAILED_PRECONDITION);
+  ck_assert_int_eq(tcc_module_bind(k, s1, NULL, NULL, syms, &err), TCC_E_FAILED_PRECONDITION);
   ck_assert_ptr_nonnull(strstr(err.msg, "guard failed"));
   /* x and y disagree on s0 */
   int64_t s2[] = {4, W, 5, W, W, W, N2};
-  ck_assert_int_eq(tcc_kernel_bind(k, s2, NULL, NULL, syms, &err), TCC_E_FAILED_PRECONDITION);
+  ck_assert_int_eq(tcc_module_bind(k, s2, NULL, NULL, syms, &err), TCC_E_FAILED_PRECONDITION);
   ck_assert_ptr_nonnull(strstr(err.msg, "input 1 dim 0"));
   /* a static dim differs */
   int64_t s3[] = {4, W + 1, 4, W + 1, W + 1, W, N2};
-  ck_assert_int_eq(tcc_kernel_bind(k, s3, NULL, NULL, syms, &err), TCC_E_FAILED_PRECONDITION);
+  ck_assert_int_eq(tcc_module_bind(k, s3, NULL, NULL, syms, &err), TCC_E_FAILED_PRECONDITION);
   /* not contiguous */
   int64_t s4[] = {4, W, 4, W, W, W, N2}, st4[] = {1, 4, W, 1, 1, N2, 1};
-  ck_assert_int_eq(tcc_kernel_bind(k, s4, st4, NULL, syms, &err), TCC_E_FAILED_PRECONDITION);
+  ck_assert_int_eq(tcc_module_bind(k, s4, st4, NULL, syms, &err), TCC_E_FAILED_PRECONDITION);
   ck_assert_ptr_nonnull(strstr(err.msg, "stride"));
   /* ABI 1 calls refuse an ABI 2 kernel */
-  ck_assert_int_eq(tcc_kernel_run(k, NULL, NULL, NULL, &err), TCC_E_FAILED_PRECONDITION);
-  tcc_kernel_unload(k);
+  ck_assert_int_eq(tcc_module_run(k, NULL, NULL, NULL, &err), TCC_E_FAILED_PRECONDITION);
+  tcc_module_unload(k);
   tcc_artifact_free(&art);
 }
 END_TEST

@@ -60,7 +60,7 @@ static void schedule(scheduled *s, reqb *b, int cuda) {
   ck_assert_int_eq(tcc_lower(&s->prog, &err), 0);
   ck_assert_int_eq(tcc_fuse(&s->prog, &err), 0);
   ck_assert_int_eq(tcc_split_dims(&s->prog, &err), 0);
-  ck_assert_int_eq(tcc_plan_buffers(&s->prog, &err), 0);
+  ck_assert_int_eq(tcc_place_buffers(&s->prog, &err), 0);
   ck_assert_msg(s->t->schedule(&s->prog, &err) == 0, "%s", err.msg);
   ck_assert_msg(s->t->check(&s->prog, &err) == 0, "%s", err.msg);
 }

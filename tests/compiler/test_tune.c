@@ -196,11 +196,11 @@ START_TEST(test_signatures_across_graphs) {
   tcc_prepared *a = softmax_graph(rows, cols, 0), *b = softmax_graph(rows, cols, 1),
                *c = softmax_graph(rows, cols + 1, 0);
   ck_assert(memcmp(a->hash, b->hash, TCC_SHA256_BYTES) != 0);
-  tcc_tune_plan pa, pb, pc;
+  tcc_tune_signatures pa, pb, pc;
   tcc_error err;
-  ck_assert_msg(tcc_tune_plan_make(a, &pa, &err) == 0, "%s", err.msg);
-  ck_assert_msg(tcc_tune_plan_make(b, &pb, &err) == 0, "%s", err.msg);
-  ck_assert_msg(tcc_tune_plan_make(c, &pc, &err) == 0, "%s", err.msg);
+  ck_assert_msg(tcc_tune_signatures_make(a, &pa, &err) == 0, "%s", err.msg);
+  ck_assert_msg(tcc_tune_signatures_make(b, &pb, &err) == 0, "%s", err.msg);
+  ck_assert_msg(tcc_tune_signatures_make(c, &pc, &err) == 0, "%s", err.msg);
   ck_assert_int_eq(pa.nkernels, 1);
   ck_assert_int_eq(pb.nkernels, 2);
   ck_assert_str_eq(pa.kernels[0].kind, "reduction");
@@ -209,9 +209,9 @@ START_TEST(test_signatures_across_graphs) {
     same += memcmp(pb.kernels[k].signature, pa.kernels[0].signature, TCC_SHA256_BYTES) == 0;
   ck_assert_int_eq(same, 1);
   ck_assert(memcmp(pc.kernels[0].signature, pa.kernels[0].signature, TCC_SHA256_BYTES) != 0);
-  tcc_tune_plan_free(&pa);
-  tcc_tune_plan_free(&pb);
-  tcc_tune_plan_free(&pc);
+  tcc_tune_signatures_free(&pa);
+  tcc_tune_signatures_free(&pb);
+  tcc_tune_signatures_free(&pc);
   tcc_prepared_free(a);
   tcc_prepared_free(b);
   tcc_prepared_free(c);

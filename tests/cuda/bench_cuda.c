@@ -23,7 +23,7 @@
 #include <time.h>
 
 #include "compiler.h"
-#include "nvrtc.h"
+#include "tcc_nvrtc.h"
 #include "tcc_runtime.h"
 #include "tcctest.h"
 

@@ -8,7 +8,7 @@
  *     batch=.. types=A,B,C compute=C alpha=.. beta=.. A=ptr B=ptr C=ptr stream=S
  * (math mode is logged as "cublas math H M"). Inside a stream capture the
  * gemm line is recorded into the graph like a launch would be: here it
- * is logged as "cublas gemm (captured) ...". Knob: FAKE_CUBLAS_FAIL=1
+ * is logged as "cublas gemm (captured) ...". Knob: TCC_FAKE_CUBLAS_FAIL=1
  * makes every gemm return CUBLAS_STATUS_EXECUTION_FAILED (13).
  */
 #include <stdint.h>
@@ -76,6 +76,6 @@ EXPORT int cublasGemmStridedBatchedEx(void *h, int ta, int tb, int m, int n, int
            bt, ct, compute, algo, al, be, (unsigned long long)(uintptr_t)A, (unsigned long long)(uintptr_t)B,
            (unsigned long long)(uintptr_t)C, sid(x->stream));
   fake_cuda_log(line);
-  const char *fail = getenv("FAKE_CUBLAS_FAIL");
+  const char *fail = getenv("TCC_FAKE_CUBLAS_FAIL");
   return fail && *fail == '1' ? 13 : 0;
 }

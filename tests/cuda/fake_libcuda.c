@@ -15,18 +15,18 @@
  * fake_libcublas.c logs its calls into the same log (fake_cuda_log).
  *
  * Knobs (environment, read on every query, so a test may change them):
- * FAKE_CUDA_CC (compute capability as "90"), FAKE_CUDA_NPARAMS
- * (parameters every kernel has), FAKE_CUDA_INIT_ERROR (cuInit's result).
+ * TCC_FAKE_CUDA_CC (compute capability as "90"), TCC_FAKE_CUDA_NPARAMS
+ * (parameters every kernel has), TCC_FAKE_CUDA_INIT_ERROR (cuInit's result).
  * Kernel names starting with "missing" are not in any module; a launch
  * with grid y > 65535 fails with CUDA_ERROR_INVALID_VALUE.
  *
  * Time (for tccd-bench's event timing): a fake GPU clock that each
  * launch outside a capture advances by its programmed duration;
  * cuEventRecord stamps an event with it, cuEventElapsedTime subtracts.
- * FAKE_CUDA_LAUNCH_US="RULE=US,..." programs durations in microseconds,
+ * TCC_FAKE_CUDA_LAUNCH_US="RULE=US,..." programs durations in microseconds,
  * the first matching rule wins: RULE is a kernel name or "*", optionally
  * with "@b<threads per block>" ("k0@b512=5,k0=40,*=10"); unmatched
- * launches take 10 us. FAKE_CUDA_LAUNCH_FAIL="RULE,..." (same RULEs)
+ * launches take 10 us. TCC_FAKE_CUDA_LAUNCH_FAIL="RULE,..." (same RULEs)
  * makes those launches fail with CUDA_ERROR_INVALID_VALUE. Neither logs.
  */
 #include <pthread.h>
@@ -93,7 +93,7 @@ static int knob(const char *name, int dflt) {
 
 EXPORT tcu_result cuInit(unsigned flags) {
   (void)flags;
-  return knob("FAKE_CUDA_INIT_ERROR", TCU_SUCCESS);
+  return knob("TCC_FAKE_CUDA_INIT_ERROR", TCU_SUCCESS);
 }
 EXPORT tcu_result cuDriverGetVersion(int *v) { *v = 13000; return 0; }
 EXPORT tcu_result cuGetErrorName(tcu_result r, const char **s) {
@@ -110,7 +110,7 @@ EXPORT tcu_result cuDeviceGetCount(int *n) { *n = 1; return 0; }
 EXPORT tcu_result cuDeviceGet(tcu_device *d, int ordinal) { *d = ordinal; return ordinal == 0 ? 0 : 1; }
 EXPORT tcu_result cuDeviceGetAttribute(int *v, int attr, tcu_device d) {
   (void)d;
-  int cc = knob("FAKE_CUDA_CC", 90);
+  int cc = knob("TCC_FAKE_CUDA_CC", 90);
   switch (attr) {
   case TCU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: *v = cc / 10; return 0;
   case TCU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: *v = cc % 10; return 0;
@@ -187,7 +187,7 @@ EXPORT tcu_result cuFuncSetAttribute(tcu_function f, int attr, int v) {
 }
 EXPORT tcu_result cuFuncGetParamInfo(tcu_function f, size_t i, size_t *off, size_t *size) {
   (void)f;
-  if ((int)i >= knob("FAKE_CUDA_NPARAMS", 4)) return TCU_ERROR_INVALID_VALUE;
+  if ((int)i >= knob("TCC_FAKE_CUDA_NPARAMS", 4)) return TCU_ERROR_INVALID_VALUE;
   *off = i * 8, *size = 8;
   return 0;
 }
@@ -247,9 +247,9 @@ EXPORT tcu_result cuLaunchKernel(tcu_function f, unsigned gx, unsigned gy, unsig
   if (!depth) return 201;
   if (gy > 65535) return TCU_ERROR_INVALID_VALUE;
   const char *kname = ((fn *)f)->name;
-  if (launch_rule("FAKE_CUDA_LAUNCH_FAIL", kname, bx * by * bz)) return TCU_ERROR_INVALID_VALUE;
+  if (launch_rule("TCC_FAKE_CUDA_LAUNCH_FAIL", kname, bx * by * bz)) return TCU_ERROR_INVALID_VALUE;
   if (!(s && ((stream *)s)->capturing)) {
-    const char *us = launch_rule("FAKE_CUDA_LAUNCH_US", kname, bx * by * bz);
+    const char *us = launch_rule("TCC_FAKE_CUDA_LAUNCH_US", kname, bx * by * bz);
     pthread_mutex_lock(&mu);
     gpu_clock_us += us && *us ? atof(us) : 10.0;
     pthread_mutex_unlock(&mu);
@@ -258,7 +258,7 @@ EXPORT tcu_result cuLaunchKernel(tcu_function f, unsigned gx, unsigned gy, unsig
   char line[512];
   int n = snprintf(line, sizeof line, "%s g=%u,%u,%u b=%u,%u,%u s=%u stream=%d p=", ((fn *)f)->name, gx, gy, gz, bx,
                    by, bz, shared, st ? st->id : 0);
-  int nparams = knob("FAKE_CUDA_NPARAMS", 4);
+  int nparams = knob("TCC_FAKE_CUDA_NPARAMS", 4);
   for (int i = 0; i < nparams && n < (int)sizeof line - 24; i++)
     n += snprintf(line + n, sizeof line - (size_t)n, "%s%llx", i ? "," : "", *(unsigned long long *)params[i]);
   if (st && st->capturing) {

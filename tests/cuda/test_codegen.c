@@ -1,12 +1,12 @@
 /*
  * test_codegen.c — the CUDA backend (compiler/cuda/schedule.c, emit.c) end to end on a
  * machine without a GPU: requests for target cuda:sm_80 and cuda:sm_90
- * go through tcc_prepare + tcc_compile (lower, fuse, plan, CUDA C, NVRTC)
+ * go through tcc_prepare + tcc_compile (lower, fuse, place, CUDA C, NVRTC)
  * and the artifact is checked:
  *
  *   - kind CUBIN for the requested SM (ELF header), every manifest kernel
  *     an entry of the cubin (ELF symbols, and `cuobjdump -elf` when
- *     CUOBJDUMP names it), target "cuda:<arch>", an identity naming
+ *     TCC_CUOBJDUMP names it), target "cuda:<arch>", an identity naming
  *     NVRTC, 1-D grid and block (block a multiple of 32, <= 1024);
  *   - ABI 1: the PTX of the same source declares, for each kernel,
  *     inputs + outputs + 1 parameters of .u64;
@@ -27,7 +27,7 @@
 #include <string.h>
 
 #include "loop.h"
-#include "nvrtc.h"
+#include "tcc_nvrtc.h"
 #include "tcc_dtype.h"
 #include "tcctest.h"
 
@@ -925,7 +925,7 @@ END_TEST
 int main(void) {
   tt_need_nvrtc();
   cuobjdump = tt_cuobjdump();
-  if (!cuobjdump) printf("no cuobjdump (CUOBJDUMP): cubins checked by their ELF symbols only\n");
+  if (!cuobjdump) printf("no cuobjdump (TCC_CUOBJDUMP): cubins checked by their ELF symbols only\n");
   objdumps = 40;
   if (!(tmpdir = tt_tmpdir("cudagen"))) return 1;
   Suite *s = suite_create("cuda codegen");

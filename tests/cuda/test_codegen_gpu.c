@@ -32,7 +32,7 @@
 #include <unistd.h>
 
 #include "compiler.h"
-#include "nvrtc.h"
+#include "tcc_nvrtc.h"
 #include "tcc_dtype.h"
 #include "tcc_runtime.h"
 #include "tcctest.h"

@@ -2,7 +2,7 @@
  * test_cuobjdump.c — NVIDIA's own tool reads what libtccnvrtc writes:
  * `cuobjdump -elf` names the arch (sm=80, sm=90, sm=90a) and
  * `cuobjdump -symbols` lists every kernel as an entry (STO_ENTRY).
- * $CUOBJDUMP names the tool (meson finds it in .deps/cuda or the
+ * $TCC_CUOBJDUMP names the tool (meson finds it in .deps/cuda or the
  * toolkit). Skips (exit 77) without NVRTC or cuobjdump.
  */
 #include <check.h>
@@ -11,7 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "nvrtc.h"
+#include "tcc_nvrtc.h"
 #include "tcctest.h"
 
 static char *dir;
@@ -65,8 +65,8 @@ END_TEST
 
 int main(void) {
   tt_need_nvrtc();
-  const char *env = getenv("CUOBJDUMP");
-  if (!tt_cuobjdump()) tt_skip("no cuobjdump (run scripts/setup-cuda; CUOBJDUMP=%s)", env ? env : "");
+  const char *env = getenv("TCC_CUOBJDUMP");
+  if (!tt_cuobjdump()) tt_skip("no cuobjdump (run scripts/setup-cuda; TCC_CUOBJDUMP=%s)", env ? env : "");
   if (!(dir = tt_tmpdir("cuobjdump"))) tt_skip("mkdtemp failed");
   int rc = tt_run_tests("cuobjdump", 300, 0, (const TTest *[]){cuobjdump_lists_the_kernels, NULL});
   rmdir(dir);

@@ -6,11 +6,11 @@
  * order, context push/pop balance, cubin vs PTX vs "arch mismatch" by
  * compute capability, the module cache, CUDA graph capture/replay/LRU,
  * launches inside a caller's capture, the manifest path and the generic
- * tcc_kernel_load/run, the event helpers (timing against the fake's
+ * tcc_module_load/run, the event helpers (timing against the fake's
  * programmable clock), and the error messages. Real kernels run in
  * test_gpu on a GPU machine.
  *
- * With FAKE_CUDA_INIT_ERROR=100 (a second registration) only the cuInit
+ * With TCC_FAKE_CUDA_INIT_ERROR=100 (a second registration) only the cuInit
  * failure is checked.
  */
 #include <check.h>
@@ -83,7 +83,7 @@ START_TEST(launches_bind_inputs_outputs_workspace) {
 END_TEST
 
 START_TEST(plans_run_in_order_with_workspace_and_shared) {
-  setenv("FAKE_CUDA_NPARAMS", "3", 1);
+  setenv("TCC_FAKE_CUDA_NPARAMS", "3", 1);
   tcc_rt_cuda_launch l[2] = {
       {.name = "k0_row_sumsq", .grid = {37}, .block = {256}, .shared_bytes = 64 * 1024},
       {.name = "k1_sqrt", .grid = {1, 2}, .block = {128, 1, 1}},
@@ -102,7 +102,7 @@ START_TEST(plans_run_in_order_with_workspace_and_shared) {
   EXPECT_SEQ("launch k0_row_sumsq g=37,1,1 b=256,1,1 s=65536 stream=0 p=a0,b0,c0",
              "launch k1_sqrt g=1,2,1 b=128,1,1 s=0 stream=0 p=a0,b0,c0");
   tcc_rt_cuda_kernel_unload(k);
-  unsetenv("FAKE_CUDA_NPARAMS");
+  unsetenv("TCC_FAKE_CUDA_NPARAMS");
 }
 END_TEST
 
@@ -135,7 +135,7 @@ START_TEST(arch_decides_cubin_ptx_or_mismatch) {
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     char cc[8];
     snprintf(cc, sizeof cc, "%d", cases[i].cc);
-    setenv("FAKE_CUDA_CC", cc, 1);
+    setenv("TCC_FAKE_CUDA_CC", cc, 1);
     tt_fake_cubin(cubin, cases[i].sm);
     plan.arch = cases[i].arch;
     tcc_rt_cuda_options o = {.ptx = cases[i].with_ptx ? ptx : NULL};
@@ -157,7 +157,7 @@ START_TEST(arch_decides_cubin_ptx_or_mismatch) {
     }
     ck_assert_int_eq(fake_depth(), 0);
   }
-  unsetenv("FAKE_CUDA_CC");
+  unsetenv("TCC_FAKE_CUDA_CC");
 }
 END_TEST
 
@@ -348,9 +348,9 @@ START_TEST(memory_helpers_round_trip) {
   ck_assert_int_eq(n, 1);
   ck_assert_int_eq(tcc_rt_cuda_driver_version(&v, &err), 0);
   ck_assert_int_eq(v, 13000);
-  setenv("FAKE_CUDA_CC", "86", 1);
+  setenv("TCC_FAKE_CUDA_CC", "86", 1);
   ck_assert_int_eq(tcc_rt_cuda_device_arch(0, arch, name, sizeof name, &err), 0);
-  unsetenv("FAKE_CUDA_CC");
+  unsetenv("TCC_FAKE_CUDA_CC");
   ck_assert_str_eq(arch, "sm_86");
   ck_assert_str_eq(name, "Fake GPU 0");
   ck_assert_int_eq(fake_depth(), 0);
@@ -358,14 +358,14 @@ START_TEST(memory_helpers_round_trip) {
 END_TEST
 
 /* The event helpers (tccd-bench's timing) against the fake GPU clock:
- * FAKE_CUDA_LAUNCH_US programs each launch's duration by kernel name and
- * block size; FAKE_CUDA_LAUNCH_FAIL makes launches fail. */
+ * TCC_FAKE_CUDA_LAUNCH_US programs each launch's duration by kernel name and
+ * block size; TCC_FAKE_CUDA_LAUNCH_FAIL makes launches fail. */
 START_TEST(events_time_launches) {
   tcc_error err = {0};
   tcc_rt_cuda_launch l[2] = {{.name = "k0", .grid = {4}, .block = {512}}, {.name = "k1", .grid = {4}, .block = {128}}};
-  setenv("FAKE_CUDA_NPARAMS", "3", 1);
+  setenv("TCC_FAKE_CUDA_NPARAMS", "3", 1);
   tcc_rt_cuda_kernel *k = load(90, l, 2, 1, 1, 0, "sm_90", NULL, NULL);
-  setenv("FAKE_CUDA_LAUNCH_US", "k0@b256=1,k0@b512=7.5,*=20", 1);
+  setenv("TCC_FAKE_CUDA_LAUNCH_US", "k0@b256=1,k0@b512=7.5,*=20", 1);
   void *stream = NULL, *e0 = NULL, *e1 = NULL, *e2 = NULL;
   ck_assert_int_eq(tcc_rt_cuda_stream_create(0, &stream, &err), 0);
   ck_assert_int_eq(tcc_rt_cuda_event_create(0, &e0, &err), 0);
@@ -383,11 +383,11 @@ START_TEST(events_time_launches) {
   ck_assert_float_eq_tol(ms, 0.0275f, 1e-6f);
   ck_assert_int_eq(tcc_rt_cuda_event_elapsed_ms(0, e0, e2, &ms, &err), 0);
   ck_assert_float_eq_tol(ms, 0.055f, 1e-6f);
-  setenv("FAKE_CUDA_LAUNCH_FAIL", "k1@b128", 1);
+  setenv("TCC_FAKE_CUDA_LAUNCH_FAIL", "k1@b128", 1);
   ck_assert_int_eq(tcc_rt_cuda_kernel_launch(k, stream, in, out, NULL, &err), TCC_E_INTERNAL);
   ck_assert_msg(strstr(err.msg, "k1") && strstr(err.msg, "cuLaunchKernel"), "%s", err.msg);
-  unsetenv("FAKE_CUDA_LAUNCH_FAIL");
-  unsetenv("FAKE_CUDA_LAUNCH_US");
+  unsetenv("TCC_FAKE_CUDA_LAUNCH_FAIL");
+  unsetenv("TCC_FAKE_CUDA_LAUNCH_US");
   ck_assert_int_eq(tcc_rt_cuda_event_destroy(0, e0, &err), 0);
   ck_assert_int_eq(tcc_rt_cuda_event_destroy(0, e1, &err), 0);
   ck_assert_int_eq(tcc_rt_cuda_event_destroy(0, e2, &err), 0);
@@ -395,7 +395,7 @@ START_TEST(events_time_launches) {
   ck_assert_int_eq(tcc_rt_cuda_stream_destroy(0, stream, &err), 0);
   ck_assert_int_eq(fake_depth(), 0);
   tcc_rt_cuda_kernel_unload(k);
-  unsetenv("FAKE_CUDA_NPARAMS");
+  unsetenv("TCC_FAKE_CUDA_NPARAMS");
 }
 END_TEST
 
@@ -416,21 +416,21 @@ START_TEST(manifests_and_generic_kernels_launch) {
   char hex[TCC_SHA256_HEX];
   tt_sha256_hex(cubin, sizeof cubin, hex);
 
-  tcc_kernel *k = NULL;
+  tcc_module *k = NULL;
   tcc_error err = {0};
-  ck_assert_msg(tcc_kernel_load(cubin, sizeof cubin, hex, &m, &k, &err) == 0, "%s", err.msg);
-  ck_assert_ptr_nonnull(tcc_kernel_cuda(k));
+  ck_assert_msg(tcc_module_load(cubin, sizeof cubin, hex, &m, &k, &err) == 0, "%s", err.msg);
+  ck_assert_ptr_nonnull(tcc_module_cuda(k));
   const void *in[2] = {P(0x100), P(0x200)};
   void *out[1] = {P(0x300)};
   fake_reset();
-  ck_assert_int_eq(tcc_kernel_run(k, in, out, P(0x400), &err), 0);
+  ck_assert_int_eq(tcc_module_run(k, in, out, P(0x400), &err), 0);
   EXPECT_SEQ("launch k0_fused g=3,5,1 b=128,1,1 s=256 stream=0 p=100,200,300,400");
-  ck_assert_int_eq(tcc_kernel_run(k, in, out, NULL, &err), TCC_E_INVALID_ARGUMENT);
-  tcc_kernel_unload(k);
+  ck_assert_int_eq(tcc_module_run(k, in, out, NULL, &err), TCC_E_INVALID_ARGUMENT);
+  tcc_module_unload(k);
 
   /* The manifest's arch must be the cubin's. */
   m.target = (char *)"cuda:sm_80";
-  ck_assert_int_eq(tcc_kernel_load(cubin, sizeof cubin, hex, &m, &k, &err), TCC_E_INVALID_ARGUMENT);
+  ck_assert_int_eq(tcc_module_load(cubin, sizeof cubin, hex, &m, &k, &err), TCC_E_INVALID_ARGUMENT);
   ck_assert_msg(strstr(err.msg, "the manifest says sm_80 but the cubin is for sm_90"), "%s", err.msg);
   ck_assert_int_eq(fake_depth(), 0);
 }
@@ -487,7 +487,7 @@ static void gemm_manifest_init(gemm_manifest *x, Tcc__V1__DType dt) {
 static void gemm_cubin(uint8_t cubin[256], char hex[TCC_SHA256_HEX]) {
   tt_fake_cubin(cubin, 90);
   tt_sha256_hex(cubin, 256, hex);
-  setenv("FAKE_CUDA_NPARAMS", "4", 1);
+  setenv("TCC_FAKE_CUDA_NPARAMS", "4", 1);
 }
 
 /* The cuBLAS step runs before the epilogue kernel, with the manifest's
@@ -498,15 +498,15 @@ START_TEST(gemm_steps_run_through_cublas_in_plan_order) {
   gemm_cubin(cubin, hex);
   gemm_manifest x;
   gemm_manifest_init(&x, TCC__V1__DTYPE__FLOAT32);
-  tcc_kernel *k = NULL;
+  tcc_module *k = NULL;
   tcc_error err = {0};
   fake_reset();
-  ck_assert_msg(tcc_kernel_load(cubin, sizeof cubin, hex, &x.m, &k, &err) == 0, "%s", err.msg);
+  ck_assert_msg(tcc_module_load(cubin, sizeof cubin, hex, &x.m, &k, &err) == 0, "%s", err.msg);
   EXPECT_SEQ("load cubin", "cublas create");
   const void *in[2] = {P(0x1000), P(0x2000)};
   void *out[1] = {P(0x3000)};
   fake_reset();
-  ck_assert_msg(tcc_kernel_run(k, in, out, P(0x4000), &err) == 0, "%s", err.msg);
+  ck_assert_msg(tcc_module_run(k, in, out, P(0x4000), &err) == 0, "%s", err.msg);
   EXPECT_SEQ("cublas math 1 0",
              "cublas gemm NT m=45 n=33 k=70 lda=45 ldb=33 ldc=45 sa=0 sb=2310 sc=1485 batch=2 types=0,0,0 compute=68 "
              "algo=-1 alpha=1 beta=0 A=2000 B=1010 C=4100 stream=0",
@@ -517,20 +517,20 @@ START_TEST(gemm_steps_run_through_cublas_in_plan_order) {
   /* reduce-overhead: the GEMM is captured into the graph with the kernel */
   void *stream;
   ck_assert_int_eq(tcc_rt_cuda_stream_create(0, &stream, &err), 0);
-  tcc_rt_cuda_kernel_set_graphs(tcc_kernel_cuda(k), 1);
+  tcc_rt_cuda_kernel_set_graphs(tcc_module_cuda(k), 1);
   fake_reset();
-  ck_assert_msg(tcc_rt_cuda_kernel_launch(tcc_kernel_cuda(k), stream, in, out, P(0x4000), &err) == 0, "%s", err.msg);
+  ck_assert_msg(tcc_rt_cuda_kernel_launch(tcc_module_cuda(k), stream, in, out, P(0x4000), &err) == 0, "%s", err.msg);
   EXPECT_SEQ("capture", "cublas gemm (captured) NT m=45", "end", "instantiate", "replay", "  k1 g=12");
   ck_assert_int_eq(tcc_rt_cuda_stream_destroy(0, stream, &err), 0);
 
   /* a cuBLAS failure names the step */
-  setenv("FAKE_CUBLAS_FAIL", "1", 1);
-  ck_assert_int_eq(tcc_kernel_run(k, in, out, P(0x4000), &err), TCC_E_INTERNAL);
-  unsetenv("FAKE_CUBLAS_FAIL");
+  setenv("TCC_FAKE_CUBLAS_FAIL", "1", 1);
+  ck_assert_int_eq(tcc_module_run(k, in, out, P(0x4000), &err), TCC_E_INTERNAL);
+  unsetenv("TCC_FAKE_CUBLAS_FAIL");
   ck_assert_msg(strstr(err.msg, "step 'k0' (launch 1 of 2): cublasGemmStridedBatchedEx: CUBLAS_STATUS_EXECUTION_FAILED"),
                 "%s", err.msg);
   fake_reset();
-  tcc_kernel_unload(k);
+  tcc_module_unload(k);
   EXPECT_SEQ("cublas destroy 1", "unload");
   ck_assert_int_eq(fake_depth(), 0);
 }
@@ -557,35 +557,35 @@ START_TEST(gemm_dtypes_constants_and_bad_steps) {
   for (size_t c = 0; c < 3; c++) {
     gemm_manifest x;
     gemm_manifest_init(&x, cases[c].dt);
-    tcc_kernel *k = NULL;
-    ck_assert_msg(tcc_kernel_load(cubin, sizeof cubin, hex, &x.m, &k, &err) == 0, "%s", err.msg);
+    tcc_module *k = NULL;
+    ck_assert_msg(tcc_module_load(cubin, sizeof cubin, hex, &x.m, &k, &err) == 0, "%s", err.msg);
     fake_reset();
-    ck_assert_msg(tcc_kernel_run(k, in, out, P(0x4000), &err) == 0, "%s", err.msg);
+    ck_assert_msg(tcc_module_run(k, in, out, P(0x4000), &err) == 0, "%s", err.msg);
     ck_assert_msg(strstr(fake_events(), cases[c].want), "want %s in\n%s", cases[c].want, fake_events());
-    tcc_kernel_unload(k);
+    tcc_module_unload(k);
   }
   /* a constant of the module as cuBLAS's B */
   gemm_manifest x;
   gemm_manifest_init(&x, TCC__V1__DTYPE__FLOAT32);
   x.b.base_case = TCC__V1__BUFFER_REF__BASE_CONSTANT, x.b.constant = (char *)"b3_data", x.b.offset_bytes = 8;
-  tcc_kernel *k = NULL;
+  tcc_module *k = NULL;
   fake_reset();
-  ck_assert_msg(tcc_kernel_load(cubin, sizeof cubin, hex, &x.m, &k, &err) == 0, "%s", err.msg);
+  ck_assert_msg(tcc_module_load(cubin, sizeof cubin, hex, &x.m, &k, &err) == 0, "%s", err.msg);
   EXPECT_SEQ("load cubin", "global b3_data");
   fake_reset();
-  ck_assert_msg(tcc_kernel_run(k, in, out, P(0x4000), &err) == 0, "%s", err.msg);
+  ck_assert_msg(tcc_module_run(k, in, out, P(0x4000), &err) == 0, "%s", err.msg);
   EXPECT_SEQ("cublas gemm NT m=45", "launch k1");
   ck_assert_ptr_nonnull(strstr(fake_events(), " B=7308 "));
-  tcc_kernel_unload(k);
+  tcc_module_unload(k);
   x.b.constant = (char *)"missing_data";
-  ck_assert_int_eq(tcc_kernel_load(cubin, sizeof cubin, hex, &x.m, &k, &err), TCC_E_NOT_FOUND);
+  ck_assert_int_eq(tcc_module_load(cubin, sizeof cubin, hex, &x.m, &k, &err), TCC_E_NOT_FOUND);
   ck_assert_msg(strstr(err.msg, "constant 'missing_data' is not in the module"), "%s", err.msg);
   /* bad steps: refused at load, naming the kernel and the field */
 #define BAD_STEP(edit_stmt, want)                                                                      \
   do {                                                                                                 \
     gemm_manifest_init(&x, TCC__V1__DTYPE__FLOAT32);                                                   \
     edit_stmt;                                                                                         \
-    ck_assert_int_eq(tcc_kernel_load(cubin, sizeof cubin, hex, &x.m, &k, &err), TCC_E_INVALID_ARGUMENT); \
+    ck_assert_int_eq(tcc_module_load(cubin, sizeof cubin, hex, &x.m, &k, &err), TCC_E_INVALID_ARGUMENT); \
     ck_assert_msg(strstr(err.msg, want), "%s", err.msg);                                              \
   } while (0)
   BAD_STEP(x.g.lda = 10, "manifest kernel 0 ('k0'): gemm leading dimensions");
@@ -603,7 +603,7 @@ START_TEST(manifest_ptx_is_the_jit_fallback) {
   uint8_t cubin[256];
   char hex[TCC_SHA256_HEX];
   gemm_cubin(cubin, hex);
-  setenv("FAKE_CUDA_CC", "100", 1);   /* a Blackwell: sm_90 cubins do not run there */
+  setenv("TCC_FAKE_CUDA_CC", "100", 1);   /* a Blackwell: sm_90 cubins do not run there */
   gemm_manifest x;
   gemm_manifest_init(&x, TCC__V1__DTYPE__FLOAT32);
   x.m.n_kernels = 1;
@@ -611,36 +611,36 @@ START_TEST(manifest_ptx_is_the_jit_fallback) {
   static const char ptx[] = "//\n.version 9.0\n.target sm_90\n.address_size 64\n.visible .entry k1(\n)\n{ ret; }\n";
   x.m.ptx.data = (uint8_t *)ptx;
   x.m.ptx.len = strlen(ptx);
-  tcc_kernel *k = NULL;
+  tcc_module *k = NULL;
   tcc_error err = {0};
   fake_reset();
-  ck_assert_msg(tcc_kernel_load(cubin, sizeof cubin, hex, &x.m, &k, &err) == 0, "%s", err.msg);
+  ck_assert_msg(tcc_module_load(cubin, sizeof cubin, hex, &x.m, &k, &err) == 0, "%s", err.msg);
   EXPECT_SEQ("load ptx");
   ck_assert_int_eq(log_count("load cubin"), 0);
   tcc_rt_cuda_stats st;
-  tcc_rt_cuda_kernel_stats(tcc_kernel_cuda(k), &st);
+  tcc_rt_cuda_kernel_stats(tcc_module_cuda(k), &st);
   ck_assert_int_eq(st.from_ptx, 1);
   ck_assert_str_eq(st.device_arch, "sm_100");
-  tcc_kernel_unload(k);
+  tcc_module_unload(k);
   /* the same device, no PTX: the message says what to do */
   x.m.ptx.len = 0;
   x.m.ptx.data = NULL;
-  ck_assert_int_eq(tcc_kernel_load(cubin, sizeof cubin, hex, &x.m, &k, &err), TCC_E_FAILED_PRECONDITION);
+  ck_assert_int_eq(tcc_module_load(cubin, sizeof cubin, hex, &x.m, &k, &err), TCC_E_FAILED_PRECONDITION);
   ck_assert_msg(strstr(err.msg, "arch mismatch: artifact sm_90, device sm_100 (no PTX to JIT-compile"), "%s",
                 err.msg);
   /* an older device than the PTX: neither works */
-  setenv("FAKE_CUDA_CC", "80", 1);
+  setenv("TCC_FAKE_CUDA_CC", "80", 1);
   x.m.ptx.data = (uint8_t *)ptx;
   x.m.ptx.len = strlen(ptx);
-  ck_assert_int_eq(tcc_kernel_load(cubin, sizeof cubin, hex, &x.m, &k, &err), TCC_E_FAILED_PRECONDITION);
+  ck_assert_int_eq(tcc_module_load(cubin, sizeof cubin, hex, &x.m, &k, &err), TCC_E_FAILED_PRECONDITION);
   ck_assert_msg(strstr(err.msg, "arch mismatch: artifact sm_90, device sm_80 (the PTX cannot run there either"),
                 "%s", err.msg);
   /* PTX with a NUL byte is refused */
-  setenv("FAKE_CUDA_CC", "100", 1);
+  setenv("TCC_FAKE_CUDA_CC", "100", 1);
   static const uint8_t bad[] = {'.', 'v', 0, 'x'};
   x.m.ptx.data = (uint8_t *)bad;
   x.m.ptx.len = sizeof bad;
-  ck_assert_int_eq(tcc_kernel_load(cubin, sizeof cubin, hex, &x.m, &k, &err), TCC_E_INVALID_ARGUMENT);
+  ck_assert_int_eq(tcc_module_load(cubin, sizeof cubin, hex, &x.m, &k, &err), TCC_E_INVALID_ARGUMENT);
   ck_assert_int_eq(fake_depth(), 0);
 }
 END_TEST
@@ -653,16 +653,16 @@ START_TEST(gemm_steps_need_cublas) {
   gemm_cubin(cubin, hex);
   gemm_manifest x;
   gemm_manifest_init(&x, TCC__V1__DTYPE__FLOAT32);
-  tcc_kernel *k = NULL;
+  tcc_module *k = NULL;
   tcc_error err = {0};
-  ck_assert_int_eq(tcc_kernel_load(cubin, sizeof cubin, hex, &x.m, &k, &err), TCC_E_FAILED_PRECONDITION);
+  ck_assert_int_eq(tcc_module_load(cubin, sizeof cubin, hex, &x.m, &k, &err), TCC_E_FAILED_PRECONDITION);
   ck_assert_msg(strstr(err.msg, "step 'k0' (launch 1 of 2): /nonexistent/libcublas.so.13 not found: the plan has a "
                                 "matmul (cuBLAS) step"),
                 "%s", err.msg);
   x.m.n_kernels = 1;
   x.kis[0] = &x.k1;
-  ck_assert_msg(tcc_kernel_load(cubin, sizeof cubin, hex, &x.m, &k, &err) == 0, "%s", err.msg);
-  tcc_kernel_unload(k);
+  ck_assert_msg(tcc_module_load(cubin, sizeof cubin, hex, &x.m, &k, &err) == 0, "%s", err.msg);
+  tcc_module_unload(k);
   ck_assert_int_eq(fake_depth(), 0);
 }
 END_TEST
@@ -677,8 +677,8 @@ END_TEST
 
 /* Every test starts from the fake's defaults (CC 9.0, 4 parameters). */
 static void default_knobs(void) {
-  unsetenv("FAKE_CUDA_CC");
-  unsetenv("FAKE_CUDA_NPARAMS");
+  unsetenv("TCC_FAKE_CUDA_CC");
+  unsetenv("TCC_FAKE_CUDA_NPARAMS");
 }
 
 int main(void) {
@@ -695,9 +695,9 @@ int main(void) {
   Suite *s = suite_create("cuda-fake-driver");
   TCase *tc = tcase_create("fake");
   tcase_add_checked_fixture(tc, default_knobs, NULL);
-  if (getenv("FAKE_CUDA_INIT_ERROR")) {
+  if (getenv("TCC_FAKE_CUDA_INIT_ERROR")) {
     tcase_add_test(tc, cuinit_failure_is_reported);
-  } else if (getenv("FAKE_NO_CUBLAS")) {
+  } else if (getenv("TCC_FAKE_NO_CUBLAS")) {
     tcase_add_test(tc, gemm_steps_need_cublas);
   } else {
     tcase_add_test(tc, gemm_steps_run_through_cublas_in_plan_order);

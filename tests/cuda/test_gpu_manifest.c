@@ -2,8 +2,8 @@
  * test_gpu_manifest.c — a CUDA artifact the way a client gets it from
  * tccd: cubin bytes + their SHA-256 + a tcc.v1.Manifest (target
  * "cuda:ARCH", kernels with grid/block/shared_bytes), loaded with the
- * generic tcc_kernel_load and run with tcc_kernel_run (default stream)
- * and through tcc_kernel_cuda (a stream, graphs), against float64 CPU
+ * generic tcc_module_load and run with tcc_module_run (default stream)
+ * and through tcc_module_cuda (a stream, graphs), against float64 CPU
  * references on fresh random inputs.
  * Skips (exit 77) with no CUDA device or no NVRTC.
  */
@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "nvrtc.h"
+#include "tcc_nvrtc.h"
 #include "tcc_runtime.h"
 #include "tccclient.h"
 #include "tcctest.h"
@@ -50,10 +50,10 @@ START_TEST(generic_load_and_run_of_a_reduction_artifact) {
 
   char hex[TCC_SHA256_HEX];
   tt_sha256_hex(b.cubin, b.cubin_size, hex);
-  tcc_kernel *k = NULL;
-  TT_OK(tcc_kernel_load(b.cubin, b.cubin_size, hex, &m, &k, &e_));
-  ck_assert_ptr_nonnull(tcc_kernel_cuda(k));
-  ck_assert_str_eq(tcc_kernel_manifest(k)->target, target);
+  tcc_module *k = NULL;
+  TT_OK(tcc_module_load(b.cubin, b.cubin_size, hex, &m, &k, &e_));
+  ck_assert_ptr_nonnull(tcc_module_cuda(k));
+  ck_assert_str_eq(tcc_module_manifest(k)->target, target);
 
   size_t nx = (size_t)rows * cols;
   float *x = malloc(nx * sizeof *x), *out = malloc(rows * sizeof *out);
@@ -63,17 +63,17 @@ START_TEST(generic_load_and_run_of_a_reduction_artifact) {
   TT_OK(tcc_rt_cuda_malloc(0, rows * sizeof *out, &dout, &e_));
   TT_OK(tcc_rt_cuda_malloc(0, (size_t)m.workspace_bytes, &ws, &e_));
   TT_OK(tcc_rt_cuda_stream_create(0, &stream, &e_));
-  tcc_rt_cuda_kernel_set_graphs(tcc_kernel_cuda(k), 1);
+  tcc_rt_cuda_kernel_set_graphs(tcc_module_cuda(k), 1);
   for (int round = 0; round < 3; round++) {
     tt_fill_float(x, nx, -2.0f, 2.0f);
     TT_OK(tcc_rt_cuda_memcpy_htod(0, dx, x, nx * sizeof *x, &e_));
     const void *in[1] = {dx};
     void *o[1] = {dout};
     if (round == 0) {
-      TT_OK(tcc_kernel_run(k, in, o, ws, &e_)); /* the generic call: default stream */
+      TT_OK(tcc_module_run(k, in, o, ws, &e_)); /* the generic call: default stream */
       TT_OK(tcc_rt_cuda_synchronize(0, NULL, &e_));
     } else {
-      TT_OK(tcc_rt_cuda_kernel_launch(tcc_kernel_cuda(k), stream, in, o, ws, &e_));
+      TT_OK(tcc_rt_cuda_kernel_launch(tcc_module_cuda(k), stream, in, o, ws, &e_));
       TT_OK(tcc_rt_cuda_synchronize(0, stream, &e_));
     }
     TT_OK(tcc_rt_cuda_memcpy_dtoh(0, out, dout, rows * sizeof *out, &e_));
@@ -85,19 +85,19 @@ START_TEST(generic_load_and_run_of_a_reduction_artifact) {
     }
   }
   tcc_rt_cuda_stats st;
-  tcc_rt_cuda_kernel_stats(tcc_kernel_cuda(k), &st);
+  tcc_rt_cuda_kernel_stats(tcc_module_cuda(k), &st);
   ck_assert_uint_eq(st.direct_launches, 1);
   ck_assert_uint_eq(st.graph_captures, 1);
   ck_assert_uint_eq(st.graph_replays, 2);
 
   /* A manifest that lies about the arch is refused before the driver. */
-  tcc_kernel *k2 = NULL;
+  tcc_module *k2 = NULL;
   tcc_error err = {0};
   m.target = (char *)(dev_arch[3] == '8' ? "cuda:sm_90" : "cuda:sm_80");
-  ck_assert_int_eq(tcc_kernel_load(b.cubin, b.cubin_size, hex, &m, &k2, &err), TCC_E_INVALID_ARGUMENT);
+  ck_assert_int_eq(tcc_module_load(b.cubin, b.cubin_size, hex, &m, &k2, &err), TCC_E_INVALID_ARGUMENT);
   ck_assert_msg(strstr(err.msg, "but the cubin is for"), "%s", err.msg);
 
-  tcc_kernel_unload(k);
+  tcc_module_unload(k);
   TT_OK(tcc_rt_cuda_stream_destroy(0, stream, &e_));
   TT_OK(tcc_rt_cuda_free(0, dx, &e_));
   TT_OK(tcc_rt_cuda_free(0, dout, &e_));

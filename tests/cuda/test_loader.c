@@ -2,7 +2,7 @@
  * test_loader.c — the CUDA loader where no launch can happen: the clear
  * "no driver" error, the checks made before the driver is asked (not a
  * cubin, plan and manifest validation, arch agreement), and the generic
- * tcc_kernel_load's dispatch of CUDA artifacts.
+ * tcc_module_load's dispatch of CUDA artifacts.
  *
  * Two registrations (tests/cuda/meson.build):
  *   TCC_TEST_NO_DRIVER=1 with TCC_CUDA_LIBRARY=/nonexistent/libcuda.so.1:
@@ -198,13 +198,13 @@ START_TEST(generic_load_dispatches_cuda_artifacts) {
   tt_sha256_hex(cubin, sizeof cubin, hex);
   tm_cuda t;
   tm_init(&t);
-  tcc_kernel *k = NULL;
+  tcc_module *k = NULL;
   tcc_error err = {0};
 
   /* A cubin with a CUDA manifest goes to the CUDA loader (where there is
    * a driver, test_gpu_manifest loads real ones). */
   if (no_driver) {
-    ck_assert_int_eq(tcc_kernel_load(cubin, sizeof cubin, hex, &t.m, &k, &err), TCC_E_FAILED_PRECONDITION);
+    ck_assert_int_eq(tcc_module_load(cubin, sizeof cubin, hex, &t.m, &k, &err), TCC_E_FAILED_PRECONDITION);
     assert_no_driver(&err);
     ck_assert_msg(strstr(err.msg, "CUDA artifact ") && strstr(err.msg, "cuda:sm_90"), "%s", err.msg);
     ck_assert_ptr_null(k);
@@ -214,18 +214,18 @@ START_TEST(generic_load_dispatches_cuda_artifacts) {
   char wrong[TCC_SHA256_HEX];
   memcpy(wrong, hex, sizeof wrong);
   wrong[0] = wrong[0] == '0' ? '1' : '0';
-  ck_assert_int_eq(tcc_kernel_load(cubin, sizeof cubin, wrong, &t.m, &k, &err), TCC_E_DATA_LOSS);
+  ck_assert_int_eq(tcc_module_load(cubin, sizeof cubin, wrong, &t.m, &k, &err), TCC_E_DATA_LOSS);
 
   /* A cubin with a CPU manifest, and a CUDA manifest with a CPU ELF. */
   t.m.target = (char *)"cpu:x86-64-v2";
-  ck_assert_int_eq(tcc_kernel_load(cubin, sizeof cubin, hex, &t.m, &k, &err), TCC_E_UNIMPLEMENTED);
+  ck_assert_int_eq(tcc_module_load(cubin, sizeof cubin, hex, &t.m, &k, &err), TCC_E_UNIMPLEMENTED);
   ck_assert_msg(strstr(err.msg, "cubin") && strstr(err.msg, "cpu:x86-64-v2"), "%s", err.msg);
   cubin[18] = 62;
   tt_sha256_hex(cubin, sizeof cubin, hex);
   t.m.target = (char *)"cuda:sm_90";
-  ck_assert_int_eq(tcc_kernel_load(cubin, sizeof cubin, hex, &t.m, &k, &err), TCC_E_UNIMPLEMENTED);
+  ck_assert_int_eq(tcc_module_load(cubin, sizeof cubin, hex, &t.m, &k, &err), TCC_E_UNIMPLEMENTED);
   ck_assert_msg(strstr(err.msg, "not a cubin"), "%s", err.msg);
-  ck_assert_ptr_null(tcc_kernel_cuda(NULL));
+  ck_assert_ptr_null(tcc_module_cuda(NULL));
 }
 END_TEST
 

@@ -12,7 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "nvrtc.h"
+#include "tcc_nvrtc.h"
 #include "tcctest.h"
 
 static const char *const POINTWISE = "#define N 1000\n" TT_CUDA_POINTWISE_SRC;

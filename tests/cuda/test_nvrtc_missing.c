@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "nvrtc.h"
+#include "tcc_nvrtc.h"
 #include "tcctest.h"
 
 START_TEST(every_call_says_nvrtc_is_missing) {

@@ -11,7 +11,7 @@
  *   sum of 2^20 values  k0_split with grid (groups, 1) before k0 with
  *                       grid 1, both on the same pointers
  *   a newer device      the manifest's PTX is JIT-compiled instead of the
- *                       cubin (FAKE_CUDA_CC=100 for an sm_90 artifact)
+ *                       cubin (TCC_FAKE_CUDA_CC=100 for an sm_90 artifact)
  *
  * Skips (exit 77) without NVRTC or when TCC_CUDA_LIBRARY is not the fake.
  */
@@ -22,7 +22,7 @@
 #include <string.h>
 
 #include "compiler.h"
-#include "nvrtc.h"
+#include "tcc_nvrtc.h"
 #include "tcc_runtime.h"
 #include "tccclient.h"
 #include "tcctest.h"
@@ -36,7 +36,7 @@ static void (*fake_reset)(void);
 static int event_at(const char *prefix) { return tt_fake_event_at(fake_events(), prefix); }
 
 /* Compiles b for sm_90 and loads it through the generic client path. */
-static tcc_kernel *compile_and_load(reqb *b, Tcc__V1__Manifest **mout, tcc_artifact *a) {
+static tcc_module *compile_and_load(reqb *b, Tcc__V1__Manifest **mout, tcc_artifact *a) {
   Tcc__V1__CompileRequest *req = reqb_req(b);
   tt_request_to_cuda(req, reqb_str(b, "sm_90"));
   tcc_error err = {0};
@@ -50,9 +50,9 @@ static tcc_kernel *compile_and_load(reqb *b, Tcc__V1__Manifest **mout, tcc_artif
   tcc_hex_encode(a->sha256, sizeof a->sha256, hex);
   char np[16];
   snprintf(np, sizeof np, "%zu", m->n_inputs + m->n_outputs + 1);
-  setenv("FAKE_CUDA_NPARAMS", np, 1);
-  tcc_kernel *k = NULL;
-  ck_assert_msg(tcc_kernel_load(a->data, a->size, hex, m, &k, &err) == 0, "%s", err.msg);
+  setenv("TCC_FAKE_CUDA_NPARAMS", np, 1);
+  tcc_module *k = NULL;
+  ck_assert_msg(tcc_module_load(a->data, a->size, hex, m, &k, &err) == 0, "%s", err.msg);
   *mout = m;
   return k;
 }
@@ -62,7 +62,7 @@ START_TEST(gemm_then_epilogue) {
   fake_reset();
   tcc_artifact a;
   Tcc__V1__Manifest *m;
-  tcc_kernel *k = compile_and_load(b, &m, &a);
+  tcc_module *k = compile_and_load(b, &m, &a);
   ck_assert_int_ge(event_at("load cubin"), 0);
   ck_assert_int_gt(event_at("cublas create"), event_at("load cubin"));
   ck_assert_int_eq((int)m->n_kernels, 2);
@@ -72,7 +72,7 @@ START_TEST(gemm_then_epilogue) {
   void *out[1] = {P(0x40000)};
   fake_reset();
   tcc_error err = {0};
-  ck_assert_msg(tcc_kernel_run(k, in, out, P(0x50000), &err) == 0, "%s", err.msg);
+  ck_assert_msg(tcc_module_run(k, in, out, P(0x50000), &err) == 0, "%s", err.msg);
   char want[512];
   snprintf(want, sizeof want,
            "cublas gemm TN m=96 n=20 k=64 lda=64 ldb=64 ldc=96 sa=0 sb=0 sc=0 batch=1 types=0,0,0 compute=68 algo=-1 "
@@ -84,7 +84,7 @@ START_TEST(gemm_then_epilogue) {
   ck_assert_int_ge(event_at("launch k1 g="), 0);
   ck_assert_msg(strstr(fake_events(), "p=10000,20000,30000,40000,50000"), "%s", fake_events());
   ck_assert_int_ge(event_at("cublas math 1 0"), 0);   /* CUBLAS_DEFAULT_MATH: no TF32 */
-  tcc_kernel_unload(k);
+  tcc_module_unload(k);
   tcc__v1__manifest__free_unpacked(m, NULL);
   tcc_artifact_free(&a);
   reqb_free(b);
@@ -94,30 +94,30 @@ END_TEST
 START_TEST(split_reduction_and_ptx_fallback) {
   reqb *b = reqb_sum_all(INT64_C(1) << 20);
   for (int newer = 0; newer < 2; newer++) {
-    if (newer) setenv("FAKE_CUDA_CC", "100", 1);
-    else unsetenv("FAKE_CUDA_CC");
+    if (newer) setenv("TCC_FAKE_CUDA_CC", "100", 1);
+    else unsetenv("TCC_FAKE_CUDA_CC");
     fake_reset();
     tcc_artifact a;
     Tcc__V1__Manifest *m;
-    tcc_kernel *k = compile_and_load(b, &m, &a);
+    tcc_module *k = compile_and_load(b, &m, &a);
     ck_assert_int_ge(event_at(newer ? "load ptx" : "load cubin"), 0);
     ck_assert_int_lt(event_at(newer ? "load cubin" : "load ptx"), 0);
     const void *in[1] = {P(0x1000)};
     void *out[1] = {P(0x2000)};
     fake_reset();
     tcc_error err = {0};
-    ck_assert_msg(tcc_kernel_run(k, in, out, P(0x3000), &err) == 0, "%s", err.msg);
+    ck_assert_msg(tcc_module_run(k, in, out, P(0x3000), &err) == 0, "%s", err.msg);
     char want[128];
     snprintf(want, sizeof want, "launch k0_split g=%lld,1,1 b=256,1,1 s=0 stream=0 p=1000,2000,3000",
              (long long)m->kernels[0]->grid[0]);
     int si = event_at(want), fi = event_at("launch k0 g=1,1,1 ");
     ck_assert_msg(si >= 0 && fi > si, "want %s then k0 in\n%s", want, fake_events());
     ck_assert_int_ge(m->kernels[0]->grid[0], 2);
-    tcc_kernel_unload(k);
+    tcc_module_unload(k);
     tcc__v1__manifest__free_unpacked(m, NULL);
     tcc_artifact_free(&a);
   }
-  unsetenv("FAKE_CUDA_CC");
+  unsetenv("TCC_FAKE_CUDA_CC");
   reqb_free(b);
 }
 END_TEST

@@ -18,7 +18,7 @@
  *     not apply to unchanged;
  *   - the default candidate (0) gives the same source and manifest bytes
  *     as tcc_compile (default mode artifacts unchanged);
- *   - tcc_tune_plan_make works for CUDA (one signature per live kernel,
+ *   - tcc_tune_signatures_make works for CUDA (one signature per live kernel,
  *     the same kernel in another graph has the same one), and the
  *     daemon's tccd_gpu_pick (daemon/tune_child.c) picks only devices
  *     that run the cubin natively.
@@ -30,7 +30,7 @@
 #include <string.h>
 
 #include "loop.h"
-#include "nvrtc.h"
+#include "tcc_nvrtc.h"
 #include "tcctest.h"
 #include "tune_child.h"
 
@@ -115,19 +115,19 @@ static int every_candidate(const Tcc__V1__CompileRequest *req, const char *what)
   ck_assert_msg(tcc_prepare(req, "test-id", &p, &err) == 0, "%s: %s", what, err.msg);
   tcc_artifact plain;
   ck_assert_msg(tcc_compile(p, NULL, &plain, &err) == 0, "%s: %s", what, err.msg);
-  tcc_tune_plan plan;
-  ck_assert_msg(tcc_tune_plan_make(p, &plan, &err) == 0, "%s: plan: %s", what, err.msg);
-  ck_assert_int_ge(plan.nkernels, 1);
+  tcc_tune_signatures sigs;
+  ck_assert_msg(tcc_tune_signatures_make(p, &sigs, &err) == 0, "%s: signatures: %s", what, err.msg);
+  ck_assert_int_ge(sigs.nkernels, 1);
   tcc_kernel_config cands[TCC_TUNE_MAX_CANDIDATES];
   int n = tcc_tune_candidates(TCC__V1__DEVICE_TYPE__CUDA, cands);
   int checked = 0;
   for (int c = 0; c < n; c++) {
-    tcc_kernel_config *cfg = calloc((size_t)plan.nkernels, sizeof *cfg);
-    for (int k = 0; k < plan.nkernels; k++) cfg[k] = cands[c];
+    tcc_kernel_config *cfg = calloc((size_t)sigs.nkernels, sizeof *cfg);
+    for (int k = 0; k < sigs.nkernels; k++) cfg[k] = cands[c];
     tcc_artifact a;
     char name[256], text[TCC_TUNE_CONFIG_TEXT];
     snprintf(name, sizeof name, "%s candidate %d (%s)", what, c, tcc_kernel_config_format(&cands[c], text, sizeof text));
-    ck_assert_msg(tcc_compile_tuned(p, NULL, cfg, plan.nkernels, 1, &a, &err) == 0, "%s: %s", name, err.msg);
+    ck_assert_msg(tcc_compile_tuned(p, NULL, cfg, sigs.nkernels, 1, &a, &err) == 0, "%s: %s", name, err.msg);
     ck_assert_int_eq(a.kind, TCC__V1__ARTIFACT_KIND__CUBIN);
     checked += check_candidate(name, &cands[c], &a);
     if (c == 0) {
@@ -138,7 +138,7 @@ static int every_candidate(const Tcc__V1__CompileRequest *req, const char *what)
     tcc_artifact_free(&a);
     free(cfg);
   }
-  tcc_tune_plan_free(&plan);
+  tcc_tune_signatures_free(&sigs);
   tcc_artifact_free(&plain);
   tcc_prepared_free(p);
   return checked;
@@ -289,19 +289,19 @@ START_TEST(plan_signatures) {
       tcc_prepared *p;
       tcc_error err;
       ck_assert_msg(tcc_prepare(reqb_req(b), "test-id", &p, &err) == 0, "%s", err.msg);
-      tcc_tune_plan plan;
-      ck_assert_msg(tcc_tune_plan_make(p, &plan, &err) == 0, "%s", err.msg);
-      ck_assert_int_eq(plan.nkernels, g + 1);
+      tcc_tune_signatures sigs;
+      ck_assert_msg(tcc_tune_signatures_make(p, &sigs, &err) == 0, "%s", err.msg);
+      ck_assert_int_eq(sigs.nkernels, g + 1);
       int sm = -1;
-      for (int k = 0; k < plan.nkernels; k++)
-        if (!strcmp(plan.kernels[k].kind, "reduction")) sm = k;
+      for (int k = 0; k < sigs.nkernels; k++)
+        if (!strcmp(sigs.kernels[k].kind, "reduction")) sm = k;
       ck_assert_int_ge(sm, 0);
       if (g == 1) {
-        ck_assert_str_eq(plan.kernels[1 - sm].kind, "pointwise");
-        ck_assert(memcmp(plan.kernels[0].signature, plan.kernels[1].signature, TCC_SHA256_BYTES));
+        ck_assert_str_eq(sigs.kernels[1 - sm].kind, "pointwise");
+        ck_assert(memcmp(sigs.kernels[0].signature, sigs.kernels[1].signature, TCC_SHA256_BYTES));
       }
-      memcpy(sig[a][g], plan.kernels[sm].signature, TCC_SHA256_BYTES);
-      tcc_tune_plan_free(&plan);
+      memcpy(sig[a][g], sigs.kernels[sm].signature, TCC_SHA256_BYTES);
+      tcc_tune_signatures_free(&sigs);
       tcc_prepared_free(p);
       reqb_free(b);
     }

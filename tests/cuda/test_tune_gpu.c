@@ -21,7 +21,7 @@
  * sin + cos 4e-6 absolute; sums 2e-6 * sum |x|.
  * Inputs: uniform in [-3, 3) from the printed seed (TCC_TEST_SEED).
  * Skips (exit 77) without a CUDA driver and device, or without NVRTC.
- * TCCD_BENCH_EXE names the benchmark child (meson sets it).
+ * TCC_BENCH_EXE names the benchmark child (meson sets it).
  */
 #include <check.h>
 #include <math.h>
@@ -30,7 +30,7 @@
 #include <string.h>
 
 #include "compiler.h"
-#include "nvrtc.h"
+#include "tcc_nvrtc.h"
 #include "tcc_runtime.h"
 #include "tcctest.h"
 #include "tune_child.h"
@@ -164,23 +164,23 @@ static void run_and_check(const tcase_def *c, const tcc_kernel_config *cfg, int 
   reqb_free(b);
 }
 
-/* Case c built (*b) and prepared (*p), and its tuning plan; the caller
+/* Case c built (*b) and prepared (*p), and its tuning signatures; the caller
  * frees all three. */
-static void prepare_case(const tcase_def *c, reqb **b, tcc_prepared **p, tcc_tune_plan *plan) {
+static void prepare_case(const tcase_def *c, reqb **b, tcc_prepared **p, tcc_tune_signatures *sigs) {
   *b = build(c);
   tcc_error err;
   ck_assert_msg(tcc_prepare(reqb_req(*b), "gpu-tune-test", p, &err) == 0, "%s", err.msg);
-  ck_assert_msg(tcc_tune_plan_make(*p, plan, &err) == 0, "%s", err.msg);
+  ck_assert_msg(tcc_tune_signatures_make(*p, sigs, &err) == 0, "%s", err.msg);
 }
 
 /* Live kernels of case c. */
 static int live_kernels(const tcase_def *c) {
   reqb *b;
   tcc_prepared *p;
-  tcc_tune_plan plan;
-  prepare_case(c, &b, &p, &plan);
-  int nk = plan.nkernels;
-  tcc_tune_plan_free(&plan);
+  tcc_tune_signatures sigs;
+  prepare_case(c, &b, &p, &sigs);
+  int nk = sigs.nkernels;
+  tcc_tune_signatures_free(&sigs);
   tcc_prepared_free(p);
   reqb_free(b);
   return nk;
@@ -206,8 +206,8 @@ START_TEST(every_candidate_vs_float64) {
 END_TEST
 
 START_TEST(tuning_path_on_the_gpu) {
-  const char *exe = getenv("TCCD_BENCH_EXE");
-  ck_assert_msg(exe && *exe, "TCCD_BENCH_EXE is not set");
+  const char *exe = getenv("TCC_BENCH_EXE");
+  ck_assert_msg(exe && *exe, "TCC_BENCH_EXE is not set");
   tccd_gpu_probe_result probe;
   TT_OK(tccd_gpu_probe(exe, 60000, &probe, &e_));
   ck_assert_int_ge(probe.ndevices, 1);
@@ -219,10 +219,10 @@ START_TEST(tuning_path_on_the_gpu) {
     const tcase_def *tc = &CASES[i];
     reqb *b;
     tcc_prepared *p;
-    tcc_tune_plan plan;
-    prepare_case(tc, &b, &p, &plan);
+    tcc_tune_signatures sigs;
+    prepare_case(tc, &b, &p, &sigs);
     tcc_error err;
-    int nk = plan.nkernels;
+    int nk = sigs.nkernels;
     tcc_bench_result res[TCC_TUNE_MAX_CANDIDATES];
     tcc_artifact ref_art;
     memset(&ref_art, 0, sizeof ref_art);
@@ -263,7 +263,7 @@ START_TEST(tuning_path_on_the_gpu) {
     tcc_artifact_free(&ref_art);
     free(best);
     free(best_ns);
-    tcc_tune_plan_free(&plan);
+    tcc_tune_signatures_free(&sigs);
     tcc_prepared_free(p);
     reqb_free(b);
   }

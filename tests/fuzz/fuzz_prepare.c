@@ -1,7 +1,7 @@
 /*
  * fuzz_prepare.c — libFuzzer target: arbitrary bytes through
  * tcc_prepare_bytes (decode, verify, canonicalize, guard key), and for
- * requests that prepare, the back end up to C source (lower, fuse, plan,
+ * requests that prepare, the back end up to C source (lower, fuse, place,
  * emit; no C compiler is run). Built only with -Dfuzz=true and clang;
  * run it with scripts/fuzz.
  *

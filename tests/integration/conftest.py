@@ -4,7 +4,7 @@ loopback port with a temporary cache directory, the real tcctl, and Python
 protobuf modules generated from proto/ (grpcio-tools) for an independent
 client.
 
-Paths come from meson (TCCD_BUILD_DIR, TCCD_SOURCE_DIR); run the tests with
+Paths come from meson (TCC_BUILD_DIR, TCC_SOURCE_DIR); run the tests with
 `meson test -C build --suite integration` or scripts/test.
 
 Every daemon signs with a key made once per session by `tcctl keygen`
@@ -22,8 +22,8 @@ import time
 
 import pytest
 
-BUILD = os.environ.get("TCCD_BUILD_DIR") or os.path.join(os.path.dirname(__file__), "../../build")
-SOURCE = os.environ.get("TCCD_SOURCE_DIR") or os.path.join(os.path.dirname(__file__), "../..")
+BUILD = os.environ.get("TCC_BUILD_DIR") or os.path.join(os.path.dirname(__file__), "../../build")
+SOURCE = os.environ.get("TCC_SOURCE_DIR") or os.path.join(os.path.dirname(__file__), "../..")
 TCCD = os.path.join(BUILD, "daemon", "tccd")
 TCCTL = os.path.join(BUILD, "client", "tcctl")
 TCC_RUN = os.path.join(BUILD, "tests", "integration", "tcc-run")

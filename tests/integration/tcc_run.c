@@ -65,7 +65,7 @@ int main(int argc, char **argv) {
   Tcc__V1__CompileRequest *req = (Tcc__V1__CompileRequest *)msg;
 
   tcc_client *client = NULL;
-  tcc_kernel *kernel = NULL;
+  tcc_module *kernel = NULL;
   Tcc__V1__CompileResponse *resp = NULL;
   int rc = 1;
   void **inputs = calloc((size_t)nin + 1, sizeof *inputs);
@@ -73,11 +73,11 @@ int main(int argc, char **argv) {
   size_t *out_bytes = calloc((size_t)nout + 1, sizeof *out_bytes);
 
   if (tcc_client_connect(argv[1], NULL, &client, &err) != 0 ||
-      tcc_client_get_kernel(client, req, &kernel, &resp, &err) != 0) {
+      tcc_client_get_module(client, req, &kernel, &resp, &err) != 0) {
     fprintf(stderr, "tcc-run: %s: %s\n", tcc_status_name(err.code), err.msg);
     goto out;
   }
-  const Tcc__V1__Manifest *m = tcc_kernel_manifest(kernel);
+  const Tcc__V1__Manifest *m = tcc_module_manifest(kernel);
   if ((int)m->n_inputs != nin || (int)m->n_outputs != nout) {
     fprintf(stderr, "tcc-run: the kernel takes %zu inputs and %zu outputs; got %d and %d files\n",
             m->n_inputs, m->n_outputs, nin, nout);
@@ -97,7 +97,7 @@ int main(int argc, char **argv) {
     outputs[i] = calloc(1, out_bytes[i] + 1);
   }
   void *workspace = m->workspace_bytes > 0 ? calloc(1, (size_t)m->workspace_bytes) : NULL;
-  int run = tcc_kernel_run(kernel, (const void *const *)inputs, outputs, workspace, &err);
+  int run = tcc_module_run(kernel, (const void *const *)inputs, outputs, workspace, &err);
   free(workspace);
   if (run != 0) {
     fprintf(stderr, "tcc-run: run: %s\n", err.msg);
@@ -122,7 +122,7 @@ out:
   free(outputs);
   free(out_bytes);
   if (resp) tcc__v1__compile_response__free_unpacked(resp, NULL);
-  tcc_kernel_unload(kernel);
+  tcc_module_unload(kernel);
   tcc_client_close(client);
   protobuf_c_message_free_unpacked(msg, NULL);
   return rc;

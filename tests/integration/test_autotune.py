@@ -2,7 +2,7 @@
 max-autotune against the real daemon: candidates are built on the pool and
 benchmarked in tccd-bench children; the tuned kernels compute the right
 thing (vs NumPy on fresh random inputs); a candidate that crashes, hangs
-or computes a wrong answer (TCCD_BENCH_FAULT, test-only) is discarded and
+or computes a wrong answer (TCC_BENCH_FAULT, test-only) is discarded and
 logged while the daemon keeps serving; tuning records are reused by
 another graph with the same kernel (zero benchmark runs, also after a
 restart); CUDA targets are stored untuned (no GPU here).
@@ -151,7 +151,7 @@ def test_faulty_candidates_are_discarded(daemon_factory, tmp_path):
     corrupts its outputs: each is discarded and logged, the daemon keeps
     serving, and the kernel it stores is still right."""
     d = daemon_factory(extra_args=["--autotune-reps", "3", "--autotune-timeout-ms", "1500"],
-                       env={"TCCD_BENCH_FAULT": "crash=1,hang=2,wrong=3"}).start()
+                       env={"TCC_BENCH_FAULT": "crash=1,hang=2,wrong=3"}).start()
     seed, rng = seed_rng()
     x = rng.standard_normal((64, 1000)).astype(np.float32) * 3
     t0 = time.time()
@@ -175,6 +175,22 @@ def test_faulty_candidates_are_discarded(daemon_factory, tmp_path):
     line, (y,) = run(d.addr, write(tmp_path, "pw.json", pw), [xt], [(20, 30)], tmp_path)
     np.testing.assert_allclose(y, 1 / (1 + np.exp(-xt.astype(np.float64))), rtol=1e-5, atol=1e-6)
     assert d.stats()["autotune_runs"] == 2
+    assert d.stop() == 0
+
+
+def test_old_bench_exe_name_is_still_read(daemon_factory, tmp_path):
+    """TCCD_BENCH_EXE, TCC_BENCH_EXE's documented name before the naming
+    rule, is read until 0.2, with a warning. Here it names no program: no
+    candidate is measured, and the default kernel is served, right."""
+    missing = str(tmp_path / "no-such-tccd-bench")
+    d = daemon_factory(extra_args=FAST, env={"TCCD_BENCH_EXE": missing}).start()
+    xt = np.linspace(-3, 3, 20 * 30, dtype=np.float32).reshape(20, 30)
+    pw = request([("x", [20, 30]), ("y", [20, 30])], ["x"], ["y"], [unary_node("tanh", "x", "y")])
+    line, (y,) = run(d.addr, write(tmp_path, "pw.json", pw), [xt], [(20, 30)], tmp_path)
+    np.testing.assert_allclose(y, np.tanh(xt.astype(np.float64)), rtol=1e-5, atol=1e-6)
+    log = d.read_log()
+    assert log.count("TCCD_BENCH_EXE is deprecated") == 1, log
+    assert f"cannot run '{missing}'" in log and "-> candidate" not in log, log
     assert d.stop() == 0
 
 

@@ -2,11 +2,11 @@
 max-autotune for CUDA targets against the real daemon, with the recording
 fake libcuda (tests/cuda/fake_libcuda.c; TCC_CUDA_LIBRARY) standing in
 for a GPU in the benchmark children: its clock advances by a programmed
-time per launch (FAKE_CUDA_LAUNCH_US, by kernel name and block size), so
+time per launch (TCC_FAKE_CUDA_LAUNCH_US, by kernel name and block size), so
 the test decides which candidate is fastest and checks that the served
 artifact's launch geometry is that candidate's; candidates that crash,
-hang, fail to launch (FAKE_CUDA_LAUNCH_FAIL) or compute a wrong answer
-(TCCD_BENCH_FAULT, test-only) are discarded and counted like CPU ones;
+hang, fail to launch (TCC_FAKE_CUDA_LAUNCH_FAIL) or compute a wrong answer
+(TCC_BENCH_FAULT, test-only) are discarded and counted like CPU ones;
 the tuning record is reused with zero benchmarks; and a daemon whose
 driver has no device, or only one of another arch, stores the entry
 untuned. NVRTC builds the real cubins (skipped without it); nothing runs
@@ -28,8 +28,8 @@ def fake_gpu(nparams=3, **extra):
     """Environment of a daemon whose benchmark children see one fake sm_90
     GPU; nparams = inputs + outputs + 1 of the graphs it will compile (the
     fake checks every kernel's parameter count)."""
-    env = {"TCC_CUDA_LIBRARY": FAKE_CUDA, "TCC_CUBLAS_LIBRARY": FAKE_CUBLAS, "FAKE_CUDA_CC": "90",
-           "FAKE_CUDA_NPARAMS": str(nparams)}
+    env = {"TCC_CUDA_LIBRARY": FAKE_CUDA, "TCC_CUBLAS_LIBRARY": FAKE_CUBLAS,
+           "TCC_FAKE_CUDA_CC": "90", "TCC_FAKE_CUDA_NPARAMS": str(nparams)}
     env.update(extra)
     return env
 
@@ -53,7 +53,7 @@ def test_fastest_candidate_is_served_and_its_record_reused(daemon_factory, tmp_p
     # Launches of k0 with 512-thread blocks take 5 us, any other 40 us.
     cache = str(tmp_path / "cache")
     d = daemon_factory(cache_dir=cache, extra_args=FAST,
-                       env=fake_gpu(FAKE_CUDA_LAUNCH_US="k0@b512=5,k0=40")).start()
+                       env=fake_gpu(TCC_FAKE_CUDA_LAUNCH_US="k0@b512=5,k0=40")).start()
     plain = compile_cuda(d, tmp_path, "plain.json", softmax_req(mode="DEFAULT"))
     assert blocks(plain) == {"k0": 256}, "default mode keeps the heuristic"
     r = compile_cuda(d, tmp_path, "t.json", softmax_req())
@@ -72,7 +72,7 @@ def test_fastest_candidate_is_served_and_its_record_reused(daemon_factory, tmp_p
     # benchmarked, also after a restart.
     assert d.stop() == 0
     d = daemon_factory(cache_dir=cache, extra_args=FAST,
-                       env=fake_gpu(FAKE_CUDA_LAUNCH_US="k0@b128=1,k0=40")).start()
+                       env=fake_gpu(TCC_FAKE_CUDA_LAUNCH_US="k0@b128=1,k0=40")).start()
     r2 = compile_cuda(d, tmp_path, "t2.json", softmax_req(mode="MAX_AUTOTUNE_NO_CUDAGRAPHS"))
     assert r2["cache"] == "miss" and r2["guard_hash"] != r["guard_hash"]
     assert blocks(r2) == {"k0": 512}
@@ -87,8 +87,8 @@ def test_failing_candidates_are_discarded(daemon_factory, tmp_path):
     # candidate 2 crashes, 5 computes a wrong answer, 6 hangs (killed at
     # --autotune-timeout-ms), and every launch with 1024 threads
     # (candidate 3) fails: candidate 1 wins.
-    env = fake_gpu(FAKE_CUDA_LAUNCH_US="k0@b512=5,k0@b128=20,k0=40", FAKE_CUDA_LAUNCH_FAIL="k0@b1024",
-                   TCCD_BENCH_FAULT="crash=2,wrong=5,hang=6")
+    env = fake_gpu(TCC_FAKE_CUDA_LAUNCH_US="k0@b512=5,k0@b128=20,k0=40",
+                   TCC_FAKE_CUDA_LAUNCH_FAIL="k0@b1024", TCC_BENCH_FAULT="crash=2,wrong=5,hang=6")
     d = daemon_factory(extra_args=["--autotune-reps", "3", "--autotune-timeout-ms", "3000"], env=env).start()
     r = compile_cuda(d, tmp_path, "t.json", softmax_req())
     assert blocks(r) == {"k0": 128}, r["manifest"]["kernels"]
@@ -109,7 +109,8 @@ def test_failing_candidates_are_discarded(daemon_factory, tmp_path):
 def test_cublas_steps_are_measured_and_kept(daemon_factory, tmp_path):
     # gelu(x @ w.T + b): a cuBLAS step (k0) then a pointwise epilogue (k1);
     # pointwise launches with 128 threads are fastest.
-    d = daemon_factory(extra_args=FAST, env=fake_gpu(nparams=5, FAKE_CUDA_LAUNCH_US="k1@b128=2,*=30")).start()
+    d = daemon_factory(extra_args=FAST,
+                       env=fake_gpu(nparams=5, TCC_FAKE_CUDA_LAUNCH_US="k1@b128=2,*=30")).start()
     r = compile_cuda(d, tmp_path, "mlp.json", gelu_mlp_req())
     kinds = [k["kind"] for k in r["manifest"]["kernels"]]
     assert kinds[0] == "extern" and "gemm" in r["manifest"]["kernels"][0]
@@ -120,8 +121,9 @@ def test_cublas_steps_are_measured_and_kept(daemon_factory, tmp_path):
     assert d.stop() == 0
 
 
-@pytest.mark.parametrize("env,why", [({"FAKE_CUDA_INIT_ERROR": "100"}, "no GPU on this daemon: "),
-                                     ({"FAKE_CUDA_CC": "80"}, "runs sm_90 natively (device 0 is sm_80)")])
+@pytest.mark.parametrize("env,why", [
+    ({"TCC_FAKE_CUDA_INIT_ERROR": "100"}, "no GPU on this daemon: "),
+    ({"TCC_FAKE_CUDA_CC": "80"}, "runs sm_90 natively (device 0 is sm_80)")])
 def test_no_usable_gpu_is_untuned(daemon_factory, tmp_path, env, why):
     d = daemon_factory(extra_args=FAST, env=fake_gpu(**env)).start()
     r = compile_cuda(d, tmp_path, "t.json", softmax_req())

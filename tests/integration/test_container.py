@@ -98,7 +98,7 @@ def test_healthcheck_with_tls_and_tokens_from_the_environment(tmp_path):
                TCCD_TLS_CERT=cert, TCCD_TLS_KEY=key, TCCD_AUTH_TOKENS=str(tokens), TCCD_NO_SIGNING="1",
                TCCD_ALLOW_ROOT="1" if os.geteuid() == 0 else "0")
     check = os.path.join(SOURCE, "scripts", "tccd-healthcheck")
-    hc_env = dict(env, TCCTL=TCCTL, TCCD_HEALTHCHECK_CA=os.path.join(d, "ca.pem"))
+    hc_env = dict(env, TCC_TCCTL=TCCTL, TCCD_HEALTHCHECK_CA=os.path.join(d, "ca.pem"))
     assert subprocess.run([check], env=hc_env, capture_output=True, timeout=30).returncode != 0, "nothing serves yet"
     proc = subprocess.Popen([TCCD], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:

@@ -3,7 +3,7 @@ Fixtures for the Python package tests: the real tccd on a free loopback
 port with a temporary cache, the real tcctl, and the `tccd` package bound
 to this build's libtccclient.so (TCCD_CLIENT_LIB).
 
-Paths come from meson (TCCD_BUILD_DIR, TCCD_SOURCE_DIR); run with
+Paths come from meson (TCC_BUILD_DIR, TCC_SOURCE_DIR); run with
 `meson test -C <build> --suite python` (or scripts/test). Every numerical
 test draws fresh random inputs from a seed printed in its output.
 
@@ -25,8 +25,8 @@ import time
 import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-BUILD = os.path.abspath(os.environ.get("TCCD_BUILD_DIR") or os.path.join(HERE, "../../build"))
-SOURCE = os.path.abspath(os.environ.get("TCCD_SOURCE_DIR") or os.path.join(HERE, "../.."))
+BUILD = os.path.abspath(os.environ.get("TCC_BUILD_DIR") or os.path.join(HERE, "../../build"))
+SOURCE = os.path.abspath(os.environ.get("TCC_SOURCE_DIR") or os.path.join(HERE, "../.."))
 TCCD = os.path.join(BUILD, "daemon", "tccd")
 TCCTL = os.path.join(BUILD, "client", "tcctl")
 CLIENT_LIB = os.path.join(BUILD, "client", "libtccclient.so")
@@ -184,8 +184,8 @@ def fresh_state():
     """Each test: Dynamo's caches reset, tccd's counters zeroed, a fresh seed."""
     torch._dynamo.reset()
     tccd.reset_stats()
-    # TCCD_TEST_SEED replays a failing run's seed (printed with each test)
-    seed = int(os.environ.get("TCCD_TEST_SEED") or time.time_ns() % (2**31))
+    # TCC_TEST_SEED replays a failing run's seed (printed with each test)
+    seed = int(os.environ.get("TCC_TEST_SEED") or time.time_ns() % (2**31))
     torch.manual_seed(seed)
     print(f"seed {seed}")
     yield seed

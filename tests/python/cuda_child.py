@@ -10,7 +10,7 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.proxy_tensor import make_fx
 
-sys.path.insert(0, os.environ["TCCD_PKG"])
+sys.path.insert(0, os.environ["TCC_PKG"])
 from tccd import _lib, config, dynamo  # noqa: E402
 
 
@@ -35,7 +35,7 @@ fake.fake_cuda_events.restype = ctypes.c_char_p
 lib = _lib.load()
 lib.tcc_rt_cuda_stream_create.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p]
 for p in cg.partitions:
-    report["views"] = p.plan.n_views
+    report["views"] = p.assembly.n_views
     for k in p._kernels.values():
         # the fake driver's device memory is host memory: host buffers stand in
         ins = [torch.randn(s, dtype=dt) for s, _, _, dt in k.input_specs]

@@ -216,7 +216,7 @@ def test_loaded_graph_partitions_again_when_the_daemon_refuses_a_node(daemon, mo
                                                                       aot_dir):
     """A loaded graph whose first partitioning meets a node the daemon
     refuses partitions again from a fresh copy of the loaded graph. (The
-    plan the first round saves is removed: the second round partitions.)"""
+    recipe the first round saves is removed: the second round partitions.)"""
     from tccd import partition as P
 
     ops = {"aten.sin.default": "pointwise", "aten.mul.Tensor": "pointwise",
@@ -232,7 +232,7 @@ def test_loaded_graph_partitions_again_when_the_daemon_refuses_a_node(daemon, mo
     for round in range(2):
         torch._dynamo.reset()
         P.forget_op_tables()                   # nothing learned from the round before
-        for path in _plan_files(aot_dir):
+        for path in _recipe_files(aot_dir):
             path.unlink()
         before = _hits()
         x = torch.randn(7, 3)
@@ -261,14 +261,14 @@ def test_damaged_entry_is_traced_again(daemon, aot_dir, damage):
     assert _hits() == before
 
 
-# ------------------------------------------------------------------ saved plans
+# ------------------------------------------------------------------ saved recipes
 
-def _plan_hits():
-    return tccd.stats()["aot_plan_hits"]
+def _recipe_hits():
+    return tccd.stats()["aot_recipe_hits"]
 
 
-def _plan_files(d):
-    p = d / "tccd" / "plans"
+def _recipe_files(d):
+    p = d / "tccd" / "recipes"
     return sorted(p.iterdir()) if p.exists() else []
 
 
@@ -290,43 +290,47 @@ def _count_graph_loads(monkeypatch):
     return loads
 
 
-def _rewrite_plans(d, change):
+def _rewrite_recipes(d, change):
     import pickle
 
-    for path in _plan_files(d):
+    for path in _recipe_files(d):
         saved = pickle.loads(path.read_bytes())
         change(saved)
         path.write_bytes(pickle.dumps(saved))
 
 
-def test_reload_runs_from_the_saved_plan(daemon, aot_dir, monkeypatch):
+def test_reload_runs_from_the_saved_recipe(daemon, aot_dir, monkeypatch):
     """An entry's first setup saves each graph's partitioning; a reload runs
     from it -- no graph unpickled, nothing partitioned -- and gets eager's
     values and gradients."""
     _train_step(_gelu_view, "tccd", (8, 16), (16, 4))
-    assert [p.name.rsplit("-", 1)[1] for p in _plan_files(aot_dir)] == \
-        ["backward.plan", "forward.plan"]
+    assert [p.name.rsplit("-", 1)[1] for p in _recipe_files(aot_dir)] == \
+        ["backward.recipe", "forward.recipe"]
     loads = _count_graph_loads(monkeypatch)
     torch._dynamo.reset()
-    hits, planned = _hits(), _plan_hits()
+    hits, restored = _hits(), _recipe_hits()
     _train_step(_gelu_view, "tccd", (8, 16), (16, 4))
-    assert _hits() == hits + 2 and _plan_hits() == planned + 2
+    assert _hits() == hits + 2 and _recipe_hits() == restored + 2
     assert loads == []
-    details = [g for g in tccd.stats()["graphs_detail"] if g.get("planned")]
+    stats = tccd.stats()
+    details = [g for g in stats["graphs_detail"] if g.get("from_recipe")]
     assert len(details) >= 2 and all(g["fallback_ops"] == 0 for g in details)
+    # the deprecated names (until 0.2) say the same
+    assert stats["aot_plan_hits"] == stats["aot_recipe_hits"]
+    assert all(g["planned"] for g in details)
 
 
-def test_inputs_the_plan_never_saw_partition_again(daemon, aot_dir, monkeypatch):
-    """A planned partition called with a layout it has no kernel for (here:
-    a plan whose signatures were altered) runs the graph from the loaded
-    entry instead, right, and saves a plan that fits."""
+def test_inputs_the_recipe_never_saw_partition_again(daemon, aot_dir, monkeypatch):
+    """A restored partition called with a layout it has no kernel for
+    (here: a recipe whose signatures were altered) runs the graph from the
+    loaded entry instead, right, and saves a recipe that fits."""
     _train_step(_gelu_view, "tccd", (8, 16), (16, 4))
 
     def shift_offsets(saved):
         for sp in saved["partitions"]:
             sp["kernels"] = [(tuple((k[0], k[1], k[2], k[3] + 1, k[4]) for k in key), *rest)
                              for key, *rest in sp["kernels"]]
-    _rewrite_plans(aot_dir, shift_offsets)
+    _rewrite_recipes(aot_dir, shift_offsets)
     loads = _count_graph_loads(monkeypatch)
     torch._dynamo.reset()
     graphs = tccd.stats()["graphs"]
@@ -334,24 +338,24 @@ def test_inputs_the_plan_never_saw_partition_again(daemon, aot_dir, monkeypatch)
     assert len(loads) == 2                  # forward and backward, loaded after all
     assert tccd.stats()["graphs"] == graphs + 2     # each counted once
     torch._dynamo.reset()
-    planned = _plan_hits()
+    restored = _recipe_hits()
     _train_step(_gelu_view, "tccd", (8, 16), (16, 4))
-    assert _plan_hits() == planned + 2 and len(loads) == 2
+    assert _recipe_hits() == restored + 2 and len(loads) == 2
 
 
 @pytest.mark.parametrize("damage", ["garbage", "refused", "another tccd"])
-def test_unusable_plan_partitions_again(daemon, aot_dir, monkeypatch, damage):
-    """A plan that does not unpickle, whose requests the daemon rejects, or
+def test_unusable_recipe_partitions_again(daemon, aot_dir, monkeypatch, damage):
+    """A recipe that does not unpickle, whose requests the daemon rejects, or
     that another version of the package wrote costs a partitioning, not a
     crash or a wrong answer."""
     from tccd._proto import tcc_pb2 as pb
 
     _train_step(_gelu_view, "tccd", (8, 16), (16, 4))
     if damage == "garbage":
-        for path in _plan_files(aot_dir):
+        for path in _recipe_files(aot_dir):
             path.write_bytes(os.urandom(path.stat().st_size))
     elif damage == "another tccd":
-        _rewrite_plans(aot_dir, lambda saved: saved.update(package="0" * 64))
+        _rewrite_recipes(aot_dir, lambda saved: saved.update(package="0" * 64))
     else:
         def bad_output(saved):
             for sp in saved["partitions"]:
@@ -359,17 +363,17 @@ def test_unusable_plan_partitions_again(daemon, aot_dir, monkeypatch, damage):
                     req = pb.CompileRequest.FromString(request)
                     req.graph.outputs.append("no_such_value")
                     sp["kernels"][i] = (key, req.SerializeToString(), *rest)
-        _rewrite_plans(aot_dir, bad_output)
+        _rewrite_recipes(aot_dir, bad_output)
     loads = _count_graph_loads(monkeypatch)
     torch._dynamo.reset()
-    planned = _plan_hits()
+    restored = _recipe_hits()
     _train_step(_gelu_view, "tccd", (8, 16), (16, 4))
-    assert _plan_hits() == planned and len(loads) == 2
+    assert _recipe_hits() == restored and len(loads) == 2
 
 
-def test_plan_keeps_the_ops_that_run_eagerly(daemon, aot_dir, monkeypatch):
-    """A graph with ops the daemon does not compile (cumprod, sort) is
-    planned too: the plan calls them eagerly where the graph did, and
+def test_recipe_keeps_the_ops_that_run_eagerly(daemon, aot_dir, monkeypatch):
+    """A graph with ops the daemon does not compile (cumprod, sort) gets
+    a recipe too: the recipe calls them eagerly where the graph did, and
     counts them as fallback as the first setup did."""
     def f(x, y):
         a = torch.sin(x) * 2 + y
@@ -379,22 +383,22 @@ def test_plan_keeps_the_ops_that_run_eagerly(daemon, aot_dir, monkeypatch):
     tccd.reset_stats()
     _train_step(f, "tccd", (6, 5), (6, 5))
     first = tccd.stats()
-    assert first["fallback_ops"] > 0 and len(_plan_files(aot_dir)) == 2
+    assert first["fallback_ops"] > 0 and len(_recipe_files(aot_dir)) == 2
     loads = _count_graph_loads(monkeypatch)
     torch._dynamo.reset()
     tccd.reset_stats()
     _train_step(f, "tccd", (6, 5), (6, 5))
     again = tccd.stats()
-    assert again["aot_plan_hits"] == 2 and loads == []
+    assert again["aot_recipe_hits"] == 2 and loads == []
     for k in ("graphs", "ops", "compiled_ops", "fallback_ops", "partitions", "kernels"):
         assert again[k] == first[k], k
     assert tccd.fallback_ops().get("aten.cumprod.default", 0) >= 1
 
 
 @pytest.mark.parametrize("fallback", ["error", "eager"])
-def test_planned_graph_when_the_daemon_is_down(daemon, aot_dir, monkeypatch, tmp_path, fallback):
-    """A warm entry with a plan and no daemon: the clear TccdUnavailable of
-    any setup (once, not again from partitioning), and the plan serves
+def test_recipe_when_the_daemon_is_down(daemon, aot_dir, monkeypatch, tmp_path, fallback):
+    """A warm entry with a recipe and no daemon: the clear TccdUnavailable
+    of any setup (once, not again from partitioning), and the recipe serves
     when the daemon is back; with fallback="eager", the warning and
     eager's answer."""
     import warnings
@@ -402,8 +406,8 @@ def test_planned_graph_when_the_daemon_is_down(daemon, aot_dir, monkeypatch, tmp
     from conftest import Daemon, free_port
 
     backend = tccd.backend(fallback="eager") if fallback == "eager" else "tccd"
-    _train_step(_gelu_view, backend, (8, 16), (16, 4))     # entry and plans
-    assert len(_plan_files(aot_dir)) == 2
+    _train_step(_gelu_view, backend, (8, 16), (16, 4))     # entry and recipes
+    assert len(_recipe_files(aot_dir)) == 2
     port = free_port()
     monkeypatch.setenv("TCCD_ADDR", f"127.0.0.1:{port}")
     monkeypatch.setenv("TCCD_CONNECT_TIMEOUT_MS", "500")
@@ -429,21 +433,21 @@ def test_planned_graph_when_the_daemon_is_down(daemon, aot_dir, monkeypatch, tmp
     assert len(connects) == 1                # one connect timeout, not a second one
     d = Daemon(tmp_path / "back", port=port).start()
     try:
-        planned = _plan_hits()
+        restored = _recipe_hits()
         with warnings.catch_warnings():
             warnings.simplefilter("error", tccd.TccdFallbackWarning)
             out = opt(x, w)
             torch.testing.assert_close(out.double(), want, **TOL)
             out.sum().backward()
-        assert _plan_hits() == planned + 2
+        assert _recipe_hits() == restored + 2
     finally:
         assert d.stop() == 0
 
 
-def test_dynamic_shapes_plan(daemon, aot_dir, monkeypatch):
-    """A dynamic-shape graph is planned with its dynamic kernels (any size
+def test_dynamic_shapes_recipe(daemon, aot_dir, monkeypatch):
+    """A dynamic-shape graph's recipe holds its dynamic kernels (any size
     their guards admit) and the per-size kernels of partitions the daemon
-    would not make dynamic: a reload at a size the plan has serves from
+    would not make dynamic: a reload at a size the recipe has serves from
     it; at a size only a dynamic kernel admits, the graphs whose every
     partition has one still do, and the others partition again."""
     be = tccd.backend(dynamic=True)
@@ -461,15 +465,15 @@ def test_dynamic_shapes_plan(daemon, aot_dir, monkeypatch):
         torch.testing.assert_close(w.grad.double(), wr.grad, **TOL)
 
     step(8)
-    assert len(_plan_files(aot_dir)) == 2
+    assert len(_recipe_files(aot_dir)) == 2
     loads = _count_graph_loads(monkeypatch)
     torch._dynamo.reset()
-    planned, dyn = _plan_hits(), tccd.stats()["dynamic_kernels"]
+    restored, dyn = _recipe_hits(), tccd.stats()["dynamic_kernels"]
     step(8)
-    assert _plan_hits() == planned + 2 and loads == []
-    assert tccd.stats()["dynamic_kernels"] > dyn         # the plan fetched dynamic kernels
+    assert _recipe_hits() == restored + 2 and loads == []
+    assert tccd.stats()["dynamic_kernels"] > dyn         # the recipe fetched dynamic kernels
     step(20)                                             # the same compiled graphs, another size
-    # the forward's one partition is dynamic: it serves 20 from the plan;
+    # the forward's one partition is dynamic: it serves 20 from the recipe;
     # the backward has a partition the daemon compiles per size (its
     # tccd_1 today): that graph alone loads and partitions again
     assert len(loads) <= 1

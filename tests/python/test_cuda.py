@@ -5,7 +5,7 @@ Without a GPU (this machine, CI): a graph traced on fake CUDA tensors goes
 through the backend's setup in a child process whose libtccclient is bound
 to the recording fake libcuda/libcublas (tests/cuda): the daemon compiles
 the partition for the device's arch (NVRTC), the package loads the cubin
-through libtccclient, and a launch on a stream runs the manifest's plan
+through libtccclient, and a launch on a stream runs the manifest's launch plan
 with the package's pointers, in order. Skipped when the build has no NVRTC.
 
 With a GPU (torch.cuda.is_available()): three training steps of every
@@ -42,10 +42,10 @@ def test_cuda_option_defaults_to_compile_and_is_validated(monkeypatch):
 @pytest.mark.skipif(not os.path.exists(FAKE_CUDA), reason="fake libcuda not built")
 def test_cuda_graph_compiles_and_launches_through_the_loader(daemon):
     env = dict(os.environ, TCC_CUDA_LIBRARY=FAKE_CUDA, TCC_CUBLAS_LIBRARY=FAKE_CUBLAS,
-               FAKE_CUDA_CC="90", TCCD_ADDR=daemon.addr,
+               TCC_FAKE_CUDA_CC="90", TCCD_ADDR=daemon.addr,
                # every kernel takes the ABI's parameters: 3 inputs, 2 outputs, workspace
-               FAKE_CUDA_NPARAMS="6",
-               TCCD_PKG=os.path.join(SOURCE, "client", "python"))
+               TCC_FAKE_CUDA_NPARAMS="6",
+               TCC_PKG=os.path.join(SOURCE, "client", "python"))
     p = subprocess.run([sys.executable, os.path.join(HERE, "cuda_child.py")], env=env,
                        capture_output=True, text=True, timeout=300)
     if p.returncode != 0 and "NVRTC not available" in p.stderr:

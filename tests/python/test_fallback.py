@@ -174,8 +174,8 @@ def _partition_of(f, *args):
     return sub
 
 
-def test_output_plan_makes_views_aliases_of_the_kernel_buffers():
-    """OutputPlan: outputs that are views of a computed value or of an
+def test_output_assembly_makes_views_aliases_of_the_kernel_buffers():
+    """OutputAssembly: outputs that are views of a computed value or of an
     input are not kernel outputs; they come back as aliases whose values
     and layouts are eager's."""
     def f(x):
@@ -184,21 +184,21 @@ def test_output_plan_makes_views_aliases_of_the_kernel_buffers():
 
     x = torch.randn(5, 6)
     sub = _partition_of(f, x)
-    plan = P.OutputPlan(sub)
-    kinds = [s[0] for s in plan.steps]
-    assert kinds == ["kernel", "view", "view", "view"], plan.steps
-    assert plan.steps[1][1] == ("kernel", 0)       # a view of y: y's buffer
-    assert plan.steps[2][1] == ("input", 0)        # a view of x: x itself
-    assert plan.steps[3][1] == ("kernel", 1)       # cos(y) computed, viewed
-    kouts = plan.kernel_gm.graph.output_node().args[0]
+    asm = P.OutputAssembly(sub)
+    kinds = [s[0] for s in asm.steps]
+    assert kinds == ["kernel", "view", "view", "view"], asm.steps
+    assert asm.steps[1][1] == ("kernel", 0)        # a view of y: y's buffer
+    assert asm.steps[2][1] == ("input", 0)         # a view of x: x itself
+    assert asm.steps[3][1] == ("kernel", 1)        # cos(y) computed, viewed
+    kouts = asm.kernel_gm.graph.output_node().args[0]
     assert len(kouts) == 2
-    left = {str(n.target) for n in plan.kernel_gm.graph.nodes if n.op == "call_function"}
+    left = {str(n.target) for n in asm.kernel_gm.graph.nodes if n.op == "call_function"}
     assert "aten.permute.default" not in left and "aten.t.default" not in left, left
     # assemble over buffers computed eagerly by the kernel graph
-    kernel_outs = list(plan.kernel_gm(x))
+    kernel_outs = list(asm.kernel_gm(x))
     key = ("sig",)
     for _ in range(2):                             # the second call reuses the layouts
-        got = plan.assemble(key, [x], kernel_outs)
+        got = asm.assemble(key, [x], kernel_outs)
         want = f(x)
         for g, w in zip(got, want):
             assert g.shape == w.shape and g.stride() == w.stride()
@@ -208,19 +208,19 @@ def test_output_plan_makes_views_aliases_of_the_kernel_buffers():
     assert got[2].untyped_storage().data_ptr() == x.untyped_storage().data_ptr()
 
 
-def test_output_plan_of_views_only_needs_no_kernel():
+def test_output_assembly_of_views_only_needs_no_kernel():
     def f(x):
         return x.permute(1, 0), x[2:, 1:]
 
     x = torch.randn(6, 4)
-    plan = P.OutputPlan(_partition_of(f, x))
-    assert plan.kernel_gm is None
+    asm = P.OutputAssembly(_partition_of(f, x))
+    assert asm.kernel_gm is None
     # an input that starts inside its storage (offset 8), twice: the first
     # call checks the layouts with as_strided, the second reuses them
     # through reinterpret_tensor (whose offset is relative to the base's)
     for base in (torch.randn(8, 4), torch.randn(8, 4)):
         x = base[2:]
-        got = plan.assemble(("k",), [x], [])
+        got = asm.assemble(("k",), [x], [])
         for g, w in zip(got, f(x)):
             assert g.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()
             assert (g.shape, g.stride(), g.storage_offset()) == (w.shape, w.stride(),
@@ -228,13 +228,13 @@ def test_output_plan_of_views_only_needs_no_kernel():
             torch.testing.assert_close(g, w, rtol=0, atol=0)
 
 
-def test_output_plan_pickled_keeps_its_layouts(monkeypatch):
-    """A plan saved after a call (plan.py pickles OutputPlans) keeps the
-    layouts it replayed with the layouts of the buffers they were replayed
-    on: unpickled, it makes the same views over buffers laid out the same
-    way without replaying, and replays (right again) over a buffer laid out
-    otherwise under the same key -- a daemon that now returns another
-    output layout for the same request."""
+def test_output_assembly_pickled_keeps_its_layouts(monkeypatch):
+    """An assembly saved after a call (recipe.py pickles OutputAssemblies)
+    keeps the layouts it replayed with the layouts of the buffers they were
+    replayed on: unpickled, it makes the same views over buffers laid out
+    the same way without replaying, and replays (right again) over a buffer
+    laid out otherwise under the same key -- a daemon that now returns
+    another output layout for the same request."""
     import pickle
 
     def f(x):
@@ -242,25 +242,25 @@ def test_output_plan_pickled_keeps_its_layouts(monkeypatch):
         return y.permute(1, 0)[1:], x.t().unsqueeze(0), torch.cos(y).view(-1)
 
     x = torch.randn(5, 6)
-    plan = P.OutputPlan(_partition_of(f, x))
-    kernel_outs = list(plan.kernel_gm(x))
-    plan.assemble(("k",), [x], kernel_outs)
-    saved = pickle.loads(pickle.dumps(plan))
+    asm = P.OutputAssembly(_partition_of(f, x))
+    kernel_outs = list(asm.kernel_gm(x))
+    asm.assemble(("k",), [x], kernel_outs)
+    saved = pickle.loads(pickle.dumps(asm))
     replays = []
-    real = P.OutputPlan._replay
-    monkeypatch.setattr(P.OutputPlan, "_replay",
+    real = P.OutputAssembly._replay
+    monkeypatch.setattr(P.OutputAssembly, "_replay",
                         staticmethod(lambda chain, base: replays.append(1) or real(chain, base)))
     x2 = torch.randn(5, 6)
     for _ in range(2):
-        got = saved.assemble(("k",), [x2], list(plan.kernel_gm(x2)))
+        got = saved.assemble(("k",), [x2], list(asm.kernel_gm(x2)))
         for g, w in zip(got, f(x2)):
             assert (g.shape, g.stride(), g.storage_offset()) == (w.shape, w.stride(),
                                                                  w.storage_offset())
             torch.testing.assert_close(g, w, rtol=0, atol=0)
     assert replays == []
     # the same key over a kernel buffer laid out column-major: replayed
-    other = pickle.loads(pickle.dumps(plan))
-    outs = list(plan.kernel_gm(x2))
+    other = pickle.loads(pickle.dumps(asm))
+    outs = list(asm.kernel_gm(x2))
     outs[0] = outs[0].t().contiguous().t()         # y (cos(y) must stay viewable)
     assert outs[0].stride() != kernel_outs[0].stride()
     got = other.assemble(("k",), [x2], outs)

@@ -9,7 +9,7 @@ pointwise kernels tccd generates (libm vs PyTorch's vectorised math, a few
 ulp), which stays well inside that through two SGD steps at these sizes.
 Fallback counts are printed; in the listed models no op may run eagerly
 (views that leave a partition come back as aliases of the kernel's
-buffers, partition.OutputPlan).
+buffers, partition.OutputAssembly).
 """
 import copy
 import importlib.util
@@ -266,18 +266,18 @@ def _rss_mb():
 
 
 @pytest.mark.parametrize("name", ["gpt", "resnet"])
-@pytest.mark.parametrize("planned", [False, True])
-def test_rss_stays_flat_over_training_steps(daemon, name, planned, tmp_path, monkeypatch):
+@pytest.mark.parametrize("from_recipe", [False, True])
+def test_rss_stays_flat_over_training_steps(daemon, name, from_recipe, tmp_path, monkeypatch):
     """Kernels, workspaces, signatures and output views are reused, not
     accumulated: after warm-up, 2 x 200 more training steps leave the
     process's resident size where it was (a tensor of the step leaked per
-    step would add megabytes). planned: the graphs run from a saved plan
-    (a second compile against the same AOTAutograd cache)."""
+    step would add megabytes). from_recipe: the graphs are set up from a
+    saved recipe (a second compile against the same AOTAutograd cache)."""
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "aot"))
     make, data, loss_fn = MODELS[name]
-    for attempt in range(2 if planned else 1):
+    for attempt in range(2 if from_recipe else 1):
         torch._dynamo.reset()
-        hits = tccd.stats()["aot_plan_hits"]
+        hits = tccd.stats()["aot_recipe_hits"]
         m = make()
         opt = torch.optim.SGD(m.parameters(), lr=0.01)
         cm = torch.compile(m, backend="tccd")
@@ -291,12 +291,13 @@ def test_rss_stays_flat_over_training_steps(daemon, name, planned, tmp_path, mon
 
         for i in range(30):
             step(i)
-    assert (tccd.stats()["aot_plan_hits"] > hits) == planned
+    assert (tccd.stats()["aot_recipe_hits"] > hits) == from_recipe
     sizes = [_rss_mb()]
     for _ in range(2):
         for i in range(200):
             step(i)
         sizes.append(_rss_mb())
-    print(f"{name} planned={planned}: RSS {sizes[0]:.1f} -> {sizes[1]:.1f} -> {sizes[2]:.1f} MB")
+    print(f"{name} from_recipe={from_recipe}: "
+          f"RSS {sizes[0]:.1f} -> {sizes[1]:.1f} -> {sizes[2]:.1f} MB")
     assert sizes[2] - sizes[1] < 2.0 and sizes[1] - sizes[0] < 8.0, sizes
     torch._dynamo.reset()

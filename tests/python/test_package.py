@@ -161,6 +161,20 @@ def test_env_defaults(monkeypatch):
     assert tccd.Config.make().addr == "127.0.0.1:7311"
 
 
+@pytest.mark.parametrize("name,warns", [("TCC_CHECK", False), ("TCCD_CHECK", True)])
+def test_check_switch_and_its_old_name(name, warns):
+    """TCC_CHECK=1 turns the eager comparison on; TCCD_CHECK, its name
+    before the naming rule, still does until 0.2, with a FutureWarning."""
+    code = "import tccd.dynamo as d; print('check', d._CHECK)"
+    env = {k: v for k, v in os.environ.items() if k not in ("TCC_CHECK", "TCCD_CHECK")}
+    env.update({name: "1", "PYTHONPATH": os.path.join(SOURCE, "client", "python")})
+    p = subprocess.run([sys.executable, "-W", "always::FutureWarning", "-c", code],
+                       capture_output=True, text=True, env=env, timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert "check True" in p.stdout
+    assert ("TCCD_CHECK is deprecated" in p.stderr) == warns, p.stderr
+
+
 def test_kernel_blas_runs_single_threaded(daemon):
     """Kernels' OpenBLAS is initialised with TCCD_KERNEL_THREADS (1) threads,
     and the environment is left as it was."""

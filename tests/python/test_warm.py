@@ -53,14 +53,14 @@ def test_second_process_compiles_nothing(own_daemon, tmp_path):
     # same node: every AOTAutograd graph (foo's inference graph, each
     # model's forward and backward) came from the AOTAutograd cache
     assert warm["aot_cache_hits"] == warm["graphs"] == cold["graphs"] >= 1 + 2 * len(NAMES)
-    # ... and every one ran from the partitioning the cold process saved
-    assert cold["aot_plan_hits"] == 0 and warm["aot_plan_hits"] == warm["graphs"]
+    # ... and every one was set up from the recipe the cold process saved
+    assert cold["aot_recipe_hits"] == 0 and warm["aot_recipe_hits"] == warm["graphs"]
     assert all(f.startswith("tccd") for f in os.listdir(node / "aotautograd")), \
         "tccd's AOTAutograd entries live under keys of their own"
 
     # another node: the daemon still serves every kernel; AOTAutograd traces
     node2 = _child(d.addr, tmp_path / "node2-aot")
     after_node2 = d.stats()
-    assert node2["aot_cache_hits"] == node2["aot_plan_hits"] == 0
+    assert node2["aot_cache_hits"] == node2["aot_recipe_hits"] == 0
     assert after_node2["compiles"] == after_cold["compiles"]
     assert node2["cache_miss"] == 0 and node2["cache_hit"] == cold["kernels"]

@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#include "nvrtc.h"
+#include "tcc_nvrtc.h"
 #include "tcctest.h"
 
 void tt_need_nvrtc(void) {
@@ -12,13 +12,13 @@ void tt_need_nvrtc(void) {
 }
 
 const char *tt_cuobjdump(void) {
-  const char *exe = getenv("CUOBJDUMP");
+  const char *exe = getenv("TCC_CUOBJDUMP");
   return exe && *exe && access(exe, X_OK) == 0 ? exe : NULL;
 }
 
 char *tt_cuobjdump_run(const char *flag, const char *file) {
   const char *exe = tt_cuobjdump();
-  ck_assert_msg(exe != NULL, "no cuobjdump (CUOBJDUMP)");
+  ck_assert_msg(exe != NULL, "no cuobjdump (TCC_CUOBJDUMP)");
   char cmd[4096];
   snprintf(cmd, sizeof cmd, "'%s' %s '%s' 2>&1", exe, flag, file);
   int status;

@@ -2,7 +2,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "nvrtc.h"
+#include "tcc_nvrtc.h"
 #include "tcc_runtime.h"
 #include "tcctest.h"
 

@@ -1,5 +1,5 @@
 /* kernel.c — artifacts the tests load themselves (see tcctest.h): digests,
- * and CPU kernel .so files they dlopen. Like libtccclient (client/kernel.c), they pin the runtimes
+ * and CPU kernel .so files they dlopen. Like libtccclient (client/module.c), they pin the runtimes
  * a kernel pulls in (libgomp for parallel loops, OpenBLAS for GEMMs,
  * oneDNN for convolutions) for the life of the process, so a dlclose
  * never unmaps them under their parked worker threads (a crash in libgomp

@@ -150,7 +150,7 @@ int tt_graph_next(tt_graph *g);
  * the NUL: 65), as artifacts are named. */
 void tt_sha256_hex(const void *data, size_t len, char hex[65]);
 
-/* dlopens a CPU kernel .so as libtccclient does (client/kernel.c): the
+/* dlopens a CPU kernel .so as libtccclient does (client/module.c): the
  * runtimes a kernel pulls in (libgomp, OpenBLAS, oneDNN) stay mapped for
  * the life of the process, so a dlclose never unmaps them under their
  * parked worker threads. NULL (dlerror() says why) on failure. */
@@ -273,7 +273,7 @@ size_t tt_meta_bytes(const Tcc__V1__TensorMeta *m);
 /* Skips (exit 77: "SKIP: NVRTC not available: why") unless NVRTC loads. */
 void tt_need_nvrtc(void);
 
-/* $CUOBJDUMP when it names an executable, else NULL. */
+/* $TCC_CUOBJDUMP when it names an executable, else NULL. */
 const char *tt_cuobjdump(void);
 
 /* Runs `cuobjdump flag file` (tt_cuobjdump() names it) and returns what

@@ -17,8 +17,10 @@ compile_seconds   wall time spent in compile + fetch + load
 setup_seconds     wall time of graph setup (partitioning + compiles)
 aot_cache_hits    AOTAutograd graphs loaded from torch's AOTAutogradCache
                   instead of traced (tccd.config aot_cache)
-aot_plan_hits     of those, graphs set up from their saved partitioning
-                  (plan.py) instead of partitioned again
+aot_recipe_hits   of those, graphs set up from their saved recipe
+                  (recipe.py) instead of partitioned again
+aot_plan_hits     the same number under its old name (deprecated; removed
+                  in 0.2)
 """
 import collections
 import threading
@@ -27,7 +29,7 @@ _lock = threading.Lock()
 _ZERO = dict(graphs=0, eager_graphs=0, ops=0, compiled_ops=0, fallback_ops=0, partitions=0,
              kernels=0, dynamic_kernels=0, compile_requests=0, trial_compiles=0, cache_miss=0, cache_hit=0,
              cache_coalesced=0, cache_remote_hit=0, compile_seconds=0.0, setup_seconds=0.0,
-             aot_cache_hits=0, aot_plan_hits=0)
+             aot_cache_hits=0, aot_recipe_hits=0)
 _counters = dict(_ZERO)
 _fallback = collections.Counter()
 _graphs = []
@@ -43,7 +45,7 @@ def add_fallback(names):
     """names: {op target: count} of ops that run eagerly."""
     with _lock:
         _fallback.update(names)
-        for k in [k for k, v in _fallback.items() if v <= 0]:   # taken back (plan.py)
+        for k in [k for k, v in _fallback.items() if v <= 0]:   # taken back (recipe.py)
             del _fallback[k]
 
 
@@ -55,6 +57,7 @@ def add_graph(record):
 def snapshot():
     with _lock:
         out = dict(_counters)
+        out["aot_plan_hits"] = out["aot_recipe_hits"]   # deprecated name, until 0.2
         out["graphs_detail"] = [dict(g) for g in _graphs]
         return out
 

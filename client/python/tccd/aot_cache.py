@@ -44,7 +44,7 @@ import torch
 from torch._inductor.output_code import OutputCode
 
 from . import _stats
-from . import plan
+from . import recipe
 
 ENTRY_VERSION = 2               # bump when what an entry means to tccd changes
 
@@ -54,8 +54,8 @@ _make_graph = None              # the graph factory (set_graph_factory)
 
 def set_graph_factory(make_graph):
     """Hands in what a loaded entry becomes: make_graph(gm, kind, cfg,
-    dynamic, fullgraph, fresh_copy=, load_source=, saved_plan=,
-    plan_path=) returns the graph AOTAutograd calls. dynamo.py hands in
+    dynamic, fullgraph, fresh_copy=, load_source=, saved_recipe=,
+    recipe_path=) returns the graph AOTAutograd calls. dynamo.py hands in
     its _CompiledGraph when it is imported."""
     global _make_graph
     _make_graph = make_graph
@@ -111,9 +111,9 @@ class TccdOutputCode(OutputCode):
         # takes it as it is (no copy); a later one (after the daemon
         # refused a node) loads it again. The blob stays the entry should
         # this OutputCode be serialized again.
-        path = plan_path(self.kind)
-        saved = plan.load(path) if path else None
-        loaded = [] if saved else [load()]   # with a plan, only should it fail
+        path = recipe_path(self.kind)
+        saved = recipe.load(path) if path else None
+        loaded = [] if saved else [load()]   # with a recipe, only should it fail
 
         def fresh_copy():
             return loaded.pop() if loaded else load()
@@ -124,7 +124,7 @@ class TccdOutputCode(OutputCode):
 
         self.graph = _make_graph(loaded[0] if loaded else None, self.kind, cfg, self.dynamic,
                                  self.fullgraph, fresh_copy=fresh_copy, load_source=first_load,
-                                 saved_plan=saved, plan_path=path)
+                                 saved_recipe=saved, recipe_path=path)
         _stats.add(aot_cache_hits=1)
 
     def set_triton_bundle(self, triton_bundle):
@@ -228,11 +228,11 @@ def cache_key(mod, example_inputs, aot_config, compiler_config_extra=None):
     return key, []
 
 
-def plan_path(kind):
-    """Where the plan (plan.py) of graph `kind` of the entry being compiled
-    or loaded goes; None outside a keyed tccd AOTAutograd call."""
+def recipe_path(kind):
+    """Where the recipe (recipe.py) of graph `kind` of the entry being
+    compiled or loaded goes; None outside a keyed tccd AOTAutograd call."""
     key = getattr(_current, "key", None)
-    return plan.path_for(key, kind) if key else None
+    return recipe.path_for(key, kind) if key else None
 
 
 def key_tag(cfg, dynamic, fullgraph, kept_whole):

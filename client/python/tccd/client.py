@@ -116,7 +116,7 @@ class Client:
         kh = ctypes.c_void_p()
         buf, n = _lib._c_u8_p(), ctypes.c_size_t()
         err = _lib.Error()
-        rc = lib.tcc_client_get_kernel_bytes(self._handle(), data, len(data), ctypes.byref(kh),
+        rc = lib.tcc_client_get_module_bytes(self._handle(), data, len(data), ctypes.byref(kh),
                                              ctypes.byref(buf), ctypes.byref(n), err.ptr)
         if rc:
             raise error_for(rc, err.message, addr=self.addr, what="compile",
@@ -125,7 +125,7 @@ class Client:
         try:
             resp.ParseFromString(_lib.take_bytes(buf, n))
         except Exception:
-            lib.tcc_kernel_unload(kh)
+            lib.tcc_module_unload(kh)
             raise
         return Kernel(kh, resp.manifest, addr=self.addr, guard_hash=resp.guard_hash), resp
 
@@ -216,13 +216,13 @@ def _workspace(nbytes):
 
 
 class Kernel:
-    """A loaded artifact (tcc_kernel). run() may be called from several
+    """A loaded artifact (tcc_module). run() may be called from several
     threads at once. Unloaded when garbage-collected."""
 
     def __init__(self, handle, manifest, *, addr=None, guard_hash=""):
         self._h = handle
-        self._unload = _lib.load().tcc_kernel_unload
-        self._run = _lib.load().tcc_kernel_run
+        self._unload = _lib.load().tcc_module_unload
+        self._run = _lib.load().tcc_module_run
         self.manifest = manifest
         self.addr = addr
         self.guard_hash = guard_hash
@@ -255,7 +255,7 @@ class Kernel:
         # A CUDA artifact (cubin): launched with tcc_rt_cuda_kernel_launch on
         # a stream, with device pointers (libtccclient's Driver API loader,
         # in the thread's current context: PyTorch's for its device).
-        self._cuda = _lib.load().tcc_kernel_cuda(handle) or None
+        self._cuda = _lib.load().tcc_module_cuda(handle) or None
         self.device_type = "cuda" if self._cuda else "cpu"
 
     def __del__(self):
@@ -290,7 +290,7 @@ class Kernel:
         offs = (ctypes.c_int64 * max(len(inputs), 1))(*[t.storage_offset() for t in inputs])
         syms = (ctypes.c_int64 * max(len(self.symbols), 1))()
         err = _lib.thread_error()
-        rc = _lib.load().tcc_kernel_bind(self._h, arr(*sizes), arr(*strides), offs, syms, err.ptr)
+        rc = _lib.load().tcc_module_bind(self._h, arr(*sizes), arr(*strides), offs, syms, err.ptr)
         if rc:
             raise error_for(rc, err.message, addr=self.addr, what="bind", default=TccdKernelError)
         return syms
@@ -311,16 +311,16 @@ class Kernel:
         for o, (rank, (_, _, dt)) in enumerate(zip(self._out_ranks, self.output_specs)):
             sz = (ctypes.c_int64 * max(rank, 1))()
             st = (ctypes.c_int64 * max(rank, 1))()
-            rc = lib.tcc_kernel_output_layout(self._h, syms, o, sz, st, err.ptr)
+            rc = lib.tcc_module_output_layout(self._h, syms, o, sz, st, err.ptr)
             if rc:
                 raise error_for(rc, err.message, addr=self.addr, what="run",
                                 default=TccdKernelError)
             outs.append(torch.empty_strided(tuple(sz[:rank]), tuple(st[:rank]), dtype=dt))
         ins = self._in_t(*[t.data_ptr() - t.storage_offset() * t.element_size() for t in inputs])
         outp = self._out_t(*[o.data_ptr() for o in outs])
-        nbytes = int(lib.tcc_kernel_workspace_bytes(self._h, syms))
+        nbytes = int(lib.tcc_module_workspace_bytes(self._h, syms))
         wp = _workspace(nbytes) if nbytes else None
-        rc = lib.tcc_kernel_run_sym(self._h, ins, outp, wp, syms, err.ptr)
+        rc = lib.tcc_module_run_sym(self._h, ins, outp, wp, syms, err.ptr)
         if rc:
             raise error_for(rc, err.message, addr=self.addr, what="run", default=TccdKernelError)
         return outs
@@ -350,7 +350,7 @@ class Kernel:
     # ---------------------------------------------------------------- CUDA
 
     def launch_cuda(self, in_ptrs, out_ptrs, workspace_ptr, stream):
-        """Launches a CUDA kernel's plan on `stream` (a CUstream as an int;
+        """Launches a CUDA artifact's launch plan on `stream` (a CUstream as an int;
         0 = the legacy default stream) with device pointers: each input's
         storage base (data_ptr - storage_offset * element size), each
         output, the workspace (Manifest.workspace_bytes; 0 when none).

@@ -58,7 +58,7 @@ from . import _stats
 from . import aot_cache
 from . import graph as G
 from . import partition as P
-from . import plan
+from . import recipe
 from ._proto import tcc_pb2 as pb
 from .client import Client
 from .config import Config
@@ -71,7 +71,20 @@ log = logging.getLogger("tccd")
 MAX_REPARTITIONS = 8            # setup rounds that learn which nodes the daemon refuses
 MAX_CONSTANT_BYTES = 64 << 10   # get_attr tensors up to this size are baked into the kernel
 _graph_ids = itertools.count(1)
-_CHECK = os.environ.get("TCCD_CHECK", "") not in ("", "0")   # debug: compare with eager
+
+
+def _check_switch():
+    """TCC_CHECK=1 (debug): compare every partition with eager. Its old
+    name TCCD_CHECK is still read, with a warning, until 0.2 (deprecated)."""
+    v = os.environ.get("TCC_CHECK", "")
+    if not v and os.environ.get("TCCD_CHECK", ""):
+        v = os.environ["TCCD_CHECK"]
+        warnings.warn("TCCD_CHECK is deprecated (read until 0.2): set TCC_CHECK",
+                      FutureWarning, stacklevel=2)
+    return v not in ("", "0")
+
+
+_CHECK = _check_switch()
 
 # ------------------------------------------------------------------ clients
 
@@ -188,14 +201,14 @@ class CompiledPartition(torch.nn.Module):
         self.constants = constants       # {placeholder index: tensor}
         self.owner = owner
         self.n_ops = P.count_ops(sub_gm)
-        self.plan = P.OutputPlan(sub_gm)  # views among the outputs come back as aliases
-        self.kernel_gm = self.plan.kernel_gm   # what the daemon compiles (None: nothing)
+        self.assembly = P.OutputAssembly(sub_gm)  # views among the outputs come back as aliases
+        self.kernel_gm = self.assembly.kernel_gm   # what the daemon compiles (None: nothing)
         self.eager_reason = None         # set when the whole partition runs eagerly
         self._kernels = {}
         self._dyn = None                 # a dynamic-shape Kernel (ABI 2), when compiled
         self._last = None                # _Signature of the last static kernel run
         self.dyn_refused = None          # why the daemon compiled no dynamic kernel
-        self.requests = {}               # key -> CompileRequest bytes, for the plan (setup only)
+        self.requests = {}               # key -> CompileRequest bytes, for the recipe (setup only)
         self._lock = threading.Lock()
 
     def _full(self, args):
@@ -211,10 +224,10 @@ class CompiledPartition(torch.nn.Module):
 
     def _outputs(self, key, args, kernel_outs):
         """The partition's outputs: the kernel's, and views of them or of
-        the inputs as aliases (OutputPlan). A view this layout cannot make
+        the inputs as aliases (OutputAssembly). A view this layout cannot make
         sends the signature to eager."""
         try:
-            return self.plan.assemble(key, self._full(args), kernel_outs)
+            return self.assembly.assemble(key, self._full(args), kernel_outs)
         except RuntimeError as e:
             log.info("tccd: %s: an output view does not fit the kernel's layout (%s); this "
                      "signature runs eagerly", self.name, e)
@@ -254,7 +267,7 @@ class CompiledPartition(torch.nn.Module):
         return self._outputs(key, args, k.run(run_args, check=False))
 
     def _checked(self, k, key, args, run_args):
-        """TCCD_CHECK=1: runs the partition eagerly too and compares."""
+        """TCC_CHECK=1: runs the partition eagerly too and compares."""
         got = self._outputs(key, args, k.run(run_args, check=True))
         want = self._eager(args)
         for i, (g, w) in enumerate(zip(got, want)):
@@ -321,17 +334,17 @@ class CompiledPartition(torch.nn.Module):
         return tuple(key)
 
 
-class PlannedPartition:
-    """A partition as a saved plan has it (plan.py): the kernels of the
-    input signatures it was set up with, its constants and output steps;
-    no graph. Inputs laid out any other way raise OffPlan, and the graph
-    goes back to partitioning."""
+class RestoredPartition:
+    """A partition restored from a saved recipe (recipe.py): the kernels
+    of the input signatures it was set up with, its constants and output
+    steps; no graph. Inputs laid out any other way raise
+    recipe.Unforeseen, and the graph goes back to partitioning."""
 
-    def __init__(self, name, n_ops, constants, plan, has_kernel):
+    def __init__(self, name, n_ops, constants, assembly, has_kernel):
         self.name = name
         self.n_ops = n_ops
         self.constants = constants
-        self.plan = plan                 # OutputPlan without its graph
+        self.assembly = assembly         # OutputAssembly without its graph
         self.has_kernel = has_kernel     # False: the outputs are views of the inputs
         self.kernels = {}                # signature key -> Kernel
         self.dyn = None                  # a dynamic-shape kernel, for any sizes it admits
@@ -352,7 +365,7 @@ class PlannedPartition:
                 if k is None and self.dyn is not None and self.dyn.accepts(args):
                     k = self.kernels[key] = self.dyn
                 if k is None:
-                    raise plan.OffPlan(f"{self.name}: inputs laid out as the plan never saw")
+                    raise recipe.Unforeseen(f"{self.name}: inputs laid out as the recipe never saw")
                 if k is not self.dyn:             # a dynamic kernel's sizes vary
                     self._last = _Signature.of(args, key, k)
         outs = []
@@ -362,9 +375,9 @@ class PlannedPartition:
                 run_args = tuple(args) + tuple(G.fresh_seeds(k.tccd_seeds, "cpu"))
             outs = k.run(run_args, check=False)
         try:
-            return self.plan.assemble(key, self._full(args), outs)
+            return self.assembly.assemble(key, self._full(args), outs)
         except RuntimeError as e:
-            raise plan.OffPlan(f"{self.name}: an output view does not fit ({e})") from None
+            raise recipe.Unforeseen(f"{self.name}: an output view does not fit ({e})") from None
 
 
 # ------------------------------------------------------------------ graphs
@@ -374,7 +387,7 @@ class _CompiledGraph:
     convention). Partitions and compiles on the first call."""
 
     def __init__(self, gm, kind, cfg, dynamic, fullgraph, fresh_copy=None, load_source=None,
-                 saved_plan=None, plan_path=None):
+                 saved_recipe=None, recipe_path=None):
         self.source_gm = gm              # as AOTAutograd gave it (None: not loaded yet)
         self.gm = gm                     # the graph that runs (a partitioned copy once built)
         # () -> a copy of source_gm to partition, so that source_gm stays
@@ -382,9 +395,9 @@ class _CompiledGraph:
         # its bytes, hands over source_gm itself the first time)
         self.fresh_copy = fresh_copy or (lambda: copy.deepcopy(self.source_gm))
         self.load_source = load_source   # () -> source_gm, when gm is None
-        self.saved_plan = saved_plan     # a plan (plan.py) to run from, once
-        self.plan_path = plan_path       # where this graph's plan is saved (None: nowhere)
-        self._plan_pending = plan_path is not None   # kernel requests are kept until it is
+        self.saved_recipe = saved_recipe  # a recipe (recipe.py) to set up from, once
+        self.recipe_path = recipe_path  # where this graph's recipe is saved (None: nowhere)
+        self._recipe_pending = recipe_path is not None   # kernel requests are kept until it is
         self.kind = kind
         self.cfg = cfg
         self.dynamic = dynamic
@@ -422,13 +435,13 @@ class _CompiledGraph:
                 return self._run
             t0 = time.perf_counter()
             try:
-                saved, self.saved_plan = self.saved_plan, None
-                # (TCCD_CHECK compares partitions with eager: it partitions)
+                saved, self.saved_recipe = self.saved_recipe, None
+                # (TCC_CHECK compares partitions with eager: it partitions)
                 if saved is not None and not _CHECK:
                     try:
-                        run = self._setup_from_plan(saved)
+                        run = self._setup_from_recipe(saved)
                     except TccdError:        # unreachable: the next call tries again
-                        self.saved_plan = saved
+                        self.saved_recipe = saved
                         raise
                     if run is not None:
                         self._run = run
@@ -449,14 +462,14 @@ class _CompiledGraph:
                         self.partitions = []
                         run = self._built = self._build()
                     self._account()
-                    if self._plan_pending:
-                        run = self._saving_plan_after(run)
+                    if self._recipe_pending:
+                        run = self._saving_recipe_after(run)
                 else:
                     run = self._eager_runner()
             except TccdError as e:
                 if self.cfg.fallback != "eager" or self._built is not None:
                     raise
-                if self.gm is None:      # the daemon failed a planned setup
+                if self.gm is None:      # the daemon failed a setup from a recipe
                     self.gm = self.source_gm = self.load_source()
                 msg = f"tccd: {e}; graph {self.id} ({self.kind}) runs eagerly"
                 warnings.warn(msg, TccdFallbackWarning, stacklevel=3)
@@ -468,17 +481,17 @@ class _CompiledGraph:
             self._run = run
             return run
 
-    def _setup_from_plan(self, saved):
-        """Sets the graph up from a saved plan: every planned kernel fetched
-        (in parallel) and the planned forward. Returns its boxed runner, or
-        None when the plan cannot be used (logged; the caller partitions)."""
+    def _setup_from_recipe(self, saved):
+        """Sets the graph up from a saved recipe: every kernel it names
+        fetched (in parallel) and its forward. Returns its boxed runner, or
+        None when the recipe cannot be used (logged; the caller partitions)."""
         try:
             self.client = client_for(self.cfg)
             label = f"python pid {os.getpid()} graph {self.id} ({self.kind})"
             parts, jobs = [], []
             for sp in saved["partitions"]:
-                pp = PlannedPartition(sp["name"], sp["n_ops"], sp["constants"], sp["plan"],
-                                      sp["has_kernel"])
+                pp = RestoredPartition(sp["name"], sp["n_ops"], sp["constants"], sp["assembly"],
+                                       sp["has_kernel"])
                 parts.append(pp)
                 for key, request, seeds, n_outputs in sp["kernels"]:   # key None: dynamic
                     req = pb.CompileRequest.FromString(request)
@@ -490,10 +503,11 @@ class _CompiledGraph:
                 t0 = time.perf_counter()
                 kernel, resp = self._get_kernel(req)
                 if len(resp.manifest.outputs) != n_outputs:
-                    raise plan.OffPlan(f"{pp.name}: the kernel has {len(resp.manifest.outputs)} "
-                                       f"outputs, the plan {n_outputs}")
+                    n = len(resp.manifest.outputs)
+                    raise recipe.Unforeseen(f"{pp.name}: the kernel has {n} outputs, "
+                                            f"the recipe {n_outputs}")
                 if key is None and not kernel.dynamic:
-                    raise plan.OffPlan(f"{pp.name}: the daemon made no dynamic kernel")
+                    raise recipe.Unforeseen(f"{pp.name}: the daemon made no dynamic kernel")
                 kernel.tccd_seeds = seeds
                 return kernel, resp, t0
 
@@ -509,29 +523,31 @@ class _CompiledGraph:
                 else:
                     pp.kernels[key] = kernel
             owner = types.SimpleNamespace(**saved["attrs"], **{p.name: p for p in parts})
-            forward = plan.make_forward(saved["source"], saved["globals"], owner,
-                                        f"<tccd plan: graph {self.id} ({self.kind})>")
+            forward = recipe.make_forward(saved["source"], saved["globals"], owner,
+                                          f"<tccd recipe: graph {self.id} ({self.kind})>")
         except (TccdUnavailable, TccdDeadlineExceeded):
             raise                       # partitioning would wait for the daemon again
         except Exception as e:          # noqa: BLE001 -- any surprise: partition as before
-            log.info("tccd: graph %d (%s): not running from its saved plan (%s); "
+            log.info("tccd: graph %d (%s): not set up from its saved recipe (%s); "
                      "partitioning", self.id, self.kind, e)
             return None
         self.partitions = parts
         self.n_ops = saved["record"]["ops"]
-        self.record = dict(saved["record"], id=self.id, kind=self.kind, planned=True)
+        # "planned": the old name of from_recipe, kept until 0.2 (deprecated)
+        self.record = dict(saved["record"], id=self.id, kind=self.kind, from_recipe=True,
+                           planned=True)
         rec = self.record
         _count_record(rec)
-        _stats.add(aot_plan_hits=1)
+        _stats.add(aot_recipe_hits=1)
         _stats.add_graph(rec)
         log.info("tccd: graph %d (%s): %d ops, %d compiled in %d partition(s), %d fall back; "
-                 "from its saved plan", self.id, self.kind, rec["ops"], rec["compiled_ops"],
+                 "from its saved recipe", self.id, self.kind, rec["ops"], rec["compiled_ops"],
                  rec["partitions"], rec["fallback_ops"])
 
         def run(args):
             try:
                 return forward(*args)
-            except plan.OffPlan as e:
+            except recipe.Unforeseen as e:
                 # The partitions are pure functions of their inputs: running
                 # the whole graph again from the top after partitioning is safe.
                 log.info("tccd: graph %d (%s): %s; partitioning", self.id, self.kind, e)
@@ -541,12 +557,12 @@ class _CompiledGraph:
                         self._run = None
                         self.partitions = []
                         self.record = None
-                        self._plan_pending = True
+                        self._recipe_pending = True
                 return self(args)
         return run
 
-    def _saving_plan_after(self, run):
-        """`run`, saving the plan once its first call returns: partitions
+    def _saving_recipe_after(self, run):
+        """`run`, saving the recipe once its first call returns: partitions
         that compile on their first call (dynamic shapes) have their
         kernels by then."""
         def first(args):
@@ -554,25 +570,25 @@ class _CompiledGraph:
             with self._lock:
                 if self._run is first:
                     self._run = run
-                    self._save_plan()
+                    self._save_recipe()
             return out
         return first
 
-    def _save_plan(self):
-        """Saves this graph's partitioning as a plan (plan.py) when the plan
-        can stand for it (_capture_plan)."""
-        self._plan_pending = False
+    def _save_recipe(self):
+        """Saves this graph's partitioning as a recipe (recipe.py) when a
+        recipe can stand for it (_capture_recipe)."""
+        self._recipe_pending = False
         try:
-            saved = self._capture_plan()
+            saved = self._capture_recipe()
         finally:
             for p in self.partitions:
                 p.requests = {}
-        if saved is not None and plan.save(self.plan_path, saved):
-            log.debug("tccd: graph %d (%s): plan saved at %s", self.id, self.kind,
-                      self.plan_path)
+        if saved is not None and recipe.save(self.recipe_path, saved):
+            log.debug("tccd: graph %d (%s): recipe saved at %s", self.id, self.kind,
+                      self.recipe_path)
 
-    def _capture_plan(self):
-        """The plan of this graph as set up, or None where a plan cannot
+    def _capture_recipe(self):
+        """The recipe of this graph as set up, or None where a recipe cannot
         stand for it: a CUDA graph, a partition that runs eagerly or has
         a kernel whose request was not kept, a top-level node that is not
         a partition call, getitem, non-mutating ATen op, size arithmetic
@@ -589,8 +605,8 @@ class _CompiledGraph:
                 attrs[n.target] = t
             elif n.op == "call_function" and not G.is_getitem(n):
                 # an op that runs eagerly, or size arithmetic (dynamic
-                # shapes): the plan calls it as the graph does; no op that
-                # mutates (an off-plan call runs the graph again from the top)
+                # shapes): the recipe calls it as the graph does; no op that
+                # mutates (an unforeseen call runs the graph again from the top)
                 if isinstance(n.target, torch._ops.OpOverload):
                     if n.target._schema.is_mutable:
                         return None
@@ -619,9 +635,10 @@ class _CompiledGraph:
                 kernels.append(dyn)
             if p.kernel_gm is not None and not kernels:
                 return None
-            parts.append(dict(name=p.name, n_ops=p.n_ops, constants=p.constants, plan=p.plan,
-                              has_kernel=p.kernel_gm is not None, kernels=kernels))
-        source, names = plan.forward_source(self.gm)
+            parts.append(dict(name=p.name, n_ops=p.n_ops, constants=p.constants,
+                              assembly=p.assembly, has_kernel=p.kernel_gm is not None,
+                              kernels=kernels))
+        source, names = recipe.forward_source(self.gm)
         return dict(source=source, globals=names, attrs=attrs, partitions=parts,
                     record={k: v for k, v in self.record.items() if k not in ("id", "kind")})
 
@@ -782,7 +799,7 @@ class _CompiledGraph:
             if kernel.dynamic:
                 part._dyn = kernel
             _count_kernel(resp, t0, dynamic=kernel.dynamic)
-            if self._plan_pending:
+            if self._recipe_pending:
                 part.requests[key] = dreq.SerializeToString()
             log.debug("tccd: graph %d %s: kernel %s over symbols %s", self.id, part.name,
                       resp.guard_hash[:12], ", ".join(kernel.symbols) or "(none)")
@@ -812,7 +829,7 @@ class _CompiledGraph:
             return self._compile_failed(part, e)
         kernel.tccd_seeds = G.seed_count(graph, specs)
         status = _count_kernel(resp, t0)
-        if self._plan_pending:
+        if self._recipe_pending:
             part.requests[key] = req.SerializeToString()
         log.debug("tccd: graph %d %s: %s %s (%d kernels, %.1f ms in the daemon)", self.id,
                   part.name, status, resp.guard_hash[:12], len(resp.manifest.kernels),
@@ -1033,8 +1050,8 @@ def compile_graph(gm, example_inputs, cfg):
 
     def compiler(kind):
         def compile_one(fx_gm, _example_inputs):
-            return _CompiledGraph(fx_gm, kind, cfg, dynamic, fullgraph,
-                                  plan_path=aot_cache.plan_path(kind) if cfg.aot_cache else None)
+            path = aot_cache.recipe_path(kind) if cfg.aot_cache else None
+            return _CompiledGraph(fx_gm, kind, cfg, dynamic, fullgraph, recipe_path=path)
         compile_one.__name__ = f"tccd_{kind}"
         return aot_cache.serializable(compile_one) if cfg.aot_cache else compile_one
 

@@ -22,7 +22,7 @@
    result leaves the partition it must stay a view, not a copy: a plain
    metadata view (view_source) is handed back by the partition's wrapper
    as an alias of the kernel's buffer or of the input it views
-   (OutputPlan); any other (a view with a computed argument, a dtype
+   (OutputAssembly); any other (a view with a computed argument, a dtype
    view, a multi-output split still used whole) is marked eager and the
    partitions are proposed again until none escapes. Splits whose pieces
    are taken one by one become slices first (splits_to_slices).
@@ -527,7 +527,7 @@ def _layouts_of(tensors):
             for t in tensors]
 
 
-class OutputPlan:
+class OutputAssembly:
     """How a partition's outputs are made. Most are kernel outputs; an
     output that is a view (a chain of view_source steps) of a kernel output
     or of a partition input is handed back as an alias of that buffer, as
@@ -535,7 +535,7 @@ class OutputPlan:
     chain on a meta tensor laid out like the real buffer (once per input
     signature), then one view per run: as_strided the first time (it
     checks the view fits), Inductor's reinterpret_tensor after that. A
-    saved plan (plan.py) keeps the layouts with those of the buffers they
+    saved recipe (recipe.py) keeps the layouts with those of the buffers they
     were replayed on: a process running from it makes the same views over
     buffers laid out the same way with reinterpret_tensor from the first
     call (a BERT forward's first call made ~170 dispatched view ops, each
@@ -546,7 +546,7 @@ class OutputPlan:
     steps[i] for output i: ("kernel", j), or ("view", source, chain) with
     source ("kernel", j) or ("input", placeholder index) and chain the view
     calls from the root outwards, each (op, args after the first, kwargs):
-    plain values, no fx nodes, so a plan pickles without its graph."""
+    plain values, no fx nodes, so a recipe pickles without its graph."""
 
     def __init__(self, sub_gm):
         graph = sub_gm.graph
@@ -587,20 +587,20 @@ class OutputPlan:
             self.kernel_gm = torch.fx.GraphModule(sub_gm, g)
         self._layouts = {}                   # signature key -> [(sizes, strides, offset)]
         self._bases = {}                     # signature key -> the bases' layouts replayed on
-        self._planned = {}                   # signature key -> (bases' layouts, layouts): a plan's
+        self._saved = {}                     # signature key -> (bases' layouts, layouts) (recipe)
 
     def __getstate__(self):
-        """Pickled (in a saved plan, plan.py): the steps, ops by name
+        """Pickled (in a saved recipe, recipe.py): the steps, ops by name
         (OpOverloads do not pickle), and the layouts replayed so far with
         the layouts of the buffers they were replayed on; the kernel graph
         stays with the process that partitioned."""
         steps = [s if s[0] == "kernel" else
                  (s[0], s[1], [(str(op), args, kwargs) for op, args, kwargs in s[2]])
                  for s in self.steps]
-        planned = dict(self._planned)
-        planned.update((k, (self._bases[k], v)) for k, v in self._layouts.items()
-                       if k in self._bases)
-        return dict(steps=steps, trivial=self.trivial, n_views=self.n_views, planned=planned)
+        saved = dict(self._saved)
+        saved.update((k, (self._bases[k], v)) for k, v in self._layouts.items()
+                     if k in self._bases)
+        return dict(steps=steps, trivial=self.trivial, n_views=self.n_views, saved=saved)
 
     def __setstate__(self, state):
         def op_named(name):          # "aten.view.default" -> the OpOverload
@@ -610,9 +610,9 @@ class OutputPlan:
         steps = [s if s[0] == "kernel" else
                  (s[0], s[1], [(op_named(op), args, kwargs) for op, args, kwargs in s[2]])
                  for s in state["steps"]]
-        planned = state.pop("planned", {})
+        saved = state.pop("saved", {})
         self.__dict__.update(state, steps=steps, kernel_gm=None, _layouts={}, _bases={},
-                             _planned=planned)
+                             _saved=saved)
 
     @staticmethod
     def _replay(chain, base):
@@ -642,11 +642,11 @@ class OutputPlan:
         out = []
         if layouts is None:
             seen = _layouts_of(bases)
-            planned = self._planned.get(key)
-            if planned is not None and planned[0] == seen:
-                # a saved plan replayed these views on buffers laid out
+            saved = self._saved.get(key)
+            if saved is not None and saved[0] == seen:
+                # a saved recipe replayed these views on buffers laid out
                 # exactly so: the same layouts, no replay
-                layouts = self._layouts[key] = planned[1]
+                layouts = self._layouts[key] = saved[1]
             else:
                 # as_strided checks that each view fits its buffer (a
                 # RuntimeError sends the signature to eager)

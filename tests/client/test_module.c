@@ -1,5 +1,5 @@
 /*
- * test_kernel.c — tcc_kernel_load / run / unload on shared objects built
+ * test_kernel.c — tcc_module_load / run / unload on shared objects built
  * by the test itself (the C compiler via fork/exec), and the refusals that
  * must happen before anything is dlopen'ed.
  *
@@ -33,14 +33,14 @@ START_TEST(load_run_unload) {
   tu_manifest tm;
   tu_manifest_init(&tm, "tcc_entry", 1);
   unsetenv("TCC_MARK_LOAD");
-  tcc_kernel *k = NULL;
+  tcc_module *k = NULL;
   tcc_error err = {0};
-  ck_assert_msg(tcc_kernel_load(so, len, hex, &tm.m, &k, &err) == 0, "load: %s", err.msg);
+  ck_assert_msg(tcc_module_load(so, len, hex, &tm.m, &k, &err) == 0, "load: %s", err.msg);
   ck_assert_ptr_nonnull(k);
   ck_assert_ptr_nonnull(getenv("TCC_MARK_LOAD")); /* the constructor ran */
   free(so);                                       /* the kernel keeps its own copy */
 
-  const Tcc__V1__Manifest *m = tcc_kernel_manifest(k);
+  const Tcc__V1__Manifest *m = tcc_module_manifest(k);
   ck_assert_ptr_nonnull(m);
   ck_assert_ptr_ne(m, &tm.m);
   ck_assert_str_eq(m->entry, "tcc_entry");
@@ -51,13 +51,13 @@ START_TEST(load_run_unload) {
   /* The manifest as bytes reads back as the same manifest. */
   uint8_t *mb;
   size_t mlen;
-  ck_assert_int_eq(tcc_kernel_manifest_bytes(k, &mb, &mlen, &err), 0);
+  ck_assert_int_eq(tcc_module_manifest_bytes(k, &mb, &mlen, &err), 0);
   Tcc__V1__Manifest *back = tcc__v1__manifest__unpack(NULL, mlen, mb);
   ck_assert_ptr_nonnull(back);
   ck_assert_str_eq(back->target, "cpu:x86-64-v2");
   tcc__v1__manifest__free_unpacked(back, NULL);
   tcc_free(mb);
-  tcc_kernel_unload(k);
+  tcc_module_unload(k);
 }
 END_TEST
 
@@ -72,9 +72,9 @@ START_TEST(digest_mismatch_refused_before_dlopen) {
   tu_manifest_init(&tm, "tcc_entry", 1);
   unsetenv("TCC_MARK_DIGEST");
 
-  tcc_kernel *k = (tcc_kernel *)0x1;
+  tcc_module *k = (tcc_module *)0x1;
   tcc_error err = {0};
-  ck_assert_int_eq(tcc_kernel_load(so, len, wrong, &tm.m, &k, &err), TCC_E_DATA_LOSS);
+  ck_assert_int_eq(tcc_module_load(so, len, wrong, &tm.m, &k, &err), TCC_E_DATA_LOSS);
   ck_assert_ptr_null(k);
   char want[256];
   snprintf(want, sizeof want, "artifact digest mismatch: expected %s got %s", wrong, hex);
@@ -82,12 +82,12 @@ START_TEST(digest_mismatch_refused_before_dlopen) {
 
   /* One flipped byte in the artifact, with the right digest of the original. */
   so[len / 2] ^= 0x40;
-  ck_assert_int_eq(tcc_kernel_load(so, len, hex, &tm.m, &k, &err), TCC_E_DATA_LOSS);
+  ck_assert_int_eq(tcc_module_load(so, len, hex, &tm.m, &k, &err), TCC_E_DATA_LOSS);
   ck_assert_ptr_null(k);
   ck_assert_ptr_nonnull(strstr(err.msg, "artifact digest mismatch: expected"));
 
   /* Not a digest at all. */
-  ck_assert_int_eq(tcc_kernel_load(so, len, "abc", &tm.m, &k, &err), TCC_E_INVALID_ARGUMENT);
+  ck_assert_int_eq(tcc_module_load(so, len, "abc", &tm.m, &k, &err), TCC_E_INVALID_ARGUMENT);
   ck_assert_ptr_null(getenv("TCC_MARK_DIGEST")); /* never dlopen'ed */
   free(so);
 }
@@ -100,27 +100,27 @@ START_TEST(wrong_entry_symbol_refused) {
   tt_sha256_hex(so, len, hex);
   tu_manifest tm;
   tu_manifest_init(&tm, "tcc_entry_nope", 1);
-  tcc_kernel *k = (tcc_kernel *)0x1;
+  tcc_module *k = (tcc_module *)0x1;
   tcc_error err = {0};
-  ck_assert_int_eq(tcc_kernel_load(so, len, hex, &tm.m, &k, &err), TCC_E_NOT_FOUND);
+  ck_assert_int_eq(tcc_module_load(so, len, hex, &tm.m, &k, &err), TCC_E_NOT_FOUND);
   ck_assert_ptr_null(k);
   ck_assert_ptr_nonnull(strstr(err.msg, "'tcc_entry_nope'"));
 
   /* An empty entry means the documented default, tcc_entry. */
   tu_manifest_init(&tm, "", 1);
-  ck_assert_msg(tcc_kernel_load(so, len, hex, &tm.m, &k, &err) == 0, "%s", err.msg);
+  ck_assert_msg(tcc_module_load(so, len, hex, &tm.m, &k, &err) == 0, "%s", err.msg);
   tu_run_and_check(k, 0);
-  tcc_kernel_unload(k);
+  tcc_module_unload(k);
 
   /* An entry that reports failure: the run fails with its code. */
   tu_manifest_init(&tm, "tcc_entry_fails", 1);
-  ck_assert_int_eq(tcc_kernel_load(so, len, hex, &tm.m, &k, &err), 0);
+  ck_assert_int_eq(tcc_module_load(so, len, hex, &tm.m, &k, &err), 0);
   float x[TU_N] = {0}, y[TU_N] = {0}, o[TU_N];
   const void *ins[] = {x, y};
   void *outs[] = {o};
-  ck_assert_int_eq(tcc_kernel_run(k, ins, outs, NULL, &err), TCC_E_INTERNAL);
+  ck_assert_int_eq(tcc_module_run(k, ins, outs, NULL, &err), TCC_E_INTERNAL);
   ck_assert_ptr_nonnull(strstr(err.msg, "returned 7"));
-  tcc_kernel_unload(k);
+  tcc_module_unload(k);
   free(so);
 }
 END_TEST
@@ -135,9 +135,9 @@ START_TEST(abi_version_mismatch_refused) {
   for (int i = 0; i < 3; i++) {
     tu_manifest tm;
     tu_manifest_init(&tm, "tcc_entry", versions[i]);
-    tcc_kernel *k = (tcc_kernel *)0x1;
+    tcc_module *k = (tcc_module *)0x1;
     tcc_error err = {0};
-    ck_assert_int_eq(tcc_kernel_load(so, len, hex, &tm.m, &k, &err), TCC_E_FAILED_PRECONDITION);
+    ck_assert_int_eq(tcc_module_load(so, len, hex, &tm.m, &k, &err), TCC_E_FAILED_PRECONDITION);
     ck_assert_ptr_null(k);
     ck_assert_ptr_nonnull(strstr(err.msg, "ABI version"));
   }
@@ -154,9 +154,9 @@ START_TEST(not_a_shared_object_refused) {
   junk[0] = 'X';
   char hex[TCC_SHA256_HEX];
   tt_sha256_hex(junk, sizeof junk, hex);
-  tcc_kernel *k = NULL;
+  tcc_module *k = NULL;
   tcc_error err = {0};
-  ck_assert_int_eq(tcc_kernel_load(junk, sizeof junk, hex, &tm.m, &k, &err), TCC_E_FAILED_PRECONDITION);
+  ck_assert_int_eq(tcc_module_load(junk, sizeof junk, hex, &tm.m, &k, &err), TCC_E_FAILED_PRECONDITION);
   ck_assert_ptr_nonnull(strstr(err.msg, "not an ELF"));
 
   /* An ELF for the CUDA machine (a cubin): not loadable here. */
@@ -164,13 +164,13 @@ START_TEST(not_a_shared_object_refused) {
   junk[18] = 190;
   junk[19] = 0;
   tt_sha256_hex(junk, sizeof junk, hex);
-  ck_assert_int_eq(tcc_kernel_load(junk, sizeof junk, hex, &tm.m, &k, &err), TCC_E_UNIMPLEMENTED);
+  ck_assert_int_eq(tcc_module_load(junk, sizeof junk, hex, &tm.m, &k, &err), TCC_E_UNIMPLEMENTED);
   ck_assert_ptr_nonnull(strstr(err.msg, "cubin"));
 
   /* An ELF header but garbage after it: dlopen refuses, we report it. */
   junk[18] = 62; /* EM_X86_64 */
   tt_sha256_hex(junk, sizeof junk, hex);
-  ck_assert_int_eq(tcc_kernel_load(junk, sizeof junk, hex, &tm.m, &k, &err), TCC_E_FAILED_PRECONDITION);
+  ck_assert_int_eq(tcc_module_load(junk, sizeof junk, hex, &tm.m, &k, &err), TCC_E_FAILED_PRECONDITION);
   ck_assert_ptr_nonnull(strstr(err.msg, "dlopen"));
   ck_assert_ptr_null(k);
 }
@@ -189,16 +189,16 @@ START_TEST(distinct_kernels_never_confused) {
   tu_manifest_init(&tm, "tcc_entry", 1);
   tcc_error err = {0};
   for (int round = 0; round < 5; round++) {
-    tcc_kernel *ka, *kb;
-    ck_assert_int_eq(tcc_kernel_load(a, la, ha, &tm.m, &ka, &err), 0);
-    tcc_kernel_unload(ka); /* frees its descriptor number for the next load */
-    ck_assert_int_eq(tcc_kernel_load(b, lb, hb, &tm.m, &kb, &err), 0);
+    tcc_module *ka, *kb;
+    ck_assert_int_eq(tcc_module_load(a, la, ha, &tm.m, &ka, &err), 0);
+    tcc_module_unload(ka); /* frees its descriptor number for the next load */
+    ck_assert_int_eq(tcc_module_load(b, lb, hb, &tm.m, &kb, &err), 0);
     tu_run_and_check(kb, 1);
-    ck_assert_int_eq(tcc_kernel_load(a, la, ha, &tm.m, &ka, &err), 0);
+    ck_assert_int_eq(tcc_module_load(a, la, ha, &tm.m, &ka, &err), 0);
     tu_run_and_check(ka, 0);
     tu_run_and_check(kb, 1);
-    tcc_kernel_unload(kb);
-    tcc_kernel_unload(ka);
+    tcc_module_unload(kb);
+    tcc_module_unload(ka);
   }
   free(a);
   free(b);
@@ -218,21 +218,21 @@ START_TEST(bytes_api_and_workspace) {
   tcc__v1__manifest__pack(&tm.m, mb);
 
   tcc_error *err = tcc_error_new();
-  tcc_kernel *k = NULL;
-  ck_assert_int_eq(tcc_kernel_load_bytes(so, len, hex, (const uint8_t *)"\xff\xff", 2, &k, err),
+  tcc_module *k = NULL;
+  ck_assert_int_eq(tcc_module_load_bytes(so, len, hex, (const uint8_t *)"\xff\xff", 2, &k, err),
                    TCC_E_INVALID_ARGUMENT);
   ck_assert_int_eq(tcc_error_code(err), TCC_E_INVALID_ARGUMENT);
   ck_assert_ptr_nonnull(strstr(tcc_error_message(err), "Manifest"));
-  ck_assert_int_eq(tcc_kernel_load_bytes(so, len, hex, mb, mlen, &k, err), 0);
+  ck_assert_int_eq(tcc_module_load_bytes(so, len, hex, mb, mlen, &k, err), 0);
   float x[TU_N] = {0}, y[TU_N] = {0}, o[TU_N];
   const void *ins[] = {x, y};
   void *outs[] = {o};
-  ck_assert_int_eq(tcc_kernel_run(k, ins, outs, NULL, err), TCC_E_INVALID_ARGUMENT);
+  ck_assert_int_eq(tcc_module_run(k, ins, outs, NULL, err), TCC_E_INVALID_ARGUMENT);
   ck_assert_ptr_nonnull(strstr(tcc_error_message(err), "workspace of 64 bytes"));
   char ws[64];
-  ck_assert_int_eq(tcc_kernel_run(k, ins, outs, ws, err), 0);
+  ck_assert_int_eq(tcc_module_run(k, ins, outs, ws, err), 0);
   ck_assert(fabsf(o[0] - 1.0f) < 1e-6f); /* sin(0) + cos(0) */
-  tcc_kernel_unload(k);
+  tcc_module_unload(k);
   tcc_error_free(err);
   free(mb);
   free(so);

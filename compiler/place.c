@@ -1,5 +1,5 @@
 /*
- * plan.c — where temporaries live.
+ * place.c — where temporaries live.
  *
  * Requires: a fused program (dead buffers marked), kernels in execution
  * order.
@@ -48,14 +48,14 @@ static void touch_ix(const tcc_ix *x, life *L, int k) {
   touch_ix(x->b, L, k);
 }
 
-int tcc_plan_buffers(tcc_program *p, tcc_error *err) {
+int tcc_place_buffers(tcc_program *p, tcc_error *err) {
   int nb = p->nbufs;
   life *L = calloc((size_t)nb + 1, sizeof *L);
   int *order = calloc((size_t)nb + 1, sizeof *order);
   int *placed = calloc((size_t)nb + 1, sizeof *placed);
   int rc = 0;
   if (!L || !order || !placed) {
-    rc = tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "out of memory planning buffers");
+    rc = tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "out of memory placing buffers");
     goto done;
   }
   for (int b = 0; b < nb; b++) L[b].first = L[b].last = -1;
@@ -65,7 +65,7 @@ int tcc_plan_buffers(tcc_program *p, tcc_error *err) {
     tcc_ptrmap seen;
     if (tcc_ptrmap_init(&seen, 64)) {
       tcc_ptrmap_free(&seen);
-      rc = tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "out of memory planning buffers");
+      rc = tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "out of memory placing buffers");
       goto done;
     }
     for (int s = 0; s < K->nstores; s++) {

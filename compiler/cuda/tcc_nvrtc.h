@@ -1,5 +1,5 @@
 /*
- * nvrtc.h — CUDA C -> cubin + PTX with NVRTC (libtccnvrtc).
+ * tcc_nvrtc.h — CUDA C -> cubin + PTX with NVRTC (libtccnvrtc).
  *
  * The CUDA half of the compiler's "build" step: the code generator emits
  * CUDA C for a set of __global__ kernels, tcc_nvrtc_build turns it into

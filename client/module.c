@@ -1,7 +1,7 @@
 /*
- * kernel.c — loading and running what tccd returns (CPU: a shared object).
+ * module.c — loading and running what tccd returns (CPU: a shared object).
  *
- * tcc_kernel_load checks, in this order, before any byte of the artifact
+ * tcc_module_load checks, in this order, before any byte of the artifact
  * is mapped as code:
  *   1. SHA-256(data) == the digest the caller names   (DATA_LOSS)
  *   2. manifest.abi_version == 1, or 2 (dynamic shapes: CPU only, its
@@ -14,7 +14,7 @@
  * "/proc/self/fd/N" with RTLD_NOW | RTLD_LOCAL and resolves the manifest's
  * entry symbol (NOT_FOUND when absent). No file is ever written.
  *
- * The memfd stays open while the kernel is loaded. glibc recognises an
+ * The memfd stays open while the module is loaded. glibc recognises an
  * already loaded object by its path name, and "/proc/self/fd/N" names a
  * different file once N is reused; holding N open keeps the name unique,
  * and before each dlopen the path is probed with RTLD_NOLOAD (an object
@@ -24,14 +24,14 @@
  * CUDA artifacts (manifest target "cuda:ARCH" and a cubin: ELF machine
  * 190) go to the runtime's Driver API loader (runtime/tcc_runtime.h)
  * after checks 1-2: loaded into the calling thread's current context,
- * else device 0's primary context; tcc_kernel_run launches the plan on
+ * else device 0's primary context; tcc_module_run launches the plan on
  * the legacy default stream, and
- * tcc_kernel_cuda() hands out the CUDA kernel for streams and graphs. A
+ * tcc_module_cuda() hands out the CUDA kernel for streams and graphs. A
  * cubin whose manifest does not say cuda (or the reverse) is refused.
  *
  * Entry ABI (tcc.proto, Manifest):
  *   int entry(const void *const *inputs, void *const *outputs, void *workspace)
- * returning 0 on success. A tcc_kernel is immutable once loaded, so it can
+ * returning 0 on success. A tcc_module is immutable once loaded, so it can
  * be run from several threads at once (the generated code is reentrant).
  */
 #include <dlfcn.h>
@@ -57,7 +57,7 @@ typedef int (*tcc_entry2_fn)(const void *const *inputs, void *const *outputs, vo
                              const int64_t *syms);
 #define TCC_KERNEL_ABI_DYNAMIC 2
 
-struct tcc_kernel {
+struct tcc_module {
   void *handle;                  /* dlopen handle */
   tcc_entry_fn entry;
   tcc_entry2_fn entry2;          /* ABI 2 instead of entry */
@@ -82,7 +82,7 @@ static Tcc__V1__Manifest *manifest_copy(const Tcc__V1__Manifest *m) {
  * TCC_E_INTERNAL. */
 static int sealed_memfd(const uint8_t *data, size_t len, const char *sha, int *fd_out, tcc_error *err) {
   char name[64];
-  snprintf(name, sizeof name, "tcc-kernel-%.12s", sha);
+  snprintf(name, sizeof name, "tcc-module-%.12s", sha);
   int fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
   if (fd < 0) return tcc_error_set(err, TCC_E_INTERNAL, "memfd_create: %s", strerror(errno));
   size_t off = 0;
@@ -154,29 +154,29 @@ out:
 
 /* A CUDA artifact: the Driver API loader (cuda.c) does the rest. */
 static int load_cuda(const uint8_t *data, size_t len, const char *sha256_hex, const Tcc__V1__Manifest *manifest,
-                     tcc_kernel **out, tcc_error *err) {
-  tcc_kernel *k = calloc(1, sizeof *k);
+                     tcc_module **out, tcc_error *err) {
+  tcc_module *k = calloc(1, sizeof *k);
   if (!k) return tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "out of memory");
   k->fd = -1;
   tcc_hex_lower_copy(sha256_hex, k->sha256);
   k->manifest = manifest_copy(manifest);
   if (!k->manifest) {
-    tcc_kernel_unload(k);
+    tcc_module_unload(k);
     return tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "out of memory");
   }
   tcc_rt_cuda_options opts = {.context = TCC_RT_CUDA_CURRENT_OR_PRIMARY};
   int rc = tcc_rt_cuda_kernel_load_manifest(data, len, k->sha256, manifest, &opts, &k->cuda, err);
   if (rc) {
     tcc_error_prefix(err, "CUDA artifact %.12s (%.64s)", k->sha256, manifest->target);
-    tcc_kernel_unload(k);
+    tcc_module_unload(k);
     return rc;
   }
   *out = k;
   return 0;
 }
 
-int tcc_kernel_load(const uint8_t *data, size_t len, const char *sha256_hex, const Tcc__V1__Manifest *manifest,
-                    tcc_kernel **out, tcc_error *err) {
+int tcc_module_load(const uint8_t *data, size_t len, const char *sha256_hex, const Tcc__V1__Manifest *manifest,
+                    tcc_module **out, tcc_error *err) {
   *out = NULL;
   if (!data && len) return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "no artifact data");
   if (!manifest) return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "no manifest");
@@ -193,7 +193,7 @@ int tcc_kernel_load(const uint8_t *data, size_t len, const char *sha256_hex, con
   int cuda_target = manifest->target && !strncmp(manifest->target, "cuda:", 5);
   if (dynamic && (machine == EM_CUDA_MACHINE || cuda_target))
     return tcc_error_set(err, TCC_E_UNIMPLEMENTED, "dynamic shapes (ABI 2) on CUDA are not supported");
-  if (dynamic && (rc = tcc_kernel_check_sym_manifest(manifest, err))) return rc;
+  if (dynamic && (rc = tcc_module_check_sym_manifest(manifest, err))) return rc;
   if (machine == EM_CUDA_MACHINE && cuda_target) return load_cuda(data, len, sha256_hex, manifest, out, err);
   if (machine == EM_CUDA_MACHINE || cuda_target)
     return tcc_error_set(err, TCC_E_UNIMPLEMENTED,
@@ -202,7 +202,7 @@ int tcc_kernel_load(const uint8_t *data, size_t len, const char *sha256_hex, con
                              : "the manifest's target is %.64s but the artifact is not a cubin",
                          manifest->target ? manifest->target : "");
 
-  tcc_kernel *k = calloc(1, sizeof *k);
+  tcc_module *k = calloc(1, sizeof *k);
   if (!k) return tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "out of memory");
   k->fd = -1;
   tcc_hex_lower_copy(sha256_hex, k->sha256);
@@ -226,14 +226,14 @@ int tcc_kernel_load(const uint8_t *data, size_t len, const char *sha256_hex, con
   *out = k;
   return 0;
 fail:
-  tcc_kernel_unload(k);
+  tcc_module_unload(k);
   return rc;
 }
 
 /* The error for an entry point's nonzero return: 1 means the inputs made
  * an index read from a tensor go out of range, or an integer division by
  * zero (PyTorch raises there too); anything else is the kernel's fault. */
-static int entry_failed(const tcc_kernel *k, int rc, tcc_error *err) {
+static int entry_failed(const tcc_module *k, int rc, tcc_error *err) {
   if (rc == 1)
     return tcc_error_set(err, TCC_E_INVALID_ARGUMENT,
                          "kernel %.12s: index out of range (an index read from a tensor: gather, "
@@ -242,13 +242,13 @@ static int entry_failed(const tcc_kernel *k, int rc, tcc_error *err) {
   return tcc_error_set(err, TCC_E_INTERNAL, "kernel %.12s: entry returned %d", k->sha256, rc);
 }
 
-int tcc_kernel_run(tcc_kernel *k, const void *const *inputs, void *const *outputs, void *workspace,
+int tcc_module_run(tcc_module *k, const void *const *inputs, void *const *outputs, void *workspace,
                    tcc_error *err) {
   if (k && k->cuda) return tcc_rt_cuda_kernel_launch(k->cuda, NULL, inputs, outputs, workspace, err);
   if (k && k->entry2)
     return tcc_error_set(err, TCC_E_FAILED_PRECONDITION,
                          "kernel %.12s has dynamic shapes (ABI 2): bind its symbols with "
-                         "tcc_kernel_bind and call tcc_kernel_run_sym", k->sha256);
+                         "tcc_module_bind and call tcc_module_run_sym", k->sha256);
   if (!k || !k->entry) return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "no kernel loaded");
   if (k->manifest->workspace_bytes > 0 && !workspace)
     return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "the kernel needs a workspace of %lld bytes",
@@ -260,11 +260,11 @@ int tcc_kernel_run(tcc_kernel *k, const void *const *inputs, void *const *output
   return rc ? entry_failed(k, rc, err) : 0;
 }
 
-const Tcc__V1__Manifest *tcc_kernel_manifest(const tcc_kernel *k) { return k ? k->manifest : NULL; }
+const Tcc__V1__Manifest *tcc_module_manifest(const tcc_module *k) { return k ? k->manifest : NULL; }
 
-tcc_rt_cuda_kernel *tcc_kernel_cuda(tcc_kernel *k) { return k ? k->cuda : NULL; }
+tcc_rt_cuda_kernel *tcc_module_cuda(tcc_module *k) { return k ? k->cuda : NULL; }
 
-void tcc_kernel_unload(tcc_kernel *k) {
+void tcc_module_unload(tcc_module *k) {
   if (!k) return;
   tcc_rt_cuda_kernel_unload(k->cuda);
   if (k->handle) dlclose(k->handle);
@@ -277,7 +277,7 @@ void tcc_kernel_unload(tcc_kernel *k) {
  * Dynamic shapes (ABI 2; tcc.proto Manifest fields 30-33).
  *
  * A SymExpr is a polynomial over the symbols: sum of coef x product of
- * syms[i]. tcc_kernel_bind reads each symbol from the first input dim
+ * syms[i]. tcc_module_bind reads each symbol from the first input dim
  * whose size expression is exactly that symbol, then checks the guards:
  * every symbol >= 2, every input's sizes, strides and storage offset
  * equal to its SymLayout at those values. Output layouts and the
@@ -318,8 +318,8 @@ static int layout_check(const Tcc__V1__SymLayout *L, const Tcc__V1__TensorMeta *
   return expr_check(L->storage_offset, nsyms);
 }
 
-int tcc_kernel_check_sym_manifest(const Tcc__V1__Manifest *m, tcc_error *err) {
-  int ok = m->n_symbols > 0 && m->n_symbols <= TCC_KERNEL_MAX_SYMS &&
+int tcc_module_check_sym_manifest(const Tcc__V1__Manifest *m, tcc_error *err) {
+  int ok = m->n_symbols > 0 && m->n_symbols <= TCC_MODULE_MAX_SYMS &&
            m->n_sym_inputs == m->n_inputs && m->n_sym_outputs == m->n_outputs &&
            !expr_check(m->sym_workspace_bytes, m->n_symbols);
   for (size_t i = 0; ok && i < m->n_inputs; i++)
@@ -343,16 +343,16 @@ int tcc_kernel_check_sym_manifest(const Tcc__V1__Manifest *m, tcc_error *err) {
   return 0;
 }
 
-int tcc_kernel_symbols(const tcc_kernel *k) {
+int tcc_module_symbols(const tcc_module *k) {
   return k && k->entry2 ? (int)k->manifest->n_symbols : 0;
 }
 
-int tcc_kernel_bind(const tcc_kernel *k, const int64_t *sizes, const int64_t *strides,
+int tcc_module_bind(const tcc_module *k, const int64_t *sizes, const int64_t *strides,
                     const int64_t *offsets, int64_t *syms, tcc_error *err) {
   if (!k || !k->entry2)
     return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "not a kernel with dynamic shapes");
   const Tcc__V1__Manifest *m = k->manifest;
-  int bound[TCC_KERNEL_MAX_SYMS] = {0};
+  int bound[TCC_MODULE_MAX_SYMS] = {0};
   size_t at = 0;
   for (size_t i = 0; i < m->n_inputs; i++)
     for (size_t d = 0; d < m->sym_inputs[i]->n_sizes; d++, at++) {
@@ -396,7 +396,7 @@ int tcc_kernel_bind(const tcc_kernel *k, const int64_t *sizes, const int64_t *st
   return 0;
 }
 
-int tcc_kernel_output_layout(const tcc_kernel *k, const int64_t *syms, int output,
+int tcc_module_output_layout(const tcc_module *k, const int64_t *syms, int output,
                              int64_t *sizes, int64_t *strides, tcc_error *err) {
   if (!k || !k->manifest || output < 0 || (size_t)output >= k->manifest->n_outputs)
     return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "no output %d", output);
@@ -419,7 +419,7 @@ int tcc_kernel_output_layout(const tcc_kernel *k, const int64_t *syms, int outpu
   return 0;
 }
 
-int64_t tcc_kernel_workspace_bytes(const tcc_kernel *k, const int64_t *syms) {
+int64_t tcc_module_workspace_bytes(const tcc_module *k, const int64_t *syms) {
   if (!k || !k->manifest) return -1;
   if (!k->entry2) return k->manifest->workspace_bytes;
   int ovf = 0;
@@ -427,11 +427,11 @@ int64_t tcc_kernel_workspace_bytes(const tcc_kernel *k, const int64_t *syms) {
   return ovf ? -1 : n;
 }
 
-int tcc_kernel_run_sym(tcc_kernel *k, const void *const *inputs, void *const *outputs,
+int tcc_module_run_sym(tcc_module *k, const void *const *inputs, void *const *outputs,
                        void *workspace, const int64_t *syms, tcc_error *err) {
-  if (!k || !k->entry2) return tcc_kernel_run(k, inputs, outputs, workspace, err);
+  if (!k || !k->entry2) return tcc_module_run(k, inputs, outputs, workspace, err);
   if (!syms) return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "no symbol values");
-  int64_t ws = tcc_kernel_workspace_bytes(k, syms);
+  int64_t ws = tcc_module_workspace_bytes(k, syms);
   if (ws < 0) return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "workspace size overflows int64");
   if (ws > 0 && !workspace)
     return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "the kernel needs a workspace of %lld bytes",
