@@ -59,6 +59,8 @@ typedef struct tcc_cpu_gemm {
   int blas_threads;           /* OpenBLAS threads for the call (0: as set) */
 } tcc_cpu_gemm;
 
+#define TCC_CPU_MAX_GROUP 64   /* reductions sharing one loop */
+
 /* How one kernel runs. */
 typedef struct tcc_cpu_kernel_schedule {
   int live;                   /* 0 for dead kernels (nothing else set) */
@@ -73,6 +75,10 @@ typedef struct tcc_cpu_kernel_schedule {
   int *levels;
   int nnodes;
   int *store_levels;
+  /* sibling reductions: for each kernel-level REDUCE node, the index (in
+   * nodes) of the one that leads its group, itself when it leads; -1 for
+   * other nodes. A group's reductions share one reduction loop. */
+  int *red_lead;
   int *used;                  /* buffers the kernel touches, sorted */
   int nused;
   int par;                    /* the loop run `omp parallel for`, -1: none */

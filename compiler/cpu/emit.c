@@ -18,14 +18,17 @@
  * happened (PyTorch raises there; the outputs are then unspecified).
  * Programs with symbols (dynamic shapes, dynamic.c) export tcc_entry2
  * instead, which also takes the symbols' values (const int64_t *tcc_S)
- * and passes them to every k * Each live kernel becomes a static function with one loop nest, the
+ * and passes them to every kernel. A program the schedule marks
+ * `threaded` runs its calls under the thread governor (prelude.c).
+ *
+ * Each live kernel becomes a static function with one loop nest, the
  * schedule's: its loops (planned nests index with the accesses' affine
  * forms, dim-order nests through the index expressions), each value
  * printed at its loop level (a row statistic's own reduction loop placed
  * where it is first needed), the parallel-for, simd and unroll pragmas
- * and the peeled element loop where the schedule put them. Reductions of
- * the same extents that are ready at the same point share one loop
- * (sibling fusion: var and mean, max and argmax). Reduction loops carry
+ * and the peeled element loop where the schedule put them, and each
+ * group of sibling reductions (the schedule's red_lead: var and mean of
+ * one row) in one shared loop. Reduction loops carry
  * `#pragma omp simd reduction(...)` so the C compiler vectorizes them
  * (reassociating float sums). float16 values are _Float16, bfloat16
  * values their bits (uint16_t) converted through float. Indices are
@@ -80,14 +83,6 @@ static const tcc_dialect c99 = {
 
 /* ------------------------------------------------------- loop plan */
 
-/* Kernel-level nodes in emission order with their loop levels: the
- * candidates for sibling grouping of reductions. */
-typedef struct pending {
-  const tcc_vx **list;
-  int n;
-  int level;
-  const int *levels;
-} pending;
 
 typedef struct kernel_emit {
   const tcc_program *p;
@@ -103,7 +98,7 @@ typedef struct kernel_emit {
   int nscoped, capscoped;
   const char *vname[3];      /* extern: names of vars 0..2 (NULL: i<n>) */
   int naccs;                 /* accumulators */
-  pending *pend;             /* NULL outside the kernel-level walk */
+  int walking;                /* in the kernel-level walk (not a scope) */
   int peeling;               /* printing the peeled loop's middle range: the
                                 schedule's peel[] clamps print unclamped */
   int oom;
@@ -562,50 +557,28 @@ static int emit_reduce_group(kernel_emit *ke, const tcc_vx *const *group, int ng
   return 0;
 }
 
-static int same_extent(const tcc_vx *a, const tcc_vx *b) {
-  if (a->nidx != b->nidx) return 0;
-  for (int r = 0; r < a->nidx; r++)
-    if (a->idx[r] != b->idx[r]) return 0;
-  return 1;
-}
-
-/* Does e (not looking past bound-var-free parts that are already
- * emitted) contain a REDUCE without a temporary? */
-static int needs_unemitted_reduce(kernel_emit *ke, const tcc_vx *e, tcc_ptrmap *seen) {
-  if (tcc_ptrmap_get(&ke->temps, e) || tcc_ptrmap_get(seen, e)) return 0;
-  tcc_ptrmap_put(seen, e, e);
-  if (e->op == TCC_PRIM_REDUCE) return 1;
-  return (e->a && needs_unemitted_reduce(ke, e->a, seen)) ||
-         (e->b && needs_unemitted_reduce(ke, e->b, seen)) ||
-         (e->c && needs_unemitted_reduce(ke, e->c, seen));
+/* The reductions computed in e's loop: e's group when e leads one
+ * (schedule.c, group_reductions) and this is the kernel-level walk, else
+ * e alone. */
+static int reduce_group(const kernel_emit *ke, const tcc_vx *e, const tcc_vx **group) {
+  int ng = 0;
+  group[ng++] = e;
+  if (!ke->walking || ke->nscoped != 0) return ng;
+  const tcc_cpu_kernel_schedule *ks = ke->ks;
+  int lead = -1;
+  for (int i = 0; i < ks->nnodes && lead < 0; i++)
+    if (ks->nodes[i] == e && ks->red_lead[i] == i) lead = i;
+  for (int j = 0; lead >= 0 && j < ks->nnodes; j++)
+    if (j != lead && ks->red_lead[j] == lead) group[ng++] = ks->nodes[j];
+  return ng;
 }
 
 static int emit_node(kernel_emit *ke, const tcc_vx *e, int indent) {
   if (ke->oom) return -1;
   if (e->op == TCC_PRIM_CONST || tcc_ptrmap_get(&ke->temps, e)) return 0;
   if (e->op == TCC_PRIM_REDUCE) {
-    const tcc_vx *group[64];
-    int ng = 0;
-    group[ng++] = e;
-    /* siblings: other pending kernel-level reductions of the same
-     * extents whose inputs are ready, folded in the same loop */
-    if (ke->pend && ke->nscoped == 0 && e->i != TCC_RED_ARGMAX && e->i != TCC_RED_ARGMIN) {
-      for (int i = 0; i < ke->pend->n && ng < 64; i++) {
-        const tcc_vx *q = ke->pend->list[i];
-        if (q == e || q->op != TCC_PRIM_REDUCE || ke->pend->levels[i] != ke->pend->level ||
-            tcc_ptrmap_get(&ke->temps, q) || !same_extent(q, e) || q->i == TCC_RED_ARGMAX ||
-            q->i == TCC_RED_ARGMIN)
-          continue;
-        tcc_ptrmap seen;
-        if (tcc_ptrmap_init(&seen, 64)) {
-          tcc_ptrmap_free(&seen);
-          return -1;
-        }
-        int blocked = needs_unemitted_reduce(ke, q->a, &seen);
-        tcc_ptrmap_free(&seen);
-        if (!blocked) group[ng++] = q;
-      }
-    }
+    const tcc_vx *group[TCC_CPU_MAX_GROUP];
+    int ng = reduce_group(ke, e, group);
     return emit_reduce_group(ke, group, ng, indent);
   }
   if (ke->peeling && peel_implies(ke, e)) {
@@ -936,8 +909,7 @@ static int emit_kernel(const tcc_program *p, const tcc_kernel *k, const tcc_cpu_
     rc = 0;
     goto done;
   }
-  pending pend = {.list = nodes, .n = nn, .levels = levels};
-  ke.pend = &pend;
+  ke.walking = 1;
   ke.nscoped = 0;
   int indent = 2;
   for (int lv = 0; lv <= pl->nloops; lv++) {
@@ -946,7 +918,6 @@ static int emit_kernel(const tcc_program *p, const tcc_kernel *k, const tcc_cpu_
       put_peel_range(&ke, pv, pl->size[pv], indent);
       ke.bound[pv] = 1;
       static const char *const from[] = {"0", "ps_", "pe_"}, *const to[] = {"ps_", "pe_", NULL};
-      pend.level = lv;
       for (int copy = 0; copy < 3; copy++) {
         if (!ks->inner_red) tcc_buf_printf(b, "%*s#pragma omp simd reduction(|:bad)\n", indent, "");
         tcc_buf_printf(b, "%*sfor (int64_t i%d = %s; i%d < ", indent, "", pv, from[copy], pv);
@@ -955,7 +926,7 @@ static int emit_kernel(const tcc_program *p, const tcc_kernel *k, const tcc_cpu_
         tcc_buf_printf(b, "; i%d++) {%s\n", pv, copy == 1 ? "   /* clamps in range */" : "");
         int mark = ke.nscoped;
         ke.peeling = copy == 1;
-        if (emit_level(&ke, lv, indent + 2, nodes, nn, levels, slevels)) goto done_pending;
+        if (emit_level(&ke, lv, indent + 2, nodes, nn, levels, slevels)) goto done_walking;
         ke.peeling = 0;
         for (int i = mark; i < ke.nscoped; i++) tcc_ptrmap_put(&ke.temps, ke.scoped[i], NULL);
         ke.nscoped = mark;
@@ -988,8 +959,7 @@ static int emit_kernel(const tcc_program *p, const tcc_kernel *k, const tcc_cpu_
     if (lv == 0 && pl->affine)
       for (int d = 0; d < k->rank; d++)
         if (k->sizes[d] == 1) ke.bound[d] = 1;
-    pend.level = lv;
-    if (emit_level(&ke, lv, indent, nodes, nn, levels, slevels)) goto done_pending;
+    if (emit_level(&ke, lv, indent, nodes, nn, levels, slevels)) goto done_walking;
   }
   for (int j = pl->nloops - 1 - (pv >= 0); j >= 0; j--) {
     indent -= 2;
@@ -997,8 +967,8 @@ static int emit_kernel(const tcc_program *p, const tcc_kernel *k, const tcc_cpu_
   }
   tcc_buf_puts(b, "  return bad;\n}\n");
   rc = ke.oom || ke.fv.oom ? -1 : 0;
-done_pending:
-  ke.pend = NULL;
+done_walking:
+  ke.walking = 0;
 done:
   tcc_ptrmap_free(&ke.temps);
   tcc_cpu_fv_free(&ke.fv);

@@ -17,6 +17,10 @@
  * variables are bound (loop-invariant code motion, level_of): a row
  * statistic (REDUCE over bound variables) is computed once per row.
  *
+ * Sibling reductions. Kernel-level reductions of one level and the same
+ * extents whose inputs are ready together share one reduction loop (var
+ * and mean of a row; group_reductions, in the order they are computed).
+ *
  * Parallelism and vectors. The outermost loop of size > 1 runs `omp
  * parallel for` when the kernel's work passes TCC_PARALLEL_WORK (dynamic
  * programs: an if() on the work at run time); the element loop (the
@@ -58,6 +62,67 @@ typedef struct planner {
   int loop_order;            /* the kernel config's loop order (plan_loops) */
   tcc_cpu_fv fv;
 } planner;
+
+/* ------------------------------------------------- sibling reductions */
+
+static int same_extent(const tcc_vx *a, const tcc_vx *b) {
+  if (a->nidx != b->nidx) return 0;
+  for (int r = 0; r < a->nidx; r++)
+    if (a->idx[r] != b->idx[r]) return 0;
+  return 1;
+}
+
+/* Does e need a reduction that is not computed yet (a REDUCE outside the
+ * groups already closed, `done`)? Walks operands only, as the value's
+ * expression does. */
+static int needs_pending_reduce(const tcc_vx *e, const tcc_ptrmap *done, tcc_ptrmap *seen) {
+  if (tcc_ptrmap_get(seen, e)) return 0;
+  tcc_ptrmap_put(seen, e, e);
+  if (e->op == TCC_PRIM_REDUCE) return !tcc_ptrmap_get(done, e);
+  return (e->a && needs_pending_reduce(e->a, done, seen)) || (e->b && needs_pending_reduce(e->b, done, seen)) ||
+         (e->c && needs_pending_reduce(e->c, done, seen));
+}
+
+/* Groups the kernel-level reductions (ks->red_lead), in the order they
+ * are computed: level by level, nodes in order. The first reduction not
+ * yet grouped leads a group and takes every later one of its level with
+ * the same extents whose input needs no reduction still pending (its own
+ * group's included); argmax and argmin stay alone. */
+static int group_reductions(const tcc_program *p, tcc_cpu_kernel_schedule *ks, int nlevels) {
+  int nn = ks->nnodes;
+  ks->red_lead = tcc_arena_array(p->arena, (size_t)nn + 1, sizeof *ks->red_lead);
+  if (!ks->red_lead) return -1;
+  for (int i = 0; i < nn; i++) ks->red_lead[i] = -1;
+  tcc_ptrmap done;
+  if (tcc_ptrmap_init(&done, 64)) return -1;
+  int rc = 0;
+  for (int lv = 0; lv <= nlevels && !rc; lv++)
+    for (int i = 0; i < nn && !rc; i++) {
+      const tcc_vx *e = ks->nodes[i];
+      if (e->op != TCC_PRIM_REDUCE || ks->levels[i] != lv || ks->red_lead[i] >= 0) continue;
+      ks->red_lead[i] = i;
+      int ng = 1;
+      int alone = e->i == TCC_RED_ARGMAX || e->i == TCC_RED_ARGMIN;
+      for (int j = 0; j < nn && !alone && ng < TCC_CPU_MAX_GROUP; j++) {
+        const tcc_vx *q = ks->nodes[j];
+        if (j == i || q->op != TCC_PRIM_REDUCE || ks->levels[j] != lv || ks->red_lead[j] >= 0 ||
+            !same_extent(q, e) || q->i == TCC_RED_ARGMAX || q->i == TCC_RED_ARGMIN)
+          continue;
+        tcc_ptrmap seen;
+        if (tcc_ptrmap_init(&seen, 64)) {
+          rc = -1;
+          break;
+        }
+        int blocked = needs_pending_reduce(q->a, &done, &seen);
+        tcc_ptrmap_free(&seen);
+        if (!blocked) ks->red_lead[j] = i, ng++;
+      }
+      for (int j = 0; j < nn && !rc; j++)
+        if (ks->red_lead[j] == i && tcc_ptrmap_put(&done, ks->nodes[j], ks->nodes[j])) rc = -1;
+    }
+  tcc_ptrmap_free(&done);
+  return rc;
+}
 
 /* ------------------------------------------------------- loop nests */
 
@@ -498,7 +563,7 @@ static int plan_kernel(planner *ke) {
     }
     ks->store_levels[s] = lv;
   }
-  if (ke->fv.oom) return -1;
+  if (ke->fv.oom || group_reductions(p, ks, pl->nloops + 1)) return -1;
   ks->par = ks->peel_loop = -1;
   int64_t numel = 1;
   for (int d = 0; d < k->rank; d++) numel *= k->sizes[d];   /* checked in prepare */
@@ -709,6 +774,12 @@ int tcc_cpu_schedule_check(const tcc_program *p, tcc_error *err) {
       if (ks->levels[i] < 0 || ks->levels[i] > pl->nloops + 1)
         return tcc_error_set(err, TCC_E_INTERNAL, "k%d: a node at loop level %d of %d", ks->kno, ks->levels[i],
                              pl->nloops);
+    for (int i = 0; i < ks->nnodes; i++) {
+      int l = ks->red_lead[i];
+      if ((l >= 0) != (ks->nodes[i]->op == TCC_PRIM_REDUCE) || l > i ||
+          (l >= 0 && (ks->red_lead[l] != l || ks->levels[l] != ks->levels[i])))
+        return tcc_error_set(err, TCC_E_INTERNAL, "k%d: node %d in the reduction group of node %d", ks->kno, i, l);
+    }
     for (int st = 0; st < K->nstores; st++)
       if (ks->store_levels[st] < 0 || ks->store_levels[st] > pl->nloops)
         return tcc_error_set(err, TCC_E_INTERNAL, "k%d: store %d at loop level %d of %d", ks->kno, st,
@@ -763,12 +834,13 @@ void tcc_cpu_schedule_dump(const tcc_program *p, tcc_buf *b) {
     tcc_buf_printf(b, "; %d accesses, %d buffers\n", ks->nacc, ks->nused);
     /* where values are computed: per loop level, values (of which reductions) */
     for (int lv = 0; lv <= pl->nloops + 1; lv++) {
-      int n = 0, red = 0, stores = 0;
+      int n = 0, red = 0, loops = 0, stores = 0;
       for (int i = 0; i < ks->nnodes; i++)
-        if (ks->levels[i] == lv) n++, red += ks->nodes[i]->op == TCC_PRIM_REDUCE;
+        if (ks->levels[i] == lv) n++, red += ks->nodes[i]->op == TCC_PRIM_REDUCE, loops += ks->red_lead[i] == i;
       for (int st = 0; st < K->nstores; st++) stores += ks->store_levels[st] == lv;
       if (n || stores)
-        tcc_buf_printf(b, "    level %d: %d values (%d reductions), %d stores\n", lv, n, red, stores);
+        tcc_buf_printf(b, "    level %d: %d values (%d reductions in %d loops), %d stores\n", lv, n, red, loops,
+                       stores);
     }
   }
 }
