@@ -89,6 +89,9 @@ typedef struct tcc_cpu_kernel_schedule {
   int simd;                   /* the element loop runs `omp simd` */
   int simdlen;                /* its simdlen (0: the compiler's) */
   int unroll;                 /* else `GCC unroll` of the element loop (0: none) */
+  int inline_exp;             /* a float32 exp's argument holds a constant
+                                 below -87 (a mask's -inf, finfo.min): its
+                                 exps print tcc_expf (prelude.c) */
   int peel_loop;              /* loop run in three ranges (-1: none) */
   int npeel;
   const tcc_ix *peel[TCC_CPU_MAX_PEEL];  /* clamps its middle range drops */

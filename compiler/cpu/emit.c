@@ -610,6 +610,8 @@ static int emit_node(kernel_emit *ke, const tcc_vx *e, int indent) {
     put_ix(ke, e->idx[0]);
   } else if (e->op == TCC_PRIM_CAST) {
     put_cast(b, e->a->dtype, e->dtype, x);
+  } else if (e->op == TCC_PRIM_EXP && e->dtype == TCC__V1__DTYPE__FLOAT32 && ke->ks->inline_exp) {
+    tcc_buf_printf(b, "tcc_expf(%s)", x);
   } else {
     tcc_dtype od = e->op == TCC_PRIM_WHERE ? e->b->dtype : e->a ? e->a->dtype : e->dtype;
     tcc_c_put_prim(D, b, e->op, e->dtype, od, x, y, z);

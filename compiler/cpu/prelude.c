@@ -27,6 +27,23 @@ const char tcc_cpu_prelude[] =
   "extern double tan(double) TCC_SIMD; extern double tanh(double) TCC_SIMD;\n"
   "extern double erf(double) TCC_SIMD;\n"
   "#endif\n"
+  /* exp for float32 without libmvec's slow path (schedule.c,
+   * plan_inline_exp): Cody-Waite reduction by ln 2, Cephes' polynomial
+   * (under 1 ulp against exp in double), the exponent added to the bits;
+   * results below FLT_MIN are 0 */
+  "static inline float tcc_expf(float x) {\n"
+  "  const float xc = x < -87.33654f ? -87.33654f : x > 0x1.62e42ep+6f ? 0x1.62e42ep+6f : x;\n"
+  "  const float n = __builtin_rintf(xc * 1.44269504088896341f);\n"
+  "  const float r = (xc - n * 0.693359375f) + n * 2.12194440e-4f;\n"
+  "  float p = 1.9875691500e-4f;\n"
+  "  p = p * r + 1.3981999507e-3f;\n  p = p * r + 8.3334519073e-3f;\n"
+  "  p = p * r + 4.1665795894e-2f;\n  p = p * r + 1.6666665459e-1f;\n"
+  "  p = p * r + 5.0000001201e-1f;\n"
+  "  const float e = p * (r * r) + r + 1.0f;\n"
+  "  uint32_t u; __builtin_memcpy(&u, &e, 4);\n"
+  "  u += (uint32_t)(int32_t)n << 23;\n"
+  "  float y; __builtin_memcpy(&y, &u, 4);\n"
+  "  return x < -87.33654f ? 0.0f : x > 0x1.62e42ep+6f ? __builtin_inff() : x != x ? x : y;\n}\n"
   "static inline int64_t tcc_min64(int64_t a, int64_t b) { return a < b ? a : b; }\n"
   "static inline int64_t tcc_max64(int64_t a, int64_t b) { return a > b ? a : b; }\n"
   "static inline float tcc_bf16_to_f32(uint16_t x) {\n"

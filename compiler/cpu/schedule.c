@@ -124,6 +124,47 @@ static int group_reductions(const tcc_program *p, tcc_cpu_kernel_schedule *ks, i
   return rc;
 }
 
+/* ----------------------------------------------------- masked exps */
+
+static const char holds_yes, holds_no;
+
+/* Does e hold a float constant below -87, where exp underflows (a mask's
+ * -inf, torch.finfo(float32).min)? Memoized in seen. */
+static int holds_huge_negative(const tcc_vx *e, tcc_ptrmap *seen) {
+  const void *m = tcc_ptrmap_get(seen, e);
+  if (m) return m == &holds_yes;
+  int r = e->op == TCC_PRIM_CONST && (e->dtype == TCC__V1__DTYPE__FLOAT32 || e->dtype == TCC__V1__DTYPE__FLOAT64) &&
+          e->f < -87.0;
+  r = r || (e->a && holds_huge_negative(e->a, seen)) || (e->b && holds_huge_negative(e->b, seen)) ||
+      (e->c && holds_huge_negative(e->c, seen));
+  tcc_ptrmap_put(seen, e, r ? &holds_yes : &holds_no);
+  return r;
+}
+
+/* Does a float32 exp in e take such an argument? */
+static int masked_exp(const tcc_vx *e, tcc_ptrmap *visited, tcc_ptrmap *seen) {
+  if (tcc_ptrmap_get(visited, e)) return 0;
+  tcc_ptrmap_put(visited, e, e);
+  if (e->op == TCC_PRIM_EXP && e->dtype == TCC__V1__DTYPE__FLOAT32 && holds_huge_negative(e->a, seen)) return 1;
+  return (e->a && masked_exp(e->a, visited, seen)) || (e->b && masked_exp(e->b, visited, seen)) ||
+         (e->c && masked_exp(e->c, visited, seen));
+}
+
+/* Whether kernel k's float32 exps print the prelude's inline tcc_expf.
+ * glibc's vector expf (libmvec) leaves its fast path for all lanes when
+ * one argument is below about -87.3, as masked attention scores are
+ * (-inf, or finfo.min added); tcc_expf has no such path but is ~15%
+ * slower on ordinary arguments, so only these kernels use it. */
+static int plan_inline_exp(const tcc_kernel *k, int *out) {
+  tcc_ptrmap visited = {0}, seen = {0};
+  *out = 0;
+  int rc = tcc_ptrmap_init(&visited, 64) || tcc_ptrmap_init(&seen, 64) ? -1 : 0;
+  for (int st = 0; st < k->nstores && !*out && !rc; st++) *out = masked_exp(k->stores[st].value, &visited, &seen);
+  tcc_ptrmap_free(&visited);
+  tcc_ptrmap_free(&seen);
+  return rc;
+}
+
 /* ------------------------------------------------------- loop nests */
 
 /* Linear storage index of access a as affine form; 0 when not affine. */
@@ -563,7 +604,7 @@ static int plan_kernel(planner *ke) {
     }
     ks->store_levels[s] = lv;
   }
-  if (ke->fv.oom || group_reductions(p, ks, pl->nloops + 1)) return -1;
+  if (ke->fv.oom || group_reductions(p, ks, pl->nloops + 1) || plan_inline_exp(k, &ks->inline_exp)) return -1;
   ks->par = ks->peel_loop = -1;
   int64_t numel = 1;
   for (int d = 0; d < k->rank; d++) numel *= k->sizes[d];   /* checked in prepare */
