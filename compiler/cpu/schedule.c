@@ -21,6 +21,10 @@
  * extents whose inputs are ready together share one reduction loop (var
  * and mean of a row; group_reductions, in the order they are computed).
  *
+ * Masked exps. A kernel whose float32 exp takes an argument holding a
+ * constant below -87 (a mask's -inf) prints the prelude's inline
+ * tcc_expf instead of libmvec's (plan_inline_exp).
+ *
  * Parallelism and vectors. The outermost loop of size > 1 runs `omp
  * parallel for` when the kernel's work passes TCC_PARALLEL_WORK (dynamic
  * programs: an if() on the work at run time); the element loop (the
@@ -872,6 +876,7 @@ void tcc_cpu_schedule_dump(const tcc_program *p, tcc_buf *b) {
     if (ks->unroll) tcc_buf_printf(b, "; element loop unrolled %d", ks->unroll);
     if (ks->inner_red) tcc_buf_puts(b, "; reduction in the element loop");
     if (ks->peel_loop >= 0) tcc_buf_printf(b, "; loop %d peeled around %d clamps", ks->peel_loop, ks->npeel);
+    if (ks->inline_exp) tcc_buf_puts(b, "; masked exps inline");
     tcc_buf_printf(b, "; %d accesses, %d buffers\n", ks->nacc, ks->nused);
     /* where values are computed: per loop level, values (of which reductions) */
     for (int lv = 0; lv <= pl->nloops + 1; lv++) {
