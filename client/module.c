@@ -152,9 +152,9 @@ out:
   return rc;
 }
 
-/* A CUDA artifact: the Driver API loader (cuda.c) does the rest. */
-static int load_cuda(const uint8_t *data, size_t len, const char *sha256_hex, const Tcc__V1__Manifest *manifest,
-                     tcc_module **out, tcc_error *err) {
+/* A module holding its digest and a copy of manifest, nothing loaded
+ * yet (*out); tcc_module_unload frees it. */
+static int module_new(const char *sha256_hex, const Tcc__V1__Manifest *manifest, tcc_module **out, tcc_error *err) {
   tcc_module *k = calloc(1, sizeof *k);
   if (!k) return tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "out of memory");
   k->fd = -1;
@@ -164,8 +164,18 @@ static int load_cuda(const uint8_t *data, size_t len, const char *sha256_hex, co
     tcc_module_unload(k);
     return tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "out of memory");
   }
+  *out = k;
+  return 0;
+}
+
+/* A CUDA artifact: the Driver API loader (cuda.c) does the rest. */
+static int load_cuda(const uint8_t *data, size_t len, const char *sha256_hex, const Tcc__V1__Manifest *manifest,
+                     tcc_module **out, tcc_error *err) {
+  tcc_module *k;
+  int rc = module_new(sha256_hex, manifest, &k, err);
+  if (rc) return rc;
   tcc_rt_cuda_options opts = {.context = TCC_RT_CUDA_CURRENT_OR_PRIMARY};
-  int rc = tcc_rt_cuda_kernel_load_manifest(data, len, k->sha256, manifest, &opts, &k->cuda, err);
+  rc = tcc_rt_cuda_kernel_load_manifest(data, len, k->sha256, manifest, &opts, &k->cuda, err);
   if (rc) {
     tcc_error_prefix(err, "CUDA artifact %.12s (%.64s)", k->sha256, manifest->target);
     tcc_module_unload(k);
@@ -202,15 +212,8 @@ int tcc_module_load(const uint8_t *data, size_t len, const char *sha256_hex, con
                              : "the manifest's target is %.64s but the artifact is not a cubin",
                          manifest->target ? manifest->target : "");
 
-  tcc_module *k = calloc(1, sizeof *k);
-  if (!k) return tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "out of memory");
-  k->fd = -1;
-  tcc_hex_lower_copy(sha256_hex, k->sha256);
-  k->manifest = manifest_copy(manifest);
-  if (!k->manifest) {
-    rc = tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "out of memory");
-    goto fail;
-  }
+  tcc_module *k;
+  if ((rc = module_new(sha256_hex, manifest, &k, err))) return rc;
   if ((rc = sealed_memfd(data, len, k->sha256, &k->fd, err))) goto fail;
   if ((rc = dlopen_memfd(&k->fd, &k->handle, err))) goto fail;
   const char *entry = manifest->entry && *manifest->entry ? manifest->entry : DEFAULT_ENTRY;
