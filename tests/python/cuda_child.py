@@ -1,6 +1,8 @@
 """Child process of test_cuda.py: a graph on (fake) CUDA tensors through the
 backend's setup, against libtccclient bound to the recording fake libcuda
-($TCC_CUDA_LIBRARY) and fake libcublas; prints a JSON report."""
+($TCC_CUDA_LIBRARY) and fake libcublas; prints a JSON report. With
+TCC_CHILD_MODE=reduce-overhead each kernel is launched twice with the same
+pointers (captured as a CUDA graph, then replayed)."""
 import ctypes
 import json
 import os
@@ -24,11 +26,12 @@ with FakeTensorMode(allow_non_fake_inputs=False):
             torch.empty(16, 4, device="cuda"))
     gm = make_fx(f)(*args)
 
-cfg = config.Config.make(cuda="compile")
+mode = os.environ.get("TCC_CHILD_MODE", "default")
+cfg = config.Config.make(cuda="compile", mode=mode)
 cg = dynamo._CompiledGraph(gm, "inference", cfg, False, False)
 cg._built = cg._build()
 cg._precompile()
-report = {"device": cg.device, "target": cg.base.target.cuda_arch,
+report = {"device": cg.device, "target": cg.base.target.cuda_arch, "mode": mode,
           "partitions": len(cg.partitions), "kernels": []}
 fake = ctypes.CDLL(os.environ["TCC_CUDA_LIBRARY"])
 fake.fake_cuda_events.restype = ctypes.c_char_p
@@ -45,13 +48,15 @@ for p in cg.partitions:
         err = _lib.Error()
         assert lib.tcc_rt_cuda_stream_create(0, ctypes.byref(stream), err.ptr) == 0, err.message
         fake.fake_cuda_reset()
-        k.launch_cuda([t.data_ptr() for t in ins], [o.data_ptr() for o in outs], ws.data_ptr(),
-                      stream.value)
+        for _ in range(2 if k.graphs else 1):
+            k.launch_cuda([t.data_ptr() for t in ins], [o.data_ptr() for o in outs], ws.data_ptr(),
+                          stream.value)
         report["kernels"].append({
             "device_type": k.device_type, "target": k.manifest.target,
             "names": [x.name for x in k.manifest.kernels],
             "kinds": [x.kind for x in k.manifest.kernels],
             "inputs": ["%x" % t.data_ptr() for t in ins],
             "outputs": ["%x" % o.data_ptr() for o in outs],
+            "graphs": k.graphs, "stats": k.cuda_stats(),
             "events": fake.fake_cuda_events().decode().splitlines()})
 print("REPORT " + json.dumps(report))

@@ -73,6 +73,39 @@ def test_cuda_graph_compiles_and_launches_through_the_loader(daemon):
         assert ptr in params or any(ptr in g for g in gemms), (ptr, events)
 
 
+@pytest.mark.skipif(not os.path.exists(FAKE_CUDA), reason="fake libcuda not built")
+def test_reduce_overhead_launches_as_cuda_graphs(daemon):
+    """mode="reduce-overhead": each kernel's plan is captured once on the
+    first launch with a set of pointers and replayed as one graph launch
+    on the next with the same pointers (fake driver: what it records)."""
+    env = dict(os.environ, TCC_CUDA_LIBRARY=FAKE_CUDA, TCC_CUBLAS_LIBRARY=FAKE_CUBLAS,
+               TCC_FAKE_CUDA_CC="90", TCCD_ADDR=daemon.addr, TCC_FAKE_CUDA_NPARAMS="6",
+               TCC_CHILD_MODE="reduce-overhead",
+               TCC_PKG=os.path.join(SOURCE, "client", "python"))
+    p = subprocess.run([sys.executable, os.path.join(HERE, "cuda_child.py")], env=env,
+                       capture_output=True, text=True, timeout=300)
+    if p.returncode != 0 and "NVRTC not available" in p.stderr:
+        pytest.skip("this build's daemon has no NVRTC (scripts/setup-cuda)")
+    assert p.returncode == 0, p.stderr[-4000:]
+    r = json.loads(next(l for l in p.stdout.splitlines() if l.startswith("REPORT "))[len("REPORT "):])
+    (k,) = r["kernels"]
+    assert r["mode"] == "reduce-overhead" and k["graphs"] is True
+    assert k["stats"] == {"direct_launches": 0, "graph_captures": 1, "graph_replays": 2}, k["stats"]
+    ev = k["events"]
+    # captured once (no launch runs outside the graph), then two replays of
+    # every generated kernel, in the plan's order, with our pointers
+    assert sum(e.startswith("capture ") for e in ev) == 1 and sum(e.startswith("instantiate ") for e in ev) == 1, ev
+    assert not [e for e in ev if e.startswith("launch ")], ev
+    replays = [i for i, e in enumerate(ev) if e.startswith("replay ")]
+    assert len(replays) == 2, ev
+    want = [n.split("_")[0] for n, kind in zip(k["names"], k["kinds"]) if kind != "extern"]
+    first = ev[replays[0] + 1:replays[1]]
+    got = [e.split()[0] for e in first if e.startswith("  ") and "cublas" not in e]
+    assert [g.split("_")[0] for g in got] == want, (got, want)
+    for ptr in k["inputs"] + k["outputs"]:
+        assert any(ptr in e for e in first), (ptr, first)
+
+
 CUDA = torch.cuda.is_available()
 
 

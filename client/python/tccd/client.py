@@ -12,6 +12,7 @@ error codes into TccdError subclasses. Tensors are passed by data pointer
 import ctypes
 import os
 import threading
+import weakref
 
 import torch
 
@@ -257,6 +258,9 @@ class Kernel:
         # in the thread's current context: PyTorch's for its device).
         self._cuda = _lib.load().tcc_module_cuda(handle) or None
         self.device_type = "cuda" if self._cuda else "cpu"
+        self.graphs = False              # launches as CUDA graphs (use_graphs)
+        if self._cuda:
+            _cuda_kernels.add(self)
 
     def __del__(self):
         h = getattr(self, "_h", None)
@@ -366,21 +370,84 @@ class Kernel:
         if rc:
             raise error_for(rc, err.message, addr=self.addr, what="run", default=TccdKernelError)
 
+    def use_graphs(self, on=True):
+        """Mode reduce-overhead: launch the plan as a CUDA graph, captured on
+        the first launch with a set of pointers and replayed (one
+        cuGraphLaunch) on later launches with the same ones (the runtime
+        keeps 16 per kernel). PyTorch's caching allocator hands a steady
+        loop the same blocks, so each call replays."""
+        if not self._cuda:
+            return
+        _lib.load().tcc_rt_cuda_kernel_set_graphs(self._cuda, 1 if on else 0)
+        self.graphs = bool(on)
+
+    def cuda_stats(self):
+        """{direct_launches, graph_captures, graph_replays} of a CUDA kernel."""
+        if not self._cuda:
+            return {}
+        st = _CudaStats()
+        _lib.load().tcc_rt_cuda_kernel_stats(self._cuda, ctypes.byref(st))
+        return {"direct_launches": st.direct_launches, "graph_captures": st.graph_captures,
+                "graph_replays": st.graph_replays}
+
     def _run_cuda(self, inputs):
         """Outputs and workspace on the inputs' device, launched on
         PyTorch's current stream there (ordered with the eager ops around
-        it, like any CUDA op)."""
+        it, like any CUDA op). A graph cannot be captured on the legacy
+        default stream (PyTorch's current stream unless the caller set
+        one): with graphs on, the plan runs on a side stream that waits for
+        the current one, and the current one waits for it (so the caching
+        allocator's reuse of these blocks stays ordered after the launch)."""
         device = inputs[0].device if inputs else torch.device("cuda", torch.cuda.current_device())
         outs = [torch.empty_strided(s, st, dtype=dt, device=device)
                 for s, st, dt in self.output_specs]
         ws = None
         if self.workspace_bytes:
             ws = torch.empty(self.workspace_bytes, dtype=torch.uint8, device=device)
-        stream = torch.cuda.current_stream(device).cuda_stream
-        self.launch_cuda([t.data_ptr() - t.storage_offset() * t.element_size() for t in inputs],
-                         [o.data_ptr() for o in outs], ws.data_ptr() if ws is not None else 0,
-                         stream)
+        cur = torch.cuda.current_stream(device)
+        args = ([t.data_ptr() - t.storage_offset() * t.element_size() for t in inputs],
+                [o.data_ptr() for o in outs], ws.data_ptr() if ws is not None else 0)
+        if self.graphs and cur.cuda_stream == 0:
+            side = _graph_stream(device)
+            side.wait_stream(cur)
+            self.launch_cuda(*args, side.cuda_stream)
+            cur.wait_stream(side)
+        else:
+            self.launch_cuda(*args, cur.cuda_stream)
         return outs
+
+
+class _CudaStats(ctypes.Structure):
+    """tcc_rt_cuda_stats (runtime/tcc_runtime.h)."""
+    _fields_ = [("direct_launches", ctypes.c_uint64), ("graph_captures", ctypes.c_uint64),
+                ("graph_replays", ctypes.c_uint64), ("from_ptx", ctypes.c_int),
+                ("device", ctypes.c_int), ("device_arch", ctypes.c_char * 16)]
+
+
+_cuda_kernels = weakref.WeakSet()     # loaded CUDA kernels, for cuda_launch_stats()
+_graph_streams = {}                   # device index -> side stream for graph launches
+_graph_streams_lock = threading.Lock()
+
+
+def _graph_stream(device):
+    idx = device.index if device.index is not None else torch.cuda.current_device()
+    s = _graph_streams.get(idx)
+    if s is None:
+        with _graph_streams_lock:
+            s = _graph_streams.get(idx)
+            if s is None:
+                s = _graph_streams[idx] = torch.cuda.Stream(device=idx)
+    return s
+
+
+def cuda_launch_stats():
+    """Summed over the CUDA kernels loaded now: {direct_launches,
+    graph_captures, graph_replays}."""
+    tot = {"direct_launches": 0, "graph_captures": 0, "graph_replays": 0}
+    for k in list(_cuda_kernels):
+        for key, v in k.cuda_stats().items():
+            tot[key] += v
+    return tot
 
 
 def cuda_device_arch(index=0):

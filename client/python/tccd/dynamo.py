@@ -875,9 +875,13 @@ class _CompiledGraph:
         thread's current context, so it is made PyTorch's for the graph's
         device first (compiles run on worker threads)."""
         if self.device != "cuda" or not torch.cuda.is_available():
-            return self.client.get_kernel(req)
-        with torch.cuda.device(self.cuda_index):
-            return self.client.get_kernel(req)
+            kernel, resp = self.client.get_kernel(req)
+        else:
+            with torch.cuda.device(self.cuda_index):
+                kernel, resp = self.client.get_kernel(req)
+        if self.cfg.mode == "reduce-overhead" and kernel.device_type == "cuda":
+            kernel.use_graphs()
+        return kernel, resp
 
     def _compile_failed(self, part, e):
         """fallback="eager": a failed compile warns and runs the partition eagerly."""
