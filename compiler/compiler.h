@@ -94,11 +94,13 @@
 #define TCC_MAX_NODES        65536      /* nodes per graph */
 #define TCC_MAX_VALUES       131072     /* tensor values per graph */
 #define TCC_MAX_DIMS         16         /* rank of a tensor */
+#define TCC_INDEX_PUT_MAX    8          /* positions an index_put/scatter
+                                           select compiles (infer.c) */
 #define TCC_MAX_REQUEST_BYTES (256u << 20) /* encoded CompileRequest */
 
 /* Bump whenever generated code or the key encoding changes: every cache
  * entry made by an older codegen then misses. */
-#define TCC_CODEGEN_VERSION 12
+#define TCC_CODEGEN_VERSION 13
 
 typedef struct tcc_graph tcc_graph;  /* the canonical IR (graph.h) */
 

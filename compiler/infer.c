@@ -735,31 +735,77 @@ int tcc_infer_index(const tcc_graph *g, const tcc_node *n, tcc_meta *out, tcc_er
  * pointwise select. Integer indices and multi-element values write
  * positions that depend on the data: UNIMPLEMENTED, so the client runs
  * them eagerly. */
+/* Two forms compile, both selects over self (lower.c):
+ *  - one boolean mask over leading dims and a one-element value
+ *    (x[mask] = v);
+ *  - one 1-D integer index tensor of at most TCC_INDEX_PUT_MAX entries in
+ *    any position, values broadcastable to the indexed shape (self's
+ *    sizes with that dim's replaced by the index's length): index_copy_,
+ *    a StaticCache's update at the decoded position.
+ * Other forms write where the data says in ways a select of this size
+ * cannot follow: UNIMPLEMENTED (they run eagerly). */
 int tcc_infer_index_put(const tcc_graph *g, const tcc_node *n, tcc_meta *out, tcc_error *err) {
   const tcc_meta *m = tensor_meta(g, &n->args[0]), *v = tensor_meta(g, ARG("values"));
   const tcc_arg *ix = ARG("indices");
   if (!m || !v) return BAD("index_put: self and values must be tensors");
-  int mask = -1;
+  if (ix->n > m->rank) return BAD("index_put: %d indices for a tensor of rank %d", ix->n, m->rank);
+  int pos = -1;
   for (int k = 0; k < ix->n; k++) {
     if (ix->vals[k] < 0) continue;
-    if (k != 0 || mask >= 0)
-      return tcc_error_set(err, TCC_E_UNIMPLEMENTED, "index_put: only one boolean mask, in the "
-                           "first index position");
-    mask = ix->vals[k];
+    if (pos >= 0)
+      return tcc_error_set(err, TCC_E_UNIMPLEMENTED, "index_put: more than one index tensor");
+    pos = k;
   }
-  if (mask < 0) return BAD("index_put: no index tensor (all None)");
-  const tcc_meta *mm = &g->values[mask].meta;
-  if (mm->dtype != TCC__V1__DTYPE__BOOL)
-    return tcc_error_set(err, TCC_E_UNIMPLEMENTED, "index_put with %s indices (the positions "
-                         "written depend on the data)", tcc_dtype_name(mm->dtype));
-  if (mm->rank > m->rank) return BAD("index_put: mask of rank %d for a tensor of rank %d", mm->rank, m->rank);
-  for (int d = 0; d < mm->rank; d++)
-    if (mm->sizes[d] != m->sizes[d])
-      return BAD("index_put: the mask's size %" PRId64 " in dim %d differs from the tensor's %" PRId64,
-                 mm->sizes[d], d, m->sizes[d]);
-  if (v->numel != 1)
-    return tcc_error_set(err, TCC_E_UNIMPLEMENTED, "index_put of %" PRId64 " values (one value per "
-                         "selected element: which goes where depends on the mask)", v->numel);
+  if (pos < 0) return BAD("index_put: no index tensor (all None)");
+  const tcc_meta *mm = &g->values[ix->vals[pos]].meta;
+  if (mm->dtype == TCC__V1__DTYPE__BOOL) {
+    if (pos != 0)
+      return tcc_error_set(err, TCC_E_UNIMPLEMENTED, "index_put: a boolean mask after a None index");
+    if (mm->rank > m->rank) return BAD("index_put: mask of rank %d for a tensor of rank %d", mm->rank, m->rank);
+    for (int d = 0; d < mm->rank; d++)
+      if (mm->sizes[d] != m->sizes[d])
+        return BAD("index_put: the mask's size %" PRId64 " in dim %d differs from the tensor's %" PRId64,
+                   mm->sizes[d], d, m->sizes[d]);
+    if (v->numel != 1)
+      return tcc_error_set(err, TCC_E_UNIMPLEMENTED, "index_put of %" PRId64 " values (one value per "
+                           "selected element: which goes where depends on the mask)", v->numel);
+  } else {
+    if (!index_dtype_ok(mm)) return BAD("index_put: indices must be bool, int32 or int64");
+    if (mm->rank != 1)
+      return tcc_error_set(err, TCC_E_UNIMPLEMENTED, "index_put with a %d-D index tensor", mm->rank);
+    if (mm->sizes[0] > TCC_INDEX_PUT_MAX)
+      return tcc_error_set(err, TCC_E_UNIMPLEMENTED, "index_put of %" PRId64 " positions (a select "
+                           "compiles up to %d)", mm->sizes[0], TCC_INDEX_PUT_MAX);
+    if (v->rank > m->rank) return BAD("index_put: values of rank %d for a tensor of rank %d", v->rank, m->rank);
+    for (int dv = 0; dv < v->rank; dv++) {
+      int d = dv + m->rank - v->rank;
+      int64_t want = d == pos ? mm->sizes[0] : m->sizes[d];
+      if (v->sizes[dv] != 1 && v->sizes[dv] != want)
+        return BAD("index_put: values' size %" PRId64 " in dim %d does not broadcast to %" PRId64,
+                   v->sizes[dv], dv, want);
+    }
+  }
+  *out = *m;
+  return finish(g, out, err);
+}
+
+/* scatter(self, dim, index, value): self with value written at
+ * index[i][j]... along dim; index as gather's (same rank, no larger than
+ * self outside dim), at most TCC_INDEX_PUT_MAX entries along dim (the
+ * one-hot of a loss's backward has 1). */
+int tcc_infer_scatter(const tcc_graph *g, const tcc_node *n, tcc_meta *out, tcc_error *err) {
+  const tcc_meta *m = tensor_meta(g, &n->args[0]), *ix = tensor_meta(g, ARG("index"));
+  int dim;
+  int rc = tcc_norm_dim(ARG("dim")->i, m->rank, &dim, err);
+  if (rc) return rc;
+  if (ix->dtype != TCC__V1__DTYPE__INT64) return BAD("scatter: index must be int64");
+  if (ix->rank != m->rank || m->rank == 0)
+    return BAD("scatter: index rank %d differs from self's %d", ix->rank, m->rank);
+  for (int d = 0; d < m->rank; d++)
+    if (d != dim && ix->sizes[d] > m->sizes[d]) return BAD("scatter: index too large in dim %d", d);
+  if (ix->sizes[dim] > TCC_INDEX_PUT_MAX)
+    return tcc_error_set(err, TCC_E_UNIMPLEMENTED, "scatter of %" PRId64 " entries along dim %d (a "
+                         "select compiles up to %d)", ix->sizes[dim], dim, TCC_INDEX_PUT_MAX);
   *out = *m;
   return finish(g, out, err);
 }

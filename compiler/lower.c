@@ -938,23 +938,89 @@ int tcc_lower_index(tcc_lower_ctx *lc, const tcc_node *n, tcc_error *err) {
   return tcc_lower_result(lc, n, 0, tcc_lower_body_at(lc, n->args[0].v, in), err);
 }
 
-/* out = mask ? value : self, the mask over self's leading dims
- * (tcc_infer_index_put checked the rest). */
+/* index_put (tcc_infer_index_put checked the form):
+ *  - a boolean mask over self's leading dims: out = mask ? value : self;
+ *  - one 1-D integer index tensor ix of J entries at dim k: out =
+ *    where(i_k == ix[J-1], v[.., J-1, ..], ... where(i_k == ix[0], v[.., 0,
+ *    ..], self)), so the last of equal indices wins as in a sequential
+ *    write; with accumulate, self + the sum of the matching values. Each
+ *    ix[j] is read as a checked index (negative counts from the end; out
+ *    of range sets the kernel's error flag, as a read would). */
 int tcc_lower_index_put(tcc_lower_ctx *lc, const tcc_node *n, tcc_error *err) {
   const tcc_meta *m = tcc_lower_out_meta(lc, n, 0);
   if (!m) return 0;
   tcc_program *p = lc->prog;
   tcc_dtype cd = tcc_lower_compute_dt(m->dtype);
-  const tcc_lval *mk = &lc->vals[ARG("indices")->vals[0]];
-  const tcc_ix *idx[TCC_MAX_DIMS];
-  for (int d = 0; d < mk->rank; d++) idx[d] = mk->sizes[d] == 1 ? tcc_ix_const(p, 0) : tcc_ix_var(p, d);
-  const tcc_vx *mask = tcc_vx_subst(p, mk->body, mk->rank, idx);
+  const tcc_arg *ix = ARG("indices"), *acc = ARG("accumulate");
+  int pos = 0;
+  while (ix->vals[pos] < 0) pos++;
   const tcc_vx *self = tcc_lower_opnd(lc, n, ARG("self"), cd);
-  /* the value is cast to self's dtype first, as PyTorch does */
-  const tcc_vx *val = tcc_vx_cast(p, tcc_lower_opnd(lc, n, ARG("values"), m->dtype), cd);
-  const tcc_arg *acc = ARG("accumulate");
-  if (acc && acc->i) val = BIN(ADD, self, val);
-  return tcc_lower_result(lc, n, 0, tcc_vx_where(p, mask, val, self), err);
+  const tcc_lval *mk = &lc->vals[ix->vals[pos]];
+  if (lc->g->values[ix->vals[pos]].meta.dtype == TCC__V1__DTYPE__BOOL) {
+    const tcc_ix *idx[TCC_MAX_DIMS];
+    for (int d = 0; d < mk->rank; d++) idx[d] = mk->sizes[d] == 1 ? tcc_ix_const(p, 0) : tcc_ix_var(p, d);
+    const tcc_vx *mask = tcc_vx_subst(p, mk->body, mk->rank, idx);
+    /* the value is cast to self's dtype first, as PyTorch does */
+    const tcc_vx *val = tcc_vx_cast(p, tcc_lower_opnd(lc, n, ARG("values"), m->dtype), cd);
+    if (acc && acc->i) val = BIN(ADD, self, val);
+    return tcc_lower_result(lc, n, 0, tcc_vx_where(p, mask, val, self), err);
+  }
+  const tcc_meta *vm = tcc_lower_arg_meta(lc, ARG("values"));
+  const tcc_vx *here = tcc_vx_index(p, tcc_ix_var(p, pos)), *out = self, *sum = NULL;
+  for (int64_t j = 0; j < mk->sizes[0]; j++) {
+    const tcc_ix *jj[1] = {tcc_ix_const(p, j)};
+    const tcc_vx *at = tcc_vx_index(p, index_from(lc, ix->vals[pos], jj, m->sizes[pos], 1));
+    const tcc_ix *in[TCC_MAX_DIMS];
+    for (int dv = 0; dv < vm->rank; dv++) {
+      int d = dv + m->rank - vm->rank;
+      in[dv] = vm->sizes[dv] == 1 ? tcc_ix_const(p, 0) : d == pos ? tcc_ix_const(p, j) : tcc_ix_var(p, d);
+    }
+    const tcc_vx *v = tcc_vx_cast(p, tcc_vx_cast(p, tcc_lower_body_at(lc, ARG("values")->v, in), m->dtype), cd);
+    const tcc_vx *hit = tcc_vx_pred(p, TCC_PRIM_EQ, here, at);
+    if (acc && acc->i) {
+      const tcc_vx *add = tcc_vx_where(p, hit, v, tcc_lower_cst(p, cd, 0));
+      sum = sum ? BIN(ADD, sum, add) : add;
+    } else {
+      out = tcc_vx_where(p, hit, v, out);
+    }
+  }
+  if (sum) out = BIN(ADD, self, sum);
+  return tcc_lower_result(lc, n, 0, out, err);
+}
+
+/* scatter.value: out[i] = value where some j has index[i with i_dim = j]
+ * == i_dim (i inside index's extent in the other dims), else self[i]. */
+int tcc_lower_scatter(tcc_lower_ctx *lc, const tcc_node *n, tcc_error *err) {
+  const tcc_meta *m = tcc_lower_out_meta(lc, n, 0), *im = tcc_lower_arg_meta(lc, ARG("index"));
+  if (!m) return 0;
+  tcc_program *p = lc->prog;
+  tcc_dtype cd = tcc_lower_compute_dt(m->dtype);
+  int dim, rc = tcc_norm_dim(ARG("dim")->i, m->rank, &dim, err);
+  if (rc) return rc;
+  const tcc_vx *self = tcc_lower_opnd(lc, n, ARG("self"), cd);
+  const tcc_vx *val = tcc_vx_cast(p, tcc_lower_opnd(lc, n, ARG("value"), m->dtype), cd);
+  /* inside index's extent in every dim but dim */
+  const tcc_vx *inside = NULL;
+  const tcc_ix *in[TCC_MAX_DIMS];
+  for (int d = 0; d < m->rank; d++) {
+    in[d] = tcc_ix_var(p, d);
+    if (d == dim || im->sizes[d] == m->sizes[d]) continue;
+    if (im->sizes[d] == 0) return tcc_lower_result(lc, n, 0, self, err);
+    const tcc_vx *c = tcc_vx_pred(p, TCC_PRIM_LT, tcc_vx_index(p, in[d]),
+                                  tcc_lower_cst(p, TCC__V1__DTYPE__INT64, (double)im->sizes[d]));
+    inside = inside ? tcc_vx_pred(p, TCC_PRIM_AND, inside, c) : c;
+    in[d] = tcc_ix_clamp(p, in[d], im->sizes[d]);
+  }
+  const tcc_vx *here = tcc_vx_index(p, tcc_ix_var(p, dim)), *any = NULL;
+  for (int64_t j = 0; j < im->sizes[dim]; j++) {
+    in[dim] = tcc_ix_const(p, j);
+    const tcc_vx *hit = tcc_vx_pred(p, TCC_PRIM_EQ, here,
+                                    tcc_vx_index(p, index_from(lc, ARG("index")->v, in, m->sizes[dim], 1)));
+    any = any ? tcc_vx_pred(p, TCC_PRIM_OR, any, hit) : hit;
+  }
+  if (!any) return tcc_lower_result(lc, n, 0, self, err);
+  if (inside) any = tcc_vx_pred(p, TCC_PRIM_AND, inside, any);
+  return tcc_lower_result(lc, n, 0, tcc_vx_where(p, any, val, self), err);
 }
 
 int tcc_lower_embedding(tcc_lower_ctx *lc, const tcc_node *n, tcc_error *err) {

@@ -369,6 +369,9 @@
   X(INDEX_PUT, "aten.index_put.default",                                                \
     "index_put(Tensor self, Tensor?[] indices, Tensor values, bool accumulate=False) -> Tensor", \
     POINTWISE, index_put, index_put, NONE)                                              \
+  X(SCATTER_VALUE, "aten.scatter.value",                                                \
+    "scatter.value(Tensor self, int dim, Tensor index, Scalar value) -> Tensor",        \
+    POINTWISE, scatter, scatter, NONE)                                                  \
   X(EMBEDDING, "aten.embedding.default",                                                \
     "embedding(Tensor weight, Tensor indices, SymInt padding_idx=-1, bool scale_grad_by_freq=False, bool sparse=False) -> Tensor", \
     POINTWISE, embedding, embedding, NONE)                                              \

@@ -639,13 +639,64 @@ def test_index_put_boolean_mask(dtype):
     run_op(A.index_put.default, (x, [lead[:, 0]], one.to(dtype).view(1)))   # mask over dim 0 only
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64])
+def test_index_put_integer_index(dtype):
+    """aten.index_put with one 1-D integer index tensor in any position
+    (index_copy_, a StaticCache's update): values broadcast to the indexed
+    shape; negative indices count from the end; the last of equal indices
+    wins; accumulate adds every matching value; int32 indices too."""
+    g = gen(331 + (FLOATS.index(dtype) if dtype in FLOATS else 7))
+    cache = rnd((2, 3, 16, 4), dtype, g)
+    one = torch.tensor([9])
+    run_op(A.index_put.default, (cache, [None, None, one], rnd((2, 3, 1, 4), dtype, g)))
+    three = torch.tensor([0, -1, 5], dtype=torch.int32)
+    run_op(A.index_put.default, (cache, [None, None, three], rnd((3, 4), dtype, g)))   # broadcast
+    run_op(A.index_put.default, (cache, [torch.tensor([1, 0])], rnd((2, 3, 16, 4), dtype, g, layout="t")))
+    x = rnd((6, 5), dtype, g, layout="t")
+    dup = torch.tensor([4, 1, 4])
+    v = rnd((3, 5), dtype, g)
+    k = tk.compile_fx(*tk.op_graph(A.index_put.default, (x, [dup], v)))
+    got = k(x, dup, v)[0]
+    want = x.clone()
+    want[1], want[4] = v[1], v[2]          # a sequential write: the last 4 wins
+    check(got, want)
+    run_op(A.index_put.default, (x, [None, torch.tensor([3, 3, 0])], rnd((6, 3), dtype, g), True))
+
+
+def test_index_put_integer_index_out_of_range_is_an_error():
+    """An index outside self's dim is the kernel's error, as eager's."""
+    x = torch.randn(4, 5)
+    gm, ins = tk.op_graph(A.index_put.default, (x, [None, torch.tensor([2])], torch.randn(4, 1)))
+    k = tk.compile_fx(gm, ins)
+    with pytest.raises(Exception, match="(?i)index|range|bounds"):
+        k(x, torch.tensor([7]), torch.randn(4, 1))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_scatter_value(dtype):
+    """aten.scatter.value (the one-hot of nll_loss's backward): value
+    written where index says along dim; an index smaller than self in the
+    other dims writes only inside its extent; several entries along dim."""
+    g = gen(341 + FLOATS.index(dtype))
+    x = rnd((8, 10), dtype, g, layout="t")
+    t = torch.randint(0, 10, (8, 1), generator=g)
+    run_op(A.scatter.value, (x, 1, t, -1.0))
+    run_op(A.scatter.value, (x, 1, torch.randint(0, 10, (5, 3), generator=g), 2.5))
+    run_op(A.scatter.value, (x, 0, torch.randint(0, 8, (2, 10), generator=g), 0.5))
+    run_op(A.scatter.value, (torch.zeros(8, 10, dtype=dtype), 1, t, -1.0))
+
+
 def test_index_put_refusals():
-    """Integer indices, several values, or a mask after a None write
-    data-dependent positions: UNIMPLEMENTED naming the op (they run
-    eagerly); a mask whose size differs from self's is INVALID_ARGUMENT."""
+    """A 2-D index, two index tensors, more positions than a select
+    compiles, several values for a mask, or a mask after a None write
+    positions a select cannot follow: UNIMPLEMENTED naming the op (they
+    run eagerly); a mask whose size differs from self's is
+    INVALID_ARGUMENT."""
     x = torch.randn(4, 5)
     m = torch.rand(4, 5) > 0.5
-    for args, code in (((x, [torch.tensor([0, 2])], torch.tensor(1.0)), -12),
+    for args, code in (((x, [torch.tensor([[0, 2]])], torch.tensor(1.0)), -12),
+                       ((x, [torch.tensor([0]), torch.tensor([1])], torch.tensor(1.0)), -12),
+                       ((torch.randn(20, 3), [torch.arange(9)], torch.tensor(1.0)), -12),
                        ((x, [m], torch.randn(1, 20)), -12),
                        ((x, [None, m[0]], torch.tensor(1.0)), -12),
                        ((x, [m[:3]], torch.tensor(1.0)), -3)):
