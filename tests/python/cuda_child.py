@@ -21,10 +21,25 @@ def f(x, y, w):
     return h, torch.relu(h @ w), h.t()
 
 
+def f_index(cache, k, pos, target, base):
+    """TCC_CHILD_GRAPH=index: a StaticCache's update at the decoded
+    position (index_put with an integer index) and a loss backward's
+    one-hot (scatter.value)."""
+    upd = torch.ops.aten.index_put.default(cache, [None, None, pos], k)
+    onehot = torch.ops.aten.scatter.value(base, 1, target, -1.0)
+    return upd * 2, onehot
+
+
 with FakeTensorMode(allow_non_fake_inputs=False):
-    args = (torch.empty(8, 16, device="cuda"), torch.empty(8, 16, device="cuda"),
-            torch.empty(16, 4, device="cuda"))
-    gm = make_fx(f)(*args)
+    if os.environ.get("TCC_CHILD_GRAPH") == "index":
+        args = (torch.empty(2, 3, 16, 4, device="cuda"), torch.empty(2, 3, 1, 4, device="cuda"),
+                torch.empty(1, dtype=torch.int64, device="cuda"),
+                torch.empty(16, 1, dtype=torch.int64, device="cuda"), torch.empty(16, 4, device="cuda"))
+        gm = make_fx(f_index)(*args)
+    else:
+        args = (torch.empty(8, 16, device="cuda"), torch.empty(8, 16, device="cuda"),
+                torch.empty(16, 4, device="cuda"))
+        gm = make_fx(f)(*args)
 
 mode = os.environ.get("TCC_CHILD_MODE", "default")
 cfg = config.Config.make(cuda="compile", mode=mode)
@@ -41,7 +56,8 @@ for p in cg.partitions:
     report["views"] = p.assembly.n_views
     for k in p._kernels.values():
         # the fake driver's device memory is host memory: host buffers stand in
-        ins = [torch.randn(s, dtype=dt) for s, _, _, dt in k.input_specs]
+        ins = [torch.randn(s, dtype=dt) if dt.is_floating_point else torch.zeros(s, dtype=dt)
+               for s, _, _, dt in k.input_specs]
         outs = [torch.empty_strided(s, st, dtype=dt) for s, st, dt in k.output_specs]
         ws = torch.empty(max(k.workspace_bytes, 1), dtype=torch.uint8)
         stream = ctypes.c_void_p()

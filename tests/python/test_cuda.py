@@ -106,6 +106,27 @@ def test_reduce_overhead_launches_as_cuda_graphs(daemon):
         assert any(ptr in e for e in first), (ptr, first)
 
 
+@pytest.mark.skipif(not os.path.exists(FAKE_CUDA), reason="fake libcuda not built")
+def test_index_put_and_scatter_compile_for_cuda(daemon):
+    """A StaticCache update (index_put, integer index) and a one-hot
+    (scatter.value) compile for sm_90 in one partition (NVRTC) and launch
+    through the loader (fake driver)."""
+    env = dict(os.environ, TCC_CUDA_LIBRARY=FAKE_CUDA, TCC_CUBLAS_LIBRARY=FAKE_CUBLAS,
+               TCC_FAKE_CUDA_CC="90", TCCD_ADDR=daemon.addr, TCC_FAKE_CUDA_NPARAMS="8",
+               TCC_CHILD_GRAPH="index", TCC_PKG=os.path.join(SOURCE, "client", "python"))
+    p = subprocess.run([sys.executable, os.path.join(HERE, "cuda_child.py")], env=env,
+                       capture_output=True, text=True, timeout=300)
+    if p.returncode != 0 and "NVRTC not available" in p.stderr:
+        pytest.skip("this build's daemon has no NVRTC (scripts/setup-cuda)")
+    assert p.returncode == 0, p.stderr[-4000:]
+    r = json.loads(next(l for l in p.stdout.splitlines() if l.startswith("REPORT "))[len("REPORT "):])
+    assert r["target"] == "sm_90" and r["partitions"] == 1, r
+    (k,) = r["kernels"]
+    assert k["device_type"] == "cuda" and k["target"] == "cuda:sm_90"
+    launches = [e for e in k["events"] if e.startswith("launch ")]
+    assert launches and len(launches) == len([x for x in k["kinds"] if x != "extern"]), k["events"]
+
+
 CUDA = torch.cuda.is_available()
 
 

@@ -13,11 +13,16 @@ buffers, partition.OutputAssembly).
 """
 import copy
 import importlib.util
+import json
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
 
 import tccd
+from conftest import BUILD, CLIENT_LIB, SOURCE
 from kinks import explain_by_relu_kinks
 from models import MODELS
 
@@ -301,3 +306,30 @@ def test_rss_stays_flat_over_training_steps(daemon, name, from_recipe, tmp_path,
           f"RSS {sizes[0]:.1f} -> {sizes[1]:.1f} -> {sizes[2]:.1f} MB")
     assert sizes[2] - sizes[1] < 2.0 and sizes[1] - sizes[0] < 8.0, sizes
     torch._dynamo.reset()
+
+
+def test_gpu_models_script_runs_on_the_cpu(tmp_path):
+    """scripts/gpu-models, which the GPU machine runs from the bundle, on
+    the CPU with 2-layer models (--device cpu --small): a GPT-2 decode step
+    with a StaticCache (its update is an index_put) and a ResNet training
+    step (its loss's backward has a scatter) compile whole, match eager,
+    and the JSON holds every backend's figures."""
+    out = tmp_path / "gm.json"
+    p = subprocess.run([sys.executable, os.path.join(SOURCE, "scripts", "gpu-models"), "--device", "cpu",
+                        "--small", "--cases", "gpt2-decode,resnet50-train", "--dtypes", "fp32",
+                        "--backends", "eager,tccd,tccd-ro", "--no-warmup", "--steps", "3",
+                        "--build-dir", BUILD, "--json", str(out)],
+                       capture_output=True, text=True, timeout=900,
+                       env=dict(os.environ, TCCD_CLIENT_LIB=CLIENT_LIB))
+    assert p.returncode == 0, p.stderr[-3000:]
+    doc = json.loads(out.read_text())
+    assert doc["skipped"] == []
+    for case in ("gpt2-decode/fp32", "resnet50-train/fp32"):
+        m = doc["results"][case]["measure"]
+        for b in ("eager", "tccd", "tccd-ro"):
+            assert "error" not in m[b], (case, b, m[b])
+            assert m[b]["ms"] > 0 and m[b]["first_s"] > 0, (case, b, m[b])
+        for b in ("tccd", "tccd-ro"):
+            assert m[b]["fallback_ops"] == 0, (case, b, m[b].get("fallback_detail"))
+            assert m[b]["max_rel_err"] < 1e-4, (case, b, m[b]["max_rel_err"])
+    assert "gpt2-decode" in p.stdout and "summary:" in p.stdout
