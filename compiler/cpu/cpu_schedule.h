@@ -92,6 +92,13 @@ typedef struct tcc_cpu_kernel_schedule {
   int inline_exp;             /* a float32 exp's argument holds a constant
                                  below -87 (a mask's -inf, finfo.min): its
                                  exps print tcc_expf (prelude.c) */
+  /* a sum whose summand the store's value holds as well (softmax: exp(x -
+   * max) / sum(exp(x - max))): its loop stores each summand into the
+   * store's buffer (kept_idx: the store's index at the reduction's bound
+   * variable), and the element loop loads kept_node from there instead of
+   * computing it again; NULL: none */
+  const tcc_vx *kept_red, *kept_node;
+  const tcc_ix *const *kept_idx;
   int peel_loop;              /* loop run in three ranges (-1: none) */
   int npeel;
   const tcc_ix *peel[TCC_CPU_MAX_PEEL];  /* clamps its middle range drops */

@@ -494,6 +494,13 @@ static int emit_reduce_group(kernel_emit *ke, const tcc_vx *const *group, int ng
     char t[96];
     operand_text(ke, q->a, t, sizeof t);
     int a = acc[g];
+    if (q == ke->ks->kept_red && ke->walking) {
+      /* the summand where the element loop stores (it loads it back) */
+      const tcc_store *st = &ke->k->stores[0];
+      tcc_buf_printf(b, "%*sb%d[", ind, "", st->buf);
+      put_index(ke, st->buf, ke->ks->kept_idx);
+      tcc_buf_printf(b, "] = %s;\n", t);
+    }
     switch ((tcc_reduce_kind)q->i) {
     case TCC_RED_SUM:
       if (q->dtype == TCC__V1__DTYPE__BOOL) tcc_buf_printf(b, "%*sa%d |= %s;\n", ind, "", a, t);
@@ -586,6 +593,16 @@ static int emit_node(kernel_emit *ke, const tcc_vx *e, int indent) {
     int t;
     if (define_temp(ke, e, &t)) return -1;
     tcc_buf_printf(ke->b, "%*sconst uint8_t t%d = 1;\n", indent, "", t);
+    return 0;
+  }
+  if (e == ke->ks->kept_node && ke->walking) {
+    /* a sum's loop stored it where this element is stored */
+    const tcc_store *st = &ke->k->stores[0];
+    int t;
+    if (define_temp(ke, e, &t)) return -1;
+    tcc_buf_printf(ke->b, "%*sconst %s t%d = b%d[", indent, "", tcc_cpu_ctype(e->dtype), t, st->buf);
+    put_index(ke, st->buf, st->idx);
+    tcc_buf_puts(ke->b, "];\n");
     return 0;
   }
   if (e->op == TCC_PRIM_LOAD || e->op == TCC_PRIM_INDEX)

@@ -169,6 +169,99 @@ static int plan_inline_exp(const tcc_kernel *k, int *out) {
   return rc;
 }
 
+/* ------------------------------------------------- kept summands */
+
+/* Is `want` reachable from e outside REDUCE bodies? Memoized in seen. */
+static int holds_node(const tcc_vx *e, const tcc_vx *want, tcc_ptrmap *seen) {
+  if (e == want) return 1;
+  if (e->op == TCC_PRIM_REDUCE || tcc_ptrmap_get(seen, e)) return 0;
+  tcc_ptrmap_put(seen, e, e);
+  return (e->a && holds_node(e->a, want, seen)) || (e->b && holds_node(e->b, want, seen)) ||
+         (e->c && holds_node(e->c, want, seen));
+}
+
+/* Does index e read a tensor value (TCC_IX_VALUE)? */
+static int ix_reads_value(const tcc_ix *e) {
+  if (!e) return 0;
+  return e->kind == TCC_IX_VALUE || ix_reads_value(e->a) || ix_reads_value(e->b);
+}
+
+/* The kernel-level REDUCE nodes of e (not those inside other reductions). */
+static int find_reductions(const tcc_vx *e, tcc_ptrmap *seen, const tcc_vx **out, int *n, int cap) {
+  if (e->op == TCC_PRIM_CONST || tcc_ptrmap_get(seen, e)) return 0;
+  tcc_ptrmap_put(seen, e, e);
+  if (e->op == TCC_PRIM_REDUCE) {
+    if (*n < cap) out[(*n)++] = e;
+    return 0;
+  }
+  return (e->a && find_reductions(e->a, seen, out, n, cap)) || (e->b && find_reductions(e->b, seen, out, n, cap)) ||
+         (e->c && find_reductions(e->c, seen, out, n, cap));
+}
+
+/* Softmax computes exp(x - max) twice, in the sum's loop and for the
+ * output. When the one store's value holds, as a node of its own, the
+ * summand of a one-variable SUM over the element loop's dim (that summand
+ * with the bound variable read as the element loop's variable), of the
+ * store's dtype, the sum's loop can write each summand where the element
+ * loop will store, and the element loop load it back: one exp per element
+ * instead of two. Only for dim-order nests of static programs (every
+ * kernel dim a loop, the element loop's dim last), with the reduction
+ * computed just outside the element loop. */
+static int plan_kept_summand(planner *ke) {
+  const tcc_program *p = ke->p;
+  const tcc_kernel *k = ke->k;
+  tcc_cpu_kernel_schedule *ks = ke->ks;
+  const tcc_cpu_nest *pl = &ks->nest;
+  ks->kept_red = ks->kept_node = NULL;
+  ks->kept_idx = NULL;
+  if (k->nstores != 1 || pl->affine || pl->permuted || pl->nloops < 1 || p->graph->nsyms) return 0;
+  const tcc_store *st = &k->stores[0];
+  tcc_dtype dt = p->bufs[st->buf].layout.dtype;
+  if (dt != TCC__V1__DTYPE__FLOAT32 && dt != TCC__V1__DTYPE__FLOAT64) return 0;
+  for (int d = 0; d < p->bufs[st->buf].layout.rank; d++)
+    if (ix_reads_value(st->idx[d])) return 0;
+  int de = pl->dims[pl->nloops - 1][0];   /* the element loop's kernel dim */
+  const tcc_vx *reds[16];
+  int nred = 0;
+  tcc_ptrmap seen;
+  if (tcc_ptrmap_init(&seen, 64)) return -1;
+  find_reductions(st->value, &seen, reds, &nred, 16);
+  tcc_ptrmap_free(&seen);
+  for (int r = 0; r < nred; r++) {
+    const tcc_vx *R = reds[r];
+    if (R->i != TCC_RED_SUM || R->nidx != 1 || R->idx[0]->c != pl->size[pl->nloops - 1] ||
+        R->a->dtype != dt || (tcc_vx_kernel_vars(R) >> de & 1))
+      continue;
+    /* the summand at i<de>: substitute the bound variable */
+    int nv = R->buf + 1;
+    const tcc_ix **sub = tcc_arena_array(p->arena, (size_t)nv, sizeof *sub);
+    if (!sub) return -1;
+    for (int v = 0; v < nv; v++) sub[v] = tcc_ix_var((tcc_program *)p, v);
+    sub[R->buf] = tcc_ix_var((tcc_program *)p, de);
+    const tcc_vx *S = tcc_vx_subst((tcc_program *)p, R->a, nv, sub);
+    if (!S) return -1;
+    if (S == st->value || S->op == TCC_PRIM_LOAD || S->op == TCC_PRIM_CONST) continue;
+    if (tcc_ptrmap_init(&seen, 64)) return -1;
+    int held = holds_node(st->value, S, &seen);
+    tcc_ptrmap_free(&seen);
+    if (!held) continue;
+    /* the store's index with i<de> read as the bound variable */
+    const tcc_meta *m = &p->bufs[st->buf].layout;
+    const tcc_ix **idx = tcc_arena_array(p->arena, (size_t)m->rank + 1, sizeof *idx);
+    const tcc_ix **back = tcc_arena_array(p->arena, (size_t)de + 1, sizeof *back);
+    if (!idx || !back) return -1;
+    for (int v = 0; v <= de; v++) back[v] = tcc_ix_var((tcc_program *)p, v);
+    back[de] = tcc_ix_var((tcc_program *)p, R->buf);
+    for (int d = 0; d < m->rank; d++)
+      if (!(idx[d] = tcc_ix_subst((tcc_program *)p, st->idx[d], de + 1, back))) return -1;
+    ks->kept_red = R;
+    ks->kept_node = S;
+    ks->kept_idx = idx;
+    return 0;
+  }
+  return 0;
+}
+
 /* ------------------------------------------------------- loop nests */
 
 /* Linear storage index of access a as affine form; 0 when not affine. */
@@ -487,7 +580,7 @@ static int collect_nodes(planner *ke, const tcc_vx *e, tcc_ptrmap *seen, const t
                          int *n, int *cap) {
   if (e->op == TCC_PRIM_CONST || tcc_ptrmap_get(seen, e)) return 0;
   if (tcc_ptrmap_put(seen, e, e)) return -1;
-  if (e->op != TCC_PRIM_REDUCE) {
+  if (e->op != TCC_PRIM_REDUCE && e != ke->ks->kept_node) {   /* a kept summand is loaded */
     if (e->a && collect_nodes(ke, e->a, seen, list, n, cap)) return -1;
     if (e->b && collect_nodes(ke, e->b, seen, list, n, cap)) return -1;
     if (e->c && collect_nodes(ke, e->c, seen, list, n, cap)) return -1;
@@ -563,7 +656,7 @@ static int plan_kernel(planner *ke) {
   tcc_cpu_kernel_schedule *ks = ke->ks;
   const tcc_kernel_config *cfg = p->graph->nsyms ? NULL : tcc_kernel_config_of(p, ks->kno);
   ke->loop_order = cfg ? cfg->order : 0;
-  if (plan_loops(ke)) return -1;
+  if (plan_loops(ke) || plan_kept_summand(ke)) return -1;
   tcc_cpu_nest *pl = &ks->nest;
   /* the nodes outside reductions, the buffers, the loop levels */
   const tcc_vx **list = NULL;
@@ -877,6 +970,7 @@ void tcc_cpu_schedule_dump(const tcc_program *p, tcc_buf *b) {
     if (ks->inner_red) tcc_buf_puts(b, "; reduction in the element loop");
     if (ks->peel_loop >= 0) tcc_buf_printf(b, "; loop %d peeled around %d clamps", ks->peel_loop, ks->npeel);
     if (ks->inline_exp) tcc_buf_puts(b, "; masked exps inline");
+    if (ks->kept_node) tcc_buf_puts(b, "; a sum's summands kept in the output");
     tcc_buf_printf(b, "; %d accesses, %d buffers\n", ks->nacc, ks->nused);
     /* where values are computed: per loop level, values (of which reductions) */
     for (int lv = 0; lv <= pl->nloops + 1; lv++) {

@@ -744,6 +744,34 @@ def test_masked_exp_is_inline_and_exact():
     assert "= tcc_expf(" not in k2.source and "= expf(" in k2.source
 
 
+def test_softmax_computes_each_exp_once():
+    """Softmax over the innermost dim: the sum's loop keeps each exp(x -
+    max) in the output and the element loop divides it there, so the
+    source holds one expf (two before); rows with -inf (masked) and an
+    all -inf row (NaN, as eager) included; float32 against float64. A
+    softmax over an outer dim, and log_softmax, keep their own code."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+    g = gen(409)
+    x = rnd((6, 7, 33), torch.float32, g, -8.0, 8.0)
+    x[0, 1, ::3] = float("-inf")
+    x[2, 3, :] = float("-inf")
+    k = tk.compile_fx(make_fx(lambda x: torch.softmax(x, -1))(x), [x], keep_source=True)
+    kernel_body = lambda src: src[src.index("static int k0("):]   # noqa: E731
+    assert kernel_body(k.source).count("expf(") == 1, kernel_body(k.source)
+    got = k(x)[0]
+    want = torch.softmax(x.double(), -1)
+    assert torch.equal(torch.isnan(got), torch.isnan(want))
+    ok = ~torch.isnan(want)
+    assert (got.double()[ok] - want[ok]).abs().max().item() < 1e-6
+    masked = make_fx(lambda x, m: torch.softmax(x * 0.125 + m, -1))
+    m = torch.where(torch.rand(6, 1, 33, generator=g) > 0.3, 0.0, torch.finfo(torch.float32).min)
+    km = tk.compile_fx(masked(x.nan_to_num(neginf=-5.0), m), [x.nan_to_num(neginf=-5.0), m], keep_source=True)
+    assert kernel_body(km.source).count("expf(") == 1, kernel_body(km.source)
+    check(km(x.nan_to_num(neginf=-5.0), m)[0], torch.softmax(x.nan_to_num(neginf=-5.0) * 0.125 + m, -1))
+    run_op(A._softmax.default, (rnd((5, 9, 4), torch.float32, g, layout="t"), 1, False))
+    run_op(A._log_softmax.default, (rnd((5, 9, 4), torch.float32, g), -1, False))
+
+
 def test_out_of_range_index_is_an_error():
     x = torch.randn(3, 4)
     gm, ins = tk.op_graph(A.index_select.default, (x, 0, torch.tensor([0, 3])))
