@@ -171,6 +171,8 @@ static int plan_inline_exp(const tcc_kernel *k, int *out) {
 
 /* ------------------------------------------------- kept summands */
 
+static int level_of(planner *ke, const tcc_varset *s);
+
 /* Is `want` reachable from e outside REDUCE bodies? Memoized in seen. */
 static int holds_node(const tcc_vx *e, const tcc_vx *want, tcc_ptrmap *seen) {
   if (e == want) return 1;
@@ -232,6 +234,11 @@ static int plan_kept_summand(planner *ke) {
     if (R->i != TCC_RED_SUM || R->nidx != 1 || R->idx[0]->c != pl->size[pl->nloops - 1] ||
         R->a->dtype != dt || (tcc_vx_kernel_vars(R) >> de & 1))
       continue;
+    /* computed inside every loop but the element loop, so the store's
+     * other index variables are bound there */
+    const tcc_varset *fv = tcc_cpu_fv_vx(&ke->fv, R);
+    if (!fv) return -1;
+    if (level_of(ke, fv) != pl->nloops - 1) continue;
     /* the summand at i<de>: substitute the bound variable */
     int nv = R->buf + 1;
     const tcc_ix **sub = tcc_arena_array(p->arena, (size_t)nv, sizeof *sub);
