@@ -225,6 +225,10 @@ int main(int argc, char **argv) {
   else if (!listen_is_loopback(cfg.listen))
     log_warn("listening on %s without TLS: %s travel in clear text (see --tls-cert)", cfg.listen,
              st.auth ? "bearer tokens and artifacts" : "artifacts");
+  if (!st.auth && !listen_is_loopback(cfg.listen))
+    log_warn("listening on %s WITHOUT AUTH: anyone who can reach this port can compile (run the C "
+             "compiler on what they send), evict entries, gc and read the cache; give --auth-tokens FILE, "
+             "or listen on 127.0.0.1", cfg.listen);
   if (st.signing_key)
     log_info("signing artifacts with key %s (%zu trusted key%s)", st.signing_key->key_id, st.trusted.n,
              st.trusted.n == 1 ? "" : "s");

@@ -7,6 +7,7 @@ Health/Check stays open for probes. Tokens never appear in the log.
 import os
 import secrets
 import subprocess
+import time
 
 import grpc
 import pytest
@@ -132,3 +133,38 @@ def test_bad_token_files_are_refused(tmp_path):
             assert secret not in p.stderr, "a token was printed"
     p = run_tccd("--auth-tokens", str(tmp_path / "missing"), tmp_path=tmp_path)
     assert p.returncode != 0 and "missing" in p.stderr
+
+
+def test_listening_beyond_loopback_without_auth_warns(tmp_path):
+    """A daemon on a non-loopback address with no --auth-tokens says, at
+    start-up, that anyone who reaches the port may compile, evict and gc;
+    with tokens, or on loopback, it does not."""
+    def startup_log(listen, *args):
+        port_file = tmp_path / "port"
+        if port_file.exists():
+            port_file.unlink()
+        extra = (["--allow-root"] if os.geteuid() == 0 else []) + ["--no-signing"]
+        log = open(tmp_path / "log", "w+")
+        p = subprocess.Popen([TCCD, *extra, "--listen", listen, "--port-file", str(port_file),
+                              "--cache-dir", str(tmp_path / "c"), *args], stdout=log, stderr=subprocess.STDOUT)
+        try:
+            for _ in range(600):
+                if port_file.exists() and port_file.read_text().strip():
+                    break
+                assert p.poll() is None, open(tmp_path / "log").read()
+                time.sleep(0.05)
+            else:
+                raise AssertionError("tccd did not start")
+        finally:
+            p.terminate()
+            p.wait(30)
+            log.close()
+        return open(tmp_path / "log").read()
+
+    text = startup_log("0.0.0.0:0")
+    assert "WITHOUT AUTH" in text and "--auth-tokens" in text and "evict" in text, text
+    f = tmp_path / "tokens"
+    f.write_text("admin " + secrets.token_hex(24) + "\n")
+    f.chmod(0o600)
+    assert "WITHOUT AUTH" not in startup_log("0.0.0.0:0", "--auth-tokens", str(f))
+    assert "WITHOUT AUTH" not in startup_log("127.0.0.1:0")
