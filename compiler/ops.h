@@ -555,6 +555,12 @@
   X(AVG_POOL2D_BACKWARD, "aten.avg_pool2d_backward.default",                            \
     "avg_pool2d_backward(Tensor grad_output, Tensor self, int[2] kernel_size, int[2] stride, int[2] padding, bool ceil_mode, bool count_include_pad, int? divisor_override) -> Tensor", \
     REDUCTION, avg_pool2d_backward, avg_pool2d_backward, NONE)                          \
+  X(ADAPTIVE_AVG_POOL2D, "aten._adaptive_avg_pool2d.default",                           \
+    "_adaptive_avg_pool2d(Tensor self, SymInt[2] output_size) -> Tensor",               \
+    REDUCTION, adaptive_avg_pool2d, adaptive_avg_pool2d, NONE)                          \
+  X(ADAPTIVE_AVG_POOL2D_BACKWARD, "aten._adaptive_avg_pool2d_backward.default",         \
+    "_adaptive_avg_pool2d_backward(Tensor grad_output, Tensor self) -> Tensor",         \
+    REDUCTION, adaptive_avg_pool2d_backward, adaptive_avg_pool2d_backward, NONE)        \
   X(NATIVE_DROPOUT, "aten.native_dropout.default",                                      \
     "native_dropout(Tensor input, float p, bool? train, *, Tensor? seed=None) -> (Tensor, Tensor)", \
     POINTWISE, native_dropout, native_dropout, NONE)                                    \

@@ -21,6 +21,8 @@
  *                             by divisor_override, else the window's size
  *                             clipped to the padded input
  *                             (count_include_pad) or to the input.
+ *   _adaptive_avg_pool2d      (at the end of this file) windows of sizes
+ *                             that vary with the output position
  *   backward (both)           a gather, as Inductor lowers them: input
  *                             element (h, w) sums over the few windows
  *                             that can hold it (ceil(span / stride) per
@@ -33,6 +35,7 @@
 #include "graph.h"
 #include "loop.h"
 
+#include <inttypes.h>
 #include <math.h>
 #include <string.h>
 
@@ -458,4 +461,141 @@ int tcc_lower_avg_pool2d_backward(tcc_lower_ctx *lc, const tcc_node *n, tcc_erro
   const tcc_vx *share = BIN(DIV, gy, avg_divisor(p, n, pg, ohc, owc, b.cd));
   const tcc_vx *body = tcc_vx_where(p, b.ok, share, fcst(p, b.cd, 0));
   return put(lc, n, 0, tcc_vx_reduce(p, TCC_RED_SUM, b.cd, body, b.c, 2, b.cand), err);
+}
+
+/* ------------------------------------------------ adaptive average pooling
+ *
+ * _adaptive_avg_pool2d(x, (OH, OW)): output (oh, ow) is the mean of the
+ * input window rows [floor(oh H / OH), ceil((oh + 1) H / OH)) and columns
+ * likewise (PyTorch's start_index / end_index); windows differ in size
+ * when OH does not divide H. Forward: a SUM over the largest window's taps,
+ * masked to the window's own, divided by its size. Backward: input (h, w)
+ * sums grad / size over the windows that hold it; the first is
+ * floor(h OH / H) (no earlier window reaches h) and at most
+ * ceil(OH / H) + 1 do. */
+
+/* Window bounds along one dim of size `in` pooled to `out`, at index e. */
+static const tcc_ix *adaptive_start(tcc_program *p, const tcc_ix *e, int64_t in, int64_t out) {
+  return tcc_ix_div(p, tcc_ix_mul(p, e, in), out);
+}
+static const tcc_ix *adaptive_end(tcc_program *p, const tcc_ix *e, int64_t in, int64_t out) {
+  return tcc_ix_div(p, tcc_ix_add(p, tcc_ix_mul(p, e, in), tcc_ix_const(p, in + out - 1)), out);
+}
+static int64_t adaptive_max_window(int64_t in, int64_t out) {
+  int64_t k = 0;
+  for (int64_t o = 0; o < out; o++) {
+    int64_t w = ((o + 1) * in + out - 1) / out - o * in / out;
+    if (w > k) k = w;
+  }
+  return k;
+}
+
+/* The geometry: lead dims and sizes (output_size from the node, or the
+ * grad's last two sizes for the backward). */
+static int adaptive_geom(const tcc_graph *g, const tcc_node *n, int backward, pool_geom *pg, tcc_error *err) {
+  const tcc_meta *x = tmeta(g, ARG("self"));
+  if (!x || (x->rank != 3 && x->rank != 4))
+    return BAD("adaptive_avg_pool2d: expected a 3-D or 4-D input");
+  memset(pg, 0, sizeof *pg);
+  pg->lead = x->rank - 2;
+  pg->H = x->sizes[x->rank - 2];
+  pg->W = x->sizes[x->rank - 1];
+  for (int d = 0; d < pg->lead; d++)
+    if (x->sizes[d] == 0) return BAD("adaptive_avg_pool2d: empty input (dim %d)", d);
+  if (backward) {
+    const tcc_meta *gy = tmeta(g, ARG("grad_output"));
+    if (!gy || gy->rank != x->rank) return BAD("adaptive_avg_pool2d backward: grad_output rank");
+    for (int d = 0; d < pg->lead; d++)
+      if (gy->sizes[d] != x->sizes[d]) return BAD("adaptive_avg_pool2d backward: grad_output size in dim %d", d);
+    pg->OH = gy->sizes[gy->rank - 2];
+    pg->OW = gy->sizes[gy->rank - 1];
+  } else {
+    const tcc_arg *os = ARG("output_size");
+    if (!os || os->kind != TCC_ARG_INTS || os->n != 2) return BAD("adaptive_avg_pool2d: output_size must be 2 ints");
+    pg->OH = os->ints[0];
+    pg->OW = os->ints[1];
+  }
+  if (pg->OH <= 0 || pg->OW <= 0 || pg->H <= 0 || pg->W <= 0)
+    return BAD("adaptive_avg_pool2d: sizes must be positive (input %" PRId64 "x%" PRId64 ", output %" PRId64
+               "x%" PRId64 ")", pg->H, pg->W, pg->OH, pg->OW);
+  return check_float(n, x, err);
+}
+
+int tcc_infer_adaptive_avg_pool2d(const tcc_graph *g, const tcc_node *n, tcc_meta *out, tcc_error *err) {
+  pool_geom pg;
+  int rc = adaptive_geom(g, n, 0, &pg, err);
+  if (rc) return rc;
+  const tcc_meta *x = tmeta(g, ARG("self"));
+  return finish(g, out, x->dtype, x, &pg, 1);
+}
+
+int tcc_infer_adaptive_avg_pool2d_backward(const tcc_graph *g, const tcc_node *n, tcc_meta *out,
+                                           tcc_error *err) {
+  pool_geom pg;
+  int rc = adaptive_geom(g, n, 1, &pg, err);
+  if (rc) return rc;
+  const tcc_meta *x = tmeta(g, ARG("self")), *gy = tmeta(g, ARG("grad_output"));
+  return finish(g, out, gy->dtype, x, &pg, 0);
+}
+
+/* The size of window (oh, ow), as a value of dtype cd. */
+static const tcc_vx *adaptive_count(tcc_program *p, const pool_geom *pg, const tcc_ix *oh, const tcc_ix *ow,
+                                    tcc_dtype cd) {
+  const tcc_vx *kh = BIN(SUB, ival(p, adaptive_end(p, oh, pg->H, pg->OH)), ival(p, adaptive_start(p, oh, pg->H, pg->OH)));
+  const tcc_vx *kw = BIN(SUB, ival(p, adaptive_end(p, ow, pg->W, pg->OW)), ival(p, adaptive_start(p, ow, pg->W, pg->OW)));
+  return tcc_vx_cast(p, BIN(MUL, kh, kw), cd);
+}
+
+int tcc_lower_adaptive_avg_pool2d(tcc_lower_ctx *lc, const tcc_node *n, tcc_error *err) {
+  tcc_program *p = lc->prog;
+  pool_geom pg;
+  int rc = adaptive_geom(lc->g, n, 0, &pg, err);
+  if (rc) return rc;
+  tcc_dtype cd = compute_dt(tmeta(lc->g, ARG("self"))->dtype);
+  int L = pg.lead;
+  int64_t taps[2] = {adaptive_max_window(pg.H, pg.OH), adaptive_max_window(pg.W, pg.OW)};
+  int r = tcc_program_fresh_vars(p, 2);
+  const tcc_ix *oh = tcc_ix_var(p, L), *ow = tcc_ix_var(p, L + 1);
+  const tcc_ix *h = tcc_ix_add(p, adaptive_start(p, oh, pg.H, pg.OH), tcc_ix_var(p, r));
+  const tcc_ix *w = tcc_ix_add(p, adaptive_start(p, ow, pg.W, pg.OW), tcc_ix_var(p, r + 1));
+  const tcc_vx *ok = tcc_vx_pred(p, TCC_PRIM_AND, PRED(LT, ival(p, h), ival(p, adaptive_end(p, oh, pg.H, pg.OH))),
+                                 PRED(LT, ival(p, w), ival(p, adaptive_end(p, ow, pg.W, pg.OW))));
+  const tcc_ix *idx[TCC_MAX_DIMS];
+  lead_index(p, &pg, idx);
+  idx[L] = tcc_ix_clamp(p, h, pg.H);
+  idx[L + 1] = tcc_ix_clamp(p, w, pg.W);
+  const tcc_vx *v = read(lc, ARG("self")->v, idx, cd);
+  const tcc_vx *sum = tcc_vx_reduce(p, TCC_RED_SUM, cd, tcc_vx_where(p, ok, v, fcst(p, cd, 0)), r, 2, taps);
+  return put(lc, n, 0, BIN(DIV, sum, adaptive_count(p, &pg, oh, ow, cd)), err);
+}
+
+int tcc_lower_adaptive_avg_pool2d_backward(tcc_lower_ctx *lc, const tcc_node *n, tcc_error *err) {
+  tcc_program *p = lc->prog;
+  pool_geom pg;
+  int rc = adaptive_geom(lc->g, n, 1, &pg, err);
+  if (rc) return rc;
+  tcc_dtype cd = compute_dt(tmeta(lc->g, ARG("grad_output"))->dtype);
+  int L = pg.lead;
+  int64_t cand[2] = {(pg.OH + pg.H - 1) / pg.H + 1, (pg.OW + pg.W - 1) / pg.W + 1};
+  int c = tcc_program_fresh_vars(p, 2);
+  const tcc_ix *h = tcc_ix_var(p, L), *w = tcc_ix_var(p, L + 1);
+  const tcc_ix *oh = tcc_ix_add(p, tcc_ix_div(p, tcc_ix_mul(p, h, pg.OH), pg.H), tcc_ix_var(p, c));
+  const tcc_ix *ow = tcc_ix_add(p, tcc_ix_div(p, tcc_ix_mul(p, w, pg.OW), pg.W), tcc_ix_var(p, c + 1));
+  /* window (oh, ow) exists and holds (h, w): start <= h < end per dim
+   * (windows overlap when OH does not divide H) */
+  const tcc_vx *hin = tcc_vx_pred(p, TCC_PRIM_AND, PRED(GE, ival(p, h), ival(p, adaptive_start(p, oh, pg.H, pg.OH))),
+                                  PRED(LT, ival(p, h), ival(p, adaptive_end(p, oh, pg.H, pg.OH))));
+  const tcc_vx *win = tcc_vx_pred(p, TCC_PRIM_AND, PRED(GE, ival(p, w), ival(p, adaptive_start(p, ow, pg.W, pg.OW))),
+                                  PRED(LT, ival(p, w), ival(p, adaptive_end(p, ow, pg.W, pg.OW))));
+  const tcc_vx *ok = and3(p, PRED(LT, ival(p, oh), icst(p, pg.OH)), PRED(LT, ival(p, ow), icst(p, pg.OW)),
+                          tcc_vx_pred(p, TCC_PRIM_AND, hin, win));
+  const tcc_ix *ohc = tcc_ix_clamp(p, oh, pg.OH), *owc = tcc_ix_clamp(p, ow, pg.OW);
+  const tcc_ix *idx[TCC_MAX_DIMS];
+  lead_index(p, &pg, idx);
+  idx[L] = ohc;
+  idx[L + 1] = owc;
+  const tcc_vx *gy = read(lc, ARG("grad_output")->v, idx, cd);
+  const tcc_vx *term = BIN(DIV, gy, adaptive_count(p, &pg, ohc, owc, cd));
+  const tcc_vx *sum = tcc_vx_reduce(p, TCC_RED_SUM, cd, tcc_vx_where(p, ok, term, fcst(p, cd, 0)), c, 2, cand);
+  return put(lc, n, 0, sum, err);
 }

@@ -542,6 +542,26 @@ def test_avg_pool2d(i, dtype, opt):
     _run_backward(A.avg_pool2d_backward.default, (gy, x) + args)
 
 
+ADAPTIVE_CASES = [((2, 3, 8, 8), (4, 4)), ((2, 3, 7, 9), (4, 4)), ((3, 5, 13), (3, 5)), ((1, 2, 5, 5), (3, 3)),
+                  ((2, 4, 6, 6), (1, 1)), ((1, 2, 3, 3), (5, 7)), ((2, 3, 7, 7), (7, 7))]
+
+
+@pytest.mark.parametrize("i", range(len(ADAPTIVE_CASES)))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_adaptive_avg_pool2d(i, dtype):
+    """_adaptive_avg_pool2d and its backward against eager: windows that
+    divide evenly (8 -> 4), that overlap and differ in size (7 -> 4, 5 ->
+    3), an output larger than the input (3 -> 5, 7), 3-D input, global
+    pooling, channels_last."""
+    sizes, out = ADAPTIVE_CASES[i]
+    x = rnd(sizes, dtype, gen(180 + i))
+    if i == 1:
+        x = x.contiguous(memory_format=torch.channels_last)
+    run_op(A._adaptive_avg_pool2d.default, (x, list(out)))
+    gy = rnd(A._adaptive_avg_pool2d.default(x, list(out)).shape, dtype, gen(190 + i))
+    _run_backward(A._adaptive_avg_pool2d_backward.default, (gy, x))
+
+
 def test_pool_refusals():
     """What eager refuses is INVALID_ARGUMENT naming it (requests edited
     after tracing: eager would not trace them); integer inputs are

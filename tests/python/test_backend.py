@@ -306,6 +306,20 @@ def test_pooling_cnn_trains(daemon):
             assert tccd.stats()["fallback_ops"] == 0, (fmt, tccd.fallback_ops())
 
 
+def test_adaptive_pool_cnn_trains(daemon):
+    """A torchvision-style head, AdaptiveAvgPool2d to 4x4 (7x7 input:
+    windows of 2 and 3 that overlap) and to 1x1, trains with every op
+    compiled, the pools forward and backward; output and gradients as
+    eager's (float32, 1e-5)."""
+    m = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(),
+                            torch.nn.AdaptiveAvgPool2d(4), torch.nn.Conv2d(8, 8, 1), torch.nn.Tanh(),
+                            torch.nn.AdaptiveAvgPool2d((1, 1)), torch.nn.Flatten(), torch.nn.Linear(8, 5))
+    x = torch.randn(4, 3, 7, 7).requires_grad_()
+    _trains_as_eager(m, x)
+    if "onednn/" in tccd.Client().ops().compiler:
+        assert tccd.stats()["fallback_ops"] == 0, tccd.fallback_ops()
+
+
 def test_float64_compiles_integers_fall_back(daemon):
     x, y = torch.randn(4, 4, dtype=torch.float64), torch.randn(4, 4, dtype=torch.float64)
     out = torch.compile(foo, backend="tccd")(x, y)
