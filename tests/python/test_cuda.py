@@ -39,20 +39,24 @@ def test_cuda_option_defaults_to_compile_and_is_validated(monkeypatch):
         tccd.config.Config.make(cuda="yes")
 
 
-@pytest.mark.skipif(not os.path.exists(FAKE_CUDA), reason="fake libcuda not built")
-def test_cuda_graph_compiles_and_launches_through_the_loader(daemon):
+def run_fake_cuda_child(daemon, nparams, **env):
+    """cuda_child.py against the recording fake libcuda/libcublas: its
+    JSON report (skips when the daemon has no NVRTC). nparams: the
+    parameters every kernel takes (inputs, outputs, workspace)."""
     env = dict(os.environ, TCC_CUDA_LIBRARY=FAKE_CUDA, TCC_CUBLAS_LIBRARY=FAKE_CUBLAS,
-               TCC_FAKE_CUDA_CC="90", TCCD_ADDR=daemon.addr,
-               # every kernel takes the ABI's parameters: 3 inputs, 2 outputs, workspace
-               TCC_FAKE_CUDA_NPARAMS="6",
-               TCC_PKG=os.path.join(SOURCE, "client", "python"))
+               TCC_FAKE_CUDA_CC="90", TCCD_ADDR=daemon.addr, TCC_FAKE_CUDA_NPARAMS=str(nparams),
+               TCC_PKG=os.path.join(SOURCE, "client", "python"), **env)
     p = subprocess.run([sys.executable, os.path.join(HERE, "cuda_child.py")], env=env,
                        capture_output=True, text=True, timeout=300)
     if p.returncode != 0 and "NVRTC not available" in p.stderr:
         pytest.skip("this build's daemon has no NVRTC (scripts/setup-cuda)")
     assert p.returncode == 0, p.stderr[-4000:]
-    line = next(l for l in p.stdout.splitlines() if l.startswith("REPORT "))
-    r = json.loads(line[len("REPORT "):])
+    return json.loads(next(l for l in p.stdout.splitlines() if l.startswith("REPORT "))[len("REPORT "):])
+
+
+@pytest.mark.skipif(not os.path.exists(FAKE_CUDA), reason="fake libcuda not built")
+def test_cuda_graph_compiles_and_launches_through_the_loader(daemon):
+    r = run_fake_cuda_child(daemon, 6)     # every kernel: 3 inputs, 2 outputs, workspace
     print(json.dumps(r, indent=1)[:3000])
     assert r["device"] == "cuda" and r["target"] == "sm_90"
     assert r["partitions"] == 1 and r["views"] == 1      # h.t() comes back as an alias
@@ -78,16 +82,7 @@ def test_reduce_overhead_launches_as_cuda_graphs(daemon):
     """mode="reduce-overhead": each kernel's plan is captured once on the
     first launch with a set of pointers and replayed as one graph launch
     on the next with the same pointers (fake driver: what it records)."""
-    env = dict(os.environ, TCC_CUDA_LIBRARY=FAKE_CUDA, TCC_CUBLAS_LIBRARY=FAKE_CUBLAS,
-               TCC_FAKE_CUDA_CC="90", TCCD_ADDR=daemon.addr, TCC_FAKE_CUDA_NPARAMS="6",
-               TCC_CHILD_MODE="reduce-overhead",
-               TCC_PKG=os.path.join(SOURCE, "client", "python"))
-    p = subprocess.run([sys.executable, os.path.join(HERE, "cuda_child.py")], env=env,
-                       capture_output=True, text=True, timeout=300)
-    if p.returncode != 0 and "NVRTC not available" in p.stderr:
-        pytest.skip("this build's daemon has no NVRTC (scripts/setup-cuda)")
-    assert p.returncode == 0, p.stderr[-4000:]
-    r = json.loads(next(l for l in p.stdout.splitlines() if l.startswith("REPORT "))[len("REPORT "):])
+    r = run_fake_cuda_child(daemon, 6, TCC_CHILD_MODE="reduce-overhead")
     (k,) = r["kernels"]
     assert r["mode"] == "reduce-overhead" and k["graphs"] is True
     assert k["stats"] == {"direct_launches": 0, "graph_captures": 1, "graph_replays": 2}, k["stats"]
@@ -111,15 +106,7 @@ def test_index_put_and_scatter_compile_for_cuda(daemon):
     """A StaticCache update (index_put, integer index) and a one-hot
     (scatter.value) compile for sm_90 in one partition (NVRTC) and launch
     through the loader (fake driver)."""
-    env = dict(os.environ, TCC_CUDA_LIBRARY=FAKE_CUDA, TCC_CUBLAS_LIBRARY=FAKE_CUBLAS,
-               TCC_FAKE_CUDA_CC="90", TCCD_ADDR=daemon.addr, TCC_FAKE_CUDA_NPARAMS="8",
-               TCC_CHILD_GRAPH="index", TCC_PKG=os.path.join(SOURCE, "client", "python"))
-    p = subprocess.run([sys.executable, os.path.join(HERE, "cuda_child.py")], env=env,
-                       capture_output=True, text=True, timeout=300)
-    if p.returncode != 0 and "NVRTC not available" in p.stderr:
-        pytest.skip("this build's daemon has no NVRTC (scripts/setup-cuda)")
-    assert p.returncode == 0, p.stderr[-4000:]
-    r = json.loads(next(l for l in p.stdout.splitlines() if l.startswith("REPORT "))[len("REPORT "):])
+    r = run_fake_cuda_child(daemon, 8, TCC_CHILD_GRAPH="index")
     assert r["target"] == "sm_90" and r["partitions"] == 1, r
     (k,) = r["kernels"]
     assert k["device_type"] == "cuda" and k["target"] == "cuda:sm_90"
