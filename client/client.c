@@ -1107,6 +1107,16 @@ int tcc_client_show(tcc_client *c, const char *guard_hash_hex, Tcc__V1__ShowResp
                                  (ProtobufCMessage **)out, 0, err);
 }
 
+int tcc_client_explain(tcc_client *c, const char *guard_hash_hex, const Tcc__V1__CompileRequest *request,
+                       int max_nearest, Tcc__V1__ExplainResponse **out, tcc_error *err) {
+  Tcc__V1__ExplainRequest req = TCC__V1__EXPLAIN_REQUEST__INIT;
+  req.guard_hash = (char *)(guard_hash_hex ? guard_hash_hex : "");
+  req.request = (Tcc__V1__CompileRequest *)request;
+  req.max_nearest = max_nearest;
+  return tcc_client_call_message(c, TCC_METHOD_EXPLAIN, &req.base, &tcc__v1__explain_response__descriptor,
+                                 (ProtobufCMessage **)out, 0, err);
+}
+
 int tcc_client_evict(tcc_client *c, const char *guard_hash_hex, int *evicted, tcc_error *err) {
   Tcc__V1__EvictRequest req = TCC__V1__EVICT_REQUEST__INIT;
   req.guard_hash = (char *)(guard_hash_hex ? guard_hash_hex : "");

@@ -31,6 +31,7 @@ int client_compile_response_decode(const struct tcc_client *c, const uint8_t *by
 #define TCC_METHOD_JOBS "/tcc.v1.Compiler/Jobs"
 #define TCC_METHOD_LIST "/tcc.v1.Cache/List"
 #define TCC_METHOD_SHOW "/tcc.v1.Cache/Show"
+#define TCC_METHOD_EXPLAIN "/tcc.v1.Cache/Explain"
 #define TCC_METHOD_EVICT "/tcc.v1.Cache/Evict"
 #define TCC_METHOD_GC "/tcc.v1.Cache/Gc"
 #define TCC_METHOD_HEALTH_CHECK "/grpc.health.v1.Health/Check"

@@ -185,6 +185,14 @@ int tcc_client_list(tcc_client *c, int limit, const char *order_by,
                     Tcc__V1__ListResponse **out, tcc_error *err);
 int tcc_client_show(tcc_client *c, const char *guard_hash_hex,
                     Tcc__V1__ShowResponse **out, tcc_error *err);
+/* Why a key missed (tcc.v1.Cache/Explain): by guard hash (a stored entry,
+ * a recorded failure or a recent miss), or for request (its key is
+ * computed; nothing is compiled) when guard_hash_hex is NULL; at most
+ * max_nearest candidates (0: 3). The answer
+ * lists the nearest keys stored for the same graph and the components
+ * that differ. Returns 0 or a TCC_E_* code (NOT_FOUND: no such hash). */
+int tcc_client_explain(tcc_client *c, const char *guard_hash_hex, const Tcc__V1__CompileRequest *request,
+                       int max_nearest, Tcc__V1__ExplainResponse **out, tcc_error *err);
 /* *evicted (optional) = whether an entry was removed. */
 int tcc_client_evict(tcc_client *c, const char *guard_hash_hex,
                      int *evicted, tcc_error *err);

@@ -70,6 +70,11 @@ static const char usage_text[] =
     "                               (HASH = guard hash; --digest: artifact\n"
     "                               SHA-256) to OUT (- = stdout); with trusted\n"
     "                               keys, only if its signature verifies\n"
+    "  explain HASH|FILE [--target T] [--max N]\n"
+    "                               why a key missed: the nearest keys stored\n"
+    "                               for the same graph and what differs (HASH:\n"
+    "                               an entry, a recorded failure or a recent\n"
+    "                               miss; FILE: a request, as compile takes)\n"
     "  keygen OUT                   make an Ed25519 signing key pair: OUT\n"
     "                               (secret, mode 0600) and OUT.pub\n"
     "  help                         this text\n"
@@ -1119,6 +1124,107 @@ static int cmd_compile(tcctl *t) {
   return rc;
 }
 
+/* ------------------------------------------------------------ explain */
+
+typedef struct explain_opts {
+  const char *target;
+  int max;
+} explain_opts;
+
+static int explain_option(tcctl *t, int argc, char **argv, int *i, void *ctx) {
+  (void)t;
+  explain_opts *o = ctx;
+  const char *v;
+  if ((v = option_value(argc, argv, i, "--target"))) {
+    o->target = v;
+    return 1;
+  }
+  if ((v = option_value(argc, argv, i, "--max"))) {
+    o->max = (int)parse_count("--max", v, 64);
+    return 1;
+  }
+  return 0;
+}
+
+/* Reads a request file (protobuf JSON, "-" = stdin) as compile does, with
+ * --target applied. Returns 0 or the exit status after printing why. */
+static int read_request(tcctl *t, const char *path, const char *target, Tcc__V1__CompileRequest **out) {
+  char *json = NULL;
+  size_t len = 0;
+  if (read_input(t, path, &json, &len)) return 1;
+  ProtobufCMessage *msg = NULL;
+  int rc = tcc_pbjson_parse(&tcc__v1__compile_request__descriptor, json, len, &msg, &t->err);
+  free(json);
+  if (rc) {
+    tcc_error_prefix(&t->err, "%s", strcmp(path, "-") ? path : "<stdin>");
+    return fail_err(t);
+  }
+  *out = (Tcc__V1__CompileRequest *)msg;
+  if (target && override_target(*out, target)) {
+    tcc__v1__compile_request__free_unpacked(*out, NULL);
+    usage_error("--target must be cpu, cpu:ISA or cuda:sm_XX, got '%s'", target);
+  }
+  return 0;
+}
+
+/* HASH (full, a stored prefix) or FILE (a request: its key is computed by
+ * the daemon, nothing is compiled). An argument naming a readable file,
+ * or "-", is a FILE. */
+static int cmd_explain(tcctl *t) {
+  explain_opts o = {NULL, 0};
+  char *pos[1];
+  if (split_args(t, explain_option, &o, pos, 1) != 1) usage_error("explain needs a HASH or a request FILE");
+  if (connect_client(t)) return fail_err(t);
+  Tcc__V1__CompileRequest *req = NULL;
+  char hash[TCC_SHA256_HEX] = "";
+  if (!strcmp(pos[0], "-") || access(pos[0], R_OK) == 0) {
+    if (read_request(t, pos[0], o.target, &req)) return 1;
+  } else if (o.target) {
+    usage_error("explain: --target applies to a request FILE, not a HASH");
+  } else if (tcc_hex_is_sha256(pos[0])) {
+    tcc_hex_lower_copy(pos[0], hash); /* a recent miss has no entry to resolve a prefix with */
+  } else if (resolve_hash(t, pos[0], hash)) {
+    return 1;
+  }
+  Tcc__V1__ExplainResponse *r;
+  int rc = tcc_client_explain(t->client, req ? NULL : hash, req, o.max, &r, &t->err);
+  if (req) tcc__v1__compile_request__free_unpacked(req, NULL);
+  if (rc) return fail_err(t);
+  if (t->json) {
+    rc = print_json(t, message_json(r));
+  } else {
+    kv("guard hash", "%s", r->guard_hash);
+    kv("stored", "%s", !strcmp(r->stored, "entry")     ? "an entry (a hit for this key)"
+                       : !strcmp(r->stored, "failure") ? "a recorded failure"
+                                                        : "nothing (a miss)");
+    kv("graph", "%.12s (%d other key(s) stored for it)", r->graph_digest, r->same_graph);
+    kv("why", "%s", r->summary);
+    for (size_t i = 0; i < r->n_nearest; i++) {
+      const Tcc__V1__ExplainCandidate *cd = r->nearest[i];
+      char when[32];
+      printf("\n");
+      kv(i == 0 ? "nearest" : "then", "%s %.12s (%s, created %s): %d cause(s), %d derived layout(s)", cd->kind,
+         cd->guard_hash, cd->target, human_time(cd->created_unix, when, sizeof when), cd->causes, cd->derived);
+      if (cd->n_differences) {
+        table tb = {.cols = 4};
+        const char *head[] = {"COMPONENT", "THIS", "", "STORED"};
+        table_add(&tb, head);
+        for (size_t j = 0; j < cd->n_differences; j++) {
+          const Tcc__V1__KeyDifference *d = cd->differences[j];
+          const char *row[] = {d->component, d->value, "vs", d->other};
+          table_add(&tb, row);
+        }
+        table_print(&tb, "  ");
+      }
+      if (cd->causes > (int)cd->n_differences) printf("  ... and %d more\n", cd->causes - (int)cd->n_differences);
+    }
+    printf("\n");
+    kv("explained in", "%.2f ms", r->elapsed_ms);
+  }
+  tcc__v1__explain_response__free_unpacked(r, NULL);
+  return rc;
+}
+
 /* ------------------------------------------------------------ fetch */
 
 /* Writes data to path atomically (temporary file in the same directory,
@@ -1252,7 +1358,7 @@ typedef struct command {
 static const command commands[] = {
     {"health", cmd_health}, {"stats", cmd_stats}, {"ls", cmd_ls},           {"show", cmd_show},
     {"evict", cmd_evict},   {"gc", cmd_gc},       {"compile", cmd_compile}, {"fetch", cmd_fetch},
-    {"keygen", cmd_keygen},
+    {"keygen", cmd_keygen}, {"explain", cmd_explain},
 };
 
 int main(int argc, char **argv) {

@@ -352,4 +352,46 @@ int tcc_tune_record_encode(const tcc_tune_record *r, uint8_t **out, size_t *len,
 /* Returns 0 or TCC_E_INVALID_ARGUMENT (not a record of this version). */
 int tcc_tune_record_decode(const uint8_t *data, size_t len, tcc_tune_record *out, tcc_error *err);
 
+/* Explaining misses (explain.c): a guard key read back into named parts
+ * ("input 0 sizes" = "[8, 128]", "compiler identity" = "cc 12.2 ..."),
+ * and the graph digest: SHA-256 of the key's structure (ops, wiring,
+ * value kinds) without sizes, dtypes, scalars, constants, target,
+ * compiler or mode, shared by the keys of one graph that recompiled. */
+typedef enum tcc_key_part_class {
+  TCC_KEY_HEADER,    /* key format, codegen, compiler identity, target, mode, dynamic */
+  TCC_KEY_INPUT,     /* an input's dtype, sizes, strides, offset, alignment, device */
+  TCC_KEY_CONSTANT,  /* a constant's data (length and digest prefix) */
+  TCC_KEY_ARGUMENT,  /* a node's scalar argument */
+  TCC_KEY_VALUE      /* an intermediate's or output's dtype, sizes, layout */
+} tcc_key_part_class;
+
+typedef struct tcc_key_part {
+  tcc_key_part_class cls;
+  const char *name;   /* "input 0 sizes", "node 3 aten.sum.dim_IntList argument 1" */
+  const char *value;  /* "[8, 128]" (symbols as s0, derived numbers as "derived") */
+} tcc_key_part;
+
+typedef struct tcc_key_parts {
+  tcc_key_part *parts;  /* in key order */
+  size_t n;
+  int ninputs;
+  uint8_t graph[TCC_SHA256_BYTES];  /* the graph digest */
+  char *text;           /* owns the names and values */
+} tcc_key_parts;
+
+/* Reads a key (untrusted bytes: bounds-checked). Returns 0 (free with
+ * tcc_key_parts_free), TCC_E_INVALID_ARGUMENT for a malformed key or
+ * TCC_E_RESOURCE_EXHAUSTED. */
+int tcc_key_parts_read(const uint8_t *key, size_t len, tcc_key_parts *out, tcc_error *err);
+void tcc_key_parts_free(tcc_key_parts *p);
+/* The graph digest alone. Returns 0, or -1 for a malformed key. */
+int tcc_key_graph_digest(const uint8_t *key, size_t len, uint8_t out[TCC_SHA256_BYTES]);
+
+/* Calls fn for each part whose value differs between a and b, in key
+ * order. Returns the number of differing parts, or -1 when a and b are
+ * not keys of one graph (another digest: nothing to compare part by
+ * part). */
+typedef void (*tcc_key_diff_fn)(void *arg, const tcc_key_part *a, const tcc_key_part *b);
+int tcc_key_parts_diff(const tcc_key_parts *a, const tcc_key_parts *b, tcc_key_diff_fn fn, void *arg);
+
 #endif

@@ -1049,6 +1049,7 @@ static void compile_prepared(compile_request *r) {
     goto done;
   }
 
+  tccd_explain_note_miss(st, prep->hash, prep->key, prep->key_len);
   tccd_job *job = job_find(st->jobs, prep->hash);
   if (job) {
     tcc_cache_count(st->cache, TCC_COUNTER_coalesced, 1);

@@ -107,6 +107,7 @@ typedef enum tccd_role { TCCD_ROLE_OPEN, TCCD_ROLE_CLIENT, TCCD_ROLE_ADMIN } tcc
   X(STATS, "/tcc.v1.Cache/Stats", tccd_rpc_stats, TCCD_ROLE_CLIENT)                      \
   X(LIST, "/tcc.v1.Cache/List", tccd_rpc_list, TCCD_ROLE_CLIENT)                         \
   X(SHOW, "/tcc.v1.Cache/Show", tccd_rpc_show, TCCD_ROLE_CLIENT)                         \
+  X(EXPLAIN, "/tcc.v1.Cache/Explain", tccd_rpc_explain, TCCD_ROLE_CLIENT)                \
   X(EVICT, "/tcc.v1.Cache/Evict", tccd_rpc_evict, TCCD_ROLE_ADMIN)                       \
   X(GC, "/tcc.v1.Cache/Gc", tccd_rpc_gc, TCCD_ROLE_ADMIN)                                \
   X(HEALTH_CHECK, "/grpc.health.v1.Health/Check", tccd_rpc_health_check, TCCD_ROLE_OPEN)
@@ -135,6 +136,7 @@ typedef struct tccd_state {
   struct tccd_offload *offload;    /* offload.c: threads for work kept off the loop */
   int store_blocked;               /* compile.c: the disk is full, nothing can be stored */
   char store_blocked_reason[512];
+  struct tccd_misses *misses;      /* explain.c: keys of recent misses */
 } tccd_state;
 
 /* Creates the server, binds cfg->listen (refusing a port already in use),
@@ -291,6 +293,14 @@ void tccd_jobs_trim(tccd_state *st);
 void tccd_store_check(tccd_state *st);
 /* Unblocks storing (a gc or evict freed space); why goes to the log. */
 void tccd_store_unblock(tccd_state *st, const char *why);
+
+/* ------------------------------------------------------------- explain.c */
+
+/* Keeps the key of a miss (the last 64, keys up to 1 MiB), so a client
+ * that just missed can ask why by guard hash before anything is stored. */
+void tccd_explain_note_miss(tccd_state *st, const uint8_t hash[TCC_SHA256_BYTES], const uint8_t *key,
+                            size_t key_len);
+void tccd_explain_free(tccd_state *st);
 
 /* ------------------------------------------------------------- autotune.c */
 

@@ -146,7 +146,8 @@ int main(int argc, char **argv) {
   char nvrtc_id[256] = "";
   if (tcc_toolchain_cuda_identity(nvrtc_id, sizeof nvrtc_id, &nverr) != 0)
     snprintf(nvrtc_id, sizeof nvrtc_id, "unavailable (%.200s)", nverr.msg);
-  tcc_cache_options copts = {.dir = cfg.cache_dir, .max_bytes = cfg.cache_max_bytes};
+  tcc_cache_options copts = {
+      .dir = cfg.cache_dir, .max_bytes = cfg.cache_max_bytes, .graph_digest = tcc_key_graph_digest};
   if (tcc_cache_open(&copts, &st.cache, &err) != 0) {
     log_error("cannot use the cache directory %s (--cache-dir): %s", cfg.cache_dir, err.msg);
     tccd_security_free(&st);
@@ -248,6 +249,7 @@ int main(int argc, char **argv) {
 
   tccd_server_free(st.server);
   tccd_jobs_free(&st);
+  tccd_explain_free(&st);
   tcc_cache_close(st.cache); /* flushes counters */
   tccd_security_free(&st);
   grpc_shutdown();

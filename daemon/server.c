@@ -63,7 +63,7 @@ static const int pending_per_method[TCCD_METHOD__COUNT] = {
     [TCCD_METHOD_STATS] = 2,    [TCCD_METHOD_LIST] = 1,
     [TCCD_METHOD_SHOW] = 1,     [TCCD_METHOD_EVICT] = 1,
     [TCCD_METHOD_GC] = 1,       [TCCD_METHOD_HEALTH_CHECK] = 2,
-    [TCCD_METHOD_JOBS] = 1,
+    [TCCD_METHOD_JOBS] = 1,     [TCCD_METHOD_EXPLAIN] = 1,
 };
 
 static const char *const method_names[TCCD_METHOD__COUNT] = {
@@ -397,7 +397,8 @@ int tccd_server_start(tccd_state *st, tcc_error *err) {
   uv_timer_init(st->loop, &srv->grace_timer);
   srv->grace_timer.data = srv;
   for (int m = 0; m < TCCD_METHOD__COUNT; m++)
-    for (int i = 0; i < pending_per_method[m]; i++) request_registered(srv, (tccd_method_id)m);
+    for (int i = 0; i < (pending_per_method[m] > 0 ? pending_per_method[m] : 1); i++) /* a method left out: 1 */
+      request_registered(srv, (tccd_method_id)m);
   request_generic(srv);
 
   if (pthread_create(&srv->cq_thread, NULL, cq_thread_main, srv) != 0)

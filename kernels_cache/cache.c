@@ -120,6 +120,13 @@
  *   | record    | BLOB    | serialized record ("tccd-tune/1 par=...")      |
  *   Primary key (signature, target).
  *
+ *   Column graph (v5), on entries and failures — the graph digest of the
+ *   key (compiler.h, tcc_key_graph_digest: the key without sizes, dtypes,
+ *   scalars, target, compiler or mode), written by the graph_digest hook
+ *   of tcc_cache_options at every store; NULL in rows stored before v5 or
+ *   without the hook, filled in by the first tcc_cache_same_graph. Indexed,
+ *   so the keys that one graph recompiled under are found without a scan.
+ *
  *   Invariants: every entries.artifact_sha256 has a blobs row (foreign key,
  *   foreign_keys=ON); a blob with no entry is removed in the transaction
  *   that drops its last entry (and by gc); sha256(data) == sha256 unless
@@ -164,7 +171,7 @@
 #include <unistd.h>
 
 #define TCC_CACHE_APPLICATION_ID 0x54434344 /* "TCCD" */
-#define TCC_CACHE_SCHEMA_VERSION 4
+#define TCC_CACHE_SCHEMA_VERSION 5
 #define TCC_CACHE_DEFAULT_BUSY_MS 5000
 #define TCC_CACHE_EVICT_BATCH 16
 
@@ -240,6 +247,12 @@ static const cache_migration MIGRATIONS[] = {
    "  created   INTEGER NOT NULL,"
    "  record    BLOB NOT NULL,"
    "  PRIMARY KEY (signature, target));"},
+  {5,
+   /* graph digests: the keys one graph recompiled under (tcctl explain) */
+   "ALTER TABLE entries ADD COLUMN graph BLOB;"
+   "ALTER TABLE failures ADD COLUMN graph BLOB;"
+   "CREATE INDEX entries_by_graph ON entries(graph);"
+   "CREATE INDEX failures_by_graph ON failures(graph);"},
 };
 
 _Static_assert(sizeof MIGRATIONS / sizeof MIGRATIONS[0] == TCC_CACHE_SCHEMA_VERSION,
@@ -307,7 +320,16 @@ _Static_assert(sizeof MIGRATIONS / sizeof MIGRATIONS[0] == TCC_CACHE_SCHEMA_VERS
   X(TUNING_COUNT, "SELECT count(*) FROM tuning")                               \
   X(COUNTER_GET, "SELECT name, value FROM counters")                           \
   X(COUNTER_ADD, "INSERT INTO counters(name, value) VALUES (?1, ?2)"           \
-                 " ON CONFLICT(name) DO UPDATE SET value = value + excluded.value")
+                 " ON CONFLICT(name) DO UPDATE SET value = value + excluded.value") \
+  X(ENTRY_SET_GRAPH, "UPDATE entries SET graph = ?2 WHERE hash = ?1")          \
+  X(FAILURE_SET_GRAPH, "UPDATE failures SET graph = ?2 WHERE hash = ?1")       \
+  X(GRAPH_UNKNOWN, "SELECT hash, key, 0 FROM entries WHERE graph IS NULL"      \
+                   " UNION ALL SELECT hash, key, 1 FROM failures WHERE graph IS NULL") \
+  X(SAME_GRAPH, "SELECT hash, key, 0, target, created FROM entries WHERE graph = ?1" \
+                " UNION ALL SELECT hash, key, 1, target, created FROM failures WHERE graph = ?1" \
+                " ORDER BY 5 DESC LIMIT ?2")                                   \
+  X(KEY_OF, "SELECT key, 0 FROM entries WHERE hash = ?1"                       \
+            " UNION ALL SELECT key, 1 FROM failures WHERE hash = ?1")
 
 typedef enum cache_stmt_id {
 #define STMT_ENUM(id, sql) ST_##id,
@@ -352,6 +374,7 @@ struct tcc_cache {
   int64_t max_bytes;        /* 0 = unlimited */
   sqlite3_stmt *st[ST__COUNT];
   cache_pending pending;
+  int (*graph_digest)(const uint8_t *key, size_t len, uint8_t out[TCC_SHA256_BYTES]);
 };
 
 static const char *const COUNTER_NAMES[TCC_COUNTER__COUNT] = {
@@ -403,6 +426,19 @@ static int stmt_run(sqlite3_stmt *s) {
   while ((rc = sqlite3_step(s)) == SQLITE_ROW) {}
   sqlite3_reset(s);
   return rc;
+}
+
+/* Writes the graph digest of a stored row (statement `which`: entries or
+ * failures) when the hook is set and the key reads; else leaves it NULL.
+ * Returns SQLITE_DONE or the error code. */
+static int set_graph(tcc_cache *c, cache_stmt_id which, const uint8_t hash[TCC_SHA256_BYTES], const uint8_t *key,
+                     size_t key_len) {
+  uint8_t graph[TCC_SHA256_BYTES];
+  if (!c->graph_digest || c->graph_digest(key, key_len, graph) != 0) return SQLITE_DONE;
+  sqlite3_stmt *s = c->st[which];
+  sqlite3_bind_blob(s, 1, hash, TCC_SHA256_BYTES, SQLITE_STATIC);
+  sqlite3_bind_blob(s, 2, graph, TCC_SHA256_BYTES, SQLITE_STATIC);
+  return stmt_run(s);
 }
 
 /* Copies a blob column into a fresh allocation (NULL for an empty one).
@@ -791,6 +827,7 @@ int tcc_cache_open(const tcc_cache_options *opts, tcc_cache **out, tcc_error *er
     return tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "cache: out of memory");
   }
   c->max_bytes = opts->max_bytes;
+  c->graph_digest = opts->graph_digest;
 
   struct stat st;
   if (stat(c->path, &st) == 0 && !S_ISREG(st.st_mode)) {
@@ -1083,6 +1120,8 @@ static int store_in_txn(tcc_cache *c, const tcc_cache_entry *e, const uint8_t *a
   sqlite3_bind_text(s, 13, e->key_id, -1, SQLITE_STATIC);
   bind_bytes(s, 14, e->signature, e->signature_len);
   if ((rc = stmt_run(s)) != SQLITE_DONE) return sql_error(c, rc, err, "insert entry");
+  if ((rc = set_graph(c, ST_ENTRY_SET_GRAPH, e->hash, e->key, e->key_len)) != SQLITE_DONE)
+    return sql_error(c, rc, err, "set entry graph");
 
   s = c->st[ST_COMPILE_SECONDS_ADD];
   sqlite3_bind_double(s, 1, e->imported ? 0.0 : e->compile_ms / 1000.0);
@@ -1562,8 +1601,10 @@ int tcc_cache_store_failure(tcc_cache *c, const uint8_t hash[TCC_SHA256_BYTES],
   sqlite3_bind_text(s, 4, target ? target : "", -1, SQLITE_STATIC);
   sqlite3_bind_text(s, 5, message, -1, SQLITE_STATIC);
   bind_bytes(s, 6, key, key_len);
-  int rc = stmt_run(s); /* one statement: its own transaction */
+  int rc = stmt_run(s); /* its own transaction; the graph digest is an index, not data */
   if (rc != SQLITE_DONE) return sql_error(c, rc, err, "store failure");
+  if ((rc = set_graph(c, ST_FAILURE_SET_GRAPH, hash, key, key_len)) != SQLITE_DONE)
+    return sql_error(c, rc, err, "set failure graph");
   return 0;
 }
 
@@ -1680,4 +1721,125 @@ int tcc_cache_integrity_check(tcc_cache *c, tcc_error *err) {
     return tcc_error_set(err, TCC_E_DATA_LOSS, "cache %s failed its integrity check: %s",
                          c->path, report);
   return 0;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Keys by graph (tcctl explain)                                           */
+/* ---------------------------------------------------------------------- */
+
+/* Fills in the graph digest of rows stored before v5 (or without the
+ * hook): one pass, one transaction. A key the hook cannot read gets an
+ * empty digest, so it is not read again. */
+static int backfill_graphs(tcc_cache *c, tcc_error *err) {
+  if (!c->graph_digest) return 0;
+  typedef struct todo { uint8_t hash[TCC_SHA256_BYTES], graph[TCC_SHA256_BYTES]; int failure, ok; } todo;
+  todo *rows = NULL;
+  size_t n = 0, cap = 0;
+  sqlite3_stmt *s = c->st[ST_GRAPH_UNKNOWN];
+  int rc;
+  while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+    if (n == cap) {
+      todo *more = realloc(rows, (cap = cap ? cap * 2 : 64) * sizeof *rows);
+      if (!more) {
+        sqlite3_reset(s);
+        free(rows);
+        return tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "out of memory reading graph digests");
+      }
+      rows = more;
+    }
+    todo *t = &rows[n++];
+    memcpy(t->hash, sqlite3_column_blob(s, 0), TCC_SHA256_BYTES);
+    t->ok = c->graph_digest(sqlite3_column_blob(s, 1), (size_t)sqlite3_column_bytes(s, 1), t->graph) == 0;
+    t->failure = sqlite3_column_int(s, 2);
+  }
+  sqlite3_reset(s);
+  if (rc != SQLITE_DONE) {
+    free(rows);
+    return sql_error(c, rc, err, "read keys without a graph digest");
+  }
+  if (n == 0) return 0;
+  if ((rc = stmt_run(c->st[ST_BEGIN])) != SQLITE_DONE) {
+    free(rows);
+    return sql_error(c, rc, err, "begin");
+  }
+  for (size_t i = 0; i < n && rc == SQLITE_DONE; i++) {
+    s = c->st[rows[i].failure ? ST_FAILURE_SET_GRAPH : ST_ENTRY_SET_GRAPH];
+    sqlite3_bind_blob(s, 1, rows[i].hash, TCC_SHA256_BYTES, SQLITE_STATIC);
+    bind_bytes(s, 2, rows[i].graph, rows[i].ok ? TCC_SHA256_BYTES : 0);
+    rc = stmt_run(s);
+  }
+  free(rows);
+  if (rc != SQLITE_DONE) {
+    stmt_run(c->st[ST_ROLLBACK]);
+    return sql_error(c, rc, err, "write graph digests");
+  }
+  if ((rc = stmt_run(c->st[ST_COMMIT])) != SQLITE_DONE) {
+    stmt_run(c->st[ST_ROLLBACK]);
+    return sql_error(c, rc, err, "commit graph digests");
+  }
+  return 0;
+}
+
+int tcc_cache_same_graph(tcc_cache *c, const uint8_t graph[TCC_SHA256_BYTES], int limit, tcc_cache_keyed **out,
+                         size_t *n, tcc_error *err) {
+  *out = NULL;
+  *n = 0;
+  if (!c || !graph) return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "cache same graph: bad arguments");
+  int rc = backfill_graphs(c, err);
+  if (rc) return rc;
+  sqlite3_stmt *s = c->st[ST_SAME_GRAPH];
+  sqlite3_bind_blob(s, 1, graph, TCC_SHA256_BYTES, SQLITE_STATIC);
+  sqlite3_bind_int(s, 2, limit > 0 ? limit : -1);
+  tcc_cache_keyed *rows = NULL;
+  size_t cap = 0;
+  while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+    if (*n == cap) {
+      tcc_cache_keyed *more = realloc(rows, (cap = cap ? cap * 2 : 16) * sizeof *rows);
+      if (!more) break;
+      rows = more;
+    }
+    tcc_cache_keyed *k = &rows[*n];
+    memset(k, 0, sizeof *k);
+    memcpy(k->hash, sqlite3_column_blob(s, 0), TCC_SHA256_BYTES);
+    if (column_dup(s, 1, &k->key, &k->key_len) != 0) break;
+    k->failure = sqlite3_column_int(s, 2);
+    const unsigned char *target = sqlite3_column_text(s, 3);
+    snprintf(k->target, sizeof k->target, "%s", target ? (const char *)target : "");
+    k->created = sqlite3_column_int64(s, 4);
+    ++*n;
+  }
+  sqlite3_reset(s);
+  if (rc != SQLITE_DONE) {
+    tcc_cache_keyed_free(rows, *n);
+    *out = NULL;
+    *n = 0;
+    if (rc == SQLITE_ROW) return tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "out of memory reading keys");
+    return sql_error(c, rc, err, "read keys of a graph");
+  }
+  *out = rows;
+  return 0;
+}
+
+void tcc_cache_keyed_free(tcc_cache_keyed *k, size_t n) {
+  for (size_t i = 0; k && i < n; i++) free(k[i].key);
+  free(k);
+}
+
+int tcc_cache_key_of(tcc_cache *c, const uint8_t hash[TCC_SHA256_BYTES], uint8_t **key, size_t *len, int *failure,
+                     tcc_error *err) {
+  *key = NULL;
+  *len = 0;
+  sqlite3_stmt *s = c->st[ST_KEY_OF];
+  sqlite3_bind_blob(s, 1, hash, TCC_SHA256_BYTES, SQLITE_STATIC);
+  int rc = sqlite3_step(s), code = 0;
+  if (rc == SQLITE_ROW) {
+    *failure = sqlite3_column_int(s, 1);
+    if (column_dup(s, 0, key, len) != 0) code = tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "out of memory");
+  } else if (rc == SQLITE_DONE) {
+    code = tcc_error_set(err, TCC_E_NOT_FOUND, "no cache entry or recorded failure");
+  } else {
+    code = sql_error(c, rc, err, "read key");
+  }
+  sqlite3_reset(s);
+  return code;
 }

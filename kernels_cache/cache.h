@@ -31,6 +31,11 @@ typedef struct tcc_cache_options {
                          * entries survive power loss too (a store then
                          * costs one fsync); 0: synchronous=NORMAL, which
                          * survives any process crash (see cache.c) */
+  /* The graph digest of a canonical key (compiler.h's
+   * tcc_key_graph_digest; 0, or -1 for a key it cannot read), stored with
+   * every entry and failure so tcc_cache_same_graph finds the keys of one
+   * graph. NULL: none recorded (the cache never reads keys itself). */
+  int (*graph_digest)(const uint8_t *key, size_t len, uint8_t out[TCC_SHA256_BYTES]);
 } tcc_cache_options;
 
 #define TCC_CACHE_SIGNATURE_MAX 64         /* an Ed25519 signature */
@@ -242,6 +247,29 @@ int tcc_cache_tuning_get(tcc_cache *c, const uint8_t signature[TCC_SHA256_BYTES]
                          const char *target, uint8_t **record, size_t *len, tcc_error *err);
 int tcc_cache_tuning_put(tcc_cache *c, const uint8_t signature[TCC_SHA256_BYTES],
                          const char *target, const uint8_t *record, size_t len, tcc_error *err);
+
+/* The keys one graph was stored under (tcctl explain): entries and
+ * recorded failures whose graph digest is `graph`, newest first, at most
+ * limit (<= 0: all). Rows stored before schema v5 get their digest first
+ * (one pass). *out is malloc'd: free with tcc_cache_keyed_free. Returns 0
+ * or a TCC_E_* code. */
+typedef struct tcc_cache_keyed {
+  uint8_t hash[TCC_SHA256_BYTES];
+  uint8_t *key;            /* canonical key bytes */
+  size_t key_len;
+  int failure;             /* 1: a recorded failure; 0: an entry */
+  char target[64];
+  int64_t created;         /* unix seconds */
+} tcc_cache_keyed;
+int tcc_cache_same_graph(tcc_cache *c, const uint8_t graph[TCC_SHA256_BYTES], int limit,
+                         tcc_cache_keyed **out, size_t *n, tcc_error *err);
+void tcc_cache_keyed_free(tcc_cache_keyed *k, size_t n);
+
+/* The key stored for hash (an entry's, else a recorded failure's; *failure
+ * says which) as a malloc'd copy. Returns 0, TCC_E_NOT_FOUND or a
+ * TCC_E_* code. */
+int tcc_cache_key_of(tcc_cache *c, const uint8_t hash[TCC_SHA256_BYTES], uint8_t **key, size_t *len,
+                     int *failure, tcc_error *err);
 
 /* Writes pending counters and hit bookkeeping in one transaction.
  * Returns 0 (also when nothing was pending) or a TCC_E_* code; on

@@ -28,6 +28,7 @@ METHOD_OPS = "/tcc.v1.Compiler/Ops"
 METHOD_STATS = "/tcc.v1.Cache/Stats"
 METHOD_LIST = "/tcc.v1.Cache/List"
 METHOD_SHOW = "/tcc.v1.Cache/Show"
+METHOD_EXPLAIN = "/tcc.v1.Cache/Explain"
 
 
 def default_addr():
@@ -136,6 +137,18 @@ class Client:
 
     def stats(self):
         return self.call(METHOD_STATS, pb.StatsRequest(), pb.StatsResponse, what="stats")
+
+    def explain(self, guard_hash=None, request=None, max_nearest=0):
+        """Cache.Explain: why a key missed. Give the guard hash of a stored
+        entry, a recorded failure or a recent miss, or the CompileRequest
+        itself; returns the ExplainResponse (the nearest stored keys of the
+        same graph and the components that differ)."""
+        req = pb.ExplainRequest(max_nearest=max_nearest)
+        if request is not None:
+            req.request.CopyFrom(request)
+        else:
+            req.guard_hash = guard_hash or ""
+        return self.call(METHOD_EXPLAIN, req, pb.ExplainResponse, what="explain")
 
     def health(self, service=""):
         """The grpc.health.v1 serving status (1 = SERVING)."""

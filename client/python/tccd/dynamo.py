@@ -834,10 +834,29 @@ class _CompiledGraph:
         log.debug("tccd: graph %d %s: %s %s (%d kernels, %.1f ms in the daemon)", self.id,
                   part.name, status, resp.guard_hash[:12], len(resp.manifest.kernels),
                   resp.timings.total_ms)
+        if status == "miss" and log.isEnabledFor(logging.DEBUG):
+            self._log_explanation(part, resp.guard_hash)
         if len(resp.manifest.outputs) != len(part.kernel_gm.graph.output_node().args[0]):
             raise TccdError(f"{part.name}: manifest has {len(resp.manifest.outputs)} outputs, "
                             "the partition more or fewer", status="INTERNAL", addr=self.cfg.addr)
         return kernel
+
+    def _log_explanation(self, part, guard_hash):
+        """TORCH_LOGS=tccd at debug level: why a kernel missed the cache,
+        as the daemon's Explain answers it (the nearest stored key of the
+        same graph and what differs). Never fails the compile."""
+        try:
+            ex = self.client.explain(guard_hash)
+        except TccdError as e:
+            log.debug("tccd: graph %d %s: miss %s not explained: %s", self.id, part.name,
+                      guard_hash[:12], e)
+            return
+        log.debug("tccd: graph %d %s: miss %s explained: %s", self.id, part.name,
+                  guard_hash[:12], ex.summary)
+        for near in ex.nearest[:1]:
+            for d in near.differences:
+                log.debug("tccd:   %s: %s vs %s (%s %s)", d.component, d.value, d.other,
+                          near.kind, near.guard_hash[:12])
 
     def _compile_dynamic(self, part, key, req):
         """With dynamic shapes on and symbolic placeholders: compiles one
