@@ -400,6 +400,9 @@ void tccd_security_free(tccd_state *st);
  * contains the token. */
 int tccd_auth_check(const tccd_state *st, const grpc_metadata_array *md, tccd_role need,
                     tcc_error *err);
+/* OpenSSL's first queued error as text in buf ("" when none), clearing
+ * the queue. Returns buf. */
+const char *tccd_ssl_error_text(char *buf, size_t cap);
 /* The same check of one authorization value ("Bearer TOKEN", len bytes,
  * not NUL-terminated), for the metrics port's HTTP header. */
 int tccd_auth_check_value(const tccd_state *st, const char *value, size_t len, tccd_role need,

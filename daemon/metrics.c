@@ -47,7 +47,6 @@
 #include <string.h>
 #include <strings.h>
 
-#include <openssl/err.h>
 #include <openssl/ssl.h>
 
 #include "daemon.h"
@@ -523,9 +522,8 @@ static void tls_input(metrics_conn *c, const char *data, size_t n) {
     }
     int e = SSL_get_error(c->ssl, r);
     if (e == SSL_ERROR_WANT_READ) break;
-    char why[256] = "";
-    ERR_error_string_n(ERR_get_error(), why, sizeof why);
-    ERR_clear_error();
+    char why[256];
+    tccd_ssl_error_text(why, sizeof why);
     log_debug("metrics: TLS connection failed: %s", e == SSL_ERROR_ZERO_RETURN ? "closed by the peer" : why);
     tls_flush(c); /* an alert, if any */
     conn_close(c);
@@ -620,10 +618,9 @@ static SSL_CTX *tls_context(const tccd_config *cfg, tcc_error *err) {
   }
   return ctx;
 fail:;
-  char why[256] = "";
-  ERR_error_string_n(ERR_get_error(), why, sizeof why);
-  ERR_clear_error();
-  tcc_error_set(err, TCC_E_FAILED_PRECONDITION, "--metrics-listen: cannot serve TLS with %s (%s)", what, why);
+  char why[256];
+  tcc_error_set(err, TCC_E_FAILED_PRECONDITION, "--metrics-listen: cannot serve TLS with %s (%s)", what,
+                tccd_ssl_error_text(why, sizeof why));
   SSL_CTX_free(ctx);
   return NULL;
 }

@@ -186,8 +186,7 @@ int tccd_auth_check_value(const tccd_state *st, const char *v, size_t len, tccd_
 
 /* ------------------------------------------------------------ TLS files */
 
-/* OpenSSL's first queued error as text ("" when none), clearing the queue. */
-static const char *ssl_error_text(char *buf, size_t cap) {
+const char *tccd_ssl_error_text(char *buf, size_t cap) {
   unsigned long e = ERR_get_error();
   buf[0] = '\0';
   if (e) ERR_error_string_n(e, buf, cap);
@@ -228,7 +227,7 @@ static void *tls_read(const char *flag, const char *path, int want_key, tcc_erro
   fclose(f);
   if (!obj)
     tcc_error_set(err, TCC_E_FAILED_PRECONDITION, "%s %s: not a PEM %s (%s)", flag, path,
-                  want_key ? "private key" : "certificate", ssl_error_text(why, sizeof why));
+                  want_key ? "private key" : "certificate", tccd_ssl_error_text(why, sizeof why));
   return obj;
 }
 
@@ -246,7 +245,7 @@ static int tls_check(const tccd_config *cfg, tcc_error *err) {
     ERR_clear_error();
     if (X509_check_private_key(cert, key) != 1)
       rc = tcc_error_set(err, TCC_E_FAILED_PRECONDITION, "--tls-key %s is not the key of --tls-cert %s (%s)",
-                         cfg->tls_key, cfg->tls_cert, ssl_error_text(why, sizeof why));
+                         cfg->tls_key, cfg->tls_cert, tccd_ssl_error_text(why, sizeof why));
   }
   X509_free(cert);
   EVP_PKEY_free(key);

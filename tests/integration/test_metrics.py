@@ -190,6 +190,15 @@ def test_tls(daemon_factory, tokens, tmp_path):
     assert scrape(d, token=t["client"], context=ctx)[0] == 200  # still serving
     assert d.stop() == 0
 
+    # mutual TLS: a client certificate from --tls-client-ca, as on the gRPC port
+    client_cert, client_key = make_cert(pki, "client", "ca", "clientAuth")
+    d = metrics_daemon(daemon_factory, "--tls-cert", cert, "--tls-key", key, "--tls-client-ca", ca)
+    with pytest.raises((ssl.SSLError, ConnectionError, http.client.HTTPException, OSError)):
+        scrape(d, context=ctx)
+    ctx.load_cert_chain(client_cert, client_key)
+    assert scrape(d, context=ctx)[0] == 200
+    assert d.stop() == 0
+
 
 def test_slow_and_hostile_clients_do_not_stall_the_loop(daemon_factory, pb):
     d = metrics_daemon(daemon_factory)
