@@ -4,7 +4,8 @@
  * stream an artifact). The handlers (compile.c, rpc.c) and the server
  * (server.c: requests calls from gRPC and dispatches them) both sit on
  * top of this file; it calls neither of them: the server hands each call
- * a `released` callback to hear when it is freed.
+ * a `finished` callback to hear its status (the metrics count it) and a
+ * `released` one to hear when it is freed.
  *
  * DESIGN
  *
@@ -38,7 +39,8 @@
  *   FINISHING  the status is sent or being sent (or a stream stopped):
  *              the handler's reference is dropped; the batches in flight
  *              complete, then the call is freed. A second reply is
- *              ignored.
+ *              ignored. Entering it runs c->finished with the status
+ *              (a stopped stream's: CANCELLED): once per call.
  *
  * c->refs counts what still points at the call: each batch in flight,
  * plus one held by the request and then by the handler until it
@@ -107,6 +109,7 @@ void tccd_call_unref(tccd_call *c) {
 }
 
 tccd_call *tccd_call_new(tccd_server *srv, tccd_method_id m, const char *method_name,
+                         void (*finished)(tccd_server *srv, tccd_method_id m, int code),
                          void (*released)(tccd_server *srv)) {
   tccd_call *c = calloc(1, sizeof *c);
   if (!c) return NULL;
@@ -114,6 +117,7 @@ tccd_call *tccd_call_new(tccd_server *srv, tccd_method_id m, const char *method_
   c->method = m;
   c->method_name = method_name;
   c->released = released;
+  c->finished = finished;
   c->state = TCCD_CALL_REQUESTED;
   c->refs = 1; /* the pending request */
   c->status_details = grpc_empty_slice();
@@ -200,6 +204,7 @@ static void call_finish(tccd_call *c, grpc_byte_buffer *msg, grpc_status_code st
     return;
   }
   call_set_state(c, TCCD_CALL_FINISHING);
+  c->finished(c->server, c->method, (int)status);
   grpc_op ops[3];
   memset(ops, 0, sizeof ops);
   size_t n = ops_send(c, ops, msg);
@@ -296,6 +301,7 @@ void tccd_call_stream_artifact(tccd_call *c, uint8_t *data, size_t len, const ch
  * reference goes, no status is sent. */
 static void stream_stop(tccd_call *c) {
   call_set_state(c, TCCD_CALL_FINISHING);
+  c->finished(c->server, c->method, GRPC_STATUS_CANCELLED);
   tccd_call_unref(c);
 }
 

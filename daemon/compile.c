@@ -8,6 +8,7 @@
  *           ─► read + decode + tcc_prepare (verify, canonicalize, guard
  *              hash): on the loop up to 64 KiB, else on an offload thread
  *           ─► cache lookup ──hit (verified once per process)──► reply HIT
+ *              (its latency since the call arrived: tccd_cache_hit_seconds)
  *           ─► recorded failure (younger than --failure-ttl)? ──yes──► the
  *              same error (negative cache)
  *           ─► job for this hash in flight? ──yes──► wait on it (COALESCED)
@@ -47,7 +48,8 @@
  *              to the first waiter), another daemon's verified failure
  *              record (recorded locally, its error to every waiter: FAILED)
  *              or "compile here" (QUEUED)
- *   QUEUED     in the pool's queue, waiting for a worker (queue depth)
+ *   QUEUED     in the pool's queue, waiting for a worker (queue depth;
+ *              the wait until job_work starts: tccd_queue_wait_seconds)
  *   COMPILING  on a worker inside tcc_compile (running jobs); the only
  *              state a worker sets (atomically), all others are the loop's
  *   AUTOTUNING (max-autotune modes) the default artifact is built; the
@@ -123,6 +125,8 @@ typedef struct tccd_job {
   int nwaiters;
   tccd_tune *tune;                /* AUTOTUNING: the run (autotune.c) */
   uint64_t start_ns;              /* created (for the Jobs RPC) */
+  uint64_t queued_ns;             /* handed to the pool (loop) */
+  uint64_t started_ns;            /* a worker picked it up (written by the worker) */
   int64_t held;                   /* request bytes admitted (compile_request) */
   struct tccd_job *next;          /* in its hash bucket */
 } tccd_job;
@@ -437,6 +441,7 @@ static void job_work(uv_work_t *w) {
   tccd_jobs *jobs = job->st->jobs;
   /* worker thread: touch nothing but the job's own compile fields, its
    * atomic state and the atomic running count */
+  job->started_ns = uv_hrtime();
   job_set_state(job, JOB_COMPILING);
   atomic_fetch_add(&jobs->running, 1);
   job->rc = tcc_compile(job->prep, &jobs->build, &job->artifact, &job->err);
@@ -639,19 +644,27 @@ static void job_tuned(void *arg, tcc_artifact *tuned, double autotune_ms) {
   job_free(job);
 }
 
+/* A compile succeeded: counted, and its time observed. */
+static void job_count_compile(tccd_job *job) {
+  tcc_cache_count(job->st->cache, TCC_COUNTER_compiles, 1);
+  tccd_metrics_observe(job->st, TCCD_HIST_COMPILE, job->artifact.compile_ms / 1000.0);
+}
+
 /* Back on the loop: the worker finished (or the job was cancelled). */
 static void job_done(uv_work_t *w, int status) {
   tccd_job *job = w->data;
   tccd_state *st = job->st;
   tccd_jobs *jobs = st->jobs;
   jobs->in_pool--;
+  if (status != UV_ECANCELED) /* the worker's writes are visible here: libuv hands over under a lock */
+    tccd_metrics_observe(st, TCCD_HIST_QUEUE_WAIT, (double)(job->started_ns - job->queued_ns) / 1e9);
   if (status != UV_ECANCELED && job->rc == 0 && tccd_autotune_wanted(job->prep) && st->draining) {
     job_unlink(jobs, job); /* never tuned: stored under the max-autotune key it would stay untuned */
     job_end_unstored(job);
     return;
   }
   if (status != UV_ECANCELED && job->rc == 0 && tccd_autotune_wanted(job->prep)) {
-    tcc_cache_count(st->cache, TCC_COUNTER_compiles, 1);
+    job_count_compile(job);
     job_set_state(job, JOB_AUTOTUNING);
     job->tune = tccd_autotune_start(st, job->prep, job_tuned, job);
     if (job->tune) return; /* job_tuned goes on; the job stays in the table */
@@ -670,7 +683,7 @@ static void job_done(uv_work_t *w, int status) {
   } else if (job->rc != 0) {
     job_fail(job, 1);
   } else {
-    tcc_cache_count(st->cache, TCC_COUNTER_compiles, 1);
+    job_count_compile(job);
     job_store_and_reply(job);
   }
   job_free(job);
@@ -683,6 +696,7 @@ static void job_start(tccd_state *st, tccd_job *job) {
   job->work.data = job;
   if (atomic_load(&job->state) == JOB_REMOTE) job_set_state(job, JOB_QUEUED);
   jobs->in_pool++;
+  job->queued_ns = uv_hrtime();
   tcc_cache_count(st->cache, TCC_COUNTER_misses, 1);
   int rc = uv_queue_work(st->loop, &job->work, job_work, job_done);
   assert(rc == 0);
@@ -1032,6 +1046,7 @@ static void compile_prepared(compile_request *r) {
     tcc_cache_count(st->cache, TCC_COUNTER_hits, 1);
     r->t.compile_ms = entry.compile_ms;
     reply_entry(c, &entry, TCC__V1__CACHE_STATUS__HIT, &r->t);
+    tccd_metrics_observe(st, TCCD_HIST_CACHE_HIT, tccd_call_elapsed_ms(c) / 1000.0);
     log_debug("compile %.12s hit (%.3f ms)", prep->hash_hex, tccd_call_elapsed_ms(c));
     tcc_cache_entry_clear(&entry);
     goto done;

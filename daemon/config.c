@@ -56,6 +56,7 @@ static const opt_def options[] = {
   {"autotune-timeout-ms", NUM(OPT_INT, autotune_timeout_ms), "max-autotune: wall-clock limit of one benchmark child (default 20000)"},
   {"autotune-reps", NUM(OPT_INT, autotune_reps), "max-autotune: timed runs per kernel and candidate, median taken (default 15)"},
   {"request-memory-max", NUM(OPT_BYTES, request_memory_max), "memory that requests being prepared and compiled may hold (estimated at 8x their encoded size) before RESOURCE_EXHAUSTED (default: a quarter of physical memory; 0 = no limit)"},
+  {"metrics-listen", STR(metrics_listen), "HOST:PORT to serve Prometheus metrics on at /metrics (default: off; same auth and TLS as --listen)"},
   {"failure-ttl", NUM(OPT_SECONDS, failure_ttl_s), "how long a deterministic compile failure is answered again without compiling, locally and through --redis (default 1d; 0 = never)"},
 };
 

@@ -75,6 +75,7 @@ typedef struct tccd_config {
   int64_t failure_ttl_s;     /* --failure-ttl: negative-cache lifetime (0: off) */
   int64_t request_memory_max; /* --request-memory-max: admission budget (0: none) */
   int redis_trust_unsigned;  /* --redis-trust-unsigned: --no-signing with --redis */
+  char metrics_listen[256];  /* --metrics-listen HOST:PORT: Prometheus page ("": off) */
 } tccd_config;
 
 /* Fills cfg from defaults, then TCCD_<FLAG> environment variables, then
@@ -134,6 +135,7 @@ typedef struct tccd_state {
   struct tccd_auth *auth;          /* --auth-tokens; NULL = every call is open */
   struct tccd_remote *remote;      /* --redis; NULL = no remote tier */
   struct tccd_offload *offload;    /* offload.c: threads for work kept off the loop */
+  struct tccd_metrics *metrics;    /* metrics.c: histograms, per-status counts, the HTTP port */
   int store_blocked;               /* compile.c: the disk is full, nothing can be stored */
   char store_blocked_reason[512];
   struct tccd_misses *misses;      /* explain.c: keys of recent misses */
@@ -173,6 +175,7 @@ struct tccd_call {
   tccd_method_id method;           /* TCCD_METHOD__COUNT: an unknown method */
   const char *method_name;         /* for logs */
   void (*released)(tccd_server *); /* runs once the call is freed */
+  void (*finished)(tccd_server *, tccd_method_id, int); /* runs once, with the status */
   tccd_call_state state;           /* see call.c's drawing */
   grpc_call *call;
   grpc_call_details details;       /* unknown methods only */
@@ -204,8 +207,10 @@ int tccd_call_transition_allowed(tccd_call_state from, tccd_call_state to);
 
 /* For the server: a call in REQUESTED for method m (TCCD_METHOD__COUNT:
  * the generic request) holding one reference, the pending request's;
+ * finished(srv, m, grpc status code) runs once when it finishes;
  * released(srv) runs after it is freed. NULL when out of memory. */
 tccd_call *tccd_call_new(tccd_server *srv, tccd_method_id m, const char *method_name,
+                         void (*finished)(tccd_server *srv, tccd_method_id m, int code),
                          void (*released)(tccd_server *srv));
 /* For the server: the call arrived (REQUESTED -> ACTIVE); the request's
  * reference becomes the handler's, and the client's going away is
@@ -250,6 +255,13 @@ double tccd_call_elapsed_ms(const tccd_call *c);
 TCCD_METHODS(TCCD_HANDLER_DECL)
 #undef TCCD_HANDLER_DECL
 
+/* Fills *out with what Stats answers: the cache's counters and the
+ * daemon's gauges (its strings borrow st and TCC_VERSION; valid until
+ * the loop moves on). Stats and the metrics page both read it. Returns 0
+ * or a TCC_E_* code with a message in err. */
+struct Tcc__V1__StatsResponse;
+int tccd_stats_fill(const tccd_state *st, struct Tcc__V1__StatsResponse *out, tcc_error *err);
+
 /* ------------------------------------------------------------- offload.c */
 
 typedef struct tccd_offload tccd_offload;
@@ -263,6 +275,49 @@ int tccd_offload_submit(tccd_state *st, void (*work)(void *arg), void (*done)(vo
                         void *arg);
 /* Cancels what is queued, joins the threads, closes the handle. */
 void tccd_offload_stop(tccd_state *st);
+
+/* ------------------------------------------------------------- metrics.c */
+
+typedef struct tccd_metrics tccd_metrics;
+
+/* The latency histograms the loop fills: X(ID, metric name, help,
+ * bucket upper bounds in seconds). */
+#define TCCD_HISTOGRAMS(X)                                                                         \
+  X(CACHE_HIT, "tccd_cache_hit_seconds",                                                          \
+    "Time from a Compile call's arrival to its cache-hit reply.",                                  \
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1)                            \
+  X(COMPILE, "tccd_compile_duration_seconds",                                                     \
+    "Time a successful compile job spent in the compiler on a worker (autotuning excluded).",      \
+    0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)                                         \
+  X(QUEUE_WAIT, "tccd_queue_wait_seconds",                                                        \
+    "Time from a compile job being queued to a worker starting it.",                               \
+    0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300)
+
+typedef enum tccd_histogram_id {
+#define TCCD_HISTOGRAM_ENUM(id, name, help, ...) TCCD_HIST_##id,
+  TCCD_HISTOGRAMS(TCCD_HISTOGRAM_ENUM)
+#undef TCCD_HISTOGRAM_ENUM
+  TCCD_HIST__COUNT
+} tccd_histogram_id;
+
+/* Makes st->metrics and, with --metrics-listen, binds the metrics port
+ * (TLS with the gRPC port's certificate when --tls-cert is set). Returns
+ * 0, TCC_E_INVALID_ARGUMENT / FAILED_PRECONDITION (a bad address or TLS
+ * file: exit 2) or TCC_E_UNAVAILABLE (the port cannot be bound: exit 1),
+ * with a message in err. */
+int tccd_metrics_start(tccd_state *st, tcc_error *err);
+/* The bound metrics port (0: not listening). */
+int tccd_metrics_port(const tccd_state *st);
+/* On the loop: one observation of `seconds` in histogram h. */
+void tccd_metrics_observe(tccd_state *st, tccd_histogram_id h, double seconds);
+/* On the loop (for server.c, as calls finish): a call of `method`
+ * (TCCD_METHOD__COUNT: an unknown one) finished with gRPC status code
+ * `code`. metrics may be NULL (nothing is counted). */
+void tccd_metrics_call_finished(tccd_metrics *metrics, tccd_method_id method, int code);
+/* Stops listening and closes every scrape connection (shutdown). */
+void tccd_metrics_stop(tccd_state *st);
+/* Frees st->metrics once its handles have closed (after uv_run). */
+void tccd_metrics_free(tccd_state *st);
 
 /* ------------------------------------------------------------- compile.c */
 
@@ -355,6 +410,13 @@ void tccd_security_free(tccd_state *st);
  * contains the token. */
 int tccd_auth_check(const tccd_state *st, const grpc_metadata_array *md, tccd_role need,
                     tcc_error *err);
+/* OpenSSL's first queued error as text in buf ("" when none), clearing
+ * the queue. Returns buf. */
+const char *tccd_ssl_error_text(char *buf, size_t cap);
+/* The same check of one authorization value ("Bearer TOKEN", len bytes,
+ * not NUL-terminated), for the metrics port's HTTP header. */
+int tccd_auth_check_value(const tccd_state *st, const char *value, size_t len, tccd_role need,
+                          tcc_error *err);
 
 /* ------------------------------------------------------------- remote.c */
 

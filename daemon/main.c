@@ -11,7 +11,8 @@
  *
  * Request preparation and gc's blob verification run on the offload
  * threads (offload.c), started before the server and stopped once it is
- * gone.
+ * gone. The metrics port (metrics.c, --metrics-listen) opens before the
+ * server and closes once it is gone.
  *
  * Housekeeping (one timer, every second, Redis serverCron-style):
  *   - write pending hit bookkeeping and counters to the cache (and make
@@ -54,6 +55,7 @@ static void housekeeping(uv_timer_t *t) {
 static void on_server_done(tccd_state *st) {
   log_info("server stopped; waiting for running compiles to be stored");
   tccd_offload_stop(st); /* no call is left to prepare for */
+  tccd_metrics_stop(st);  /* scrapes went on through the grace period */
   tccd_remote_close(st); /* compiles that finish from here on are stored locally only */
   uv_timer_stop(&housekeeping_timer);
   uv_close((uv_handle_t *)&housekeeping_timer, NULL);
@@ -184,12 +186,28 @@ int main(int argc, char **argv) {
     return 2;
   }
 
+  /* before the server: every call counts its status into st.metrics */
+  if ((rc = tccd_metrics_start(&st, &err)) != 0) {
+    log_error("%s", err.msg);
+    tccd_metrics_stop(&st);
+    tccd_remote_close(&st);
+    tccd_offload_stop(&st);
+    uv_run(st.loop, UV_RUN_NOWAIT);
+    tccd_metrics_free(&st);
+    tccd_jobs_free(&st);
+    tcc_cache_close(st.cache);
+    tccd_security_free(&st);
+    return rc == TCC_E_UNAVAILABLE ? 1 : 2; /* as --listen: a taken port is 1, a bad flag 2 */
+  }
+
   grpc_init();
   if (tccd_server_start(&st, &err) != 0) {
     log_error("%s", err.msg);
+    tccd_metrics_stop(&st);
     tccd_remote_close(&st);
     tccd_offload_stop(&st);
-    uv_run(st.loop, UV_RUN_NOWAIT); /* let the remote tier's and offload's handles close */
+    uv_run(st.loop, UV_RUN_NOWAIT); /* let the metrics', remote tier's and offload's handles close */
+    tccd_metrics_free(&st);
     tccd_jobs_free(&st);
     tcc_cache_close(st.cache);
     tccd_security_free(&st);
@@ -230,6 +248,16 @@ int main(int argc, char **argv) {
     log_warn("listening on %s WITHOUT AUTH: anyone who can reach this port can compile (run the C "
              "compiler on what they send), evict entries, gc and read the cache; give --auth-tokens FILE, "
              "or listen on 127.0.0.1", cfg.listen);
+  if (cfg.metrics_listen[0]) {
+    const char *mcolon = strrchr(cfg.metrics_listen, ':');
+    log_info("metrics on %s://%.*s:%d/metrics%s", cfg.tls_cert[0] ? "https" : "http", (int)(mcolon - cfg.metrics_listen),
+             cfg.metrics_listen, tccd_metrics_port(&st), st.auth ? " (bearer token required)" : "");
+    if (!listen_is_loopback(cfg.metrics_listen) && !st.auth)
+      log_warn("metrics on %s WITHOUT AUTH: anyone who can reach this port can read the daemon's counters; "
+               "give --auth-tokens FILE, or listen on 127.0.0.1", cfg.metrics_listen);
+    else if (!listen_is_loopback(cfg.metrics_listen) && !cfg.tls_cert[0])
+      log_warn("metrics on %s without TLS: bearer tokens travel in clear text (see --tls-cert)", cfg.metrics_listen);
+  }
   if (st.signing_key)
     log_info("signing artifacts with key %s (%zu trusted key%s)", st.signing_key->key_id, st.trusted.n,
              st.trusted.n == 1 ? "" : "s");
@@ -248,6 +276,7 @@ int main(int argc, char **argv) {
   uv_run(st.loop, UV_RUN_NOWAIT);
 
   tccd_server_free(st.server);
+  tccd_metrics_free(&st);
   tccd_jobs_free(&st);
   tccd_explain_free(&st);
   tcc_cache_close(st.cache); /* flushes counters */

@@ -123,16 +123,10 @@ void tccd_rpc_ops(tccd_state *st, tccd_call *c) {
 
 /* ------------------------------------------------------------ Stats */
 
-void tccd_rpc_stats(tccd_state *st, tccd_call *c) {
-  ProtobufCMessage *req = unpack_request(c, &tcc__v1__stats_request__descriptor);
-  if (!req) return;
-  protobuf_c_message_free_unpacked(req, NULL);
+int tccd_stats_fill(const tccd_state *st, Tcc__V1__StatsResponse *out, tcc_error *err) {
   tcc_cache_stats cs;
-  tcc_error err;
-  if (tcc_cache_stats_get(st->cache, &cs, &err) != 0) {
-    tccd_call_fail_error(c, &err);
-    return;
-  }
+  int rc = tcc_cache_stats_get(st->cache, &cs, err);
+  if (rc != 0) return rc;
   tccd_job_stats js;
   tccd_jobs_stats(st, &js);
   Tcc__V1__StatsResponse r = TCC__V1__STATS_RESPONSE__INIT;
@@ -174,7 +168,7 @@ void tccd_rpc_stats(tccd_state *st, tccd_call *c) {
   r.autotune_untuned = cs.counters[TCC_COUNTER_autotune_untuned];
   r.autotune_remote_record_hits = cs.counters[TCC_COUNTER_autotune_remote_record_hits];
   r.store_blocked = st->store_blocked;
-  r.store_blocked_reason = st->store_blocked_reason;
+  r.store_blocked_reason = (char *)st->store_blocked_reason;
   r.rejected_memory = cs.counters[TCC_COUNTER_rejected_memory];
   r.corrupt_entries = cs.counters[TCC_COUNTER_corrupt_entries];
   r.tuning_records = cs.tuning_records;
@@ -186,6 +180,20 @@ void tccd_rpc_stats(tccd_state *st, tccd_call *c) {
   r.remote_enabled = remote_on;
   r.remote_connected = remote_connected;
   r.remote_address = (char *)remote_address;
+  *out = r;
+  return 0;
+}
+
+void tccd_rpc_stats(tccd_state *st, tccd_call *c) {
+  ProtobufCMessage *req = unpack_request(c, &tcc__v1__stats_request__descriptor);
+  if (!req) return;
+  protobuf_c_message_free_unpacked(req, NULL);
+  Tcc__V1__StatsResponse r;
+  tcc_error err;
+  if (tccd_stats_fill(st, &r, &err) != 0) {
+    tccd_call_fail_error(c, &err);
+    return;
+  }
   tccd_call_reply(c, &r.base);
 }
 

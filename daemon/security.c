@@ -160,10 +160,15 @@ int tccd_auth_check(const tccd_state *st, const grpc_metadata_array *md, tccd_ro
     return tcc_error_set(err, TCC_E_UNAUTHENTICATED,
                          "this tccd requires a bearer token (metadata 'authorization: Bearer TOKEN'; "
                          "tcctl --token-file, TCCD_TOKEN)");
-  const char *v = (const char *)GRPC_SLICE_START_PTR(*value);
-  size_t len = GRPC_SLICE_LENGTH(*value);
+  return tccd_auth_check_value(st, (const char *)GRPC_SLICE_START_PTR(*value), GRPC_SLICE_LENGTH(*value), need,
+                               err);
+}
+
+int tccd_auth_check_value(const tccd_state *st, const char *v, size_t len, tccd_role need, tcc_error *err) {
+  const struct tccd_auth *a = st->auth;
+  if (!a || need == TCCD_ROLE_OPEN) return 0;
   if (len <= 7 || strncasecmp(v, "Bearer ", 7) != 0)
-    return tcc_error_set(err, TCC_E_UNAUTHENTICATED, "the authorization metadata is not 'Bearer TOKEN'");
+    return tcc_error_set(err, TCC_E_UNAUTHENTICATED, "the authorization is not 'Bearer TOKEN'");
   uint8_t h[TCC_SHA256_BYTES];
   tcc_sha256(v + 7, len - 7, h);
   tccd_role role = TCCD_ROLE_OPEN;
@@ -181,8 +186,7 @@ int tccd_auth_check(const tccd_state *st, const grpc_metadata_array *md, tccd_ro
 
 /* ------------------------------------------------------------ TLS files */
 
-/* OpenSSL's first queued error as text ("" when none), clearing the queue. */
-static const char *ssl_error_text(char *buf, size_t cap) {
+const char *tccd_ssl_error_text(char *buf, size_t cap) {
   unsigned long e = ERR_get_error();
   buf[0] = '\0';
   if (e) ERR_error_string_n(e, buf, cap);
@@ -223,7 +227,7 @@ static void *tls_read(const char *flag, const char *path, int want_key, tcc_erro
   fclose(f);
   if (!obj)
     tcc_error_set(err, TCC_E_FAILED_PRECONDITION, "%s %s: not a PEM %s (%s)", flag, path,
-                  want_key ? "private key" : "certificate", ssl_error_text(why, sizeof why));
+                  want_key ? "private key" : "certificate", tccd_ssl_error_text(why, sizeof why));
   return obj;
 }
 
@@ -241,7 +245,7 @@ static int tls_check(const tccd_config *cfg, tcc_error *err) {
     ERR_clear_error();
     if (X509_check_private_key(cert, key) != 1)
       rc = tcc_error_set(err, TCC_E_FAILED_PRECONDITION, "--tls-key %s is not the key of --tls-cert %s (%s)",
-                         cfg->tls_key, cfg->tls_cert, ssl_error_text(why, sizeof why));
+                         cfg->tls_key, cfg->tls_cert, tccd_ssl_error_text(why, sizeof why));
   }
   X509_free(cert);
   EVP_PKEY_free(key);

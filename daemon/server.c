@@ -176,10 +176,16 @@ static void call_released(tccd_server *srv) {
   if (srv->shutting_down) server_finish_shutdown(srv);
 }
 
+/* A call of ours finished with a status: the metrics count it. */
+static void call_finished(tccd_server *srv, tccd_method_id m, int code) {
+  tccd_metrics_call_finished(srv->st->metrics, m, code);
+}
+
 /* A call in REQUESTED for method m (TCCD_METHOD__COUNT: the generic
  * request), counted live. NULL when out of memory. */
 static tccd_call *call_new(tccd_server *srv, tccd_method_id m) {
-  tccd_call *c = tccd_call_new(srv, m, m < TCCD_METHOD__COUNT ? method_names[m] : "unknown method", call_released);
+  tccd_call *c = tccd_call_new(srv, m, m < TCCD_METHOD__COUNT ? method_names[m] : "unknown method",
+                               call_finished, call_released);
   if (c) srv->live_calls++;
   return c;
 }
