@@ -407,6 +407,27 @@ def test_info_log_once_per_graph(daemon, caplog):
     assert "aten.cumprod.default" in lines[0] and "1 fall back" in lines[0]
 
 
+def test_debug_log_explains_a_miss(own_daemon, caplog):
+    """TORCH_LOGS=tccd at debug: a kernel that missed the cache is explained
+    by the daemon: another batch size names the input sizes that differ."""
+    own_daemon()
+    caplog.set_level(logging.DEBUG, logger="tccd")
+
+    def f(x):
+        return torch.sin(x) * 2 + x
+
+    opt = torch.compile(f, backend="tccd", dynamic=False)
+    for rows in (4, 6):
+        x = torch.randn(rows, 5)
+        torch.testing.assert_close(opt(x), f(x), **F32)
+    lines = [r.getMessage() for r in caplog.records if r.name == "tccd"]
+    explained = [m for m in lines if "explained:" in m]
+    assert len(explained) == 2, lines
+    assert "no other entry or recorded failure shares the graph" in explained[0]
+    assert "input 0 sizes: [6, 5] vs [4, 5]" in explained[1], explained[1]
+    assert any("input 0 sizes: [6, 5] vs [4, 5]" in m for m in lines if m.startswith("tccd:   "))
+
+
 def _entries_options(d):
     out = []
     for e in d.tcctl("ls", "--limit", "1000")["entries"]:
