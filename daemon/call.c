@@ -157,17 +157,6 @@ static int start_batch(tccd_call *c, const grpc_op *ops, size_t n, tccd_tag *tag
 
 /* ------------------------------------------------------------ request ids */
 
-int tccd_request_id_ok(const char *s, size_t len) {
-  if (len == 0 || len > TCCD_REQUEST_ID_MAX) return 0;
-  for (size_t i = 0; i < len; i++) {
-    char ch = s[i];
-    if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') || ch == '.' ||
-          ch == '_' || ch == '-'))
-      return 0;
-  }
-  return 1;
-}
-
 /* A fresh id: 8 hex digits drawn once per process, then a counter (the
  * loop thread is the only caller). */
 static void request_id_new(char *out) {
@@ -178,7 +167,7 @@ static void request_id_new(char *out) {
       prefix = (uint32_t)time(NULL) ^ ((uint32_t)getpid() << 16);
     have_prefix = 1;
   }
-  snprintf(out, TCCD_REQUEST_ID_MAX + 1, "%08x%08x", prefix, ++counter);
+  snprintf(out, TCC_REQUEST_ID_MAX + 1, "%08x%08x", prefix, ++counter);
 }
 
 /* The call's id: the client's x-request-id when sane, else a fresh one;
@@ -190,7 +179,7 @@ static void call_name(tccd_call *c) {
     if (!grpc_slice_str_cmp(m->key, "x-request-id")) {
       size_t n = GRPC_SLICE_LENGTH(m->value);
       const char *v = (const char *)GRPC_SLICE_START_PTR(m->value);
-      if (tccd_request_id_ok(v, n)) {
+      if (tcc_request_id_valid(v, n)) {
         memcpy(c->request_id, v, n);
         c->request_id[n] = '\0';
       }

@@ -182,10 +182,9 @@ int tccd_server_port(const tccd_server *srv);
 
 /* ------------------------------------------------------------- call.c */
 
-/* Request ids: a sane client-sent x-request-id (1 to 64 of [A-Za-z0-9._-])
- * is kept, anything else replaced by 16 hex digits (a per-process random
- * prefix and a counter). */
-#define TCCD_REQUEST_ID_MAX 64
+/* Request ids (TCC_REQUEST_ID_MAX): a sane client-sent x-request-id is
+ * kept, anything else replaced by 16 hex digits (a per-process random
+ * prefix and a counter). The client label is cut for logs. */
 #define TCCD_CLIENT_LABEL_MAX 64
 
 /* A call's life (see call.c's drawing): X(state). */
@@ -213,7 +212,7 @@ struct tccd_call {
   grpc_metadata_array request_md;
   grpc_byte_buffer *payload;       /* the request message, or NULL */
   uint64_t start_ns;               /* when it arrived (uv_hrtime) */
-  char request_id[TCCD_REQUEST_ID_MAX + 1]; /* set on arrival; sent back as x-request-id */
+  char request_id[TCC_REQUEST_ID_MAX + 1]; /* set on arrival; sent back as x-request-id */
   char guard_hash[TCC_SHA256_HEX];  /* Compile: once prepared (for logs) */
   char client[TCCD_CLIENT_LABEL_MAX + 1]; /* Compile: CompileRequest.client, cut (for logs) */
   int failure_logged;              /* a handler logged its failure at info already */
@@ -278,9 +277,6 @@ int tccd_payload_read(grpc_byte_buffer *payload, uint8_t **data, size_t *len, tc
 
 /* Milliseconds since the call arrived. */
 double tccd_call_elapsed_ms(const tccd_call *c);
-
-/* 1 when s may serve as a request id as it is (a client's x-request-id). */
-int tccd_request_id_ok(const char *s, size_t len);
 
 /* The log context of a call: its request id, method, client label, guard
  * hash and time since arrival (the strings borrow c). */
