@@ -98,7 +98,7 @@ def test_json_log_and_request_ids(daemon_factory, token_files, tmp_path, pb):
         assert code == grpc.StatusCode.OK and GENERATED.match(initial["x-request-id"]), initial
         replaced.append(initial["x-request-id"])
     # (control characters cannot travel in gRPC metadata at all; the check
-    # is the daemon's own: tests/daemon covers tcc_request_id_valid)
+    # is tcc_request_id_valid's: tests/common/test_status.c)
 
     # a failed call carries the id in its trailing metadata too
     code, details, initial, trailing = raw_call(d.addr, b"\xff\xff", [auth])
