@@ -176,11 +176,33 @@ static int byte_buffer_copy(grpc_byte_buffer *bb, uint8_t **out, size_t *len) {
   return 0;
 }
 
+/* The daemon's x-request-id for the call (initial metadata, else
+ * trailing) into out (TCC_REQUEST_ID_MAX + 1 bytes); "" when there is none
+ * that is a valid request id. */
+static void request_id_from(const grpc_metadata_array *initial_md, const grpc_metadata_array *trailing_md,
+                            char *out) {
+  out[0] = '\0';
+  const grpc_metadata_array *arrays[2] = {initial_md, trailing_md};
+  for (int a = 0; a < 2; a++)
+    for (size_t i = 0; i < arrays[a]->count; i++) {
+      const grpc_metadata *m = &arrays[a]->metadata[i];
+      size_t n = GRPC_SLICE_LENGTH(m->value);
+      const char *v = (const char *)GRPC_SLICE_START_PTR(m->value);
+      if (grpc_slice_str_cmp(m->key, "x-request-id") == 0 && tcc_request_id_valid(v, n)) {
+        memcpy(out, v, n);
+        out[n] = '\0';
+        return;
+      }
+    }
+}
+
 /* Turns a finished call's status into 0 or -(status) with the daemon's
- * message; frees details and error_string. CANCELLED becomes UNAVAILABLE
- * (see the top of the file): "cancelled by tccd or the connection: ...". */
+ * message and request id (from its metadata); frees details and
+ * error_string. CANCELLED becomes UNAVAILABLE (see the top of the file):
+ * "cancelled by tccd or the connection: ...". */
 static int status_to_error(grpc_status_code status, grpc_slice details, const char *error_string,
-                           const char *method, tcc_error *err) {
+                           const char *method, const grpc_metadata_array *initial_md,
+                           const grpc_metadata_array *trailing_md, tcc_error *err) {
   int rc = 0;
   if (status != GRPC_STATUS_OK) {
     int code = status > 0 && status <= 16 ? -(int)status : TCC_E_UNKNOWN;
@@ -194,6 +216,7 @@ static int status_to_error(grpc_status_code status, grpc_slice details, const ch
       rc = tcc_error_set(err, code, "%s%.*s", pre, (int)n, (const char *)GRPC_SLICE_START_PTR(details));
     else
       rc = tcc_error_set(err, code, "%s%s failed: %s", pre, method, tcc_strerror(code));
+    if (err) request_id_from(initial_md, trailing_md, err->request_id);
   }
   grpc_slice_unref(details);
   if (error_string) gpr_free((void *)error_string);
@@ -540,7 +563,7 @@ static int unary_once(tcc_client *c, const char *method, const uint8_t *req, siz
     rc = tcc_error_set(err, TCC_E_INTERNAL, "%s: grpc_call_start_batch failed (%d)", method, (int)ce);
   } else {
     grpc_completion_queue_pluck(cq, tag, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
-    rc = status_to_error(status, details, error_string, method, err);
+    rc = status_to_error(status, details, error_string, method, &initial_md, &trailing_md, err);
     if (rc == 0) {
       if (!recv)
         rc = tcc_error_set(err, TCC_E_INTERNAL, "%s: the daemon answered OK without a message", method);
@@ -906,7 +929,7 @@ status:;
   if (grpc_call_start_batch(call, ops, 1, tag, NULL) == GRPC_CALL_OK) {
     grpc_completion_queue_pluck(cq, tag, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
     tcc_error status_err;
-    rc = status_to_error(status, details, error_string, TCC_METHOD_FETCH, &status_err);
+    rc = status_to_error(status, details, error_string, TCC_METHOD_FETCH, &initial_md, &trailing_md, &status_err);
     /* Our own refusal of a chunk wins over the CANCELLED it caused. */
     if (stream_rc) rc = stream_rc;
     else if (rc && err) *err = status_err;

@@ -93,6 +93,8 @@ int tcc_error_code(const tcc_error *err) { return err ? err->code : 0; }
 
 const char *tcc_error_message(const tcc_error *err) { return err ? err->msg : ""; }
 
+const char *tcc_error_request_id(const tcc_error *err) { return err ? err->request_id : ""; }
+
 void tcc_error_free(tcc_error *err) { free(err); }
 
 const char *tcc_client_version(void) { return TCC_VERSION; }

@@ -286,6 +286,10 @@ void tcc_free(void *p);
 tcc_error *tcc_error_new(void);
 int tcc_error_code(const tcc_error *err);
 const char *tcc_error_message(const tcc_error *err);
+/* The daemon's request id of the call that failed (its x-request-id: the
+ * key to the daemon's log lines about it), or "" when the error did not
+ * come from a daemon's answer. C callers may read err->request_id. */
+const char *tcc_error_request_id(const tcc_error *err);
 void tcc_error_free(tcc_error *err);
 
 /* The library's version (TCC_VERSION). */

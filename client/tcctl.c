@@ -134,7 +134,15 @@ static int fail(const tcctl *t, int code, const char *msg) {
   return 1;
 }
 
-static int fail_err(const tcctl *t) { return fail(t, t->err.code ? t->err.code : TCC_E_UNKNOWN, t->err.msg); }
+/* fail with t->err; a daemon's answer adds " (request id ID)", the key to
+ * the daemon's log lines about the call. */
+static int fail_err(const tcctl *t) {
+  int code = t->err.code ? t->err.code : TCC_E_UNKNOWN;
+  if (!t->err.request_id[0]) return fail(t, code, t->err.msg);
+  char msg[TCC_ERROR_MSG_MAX + TCC_REQUEST_ID_MAX + 16];
+  snprintf(msg, sizeof msg, "%s (request id %s)", t->err.msg, t->err.request_id);
+  return fail(t, code, msg);
+}
 
 __attribute__((format(printf, 3, 4)))
 static int failf(const tcctl *t, int code, const char *fmt, ...) {

@@ -28,6 +28,7 @@ int tcc_error_setv(tcc_error *err, int code, const char *fmt, va_list ap) {
   if (err) {
     err->code = code;
     vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+    err->request_id[0] = '\0';
   }
   return code;
 }
@@ -62,5 +63,17 @@ void tcc_error_clear(tcc_error *err) {
   if (err) {
     err->code = TCC_OK;
     err->msg[0] = '\0';
+    err->request_id[0] = '\0';
   }
+}
+
+int tcc_request_id_valid(const char *s, size_t len) {
+  if (len == 0 || len > TCC_REQUEST_ID_MAX) return 0;
+  for (size_t i = 0; i < len; i++) {
+    char ch = s[i];
+    if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') || ch == '.' ||
+          ch == '_' || ch == '-'))
+      return 0;
+  }
+  return 1;
 }

@@ -40,10 +40,17 @@ typedef enum tcc_status {
 } tcc_status;
 
 #define TCC_ERROR_MSG_MAX 1024
+/* A request id (tccd names every call; x-request-id on the wire): 1 to 64
+ * characters of [A-Za-z0-9._-]. */
+#define TCC_REQUEST_ID_MAX 64
 
 typedef struct tcc_error {
   int code;                      /* 0 or a TCC_E* code */
   char msg[TCC_ERROR_MSG_MAX];   /* human-readable, no trailing newline */
+  /* The daemon's id of the call that failed ("" when the error did not
+   * come from a daemon's answer): the key to its log lines. Cleared by
+   * tcc_error_set and tcc_error_clear, kept by tcc_error_prefix. */
+  char request_id[TCC_REQUEST_ID_MAX + 1];
 } tcc_error;
 
 /* Short description of a code ("invalid argument"). Never NULL. */
@@ -64,5 +71,8 @@ void tcc_error_prefix(tcc_error *err, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
 void tcc_error_clear(tcc_error *err);
+
+/* 1 when the len bytes at s form a request id (see TCC_REQUEST_ID_MAX). */
+int tcc_request_id_valid(const char *s, size_t len);
 
 #endif

@@ -47,6 +47,14 @@
  * finishes the call (a compile waiter keeps that one while it waits).
  * The call is freed when refs drops to 0 (tccd_call_unref): in REQUESTED
  * (a request that failed) or FINISHING, never in between.
+ *
+ * Request ids: tccd_call_activate names every call that arrives (the
+ * client's own x-request-id when sane, else a fresh id) and every answer
+ * carries it back as x-request-id in the initial metadata, and again in
+ * the trailing metadata of a failed call (a client that sees only the
+ * trailers of an error still finds it). Every log line about the call
+ * carries it (tccd_call_log), and call_finish writes the call's last line:
+ * at info for a failure no handler logged, at debug otherwise.
  */
 #include <assert.h>
 #include <grpc/byte_buffer.h>
@@ -55,6 +63,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "daemon.h"
 #include "tcc/v1/tcc.pb-c.h"
@@ -99,6 +110,7 @@ static void call_free(tccd_call *c) {
   if (c->payload) grpc_byte_buffer_destroy(c->payload);
   if (c->send_buf) grpc_byte_buffer_destroy(c->send_buf);
   grpc_slice_unref(c->status_details);
+  grpc_slice_unref(c->reply_md.value);
   free(c->stream_data);
   free(c);
   released(srv);
@@ -121,6 +133,7 @@ tccd_call *tccd_call_new(tccd_server *srv, tccd_method_id m, const char *method_
   c->state = TCCD_CALL_REQUESTED;
   c->refs = 1; /* the pending request */
   c->status_details = grpc_empty_slice();
+  c->reply_md.value = grpc_empty_slice();
   grpc_metadata_array_init(&c->request_md);
   if (m == TCCD_METHOD__COUNT) grpc_call_details_init(&c->details);
   return c;
@@ -146,14 +159,71 @@ static int start_batch(tccd_call *c, const grpc_op *ops, size_t n, tccd_tag *tag
   return 0;
 }
 
+/* ------------------------------------------------------------ request ids */
+
+/* A fresh id: 8 hex digits drawn once per process, then a counter (the
+ * loop thread is the only caller). */
+static void request_id_new(char *out) {
+  static uint32_t prefix, counter;
+  static int have_prefix;
+  if (!have_prefix) {
+    if (getrandom(&prefix, sizeof prefix, GRND_NONBLOCK) != (ssize_t)sizeof prefix)
+      prefix = (uint32_t)time(NULL) ^ ((uint32_t)getpid() << 16);
+    have_prefix = 1;
+  }
+  snprintf(out, TCC_REQUEST_ID_MAX + 1, "%08x%08x", prefix, ++counter);
+}
+
+/* The call's id: the client's x-request-id when sane, else a fresh one;
+ * kept as the x-request-id every answer carries. */
+static void call_name(tccd_call *c) {
+  c->request_id[0] = '\0';
+  for (size_t i = 0; i < c->request_md.count; i++) {
+    const grpc_metadata *m = &c->request_md.metadata[i];
+    if (!grpc_slice_str_cmp(m->key, "x-request-id")) {
+      size_t n = GRPC_SLICE_LENGTH(m->value);
+      const char *v = (const char *)GRPC_SLICE_START_PTR(m->value);
+      if (tcc_request_id_valid(v, n)) {
+        memcpy(c->request_id, v, n);
+        c->request_id[n] = '\0';
+      }
+      break;
+    }
+  }
+  if (!c->request_id[0]) request_id_new(c->request_id);
+  c->reply_md.key = grpc_slice_from_static_string("x-request-id");
+  grpc_slice_unref(c->reply_md.value);
+  c->reply_md.value = grpc_slice_from_copied_string(c->request_id);
+}
+
 void tccd_call_activate(tccd_call *c) {
   call_set_state(c, TCCD_CALL_ACTIVE);
   c->start_ns = uv_hrtime();
+  call_name(c);
   c->close_tag = (tccd_tag){on_close, c};
   grpc_op op = {0};
   op.op = GRPC_OP_RECV_CLOSE_ON_SERVER;
   op.data.recv_close_on_server.cancelled = &c->close_cancelled_flag;
   start_batch(c, &op, 1, &c->close_tag);
+}
+
+tccd_log_ctx tccd_call_log_ctx(const tccd_call *c) {
+  tccd_log_ctx ctx = TCCD_LOG_CTX_INIT;
+  ctx.request_id = c->request_id;
+  ctx.method = c->method_name;
+  ctx.client = c->client;
+  ctx.guard_hash = c->guard_hash;
+  ctx.duration_ms = tccd_call_elapsed_ms(c);
+  return ctx;
+}
+
+void tccd_call_log(tccd_log_level level, const tccd_call *c, const char *fmt, ...) {
+  if (!tccd_log_enabled(level)) return;
+  tccd_log_ctx ctx = tccd_call_log_ctx(c);
+  va_list ap;
+  va_start(ap, fmt);
+  tccd_log_fieldsv(level, &ctx, fmt, ap);
+  va_end(ap);
 }
 
 /* ------------------------------------------------------------ replies */
@@ -183,7 +253,9 @@ static grpc_byte_buffer *buffer_from_message(const ProtobufCMessage *msg) {
 static size_t ops_send(tccd_call *c, grpc_op *ops, grpc_byte_buffer *msg) {
   size_t n = 0;
   if (!c->initial_md_sent) {
-    ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
+    ops[n].op = GRPC_OP_SEND_INITIAL_METADATA;
+    ops[n].data.send_initial_metadata.count = 1;
+    ops[n++].data.send_initial_metadata.metadata = &c->reply_md;
     c->initial_md_sent = 1;
   }
   if (msg) {
@@ -194,9 +266,24 @@ static size_t ops_send(tccd_call *c, grpc_op *ops, grpc_byte_buffer *msg) {
   return n;
 }
 
+/* The call's last log line: its status and how long it took. */
+static void call_log_end(const tccd_call *c, grpc_status_code status, const char *details) {
+  tccd_log_level level = status != GRPC_STATUS_OK && !c->failure_logged ? TCCD_LOG_INFO : TCCD_LOG_DEBUG;
+  if (!tccd_log_enabled(level)) return;
+  tccd_log_ctx ctx = tccd_call_log_ctx(c);
+  ctx.has_status = 1;
+  ctx.status = -(int)status;
+  if (status == GRPC_STATUS_OK)
+    tccd_log_fields(level, &ctx, "%s OK in %.1f ms", c->method_name, ctx.duration_ms);
+  else
+    tccd_log_fields(level, &ctx, "%s failed in %.1f ms: %s: %s", c->method_name, ctx.duration_ms,
+                    tcc_status_name(ctx.status), details ? details : "");
+}
+
 /* Sends [initial metadata] [message] [status] in one batch and drops the
  * handler's reference: FINISHING. msg may be NULL (status only). A call
- * FINISHING already keeps its first answer. */
+ * FINISHING already keeps its first answer. A failure's trailing
+ * metadata carries x-request-id too. */
 static void call_finish(tccd_call *c, grpc_byte_buffer *msg, grpc_status_code status,
                         const char *details) {
   if (c->state == TCCD_CALL_FINISHING) {
@@ -205,6 +292,7 @@ static void call_finish(tccd_call *c, grpc_byte_buffer *msg, grpc_status_code st
   }
   call_set_state(c, TCCD_CALL_FINISHING);
   c->finished(c->server, c->method, (int)status);
+  call_log_end(c, status, details);
   grpc_op ops[3];
   memset(ops, 0, sizeof ops);
   size_t n = ops_send(c, ops, msg);
@@ -212,6 +300,10 @@ static void call_finish(tccd_call *c, grpc_byte_buffer *msg, grpc_status_code st
   c->status_details = details && *details ? grpc_slice_from_copied_string(details) : grpc_empty_slice();
   ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
   ops[n].data.send_status_from_server.status = status;
+  if (status != GRPC_STATUS_OK) {
+    ops[n].data.send_status_from_server.trailing_metadata_count = 1;
+    ops[n].data.send_status_from_server.trailing_metadata = &c->reply_md;
+  }
   ops[n++].data.send_status_from_server.status_details = &c->status_details;
   c->send_tag = (tccd_tag){on_send_done, c};
   start_batch(c, ops, n, &c->send_tag);

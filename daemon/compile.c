@@ -205,6 +205,24 @@ static void job_add_waiter(tccd_job *job, tccd_call *c) {
   job->nwaiters++;
 }
 
+/* A line about a job: the context of its first waiter (the call that
+ * started it), its guard hash, and its queue and compile times once
+ * known. */
+static void job_log(const tccd_job *job, tccd_log_level level, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void job_log(const tccd_job *job, tccd_log_level level, const char *fmt, ...) {
+  if (!tccd_log_enabled(level)) return;
+  tccd_log_ctx ctx = TCCD_LOG_CTX_INIT;
+  if (job->waiters) ctx = tccd_call_log_ctx(job->waiters);
+  ctx.guard_hash = job->prep->hash_hex;
+  if (job->started_ns) ctx.queue_ms = (double)(job->started_ns - job->queued_ns) / 1e6;
+  if (job->artifact.compile_ms > 0) ctx.compile_ms = job->artifact.compile_ms;
+  va_list ap;
+  va_start(ap, fmt);
+  tccd_log_fieldsv(level, &ctx, fmt, ap);
+  va_end(ap);
+}
+
 static void job_set_state(tccd_job *job, job_state to) {
   job_state from = (job_state)atomic_load(&job->state);
   if (!job_transition_allowed(from, to)) {
@@ -562,7 +580,7 @@ static void job_fail(tccd_job *job, int compiled) {
     tcc_error_prefix(&job->err, "tccd is shutting down");
   }
   int deterministic = compiled && failure_is_deterministic(job->rc);
-  log_warn("compile %.12s failed (%s, %s): %s", job->prep->hash_hex, tcc_status_name(job->rc),
+  job_log(job, TCCD_LOG_WARN, "compile %.12s failed (%s, %s): %s", job->prep->hash_hex, tcc_status_name(job->rc),
            deterministic ? "deterministic" : "transient", job->err.msg);
   if (deterministic && st->cfg->failure_ttl_s > 0) {
     tcc_error serr;
@@ -584,7 +602,7 @@ static void job_fail(tccd_job *job, int compiled) {
 static void job_succeed(tccd_job *job) {
   job_set_state(job, JOB_DONE);
   backoff_forget(job->st->jobs, job->prep->hash);
-  log_info("compile %.12s %s: %d kernel(s), %zu bytes, %.1f ms, %d waiter(s)",
+  job_log(job, TCCD_LOG_INFO, "compile %.12s %s: %d kernel(s), %zu bytes, %.1f ms, %d waiter(s)",
            job->prep->hash_hex, job->prep->target, job->artifact.kernels, job->artifact.size,
            job->artifact.compile_ms, job->nwaiters);
   Tcc__V1__Timings t = job->timings;
@@ -615,7 +633,8 @@ static void job_store_and_reply(tccd_job *job) {
 static void job_end_unstored(tccd_job *job) {
   job->rc = TCC_E_UNAVAILABLE;
   job_set_state(job, JOB_FAILED);
-  log_info("compile %.12s: tccd is shutting down before its autotune finished; nothing stored", job->prep->hash_hex);
+  job_log(job, TCCD_LOG_INFO, "compile %.12s: tccd is shutting down before its autotune finished; nothing stored",
+          job->prep->hash_hex);
   reply_error_to_waiters(job, TCC_E_UNAVAILABLE, "tccd is shutting down; the autotune did not finish and nothing was stored");
   job_release_lock(job);
   job_free(job);
@@ -726,7 +745,8 @@ static void job_remote_done(void *arg, tccd_remote_result *res) {
                                 res->fail_code, res->fail_message, &serr) != 0)
       log_warn("could not record the remote failure: %s", serr.msg);
     tcc_cache_count(st->cache, TCC_COUNTER_negative_hits, 1);
-    log_info("compile %.12s: a failure recorded by another daemon answered again", job->prep->hash_hex);
+    job_log(job, TCCD_LOG_INFO, "compile %.12s: a failure recorded by another daemon answered again",
+            job->prep->hash_hex);
     char msg[TCC_ERROR_MSG_MAX];
     snprintf(msg, sizeof msg, "%.700s (recorded failure for guard hash %s, shared through the remote tier)",
              res->fail_message, job->prep->hash_hex);
@@ -740,7 +760,7 @@ static void job_remote_done(void *arg, tccd_remote_result *res) {
       job_end_early(job, TCC_E_RESOURCE_EXHAUSTED, "compile queue full; retry later");
       return;
     }
-    log_debug("compile %.12s: not in the remote tier%s; compiling here", job->prep->hash_hex,
+    job_log(job, TCCD_LOG_DEBUG, "compile %.12s: not in the remote tier%s; compiling here", job->prep->hash_hex,
               res->locked ? " (cluster lock taken)" : "");
     job_start(st, job);
     return;
@@ -753,7 +773,7 @@ static void job_remote_done(void *arg, tccd_remote_result *res) {
   job_set_state(job, JOB_STORING);
   tcc_error err;
   if (tcc_cache_store(st->cache, &job->entry, job->remote_artifact, job->remote_artifact_len, &err) != 0) {
-    log_warn("compile %.12s: could not store the remote entry: %s", job->prep->hash_hex, err.msg);
+    job_log(job, TCCD_LOG_WARN, "compile %.12s: could not store the remote entry: %s", job->prep->hash_hex, err.msg);
     job_end_early(job, err.code, err.msg);
     return;
   }
@@ -761,7 +781,7 @@ static void job_remote_done(void *arg, tccd_remote_result *res) {
   tcc_cache_count(st->cache, TCC_COUNTER_remote_hits, 1);
   job_unlink(st->jobs, job);
   job_set_state(job, JOB_DONE);
-  log_info("compile %.12s %s: remote hit%s (signed by %s), %d waiter(s)", job->prep->hash_hex,
+  job_log(job, TCCD_LOG_INFO, "compile %.12s %s: remote hit%s (signed by %s), %d waiter(s)", job->prep->hash_hex,
            job->prep->target, res->waited ? " after waiting on another daemon" : "",
            job->entry.signature_len ? job->entry.key_id : "nobody", job->nwaiters);
   Tcc__V1__Timings t = job->timings;
@@ -904,6 +924,7 @@ typedef struct compile_request {
   size_t request_meta_len;
   tcc_error err;
   Tcc__V1__Timings t;
+  char client[TCCD_CLIENT_LABEL_MAX + 1]; /* CompileRequest.client, cut (for logs) */
 } compile_request;
 
 /* Requests up to this size are prepared on the loop at once (a few tens
@@ -986,6 +1007,7 @@ static void prepare_work(void *arg) {
   free(bytes);
   r->t.decode_ms = tccd_ms_since(t0);
   if (rc != 0) return;
+  snprintf(r->client, sizeof r->client, "%s", req->client ? req->client : "");
   uint64_t t1 = uv_hrtime();
   if (tcc_prepare(req, r->st->identity, &r->prep, &r->err) == 0) {
     r->request_meta = encode_request_meta(req, &r->request_meta_len);
@@ -1017,9 +1039,12 @@ static void compile_prepared(compile_request *r) {
   tcc_prepared *prep = r->prep;
   tcc_error err;
   tcc_error_clear(&err);
+  memcpy(c->client, r->client, sizeof c->client);
+  if (prep) memcpy(c->guard_hash, prep->hash_hex, sizeof c->guard_hash);
   if (!prep) {
     tcc_cache_count(st->cache, TCC_COUNTER_invalid_requests, 1);
-    log_info("compile rejected (%s): %s", tcc_status_name(r->err.code), r->err.msg);
+    tccd_call_log(TCCD_LOG_INFO, c, "compile rejected (%s): %s", tcc_status_name(r->err.code), r->err.msg);
+    c->failure_logged = 1;
     tccd_call_fail_error(c, &r->err);
     goto done;
   }
@@ -1029,13 +1054,14 @@ static void compile_prepared(compile_request *r) {
   int rc = tcc_cache_lookup(st->cache, prep->hash, prep->key, prep->key_len, &entry, &err);
   r->t.lookup_ms = tccd_ms_since(t2);
   if (rc == 0 && !entry_servable(st, &entry)) {
-    log_info("cache entry %.12s is %s; compiling it again to serve a signed artifact", prep->hash_hex,
+    tccd_call_log(TCCD_LOG_INFO, c, "cache entry %.12s is %s; compiling it again to serve a signed artifact", prep->hash_hex,
              entry.signature_len ? "signed by a key this daemon does not trust" : "unsigned");
     tcc_cache_entry_clear(&entry);
     rc = tcc_error_set(&err, TCC_E_NOT_FOUND, "unsigned entry");
   }
   if (rc == 0 && entry_verify(st, &entry, &err) != 0) {
-    log_warn("cache entry %.12s fails verification (%s); removed, compiling it again", prep->hash_hex, err.msg);
+    tccd_call_log(TCCD_LOG_WARN, c, "cache entry %.12s fails verification (%s); removed, compiling it again",
+                  prep->hash_hex, err.msg);
     tcc_cache_count(st->cache, TCC_COUNTER_corrupt_entries, 1);
     tcc_error eerr;
     tcc_cache_evict(st->cache, prep->hash, &eerr); /* may be gone already with its blob */
@@ -1047,18 +1073,18 @@ static void compile_prepared(compile_request *r) {
     r->t.compile_ms = entry.compile_ms;
     reply_entry(c, &entry, TCC__V1__CACHE_STATUS__HIT, &r->t);
     tccd_metrics_observe(st, TCCD_HIST_CACHE_HIT, tccd_call_elapsed_ms(c) / 1000.0);
-    log_debug("compile %.12s hit (%.3f ms)", prep->hash_hex, tccd_call_elapsed_ms(c));
+    tccd_call_log(TCCD_LOG_DEBUG, c, "compile %.12s hit (%.3f ms)", prep->hash_hex, tccd_call_elapsed_ms(c));
     tcc_cache_entry_clear(&entry);
     goto done;
   }
-  if (rc != TCC_E_NOT_FOUND) log_warn("cache lookup failed, compiling instead: %s", err.msg);
-  else if (strstr(err.msg, "collision")) log_warn("%s", err.msg); /* stored key differs */
+  if (rc != TCC_E_NOT_FOUND) tccd_call_log(TCCD_LOG_WARN, c, "cache lookup failed, compiling instead: %s", err.msg);
+  else if (strstr(err.msg, "collision")) tccd_call_log(TCCD_LOG_WARN, c, "%s", err.msg); /* stored key differs */
 
   tcc_cache_failure failure;
   if (tcc_cache_lookup_failure(st->cache, prep->hash, prep->key, prep->key_len, &failure, &err) == 0 &&
       failure_fresh(st, &failure)) {
     tcc_cache_count(st->cache, TCC_COUNTER_negative_hits, 1);
-    log_debug("compile %.12s: recorded failure answered again", prep->hash_hex);
+    tccd_call_log(TCCD_LOG_DEBUG, c, "compile %.12s: recorded failure answered again", prep->hash_hex);
     tccd_call_fail(c, failure.code, "%s (recorded failure for guard hash %s; `tcctl evict %s` clears it)",
                    failure.message, prep->hash_hex, prep->hash_hex);
     goto done;
@@ -1072,7 +1098,7 @@ static void compile_prepared(compile_request *r) {
     goto done;
   }
   if (backoff_active(st, prep->hash, prep->hash_hex, &err)) {
-    log_debug("compile %.12s: backing off after a timeout", prep->hash_hex);
+    tccd_call_log(TCCD_LOG_DEBUG, c, "compile %.12s: backing off after a timeout", prep->hash_hex);
     tccd_call_fail_error(c, &err);
     goto done;
   }
@@ -1120,13 +1146,14 @@ static void compile_prepared(compile_request *r) {
     atomic_store(&job->state, (int)JOB_REMOTE);
     job->flight = tccd_remote_begin(st, prep->hash, prep->key, prep->key_len, job_remote_done, job);
     if (job->flight) {
-      log_debug("compile %.12s local miss: asking the remote tier", prep->hash_hex);
+      tccd_call_log(TCCD_LOG_DEBUG, c, "compile %.12s local miss: asking the remote tier", prep->hash_hex);
       goto done;
     }
   } else {
     atomic_store(&job->state, (int)JOB_QUEUED); /* a new job's first state */
   }
-  log_debug("compile %.12s miss: queued (%zu nodes, %s)", prep->hash_hex, prep->nodes, prep->target);
+  tccd_call_log(TCCD_LOG_DEBUG, c, "compile %.12s miss: queued (%zu nodes, %s)", prep->hash_hex, prep->nodes,
+                prep->target);
   job_start(st, job);
 done:
   compile_request_free(r);

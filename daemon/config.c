@@ -17,7 +17,7 @@
 #include "tcc_config.h"
 #include "tcc_units.h"
 
-typedef enum { OPT_STRING, OPT_INT, OPT_BYTES, OPT_LEVEL, OPT_BOOL, OPT_SECONDS } opt_kind;
+typedef enum { OPT_STRING, OPT_INT, OPT_BYTES, OPT_LEVEL, OPT_FORMAT, OPT_BOOL, OPT_SECONDS } opt_kind;
 
 typedef struct opt_def {
   const char *name;      /* flag without dashes */
@@ -37,6 +37,7 @@ static const opt_def options[] = {
   {"queue-max", NUM(OPT_INT, queue_max), "compiles that may wait for a worker before RESOURCE_EXHAUSTED (default 64)"},
   {"cache-max-bytes", NUM(OPT_BYTES, cache_max_bytes), "artifact byte budget, e.g. 10G (default 10G; 0 = unlimited)"},
   {"log-level", NUM(OPT_LEVEL, log_level), "error, warn, info or debug (default info)"},
+  {"log-format", NUM(OPT_FORMAT, log_format), "text, or json: one JSON object per line (default text)"},
   {"cc", STR(cc), "C compiler for CPU kernels (default " TCC_CC_DEFAULT ")"},
   {"compile-timeout-ms", NUM(OPT_INT, compile_timeout_ms), "per-compile time limit (default 120000)"},
   {"shutdown-grace-ms", NUM(OPT_INT, shutdown_grace_ms), "on SIGTERM, how long in-flight calls may finish (default 5000)"},
@@ -142,6 +143,10 @@ static int set_option(tccd_config *cfg, const opt_def *o, const char *value,
     if (tccd_log_parse_level(value, (tccd_log_level *)field) != 0)
       return tcc_error_set(err, -1, "%s: --%s expects error, warn, info or debug, got '%s'",
                            source, o->name, value);
+    return 0;
+  case OPT_FORMAT:
+    if (tccd_log_parse_format(value, (tccd_log_format *)field) != 0)
+      return tcc_error_set(err, -1, "%s: --%s expects text or json, got '%s'", source, o->name, value);
     return 0;
   case OPT_BOOL:
     if (parse_bool(value, (int *)field) != 0)

@@ -33,12 +33,38 @@ typedef enum tccd_log_level {
   TCCD_LOG_ERROR, TCCD_LOG_WARN, TCCD_LOG_INFO, TCCD_LOG_DEBUG
 } tccd_log_level;
 
+/* --log-format: text lines, or one JSON object per line. */
+typedef enum tccd_log_format { TCCD_LOG_TEXT, TCCD_LOG_JSON } tccd_log_format;
+
+/* What a line about a call knows besides its message (the JSON fields;
+ * text appends request_id= only). NULL or empty strings and negative
+ * durations are left out. Start from TCCD_LOG_CTX_INIT or
+ * tccd_call_log_ctx (call.c). */
+typedef struct tccd_log_ctx {
+  const char *request_id;
+  const char *method;        /* "/tcc.v1.Compiler/Compile" */
+  const char *client;        /* CompileRequest.client, the job/rank label */
+  const char *guard_hash;    /* hex */
+  int has_status, status;    /* the call's answer: 0 (OK) or a TCC_E_* code */
+  double duration_ms;        /* since the call arrived */
+  double queue_ms;           /* a compile: waiting for a worker */
+  double compile_ms;         /* a compile: in the compiler (and autotuning) */
+} tccd_log_ctx;
+#define TCCD_LOG_CTX_INIT {.duration_ms = -1, .queue_ms = -1, .compile_ms = -1}
+
 /* Parses "error", "warn", "info", "debug". Returns 0 or -1. */
 int tccd_log_parse_level(const char *s, tccd_log_level *out);
+/* Parses "text", "json". Returns 0 or -1. */
+int tccd_log_parse_format(const char *s, tccd_log_format *out);
 void tccd_log_set_level(tccd_log_level level);
+void tccd_log_set_format(tccd_log_format format);
 int tccd_log_enabled(tccd_log_level level);
 void tccd_log(tccd_log_level level, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+/* A line with fields (ctx may be NULL: a plain line). */
+void tccd_log_fields(tccd_log_level level, const tccd_log_ctx *ctx, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+void tccd_log_fieldsv(tccd_log_level level, const tccd_log_ctx *ctx, const char *fmt, va_list ap);
 #define log_error(...) tccd_log(TCCD_LOG_ERROR, __VA_ARGS__)
 #define log_warn(...)  tccd_log(TCCD_LOG_WARN, __VA_ARGS__)
 #define log_info(...)  tccd_log(TCCD_LOG_INFO, __VA_ARGS__)
@@ -55,6 +81,7 @@ typedef struct tccd_config {
   int queue_max;             /* --queue-max: queued compiles beyond workers */
   int64_t cache_max_bytes;   /* --cache-max-bytes (0 = unlimited) */
   tccd_log_level log_level;  /* --log-level */
+  tccd_log_format log_format; /* --log-format */
   char cc[1024];             /* --cc: C compiler for CPU kernels */
   int compile_timeout_ms;    /* --compile-timeout-ms */
   int shutdown_grace_ms;     /* --shutdown-grace-ms */
@@ -159,6 +186,11 @@ int tccd_server_port(const tccd_server *srv);
 
 /* ------------------------------------------------------------- call.c */
 
+/* Request ids (TCC_REQUEST_ID_MAX): a sane client-sent x-request-id is
+ * kept, anything else replaced by 16 hex digits (a per-process random
+ * prefix and a counter). The client label is cut for logs. */
+#define TCCD_CLIENT_LABEL_MAX 64
+
 /* A call's life (see call.c's drawing): X(state). */
 #define TCCD_CALL_STATES(X) X(REQUESTED) X(ACTIVE) X(STREAMING) X(CANCELLED) X(FINISHING)
 
@@ -185,6 +217,11 @@ struct tccd_call {
   grpc_metadata_array request_md;
   grpc_byte_buffer *payload;       /* the request message, or NULL */
   uint64_t start_ns;               /* when it arrived (uv_hrtime) */
+  char request_id[TCC_REQUEST_ID_MAX + 1]; /* set on arrival; sent back as x-request-id */
+  char guard_hash[TCC_SHA256_HEX];  /* Compile: once prepared (for logs) */
+  char client[TCCD_CLIENT_LABEL_MAX + 1]; /* Compile: CompileRequest.client, cut (for logs) */
+  int failure_logged;              /* a handler logged its failure at info already */
+  grpc_metadata reply_md;          /* x-request-id, in initial (and failed calls' trailing) metadata */
   tccd_tag close_tag, send_tag;
   grpc_byte_buffer *send_buf;      /* in flight, destroyed on completion */
   grpc_slice status_details;
@@ -247,6 +284,13 @@ int tccd_payload_read(grpc_byte_buffer *payload, uint8_t **data, size_t *len, tc
 
 /* Milliseconds since the call arrived. */
 double tccd_call_elapsed_ms(const tccd_call *c);
+
+/* The log context of a call: its request id, method, client label, guard
+ * hash and time since arrival (the strings borrow c). */
+tccd_log_ctx tccd_call_log_ctx(const tccd_call *c);
+/* A line about a call (tccd_log_fields with tccd_call_log_ctx). */
+void tccd_call_log(tccd_log_level level, const tccd_call *c, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
 /* ------------------------------------------------------------- rpc.c */
 

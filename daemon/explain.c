@@ -254,7 +254,7 @@ static void reply(explain_run *r) {
   resp.nearest = ptrs;
   resp.summary = summary;
   resp.elapsed_ms = tccd_ms_since(r->start_ns);
-  log_debug("explain %.12s: %s (%.2f ms)", hash_hex, summary, resp.elapsed_ms);
+  tccd_call_log(TCCD_LOG_DEBUG, r->c, "explain %.12s: %s (%.2f ms)", hash_hex, summary, resp.elapsed_ms);
   tccd_call_reply(r->c, &resp.base);
 out:
   free(cands);

@@ -113,6 +113,7 @@ int main(int argc, char **argv) {
     return 2;
   }
   tccd_log_set_level(cfg.log_level);
+  tccd_log_set_format(cfg.log_format);
   signal(SIGPIPE, SIG_IGN);
   /* A fixed mmap threshold: blocks of 256 KiB and more (request
    * messages, decoded graphs' arenas) are mapped and go back to the

@@ -71,7 +71,7 @@ void tccd_rpc_fetch(tccd_state *st, tccd_call *c) {
   uint8_t *data;
   size_t len;
   if (tcc_cache_read_artifact(st->cache, sha, &data, &len, &err) != 0) {
-    if (err.code == TCC_E_DATA_LOSS) log_error("%s", err.msg);
+    if (err.code == TCC_E_DATA_LOSS) tccd_call_log(TCCD_LOG_ERROR, c, "%s", err.msg);
     tccd_call_fail_error(c, &err);
     goto out;
   }
@@ -329,7 +329,7 @@ static void evict_finish(tccd_state *st, tccd_call *c, const uint8_t hash[TCC_SH
   tcc_error err;
   int code = tcc_cache_evict(st->cache, hash, &err);
   if (code != 0 && (code != TCC_E_NOT_FOUND || !res)) { /* without a remote tier: as it says */
-    if (n) log_warn("evict %.12s: removed from redis, but not locally: %s", hex, err.msg);
+    if (n) tccd_call_log(TCCD_LOG_WARN, c, "evict %.12s: removed from redis, but not locally: %s", hex, err.msg);
     tccd_call_fail_error(c, &err);
     return;
   }
@@ -339,9 +339,10 @@ static void evict_finish(tccd_state *st, tccd_call *c, const uint8_t hash[TCC_SH
   }
   int local = code == 0;
   if (local) tccd_store_unblock(st, "an entry was evicted");
-  log_info("evicted %.12s on request: %s locally; redis: %s%s%s", hex, local ? "removed" : "nothing",
-           !res ? "none" : res->error ? "not removed (" : n ? "removed" : "nothing stored",
-           res && res->error ? res->message : "", res && res->error ? ")" : "");
+  tccd_call_log(TCCD_LOG_INFO, c, "evicted %.12s on request: %s locally; redis: %s%s%s", hex,
+                local ? "removed" : "nothing",
+                !res ? "none" : res->error ? "not removed (" : n ? "removed" : "nothing stored",
+                res && res->error ? res->message : "", res && res->error ? ")" : "");
   Tcc__V1__EvictResponse r = TCC__V1__EVICT_RESPONSE__INIT;
   r.evicted = local;
   r.remote_enabled = res != NULL;
@@ -418,8 +419,8 @@ static void gc_scan_done(void *arg, int cancelled) {
                                  g->ncorrupt, &res, &g->err) != 0) {
     tccd_call_fail_error(c, &g->err);
   } else {
-    log_info("gc: evicted %lld entries, freed %lld bytes, removed %lld corrupt blobs",
-             (long long)res.evicted, (long long)res.freed_bytes, (long long)res.corrupt_removed);
+    tccd_call_log(TCCD_LOG_INFO, c, "gc: evicted %lld entries, freed %lld bytes, removed %lld corrupt blobs",
+                  (long long)res.evicted, (long long)res.freed_bytes, (long long)res.corrupt_removed);
     if (res.freed_bytes > 0) tccd_store_unblock(g->st, "gc freed space");
     Tcc__V1__GcResponse r = TCC__V1__GC_RESPONSE__INIT;
     r.evicted = res.evicted;

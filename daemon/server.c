@@ -204,7 +204,9 @@ static void on_registered_request(void *obj, int ok) {
   tcc_error err;
   if (tccd_auth_check(srv->st, &c->request_md, method_roles[c->method], &err) != 0) {
     tcc_cache_count(srv->st->cache, TCC_COUNTER_auth_failures, 1);
-    log_info("%s refused: %s: %s", method_names[c->method], tcc_status_name(err.code), err.msg);
+    tccd_call_log(TCCD_LOG_INFO, c, "%s refused: %s: %s", method_names[c->method], tcc_status_name(err.code),
+                  err.msg);
+    c->failure_logged = 1;
     tccd_call_fail_error(c, &err);
     return;
   }
@@ -225,7 +227,7 @@ static void on_generic_request(void *obj, int ok) {
   if (mlen >= sizeof method) mlen = sizeof method - 1;
   memcpy(method, GRPC_SLICE_START_PTR(c->details.method), mlen);
   method[mlen] = '\0';
-  log_debug("unknown method %s", method);
+  tccd_call_log(TCCD_LOG_DEBUG, c, "unknown method %s", method);
   tccd_call_fail(c, TCC_E_UNIMPLEMENTED, "unknown method %s", method);
 }
 

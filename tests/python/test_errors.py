@@ -149,3 +149,23 @@ def test_compile_failure_raises_or_falls_back(tmp_path, own_daemon, monkeypatch)
     with pytest.warns(tccd.TccdFallbackWarning):
         out = torch.compile(foo, backend=tccd.backend(fallback="eager"))(x, y)
     torch.testing.assert_close(out.double(), ref(x, y), **F64)
+
+
+def test_daemon_error_carries_request_id(tmp_path):
+    """A daemon's refusal raised in the package names the request id the
+    daemon gave the call, and the daemon's log lines about it carry it."""
+    from tccd._proto import tcc_pb2 as pb
+    from tccd.client import Client
+
+    d = Daemon(tmp_path).start()
+    try:
+        with Client(d.addr) as c:
+            with pytest.raises(tccd.TccdError) as e:
+                c.compile(pb.CompileRequest(client="test_errors"))   # no graph
+        rid = e.value.request_id
+        assert e.value.status == "INVALID_ARGUMENT" and rid, str(e.value)
+        assert str(e.value).endswith(f"(request id {rid})"), str(e.value)
+        lines = [ln for ln in d.read_log().splitlines() if f"request_id={rid}" in ln]
+        assert lines and all(e.value.message in ln for ln in lines), d.read_log()
+    finally:
+        assert d.stop() == 0

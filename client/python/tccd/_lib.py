@@ -69,6 +69,7 @@ _PROTOTYPES = {
     "tcc_error_new": (ctypes.c_void_p, []),
     "tcc_error_code": (ctypes.c_int, [ctypes.c_void_p]),
     "tcc_error_message": (ctypes.c_char_p, [ctypes.c_void_p]),
+    "tcc_error_request_id": (ctypes.c_char_p, [ctypes.c_void_p]),
     "tcc_error_free": (None, [ctypes.c_void_p]),
     "tcc_status_name": (ctypes.c_char_p, [ctypes.c_int]),
     "tcc_client_version": (ctypes.c_char_p, []),
@@ -154,6 +155,12 @@ class Error:
     def message(self):
         m = load().tcc_error_message(self.ptr)
         return m.decode("utf-8", "replace") if m else ""
+
+    @property
+    def request_id(self):
+        """The daemon's id of the call that failed, or None."""
+        r = load().tcc_error_request_id(self.ptr)
+        return r.decode("ascii", "replace") if r else None
 
     def __del__(self):
         if self.ptr:

@@ -62,7 +62,7 @@ class Client:
                                  artifact_dir.encode() if artifact_dir else None,
                                  ctypes.byref(handle), err.ptr)
         if rc:
-            raise error_for(rc, err.message, addr=self.addr, what="connect")
+            raise error_for(rc, err.message, request_id=err.request_id, addr=self.addr, what="connect")
         self._h = handle
         self._close = lib.tcc_client_close
         self.pid = os.getpid()
@@ -100,7 +100,8 @@ class Client:
         rc = lib.tcc_client_call(self._handle(), method.encode(), data, len(data),
                                  ctypes.byref(buf), ctypes.byref(n), int(deadline_ms or 0), err.ptr)
         if rc:
-            raise error_for(rc, err.message, addr=self.addr, what=what or method, default=default)
+            raise error_for(rc, err.message, request_id=err.request_id, addr=self.addr,
+                            what=what or method, default=default)
         resp = response_cls()
         resp.ParseFromString(_lib.take_bytes(buf, n))
         return resp
@@ -121,7 +122,7 @@ class Client:
         rc = lib.tcc_client_get_module_bytes(self._handle(), data, len(data), ctypes.byref(kh),
                                              ctypes.byref(buf), ctypes.byref(n), err.ptr)
         if rc:
-            raise error_for(rc, err.message, addr=self.addr, what="compile",
+            raise error_for(rc, err.message, request_id=err.request_id, addr=self.addr, what="compile",
                             default=TccdCompileError)
         resp = pb.CompileResponse()
         try:
@@ -157,7 +158,7 @@ class Client:
         err = _lib.Error()
         rc = lib.tcc_client_health(self._handle(), service.encode(), ctypes.byref(st), err.ptr)
         if rc:
-            raise error_for(rc, err.message, addr=self.addr, what="health")
+            raise error_for(rc, err.message, request_id=err.request_id, addr=self.addr, what="health")
         return st.value
 
 

@@ -114,12 +114,14 @@ def client_for(cfg):
         if age < DOWN_RECHECK_S:
             e = down[1]
             raise type(e)(f"{e.message} ({age:.1f} s ago; asked again after {DOWN_RECHECK_S:g} s)",
-                          status=e.status, code=e.code, addr=e.addr, what=e.what)
+                          status=e.status, code=e.code, addr=e.addr, what=e.what,
+                          request_id=e.request_id)
     try:
         c = Client(cfg.addr, deadline_ms=cfg.deadline_ms, connect_timeout_ms=cfg.connect_timeout_ms,
                    artifact_dir=cfg.artifact_dir)
     except (TccdUnavailable, TccdDeadlineExceeded) as e:
-        kept = type(e)(e.message, status=e.status, code=e.code, addr=e.addr, what=e.what)
+        kept = type(e)(e.message, status=e.status, code=e.code, addr=e.addr, what=e.what,
+                       request_id=e.request_id)
         with _clients_lock:     # (a copy: no traceback keeping the caller's frames alive)
             _down[key] = (time.monotonic(), kept)
         raise
@@ -817,10 +819,10 @@ class _CompiledGraph:
             if self.record is None and P.learn_rejection(self.cfg.addr, e.message, fx_nodes):
                 self._learned = True
                 log.info("tccd: graph %d %s: the daemon refuses %s; partitioning again",
-                         self.id, part.name, e.message)
+                         self.id, part.name, e.detail)
             elif e.status == "INVALID_ARGUMENT":
                 log.warning("tccd: graph %d %s: the daemon rejects the partition (%s); it runs "
-                            "eagerly", self.id, part.name, e.message)
+                            "eagerly", self.id, part.name, e.detail)
             self._partition_eager(part, f"{e.status}: {e.message}")
             return _EAGER
         except TccdError as e:
@@ -882,8 +884,8 @@ class _CompiledGraph:
             if e.status not in ("UNIMPLEMENTED", "INVALID_ARGUMENT", "FAILED_PRECONDITION"):
                 raise
             part.dyn_refused = f"{e.status}: {e.message}"
-            log.info("tccd: graph %d %s: no dynamic kernel (%s); compiling per signature",
-                     self.id, part.name, part.dyn_refused)
+            log.info("tccd: graph %d %s: no dynamic kernel (%s: %s); compiling per signature",
+                     self.id, part.name, e.status, e.detail)
             return None
         # A static kernel comes back when every symbolic dim is 0 or 1 here
         # (specialised, as in Dynamo): it serves this signature.

@@ -2,10 +2,12 @@
 
 Every failure that comes from tccd or libtccclient is a `TccdError`: it
 carries the gRPC status name (`status`), the library's negative code
-(`code`), the daemon address (`addr`) and the daemon's or library's own
-message (`message`). Its text reads
+(`code`), the daemon address (`addr`), the daemon's or library's own
+message (`message`) and, when the daemon answered, the request id it gave
+the call (`request_id`, None otherwise): every line the daemon logged
+about the call carries it. Its text reads
 
-    tccd at 127.0.0.1:7311: UNAVAILABLE: cannot reach tccd at ...
+    tccd at 127.0.0.1:7311 (compile): INVALID_ARGUMENT: ... (request id 3f2a...)
 
 Subclasses let callers react to the kind of failure without parsing text.
 """
@@ -23,16 +25,25 @@ STATUS_NAMES = {
 class TccdError(RuntimeError):
     """A call to tccd (or libtccclient) failed."""
 
-    def __init__(self, message, *, status="UNKNOWN", code=None, addr=None, what=None):
+    def __init__(self, message, *, status="UNKNOWN", code=None, addr=None, what=None,
+                 request_id=None):
         self.message = message
         self.status = status
         self.code = code
         self.addr = addr
         self.what = what  # the operation: "compile", "connect", "run", ...
+        self.request_id = request_id or None  # the daemon's x-request-id for the call
         where = f"tccd at {addr}" if addr else "tccd"
         if what:
             where += f" ({what})"
-        super().__init__(f"{where}: {status}: {message}")
+        super().__init__(f"{where}: {status}: {self.detail}")
+
+    @property
+    def detail(self):
+        """The message with " (request id ID)" when the daemon gave one."""
+        if self.request_id:
+            return f"{self.message} (request id {self.request_id})"
+        return self.message
 
 
 class TccdUnavailable(TccdError):
@@ -66,11 +77,11 @@ _BY_STATUS = {
 }
 
 
-def error_for(code, message, *, addr=None, what=None, default=TccdError):
+def error_for(code, message, *, addr=None, what=None, default=TccdError, request_id=None):
     """The exception for a negative libtccclient code."""
     status = STATUS_NAMES.get(-code, f"STATUS_{-code}") if code else "UNKNOWN"
     cls = _BY_STATUS.get(status, default)
-    return cls(message, status=status, code=code, addr=addr, what=what)
+    return cls(message, status=status, code=code, addr=addr, what=what, request_id=request_id)
 
 
 class TccdFallbackWarning(UserWarning):
