@@ -1,6 +1,7 @@
 /*
  * rpc.c — the small RPCs: Fetch (streamed artifact), Ops, Stats, List, Show,
- * Evict, Gc and grpc.health.v1.Health/Check. Compile lives in compile.c.
+ * Evict, Gc, ZeroStats, Clear and grpc.health.v1.Health/Check. Compile
+ * lives in compile.c.
  *
  * Each handler decodes its request (malformed: INVALID_ARGUMENT), asks the
  * cache, and finishes the call exactly once. All run on the loop thread.
@@ -123,18 +124,40 @@ void tccd_rpc_ops(tccd_state *st, tccd_call *c) {
 
 /* ------------------------------------------------------------ Stats */
 
-void tccd_rpc_stats(tccd_state *st, tccd_call *c) {
-  ProtobufCMessage *req = unpack_request(c, &tcc__v1__stats_request__descriptor);
-  if (!req) return;
-  protobuf_c_message_free_unpacked(req, NULL);
-  tcc_cache_stats cs;
-  tcc_error err;
-  if (tcc_cache_stats_get(st->cache, &cs, &err) != 0) {
-    tccd_call_fail_error(c, &err);
-    return;
+/* A StatsResponse and the warnings it points to. */
+#define STATS_WARNINGS_MAX 3
+typedef struct stats_reply {
+  Tcc__V1__StatsResponse r;
+  char *warnings[STATS_WARNINGS_MAX];
+  char text[STATS_WARNINGS_MAX][640];
+} stats_reply;
+
+/* What an operator should know now (StatsResponse.warnings). */
+static void stats_warnings(tccd_state *st, stats_reply *out) {
+  size_t n = 0;
+  if (st->open_without_auth) { /* HOST of --listen, with the bound port (--listen may say :0) */
+    const char *colon = strrchr(st->cfg->listen, ':');
+    int host_len = colon ? (int)(colon - st->cfg->listen) : (int)strlen(st->cfg->listen);
+    snprintf(out->text[n++], sizeof out->text[0],
+             "listening on %.*s:%d without auth (--auth-tokens): anyone who can reach this port can compile, "
+             "evict, clear and read the cache",
+             host_len, st->cfg->listen, tccd_server_port(st->server));
   }
+  if (st->store_blocked)
+    snprintf(out->text[n++], sizeof out->text[0], "storing blocked: %s", st->store_blocked_reason);
+  if (out->r.remote_enabled && !out->r.remote_connected)
+    snprintf(out->text[n++], sizeof out->text[0], "redis tier disconnected (%s)", out->r.remote_address);
+  for (size_t i = 0; i < n; i++) out->warnings[i] = out->text[i];
+  out->r.n_warnings = n;
+  out->r.warnings = out->warnings;
+}
+
+/* Fills *out from the cache's statistics cs and the daemon's state. */
+static void stats_fill(tccd_state *st, const tcc_cache_stats *cache_stats, stats_reply *out) {
+  const tcc_cache_stats cs = *cache_stats;
   tccd_job_stats js;
   tccd_jobs_stats(st, &js);
+  memset(out, 0, sizeof *out);
   Tcc__V1__StatsResponse r = TCC__V1__STATS_RESPONSE__INIT;
   r.entries = cs.entries;
   r.bytes = cs.bytes;
@@ -186,7 +209,32 @@ void tccd_rpc_stats(tccd_state *st, tccd_call *c) {
   r.remote_enabled = remote_on;
   r.remote_connected = remote_connected;
   r.remote_address = (char *)remote_address;
-  tccd_call_reply(c, &r.base);
+  out->r = r;
+  stats_warnings(st, out);
+}
+
+/* Stats, and ZeroStats (zero set): the statistics now, then (ZeroStats)
+ * the counters restart from 0. */
+static void stats_answer(tccd_state *st, tccd_call *c, const ProtobufCMessageDescriptor *req_desc, int zero) {
+  ProtobufCMessage *req = unpack_request(c, req_desc);
+  if (!req) return;
+  protobuf_c_message_free_unpacked(req, NULL);
+  tcc_cache_stats cs;
+  tcc_error err;
+  if (tcc_cache_stats_get(st->cache, &cs, &err) != 0 || (zero && tcc_cache_zero_counters(st->cache, &err) != 0)) {
+    tccd_call_fail_error(c, &err);
+    return;
+  }
+  if (zero) log_info("statistics zeroed on request");
+  stats_reply sr;
+  stats_fill(st, &cs, &sr);
+  tccd_call_reply(c, &sr.r.base);
+}
+
+void tccd_rpc_stats(tccd_state *st, tccd_call *c) { stats_answer(st, c, &tcc__v1__stats_request__descriptor, 0); }
+
+void tccd_rpc_zero_stats(tccd_state *st, tccd_call *c) {
+  stats_answer(st, c, &tcc__v1__zero_stats_request__descriptor, 1);
 }
 
 /* ------------------------------------------------------------ List / Show */
@@ -208,6 +256,52 @@ static void fill_summary(Tcc__V1__EntrySummary *s, const tcc_cache_entry *e,
   s->key_id = (char *)e->key_id;
 }
 
+/* A recorded failure as the wire has it; strings point into f and hex. */
+static void fill_failure(Tcc__V1__FailureSummary *s, const tcc_cache_failure *f, char hex[TCC_SHA256_HEX]) {
+  tcc__v1__failure_summary__init(s);
+  tcc_hex_encode(f->hash, TCC_SHA256_BYTES, hex);
+  s->guard_hash = hex;
+  s->target = (char *)f->target;
+  s->code = (char *)tcc_status_name(f->code);
+  s->message = (char *)f->message;
+  s->created_unix = f->created;
+  s->key_size = (int64_t)f->key_len;
+}
+
+/* List with ListRequest.failures: the recorded failures, newest first. */
+static void list_failures(tccd_state *st, tccd_call *c, int limit) {
+  tcc_cache_failure *fs = NULL;
+  size_t n = 0;
+  tcc_error err;
+  tcc_cache_stats cs;
+  if (tcc_cache_list_failures(st->cache, limit, &fs, &n, &err) != 0 ||
+      tcc_cache_stats_get(st->cache, &cs, &err) != 0) {
+    free(fs);
+    tccd_call_fail_error(c, &err);
+    return;
+  }
+  Tcc__V1__FailureSummary *sums = calloc(n ? n : 1, sizeof *sums);
+  Tcc__V1__FailureSummary **ptrs = calloc(n ? n : 1, sizeof *ptrs);
+  char (*hex)[TCC_SHA256_HEX] = calloc(n ? n : 1, sizeof *hex);
+  if (!sums || !ptrs || !hex) {
+    tccd_call_fail(c, TCC_E_RESOURCE_EXHAUSTED, "out of memory listing %zu failures", n);
+  } else {
+    for (size_t i = 0; i < n; i++) {
+      fill_failure(&sums[i], &fs[i], hex[i]);
+      ptrs[i] = &sums[i];
+    }
+    Tcc__V1__ListResponse r = TCC__V1__LIST_RESPONSE__INIT;
+    r.n_failures = n;
+    r.failures = ptrs;
+    r.total = cs.failures;
+    tccd_call_reply(c, &r.base);
+  }
+  free(sums);
+  free(ptrs);
+  free(hex);
+  free(fs);
+}
+
 void tccd_rpc_list(tccd_state *st, tccd_call *c) {
   Tcc__V1__ListRequest *req =
       (Tcc__V1__ListRequest *)unpack_request(c, &tcc__v1__list_request__descriptor);
@@ -226,12 +320,20 @@ void tccd_rpc_list(tccd_state *st, tccd_call *c) {
   }
   int limit = req->limit > 0 ? req->limit : 100;
   if (limit > 10000) limit = 10000;
+  int failures = req->failures;
   tcc__v1__list_request__free_unpacked(req, NULL);
+  if (failures) {
+    list_failures(st, c, limit);
+    return;
+  }
 
   tcc_cache_entry *entries = NULL;
   size_t n = 0;
   tcc_error err;
-  if (tcc_cache_list(st->cache, order, limit, &entries, &n, &err) != 0) {
+  tcc_cache_stats cs;
+  if (tcc_cache_list(st->cache, order, limit, &entries, &n, &err) != 0 ||
+      tcc_cache_stats_get(st->cache, &cs, &err) != 0) {
+    tcc_cache_entries_free(entries, n);
     tccd_call_fail_error(c, &err);
     return;
   }
@@ -249,12 +351,36 @@ void tccd_rpc_list(tccd_state *st, tccd_call *c) {
     Tcc__V1__ListResponse r = TCC__V1__LIST_RESPONSE__INIT;
     r.n_entries = n;
     r.entries = ptrs;
+    r.total = cs.entries;
     tccd_call_reply(c, &r.base);
   }
   free(sums);
   free(ptrs);
   free(hex);
   tcc_cache_entries_free(entries, n);
+}
+
+/* Show of a hash with no entry: its recorded failure, or NOT_FOUND. */
+static void show_failure(tccd_state *st, tccd_call *c, const uint8_t hash[TCC_SHA256_BYTES]) {
+  tcc_cache_failure f;
+  tcc_error err;
+  int rc = tcc_cache_get_failure(st->cache, hash, &f, &err);
+  if (rc == TCC_E_NOT_FOUND) {
+    char hex[TCC_SHA256_HEX];
+    tcc_hex_encode(hash, TCC_SHA256_BYTES, hex);
+    tccd_call_fail(c, TCC_E_NOT_FOUND, "no cache entry or recorded failure for %s", hex);
+    return;
+  }
+  if (rc != 0) {
+    tccd_call_fail_error(c, &err);
+    return;
+  }
+  char hex[TCC_SHA256_HEX];
+  Tcc__V1__FailureSummary sum;
+  fill_failure(&sum, &f, hex);
+  Tcc__V1__ShowResponse r = TCC__V1__SHOW_RESPONSE__INIT;
+  r.failure = &sum;
+  tccd_call_reply(c, &r.base);
 }
 
 void tccd_rpc_show(tccd_state *st, tccd_call *c) {
@@ -267,7 +393,12 @@ void tccd_rpc_show(tccd_state *st, tccd_call *c) {
   if (bad) return;
   tcc_cache_entry e;
   tcc_error err;
-  if (tcc_cache_get(st->cache, hash, &e, &err) != 0) {
+  int rc = tcc_cache_get(st->cache, hash, &e, &err);
+  if (rc == TCC_E_NOT_FOUND) {
+    show_failure(st, c, hash);
+    return;
+  }
+  if (rc != 0) {
     tccd_call_fail_error(c, &err);
     return;
   }
@@ -445,6 +576,35 @@ void tccd_rpc_gc(tccd_state *st, tccd_call *c) {
     free(g);
     tccd_call_fail(c, TCC_E_RESOURCE_EXHAUSTED, "out of memory");
   }
+}
+
+/* ------------------------------------------------------------ Clear */
+
+/* Empties the local cache (entries, artifacts, recorded failures; tuning
+ * records when asked). A Redis tier is left alone: it is the fleet's, and
+ * ClearResponse.remote_enabled tells the caller so. */
+void tccd_rpc_clear(tccd_state *st, tccd_call *c) {
+  Tcc__V1__ClearRequest *req = (Tcc__V1__ClearRequest *)unpack_request(c, &tcc__v1__clear_request__descriptor);
+  if (!req) return;
+  int tuning = req->tuning;
+  tcc__v1__clear_request__free_unpacked(req, NULL);
+  tcc_cache_clear_result res;
+  tcc_error err;
+  if (tcc_cache_clear(st->cache, tuning, &res, &err) != 0) {
+    tccd_call_fail_error(c, &err);
+    return;
+  }
+  log_info("cleared on request: %lld entries (%lld bytes), %lld recorded failures, %lld tuning records%s",
+           (long long)res.entries, (long long)res.bytes, (long long)res.failures, (long long)res.tuning_records,
+           st->remote ? "; the redis tier is left as it is" : "");
+  if (res.bytes > 0) tccd_store_unblock(st, "the cache was cleared");
+  Tcc__V1__ClearResponse r = TCC__V1__CLEAR_RESPONSE__INIT;
+  r.entries = res.entries;
+  r.bytes = res.bytes;
+  r.failures = res.failures;
+  r.tuning_records = res.tuning_records;
+  r.remote_enabled = st->remote != NULL;
+  tccd_call_reply(c, &r.base);
 }
 
 /* ------------------------------------------------------------ Health */

@@ -57,7 +57,8 @@
 
 #include "daemon.h"
 
-/* How many requests to keep pending per method (hot methods get more). */
+/* How many requests to keep pending per method (hot methods get more;
+ * one for a method not listed). */
 static const int pending_per_method[TCCD_METHOD__COUNT] = {
     [TCCD_METHOD_COMPILE] = 16, [TCCD_METHOD_FETCH] = 4, [TCCD_METHOD_OPS] = 1,
     [TCCD_METHOD_STATS] = 2,    [TCCD_METHOD_LIST] = 1,
@@ -397,7 +398,8 @@ int tccd_server_start(tccd_state *st, tcc_error *err) {
   uv_timer_init(st->loop, &srv->grace_timer);
   srv->grace_timer.data = srv;
   for (int m = 0; m < TCCD_METHOD__COUNT; m++)
-    for (int i = 0; i < pending_per_method[m]; i++) request_registered(srv, (tccd_method_id)m);
+    for (int i = 0; i < (pending_per_method[m] > 0 ? pending_per_method[m] : 1); i++)
+      request_registered(srv, (tccd_method_id)m);
   request_generic(srv);
 
   if (pthread_create(&srv->cq_thread, NULL, cq_thread_main, srv) != 0)
