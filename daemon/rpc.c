@@ -268,40 +268,6 @@ static void fill_failure(Tcc__V1__FailureSummary *s, const tcc_cache_failure *f,
   s->key_size = (int64_t)f->key_len;
 }
 
-/* List with ListRequest.failures: the recorded failures, newest first. */
-static void list_failures(tccd_state *st, tccd_call *c, int limit) {
-  tcc_cache_failure *fs = NULL;
-  size_t n = 0;
-  tcc_error err;
-  tcc_cache_stats cs;
-  if (tcc_cache_list_failures(st->cache, limit, &fs, &n, &err) != 0 ||
-      tcc_cache_stats_get(st->cache, &cs, &err) != 0) {
-    free(fs);
-    tccd_call_fail_error(c, &err);
-    return;
-  }
-  Tcc__V1__FailureSummary *sums = calloc(n ? n : 1, sizeof *sums);
-  Tcc__V1__FailureSummary **ptrs = calloc(n ? n : 1, sizeof *ptrs);
-  char (*hex)[TCC_SHA256_HEX] = calloc(n ? n : 1, sizeof *hex);
-  if (!sums || !ptrs || !hex) {
-    tccd_call_fail(c, TCC_E_RESOURCE_EXHAUSTED, "out of memory listing %zu failures", n);
-  } else {
-    for (size_t i = 0; i < n; i++) {
-      fill_failure(&sums[i], &fs[i], hex[i]);
-      ptrs[i] = &sums[i];
-    }
-    Tcc__V1__ListResponse r = TCC__V1__LIST_RESPONSE__INIT;
-    r.n_failures = n;
-    r.failures = ptrs;
-    r.total = cs.failures;
-    tccd_call_reply(c, &r.base);
-  }
-  free(sums);
-  free(ptrs);
-  free(hex);
-  free(fs);
-}
-
 void tccd_rpc_list(tccd_state *st, tccd_call *c) {
   Tcc__V1__ListRequest *req =
       (Tcc__V1__ListRequest *)unpack_request(c, &tcc__v1__list_request__descriptor);
@@ -322,42 +288,56 @@ void tccd_rpc_list(tccd_state *st, tccd_call *c) {
   if (limit > 10000) limit = 10000;
   int failures = req->failures;
   tcc__v1__list_request__free_unpacked(req, NULL);
-  if (failures) {
-    list_failures(st, c, limit);
-    return;
-  }
 
+  /* the entries, or (ListRequest.failures) the recorded failures */
   tcc_cache_entry *entries = NULL;
+  tcc_cache_failure *fs = NULL;
   size_t n = 0;
   tcc_error err;
   tcc_cache_stats cs;
-  if (tcc_cache_list(st->cache, order, limit, &entries, &n, &err) != 0 ||
+  if ((failures ? tcc_cache_list_failures(st->cache, limit, &fs, &n, &err)
+                : tcc_cache_list(st->cache, order, limit, &entries, &n, &err)) != 0 ||
       tcc_cache_stats_get(st->cache, &cs, &err) != 0) {
     tcc_cache_entries_free(entries, n);
+    free(fs);
     tccd_call_fail_error(c, &err);
     return;
   }
-  Tcc__V1__EntrySummary *sums = calloc(n ? n : 1, sizeof *sums);
-  Tcc__V1__EntrySummary **ptrs = calloc(n ? n : 1, sizeof *ptrs);
+  Tcc__V1__EntrySummary *sums = failures ? NULL : calloc(n ? n : 1, sizeof *sums);
+  Tcc__V1__FailureSummary *fsums = failures ? calloc(n ? n : 1, sizeof *fsums) : NULL;
+  void **ptrs = calloc(n ? n : 1, sizeof *ptrs);
   char (*hex)[2][TCC_SHA256_HEX] = calloc(n ? n : 1, sizeof *hex);
-  if (!sums || !ptrs || !hex) {
-    tccd_call_fail(c, TCC_E_RESOURCE_EXHAUSTED, "out of memory listing %zu entries", n);
+  if ((!sums && !fsums) || !ptrs || !hex) {
+    tccd_call_fail(c, TCC_E_RESOURCE_EXHAUSTED, "out of memory listing %zu %s", n, failures ? "failures" : "entries");
   } else {
     for (size_t i = 0; i < n; i++) {
-      tcc__v1__entry_summary__init(&sums[i]);
-      fill_summary(&sums[i], &entries[i], hex[i][0], hex[i][1]);
-      ptrs[i] = &sums[i];
+      if (failures) {
+        fill_failure(&fsums[i], &fs[i], hex[i][0]);
+        ptrs[i] = &fsums[i];
+      } else {
+        tcc__v1__entry_summary__init(&sums[i]);
+        fill_summary(&sums[i], &entries[i], hex[i][0], hex[i][1]);
+        ptrs[i] = &sums[i];
+      }
     }
     Tcc__V1__ListResponse r = TCC__V1__LIST_RESPONSE__INIT;
-    r.n_entries = n;
-    r.entries = ptrs;
-    r.total = cs.entries;
+    if (failures) {
+      r.n_failures = n;
+      r.failures = (Tcc__V1__FailureSummary **)ptrs;
+      r.total = cs.failures;
+    } else {
+      r.n_entries = n;
+      r.entries = (Tcc__V1__EntrySummary **)ptrs;
+      r.total = cs.entries;
+    }
     tccd_call_reply(c, &r.base);
   }
   free(sums);
+  free(fsums);
   free(ptrs);
   free(hex);
-  tcc_cache_entries_free(entries, n);
+  free(fs);
+  tcc_cache_entries_free(entries, failures ? 0 : n);
 }
 
 /* Show of a hash with no entry: its recorded failure, or NOT_FOUND. */
