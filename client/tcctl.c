@@ -515,19 +515,20 @@ static int cmd_health(tcctl *t) {
   tcc_error serr;
   if (tcc_client_stats(t->client, &s, &serr) != 0) s = NULL;
   size_t nwarn = s ? s->n_warnings : 0;
+  int rc = status == GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING ? 0 : 1;
   if (t->json) {
     cJSON *doc = cJSON_CreateObject();
     cJSON_AddStringToObject(doc, "status", name);
     cJSON_AddStringToObject(doc, "addr", tcc_client_addr(t->client));
     cJSON *arr = cJSON_AddArrayToObject(doc, "warnings");
     for (size_t i = 0; i < nwarn; i++) cJSON_AddItemToArray(arr, cJSON_CreateString(s->warnings[i]));
-    if (print_json(t, doc)) status = -1;
+    if (print_json(t, doc)) rc = 1;
   } else {
     printf("%s\n", name);
     for (size_t i = 0; i < nwarn; i++) printf("warning: %s\n", s->warnings[i]);
   }
   if (s) tcc__v1__stats_response__free_unpacked(s, NULL);
-  return status == GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING ? 0 : 1;
+  return rc;
 }
 
 /* ------------------------------------------------------------ stats */
