@@ -1152,6 +1152,34 @@ int tcc_client_evict(tcc_client *c, const char *guard_hash_hex, int *evicted, tc
   return 0;
 }
 
+int tcc_client_list_failures(tcc_client *c, int limit, Tcc__V1__ListResponse **out, tcc_error *err) {
+  Tcc__V1__ListRequest req = TCC__V1__LIST_REQUEST__INIT;
+  req.limit = limit;
+  req.failures = 1;
+  return tcc_client_call_message(c, TCC_METHOD_LIST, &req.base, &tcc__v1__list_response__descriptor,
+                                 (ProtobufCMessage **)out, 0, err);
+}
+
+int tcc_client_zero_stats(tcc_client *c, Tcc__V1__StatsResponse **out, tcc_error *err) {
+  Tcc__V1__ZeroStatsRequest req = TCC__V1__ZERO_STATS_REQUEST__INIT;
+  return tcc_client_call_message(c, TCC_METHOD_ZERO_STATS, &req.base, &tcc__v1__stats_response__descriptor,
+                                 (ProtobufCMessage **)out, 0, err);
+}
+
+int tcc_client_clear(tcc_client *c, int tuning, Tcc__V1__ClearResponse **out, tcc_error *err) {
+  Tcc__V1__ClearRequest req = TCC__V1__CLEAR_REQUEST__INIT;
+  req.tuning = tuning != 0;
+  return tcc_client_call_message(c, TCC_METHOD_CLEAR, &req.base, &tcc__v1__clear_response__descriptor,
+                                 (ProtobufCMessage **)out, 0, err);
+}
+
+int tcc_client_ops(tcc_client *c, int device, Tcc__V1__OpsResponse **out, tcc_error *err) {
+  Tcc__V1__OpsRequest req = TCC__V1__OPS_REQUEST__INIT;
+  req.device = (Tcc__V1__DeviceType)device;
+  return tcc_client_call_message(c, TCC_METHOD_OPS, &req.base, &tcc__v1__ops_response__descriptor,
+                                 (ProtobufCMessage **)out, 0, err);
+}
+
 int tcc_client_gc(tcc_client *c, int64_t max_bytes, Tcc__V1__GcResponse **out, tcc_error *err) {
   Tcc__V1__GcRequest req = TCC__V1__GC_REQUEST__INIT;
   req.max_bytes = max_bytes;

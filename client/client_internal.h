@@ -34,6 +34,9 @@ int client_compile_response_decode(const struct tcc_client *c, const uint8_t *by
 #define TCC_METHOD_EXPLAIN "/tcc.v1.Cache/Explain"
 #define TCC_METHOD_EVICT "/tcc.v1.Cache/Evict"
 #define TCC_METHOD_GC "/tcc.v1.Cache/Gc"
+#define TCC_METHOD_ZERO_STATS "/tcc.v1.Cache/ZeroStats"
+#define TCC_METHOD_CLEAR "/tcc.v1.Cache/Clear"
+#define TCC_METHOD_OPS "/tcc.v1.Compiler/Ops"
 #define TCC_METHOD_HEALTH_CHECK "/grpc.health.v1.Health/Check"
 
 /* Is s exactly 64 hex digits (either case)? */

@@ -199,6 +199,24 @@ int tcc_client_evict(tcc_client *c, const char *guard_hash_hex,
 /* max_bytes 0 = the daemon's --cache-max-bytes. */
 int tcc_client_gc(tcc_client *c, int64_t max_bytes, Tcc__V1__GcResponse **out,
                   tcc_error *err);
+/* Recorded compile failures (ListRequest.failures), newest first, in
+ * (*out)->failures; (*out)->total = how many are recorded. limit 0 = the
+ * daemon's default (100). */
+int tcc_client_list_failures(tcc_client *c, int limit,
+                             Tcc__V1__ListResponse **out, tcc_error *err);
+/* Restarts the daemon's counters from 0 (admin); *out = the statistics
+ * as they were just before. */
+int tcc_client_zero_stats(tcc_client *c, Tcc__V1__StatsResponse **out,
+                          tcc_error *err);
+/* Empties the daemon's local cache: entries, artifacts, recorded
+ * failures, and tuning records when tuning is set (admin). A Redis tier
+ * is left as it is ((*out)->remote_enabled says there is one). */
+int tcc_client_clear(tcc_client *c, int tuning, Tcc__V1__ClearResponse **out,
+                     tcc_error *err);
+/* The ops and dtypes the daemon compiles for device (a
+ * Tcc__V1__DeviceType; 0 = CPU), and its compiler identity. */
+int tcc_client_ops(tcc_client *c, int device, Tcc__V1__OpsResponse **out,
+                   tcc_error *err);
 
 /* gRPC is initialised once per process, on the first connect, and stays
  * up (its threads are reused by later clients). A program that wants a

@@ -12,7 +12,12 @@
  * "tcctl: COMMAND: STATUS_NAME: message" on stderr), 2 usage error.
  *
  * A HASH argument (show, evict, fetch) may be a unique prefix of at least
- * 4 hex digits, as `ls` prints 12; it is resolved with a List call.
+ * 4 hex digits, as `ls` prints 12; it is resolved with two List calls
+ * (the entries and the recorded failures).
+ *
+ * A usage error prints one line and a hint ("Try 'tcctl help'"), never
+ * the whole text; `tcctl help COMMAND` and `tcctl COMMAND --help` print
+ * that command's lines of usage_text (found by its name there: one copy).
  *
  * The address (--addr, else $TCCD_ADDR) is checked by libtccclient's
  * tcc_client_addr_check before any command runs: a bad one is a usage
@@ -53,16 +58,24 @@ static const char usage_text[] =
     "             COMMAND [ARGS]\n"
     "\n"
     "commands:\n"
-    "  health [SERVICE]             is tccd serving? (exit 0 when SERVING)\n"
-    "  stats                        cache and compile counters\n"
-    "  ls [--limit N] [--order last_used|hits|size|created]\n"
-    "                               cache entries, most recent first\n"
-    "  show HASH [--dot]            one cache entry, its manifest and kernels;\n"
-    "                               --dot: the kernel grouping as Graphviz\n"
-    "  evict HASH                   remove one cache entry (and its shared\n"
-    "                               copy when tccd uses --redis)\n"
+    "  health [SERVICE]             is tccd serving? (exit 0 when SERVING);\n"
+    "                               then the daemon's warnings, if any\n"
+    "  stats [--zero]               cache and compile counters; --zero: print\n"
+    "                               them, then restart them from 0 (admin)\n"
+    "  ls [--limit N] [--order last_used|hits|size|created] [--failures]\n"
+    "                               cache entries, most recent first;\n"
+    "                               --failures: recorded compile failures\n"
+    "  show HASH [--dot]            one cache entry, its manifest and kernels\n"
+    "                               (or one recorded failure); --dot: the\n"
+    "                               kernel grouping as Graphviz\n"
+    "  evict HASH                   remove one cache entry or recorded failure\n"
+    "                               (and its shared copy when tccd uses --redis)\n"
     "  gc [--max-bytes N]           evict down to N bytes (K/M/G suffixes;\n"
     "                               default: the daemon's --cache-max-bytes)\n"
+    "  clear [--yes] [--tuning]     remove every cache entry and recorded\n"
+    "                               failure (admin; asks first unless --yes);\n"
+    "                               --tuning: the tuning records too; never\n"
+    "                               the shared --redis tier\n"
     "  compile FILE [--target T]    compile a tcc.v1.CompileRequest in protobuf\n"
     "                               JSON form (FILE - = stdin); T = cpu,\n"
     "                               cpu:ISA (x86-64-v3, ...) or cuda:sm_XX\n"
@@ -77,7 +90,9 @@ static const char usage_text[] =
     "                               miss; FILE: a request, as compile takes)\n"
     "  keygen OUT                   make an Ed25519 signing key pair: OUT\n"
     "                               (secret, mode 0600) and OUT.pub\n"
-    "  help                         this text\n"
+    "  jobs                         the compiles in flight\n"
+    "  ops [--device cpu|cuda]      the ops and dtypes tccd compiles (default cpu)\n"
+    "  help [COMMAND]               this text, or one command's\n"
     "\n"
     "options:\n"
     "  --addr HOST:PORT             tccd address (default $TCCD_ADDR, else " TCC_DEFAULT_ADDR ");\n"
@@ -116,6 +131,29 @@ typedef struct tcctl {
 
 /* ------------------------------------------------------------ exits */
 
+/* The command being run, once main knows it (for the usage hint). */
+static const char *usage_command;
+
+/* Prints command's lines of usage_text ("  NAME ..." and the indented
+ * lines under it) to f. Returns 0, or -1 when the text has none. */
+static int print_command_usage(const char *command, FILE *f) {
+  static const char head[] = "\ncommands:\n";
+  size_t n = strlen(command);
+  const char *line = strstr(usage_text, head);
+  int found = 0, printing = 0;
+  for (line = line ? line + strlen(head) : ""; *line && *line != '\n';) { /* to the blank line */
+    size_t len = strcspn(line, "\n") + 1;
+    if (line[2] != ' ') /* "  NAME ...": a command's first line; its others are indented further */
+      printing = !strncmp(line + 2, command, n) && (line[2 + n] == ' ' || line[2 + n] == '\n');
+    if (printing) {
+      fwrite(line, 1, len, f);
+      found = 1;
+    }
+    line += len;
+  }
+  return found ? 0 : -1;
+}
+
 __attribute__((format(printf, 1, 2), noreturn))
 static void usage_error(const char *fmt, ...) {
   va_list ap;
@@ -123,8 +161,8 @@ static void usage_error(const char *fmt, ...) {
   va_start(ap, fmt);
   vfprintf(stderr, fmt, ap);
   va_end(ap);
-  fputs("\n\n", stderr);
-  fputs(usage_text, stderr);
+  if (usage_command) fprintf(stderr, "\nTry 'tcctl help' (or 'tcctl help %s').\n", usage_command);
+  else fputs("\nTry 'tcctl help'.\n", stderr);
   exit(2);
 }
 
@@ -393,8 +431,23 @@ static int connect_client_to(tcctl *t, tcc_client **out, tcc_error *err) {
 
 static int connect_client(tcctl *t) { return connect_client_to(t, &t->client, &t->err); }
 
+/* 1 when hash starts with prefix (n digits, lowercase), else 0; a match
+ * is copied to out when out is still empty. */
+static int count_prefix(const char *hash, const char *prefix, size_t n, char out[TCC_SHA256_HEX]) {
+  if (!hash || strncmp(hash, prefix, n) != 0) return 0;
+  if (!out[0]) tcc_hex_lower_copy(hash, out);
+  return 1;
+}
+
+/* "1 cache entry", "2 recorded failures" */
+static const char *plural(int n, const char *one, const char *many, char *buf, size_t size) {
+  snprintf(buf, size, "%d %s", n, n == 1 ? one : many);
+  return buf;
+}
+
 /* Resolves a guard hash argument (full, or a unique prefix of >= 4 hex
- * digits) into out. Returns 0, or the exit status after printing why. */
+ * digits, over the entries and the recorded failures) into out. Returns
+ * 0, or the exit status after printing why. */
 static int resolve_hash(tcctl *t, const char *arg, char out[TCC_SHA256_HEX]) {
   size_t n = strlen(arg);
   for (size_t i = 0; i < n; i++)
@@ -410,18 +463,26 @@ static int resolve_hash(tcctl *t, const char *arg, char out[TCC_SHA256_HEX]) {
   char prefix[TCC_SHA256_HEX];
   snprintf(prefix, sizeof prefix, "%s", arg);
   lowercase(prefix);
-  Tcc__V1__ListResponse *ls;
+  Tcc__V1__ListResponse *ls, *lf;
   if (tcc_client_list(t->client, LIST_ALL, "last_used", &ls, &t->err)) return fail_err(t);
-  int matches = 0;
-  for (size_t i = 0; i < ls->n_entries; i++) {
-    if (strncmp(ls->entries[i]->guard_hash, prefix, n) == 0) {
-      if (matches++ == 0) tcc_hex_lower_copy(ls->entries[i]->guard_hash, out);
-    }
+  if (tcc_client_list_failures(t->client, LIST_ALL, &lf, &t->err)) {
+    tcc__v1__list_response__free_unpacked(ls, NULL);
+    return fail_err(t);
   }
+  int entries = 0, failures = 0;
+  out[0] = '\0';
+  for (size_t i = 0; i < ls->n_entries; i++) entries += count_prefix(ls->entries[i]->guard_hash, prefix, n, out);
+  for (size_t i = 0; i < lf->n_failures; i++) failures += count_prefix(lf->failures[i]->guard_hash, prefix, n, out);
   tcc__v1__list_response__free_unpacked(ls, NULL);
-  if (matches == 0) return failf(t, TCC_E_NOT_FOUND, "no cache entry matches '%s'", arg);
-  if (matches > 1)
-    return failf(t, TCC_E_INVALID_ARGUMENT, "'%s' matches %d cache entries; give more digits", arg, matches);
+  tcc__v1__list_response__free_unpacked(lf, NULL);
+  if (entries + failures == 0) return failf(t, TCC_E_NOT_FOUND, "no cache entry or recorded failure matches '%s'", arg);
+  if (entries + failures > 1) {
+    char a[48], b[48];
+    return failf(t, TCC_E_INVALID_ARGUMENT, "'%s' matches %s%s%s; give more digits", arg,
+                 entries ? plural(entries, "cache entry", "cache entries", a, sizeof a) : "",
+                 entries && failures ? " and " : "",
+                 failures ? plural(failures, "recorded failure", "recorded failures", b, sizeof b) : "");
+  }
   return 0;
 }
 
@@ -450,6 +511,10 @@ static int entry_of_artifact(tcctl *t, const char *sha, char out[TCC_SHA256_HEX]
 
 /* ------------------------------------------------------------ health */
 
+/* After the health check, the daemon's warnings (StatsResponse.warnings:
+ * no auth beyond loopback, storing blocked, Redis disconnected) from a
+ * Stats call; a Stats call that fails (a daemon with --auth-tokens and no
+ * token given: Health is open, Stats is not) shows none. */
 static int cmd_health(tcctl *t) {
   char *pos[1];
   int n = split_args(t, NULL, NULL, pos, 1);
@@ -459,15 +524,24 @@ static int cmd_health(tcctl *t) {
   char buf[32];
   const char *name = enum_name(&grpc__health__v1__health_check_response__serving_status__descriptor, status,
                                buf, sizeof buf);
+  Tcc__V1__StatsResponse *s = NULL;
+  tcc_error serr;
+  if (tcc_client_stats(t->client, &s, &serr) != 0) s = NULL;
+  size_t nwarn = s ? s->n_warnings : 0;
+  int rc = status == GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING ? 0 : 1;
   if (t->json) {
     cJSON *doc = cJSON_CreateObject();
     cJSON_AddStringToObject(doc, "status", name);
     cJSON_AddStringToObject(doc, "addr", tcc_client_addr(t->client));
-    if (print_json(t, doc)) return 1;
+    cJSON *arr = cJSON_AddArrayToObject(doc, "warnings");
+    for (size_t i = 0; i < nwarn; i++) cJSON_AddItemToArray(arr, cJSON_CreateString(s->warnings[i]));
+    if (print_json(t, doc)) rc = 1;
   } else {
     printf("%s\n", name);
+    for (size_t i = 0; i < nwarn; i++) printf("warning: %s\n", s->warnings[i]);
   }
-  return status == GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING ? 0 : 1;
+  if (s) tcc__v1__stats_response__free_unpacked(s, NULL);
+  return rc;
 }
 
 /* ------------------------------------------------------------ stats */
@@ -480,10 +554,23 @@ static double hit_rate(const Tcc__V1__StatsResponse *s) {
   return all > 0 ? served / all : -1;
 }
 
+static int stats_option(tcctl *t, int argc, char **argv, int *i, void *ctx) {
+  (void)t, (void)argc;
+  if (strcmp(argv[*i], "--zero")) return 0;
+  *(int *)ctx = 1;
+  return 1;
+}
+
+/* `stats --zero` (ZeroStats, admin) prints the statistics as they were
+ * just before the counters restarted from 0, then "statistics zeroed"
+ * (--json: "zeroed": true). */
 static int cmd_stats(tcctl *t) {
-  split_args(t, NULL, NULL, NULL, 0);
+  int zero = 0;
+  split_args(t, stats_option, &zero, NULL, 0);
   Tcc__V1__StatsResponse *s;
-  if (connect_client(t) || tcc_client_stats(t->client, &s, &t->err)) return fail_err(t);
+  if (connect_client(t) ||
+      (zero ? tcc_client_zero_stats(t->client, &s, &t->err) : tcc_client_stats(t->client, &s, &t->err)))
+    return fail_err(t);
   double rate = hit_rate(s);
   int rc = 0;
   if (t->json) {
@@ -491,6 +578,7 @@ static int cmd_stats(tcctl *t) {
     if (doc) {
       if (rate >= 0) cJSON_AddNumberToObject(doc, "hit_rate", rate);
       else cJSON_AddNullToObject(doc, "hit_rate");
+      if (zero) cJSON_AddBoolToObject(doc, "zeroed", 1);
     }
     rc = print_json(t, doc);
   } else {
@@ -548,6 +636,8 @@ static int cmd_stats(tcctl *t) {
        s->store_blocked ? (s->store_blocked_reason ? s->store_blocked_reason : "") : "");
     kv("refused for memory", "%" PRId64 " (--request-memory-max)", s->rejected_memory);
     kv("corrupt entries", "%" PRId64 " (recompiled)", s->corrupt_entries);
+    for (size_t i = 0; i < s->n_warnings; i++) kv(i ? "" : "warnings", "%s", s->warnings[i]);
+    if (zero) printf("statistics zeroed\n");
   }
   tcc__v1__stats_response__free_unpacked(s, NULL);
   return rc;
@@ -558,6 +648,7 @@ static int cmd_stats(tcctl *t) {
 typedef struct ls_opts {
   int limit;
   const char *order;
+  int failures;
 } ls_opts;
 
 static int ls_option(tcctl *t, int argc, char **argv, int *i, void *ctx) {
@@ -574,17 +665,57 @@ static int ls_option(tcctl *t, int argc, char **argv, int *i, void *ctx) {
     o->order = v;
     return 1;
   }
+  if (!strcmp(argv[*i], "--failures")) {
+    o->failures = 1;
+    return 1;
+  }
   return 0;
 }
 
+/* "compile failed: x\ny" as one table cell: newlines and tabs become
+ * spaces, and a long message ends in "..." (--json has it whole). */
+static void one_line(const char *msg, char *buf, size_t size) {
+  snprintf(buf, size, "%s", msg ? msg : "");
+  for (char *p = buf; *p; p++)
+    if (*p == '\n' || *p == '\r' || *p == '\t') *p = ' ';
+  if (msg && strlen(msg) >= size && size > 4) strcpy(buf + size - 4, "...");
+}
+
+/* The recorded failures: HASH TARGET CODE CREATED MESSAGE. */
+static void print_failures(const Tcc__V1__ListResponse *ls) {
+  table tb = {.cols = 5};
+  const char *head[] = {"HASH", "TARGET", "CODE", "CREATED", "MESSAGE"};
+  table_add(&tb, head);
+  for (size_t i = 0; i < ls->n_failures; i++) {
+    const Tcc__V1__FailureSummary *f = ls->failures[i];
+    char hash[16], created[32], msg[64];
+    snprintf(hash, sizeof hash, "%.12s", f->guard_hash);
+    human_time(f->created_unix, created, sizeof created);
+    one_line(f->message, msg, sizeof msg);
+    const char *row[] = {hash, f->target && *f->target ? f->target : "-", f->code, created, msg};
+    table_add(&tb, row);
+  }
+  table_print(&tb, "");
+}
+
+/* Cut at the limit (ListResponse.total says how many there are), ls
+ * says so on stderr; --json gets "total" and "truncated". */
 static int cmd_ls(tcctl *t) {
-  ls_opts o = {0, "last_used"};
+  ls_opts o = {0, "last_used", 0};
   split_args(t, ls_option, &o, NULL, 0);
   Tcc__V1__ListResponse *ls;
-  if (connect_client(t) || tcc_client_list(t->client, o.limit, o.order, &ls, &t->err)) return fail_err(t);
+  if (connect_client(t) || (o.failures ? tcc_client_list_failures(t->client, o.limit, &ls, &t->err)
+                                       : tcc_client_list(t->client, o.limit, o.order, &ls, &t->err)))
+    return fail_err(t);
+  size_t shown = o.failures ? ls->n_failures : ls->n_entries;
+  int truncated = ls->total > (int64_t)shown;
   int rc = 0;
   if (t->json) {
-    rc = print_json(t, message_json(ls));
+    cJSON *doc = message_json(ls);
+    if (doc) cJSON_AddBoolToObject(doc, "truncated", truncated);
+    rc = print_json(t, doc);
+  } else if (o.failures) {
+    print_failures(ls);
   } else {
     table tb = {.cols = 6, .right = {0, 0, 1, 1, 1, 0}};
     const char *head[] = {"HASH", "TARGET", "SIZE", "HITS", "COMPILE_MS", "LAST_USED"};
@@ -602,6 +733,9 @@ static int cmd_ls(tcctl *t) {
     }
     table_print(&tb, "");
   }
+  if (truncated && !t->json)
+    fprintf(stderr, "showing %zu of %" PRId64 " %s (--limit N for more)\n", shown, ls->total,
+            o.failures ? "recorded failures" : "entries");
   tcc__v1__list_response__free_unpacked(ls, NULL);
   return rc;
 }
@@ -748,6 +882,17 @@ static int show_option(tcctl *t, int argc, char **argv, int *i, void *ctx) {
   return 1;
 }
 
+/* `show` of a recorded failure. */
+static void print_failure(const Tcc__V1__FailureSummary *f) {
+  char a[64];
+  kv("guard hash", "%s", f->guard_hash);
+  kv("recorded failure", "%s", f->code);
+  kv("target", "%s", f->target && *f->target ? f->target : "-");
+  kv("created", "%s", human_time(f->created_unix, a, sizeof a));
+  kv("canonical key", "%" PRId64 " bytes", f->key_size);
+  kv("message", "%s", f->message);
+}
+
 static int cmd_show(tcctl *t) {
   char *pos[1];
   int dot = 0;
@@ -758,10 +903,14 @@ static int cmd_show(tcctl *t) {
   Tcc__V1__ShowResponse *s;
   if (tcc_client_show(t->client, hash, &s, &t->err)) return fail_err(t);
   int rc = 0;
-  if (dot) {
+  if (dot && s->failure) {
+    rc = failf(t, TCC_E_FAILED_PRECONDITION, "%s is a recorded failure: it has no kernels to draw", hash);
+  } else if (dot) {
     rc = print_dot(s);
   } else if (t->json) {
     rc = print_json(t, message_json(s));
+  } else if (s->failure) {
+    print_failure(s->failure);
   } else {
     char a[64], b[64];
     const Tcc__V1__EntrySummary *e = s->entry;
@@ -968,7 +1117,8 @@ static int compile_option(tcctl *t, int argc, char **argv, int *i, void *ctx) {
 }
 
 /* The timings as {"decode_ms", "hash_ms", "lookup_ms", "compile_ms",
- * "total_ms"}, all present (zeros when the daemon sent none). */
+ * "total_ms", "original_compile_ms"}, all present (zeros when the daemon
+ * sent none). */
 static cJSON *timings_json(const Tcc__V1__Timings *tm) {
   Tcc__V1__Timings zero = TCC__V1__TIMINGS__INIT;
   return message_json(tm ? tm : &zero);
@@ -1124,7 +1274,13 @@ static int cmd_compile(tcctl *t) {
       kv("signature", "unsigned");
     kv("target", "%s", man && man->target && *man->target ? man->target : "-");
     kv("kernels", "%zu", man ? man->n_kernels : 0);
-    if (tm)
+    /* a hit compiled nothing in this call: the original compile's time is
+     * shown as such (Timings.original_compile_ms) */
+    if (tm && resp->cache != TCC__V1__CACHE_STATUS__MISS && tm->original_compile_ms > 0)
+      kv("timings", "decode %.3f ms, hash %.3f ms, lookup %.3f ms, compile %.3f ms (this call), total %.3f ms; "
+         "compiled originally in %.1f ms", tm->decode_ms, tm->hash_ms, tm->lookup_ms, tm->compile_ms,
+         tm->total_ms, tm->original_compile_ms);
+    else if (tm)
       kv("timings", "decode %.3f ms, hash %.3f ms, lookup %.3f ms, compile %.3f ms, total %.3f ms", tm->decode_ms,
          tm->hash_ms, tm->lookup_ms, tm->compile_ms, tm->total_ms);
   }
@@ -1356,6 +1512,152 @@ static int cmd_keygen(tcctl *t) {
   return 0;
 }
 
+/* ------------------------------------------------------------ clear */
+
+typedef struct clear_opts {
+  int yes, tuning;
+} clear_opts;
+
+static int clear_option(tcctl *t, int argc, char **argv, int *i, void *ctx) {
+  (void)t, (void)argc;
+  clear_opts *o = ctx;
+  if (!strcmp(argv[*i], "--yes")) o->yes = 1;
+  else if (!strcmp(argv[*i], "--tuning")) o->tuning = 1;
+  else return 0;
+  return 1;
+}
+
+/* Asks on the terminal whether to clear what Stats counts. Returns 1 for
+ * y/yes, 0 otherwise, or -1 (printed) when Stats fails. */
+static int clear_confirm(tcctl *t, const clear_opts *o) {
+  Tcc__V1__StatsResponse *s;
+  if (tcc_client_stats(t->client, &s, &t->err)) return -1;
+  char a[64], tuning[64] = "";
+  if (o->tuning) snprintf(tuning, sizeof tuning, ", %" PRId64 " tuning records", s->tuning_records);
+  fprintf(stderr, "remove %" PRId64 " entries (%s)%s and %" PRId64 " recorded failures from %s? [y/N] ",
+          s->entries, human_bytes(s->bytes, a, sizeof a), tuning, s->negative_entries, tcc_client_addr(t->client));
+  fflush(stderr);
+  tcc__v1__stats_response__free_unpacked(s, NULL);
+  char line[32] = "";
+  if (!fgets(line, sizeof line, stdin)) return 0;
+  line[strcspn(line, " \t\r\n")] = '\0';
+  return !strcasecmp(line, "y") || !strcasecmp(line, "yes");
+}
+
+/* Clear (admin): every entry and recorded failure of the daemon's local
+ * cache; tuning records with --tuning. Asks first on a terminal; not on
+ * one, --yes is required (a usage error without it). A Redis tier is
+ * never cleared: the note says so. */
+static int cmd_clear(tcctl *t) {
+  clear_opts o = {0, 0};
+  split_args(t, clear_option, &o, NULL, 0);
+  if (!o.yes && !isatty(STDIN_FILENO))
+    usage_error("clear: stdin is not a terminal to ask on: pass --yes to clear without asking");
+  if (connect_client(t)) return fail_err(t);
+  if (!o.yes) {
+    int ok = clear_confirm(t, &o);
+    if (ok < 0) return fail_err(t);
+    if (!ok) return fail(t, TCC_E_CANCELLED, "not confirmed; nothing removed");
+  }
+  Tcc__V1__ClearResponse *r;
+  if (tcc_client_clear(t->client, o.tuning, &r, &t->err)) return fail_err(t);
+  static const char note[] = "the shared redis tier was not cleared: clear empties this daemon's local cache "
+                             "only (the other daemons still share those entries)";
+  int rc = 0;
+  if (t->json) {
+    cJSON *doc = message_json(r);
+    if (doc) {
+      cJSON_AddStringToObject(doc, "addr", tcc_client_addr(t->client));
+      cJSON_AddStringToObject(doc, "note", r->remote_enabled ? note : "");
+    }
+    rc = print_json(t, doc);
+  } else {
+    char a[64], tuning[64] = "";
+    if (o.tuning) snprintf(tuning, sizeof tuning, ", %" PRId64 " tuning records", r->tuning_records);
+    printf("removed %" PRId64 " entries (%s)%s and %" PRId64 " recorded failures from %s\n", r->entries,
+           human_bytes(r->bytes, a, sizeof a), tuning, r->failures, tcc_client_addr(t->client));
+    if (r->remote_enabled) printf("note: %s\n", note);
+  }
+  tcc__v1__clear_response__free_unpacked(r, NULL);
+  return rc;
+}
+
+/* ------------------------------------------------------------ jobs */
+
+static int cmd_jobs(tcctl *t) {
+  split_args(t, NULL, NULL, NULL, 0);
+  Tcc__V1__JobsResponse *r;
+  if (connect_client(t) || tcc_client_jobs(t->client, &r, &t->err)) return fail_err(t);
+  int rc = 0;
+  if (t->json) {
+    rc = print_json(t, message_json(r));
+  } else if (r->n_jobs == 0) {
+    printf("no compiles in flight\n");
+  } else {
+    table tb = {.cols = 5, .right = {0, 0, 1, 1, 1}};
+    const char *head[] = {"HASH", "STATE", "ELAPSED", "WAITERS", "CANDIDATES"};
+    table_add(&tb, head);
+    for (size_t i = 0; i < r->n_jobs; i++) {
+      const Tcc__V1__JobInfo *j = r->jobs[i];
+      char hash[16], elapsed[32], waiters[16], cands[32] = "-";
+      snprintf(hash, sizeof hash, "%.12s", j->guard_hash);
+      snprintf(elapsed, sizeof elapsed, "%.1f s", j->elapsed_ms / 1000.0);
+      snprintf(waiters, sizeof waiters, "%d", j->waiters);
+      if (j->candidates_total > 0) snprintf(cands, sizeof cands, "%d/%d", j->candidates_done, j->candidates_total);
+      const char *row[] = {hash, j->state, elapsed, waiters, cands};
+      table_add(&tb, row);
+    }
+    table_print(&tb, "");
+  }
+  tcc__v1__jobs_response__free_unpacked(r, NULL);
+  return rc;
+}
+
+/* ------------------------------------------------------------ ops */
+
+static int ops_option(tcctl *t, int argc, char **argv, int *i, void *ctx) {
+  (void)t;
+  const char *v = option_value(argc, argv, i, "--device");
+  if (!v) return 0;
+  if (!strcmp(v, "cpu")) *(int *)ctx = TCC__V1__DEVICE_TYPE__CPU;
+  else if (!strcmp(v, "cuda")) *(int *)ctx = TCC__V1__DEVICE_TYPE__CUDA;
+  else usage_error("ops: --device must be cpu or cuda, got '%s'", v);
+  return 1;
+}
+
+static int cmd_ops(tcctl *t) {
+  int device = TCC__V1__DEVICE_TYPE__CPU;
+  split_args(t, ops_option, &device, NULL, 0);
+  Tcc__V1__OpsResponse *r;
+  if (connect_client(t) || tcc_client_ops(t->client, device, &r, &t->err)) return fail_err(t);
+  int rc = 0;
+  if (t->json) {
+    rc = print_json(t, message_json(r));
+  } else {
+    char dtypes[512] = "", num[16];
+    for (size_t i = 0, n = 0; i < r->n_dtypes && n < sizeof dtypes; i++) {
+      char dt[32];
+      snprintf(dt, sizeof dt, "%s", enum_name(&tcc__v1__dtype__descriptor, r->dtypes[i], num, sizeof num));
+      lowercase(dt);
+      n += (size_t)snprintf(dtypes + n, sizeof dtypes - n, "%s%s", i ? ", " : "", dt);
+    }
+    kv("compiler", "%s", r->compiler && *r->compiler ? r->compiler : "-");
+    kv("dtypes", "%s", *dtypes ? dtypes : "-");
+    kv("ops", "%zu", r->n_ops);
+    table tb = {.cols = 3};
+    const char *head[] = {"TARGET", "KIND", "SCHEMA"};
+    table_add(&tb, head);
+    for (size_t i = 0; i < r->n_ops; i++) {
+      const Tcc__V1__OpInfo *op = r->ops[i];
+      const char *row[] = {op->target, op->kind && *op->kind ? op->kind : "-", op->schema ? op->schema : ""};
+      table_add(&tb, row);
+    }
+    table_print(&tb, "");
+  }
+  tcc__v1__ops_response__free_unpacked(r, NULL);
+  return rc;
+}
+
 /* ------------------------------------------------------------ main */
 
 typedef struct command {
@@ -1366,13 +1668,13 @@ typedef struct command {
 static const command commands[] = {
     {"health", cmd_health}, {"stats", cmd_stats}, {"ls", cmd_ls},           {"show", cmd_show},
     {"evict", cmd_evict},   {"gc", cmd_gc},       {"compile", cmd_compile}, {"fetch", cmd_fetch},
-    {"keygen", cmd_keygen}, {"explain", cmd_explain},
+    {"keygen", cmd_keygen}, {"explain", cmd_explain}, {"clear", cmd_clear}, {"jobs", cmd_jobs}, {"ops", cmd_ops},
 };
 
 int main(int argc, char **argv) {
   tcctl t = {0};
   char **rest = calloc((size_t)argc + 1, sizeof *rest);
-  int nrest = 0, options_done = 0;
+  int nrest = 0, options_done = 0, want_help = 0;
   if (!rest) return 1;
 
   /* Global options, anywhere on the line; everything else is the command
@@ -1403,9 +1705,7 @@ int main(int argc, char **argv) {
     } else if ((v = option_value(argc, argv, &i, "--tls-key"))) {
       t.tls_key = v;
     } else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-      fputs(usage_text, stdout);
-      free(rest);
-      return 0;
+      want_help = 1; /* the whole text, or the command's */
     } else if (!strcmp(argv[i], "--version")) {
       printf("tcctl %s\n", TCC_VERSION);
       free(rest);
@@ -1414,13 +1714,19 @@ int main(int argc, char **argv) {
       rest[nrest++] = argv[i];
     }
   }
-  if (nrest == 0) {
+  if (nrest == 0 && !want_help) {
     free(rest);
     usage_error("no command given");
   }
-
-  if (!strcmp(rest[0], "help")) {
-    fputs(usage_text, stdout);
+  if (want_help || !strcmp(rest[0], "help")) {
+    const char *name = nrest == 0 ? NULL : strcmp(rest[0], "help") ? rest[0] : nrest > 1 ? rest[1] : NULL;
+    if (!name) fputs(usage_text, stdout);
+    else if (print_command_usage(name, stdout) != 0) {
+      char copy[64];
+      snprintf(copy, sizeof copy, "%s", name);
+      free(rest);
+      usage_error("unknown command '%s'", copy);
+    }
     free(rest);
     return 0;
   }
@@ -1441,6 +1747,7 @@ int main(int argc, char **argv) {
     usage_error("%s: %s", t.addr ? "--addr" : "TCCD_ADDR", aerr.msg);
   }
   t.command = cmd->name;
+  usage_command = cmd->name;
   t.argc = nrest - 1;
   t.argv = rest + 1;
   int rc = cmd->run(&t);

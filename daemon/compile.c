@@ -605,6 +605,8 @@ static void job_succeed(tccd_job *job) {
   job_log(job, TCCD_LOG_INFO, "compile %.12s %s: %d kernel(s), %zu bytes, %.1f ms, %d waiter(s)",
            job->prep->hash_hex, job->prep->target, job->artifact.kernels, job->artifact.size,
            job->artifact.compile_ms, job->nwaiters);
+  /* the first caller compiled (compile_ms); the others waited on its
+   * compile (original_compile_ms, compile_ms 0) */
   Tcc__V1__Timings t = job->timings;
   t.compile_ms = job->artifact.compile_ms;
   Tcc__V1__CacheStatus status_of = TCC__V1__CACHE_STATUS__MISS;
@@ -612,6 +614,8 @@ static void job_succeed(tccd_job *job) {
     next = c->next_waiter;
     reply_entry(c, &job->entry, status_of, &t);
     status_of = TCC__V1__CACHE_STATUS__COALESCED;
+    t.compile_ms = 0;
+    t.original_compile_ms = job->artifact.compile_ms;
   }
   /* write through: entry + artifact, dropping the cluster lock if ours */
   tccd_remote_publish(job->st, &job->entry, job->artifact.data, job->artifact.size,
@@ -785,7 +789,8 @@ static void job_remote_done(void *arg, tccd_remote_result *res) {
            job->prep->target, res->waited ? " after waiting on another daemon" : "",
            job->entry.signature_len ? job->entry.key_id : "nobody", job->nwaiters);
   Tcc__V1__Timings t = job->timings;
-  t.compile_ms = job->entry.compile_ms;
+  t.compile_ms = 0; /* compiled by another daemon */
+  t.original_compile_ms = job->entry.compile_ms;
   Tcc__V1__CacheStatus status_of = TCC__V1__CACHE_STATUS__REMOTE_HIT;
   for (tccd_call *c = job->waiters, *next; c; c = next) {
     next = c->next_waiter;
@@ -1070,7 +1075,8 @@ static void compile_prepared(compile_request *r) {
   }
   if (rc == 0) {
     tcc_cache_count(st->cache, TCC_COUNTER_hits, 1);
-    r->t.compile_ms = entry.compile_ms;
+    r->t.compile_ms = 0;
+    r->t.original_compile_ms = entry.compile_ms;
     reply_entry(c, &entry, TCC__V1__CACHE_STATUS__HIT, &r->t);
     tccd_metrics_observe(st, TCCD_HIST_CACHE_HIT, tccd_call_elapsed_ms(c) / 1000.0);
     tccd_call_log(TCCD_LOG_DEBUG, c, "compile %.12s hit (%.3f ms)", prep->hash_hex, tccd_call_elapsed_ms(c));

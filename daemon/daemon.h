@@ -138,6 +138,8 @@ typedef enum tccd_role { TCCD_ROLE_OPEN, TCCD_ROLE_CLIENT, TCCD_ROLE_ADMIN } tcc
   X(EXPLAIN, "/tcc.v1.Cache/Explain", tccd_rpc_explain, TCCD_ROLE_CLIENT)                \
   X(EVICT, "/tcc.v1.Cache/Evict", tccd_rpc_evict, TCCD_ROLE_ADMIN)                       \
   X(GC, "/tcc.v1.Cache/Gc", tccd_rpc_gc, TCCD_ROLE_ADMIN)                                \
+  X(ZERO_STATS, "/tcc.v1.Cache/ZeroStats", tccd_rpc_zero_stats, TCCD_ROLE_ADMIN)         \
+  X(CLEAR, "/tcc.v1.Cache/Clear", tccd_rpc_clear, TCCD_ROLE_ADMIN)                       \
   X(HEALTH_CHECK, "/grpc.health.v1.Health/Check", tccd_rpc_health_check, TCCD_ROLE_OPEN)
 
 typedef enum tccd_method_id {
@@ -166,6 +168,7 @@ typedef struct tccd_state {
   int store_blocked;               /* compile.c: the disk is full, nothing can be stored */
   char store_blocked_reason[512];
   struct tccd_misses *misses;      /* explain.c: keys of recent misses */
+  int open_without_auth;           /* main.c: listening beyond loopback without --auth-tokens */
 } tccd_state;
 
 /* Creates the server, binds cfg->listen (refusing a port already in use),

@@ -245,7 +245,8 @@ int main(int argc, char **argv) {
   else if (!listen_is_loopback(cfg.listen))
     log_warn("listening on %s without TLS: %s travel in clear text (see --tls-cert)", cfg.listen,
              st.auth ? "bearer tokens and artifacts" : "artifacts");
-  if (!st.auth && !listen_is_loopback(cfg.listen))
+  st.open_without_auth = !st.auth && !listen_is_loopback(cfg.listen);
+  if (st.open_without_auth)
     log_warn("listening on %s WITHOUT AUTH: anyone who can reach this port can compile (run the C "
              "compiler on what they send), evict entries, gc and read the cache; give --auth-tokens FILE, "
              "or listen on 127.0.0.1", cfg.listen);

@@ -1,6 +1,7 @@
 /*
  * rpc.c — the small RPCs: Fetch (streamed artifact), Ops, Stats, List, Show,
- * Evict, Gc and grpc.health.v1.Health/Check. Compile lives in compile.c.
+ * Evict, Gc, ZeroStats, Clear and grpc.health.v1.Health/Check. Compile
+ * lives in compile.c.
  *
  * Each handler decodes its request (malformed: INVALID_ARGUMENT), asks the
  * cache, and finishes the call exactly once. All run on the loop thread.
@@ -123,10 +124,38 @@ void tccd_rpc_ops(tccd_state *st, tccd_call *c) {
 
 /* ------------------------------------------------------------ Stats */
 
-int tccd_stats_fill(const tccd_state *st, Tcc__V1__StatsResponse *out, tcc_error *err) {
-  tcc_cache_stats cs;
-  int rc = tcc_cache_stats_get(st->cache, &cs, err);
-  if (rc != 0) return rc;
+/* A StatsResponse and the warnings it points to. */
+#define STATS_WARNINGS_MAX 3
+typedef struct stats_reply {
+  Tcc__V1__StatsResponse r;
+  char *warnings[STATS_WARNINGS_MAX];
+  char text[STATS_WARNINGS_MAX][640];
+} stats_reply;
+
+/* What an operator should know now (StatsResponse.warnings). */
+static void stats_warnings(const tccd_state *st, stats_reply *out) {
+  size_t n = 0;
+  if (st->open_without_auth) { /* HOST of --listen, with the bound port (--listen may say :0) */
+    const char *colon = strrchr(st->cfg->listen, ':');
+    int host_len = colon ? (int)(colon - st->cfg->listen) : (int)strlen(st->cfg->listen);
+    snprintf(out->text[n++], sizeof out->text[0],
+             "listening on %.*s:%d without auth (--auth-tokens): anyone who can reach this port can compile, "
+             "evict, clear and read the cache",
+             host_len, st->cfg->listen, tccd_server_port(st->server));
+  }
+  if (st->store_blocked)
+    snprintf(out->text[n++], sizeof out->text[0], "storing blocked: %s", st->store_blocked_reason);
+  if (out->r.remote_enabled && !out->r.remote_connected)
+    snprintf(out->text[n++], sizeof out->text[0], "redis tier disconnected (%s)", out->r.remote_address);
+  for (size_t i = 0; i < n; i++) out->warnings[i] = out->text[i];
+  out->r.n_warnings = n;
+  out->r.warnings = out->warnings;
+}
+
+/* Fills *out from the cache's statistics cs and the daemon's state (no
+ * warnings). */
+static void stats_from(const tccd_state *st, const tcc_cache_stats *cache_stats, Tcc__V1__StatsResponse *out) {
+  const tcc_cache_stats cs = *cache_stats;
   tccd_job_stats js;
   tccd_jobs_stats(st, &js);
   Tcc__V1__StatsResponse r = TCC__V1__STATS_RESPONSE__INIT;
@@ -181,20 +210,40 @@ int tccd_stats_fill(const tccd_state *st, Tcc__V1__StatsResponse *out, tcc_error
   r.remote_connected = remote_connected;
   r.remote_address = (char *)remote_address;
   *out = r;
+}
+
+int tccd_stats_fill(const tccd_state *st, Tcc__V1__StatsResponse *out, tcc_error *err) {
+  tcc_cache_stats cs;
+  int rc = tcc_cache_stats_get(st->cache, &cs, err);
+  if (rc != 0) return rc;
+  stats_from(st, &cs, out);
   return 0;
 }
 
-void tccd_rpc_stats(tccd_state *st, tccd_call *c) {
-  ProtobufCMessage *req = unpack_request(c, &tcc__v1__stats_request__descriptor);
+/* Stats, and ZeroStats (zero set): the statistics now, then (ZeroStats)
+ * the counters restart from 0. */
+static void stats_answer(tccd_state *st, tccd_call *c, const ProtobufCMessageDescriptor *req_desc, int zero) {
+  ProtobufCMessage *req = unpack_request(c, req_desc);
   if (!req) return;
   protobuf_c_message_free_unpacked(req, NULL);
-  Tcc__V1__StatsResponse r;
+  tcc_cache_stats cs;
   tcc_error err;
-  if (tccd_stats_fill(st, &r, &err) != 0) {
+  if (tcc_cache_stats_get(st->cache, &cs, &err) != 0 || (zero && tcc_cache_zero_counters(st->cache, &err) != 0)) {
     tccd_call_fail_error(c, &err);
     return;
   }
-  tccd_call_reply(c, &r.base);
+  if (zero) tccd_call_log(TCCD_LOG_INFO, c, "statistics zeroed on request");
+  stats_reply sr;
+  memset(&sr, 0, sizeof sr);
+  stats_from(st, &cs, &sr.r);
+  stats_warnings(st, &sr);
+  tccd_call_reply(c, &sr.r.base);
+}
+
+void tccd_rpc_stats(tccd_state *st, tccd_call *c) { stats_answer(st, c, &tcc__v1__stats_request__descriptor, 0); }
+
+void tccd_rpc_zero_stats(tccd_state *st, tccd_call *c) {
+  stats_answer(st, c, &tcc__v1__zero_stats_request__descriptor, 1);
 }
 
 /* ------------------------------------------------------------ List / Show */
@@ -216,6 +265,18 @@ static void fill_summary(Tcc__V1__EntrySummary *s, const tcc_cache_entry *e,
   s->key_id = (char *)e->key_id;
 }
 
+/* A recorded failure as the wire has it; strings point into f and hex. */
+static void fill_failure(Tcc__V1__FailureSummary *s, const tcc_cache_failure *f, char hex[TCC_SHA256_HEX]) {
+  tcc__v1__failure_summary__init(s);
+  tcc_hex_encode(f->hash, TCC_SHA256_BYTES, hex);
+  s->guard_hash = hex;
+  s->target = (char *)f->target;
+  s->code = (char *)tcc_status_name(f->code);
+  s->message = (char *)f->message;
+  s->created_unix = f->created;
+  s->key_size = (int64_t)f->key_len;
+}
+
 void tccd_rpc_list(tccd_state *st, tccd_call *c) {
   Tcc__V1__ListRequest *req =
       (Tcc__V1__ListRequest *)unpack_request(c, &tcc__v1__list_request__descriptor);
@@ -234,35 +295,81 @@ void tccd_rpc_list(tccd_state *st, tccd_call *c) {
   }
   int limit = req->limit > 0 ? req->limit : 100;
   if (limit > 10000) limit = 10000;
+  int failures = req->failures;
   tcc__v1__list_request__free_unpacked(req, NULL);
 
+  /* the entries, or (ListRequest.failures) the recorded failures */
   tcc_cache_entry *entries = NULL;
+  tcc_cache_failure *fs = NULL;
   size_t n = 0;
   tcc_error err;
-  if (tcc_cache_list(st->cache, order, limit, &entries, &n, &err) != 0) {
+  tcc_cache_stats cs;
+  if ((failures ? tcc_cache_list_failures(st->cache, limit, &fs, &n, &err)
+                : tcc_cache_list(st->cache, order, limit, &entries, &n, &err)) != 0 ||
+      tcc_cache_stats_get(st->cache, &cs, &err) != 0) {
+    tcc_cache_entries_free(entries, n);
+    free(fs);
     tccd_call_fail_error(c, &err);
     return;
   }
-  Tcc__V1__EntrySummary *sums = calloc(n ? n : 1, sizeof *sums);
-  Tcc__V1__EntrySummary **ptrs = calloc(n ? n : 1, sizeof *ptrs);
+  Tcc__V1__EntrySummary *sums = failures ? NULL : calloc(n ? n : 1, sizeof *sums);
+  Tcc__V1__FailureSummary *fsums = failures ? calloc(n ? n : 1, sizeof *fsums) : NULL;
+  void **ptrs = calloc(n ? n : 1, sizeof *ptrs);
   char (*hex)[2][TCC_SHA256_HEX] = calloc(n ? n : 1, sizeof *hex);
-  if (!sums || !ptrs || !hex) {
-    tccd_call_fail(c, TCC_E_RESOURCE_EXHAUSTED, "out of memory listing %zu entries", n);
+  if ((!sums && !fsums) || !ptrs || !hex) {
+    tccd_call_fail(c, TCC_E_RESOURCE_EXHAUSTED, "out of memory listing %zu %s", n, failures ? "failures" : "entries");
   } else {
     for (size_t i = 0; i < n; i++) {
-      tcc__v1__entry_summary__init(&sums[i]);
-      fill_summary(&sums[i], &entries[i], hex[i][0], hex[i][1]);
-      ptrs[i] = &sums[i];
+      if (failures) {
+        fill_failure(&fsums[i], &fs[i], hex[i][0]);
+        ptrs[i] = &fsums[i];
+      } else {
+        tcc__v1__entry_summary__init(&sums[i]);
+        fill_summary(&sums[i], &entries[i], hex[i][0], hex[i][1]);
+        ptrs[i] = &sums[i];
+      }
     }
     Tcc__V1__ListResponse r = TCC__V1__LIST_RESPONSE__INIT;
-    r.n_entries = n;
-    r.entries = ptrs;
+    if (failures) {
+      r.n_failures = n;
+      r.failures = (Tcc__V1__FailureSummary **)ptrs;
+      r.total = cs.failures;
+    } else {
+      r.n_entries = n;
+      r.entries = (Tcc__V1__EntrySummary **)ptrs;
+      r.total = cs.entries;
+    }
     tccd_call_reply(c, &r.base);
   }
   free(sums);
+  free(fsums);
   free(ptrs);
   free(hex);
-  tcc_cache_entries_free(entries, n);
+  free(fs);
+  tcc_cache_entries_free(entries, failures ? 0 : n);
+}
+
+/* Show of a hash with no entry: its recorded failure, or NOT_FOUND. */
+static void show_failure(tccd_state *st, tccd_call *c, const uint8_t hash[TCC_SHA256_BYTES]) {
+  tcc_cache_failure f;
+  tcc_error err;
+  int rc = tcc_cache_get_failure(st->cache, hash, &f, &err);
+  if (rc == TCC_E_NOT_FOUND) {
+    char hex[TCC_SHA256_HEX];
+    tcc_hex_encode(hash, TCC_SHA256_BYTES, hex);
+    tccd_call_fail(c, TCC_E_NOT_FOUND, "no cache entry or recorded failure for %s", hex);
+    return;
+  }
+  if (rc != 0) {
+    tccd_call_fail_error(c, &err);
+    return;
+  }
+  char hex[TCC_SHA256_HEX];
+  Tcc__V1__FailureSummary sum;
+  fill_failure(&sum, &f, hex);
+  Tcc__V1__ShowResponse r = TCC__V1__SHOW_RESPONSE__INIT;
+  r.failure = &sum;
+  tccd_call_reply(c, &r.base);
 }
 
 void tccd_rpc_show(tccd_state *st, tccd_call *c) {
@@ -275,7 +382,12 @@ void tccd_rpc_show(tccd_state *st, tccd_call *c) {
   if (bad) return;
   tcc_cache_entry e;
   tcc_error err;
-  if (tcc_cache_get(st->cache, hash, &e, &err) != 0) {
+  int rc = tcc_cache_get(st->cache, hash, &e, &err);
+  if (rc == TCC_E_NOT_FOUND) {
+    show_failure(st, c, hash);
+    return;
+  }
+  if (rc != 0) {
     tccd_call_fail_error(c, &err);
     return;
   }
@@ -454,6 +566,35 @@ void tccd_rpc_gc(tccd_state *st, tccd_call *c) {
     free(g);
     tccd_call_fail(c, TCC_E_RESOURCE_EXHAUSTED, "out of memory");
   }
+}
+
+/* ------------------------------------------------------------ Clear */
+
+/* Empties the local cache (entries, artifacts, recorded failures; tuning
+ * records when asked). A Redis tier is left alone: it is the fleet's, and
+ * ClearResponse.remote_enabled tells the caller so. */
+void tccd_rpc_clear(tccd_state *st, tccd_call *c) {
+  Tcc__V1__ClearRequest *req = (Tcc__V1__ClearRequest *)unpack_request(c, &tcc__v1__clear_request__descriptor);
+  if (!req) return;
+  int tuning = req->tuning;
+  tcc__v1__clear_request__free_unpacked(req, NULL);
+  tcc_cache_clear_result res;
+  tcc_error err;
+  if (tcc_cache_clear(st->cache, tuning, &res, &err) != 0) {
+    tccd_call_fail_error(c, &err);
+    return;
+  }
+  log_info("cleared on request: %lld entries (%lld bytes), %lld recorded failures, %lld tuning records%s",
+           (long long)res.entries, (long long)res.bytes, (long long)res.failures, (long long)res.tuning_records,
+           st->remote ? "; the redis tier is left as it is" : "");
+  if (res.bytes > 0) tccd_store_unblock(st, "the cache was cleared");
+  Tcc__V1__ClearResponse r = TCC__V1__CLEAR_RESPONSE__INIT;
+  r.entries = res.entries;
+  r.bytes = res.bytes;
+  r.failures = res.failures;
+  r.tuning_records = res.tuning_records;
+  r.remote_enabled = st->remote != NULL;
+  tccd_call_reply(c, &r.base);
 }
 
 /* ------------------------------------------------------------ Health */

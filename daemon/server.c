@@ -57,7 +57,8 @@
 
 #include "daemon.h"
 
-/* How many requests to keep pending per method (hot methods get more). */
+/* How many requests to keep pending per method (hot methods get more;
+ * one for a method not listed). */
 static const int pending_per_method[TCCD_METHOD__COUNT] = {
     [TCCD_METHOD_COMPILE] = 16, [TCCD_METHOD_FETCH] = 4, [TCCD_METHOD_OPS] = 1,
     [TCCD_METHOD_STATS] = 2,    [TCCD_METHOD_LIST] = 1,

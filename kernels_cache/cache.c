@@ -88,7 +88,8 @@
  *
  *   Table counters — the named counters of cache.h (TCC_CACHE_COUNTERS)
  *   | name  | TEXT PK | counter name ("hits", "evictions", ...)          |
- *   | value | INTEGER | running total since the cache was created        |
+ *   | value | INTEGER | running total since the cache was created, or    |
+ *   |       |         | zeroed (tcc_cache_zero_counters: rows deleted)   |
  *
  *   Table totals — running sums that are not counters (value untyped)
  *   | name                  | value                                       |
@@ -96,6 +97,8 @@
  *   | blob_bytes            | INTEGER, SUM(blobs.size), trigger-kept      |
  *   | compile_seconds_saved | REAL, sum over hits of the entry compile_ms |
  *   | compile_seconds       | REAL, sum of compile_ms of every store (v2) |
+ *   tcc_cache_zero_counters sets compile_seconds_saved and compile_seconds
+ *   to 0 with the counters; blob_bytes is a gauge and stays.
  *
  *   Table failures (v2) — the negative cache: deterministic compile
  *   failures, answered again without recompiling. The guard key includes
@@ -264,6 +267,7 @@ _Static_assert(sizeof MIGRATIONS / sizeof MIGRATIONS[0] == TCC_CACHE_SCHEMA_VERS
 
 #define ENTRY_META_COLS \
   "hash, target, kind, artifact_sha256, size, kernels, compile_ms, created, last_used, hits, key_id"
+#define FAILURE_COLS "hash, code, message, created, target, length(key)"
 
 #define STATEMENTS(X)                                                          \
   X(BEGIN, "BEGIN IMMEDIATE")                                                  \
@@ -314,6 +318,9 @@ _Static_assert(sizeof MIGRATIONS / sizeof MIGRATIONS[0] == TCC_CACHE_SCHEMA_VERS
                  " VALUES (?1, ?2, ?3, ?4, ?5, ?6)")                           \
   X(FAILURE_DELETE, "DELETE FROM failures WHERE hash = ?1")                    \
   X(FAILURE_COUNT, "SELECT count(*) FROM failures")                            \
+  X(FAILURE_ROW, "SELECT " FAILURE_COLS " FROM failures WHERE hash = ?1")      \
+  X(FAILURE_LIST, "SELECT " FAILURE_COLS " FROM failures"                      \
+                  " ORDER BY created DESC, hash ASC LIMIT ?1")                 \
   X(TUNING_GET, "SELECT record FROM tuning WHERE signature = ?1 AND target = ?2") \
   X(TUNING_PUT, "INSERT OR REPLACE INTO tuning(signature, target, created, record)" \
                 " VALUES (?1, ?2, ?3, ?4)")                                    \
@@ -329,7 +336,14 @@ _Static_assert(sizeof MIGRATIONS / sizeof MIGRATIONS[0] == TCC_CACHE_SCHEMA_VERS
                 " UNION ALL SELECT hash, key, 1, target, created FROM failures WHERE graph = ?1" \
                 " ORDER BY 5 DESC LIMIT ?2")                                   \
   X(KEY_OF, "SELECT key, 0 FROM entries WHERE hash = ?1"                       \
-            " UNION ALL SELECT key, 1 FROM failures WHERE hash = ?1")
+            " UNION ALL SELECT key, 1 FROM failures WHERE hash = ?1") \
+  X(COUNTERS_ZERO, "DELETE FROM counters")                                     \
+  X(TOTALS_ZERO, "UPDATE totals SET value = 0.0"                               \
+                 " WHERE name IN ('compile_seconds', 'compile_seconds_saved')") \
+  X(CLEAR_ENTRIES, "DELETE FROM entries")                                      \
+  X(CLEAR_BLOBS, "DELETE FROM blobs")                                          \
+  X(CLEAR_FAILURES, "DELETE FROM failures")                                    \
+  X(CLEAR_TUNING, "DELETE FROM tuning")
 
 typedef enum cache_stmt_id {
 #define STMT_ENUM(id, sql) ST_##id,
@@ -455,6 +469,18 @@ static int column_dup(sqlite3_stmt *s, int col, uint8_t **out, size_t *len) {
   return 0;
 }
 
+/* Makes room for one more element of size bytes in *v (len used of *cap),
+ * doubling from `first`. Returns 0, or -1 (out of memory; *v unchanged). */
+static int array_reserve(void **v, size_t *cap, size_t len, size_t size, size_t first) {
+  if (len < *cap) return 0;
+  size_t grown_cap = *cap ? *cap * 2 : first;
+  void *grown = realloc(*v, grown_cap * size);
+  if (!grown) return -1;
+  *v = grown;
+  *cap = grown_cap;
+  return 0;
+}
+
 /* Copies a 32-byte blob column; returns false when the column is not one. */
 static bool column_digest(sqlite3_stmt *s, int col, uint8_t out[TCC_SHA256_BYTES]) {
   if (sqlite3_column_bytes(s, col) != TCC_SHA256_BYTES) {
@@ -571,6 +597,12 @@ static void pending_merge(cache_pending *p, tcc_cache_entry *e) {
   if (!s || s->hits == 0) return;
   e->hits += s->hits;
   if (s->last_used > e->last_used) e->last_used = s->last_used;
+}
+
+/* Drops the pending hits of every entry (after clear); counters stay. */
+static void pending_forget_all(cache_pending *p) {
+  if (p->cap) memset(p->slots, 0, p->cap * sizeof *p->slots);
+  p->used = 0;
 }
 
 static bool pending_empty(const cache_pending *p) {
@@ -1293,15 +1325,10 @@ static int blob_list(tcc_cache *c, uint8_t (**out)[TCC_SHA256_BYTES], size_t *n,
   sqlite3_stmt *s = c->st[ST_BLOB_ALL];
   int rc;
   while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
-    if (len == cap) {
-      cap = cap ? cap * 2 : 64;
-      void *grown = realloc(v, cap * sizeof *v);
-      if (!grown) {
-        sqlite3_reset(s);
-        free(v);
-        return tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "cache gc: out of memory");
-      }
-      v = grown;
+    if (array_reserve((void **)&v, &cap, len, sizeof *v, 64)) {
+      sqlite3_reset(s);
+      free(v);
+      return tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "cache gc: out of memory");
     }
     if (column_digest(s, 0, v[len])) len++;
   }
@@ -1472,6 +1499,43 @@ int tcc_cache_gc_finish(tcc_cache *c, int64_t max_bytes, const uint8_t (*corrupt
   return 0;
 }
 
+/* One try of tcc_cache_clear: the deletions in one transaction. */
+static int clear_once(tcc_cache *c, int tuning, tcc_cache_clear_result *r, tcc_error *err) {
+  static const cache_stmt_id steps[] = {ST_CLEAR_ENTRIES, ST_CLEAR_BLOBS, ST_CLEAR_FAILURES, ST_CLEAR_TUNING};
+  int64_t *counts[] = {&r->entries, NULL, &r->failures, &r->tuning_records};
+  memset(r, 0, sizeof *r);
+  int code = txn_begin(c, err);
+  if (code) return code;
+  code = blob_bytes_get(c, &r->bytes, err);
+  for (size_t i = 0; !code && i < sizeof steps / sizeof steps[0]; i++) {
+    if (steps[i] == ST_CLEAR_TUNING && !tuning) break;
+    int rc = stmt_run(c->st[steps[i]]);
+    if (rc != SQLITE_DONE) code = sql_error(c, rc, err, "clear");
+    else if (counts[i]) *counts[i] = sqlite3_changes(c->db);
+  }
+  if (code) {
+    txn_rollback(c);
+    memset(r, 0, sizeof *r);
+    return code;
+  }
+  return txn_commit(c, err);
+}
+
+int tcc_cache_clear(tcc_cache *c, int tuning, tcc_cache_clear_result *out, tcc_error *err) {
+  tcc_cache_clear_result r;
+  if (out) memset(out, 0, sizeof *out);
+  if (!c) return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "cache clear: no cache");
+  int code = clear_once(c, tuning, &r, err);
+  if (code == TCC_E_RESOURCE_EXHAUSTED && reserve_release(c)) /* a full disk: spend the reserve */
+    code = clear_once(c, tuning, &r, err);
+  if (code) return code;
+  pending_forget_all(&c->pending);
+  vacuum_in_steps(c);
+  reserve_make(c);
+  if (out) *out = r;
+  return 0;
+}
+
 int tcc_cache_list(tcc_cache *c, tcc_cache_order order, int limit, tcc_cache_entry **out,
                    size_t *n, tcc_error *err) {
   if (out) *out = NULL;
@@ -1491,15 +1555,10 @@ int tcc_cache_list(tcc_cache *c, tcc_cache_order order, int limit, tcc_cache_ent
   size_t len = 0, cap = 0;
   int rc;
   while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
-    if (len == cap) {
-      cap = cap ? cap * 2 : 16;
-      void *grown = realloc(v, cap * sizeof *v);
-      if (!grown) {
-        sqlite3_reset(s);
-        tcc_cache_entries_free(v, len);
-        return tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "cache list: out of memory");
-      }
-      v = grown;
+    if (array_reserve((void **)&v, &cap, len, sizeof *v, 16)) {
+      sqlite3_reset(s);
+      tcc_cache_entries_free(v, len);
+      return tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "cache list: out of memory");
     }
     memset(&v[len], 0, sizeof v[len]);
     row_to_meta(s, &v[len++]);
@@ -1585,9 +1644,87 @@ int tcc_cache_stats_get(tcc_cache *c, tcc_cache_stats *out, tcc_error *err) {
   return 0;
 }
 
+int tcc_cache_zero_counters(tcc_cache *c, tcc_error *err) {
+  if (!c) return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "cache zero counters: no cache");
+  int code = txn_begin(c, err);
+  if (code) return code;
+  int rc = stmt_run(c->st[ST_COUNTERS_ZERO]);
+  if (rc == SQLITE_DONE) rc = stmt_run(c->st[ST_TOTALS_ZERO]);
+  if (rc != SQLITE_DONE) {
+    code = sql_error(c, rc, err, "zero counters");
+    txn_rollback(c);
+    return code;
+  }
+  if ((code = txn_commit(c, err))) return code;
+  memset(c->pending.counters, 0, sizeof c->pending.counters);
+  c->pending.saved_ms = 0;
+  return 0;
+}
+
 /* ---------------------------------------------------------------------- */
 /* The negative cache                                                      */
 /* ---------------------------------------------------------------------- */
+
+/* Reads a FAILURE_COLS row into *f (zeroed first). */
+static void row_to_failure(sqlite3_stmt *s, tcc_cache_failure *f) {
+  memset(f, 0, sizeof *f);
+  column_digest(s, 0, f->hash);
+  f->code = sqlite3_column_int(s, 1);
+  const char *msg = (const char *)sqlite3_column_text(s, 2);
+  snprintf(f->message, sizeof f->message, "%s", msg ? msg : "");
+  f->created = sqlite3_column_int64(s, 3);
+  const char *t = (const char *)sqlite3_column_text(s, 4);
+  snprintf(f->target, sizeof f->target, "%s", t ? t : "");
+  f->key_len = (size_t)sqlite3_column_int64(s, 5);
+}
+
+int tcc_cache_list_failures(tcc_cache *c, int limit, tcc_cache_failure **out, size_t *n, tcc_error *err) {
+  if (out) *out = NULL;
+  if (n) *n = 0;
+  if (!c || !out || !n) return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "cache list failures: bad arguments");
+  sqlite3_stmt *s = c->st[ST_FAILURE_LIST];
+  sqlite3_bind_int(s, 1, limit > 0 ? limit : -1);
+  tcc_cache_failure *v = NULL;
+  size_t len = 0, cap = 0;
+  int rc;
+  while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+    if (array_reserve((void **)&v, &cap, len, sizeof *v, 16)) {
+      sqlite3_reset(s);
+      free(v);
+      return tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "cache list failures: out of memory");
+    }
+    row_to_failure(s, &v[len++]);
+  }
+  sqlite3_reset(s);
+  if (rc != SQLITE_DONE) {
+    free(v);
+    return sql_error(c, rc, err, "list failures");
+  }
+  *out = v;
+  *n = len;
+  return 0;
+}
+
+int tcc_cache_get_failure(tcc_cache *c, const uint8_t hash[TCC_SHA256_BYTES], tcc_cache_failure *out,
+                          tcc_error *err) {
+  if (!c || !hash || !out) return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "cache get failure: bad arguments");
+  memset(out, 0, sizeof *out);
+  sqlite3_stmt *s = c->st[ST_FAILURE_ROW];
+  sqlite3_bind_blob(s, 1, hash, TCC_SHA256_BYTES, SQLITE_STATIC);
+  int rc = sqlite3_step(s), found = rc == SQLITE_ROW;
+  if (found) {
+    row_to_failure(s, out);
+    rc = SQLITE_DONE;
+  }
+  sqlite3_reset(s);
+  if (rc != SQLITE_DONE) return sql_error(c, rc, err, "read failure");
+  if (!found) {
+    char hex[TCC_SHA256_HEX];
+    tcc_hex_encode(hash, TCC_SHA256_BYTES, hex);
+    return tcc_error_set(err, TCC_E_NOT_FOUND, "no recorded failure for %s", hex);
+  }
+  return 0;
+}
 
 int tcc_cache_store_failure(tcc_cache *c, const uint8_t hash[TCC_SHA256_BYTES],
                             const uint8_t *key, size_t key_len, const char *target,

@@ -223,6 +223,10 @@ typedef struct tcc_cache_failure {
   int code;                              /* TCC_E_* */
   char message[TCC_ERROR_MSG_MAX];
   int64_t created;                       /* unix seconds */
+  /* Filled by tcc_cache_list_failures and tcc_cache_get_failure: */
+  uint8_t hash[TCC_SHA256_BYTES];        /* guard hash */
+  char target[64];                       /* as tcc_cache_entry.target */
+  size_t key_len;                        /* bytes of its canonical key */
 } tcc_cache_failure;
 
 /* Records a failure (code < 0) for hash/key. Returns 0 or a TCC_E_* code. */
@@ -235,6 +239,18 @@ int tcc_cache_store_failure(tcc_cache *c, const uint8_t hash[TCC_SHA256_BYTES],
 int tcc_cache_lookup_failure(tcc_cache *c, const uint8_t hash[TCC_SHA256_BYTES],
                              const uint8_t *key, size_t key_len, tcc_cache_failure *out,
                              tcc_error *err);
+
+/* Lists up to limit recorded failures (limit <= 0: all), newest first,
+ * ties by hash (tcc_cache_stats.failures counts them all). *out is
+ * malloc'd (free it). Returns 0 or a TCC_E_* code. */
+int tcc_cache_list_failures(tcc_cache *c, int limit, tcc_cache_failure **out, size_t *n,
+                            tcc_error *err);
+
+/* The failure recorded for hash, whatever its key (for `tcctl show`, not
+ * for answering requests: tcc_cache_lookup_failure compares keys).
+ * Returns 0 or TCC_E_NOT_FOUND (or another code on a database error). */
+int tcc_cache_get_failure(tcc_cache *c, const uint8_t hash[TCC_SHA256_BYTES],
+                          tcc_cache_failure *out, tcc_error *err);
 
 /* Tuning records (schema v4): the best config of one kernel signature
  * for one target, as serialized record bytes (compiler.h's
@@ -270,6 +286,26 @@ void tcc_cache_keyed_free(tcc_cache_keyed *k, size_t n);
  * TCC_E_* code. */
 int tcc_cache_key_of(tcc_cache *c, const uint8_t hash[TCC_SHA256_BYTES], uint8_t **key, size_t *len,
                      int *failure, tcc_error *err);
+
+/* Restarts the counters from 0: the counters table, the pending deltas,
+ * and the totals compile_seconds and compile_seconds_saved, in one
+ * transaction (entries, blob bytes, pending hits of entries, failures and
+ * tuning records stay). Returns 0 or a TCC_E_* code, nothing changed. */
+int tcc_cache_zero_counters(tcc_cache *c, tcc_error *err);
+
+typedef struct tcc_cache_clear_result {
+  int64_t entries;          /* entries removed */
+  int64_t bytes;            /* blob bytes freed */
+  int64_t failures;         /* recorded failures removed */
+  int64_t tuning_records;   /* tuning records removed */
+} tcc_cache_clear_result;
+
+/* Removes every entry, blob and recorded failure (and every tuning record
+ * when tuning is set) in one transaction, then gives the pages back to the
+ * file system, as gc does (with the reserve's space on a full disk).
+ * Counters are kept; removals are not counted as evictions. Fills *out
+ * (may be NULL). Returns 0 or a TCC_E_* code, the cache unchanged. */
+int tcc_cache_clear(tcc_cache *c, int tuning, tcc_cache_clear_result *out, tcc_error *err);
 
 /* Writes pending counters and hit bookkeeping in one transaction.
  * Returns 0 (also when nothing was pending) or a TCC_E_* code; on

@@ -909,6 +909,179 @@ START_TEST(test_counters_persist) {
 }
 END_TEST
 
+/* tcc_cache_zero_counters: counters (flushed and pending) and the
+ * compile-time totals restart from 0, on disk too; entries, blob bytes,
+ * pending hits, failures and tuning records stay. */
+START_TEST(test_zero_counters) {
+  tcc_cache *c = open_cache(0);
+  tcc_error err = {0};
+  stored a;
+  store_random(c, &a, 2000, 40);
+  tcc_cache_entry e;
+  ck_assert_int_eq(tcc_cache_lookup(c, a.e.hash, a.e.key, a.e.key_len, &e, &err), 0); /* a pending hit */
+  tcc_cache_entry_clear(&e);
+  for (int i = 0; i < TCC_COUNTER__COUNT; i++) tcc_cache_count(c, (tcc_cache_counter)i, 7);
+  ck_assert_int_eq(tcc_cache_flush(c, &err), 0);
+  for (int i = 0; i < TCC_COUNTER__COUNT; i++) tcc_cache_count(c, (tcc_cache_counter)i, 3); /* pending */
+  ck_assert_int_eq(tcc_cache_lookup(c, a.e.hash, a.e.key, a.e.key_len, &e, &err), 0);
+  tcc_cache_entry_clear(&e);
+  uint8_t sig[TCC_SHA256_BYTES], rec[8] = "record!";
+  tt_rand_bytes(sig, sizeof sig);
+  ck_assert_int_eq(tcc_cache_tuning_put(c, sig, "cpu", rec, sizeof rec, &err), 0);
+  ck_assert_int_eq(tcc_cache_store_failure(c, sig, rec, sizeof rec, "cpu", TCC_E_INTERNAL, "cc", &err), 0);
+  tcc_cache_stats before = stats_of(c);
+  ck_assert_int_eq(before.counters[TCC_COUNTER_hits], 10);
+  ck_assert(before.compile_seconds > 0 && before.compile_seconds_saved > 0);
+
+  ck_assert_int_eq(tcc_cache_zero_counters(c, &err), 0);
+  for (int round = 0; round < 2; round++) { /* now, and after a reopen */
+    tcc_cache_stats st = stats_of(c);
+    for (int i = 0; i < TCC_COUNTER__COUNT; i++) ck_assert_int_eq(st.counters[i], 0);
+    ck_assert(st.compile_seconds == 0 && st.compile_seconds_saved == 0);
+    ck_assert_int_eq(st.entries, 1);
+    ck_assert_int_eq(st.bytes, before.bytes);
+    ck_assert_int_eq(st.failures, 1);
+    ck_assert_int_eq(st.tuning_records, 1);
+    ck_assert_int_eq(tcc_cache_get(c, a.e.hash, &e, &err), 0);
+    ck_assert_int_eq(e.hits, 2); /* the entry's hits are not a counter */
+    tcc_cache_entry_clear(&e);
+    tcc_cache_close(c);
+    c = open_cache(0);
+  }
+  tcc_cache_count(c, TCC_COUNTER_hits, 1); /* counting goes on */
+  ck_assert_int_eq(stats_of(c).counters[TCC_COUNTER_hits], 1);
+  ck_assert_int_eq(tcc_cache_zero_counters(NULL, &err), TCC_E_INVALID_ARGUMENT);
+  tcc_cache_close(c);
+  stored_free(&a);
+}
+END_TEST
+
+/* tcc_cache_list_failures (newest first, all fields) and
+ * tcc_cache_get_failure (by hash alone, whatever the key). */
+START_TEST(test_list_and_get_failures) {
+  tcc_cache *c = open_cache(0);
+  tcc_error err = {0};
+  tcc_cache_failure *fs = NULL, f;
+  size_t n = 99;
+  ck_assert_int_eq(tcc_cache_list_failures(c, 0, &fs, &n, &err), 0);
+  ck_assert_uint_eq(n, 0);
+  free(fs);
+  enum { N = 5 };
+  uint8_t hash[N][TCC_SHA256_BYTES], key[N][24];
+  for (int i = 0; i < N; i++) {
+    tt_rand_bytes(hash[i], sizeof hash[i]);
+    tt_rand_bytes(key[i], sizeof key[i]);
+    char msg[64], target[32];
+    snprintf(msg, sizeof msg, "failure %d\nsecond line", i);
+    snprintf(target, sizeof target, "cpu:x86-64-v%d", i);
+    ck_assert_int_eq(tcc_cache_store_failure(c, hash[i], key[i], (size_t)(8 + i), target, TCC_E_INTERNAL - i,
+                                             msg, &err), 0);
+  }
+  sqlite3 *db = raw_open(); /* distinct creation times: failure i at 1000 + i */
+  for (int i = 0; i < N; i++) {
+    sqlite3_stmt *st;
+    ck_assert_int_eq(sqlite3_prepare_v2(db, "UPDATE failures SET created = ?1 WHERE hash = ?2", -1, &st, NULL),
+                     SQLITE_OK);
+    sqlite3_bind_int64(st, 1, 1000 + i);
+    sqlite3_bind_blob(st, 2, hash[i], TCC_SHA256_BYTES, SQLITE_STATIC);
+    ck_assert_int_eq(sqlite3_step(st), SQLITE_DONE);
+    sqlite3_finalize(st);
+  }
+  sqlite3_close(db);
+  ck_assert_int_eq(tcc_cache_list_failures(c, 0, &fs, &n, &err), 0);
+  ck_assert_uint_eq(n, N);
+  for (size_t j = 0; j < n; j++) {
+    int i = N - 1 - (int)j; /* newest first */
+    ck_assert_mem_eq(fs[j].hash, hash[i], TCC_SHA256_BYTES);
+    ck_assert_int_eq(fs[j].code, TCC_E_INTERNAL - i);
+    ck_assert_int_eq(fs[j].created, 1000 + i);
+    ck_assert_uint_eq(fs[j].key_len, (size_t)(8 + i));
+    char want[64];
+    snprintf(want, sizeof want, "failure %d\nsecond line", i);
+    ck_assert_str_eq(fs[j].message, want);
+    snprintf(want, sizeof want, "cpu:x86-64-v%d", i);
+    ck_assert_str_eq(fs[j].target, want);
+  }
+  free(fs);
+  ck_assert_int_eq(tcc_cache_list_failures(c, 2, &fs, &n, &err), 0);
+  ck_assert_uint_eq(n, 2);
+  ck_assert_mem_eq(fs[1].hash, hash[N - 2], TCC_SHA256_BYTES);
+  free(fs);
+
+  ck_assert_int_eq(tcc_cache_get_failure(c, hash[2], &f, &err), 0);
+  ck_assert_mem_eq(f.hash, hash[2], TCC_SHA256_BYTES);
+  ck_assert_int_eq(f.code, TCC_E_INTERNAL - 2);
+  ck_assert_str_eq(f.target, "cpu:x86-64-v2");
+  ck_assert_uint_eq(f.key_len, 10);
+  ck_assert_int_eq(tcc_cache_evict(c, hash[2], &err), 0);
+  ck_assert_int_eq(tcc_cache_get_failure(c, hash[2], &f, &err), TCC_E_NOT_FOUND);
+  ck_assert(strstr(err.msg, "no recorded failure for "));
+  ck_assert_int_eq(tcc_cache_list_failures(NULL, 0, &fs, &n, &err), TCC_E_INVALID_ARGUMENT);
+  tcc_cache_close(c);
+}
+END_TEST
+
+/* tcc_cache_clear: every entry, blob and failure goes (tuning records
+ * only when asked), counters stay, pending hits of the cleared entries
+ * are not written back, and the cache works afterwards. */
+START_TEST(test_clear) {
+  tcc_cache *c = open_cache(0);
+  tcc_error err = {0};
+  stored a, b, shared;
+  store_random(c, &a, 3000, 10);
+  store_random(c, &b, 5000, 20);
+  store_random(c, &shared, 1000, 5);
+  shared.e.hash[0] ^= 1; /* a second entry on the same blob */
+  ck_assert_int_eq(tcc_cache_store(c, &shared.e, shared.artifact, shared.len, &err), 0);
+  tcc_cache_entry e;
+  ck_assert_int_eq(tcc_cache_lookup(c, a.e.hash, a.e.key, a.e.key_len, &e, &err), 0); /* pending hit */
+  tcc_cache_entry_clear(&e);
+  uint8_t h[TCC_SHA256_BYTES], sig[TCC_SHA256_BYTES], rec[4] = "rec";
+  tt_rand_bytes(h, sizeof h);
+  tt_rand_bytes(sig, sizeof sig);
+  ck_assert_int_eq(tcc_cache_store_failure(c, h, rec, sizeof rec, "cpu", TCC_E_INTERNAL, "cc", &err), 0);
+  ck_assert_int_eq(tcc_cache_tuning_put(c, sig, "cpu", rec, sizeof rec, &err), 0);
+  tcc_cache_count(c, TCC_COUNTER_misses, 4);
+
+  tcc_cache_clear_result r;
+  ck_assert_int_eq(tcc_cache_clear(c, 0, &r, &err), 0);
+  ck_assert_int_eq(r.entries, 4);
+  ck_assert_int_eq(r.bytes, 9000);
+  ck_assert_int_eq(r.failures, 1);
+  ck_assert_int_eq(r.tuning_records, 0);
+  for (int round = 0; round < 2; round++) {
+    tcc_cache_stats st = stats_of(c);
+    ck_assert_int_eq(st.entries, 0);
+    ck_assert_int_eq(st.bytes, 0);
+    ck_assert_int_eq(st.failures, 0);
+    ck_assert_int_eq(st.tuning_records, 1);
+    ck_assert_int_eq(st.counters[TCC_COUNTER_misses], 4);
+    ck_assert(!present(c, a.e.hash) && !present(c, shared.e.hash));
+    tcc_cache_close(c); /* the pending hit of a is not resurrected */
+    c = open_cache(0);
+  }
+  sqlite3 *db = raw_open();
+  ck_assert_int_eq(raw_int(db, "SELECT count(*) FROM blobs"), 0);
+  ck_assert_int_eq(raw_int(db, "SELECT value FROM totals WHERE name = 'blob_bytes'"), 0);
+  sqlite3_close(db);
+
+  ck_assert_int_eq(tcc_cache_store(c, &b.e, b.artifact, b.len, &err), 0); /* usable again */
+  ck_assert(present(c, b.e.hash));
+  ck_assert_int_eq(tcc_cache_clear(c, 1, &r, &err), 0);
+  ck_assert_int_eq(r.entries, 1);
+  ck_assert_int_eq(r.tuning_records, 1);
+  ck_assert_int_eq(stats_of(c).tuning_records, 0);
+  ck_assert_int_eq(tcc_cache_clear(c, 1, &r, &err), 0); /* an empty cache: nothing to do */
+  ck_assert_int_eq(r.entries + r.bytes + r.failures + r.tuning_records, 0);
+  ck_assert_int_eq(tcc_cache_integrity_check(c, &err), 0);
+  ck_assert_int_eq(tcc_cache_clear(NULL, 0, &r, &err), TCC_E_INVALID_ARGUMENT);
+  tcc_cache_close(c);
+  stored_free(&a);
+  stored_free(&b);
+  stored_free(&shared);
+}
+END_TEST
+
 static void expect_open_fails(const char *path, const char *needle) {
   tcc_cache_options o = {.dir = path};
   tcc_cache *c = (tcc_cache *)&o;
@@ -1126,6 +1299,9 @@ static Suite *cache_suite(void) {
   tcase_add_test(t, test_gc_scan_then_finish);
   tcase_add_test(t, test_list_ordering);
   tcase_add_test(t, test_counters_persist);
+  tcase_add_test(t, test_zero_counters);
+  tcase_add_test(t, test_list_and_get_failures);
+  tcase_add_test(t, test_clear);
   tcase_add_test(t, test_unusable_dir);
   tcase_add_test(t, test_garbage_file);
   tcase_add_test(t, test_foreign_sqlite_file);

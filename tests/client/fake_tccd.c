@@ -285,9 +285,10 @@ static void handle(fake_tccd *f, call_ctx *c, const char *method) {
     Tcc__V1__EntrySummary e;
     Tcc__V1__EntrySummary *entries[1] = {&e};
     fill_summary(f, &e);
-    if (!f->entry_evicted) {
+    if (!f->entry_evicted && !(r && r->failures)) { /* it records no failures */
       resp.n_entries = 1;
       resp.entries = entries;
+      resp.total = 1;
     }
     finish(c, &md_sent, &resp.base, GRPC_STATUS_OK, NULL);
     if (r) tcc__v1__list_request__free_unpacked(r, NULL);

@@ -1,7 +1,8 @@
 """
 Bearer-token auth (--auth-tokens): a call without a valid token is
 UNAUTHENTICATED, a client token may compile, fetch and read the cache but
-not Evict or Gc (PERMISSION_DENIED), an admin token may do everything;
+not Evict, Gc, ZeroStats or Clear (PERMISSION_DENIED), an admin token may
+do everything;
 Health/Check stays open for probes. Tokens never appear in the log.
 """
 import os
@@ -81,7 +82,7 @@ def test_roles(daemon_factory, tokens, tmp_path, pb):
     tcctl(d.addr, "--token-file", client, "ls")
     tcctl(d.addr, "--token-file", client, "show", h)
     tcctl(d.addr, "--token-file", client, "fetch", h, str(tmp_path / "a.so"), json_out=False)
-    for args in (["evict", h], ["gc"]):
+    for args in (["evict", h], ["gc"], ["stats", "--zero"], ["clear", "--yes"]):
         p = tcctl(d.addr, "--token-file", client, *args, check=False)
         expect_fail(p, "PERMISSION_DENIED")
         assert "admin token" in p.stderr
@@ -93,6 +94,7 @@ def test_roles(daemon_factory, tokens, tmp_path, pb):
                        capture_output=True, text=True, env=env, timeout=120)
     assert p.returncode == 0, p.stderr
 
+    assert tcctl(d.addr, "--token-file", client, "stats")["entries"] == 1  # nothing was cleared
     # admin token: everything
     tcctl(d.addr, "--token-file", admin, "gc")
     tcctl(d.addr, "--token-file", admin, "evict", h, json_out=False)
