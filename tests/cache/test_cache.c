@@ -91,6 +91,11 @@ static void raw_exec(sqlite3 *db, const char *sql) {
 /* A cache holding one random entry a (len bytes, compile_ms), turned into
  * an older version by sql run on the closed file, then opened again,
  * which migrates it. */
+/* Undoes migration 5 (the graph digests); prefixed to every downgrade. */
+#define UNDO_V5                                                                              \
+  "DROP INDEX entries_by_graph; DROP INDEX failures_by_graph;"                               \
+  "ALTER TABLE entries DROP COLUMN graph; ALTER TABLE failures DROP COLUMN graph;"
+
 static tcc_cache *downgraded(stored *a, size_t len, double compile_ms, const char *sql) {
   tcc_cache *c = open_cache(0);
   store_random(c, a, len, compile_ms);
@@ -246,7 +251,7 @@ START_TEST(test_store_lookup_reopen) {
 
   /* The file is what cache.c documents. */
   sqlite3 *db = raw_open();
-  ck_assert_int_eq(raw_int(db, "PRAGMA user_version"), 4);
+  ck_assert_int_eq(raw_int(db, "PRAGMA user_version"), 5);
   ck_assert_int_eq(raw_int(db, "PRAGMA application_id"), 0x54434344);
   ck_assert_int_eq(raw_int(db, "PRAGMA auto_vacuum"), 2);
   sqlite3_close(db);
@@ -486,7 +491,7 @@ END_TEST
 START_TEST(test_migrate_from_v1) {
   stored a;
   tcc_cache *c = downgraded(&a, 2000, 1500,
-                            "DROP TABLE tuning; DROP TABLE failures;"
+                            UNDO_V5 "DROP TABLE tuning; DROP TABLE failures;"
                             "DELETE FROM totals WHERE name = 'compile_seconds';"
                             "ALTER TABLE entries DROP COLUMN signature; ALTER TABLE entries DROP COLUMN key_id;"
                             "PRAGMA user_version = 1;");
@@ -497,7 +502,7 @@ START_TEST(test_migrate_from_v1) {
   ck_assert_int_eq(tcc_cache_store_failure(c, a.e.hash, a.e.key, a.e.key_len, "cpu",
                                            TCC_E_INTERNAL, "x", &err), 0);
   tcc_cache_close(c);
-  ck_assert_int_eq(file_version(), 4);
+  ck_assert_int_eq(file_version(), 5);
   stored_free(&a);
 }
 END_TEST
@@ -508,7 +513,7 @@ END_TEST
 START_TEST(test_migrate_from_v2) {
   stored a;
   tcc_cache *c = downgraded(&a, 1500, 20,
-                            "DROP TABLE tuning;"
+                            UNDO_V5 "DROP TABLE tuning;"
                             "ALTER TABLE entries DROP COLUMN signature; ALTER TABLE entries DROP COLUMN key_id;"
                             "PRAGMA user_version = 2;");
   tcc_error err = {0};
@@ -546,7 +551,7 @@ START_TEST(test_migrate_from_v2) {
   memset(b.e.key_id, 'a', sizeof b.e.key_id);
   ck_assert_int_eq(tcc_cache_store(c, &b.e, b.artifact, b.len, &err), TCC_E_INVALID_ARGUMENT);
   tcc_cache_close(c);
-  ck_assert_int_eq(file_version(), 4);
+  ck_assert_int_eq(file_version(), 5);
   stored_free(&a);
   stored_free(&b);
 }
@@ -596,7 +601,7 @@ END_TEST
  * entries are kept and records can be stored. */
 START_TEST(test_migrate_from_v3) {
   stored a;
-  tcc_cache *c = downgraded(&a, 1200, 30, "DROP TABLE tuning; PRAGMA user_version = 3;");
+  tcc_cache *c = downgraded(&a, 1200, 30, UNDO_V5 "DROP TABLE tuning; PRAGMA user_version = 3;");
   ck_assert(present(c, a.e.hash));
   tcc_error err = {0};
   uint8_t sig[TCC_SHA256_BYTES], rec[16], *got = NULL;
@@ -609,7 +614,109 @@ START_TEST(test_migrate_from_v3) {
   ck_assert_mem_eq(got, rec, sizeof rec);
   free(got);
   tcc_cache_close(c);
-  ck_assert_int_eq(file_version(), 4);
+  ck_assert_int_eq(file_version(), 5);
+  stored_free(&a);
+}
+END_TEST
+
+/* A test graph digest: the key's first byte names the graph (a key
+ * starting with 0xff cannot be read). */
+static int first_byte_digest(const uint8_t *key, size_t len, uint8_t out[TCC_SHA256_BYTES]) {
+  if (len == 0 || key[0] == 0xff) return -1;
+  memset(out, key[0], TCC_SHA256_BYTES);
+  return 0;
+}
+
+static tcc_cache *open_with_digests(void) {
+  tcc_cache_options o = {.dir = dir, .graph_digest = first_byte_digest};
+  tcc_cache *c = NULL;
+  tcc_error err = {0};
+  ck_assert_msg(tcc_cache_open(&o, &c, &err) == 0, "open: %s", err.msg);
+  return c;
+}
+
+static int keyed_has(const tcc_cache_keyed *k, size_t n, const uint8_t hash[TCC_SHA256_BYTES], int failure) {
+  for (size_t i = 0; i < n; i++)
+    if (!memcmp(k[i].hash, hash, TCC_SHA256_BYTES)) return k[i].failure == failure;
+  return 0;
+}
+
+/* Graph digests (v5): entries and failures are found by the digest of
+ * their key, with their keys; rows stored without the hook (as before
+ * v5) get theirs on the first lookup; a key the hook cannot read is
+ * never found; key_of finds entries and failures. */
+START_TEST(test_same_graph) {
+  tcc_error err = {0};
+  stored a, b, old, bad;
+  tcc_cache *c = open_cache(0); /* no hook: rows without a digest */
+  store_random(c, &old, 300, 3);
+  old.e.key[0] = 7;
+  ck_assert_int_eq(tcc_cache_store(c, &old.e, old.artifact, old.len, &err), 0); /* replaced: key byte set */
+  tcc_cache_close(c);
+  c = open_with_digests();
+  store_random(c, &a, 400, 4);
+  a.e.key[0] = 7;
+  ck_assert_int_eq(tcc_cache_store(c, &a.e, a.artifact, a.len, &err), 0);
+  store_random(c, &b, 500, 5);
+  b.e.key[0] = 9; /* another graph */
+  ck_assert_int_eq(tcc_cache_store(c, &b.e, b.artifact, b.len, &err), 0);
+  store_random(c, &bad, 600, 6);
+  bad.e.key[0] = 0xff;
+  ck_assert_int_eq(tcc_cache_store(c, &bad.e, bad.artifact, bad.len, &err), 0);
+  uint8_t fhash[TCC_SHA256_BYTES], fkey[24];
+  tt_rand_bytes(fhash, sizeof fhash);
+  tt_rand_bytes(fkey, sizeof fkey);
+  fkey[0] = 7;
+  ck_assert_int_eq(tcc_cache_store_failure(c, fhash, fkey, sizeof fkey, "cpu", TCC_E_INTERNAL, "x", &err), 0);
+
+  uint8_t g7[TCC_SHA256_BYTES];
+  memset(g7, 7, sizeof g7);
+  tcc_cache_keyed *k = NULL;
+  size_t n = 0;
+  ck_assert_int_eq(tcc_cache_same_graph(c, g7, 0, &k, &n, &err), 0);
+  ck_assert_uint_eq(n, 3); /* a, the failure and the old row (backfilled) */
+  ck_assert(keyed_has(k, n, a.e.hash, 0) && keyed_has(k, n, old.e.hash, 0) && keyed_has(k, n, fhash, 1));
+  for (size_t i = 0; i < n; i++) ck_assert_uint_eq(k[i].key[0], 7);
+  tcc_cache_keyed_free(k, n);
+  ck_assert_int_eq(tcc_cache_same_graph(c, g7, 2, &k, &n, &err), 0); /* the limit */
+  ck_assert_uint_eq(n, 2);
+  tcc_cache_keyed_free(k, n);
+
+  uint8_t *key = NULL;
+  size_t len = 0;
+  int failure = -1;
+  ck_assert_int_eq(tcc_cache_key_of(c, fhash, &key, &len, &failure, &err), 0);
+  ck_assert_int_eq(failure, 1);
+  ck_assert_uint_eq(len, sizeof fkey);
+  ck_assert_mem_eq(key, fkey, len);
+  free(key);
+  ck_assert_int_eq(tcc_cache_key_of(c, b.e.hash, &key, &len, &failure, &err), 0);
+  ck_assert_int_eq(failure, 0);
+  ck_assert_mem_eq(key, b.e.key, len);
+  free(key);
+  uint8_t nohash[TCC_SHA256_BYTES];
+  tt_rand_bytes(nohash, sizeof nohash);
+  ck_assert_int_eq(tcc_cache_key_of(c, nohash, &key, &len, &failure, &err), TCC_E_NOT_FOUND);
+  tcc_cache_close(c);
+
+  sqlite3 *db = raw_open(); /* every row has a digest now; the unreadable key an empty one */
+  ck_assert_int_eq(raw_int(db, "SELECT count(*) FROM entries WHERE graph IS NULL"), 0);
+  ck_assert_int_eq(raw_int(db, "SELECT count(*) FROM entries WHERE length(graph) = 0"), 1);
+  sqlite3_close(db);
+  stored_free(&a);
+  stored_free(&b);
+  stored_free(&old);
+  stored_free(&bad);
+}
+END_TEST
+
+/* A version-4 file (before graph digests) is migrated on open. */
+START_TEST(test_migrate_from_v4) {
+  stored a;
+  tcc_cache *c = downgraded(&a, 800, 10, UNDO_V5 "PRAGMA user_version = 4;");
+  ck_assert(present(c, a.e.hash));
+  tcc_cache_close(c);
+  ck_assert_int_eq(file_version(), 5);
   stored_free(&a);
 }
 END_TEST
@@ -1289,6 +1396,8 @@ static Suite *cache_suite(void) {
   tcase_add_test(t, test_shared_blob);
   tcase_add_test(t, test_negative_cache);
   tcase_add_test(t, test_migrate_from_v1);
+  tcase_add_test(t, test_migrate_from_v4);
+  tcase_add_test(t, test_same_graph);
   tcase_add_test(t, test_migrate_from_v2);
   tcase_add_test(t, test_migrate_from_v3);
   tcase_add_test(t, test_tuning_records);

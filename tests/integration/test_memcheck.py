@@ -32,6 +32,10 @@ def test_daemon_session_under_valgrind(daemon_factory, tmp_path):
     d.tcctl("ls", timeout=300)
     d.tcctl("show", c["guard_hash"], timeout=300)
     d.tcctl("gc", timeout=300)
+    d.tcctl("explain", c["guard_hash"], timeout=300)           # the Explain machine, both offload steps
+    d.tcctl("explain", "--target", "cpu:x86-64", SIN_COS, timeout=300)
+    d.tcctl("jobs", timeout=300)
+    d.tcctl("ls", "--failures", timeout=300)
     with grpc.insecure_channel(d.addr) as ch:
         for method, payload in (("/tcc.v1.Compiler/Compile", b"\xff\xfe garbage"),
                                 ("/tcc.v1.Nope/Nope", b"")):

@@ -46,7 +46,8 @@ STATS_METRICS = {
     "autotune_untuned": "tccd_autotune_untuned_total", "tuning_records": "tccd_tuning_records",
 }
 # strings (the version is tccd_build_info's label), and tcctl's own ratio
-NOT_METRICS = {"version", "remote_address", "signing_key_id", "store_blocked_reason", "hit_rate"}
+NOT_METRICS = {"version", "remote_address", "signing_key_id", "store_blocked_reason", "hit_rate",
+               "warnings"}  # text: on health and stats (tcctl); the conditions have gauges (store_blocked)
 HISTOGRAMS = ("tccd_cache_hit_seconds", "tccd_compile_duration_seconds", "tccd_queue_wait_seconds")
 
 
