@@ -280,6 +280,9 @@ struct tcc_program {
    * schedule passes. */
   const tcc_kernel_config *kcfg;
   int nkcfg;
+  /* tune.c's signatures: each CPU kernel printed whole, no shared bodies
+   * (cpu/emit.c), so a kernel's text runs from its head to the next's */
+  int whole_kernels;
   /* the schedule pass (target.h): the target's decisions, in the arena;
    * NULL before it runs */
   union {
@@ -452,6 +455,11 @@ const char *tcc_utype(tcc_dtype d);
  * and tests. Returns 0 or a TCC_E_* code. */
 int tcc_generate_source(const tcc_prepared *p, char **source, size_t *len, int *kernels,
                         tcc_error *err);
+
+/* tcc_generate_source with every kernel printed whole (no shared bodies):
+ * tune.c's kernel signatures. */
+int tcc_generate_source_whole(const tcc_prepared *p, char **source, size_t *len, int *kernels,
+                              tcc_error *err);
 
 /* tcc_generate_source with configs[0..nconfigs) applied to the live
  * kernels in order, as tcc_compile_tuned does (static shapes only). For

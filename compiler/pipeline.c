@@ -326,7 +326,7 @@ static int generate_source_dynamic(const tcc_prepared *p, const tcc_target *t, c
                                    size_t *len, int *kernels, tcc_error *err);
 
 static int generate_source(const tcc_prepared *p, const tcc_kernel_config *configs,
-                           int nconfigs, char **source, size_t *len, int *kernels,
+                           int nconfigs, int whole, char **source, size_t *len, int *kernels,
                            tcc_error *err) {
   tcc_error local;
   if (!err) err = &local;
@@ -345,6 +345,7 @@ static int generate_source(const tcc_prepared *p, const tcc_kernel_config *confi
   tcc_program_init(&prog, &arena, p->graph);
   prog.kcfg = configs;
   prog.nkcfg = configs ? nconfigs : 0;
+  prog.whole_kernels = whole;
   tcc_buf src = {0};
   dumper dump = {.dir = ""};
   int rc = generate(t, &prog, &src, &dump, err);
@@ -361,12 +362,17 @@ static int generate_source(const tcc_prepared *p, const tcc_kernel_config *confi
 
 int tcc_generate_source(const tcc_prepared *p, char **source, size_t *len, int *kernels,
                         tcc_error *err) {
-  return generate_source(p, NULL, 0, source, len, kernels, err);
+  return generate_source(p, NULL, 0, 0, source, len, kernels, err);
+}
+
+int tcc_generate_source_whole(const tcc_prepared *p, char **source, size_t *len, int *kernels,
+                              tcc_error *err) {
+  return generate_source(p, NULL, 0, 1, source, len, kernels, err);
 }
 
 int tcc_generate_source_tuned(const tcc_prepared *p, const tcc_kernel_config *configs,
                               int nconfigs, char **source, size_t *len, tcc_error *err) {
-  return generate_source(p, configs, nconfigs, source, len, NULL, err);
+  return generate_source(p, configs, nconfigs, 0, source, len, NULL, err);
 }
 
 /* tcc_compile and tcc_compile_tuned: configs (may be NULL) per live

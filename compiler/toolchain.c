@@ -37,14 +37,17 @@ int tcc_toolchain_identity(const char *cc, char *out, size_t cap, tcc_error *err
    * identity, so such kernels never share cache entries with fused ones. */
   const char *nf = getenv("TCC_NO_FUSION");
   int no_fusion = nf && nf[0] && strcmp(nf, "0") != 0;
+  /* and TCC_NO_SHARED_BODIES (cpu/emit.c): every kernel's body its own */
+  const char *ns = getenv("TCC_NO_SHARED_BODIES");
+  int no_shared = ns && ns[0] && strcmp(ns, "0") != 0;
   /* so is the convolution road (conv.c): oneDNN's version, or none */
   char conv[32] = "";
 #ifdef TCC_HAVE_ONEDNN
   if (tcc_onednn_enabled())
     snprintf(conv, sizeof conv, " onednn/%d.%d", DNNL_VERSION_MAJOR, DNNL_VERSION_MINOR);
 #endif
-  int w = snprintf(out, cap, "tccd-codegen/%d%s%s cc=%.*s", TCC_CODEGEN_VERSION,
-                   no_fusion ? " no-fusion" : "", conv, (int)n, line);
+  int w = snprintf(out, cap, "tccd-codegen/%d%s%s%s cc=%.*s", TCC_CODEGEN_VERSION,
+                   no_fusion ? " no-fusion" : "", no_shared ? " no-shared-bodies" : "", conv, (int)n, line);
   free(text);
   if (w < 0 || (size_t)w >= cap)
     return tcc_error_set(err, TCC_E_INVALID_ARGUMENT,

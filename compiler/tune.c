@@ -189,7 +189,7 @@ int tcc_tune_signatures_make(const tcc_prepared *p, tcc_tune_signatures *out, tc
   char *src;
   size_t len;
   int nk = 0;
-  int rc = tcc_generate_source(p, &src, &len, &nk, err);
+  int rc = tcc_generate_source_whole(p, &src, &len, &nk, err);
   if (rc) return rc;
   out->kernels = calloc((size_t)nk + 1, sizeof *out->kernels);
   if (!out->kernels) {

@@ -996,6 +996,201 @@ done:
   return rc;
 }
 
+/* ------------------------------------------------ shared kernel bodies
+ *
+ * Identical layers of a model give kernels that differ only in their
+ * number and in where their buffers live (in[8] or in[20], ws + 0 or
+ * ws + 27648). Each kernel kN is emitted as a body that takes its buffers
+ * as a pointer table, and a wrapper that builds the table:
+ *
+ *   __attribute__((noinline)) static int tcc_body3(void *const *P) {
+ *     const float *restrict b0 = (const float *)P[0];   (was b8 = in[8])
+ *     float *restrict b1 = (float *)P[1];               (was b52 = ws + 27648)
+ *     ... the kernel, its buffers renamed b0, b1, ... in declaration order
+ *   }
+ *   static int k12(const void *const *in, void *const *out, char *ws) {
+ *     void *const P[] = {(void *)((const float *)in[8]), (void *)((float *)(ws + 27648))};
+ *     return tcc_body3(P);
+ *   }
+ *
+ * and a body whose text an earlier kernel already has is not emitted
+ * again: a 12-layer encoder compiles each of its layer's kernels once
+ * (issue 22). The transform reads the kernel's text as emit_kernel wrote
+ * it (head, "(void)in..." line, declaration lines, the rest); a kernel of
+ * another shape (a convolution step with its static state, one that
+ * names in, out or ws past its declarations) is emitted as it is, and so
+ * is every kernel of a dynamic program (dynamic.c reads its probes'
+ * sources kernel by kernel) or of tune.c's signatures (whole_kernels). */
+
+typedef struct body_table {
+  uint8_t (*digest)[TCC_SHA256_BYTES];
+  int n, cap;
+} body_table;
+
+static int is_ident(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_'; }
+
+/* 1 when text holds the identifier `name` as a whole token. */
+static int has_token(const char *text, const char *name) {
+  size_t n = strlen(name);
+  for (const char *q = strstr(text, name); q; q = strstr(q + 1, name))
+    if ((q == text || !is_ident(q[-1])) && !is_ident(q[n])) return 1;
+  return 0;
+}
+
+/* Copies text to out, renaming each token b<I> whose I is in from[0..n)
+ * to b<j> (its position), and each loop variable i<V> made past the
+ * dims (V >= TCC_MAX_DIMS: a reduction's, a blocked loop's i<V>b and
+ * i<V>e) to i<TCC_MAX_DIMS + k>, k numbering them by first appearance:
+ * those ids are numbered program-wide, so one layer's kernel would
+ * otherwise differ from the next's. Dims (i0, i1, ...) and other tokens
+ * (b3_data, int64_t, ib, t0, ...) stay. Returns -1 when out of memory. */
+static int rename_tokens(tcc_buf *out, const char *text, const int *from, int n) {
+  int *vars = NULL, nvars = 0, cap = 0;
+  const char *q = text;
+  while (*q) {
+    if ((*q == 'b' || *q == 'i') && (q == text || !is_ident(q[-1])) && q[1] >= '0' && q[1] <= '9') {
+      const char *e = q + 1;
+      int v = 0;
+      while (*e >= '0' && *e <= '9' && v < 100000000) v = v * 10 + (*e++ - '0');
+      char suffix = 0;
+      if (*q == 'i' && (*e == 'b' || *e == 'e') && !is_ident(e[1])) suffix = *e++;
+      if (!is_ident(*e)) {
+        int j = -1;
+        if (*q == 'b') {
+          for (int i = 0; i < n && j < 0; i++)
+            if (from[i] == v) j = i;
+        } else if (v < TCC_MAX_DIMS) {
+          j = v; /* a kernel dim: the same in every layer, and named so in dumps */
+        } else {
+          for (int i = 0; i < nvars && j < 0; i++)
+            if (vars[i] == v) j = TCC_MAX_DIMS + i;
+          if (j < 0) {
+            if (nvars == cap) {
+              int *more = realloc(vars, sizeof *vars * (size_t)(cap = cap ? cap * 2 : 16));
+              if (!more) {
+                free(vars);
+                return -1;
+              }
+              vars = more;
+            }
+            vars[nvars] = v;
+            j = TCC_MAX_DIMS + nvars++;
+          }
+        }
+        if (j >= 0) {
+          tcc_buf_printf(out, "%c%d", *q, j);
+          if (suffix) tcc_buf_put(out, &suffix, 1);
+          q = e;
+          continue;
+        }
+      }
+    }
+    tcc_buf_put(out, q, 1);
+    q++;
+  }
+  free(vars);
+  return out->failed ? -1 : 0;
+}
+
+/* Appends kernel text kt (one kernel as emit_kernel wrote it) to b as a
+ * shared body and a wrapper, or as it is. Returns 0, or -1 when out of
+ * memory. */
+static int emit_shared(tcc_buf *b, const char *kt, body_table *bodies) {
+  const char *comment_end = strstr(kt, "*/\n");
+  const char *head = comment_end ? comment_end + 3 : NULL;
+  const char *head_end = head && strncmp(head, "static int k", 12) == 0 ? strchr(head, '\n') : NULL;
+  if (!head_end) {
+    tcc_buf_puts(b, kt);
+    return b->failed ? -1 : 0;
+  }
+  const char *q = head_end + 1;
+  static const char void_line[] = "  (void)in; (void)out; (void)ws;\n";
+  if (strncmp(q, void_line, sizeof void_line - 1) != 0) {
+    tcc_buf_puts(b, kt);
+    return b->failed ? -1 : 0;
+  }
+  q += sizeof void_line - 1;
+  /* the declarations: "  [const ]T *restrict b<I> = SRC;" each */
+  enum { MAX_PARAMS = 256 };
+  int from[MAX_PARAMS], n = 0;
+  tcc_buf decl = {0}, srcs = {0}, rest = {0}, generic = {0};
+  int ok = 1;
+  const char *rest_at = q;
+  for (;;) {
+    const char *eol = strchr(q, '\n');
+    if (!eol) break;
+    if (strncmp(q, "  int bad = 0;\n", 15) == 0) { /* fused kernels declare bad first */
+      tcc_buf_puts(&decl, "  int bad = 0;\n");
+      q = rest_at = eol + 1;
+      continue;
+    }
+    const char *r = strstr(q, " *restrict b");
+    const char *eq = r && r < eol ? strstr(r, " = ") : NULL;
+    if (!eq || eq > eol || eol[-1] != ';' || n == MAX_PARAMS) break;
+    int idx = atoi(r + 12);
+    const char *type_at = q + 2;
+    tcc_buf_printf(&decl, "  %.*s *restrict b%d = (%.*s *)P[%d];\n", (int)(r - type_at), type_at, n,
+                   (int)(r - type_at), type_at, n);
+    tcc_buf_printf(&srcs, "%s(void *)(%.*s)", n ? ", " : "", (int)(eol - 1 - (eq + 3)), eq + 3);
+    from[n++] = idx;
+    q = eol + 1;
+    rest_at = q;
+  }
+  if (n == 0) ok = 0;
+  if (ok) {
+    if (rename_tokens(&rest, rest_at, from, n) || decl.failed || srcs.failed) {
+      ok = -1;
+    } else if (has_token(rest.data, "in") || has_token(rest.data, "out") || has_token(rest.data, "ws")) {
+      ok = 0; /* the body reads the tables themselves: keep it whole */
+    }
+  }
+  if (ok != 1) {
+    tcc_buf_free(&decl), tcc_buf_free(&srcs), tcc_buf_free(&rest);
+    if (ok < 0) return -1;
+    tcc_buf_puts(b, kt);
+    return b->failed ? -1 : 0;
+  }
+  tcc_buf_puts(&generic, "(void *const *P) {\n  (void)P;\n");
+  tcc_buf_put(&generic, decl.data, decl.len);
+  tcc_buf_put(&generic, rest.data, rest.len);
+  uint8_t digest[TCC_SHA256_BYTES];
+  if (generic.failed) {
+    tcc_buf_free(&decl), tcc_buf_free(&srcs), tcc_buf_free(&rest), tcc_buf_free(&generic);
+    return -1;
+  }
+  tcc_sha256(generic.data, generic.len, digest);
+  int id = -1, fresh = 0;
+  for (int i = 0; i < bodies->n && id < 0; i++)
+    if (memcmp(bodies->digest[i], digest, sizeof digest) == 0) id = i;
+  if (id < 0) {
+    if (bodies->n == bodies->cap) {
+      int cap = bodies->cap ? bodies->cap * 2 : 64;
+      void *more = realloc(bodies->digest, sizeof *bodies->digest * (size_t)cap);
+      if (!more) {
+        tcc_buf_free(&decl), tcc_buf_free(&srcs), tcc_buf_free(&rest), tcc_buf_free(&generic);
+        return -1;
+      }
+      bodies->digest = more;
+      bodies->cap = cap;
+    }
+    id = bodies->n++;
+    memcpy(bodies->digest[id], digest, sizeof digest);
+    fresh = 1;
+    tcc_buf_printf(b, "\nstatic int tcc_body%d(void *const *P);", id);
+  }
+  /* the wrapper: the kernel's comment and head, the table, the call;
+   * then a new body, so that kN's text runs from its head to k(N+1)'s */
+  tcc_buf_put(b, kt, (size_t)(head_end + 1 - kt));
+  tcc_buf_puts(b, void_line);
+  tcc_buf_printf(b, "  void *const P[] = {%s};\n  return tcc_body%d(P);\n}\n", srcs.data, id);
+  if (fresh) {
+    tcc_buf_printf(b, "__attribute__((noinline)) static int tcc_body%d", id);
+    tcc_buf_put(b, generic.data, generic.len);
+  }
+  tcc_buf_free(&decl), tcc_buf_free(&srcs), tcc_buf_free(&rest), tcc_buf_free(&generic);
+  return b->failed ? -1 : 0;
+}
+
 int tcc_cpu_emit(const tcc_program *p, tcc_buf *b, tcc_error *err) {
   const tcc_graph *g = p->graph;
   const tcc_cpu_schedule *sch = p->sched.cpu;
@@ -1029,12 +1224,26 @@ int tcc_cpu_emit(const tcc_program *p, tcc_buf *b, tcc_error *err) {
       tcc_c_put_constant(D, b, &p->bufs[bi], bi);
     }
   int kno = 0;
+  body_table bodies = {0};
+  const char *ns = getenv("TCC_NO_SHARED_BODIES"); /* benchmarks of the road without (in the identity) */
+  /* not for dynamic programs: dynamic.c derives sizes by comparing the
+   * sources of two probes, whose kernels must correspond one to one */
+  const int shared = !(ns && ns[0] && strcmp(ns, "0") != 0) && !p->whole_kernels && !g->nsyms;
   for (int k = 0; k < p->nkernels; k++) {
     if (p->kernels[k].dead) continue;
-    if (emit_kernel(p, &p->kernels[k], &sch->kernels[k], b))
+    tcc_buf kt = {0};
+    int rc = emit_kernel(p, &p->kernels[k], &sch->kernels[k], &kt);
+    if (!rc && kt.failed) rc = -1;
+    else if (!rc && shared) rc = emit_shared(b, kt.data, &bodies);
+    else if (!rc) tcc_buf_put(b, kt.data, kt.len);
+    tcc_buf_free(&kt);
+    if (rc) {
+      free(bodies.digest);
       return tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "out of memory emitting C");
+    }
     kno++;
   }
+  free(bodies.digest);
   if (has_conv) {
     /* the steps' oneDNN objects go when the kernel is unloaded */
     tcc_buf_puts(b, "\n__attribute__((destructor)) static void tcc_dnnl_unload(void) {\n");

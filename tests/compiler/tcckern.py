@@ -77,6 +77,22 @@ class Kernel:
         return outs
 
 
+def kernel_text(src, comment_re):
+    """Kernel kN's C text in a generated source: its wrapper (from the
+    comment matching comment_re, e.g. r"k\\d+: extern gemm", to its closing
+    brace) and the shared body it calls (compiler/cpu/emit.c), wherever
+    an earlier kernel printed it."""
+    import re
+    m = re.search(r"/\* " + comment_re + r".*?\n}\n", src, re.S)
+    if not m:
+        raise AssertionError(f"no kernel /* {comment_re} in the source")
+    call = re.search(r"return (tcc_body\d+)\(P\);", m.group(0))
+    if not call:
+        return m.group(0)
+    body = re.search(r"static int " + call.group(1) + r"\(void \*const \*P\) \{.*?\n}\n", src, re.S)
+    return m.group(0) + body.group(0)
+
+
 def request_for(gm, inputs, isa="x86-64-v3", constants=None):
     specs = [tg.signature_of(t) for t in inputs]
     g = tg.build_graph(gm, specs, constants or {})[0]   # (graph, outputs, ...)
