@@ -198,6 +198,12 @@ cache=$1 dest=$2 tccd=$3
 mount -t tmpfs -o mode=755 tmpfs "$(dirname "$dest")"
 mkdir "$dest"
 mount --bind "$cache" "$dest"
+# the unit runs an installed tccd; this one may live under /tmp (a CI
+# clone), which PrivateTmp hides: its directory is bound beside the cache
+bindir="$(dirname "$dest")/.tccd-bin"
+mkdir "$bindir"
+mount --bind "$(dirname "$tccd")" "$bindir"
+tccd="$bindir/$(basename "$tccd")"
 for m in $(awk '{print $2}' /proc/self/mounts | sort -u); do
   case $m in /proc|/proc/*|/sys|/sys/*|/dev|/dev/*|"$dest") ;;
              *) mount -o remount,bind,ro "$m" 2>/dev/null || true ;; esac
