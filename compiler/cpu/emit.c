@@ -1001,30 +1001,31 @@ done:
  * Identical layers of a model give kernels that differ only in their
  * number and in where their buffers live (in[8] or in[20], ws + 0 or
  * ws + 27648). Each kernel kN is emitted as a body that takes its buffers
- * as a pointer table, and a wrapper that builds the table:
+ * as a pointer table, and a line that says where they are:
  *
+ *   static const tcc_bsrc k12_s[] = {{0, 8, 0, 0}, {2, 0, INT64_C(27648), 0}}; (in[8], ws + 27648)
  *   __attribute__((noinline)) static int tcc_body3(void *const *P) {
  *     const float *restrict b0 = (const float *)P[0];   (was b8 = in[8])
  *     float *restrict b1 = (float *)P[1];               (was b52 = ws + 27648)
  *     ... the kernel, its buffers renamed b0, b1, ... in declaration order
  *   }
- *   static int k12(const void *const *in, void *const *out, char *ws) {
- *     void *const P[] = {(void *)((const float *)in[8]), (void *)((float *)(ws + 27648))};
- *     return tcc_body3(P);
- *   }
  *
  * and a body whose text an earlier kernel already has is not emitted
  * again: a 12-layer encoder compiles each of its layer's kernels once
- * (issue 22). The transform reads the kernel's text as emit_kernel wrote
- * it (head, "(void)in..." line, declaration lines, the rest); a kernel of
- * another shape (a convolution step with its static state, one that
- * names in, out or ws past its declarations) is emitted as it is, and so
- * is every kernel of a dynamic program (dynamic.c reads its probes'
- * sources kernel by kernel) or of tune.c's signatures (whole_kernels). */
+ * (issue 22). A table after the kernels (tcc_kernels, run by tcc_run)
+ * gives each kernel its body and buffers, or the whole function of a
+ * kernel that is printed as it is. The transform reads the kernel's text
+ * as emit_kernel wrote it (head, "(void)in..." line, declaration lines,
+ * the rest); a kernel of another shape (a convolution step with its
+ * static state, one that names in, out or ws past its declarations) is
+ * printed whole, and so is every kernel of a dynamic program (dynamic.c
+ * reads its probes' sources kernel by kernel) or of tune.c's signatures
+ * (whole_kernels). */
 
 typedef struct body_table {
   uint8_t (*digest)[TCC_SHA256_BYTES];
   int n, cap;
+  tcc_buf entries;      /* the kernel table's initializers, kernel order */
 } body_table;
 
 static int is_ident(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_'; }
@@ -1092,22 +1093,72 @@ static int rename_tokens(tcc_buf *out, const char *text, const int *from, int n)
   return out->failed ? -1 : 0;
 }
 
+/* After the kernels: the kernel table and its runner (tcc_entry and the
+ * benchmark hooks call kernel k through tcc_run). A shared kernel's entry
+ * is data, not code: 363 wrapper functions (a 24-layer encoder) cost the
+ * C compiler about as much as every kernel body together. */
+static const char kernel_table_head[] =
+    "\n/* the kernels: a whole one is called as it is; a shared one's body gets its buffers,\n"
+    " * each from base 0 in[index], 1 out[index], 2 ws + offset or 3 data */\n"
+    "#define TCC_KERNEL_TABLE 1\n"
+    "typedef struct tcc_kent {\n"
+    "  int (*whole)(const void *const *, void *const *, char *);\n"
+    "  int (*body)(void *const *);\n"
+    "  const tcc_bsrc *s;\n"
+    "  int n;\n"
+    "} tcc_kent;\n"
+    "static const tcc_kent tcc_kernels[] = {\n";
+static const char kernel_table_tail[] =
+    "};\n"
+    "static int tcc_run(int k, const void *const *in, void *const *out, char *ws) {\n"
+    "  const tcc_kent *e = &tcc_kernels[k];\n"
+    "  if (e->whole) return e->whole(in, out, ws);\n"
+    "  void *P[256];\n"
+    "  for (int j = 0; j < e->n; j++)\n"
+    "    P[j] = e->s[j].base == 0 ? (void *)in[e->s[j].index] : e->s[j].base == 1 ? out[e->s[j].index]\n"
+    "         : e->s[j].base == 2 ? (void *)(ws + e->s[j].offset) : (void *)e->s[j].data;\n"
+    "  return e->body(P);\n}\n";
+static const char bsrc_type[] =
+    "\ntypedef struct tcc_bsrc { int base, index; int64_t offset; const void *data; } tcc_bsrc;\n";
+
+/* Appends buffer j's entry of a wrapper's table, from the declaration's
+ * right side [src, end) as declare_buffers prints it: "(T *)in[K]",
+ * "(T *)out[K]", "(T *)(ws + OFF)" or "b<I>_data". Returns 0, or -1 for
+ * another form (the kernel is then printed whole). */
+static int put_source(tcc_buf *srcs, const char *src, const char *end, int j) {
+  const char *sep = j ? ", " : "";
+  const char *at;
+  size_t n = (size_t)(end - src);
+  char text[160];
+  if (n >= sizeof text) return -1;
+  memcpy(text, src, n);
+  text[n] = '\0';
+  if ((at = strstr(text, " *)in[")))
+    tcc_buf_printf(srcs, "%s{0, %d, 0, 0}", sep, atoi(at + 6));
+  else if ((at = strstr(text, " *)out[")))
+    tcc_buf_printf(srcs, "%s{1, %d, 0, 0}", sep, atoi(at + 7));
+  else if ((at = strstr(text, " *)(ws + ")))
+    tcc_buf_printf(srcs, "%s{2, 0, INT64_C(%lld), 0}", sep, strtoll(at + 9, NULL, 10));
+  else if (text[0] == 'b' && n > 5 && strcmp(text + n - 5, "_data") == 0)
+    tcc_buf_printf(srcs, "%s{3, 0, 0, %s}", sep, text);
+  else
+    return -1;
+  return 0;
+}
+
 /* Appends kernel text kt (one kernel as emit_kernel wrote it) to b as a
  * shared body and a wrapper, or as it is. Returns 0, or -1 when out of
  * memory. */
-static int emit_shared(tcc_buf *b, const char *kt, body_table *bodies) {
+static int emit_shared(tcc_buf *b, const char *kt, int kno, body_table *bodies) {
   const char *comment_end = strstr(kt, "*/\n");
   const char *head = comment_end ? comment_end + 3 : NULL;
   const char *head_end = head && strncmp(head, "static int k", 12) == 0 ? strchr(head, '\n') : NULL;
-  if (!head_end) {
-    tcc_buf_puts(b, kt);
-    return b->failed ? -1 : 0;
-  }
-  const char *q = head_end + 1;
+  const char *q = head_end ? head_end + 1 : NULL;
   static const char void_line[] = "  (void)in; (void)out; (void)ws;\n";
-  if (strncmp(q, void_line, sizeof void_line - 1) != 0) {
+  if (!q || strncmp(q, void_line, sizeof void_line - 1) != 0) {
     tcc_buf_puts(b, kt);
-    return b->failed ? -1 : 0;
+    tcc_buf_printf(&bodies->entries, "  {k%d, 0, 0, 0},\n", kno);
+    return b->failed || bodies->entries.failed ? -1 : 0;
   }
   q += sizeof void_line - 1;
   /* the declarations: "  [const ]T *restrict b<I> = SRC;" each */
@@ -1131,13 +1182,16 @@ static int emit_shared(tcc_buf *b, const char *kt, body_table *bodies) {
     const char *type_at = q + 2;
     tcc_buf_printf(&decl, "  %.*s *restrict b%d = (%.*s *)P[%d];\n", (int)(r - type_at), type_at, n,
                    (int)(r - type_at), type_at, n);
-    tcc_buf_printf(&srcs, "%s(void *)(%.*s)", n ? ", " : "", (int)(eol - 1 - (eq + 3)), eq + 3);
+    if (put_source(&srcs, eq + 3, eol - 1, n) != 0) {
+      ok = 0;
+      break;
+    }
     from[n++] = idx;
     q = eol + 1;
     rest_at = q;
   }
   if (n == 0) ok = 0;
-  if (ok) {
+  if (ok == 1) {
     if (rename_tokens(&rest, rest_at, from, n) || decl.failed || srcs.failed) {
       ok = -1;
     } else if (has_token(rest.data, "in") || has_token(rest.data, "out") || has_token(rest.data, "ws")) {
@@ -1148,7 +1202,8 @@ static int emit_shared(tcc_buf *b, const char *kt, body_table *bodies) {
     tcc_buf_free(&decl), tcc_buf_free(&srcs), tcc_buf_free(&rest);
     if (ok < 0) return -1;
     tcc_buf_puts(b, kt);
-    return b->failed ? -1 : 0;
+    tcc_buf_printf(&bodies->entries, "  {k%d, 0, 0, 0},\n", kno);
+    return b->failed || bodies->entries.failed ? -1 : 0;
   }
   tcc_buf_puts(&generic, "(void *const *P) {\n  (void)P;\n");
   tcc_buf_put(&generic, decl.data, decl.len);
@@ -1176,19 +1231,18 @@ static int emit_shared(tcc_buf *b, const char *kt, body_table *bodies) {
     id = bodies->n++;
     memcpy(bodies->digest[id], digest, sizeof digest);
     fresh = 1;
-    tcc_buf_printf(b, "\nstatic int tcc_body%d(void *const *P);", id);
   }
-  /* the wrapper: the kernel's comment and head, the table, the call;
-   * then a new body, so that kN's text runs from its head to k(N+1)'s */
-  tcc_buf_put(b, kt, (size_t)(head_end + 1 - kt));
-  tcc_buf_puts(b, void_line);
-  tcc_buf_printf(b, "  void *const P[] = {%s};\n  return tcc_body%d(P);\n}\n", srcs.data, id);
+  /* the kernel's comment, where its buffers are, then a new body: kN's
+   * text runs from its comment to k(N+1)'s */
+  tcc_buf_put(b, kt, (size_t)(head - kt));
+  tcc_buf_printf(b, "static const tcc_bsrc k%d_s[] = {%s}; /* k%d runs tcc_body%d */\n", kno, srcs.data, kno, id);
+  tcc_buf_printf(&bodies->entries, "  {0, tcc_body%d, k%d_s, %d},\n", id, kno, n);
   if (fresh) {
     tcc_buf_printf(b, "__attribute__((noinline)) static int tcc_body%d", id);
     tcc_buf_put(b, generic.data, generic.len);
   }
   tcc_buf_free(&decl), tcc_buf_free(&srcs), tcc_buf_free(&rest), tcc_buf_free(&generic);
-  return b->failed ? -1 : 0;
+  return b->failed || bodies->entries.failed ? -1 : 0;
 }
 
 int tcc_cpu_emit(const tcc_program *p, tcc_buf *b, tcc_error *err) {
@@ -1234,11 +1288,15 @@ int tcc_cpu_emit(const tcc_program *p, tcc_buf *b, tcc_error *err) {
     tcc_buf kt = {0};
     int rc = emit_kernel(p, &p->kernels[k], &sch->kernels[k], &kt);
     if (!rc && kt.failed) rc = -1;
-    else if (!rc && shared) rc = emit_shared(b, kt.data, &bodies);
+    else if (!rc && shared) {
+      if (kno == 0) tcc_buf_puts(b, bsrc_type);
+      rc = emit_shared(b, kt.data, kno, &bodies);
+    }
     else if (!rc) tcc_buf_put(b, kt.data, kt.len);
     tcc_buf_free(&kt);
     if (rc) {
       free(bodies.digest);
+      tcc_buf_free(&bodies.entries);
       return tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "out of memory emitting C");
     }
     kno++;
@@ -1257,6 +1315,12 @@ int tcc_cpu_emit(const tcc_program *p, tcc_buf *b, tcc_error *err) {
     }
     tcc_buf_puts(b, "  tcc_dnnl_engine_release();\n}\n");
   }
+  if (shared && kno > 0) {
+    tcc_buf_puts(b, kernel_table_head);
+    tcc_buf_put(b, bodies.entries.data, bodies.entries.len);
+    tcc_buf_puts(b, kernel_table_tail);
+  }
+  tcc_buf_free(&bodies.entries);
   if (g->nsyms) {
     /* ABI 2 (dynamic shapes): the symbols' values come with the call */
     tcc_buf_puts(b, "\n__attribute__((visibility(\"default\")))\n"
@@ -1275,8 +1339,12 @@ int tcc_cpu_emit(const tcc_program *p, tcc_buf *b, tcc_error *err) {
   if (governed)
     tcc_buf_puts(b, "  int tcc_threads, tcc_mode = tcc_gov_begin(&tcc_threads);\n"
                     "  int64_t tcc_t0 = tcc_mode >= 0 ? tcc_gov_now() : 0;\n");
-  for (int k = 0; k < kno; k++)
-    tcc_buf_printf(b, "  bad |= k%d(inputs, outputs, (char *)workspace);\n", k);
+  if (shared && kno > 0)
+    tcc_buf_printf(b, "  for (int k = 0; k < %d; k++) bad |= tcc_run(k, inputs, outputs, (char *)workspace);\n",
+                   kno);
+  else
+    for (int k = 0; k < kno; k++)
+      tcc_buf_printf(b, "  bad |= k%d(inputs, outputs, (char *)workspace);\n", k);
   if (governed) tcc_buf_puts(b, "  tcc_gov_end(tcc_mode, tcc_threads, tcc_t0);\n");
   tcc_buf_puts(b, "  (void)inputs; (void)outputs; (void)workspace;\n  return bad;\n}\n");
   if (b->failed) return tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "out of memory emitting C");
@@ -1288,8 +1356,12 @@ void tcc_cpu_emit_bench_hooks(tcc_buf *src, int nkernels) {
                     "__attribute__((visibility(\"default\")))\n"
                     "int tcc_tune_kernel(int k, const void *const *inputs, void *const *outputs,"
                     " void *workspace) {\n  (void)inputs; (void)outputs; (void)workspace;\n"
+                    "#ifdef TCC_KERNEL_TABLE\n"
+                    "  if (k >= 0 && k < (int)(sizeof tcc_kernels / sizeof tcc_kernels[0]))\n"
+                    "    return tcc_run(k, inputs, outputs, (char *)workspace);\n"
+                    "#else\n"
                     "  switch (k) {\n");
   for (int k = 0; k < nkernels; k++)
     tcc_buf_printf(src, "  case %d: return k%d(inputs, outputs, (char *)workspace);\n", k, k);
-  tcc_buf_puts(src, "  }\n  return 0;\n}\n");
+  tcc_buf_puts(src, "  }\n#endif\n  return 0;\n}\n");
 }

@@ -78,19 +78,20 @@ class Kernel:
 
 
 def kernel_text(src, comment_re):
-    """Kernel kN's C text in a generated source: its wrapper (from the
-    comment matching comment_re, e.g. r"k\\d+: extern gemm", to its closing
-    brace) and the shared body it calls (compiler/cpu/emit.c), wherever
-    an earlier kernel printed it."""
+    """Kernel kN's C text in a generated source: from its comment (matching
+    comment_re, e.g. r"k\\d+: extern gemm") to the next kernel's, and the
+    shared body it runs (compiler/cpu/emit.c), wherever an earlier kernel
+    printed it."""
     import re
-    m = re.search(r"/\* " + comment_re + r".*?\n}\n", src, re.S)
+    m = re.search(r"/\* " + comment_re + r".*?(?=\n/\* k\d+: |\n/\* the kernels|\n__attribute__\(\(visibility)",
+                  src, re.S)
     if not m:
         raise AssertionError(f"no kernel /* {comment_re} in the source")
-    call = re.search(r"return (tcc_body\d+)\(P\);", m.group(0))
-    if not call:
+    runs = re.search(r"runs (tcc_body\d+) \*/", m.group(0))
+    if not runs or ("static int " + runs.group(1) + "(") in m.group(0):
         return m.group(0)
-    body = re.search(r"static int " + call.group(1) + r"\(void \*const \*P\) \{.*?\n}\n", src, re.S)
-    return m.group(0) + body.group(0)
+    body = re.search(r"static int " + runs.group(1) + r"\(void \*const \*P\) \{.*?\n}\n", src, re.S)
+    return m.group(0) + "\n" + body.group(0)
 
 
 def request_for(gm, inputs, isa="x86-64-v3", constants=None):
