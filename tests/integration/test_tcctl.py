@@ -8,10 +8,13 @@ original compile time, and health's warnings (no auth beyond loopback).
 import json
 import os
 import pty
+import shutil
 import subprocess
 import threading
 
-from conftest import GRAPHS, TCCTL, fake_cc, tcctl, wait_for
+import pytest
+
+from conftest import GRAPHS, TCCTL, Redis, fake_cc, tcctl, wait_for
 
 SIN_COS = os.path.join(GRAPHS, "sin_cos.json")
 DIAGNOSTIC = "kernel.c:1:1: error: expected declaration"
@@ -257,3 +260,26 @@ def test_health_no_warning_on_loopback(daemon):
     j = daemon.tcctl("health")
     assert j["warnings"] == []
     assert daemon.stats()["warnings"] == []
+
+
+@pytest.mark.skipif(shutil.which("redis-server") is None, reason="redis-server is not installed")
+def test_clear_leaves_the_shared_tier(daemon_factory, tmp_path):
+    """clear empties this daemon's cache only: with --redis it says so, and
+    the entry it removed comes back from the shared tier as a remote hit."""
+    rdir = tmp_path / "redis"
+    rdir.mkdir()
+    redis = Redis(str(rdir)).start()
+    try:
+        d = daemon_factory(extra_args=["--redis", redis.url]).start()
+        first = d.tcctl("compile", variant_file(tmp_path, 4))
+        assert first["cache"] == "miss"
+        wait_for(lambda: d.stats()["remote_stores"] == 1, what="the entry written through to redis")
+        out = d.tcctl("clear", "--yes", json_out=False)
+        assert out.startswith("removed 1 entries (") and "note: the shared redis tier was not cleared" in out
+        r = d.tcctl("clear", "--yes")  # nothing left locally; the note again, in the JSON
+        assert r["entries"] == 0 and "not cleared" in r["note"]
+        again = d.tcctl("compile", variant_file(tmp_path, 4))
+        assert again["cache"] == "remote_hit" and again["guard_hash"] == first["guard_hash"]
+        assert d.stop() == 0
+    finally:
+        redis.stop()
