@@ -47,6 +47,7 @@
 #include "grpc/health/v1/health.pb-c.h"
 #include "pbjson.h"
 #include "tcc_config.h"
+#include "tcc_target.h"
 #include "tccclient.h"
 #include "tcc_units.h"
 
@@ -1065,49 +1066,6 @@ static int read_input(tcctl *t, const char *path, char **out, size_t *len) {
   return 0;
 }
 
-/* Replaces req->target with the one `spec` names: cpu, cpu:ISA, cuda:ARCH,
- * and moves every tensor value to that device type.
- * Returns 0 or -1 when spec is malformed. */
-static int override_target(Tcc__V1__CompileRequest *req, const char *spec) {
-  const char *colon = strchr(spec, ':');
-  size_t kind_len = colon ? (size_t)(colon - spec) : strlen(spec);
-  const char *rest = colon ? colon + 1 : "";
-  Tcc__V1__DeviceType dev;
-  if (kind_len == 3 && !strncmp(spec, "cpu", 3)) dev = TCC__V1__DEVICE_TYPE__CPU;
-  else if (kind_len == 4 && !strncmp(spec, "cuda", 4) && *rest) dev = TCC__V1__DEVICE_TYPE__CUDA;
-  else return -1;
-  if (colon && !*rest) return -1;
-  Tcc__V1__Target *tg = malloc(sizeof *tg);
-  char *val = strdup(rest);
-  if (!tg || !val) {
-    free(tg);
-    free(val);
-    return -1;
-  }
-  tcc__v1__target__init(tg);
-  tg->device = dev;
-  if (!*rest) free(val); /* bare "cpu": the daemon's default ISA */
-  else if (dev == TCC__V1__DEVICE_TYPE__CPU) tg->cpu_isa = val;
-  else tg->cuda_arch = val;
-  if (req->target) tcc__v1__target__free_unpacked(req->target, NULL);
-  req->target = tg;
-  /* The graph's tensors live on the target's device type: retarget them
-   * too, so one JSON graph serves `--target cpu` and `--target cuda:...`. */
-  if (req->graph) {
-    for (size_t i = 0; i < req->graph->n_values; i++) {
-      Tcc__V1__TensorMeta *m = req->graph->values[i]->meta;
-      if (!m) continue;
-      if (!m->device) {
-        m->device = malloc(sizeof *m->device);
-        if (!m->device) return -1;
-        tcc__v1__device__init(m->device);
-      }
-      m->device->type = dev;
-    }
-  }
-  return 0;
-}
-
 static int compile_option(tcctl *t, int argc, char **argv, int *i, void *ctx) {
   (void)t;
   const char *v = option_value(argc, argv, i, "--target");
@@ -1216,7 +1174,7 @@ static int cmd_compile(tcctl *t) {
     return fail_err(t);
   }
   Tcc__V1__CompileRequest *req = (Tcc__V1__CompileRequest *)msg;
-  if (target && override_target(req, target)) {
+  if (target && tcc_request_retarget(req, target)) {
     tcc__v1__compile_request__free_unpacked(req, NULL);
     usage_error("compile: --target must be cpu, cpu:ISA or cuda:sm_XX, got '%s'", target);
   }
@@ -1324,7 +1282,7 @@ static int read_request(tcctl *t, const char *path, const char *target, Tcc__V1_
     return fail_err(t);
   }
   *out = (Tcc__V1__CompileRequest *)msg;
-  if (target && override_target(*out, target)) {
+  if (target && tcc_request_retarget(*out, target)) {
     tcc__v1__compile_request__free_unpacked(*out, NULL);
     usage_error("--target must be cpu, cpu:ISA or cuda:sm_XX, got '%s'", target);
   }

@@ -130,6 +130,12 @@
  *   without the hook, filled in by the first tcc_cache_same_graph. Indexed,
  *   so the keys that one graph recompiled under are found without a scan.
  *
+ *   Column request (v6), on entries — the encoded tcc.v1.CompileRequest
+ *   (graph, target, options; no client label) the entry was compiled
+ *   from, so a warm run (`tcctl warm`) can compile it again for another
+ *   target; NULL in rows stored before v6, imported from the remote tier,
+ *   or whose request was over TCC_CACHE_REQUEST_MAX. Not read by lookups.
+ *
  *   Invariants: every entries.artifact_sha256 has a blobs row (foreign key,
  *   foreign_keys=ON); a blob with no entry is removed in the transaction
  *   that drops its last entry (and by gc); sha256(data) == sha256 unless
@@ -174,7 +180,7 @@
 #include <unistd.h>
 
 #define TCC_CACHE_APPLICATION_ID 0x54434344 /* "TCCD" */
-#define TCC_CACHE_SCHEMA_VERSION 5
+#define TCC_CACHE_SCHEMA_VERSION 6
 #define TCC_CACHE_DEFAULT_BUSY_MS 5000
 #define TCC_CACHE_EVICT_BATCH 16
 
@@ -256,6 +262,9 @@ static const cache_migration MIGRATIONS[] = {
    "ALTER TABLE failures ADD COLUMN graph BLOB;"
    "CREATE INDEX entries_by_graph ON entries(graph);"
    "CREATE INDEX failures_by_graph ON failures(graph);"},
+  {6,
+   /* the request each entry was compiled from (tcctl warm) */
+   "ALTER TABLE entries ADD COLUMN request BLOB;"},
 };
 
 _Static_assert(sizeof MIGRATIONS / sizeof MIGRATIONS[0] == TCC_CACHE_SCHEMA_VERSION,
@@ -276,8 +285,8 @@ _Static_assert(sizeof MIGRATIONS / sizeof MIGRATIONS[0] == TCC_CACHE_SCHEMA_VERS
   X(ENTRY_GET, "SELECT " ENTRY_META_COLS ", key, manifest, request_meta,"      \
                " signature FROM entries WHERE hash = ?1")                      \
   X(ENTRY_INSERT, "INSERT INTO entries(" ENTRY_META_COLS                       \
-                  ", key, manifest, request_meta, signature)"                  \
-                  " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, 0, ?13, ?10, ?11, ?12, ?14)") \
+                  ", key, manifest, request_meta, signature, request)"         \
+                  " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, 0, ?13, ?10, ?11, ?12, ?14, ?15)") \
   X(ENTRY_DELETE, "DELETE FROM entries WHERE hash = ?1 RETURNING artifact_sha256") \
   X(ENTRY_HIT, "UPDATE entries SET hits = hits + ?2,"                          \
                " last_used = max(last_used, ?3) WHERE hash = ?1")              \
@@ -335,6 +344,14 @@ _Static_assert(sizeof MIGRATIONS / sizeof MIGRATIONS[0] == TCC_CACHE_SCHEMA_VERS
   X(SAME_GRAPH, "SELECT hash, key, 0, target, created FROM entries WHERE graph = ?1" \
                 " UNION ALL SELECT hash, key, 1, target, created FROM failures WHERE graph = ?1" \
                 " ORDER BY 5 DESC LIMIT ?2")                                   \
+  X(REQUESTS, "SELECT hash, target, created FROM entries"                      \
+              " WHERE request IS NOT NULL AND (?1 IS NULL OR target = ?1)"     \
+              " AND (?2 IS NULL OR target IS NOT ?2) AND created >= ?3"        \
+              " ORDER BY created DESC, hash ASC LIMIT ?4")                     \
+  X(REQUESTS_MISSING, "SELECT count(*) FROM entries"                           \
+                      " WHERE request IS NULL AND (?1 IS NULL OR target = ?1)" \
+                      " AND (?2 IS NULL OR target IS NOT ?2) AND created >= ?3") \
+  X(REQUEST_OF, "SELECT request FROM entries WHERE hash = ?1")                 \
   X(KEY_OF, "SELECT key, 0 FROM entries WHERE hash = ?1"                       \
             " UNION ALL SELECT key, 1 FROM failures WHERE hash = ?1") \
   X(COUNTERS_ZERO, "DELETE FROM counters")                                     \
@@ -1078,7 +1095,8 @@ static int evict_to_budget(tcc_cache *c, int64_t budget, const uint8_t *keep,
 static int store_check(tcc_cache *c, const tcc_cache_entry *e, const uint8_t *artifact,
                        size_t len, tcc_error *err) {
   if (!e || (!artifact && len) || (!e->key && e->key_len) ||
-      (!e->manifest && e->manifest_len) || (!e->request_meta && e->request_meta_len))
+      (!e->manifest && e->manifest_len) || (!e->request_meta && e->request_meta_len) ||
+      (!e->request && e->request_len) || e->request_len > TCC_CACHE_REQUEST_MAX)
     return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "cache store: bad arguments");
   if (strnlen(e->target, sizeof e->target) == sizeof e->target)
     return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "cache store: target not terminated");
@@ -1151,6 +1169,8 @@ static int store_in_txn(tcc_cache *c, const tcc_cache_entry *e, const uint8_t *a
   bind_bytes(s, 12, e->request_meta, e->request_meta_len);
   sqlite3_bind_text(s, 13, e->key_id, -1, SQLITE_STATIC);
   bind_bytes(s, 14, e->signature, e->signature_len);
+  if (e->request) sqlite3_bind_blob(s, 15, e->request, (int)e->request_len, SQLITE_STATIC);
+  else sqlite3_bind_null(s, 15);
   if ((rc = stmt_run(s)) != SQLITE_DONE) return sql_error(c, rc, err, "insert entry");
   if ((rc = set_graph(c, ST_ENTRY_SET_GRAPH, e->hash, e->key, e->key_len)) != SQLITE_DONE)
     return sql_error(c, rc, err, "set entry graph");
@@ -1960,6 +1980,78 @@ int tcc_cache_same_graph(tcc_cache *c, const uint8_t graph[TCC_SHA256_BYTES], in
 void tcc_cache_keyed_free(tcc_cache_keyed *k, size_t n) {
   for (size_t i = 0; k && i < n; i++) free(k[i].key);
   free(k);
+}
+
+/* ---------------------------------------------------------------------- */
+/* Stored requests (tcctl warm)                                            */
+/* ---------------------------------------------------------------------- */
+
+/* Binds the filters shared by REQUESTS and REQUESTS_MISSING. */
+static void bind_request_filter(sqlite3_stmt *s, const char *target, const char *not_target, int64_t since) {
+  if (target) sqlite3_bind_text(s, 1, target, -1, SQLITE_STATIC);
+  else sqlite3_bind_null(s, 1);
+  if (not_target) sqlite3_bind_text(s, 2, not_target, -1, SQLITE_STATIC);
+  else sqlite3_bind_null(s, 2);
+  sqlite3_bind_int64(s, 3, since);
+}
+
+int tcc_cache_list_requests(tcc_cache *c, const char *target, const char *not_target, int64_t since, int limit,
+                            tcc_cache_stored_request **out, size_t *n, int64_t *without, tcc_error *err) {
+  *out = NULL;
+  *n = 0;
+  *without = 0;
+  if (!c) return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "cache list requests: no cache");
+  sqlite3_stmt *s = c->st[ST_REQUESTS_MISSING];
+  bind_request_filter(s, target, not_target, since);
+  int rc = sqlite3_step(s);
+  if (rc == SQLITE_ROW) *without = sqlite3_column_int64(s, 0);
+  sqlite3_reset(s);
+  if (rc != SQLITE_ROW) return sql_error(c, rc, err, "count entries without a request");
+  s = c->st[ST_REQUESTS];
+  bind_request_filter(s, target, not_target, since);
+  sqlite3_bind_int(s, 4, limit > 0 ? limit : -1);
+  tcc_cache_stored_request *rows = NULL;
+  size_t cap = 0;
+  while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+    if (*n == cap) {
+      tcc_cache_stored_request *more = realloc(rows, (cap = cap ? cap * 2 : 64) * sizeof *rows);
+      if (!more) break;
+      rows = more;
+    }
+    tcc_cache_stored_request *r = &rows[(*n)++];
+    memset(r, 0, sizeof *r);
+    column_digest(s, 0, r->hash);
+    const unsigned char *t = sqlite3_column_text(s, 1);
+    snprintf(r->target, sizeof r->target, "%s", t ? (const char *)t : "");
+    r->created = sqlite3_column_int64(s, 2);
+  }
+  sqlite3_reset(s);
+  if (rc != SQLITE_DONE) {
+    free(rows);
+    *n = 0;
+    if (rc == SQLITE_ROW) return tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "out of memory listing requests");
+    return sql_error(c, rc, err, "list stored requests");
+  }
+  *out = rows;
+  return 0;
+}
+
+int tcc_cache_request_of(tcc_cache *c, const uint8_t hash[TCC_SHA256_BYTES], uint8_t **request, size_t *len,
+                         tcc_error *err) {
+  *request = NULL;
+  *len = 0;
+  sqlite3_stmt *s = c->st[ST_REQUEST_OF];
+  sqlite3_bind_blob(s, 1, hash, TCC_SHA256_BYTES, SQLITE_STATIC);
+  int rc = sqlite3_step(s), code = 0;
+  if (rc == SQLITE_ROW && sqlite3_column_type(s, 0) == SQLITE_BLOB) {
+    if (column_dup(s, 0, request, len) != 0) code = tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "out of memory");
+  } else if (rc == SQLITE_ROW || rc == SQLITE_DONE) {
+    code = tcc_error_set(err, TCC_E_NOT_FOUND, rc == SQLITE_ROW ? "the entry keeps no request" : "no cache entry");
+  } else {
+    code = sql_error(c, rc, err, "read request");
+  }
+  sqlite3_reset(s);
+  return code;
 }
 
 int tcc_cache_key_of(tcc_cache *c, const uint8_t hash[TCC_SHA256_BYTES], uint8_t **key, size_t *len, int *failure,

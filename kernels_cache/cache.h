@@ -69,6 +69,11 @@ typedef struct tcc_cache_entry {
   /* Store only: the entry was compiled elsewhere (the remote tier), so
    * its compile_ms is not added to the compile_seconds total. */
   int imported;
+  /* Store only (v6): the encoded CompileRequest the entry was compiled
+   * from, kept for warm runs (tcc_cache_list_requests); NULL: none. At
+   * most TCC_CACHE_REQUEST_MAX bytes. Lookups never read it back. */
+  const uint8_t *request;
+  size_t request_len;
 } tcc_cache_entry;
 
 /* Named persistent counters (X(name)). */
@@ -280,6 +285,25 @@ typedef struct tcc_cache_keyed {
 int tcc_cache_same_graph(tcc_cache *c, const uint8_t graph[TCC_SHA256_BYTES], int limit,
                          tcc_cache_keyed **out, size_t *n, tcc_error *err);
 void tcc_cache_keyed_free(tcc_cache_keyed *k, size_t n);
+
+/* Stored requests (v6), for warm runs that compile cached graphs for
+ * another target. tcc_cache_list_requests lists the entries that keep
+ * their request, newest first, at most limit (<= 0: all): only target's
+ * (NULL: any), never not_target's (NULL: no such filter), created at or
+ * after since (unix seconds); *without counts the entries the same
+ * filter matches that keep none. *out is malloc'd (free()).
+ * tcc_cache_request_of reads one back (malloc'd), or TCC_E_NOT_FOUND
+ * (no entry, or it keeps no request). Both return 0 or a TCC_E_* code. */
+#define TCC_CACHE_REQUEST_MAX (4u << 20)
+typedef struct tcc_cache_stored_request {
+  uint8_t hash[TCC_SHA256_BYTES];
+  char target[64];
+  int64_t created;
+} tcc_cache_stored_request;
+int tcc_cache_list_requests(tcc_cache *c, const char *target, const char *not_target, int64_t since, int limit,
+                            tcc_cache_stored_request **out, size_t *n, int64_t *without, tcc_error *err);
+int tcc_cache_request_of(tcc_cache *c, const uint8_t hash[TCC_SHA256_BYTES], uint8_t **request, size_t *len,
+                         tcc_error *err);
 
 /* The key stored for hash (an entry's, else a recorded failure's; *failure
  * says which) as a malloc'd copy. Returns 0, TCC_E_NOT_FOUND or a

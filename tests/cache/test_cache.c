@@ -91,9 +91,11 @@ static void raw_exec(sqlite3 *db, const char *sql) {
 /* A cache holding one random entry a (len bytes, compile_ms), turned into
  * an older version by sql run on the closed file, then opened again,
  * which migrates it. */
-/* Undoes migration 5 (the graph digests); prefixed to every downgrade. */
+/* Undoes migrations 6 (stored requests) and 5 (the graph digests);
+ * prefixed to every downgrade. */
+#define UNDO_V6 "ALTER TABLE entries DROP COLUMN request;"
 #define UNDO_V5                                                                              \
-  "DROP INDEX entries_by_graph; DROP INDEX failures_by_graph;"                               \
+  UNDO_V6 "DROP INDEX entries_by_graph; DROP INDEX failures_by_graph;"                               \
   "ALTER TABLE entries DROP COLUMN graph; ALTER TABLE failures DROP COLUMN graph;"
 
 static tcc_cache *downgraded(stored *a, size_t len, double compile_ms, const char *sql) {
@@ -251,7 +253,7 @@ START_TEST(test_store_lookup_reopen) {
 
   /* The file is what cache.c documents. */
   sqlite3 *db = raw_open();
-  ck_assert_int_eq(raw_int(db, "PRAGMA user_version"), 5);
+  ck_assert_int_eq(raw_int(db, "PRAGMA user_version"), 6);
   ck_assert_int_eq(raw_int(db, "PRAGMA application_id"), 0x54434344);
   ck_assert_int_eq(raw_int(db, "PRAGMA auto_vacuum"), 2);
   sqlite3_close(db);
@@ -502,7 +504,7 @@ START_TEST(test_migrate_from_v1) {
   ck_assert_int_eq(tcc_cache_store_failure(c, a.e.hash, a.e.key, a.e.key_len, "cpu",
                                            TCC_E_INTERNAL, "x", &err), 0);
   tcc_cache_close(c);
-  ck_assert_int_eq(file_version(), 5);
+  ck_assert_int_eq(file_version(), 6);
   stored_free(&a);
 }
 END_TEST
@@ -551,7 +553,7 @@ START_TEST(test_migrate_from_v2) {
   memset(b.e.key_id, 'a', sizeof b.e.key_id);
   ck_assert_int_eq(tcc_cache_store(c, &b.e, b.artifact, b.len, &err), TCC_E_INVALID_ARGUMENT);
   tcc_cache_close(c);
-  ck_assert_int_eq(file_version(), 5);
+  ck_assert_int_eq(file_version(), 6);
   stored_free(&a);
   stored_free(&b);
 }
@@ -614,7 +616,7 @@ START_TEST(test_migrate_from_v3) {
   ck_assert_mem_eq(got, rec, sizeof rec);
   free(got);
   tcc_cache_close(c);
-  ck_assert_int_eq(file_version(), 5);
+  ck_assert_int_eq(file_version(), 6);
   stored_free(&a);
 }
 END_TEST
@@ -716,8 +718,125 @@ START_TEST(test_migrate_from_v4) {
   tcc_cache *c = downgraded(&a, 800, 10, UNDO_V5 "PRAGMA user_version = 4;");
   ck_assert(present(c, a.e.hash));
   tcc_cache_close(c);
-  ck_assert_int_eq(file_version(), 5);
+  ck_assert_int_eq(file_version(), 6);
   stored_free(&a);
+}
+END_TEST
+
+/* A version-5 file (before stored requests) is migrated on open; its
+ * entries keep no request, which the warm listing counts. */
+START_TEST(test_migrate_from_v5) {
+  stored a;
+  tcc_cache *c = downgraded(&a, 900, 12, UNDO_V6 "PRAGMA user_version = 5;");
+  ck_assert(present(c, a.e.hash));
+  tcc_cache_stored_request *rows = NULL;
+  size_t n = 0;
+  int64_t without = -1;
+  tcc_error err = {0};
+  ck_assert_int_eq(tcc_cache_list_requests(c, NULL, NULL, 0, 0, &rows, &n, &without, &err), 0);
+  ck_assert_uint_eq(n, 0);
+  ck_assert_int_eq(without, 1);
+  free(rows);
+  uint8_t *req = NULL;
+  size_t len = 0;
+  ck_assert_int_eq(tcc_cache_request_of(c, a.e.hash, &req, &len, &err), TCC_E_NOT_FOUND);
+  tcc_cache_close(c);
+  ck_assert_int_eq(file_version(), 6);
+  stored_free(&a);
+}
+END_TEST
+
+/* Stored requests (v6): kept with their entry, listed by target (only
+ * one, or all but one), age and count, newest first, read back byte for
+ * byte, gone with the entry; one over TCC_CACHE_REQUEST_MAX is refused. */
+START_TEST(test_stored_requests) {
+  tcc_cache *c = open_cache(0);
+  enum { N = 6 };
+  tcc_cache_entry e[N];
+  uint8_t *req[N], *art[N];
+  size_t req_len[N];
+  tcc_error err = {0};
+  for (int i = 0; i < N; i++) {
+    art[i] = tu_random_artifact(300 + (size_t)i);
+    ck_assert_int_eq(tu_random_entry(&e[i], art[i], 300 + (size_t)i, 5), 0);
+    snprintf(e[i].target, sizeof e[i].target, "%s", i % 2 ? "cuda:sm_80" : "cpu:x86-64-v3");
+    req_len[i] = (size_t)tt_rand_range(1, 5000);
+    req[i] = tu_random_artifact(req_len[i]);
+    if (i != N - 1) { /* the last keeps none */
+      e[i].request = req[i];
+      e[i].request_len = req_len[i];
+    }
+    ck_assert_int_eq(tcc_cache_store(c, &e[i], art[i], 300 + (size_t)i, &err), 0);
+  }
+  sqlite3 *db = raw_open(); /* ages: entry i created i hours ago */
+  for (int i = 0; i < N; i++) {
+    char hex[TCC_SHA256_HEX], sql[256];
+    tcc_hex_encode(e[i].hash, TCC_SHA256_BYTES, hex);
+    snprintf(sql, sizeof sql, "UPDATE entries SET created = created - %d WHERE hash = x'%s'", 3600 * i, hex);
+    raw_exec(db, sql);
+  }
+  sqlite3_close(db);
+
+  tcc_cache_stored_request *rows = NULL;
+  size_t n = 0;
+  int64_t without = 0;
+  ck_assert_int_eq(tcc_cache_list_requests(c, NULL, NULL, 0, 0, &rows, &n, &without, &err), 0);
+  ck_assert_uint_eq(n, N - 1);
+  ck_assert_int_eq(without, 1);
+  for (size_t k = 0; k < n; k++) ck_assert_mem_eq(rows[k].hash, e[k].hash, TCC_SHA256_BYTES); /* newest first */
+  free(rows);
+  ck_assert_int_eq(tcc_cache_list_requests(c, "cuda:sm_80", NULL, 0, 0, &rows, &n, &without, &err), 0);
+  ck_assert_uint_eq(n, 2); /* 1 and 3; 5 keeps none */
+  ck_assert_int_eq(without, 1);
+  free(rows);
+  ck_assert_int_eq(tcc_cache_list_requests(c, NULL, "cuda:sm_80", 0, 0, &rows, &n, &without, &err), 0);
+  ck_assert_uint_eq(n, 3); /* 0, 2, 4 */
+  for (size_t k = 0; k < n; k++) ck_assert_str_eq(rows[k].target, "cpu:x86-64-v3");
+  ck_assert_int_eq(without, 0);
+  free(rows);
+  int64_t since = (int64_t)time(NULL) - 3600 * 2 - 60; /* entries 0, 1, 2 */
+  ck_assert_int_eq(tcc_cache_list_requests(c, NULL, NULL, since, 0, &rows, &n, &without, &err), 0);
+  ck_assert_uint_eq(n, 3);
+  free(rows);
+  ck_assert_int_eq(tcc_cache_list_requests(c, NULL, NULL, 0, 2, &rows, &n, &without, &err), 0);
+  ck_assert_uint_eq(n, 2);
+  ck_assert_mem_eq(rows[1].hash, e[1].hash, TCC_SHA256_BYTES);
+  free(rows);
+
+  for (int i = 0; i < N; i++) {
+    uint8_t *got = NULL;
+    size_t len = 0;
+    int rc = tcc_cache_request_of(c, e[i].hash, &got, &len, &err);
+    if (i == N - 1) {
+      ck_assert_int_eq(rc, TCC_E_NOT_FOUND);
+      continue;
+    }
+    ck_assert_int_eq(rc, 0);
+    ck_assert_uint_eq(len, req_len[i]);
+    ck_assert_mem_eq(got, req[i], len);
+    free(got);
+  }
+  ck_assert_int_eq(tcc_cache_evict(c, e[0].hash, &err), 0);
+  uint8_t *got = NULL;
+  size_t len = 0;
+  ck_assert_int_eq(tcc_cache_request_of(c, e[0].hash, &got, &len, &err), TCC_E_NOT_FOUND);
+
+  tcc_cache_entry big;
+  uint8_t *big_art = tu_random_artifact(100);
+  ck_assert_int_eq(tu_random_entry(&big, big_art, 100, 1), 0);
+  big.request = req[1];
+  big.request_len = TCC_CACHE_REQUEST_MAX + 1; /* refused before it is read */
+  ck_assert_int_eq(tcc_cache_store(c, &big, big_art, 100, &err), TCC_E_INVALID_ARGUMENT);
+  big.request = NULL;
+  tcc_cache_entry_clear(&big);
+  free(big_art);
+  tcc_cache_close(c);
+  for (int i = 0; i < N; i++) {
+    e[i].request = NULL; /* borrowed */
+    tcc_cache_entry_clear(&e[i]);
+    free(req[i]);
+    free(art[i]);
+  }
 }
 END_TEST
 
@@ -1265,7 +1384,7 @@ END_TEST
 START_TEST(test_newer_schema) {
   tcc_cache_close(open_cache(0));
   sqlite3 *db = raw_open();
-  int v = (int)tt_rand_range(5, 1000); /* the current version is 4 */
+  int v = (int)tt_rand_range(7, 1000); /* the current version is 6 */
   char sql[64];
   snprintf(sql, sizeof sql, "PRAGMA user_version = %d", v);
   raw_exec(db, sql);
@@ -1415,6 +1534,8 @@ static Suite *cache_suite(void) {
   tcase_add_test(t, test_garbage_file);
   tcase_add_test(t, test_foreign_sqlite_file);
   tcase_add_test(t, test_newer_schema);
+  tcase_add_test(t, test_migrate_from_v5);
+  tcase_add_test(t, test_stored_requests);
   tcase_add_test(t, test_failed_store_rolls_back);
   tcase_add_test(t, test_busy_writer);
   tcase_add_test(t, test_bad_arguments);
