@@ -1173,6 +1173,11 @@ int tcc_client_clear(tcc_client *c, int tuning, Tcc__V1__ClearResponse **out, tc
                                  (ProtobufCMessage **)out, 0, err);
 }
 
+int tcc_client_warm(tcc_client *c, const Tcc__V1__WarmRequest *req, Tcc__V1__WarmResponse **out, tcc_error *err) {
+  return tcc_client_call_message(c, TCC_METHOD_WARM, &req->base, &tcc__v1__warm_response__descriptor,
+                                 (ProtobufCMessage **)out, 0, err);
+}
+
 int tcc_client_ops(tcc_client *c, int device, Tcc__V1__OpsResponse **out, tcc_error *err) {
   Tcc__V1__OpsRequest req = TCC__V1__OPS_REQUEST__INIT;
   req.device = (Tcc__V1__DeviceType)device;

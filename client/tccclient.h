@@ -213,6 +213,12 @@ int tcc_client_zero_stats(tcc_client *c, Tcc__V1__StatsResponse **out,
  * is left as it is ((*out)->remote_enabled says there is one). */
 int tcc_client_clear(tcc_client *c, int tuning, Tcc__V1__ClearResponse **out,
                      tcc_error *err);
+/* Starts a warm run (admin): the daemon compiles the graphs it holds
+ * for req->target (filtered by from_target, since_seconds, limit), one at
+ * a time while a worker is idle. With req->warm_id set, reports on that
+ * run instead. *out: the run's progress (done once it has finished). */
+int tcc_client_warm(tcc_client *c, const Tcc__V1__WarmRequest *req,
+                    Tcc__V1__WarmResponse **out, tcc_error *err);
 /* The ops and dtypes the daemon compiles for device (a
  * Tcc__V1__DeviceType; 0 = CPU), and its compiler identity. */
 int tcc_client_ops(tcc_client *c, int device, Tcc__V1__OpsResponse **out,

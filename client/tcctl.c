@@ -79,7 +79,8 @@ static const char usage_text[] =
     "                               the shared --redis tier\n"
     "  compile FILE [--target T]    compile a tcc.v1.CompileRequest in protobuf\n"
     "                               JSON form (FILE - = stdin); T = cpu,\n"
-    "                               cpu:ISA (x86-64-v3, ...) or cuda:sm_XX\n"
+    "                               cpu:ISA[+FEATURE...] (x86-64-v3, ...) or\n"
+    "                               cuda:sm_XX\n"
     "  fetch [--digest] HASH OUT    write the verified artifact of an entry\n"
     "                               (HASH = guard hash; --digest: artifact\n"
     "                               SHA-256) to OUT (- = stdout); with trusted\n"
@@ -91,6 +92,15 @@ static const char usage_text[] =
     "                               miss; FILE: a request, as compile takes)\n"
     "  keygen OUT                   make an Ed25519 signing key pair: OUT\n"
     "                               (secret, mode 0600) and OUT.pub\n"
+    "  warm --target T [--from-target S] [--since DURATION] [--limit N]\n"
+    "                               compile the cached graphs for another\n"
+    "                               target (admin; T, S: cpu:ISA, cuda:sm_XX):\n"
+    "                               those of S only, stored in the last\n"
+    "                               DURATION (90m, 12h, 7d), the newest N;\n"
+    "                               one at a time while a worker is idle;\n"
+    "                               prints progress and waits for the end\n"
+    "  warm --id ID                 follow warm run ID; with --no-wait (both\n"
+    "                               forms): print where it is and return\n"
     "  jobs                         the compiles in flight\n"
     "  ops [--device cpu|cuda]      the ops and dtypes tccd compiles (default cpu)\n"
     "  help [COMMAND]               this text, or one command's\n"
@@ -1557,10 +1567,11 @@ static int cmd_jobs(tcctl *t) {
     table_add(&tb, head);
     for (size_t i = 0; i < r->n_jobs; i++) {
       const Tcc__V1__JobInfo *j = r->jobs[i];
-      char hash[16], elapsed[32], waiters[16], cands[32] = "-";
+      char hash[16], elapsed[32], waiters[32], cands[32] = "-";
       snprintf(hash, sizeof hash, "%.12s", j->guard_hash);
       snprintf(elapsed, sizeof elapsed, "%.1f s", j->elapsed_ms / 1000.0);
-      snprintf(waiters, sizeof waiters, "%d", j->waiters);
+      if (j->warm_id && !j->waiters) snprintf(waiters, sizeof waiters, "warm %" PRIu64, j->warm_id);
+      else snprintf(waiters, sizeof waiters, "%d", j->waiters);
       if (j->candidates_total > 0) snprintf(cands, sizeof cands, "%d/%d", j->candidates_done, j->candidates_total);
       const char *row[] = {hash, j->state, elapsed, waiters, cands};
       table_add(&tb, row);
@@ -1568,6 +1579,112 @@ static int cmd_jobs(tcctl *t) {
     table_print(&tb, "");
   }
   tcc__v1__jobs_response__free_unpacked(r, NULL);
+  return rc;
+}
+
+/* ------------------------------------------------------------ warm */
+
+typedef struct warm_opts {
+  Tcc__V1__WarmRequest req;
+  int no_wait;
+} warm_opts;
+
+static int warm_option(tcctl *t, int argc, char **argv, int *i, void *ctx) {
+  (void)t;
+  warm_opts *o = ctx;
+  const char *v;
+  if ((v = option_value(argc, argv, i, "--target"))) {
+    o->req.target = (char *)v;
+  } else if ((v = option_value(argc, argv, i, "--from-target"))) {
+    o->req.from_target = (char *)v;
+  } else if ((v = option_value(argc, argv, i, "--since"))) {
+    if (tcc_parse_seconds(v, &o->req.since_seconds) != 0 || o->req.since_seconds == 0)
+      usage_error("warm: --since needs a duration like 3600, 90m, 12h or 7d, got '%s'", v);
+  } else if ((v = option_value(argc, argv, i, "--limit"))) {
+    o->req.limit = (uint32_t)parse_count("--limit", v, UINT32_MAX);
+  } else if ((v = option_value(argc, argv, i, "--id"))) {
+    o->req.warm_id = (uint64_t)parse_count("--id", v, INT64_MAX);
+    if (!o->req.warm_id) usage_error("warm: --id needs a run id (1 or more)");
+  } else if (!strcmp(argv[*i], "--no-wait")) {
+    o->no_wait = 1;
+  } else {
+    return 0;
+  }
+  return 1;
+}
+
+/* "12/40: 9 compiled, 2 present, 1 failed" */
+static void warm_line(const Tcc__V1__WarmResponse *r, char *buf, size_t size) {
+  uint32_t seen = r->compiled + r->present + r->failed + r->gone;
+  snprintf(buf, size, "warm run %" PRIu64 " for %s: %u/%u: %u compiled, %u already present, %u failed, %u gone, %.1f s",
+           r->warm_id, r->target, seen, r->total, r->compiled, r->present, r->failed, r->gone,
+           r->elapsed_ms / 1000.0);
+}
+
+/* Warm (admin): starts a run (or follows one by --id) and, unless
+ * --no-wait, polls it to the end with a progress line on a terminal.
+ * Exit 0 when nothing failed; 1 when something could not be compiled
+ * for the target (the last failure is printed). Interrupting tcctl leaves
+ * the run going in tccd. */
+static int cmd_warm(tcctl *t) {
+  warm_opts o = {TCC__V1__WARM_REQUEST__INIT, 0};
+  split_args(t, warm_option, &o, NULL, 0);
+  if (o.req.warm_id && (*o.req.target || *o.req.from_target || o.req.since_seconds || o.req.limit))
+    usage_error("warm: --id follows a run; --target, --from-target, --since and --limit start one");
+  if (!o.req.warm_id && !*o.req.target) usage_error("warm needs --target T (or --id ID)");
+  if (*o.req.target) {
+    Tcc__V1__Target *tg = tcc_target_parse(o.req.target);
+    if (!tg) usage_error("warm: --target must be cpu, cpu:ISA[+FEATURE...] or cuda:sm_XX, got '%s'", o.req.target);
+    tcc__v1__target__free_unpacked(tg, NULL);
+  }
+  if (connect_client(t)) return fail_err(t);
+  Tcc__V1__WarmResponse *r;
+  if (tcc_client_warm(t->client, &o.req, &r, &t->err)) return fail_err(t);
+  if (!o.req.warm_id && !t->json)
+    fprintf(stderr, "warm run %" PRIu64 ": %u entries of %s to compile for %s\n", r->warm_id, r->total,
+            *r->from_target ? r->from_target : "other targets", r->target);
+  if (!o.req.warm_id && r->without_request && !t->json)
+    fprintf(stderr, "note: %u matching entries keep no request (stored before tccd kept requests, or copied "
+                    "from the redis tier) and cannot be warmed\n", r->without_request);
+  int tty = isatty(STDERR_FILENO), shown = 0;
+  uint32_t last_seen = UINT32_MAX;
+  while (!r->done && !o.no_wait) {
+    char line[256];
+    uint32_t seen = r->compiled + r->present + r->failed + r->gone;
+    if (tty || seen != last_seen) {
+      warm_line(r, line, sizeof line);
+      fprintf(stderr, tty ? "\r\033[K%s" : "%s\n", line);
+      fflush(stderr);
+      shown = tty;
+      last_seen = seen;
+    }
+    struct timespec ts = {0, 250 * 1000000L};
+    nanosleep(&ts, NULL);
+    Tcc__V1__WarmRequest poll = TCC__V1__WARM_REQUEST__INIT;
+    poll.warm_id = r->warm_id;
+    Tcc__V1__WarmResponse *next;
+    if (tcc_client_warm(t->client, &poll, &next, &t->err)) {
+      if (shown) fputc('\n', stderr);
+      tcc__v1__warm_response__free_unpacked(r, NULL);
+      return fail_err(t);
+    }
+    tcc__v1__warm_response__free_unpacked(r, NULL);
+    r = next;
+  }
+  if (shown) fputs("\r\033[K", stderr);
+  int rc = r->done && r->failed ? 1 : 0;
+  if (t->json) {
+    cJSON *doc = message_json(r);
+    if (doc) cJSON_AddStringToObject(doc, "addr", tcc_client_addr(t->client));
+    if (print_json(t, doc)) rc = 1;
+  } else {
+    char line[256];
+    warm_line(r, line, sizeof line);
+    if (r->done) printf("%s, done\n", line);
+    else printf("%s (running; `tcctl warm --id %" PRIu64 "` follows it)\n", line, r->warm_id);
+    if (*r->last_error) printf("last failure: %s\n", r->last_error);
+  }
+  tcc__v1__warm_response__free_unpacked(r, NULL);
   return rc;
 }
 
@@ -1627,6 +1744,7 @@ static const command commands[] = {
     {"health", cmd_health}, {"stats", cmd_stats}, {"ls", cmd_ls},           {"show", cmd_show},
     {"evict", cmd_evict},   {"gc", cmd_gc},       {"compile", cmd_compile}, {"fetch", cmd_fetch},
     {"keygen", cmd_keygen}, {"explain", cmd_explain}, {"clear", cmd_clear}, {"jobs", cmd_jobs}, {"ops", cmd_ops},
+    {"warm", cmd_warm},
 };
 
 int main(int argc, char **argv) {

@@ -26,3 +26,21 @@ int tcc_parse_bytes(const char *s, int64_t *out) {
   *out = (int64_t)(v * mult);
   return 0;
 }
+
+int tcc_parse_seconds(const char *s, int64_t *out) {
+  if (!s || *s < '0' || *s > '9') return -1;
+  char *end;
+  errno = 0;
+  long long v = strtoll(s, &end, 10);
+  if (end == s || errno || v < 0) return -1;
+  int64_t mult = 1;
+  switch (*end) {
+  case 'd': mult = 86400; end++; break;
+  case 'h': mult = 3600; end++; break;
+  case 'm': mult = 60; end++; break;
+  case 's': end++; break;
+  }
+  if (*end || v > INT64_MAX / mult / 1000) return -1;
+  *out = (int64_t)v * mult;
+  return 0;
+}

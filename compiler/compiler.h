@@ -123,6 +123,12 @@ typedef struct tcc_prepared {
  * the kill switch for all of them: common/tcc_spawn.h. */
 
 
+/* Checks a target alone, as tcc_prepare checks a request's (the daemon
+ * checks a warm run's target before it compiles anything for it). Fills
+ * label with the entry label ("cpu:x86-64-v3+avx512bf16", "cuda:sm_90").
+ * Returns 0 or TCC_E_INVALID_ARGUMENT naming what is wrong. */
+int tcc_target_check(const Tcc__V1__Target *t, char label[64], tcc_error *err);
+
 /* Describes the toolchain that builds kernels for the key ("tccd-codegen/1
  * cc=gcc (Debian 12.2.0-14) 12.2.0"), by running `cc --version` once.
  * Writes at most cap bytes into out. Returns 0 or a TCC_E* code. */

@@ -240,6 +240,19 @@ static int verify_target(const Tcc__V1__Target *t, tcc_arena *A, tcc_graph *g,
   return 0;
 }
 
+int tcc_target_check(const Tcc__V1__Target *t, char label[64], tcc_error *err) {
+  if (!t) return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "target: missing");
+  tcc_graph *g = calloc(1, sizeof *g);
+  if (!g) return tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "out of memory");
+  tcc_arena A;
+  tcc_arena_init(&A);
+  int rc = verify_target(t, &A, g, err);
+  if (rc == 0) snprintf(label, 64, "%s", g->target_label);
+  tcc_arena_free(&A);
+  free(g);
+  return rc;
+}
+
 /* ------------------------------------------------------- name lookup */
 
 typedef struct name_ref {

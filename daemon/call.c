@@ -369,6 +369,16 @@ int tccd_call_read_payload(tccd_call *c, uint8_t **data, size_t *len) {
   return -1;
 }
 
+ProtobufCMessage *tccd_call_unpack(tccd_call *c, const ProtobufCMessageDescriptor *desc) {
+  uint8_t *bytes;
+  size_t len;
+  if (tccd_call_read_payload(c, &bytes, &len) != 0) return NULL;
+  ProtobufCMessage *m = protobuf_c_message_unpack(desc, NULL, len, bytes);
+  free(bytes);
+  if (!m) tccd_call_fail(c, TCC_E_INVALID_ARGUMENT, "malformed %s", desc->name);
+  return m;
+}
+
 double tccd_call_elapsed_ms(const tccd_call *c) { return tccd_ms_since(c->start_ns); }
 
 /* ------------------------------------------------------------ streaming */

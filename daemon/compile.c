@@ -106,6 +106,11 @@ typedef struct tccd_job {
   tcc_prepared *prep;
   uint8_t *request_meta;          /* encoded CompileRequest{target, options} */
   size_t request_meta_len;
+  uint8_t *request;               /* the request to keep with the entry (warm runs), or NULL */
+  size_t request_len;
+  tccd_job_end_fn on_end;         /* a detached job's (warm run's) caller; NULL for calls */
+  void *on_end_arg;
+  uint64_t warm_id;               /* the warm run that started it (Jobs), or 0 */
   uv_work_t work;
   int rc;                         /* tcc_compile's result */
   tcc_error err;
@@ -238,11 +243,17 @@ static void release_bytes(tccd_state *st, int64_t *held);
 static void job_free(tccd_job *job) {
   tccd_state *st = job->st;
   int64_t held = job->held;
+  if (job->on_end) {
+    job_state state = (job_state)atomic_load(&job->state);
+    int rc = state == JOB_DONE ? 0 : job->rc ? job->rc : TCC_E_UNKNOWN;
+    job->on_end(job->on_end_arg, rc, rc == 0 ? "" : job->err.msg[0] ? job->err.msg : tcc_status_name(rc));
+  }
   if (job->entry_owned) tcc_cache_entry_clear(&job->entry);
   free(job->remote_artifact);
   tcc_prepared_free(job->prep);
   tcc_artifact_free(&job->artifact);
   free(job->request_meta);
+  free(job->request);
   free(job);
   if (held) release_bytes(st, &held); /* last: a trim then finds it all freed */
 }
@@ -481,6 +492,8 @@ static void job_entry_fill(tccd_job *job) {
   e->manifest_len = job->artifact.manifest_len;
   e->request_meta = job->request_meta;
   e->request_meta_len = job->request_meta_len;
+  e->request = job->request;
+  e->request_len = job->request_len;
   memcpy(e->artifact_sha256, job->artifact.sha256, TCC_SHA256_BYTES);
   e->size = (int64_t)job->artifact.size;
   e->kernels = job->artifact.kernels;
@@ -720,7 +733,7 @@ static void job_start(tccd_state *st, tccd_job *job) {
   if (atomic_load(&job->state) == JOB_REMOTE) job_set_state(job, JOB_QUEUED);
   jobs->in_pool++;
   job->queued_ns = uv_hrtime();
-  tcc_cache_count(st->cache, TCC_COUNTER_misses, 1);
+  if (!job->on_end) tcc_cache_count(st->cache, TCC_COUNTER_misses, 1); /* a warm run's compile is no miss */
   int rc = uv_queue_work(st->loop, &job->work, job_work, job_done);
   assert(rc == 0);
   (void)rc;
@@ -730,6 +743,7 @@ static void job_start(tccd_state *st, tccd_job *job) {
 static void job_end_early(tccd_job *job, int code, const char *msg) {
   job_unlink(job->st->jobs, job);
   job->rc = code;
+  tcc_error_set(&job->err, code, "%s", msg);
   job_set_state(job, JOB_FAILED);
   reply_error_to_waiters(job, code, msg);
   job_release_lock(job);
@@ -834,15 +848,8 @@ void tccd_jobs_cancel_running(tccd_state *st) {
 /* The jobs in flight, oldest first: what `tcctl compile` shows while it
  * waits. Read-only. */
 void tccd_rpc_jobs(tccd_state *st, tccd_call *c) {
-  uint8_t *bytes;
-  size_t len;
-  if (tccd_call_read_payload(c, &bytes, &len) != 0) return;
-  Tcc__V1__JobsRequest *req = tcc__v1__jobs_request__unpack(NULL, len, bytes);
-  free(bytes);
-  if (!req) {
-    tccd_call_fail(c, TCC_E_INVALID_ARGUMENT, "malformed JobsRequest");
-    return;
-  }
+  Tcc__V1__JobsRequest *req = (Tcc__V1__JobsRequest *)tccd_call_unpack(c, &tcc__v1__jobs_request__descriptor);
+  if (!req) return;
   tcc__v1__jobs_request__free_unpacked(req, NULL);
   size_t n = 0;
   for (int b = 0; b < JOB_BUCKETS; b++)
@@ -865,6 +872,7 @@ void tccd_rpc_jobs(tccd_state *st, tccd_call *c) {
       ji->state = (char *)job_state_names[atomic_load(&j->state)];
       ji->elapsed_ms = tccd_ms_since(j->start_ns);
       ji->waiters = j->nwaiters;
+      ji->warm_id = j->warm_id;
       int done = 0, total = 0;
       if (j->tune) tccd_autotune_progress(j->tune, &done, &total);
       ji->candidates_done = done;
@@ -907,11 +915,17 @@ static int failure_fresh(const tccd_state *st, const tcc_cache_failure *f) {
   return st->cfg->failure_ttl_s > 0 && age <= st->cfg->failure_ttl_s;
 }
 
-static uint8_t *encode_request_meta(const Tcc__V1__CompileRequest *req, size_t *len) {
+/* The request as an entry keeps it: target and options (request_meta,
+ * for `show`), with the graph too when `graph` (the request a warm run
+ * compiles again), never the client label. NULL when out of memory, or
+ * when the graph's form is over TCC_CACHE_REQUEST_MAX (kept without). */
+static uint8_t *encode_request(const Tcc__V1__CompileRequest *req, int graph, size_t *len) {
   Tcc__V1__CompileRequest meta = TCC__V1__COMPILE_REQUEST__INIT;
+  meta.graph = graph ? req->graph : NULL;
   meta.target = req->target;
   meta.options = req->options;
   *len = protobuf_c_message_get_packed_size(&meta.base);
+  if (graph && *len > TCC_CACHE_REQUEST_MAX) return NULL;
   uint8_t *buf = malloc(*len ? *len : 1);
   if (buf) protobuf_c_message_pack(&meta.base, buf);
   return buf;
@@ -927,6 +941,8 @@ typedef struct compile_request {
   tcc_prepared *prep;             /* NULL when preparation failed: err says why */
   uint8_t *request_meta;          /* encoded CompileRequest{target, options} */
   size_t request_meta_len;
+  uint8_t *request;               /* with the graph (encode_request), or NULL */
+  size_t request_len;
   tcc_error err;
   Tcc__V1__Timings t;
   char client[TCCD_CLIENT_LABEL_MAX + 1]; /* CompileRequest.client, cut (for logs) */
@@ -1015,7 +1031,8 @@ static void prepare_work(void *arg) {
   snprintf(r->client, sizeof r->client, "%s", req->client ? req->client : "");
   uint64_t t1 = uv_hrtime();
   if (tcc_prepare(req, r->st->identity, &r->prep, &r->err) == 0) {
-    r->request_meta = encode_request_meta(req, &r->request_meta_len);
+    r->request_meta = encode_request(req, 0, &r->request_meta_len);
+    r->request = encode_request(req, 1, &r->request_len);
     if (!r->request_meta) {
       tcc_prepared_free(r->prep);
       r->prep = NULL;
@@ -1032,8 +1049,131 @@ static void compile_request_free(compile_request *r) {
   if (r->payload) grpc_byte_buffer_destroy(r->payload);
   tcc_prepared_free(r->prep);
   free(r->request_meta);
+  free(r->request);
   free(r);
   if (held) release_bytes(st, &held);
+}
+
+/* A new job for a prepared request, linked into the table: it takes
+ * *prep, *request_meta, *request and *held (each left NULL or 0). NULL
+ * when out of memory (nothing taken). */
+static tccd_job *job_create(tccd_state *st, tcc_prepared **prep, uint8_t **request_meta, size_t request_meta_len,
+                            uint8_t **request, size_t request_len, int64_t *held, const Tcc__V1__Timings *t) {
+  tccd_job *job = calloc(1, sizeof *job);
+  if (!job) return NULL;
+  job->st = st;
+  job->prep = *prep;
+  *prep = NULL;
+  job->request_meta = *request_meta;
+  job->request_meta_len = request_meta_len;
+  *request_meta = NULL;
+  job->request = *request;
+  job->request_len = request_len;
+  *request = NULL;
+  job->held = *held;
+  *held = 0;
+  job->start_ns = uv_hrtime();
+  if (t) job->timings = *t;
+  else tcc__v1__timings__init(&job->timings);
+  job->waiters_tail = &job->waiters;
+  tccd_job **bucket = bucket_of(st->jobs, job->prep->hash);
+  job->next = *bucket;
+  *bucket = job;
+  return job;
+}
+
+/* Sets a new job going: to the remote tier first (--redis; returns 1),
+ * else to the pool (returns 0). */
+static int job_begin(tccd_state *st, tccd_job *job) {
+  if (st->remote) {
+    atomic_store(&job->state, (int)JOB_REMOTE);
+    job->flight = tccd_remote_begin(st, job->prep->hash, job->prep->key, job->prep->key_len, job_remote_done, job);
+    if (job->flight) return 1;
+  } else {
+    atomic_store(&job->state, (int)JOB_QUEUED); /* a new job's first state */
+  }
+  job_start(st, job);
+  return 0;
+}
+
+/* A servable, verified entry for hash? 0 (filled: clear it), or
+ * TCC_E_NOT_FOUND (after dropping an entry that fails verification), or
+ * another TCC_E_* code. `c` (may be NULL) is the call, for its log lines. */
+static int lookup_servable(tccd_state *st, tccd_call *c, const tcc_prepared *prep, tcc_cache_entry *entry,
+                           tcc_error *err) {
+  int rc = tcc_cache_lookup(st->cache, prep->hash, prep->key, prep->key_len, entry, err);
+  if (rc == 0 && !entry_servable(st, entry)) {
+    if (c)
+      tccd_call_log(TCCD_LOG_INFO, c, "cache entry %.12s is %s; compiling it again to serve a signed artifact",
+                    prep->hash_hex, entry->signature_len ? "signed by a key this daemon does not trust" : "unsigned");
+    tcc_cache_entry_clear(entry);
+    rc = tcc_error_set(err, TCC_E_NOT_FOUND, "unsigned entry");
+  }
+  if (rc == 0 && entry_verify(st, entry, err) != 0) {
+    log_warn("cache entry %.12s fails verification (%s); removed, compiling it again", prep->hash_hex, err->msg);
+    tcc_cache_count(st->cache, TCC_COUNTER_corrupt_entries, 1);
+    tcc_error eerr;
+    tcc_cache_evict(st->cache, prep->hash, &eerr); /* may be gone already with its blob */
+    tcc_cache_entry_clear(entry);
+    rc = TCC_E_NOT_FOUND;
+  }
+  return rc;
+}
+
+int tccd_compile_detached(tccd_state *st, tcc_prepared *prep, uint8_t *request, size_t request_len,
+                          uint64_t warm_id, tccd_job_end_fn on_end, void *arg, tcc_error *err) {
+  tcc_cache_entry entry;
+  uint8_t *meta = NULL;
+  int rc = lookup_servable(st, NULL, prep, &entry, err);
+  if (rc == 0) {
+    tcc_cache_entry_clear(&entry);
+    rc = 1;
+    goto out;
+  }
+  tcc_cache_failure failure;
+  if (tcc_cache_lookup_failure(st->cache, prep->hash, prep->key, prep->key_len, &failure, err) == 0 &&
+      failure_fresh(st, &failure)) {
+    rc = tcc_error_set(err, failure.code, "%s (recorded failure)", failure.message);
+    goto out;
+  }
+  if (job_find(st->jobs, prep->hash)) {
+    rc = 1;
+    goto out;
+  }
+  if (backoff_active(st, prep->hash, prep->hash_hex, err)) {
+    rc = err->code;
+    goto out;
+  }
+  if (st->draining || st->store_blocked) {
+    rc = tcc_error_set(err, st->draining ? TCC_E_UNAVAILABLE : TCC_E_RESOURCE_EXHAUSTED, "%s",
+                       st->draining ? "tccd is shutting down" : "the cache cannot store new entries");
+    goto out;
+  }
+  /* request_meta: the stored request without its graph */
+  Tcc__V1__CompileRequest *req = tcc__v1__compile_request__unpack(NULL, request_len, request);
+  size_t meta_len = 0;
+  if (req) {
+    meta = encode_request(req, 0, &meta_len);
+    tcc__v1__compile_request__free_unpacked(req, NULL);
+  }
+  int64_t held = 0;
+  tccd_job *job = meta ? job_create(st, &prep, &meta, meta_len, &request, request_len, &held, NULL) : NULL;
+  if (!job) {
+    rc = tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "out of memory");
+    goto out;
+  }
+  job->on_end = on_end;
+  job->on_end_arg = arg;
+  job->warm_id = warm_id;
+  job_log(job, TCCD_LOG_DEBUG, "compile %.12s: warm run %llu, queued (%zu nodes, %s)", job->prep->hash_hex,
+          (unsigned long long)warm_id, job->prep->nodes, job->prep->target);
+  job_begin(st, job);
+  return 0;
+out:
+  tcc_prepared_free(prep);
+  free(request);
+  free(meta);
+  return rc;
 }
 
 /* On the loop, once prepared: the cache, the negative cache, a timeout's
@@ -1056,23 +1196,8 @@ static void compile_prepared(compile_request *r) {
 
   uint64_t t2 = uv_hrtime();
   tcc_cache_entry entry;
-  int rc = tcc_cache_lookup(st->cache, prep->hash, prep->key, prep->key_len, &entry, &err);
+  int rc = lookup_servable(st, c, prep, &entry, &err);
   r->t.lookup_ms = tccd_ms_since(t2);
-  if (rc == 0 && !entry_servable(st, &entry)) {
-    tccd_call_log(TCCD_LOG_INFO, c, "cache entry %.12s is %s; compiling it again to serve a signed artifact", prep->hash_hex,
-             entry.signature_len ? "signed by a key this daemon does not trust" : "unsigned");
-    tcc_cache_entry_clear(&entry);
-    rc = tcc_error_set(&err, TCC_E_NOT_FOUND, "unsigned entry");
-  }
-  if (rc == 0 && entry_verify(st, &entry, &err) != 0) {
-    tccd_call_log(TCCD_LOG_WARN, c, "cache entry %.12s fails verification (%s); removed, compiling it again",
-                  prep->hash_hex, err.msg);
-    tcc_cache_count(st->cache, TCC_COUNTER_corrupt_entries, 1);
-    tcc_error eerr;
-    tcc_cache_evict(st->cache, prep->hash, &eerr); /* may be gone already with its blob */
-    tcc_cache_entry_clear(&entry);
-    rc = TCC_E_NOT_FOUND;
-  }
   if (rc == 0) {
     tcc_cache_count(st->cache, TCC_COUNTER_hits, 1);
     r->t.compile_ms = 0;
@@ -1128,39 +1253,19 @@ static void compile_prepared(compile_request *r) {
                    (long long)js.queued, (long long)js.running, st->cfg->queue_max);
     goto done;
   }
-  job = calloc(1, sizeof *job);
+  job = job_create(st, &r->prep, &r->request_meta, r->request_meta_len, &r->request, r->request_len, &r->held,
+                   &r->t);
   if (!job) {
     tccd_call_fail(c, TCC_E_RESOURCE_EXHAUSTED, "out of memory");
     goto done;
   }
-  job->st = st;
-  job->prep = prep; /* ownership moves to the job, with the bytes held */
-  r->prep = NULL;
-  job->request_meta = r->request_meta;
-  job->request_meta_len = r->request_meta_len;
-  r->request_meta = NULL;
-  job->held = r->held;
-  r->held = 0;
-  job->start_ns = uv_hrtime();
-  job->timings = r->t;
-  job->waiters_tail = &job->waiters;
   job_add_waiter(job, c);
-  tccd_job **bucket = bucket_of(jobs, prep->hash);
-  job->next = *bucket;
-  *bucket = job;
-  if (st->remote) {
-    atomic_store(&job->state, (int)JOB_REMOTE);
-    job->flight = tccd_remote_begin(st, prep->hash, prep->key, prep->key_len, job_remote_done, job);
-    if (job->flight) {
-      tccd_call_log(TCCD_LOG_DEBUG, c, "compile %.12s local miss: asking the remote tier", prep->hash_hex);
-      goto done;
-    }
-  } else {
-    atomic_store(&job->state, (int)JOB_QUEUED); /* a new job's first state */
+  if (job_begin(st, job)) {
+    tccd_call_log(TCCD_LOG_DEBUG, c, "compile %.12s local miss: asking the remote tier", prep->hash_hex);
+    goto done;
   }
   tccd_call_log(TCCD_LOG_DEBUG, c, "compile %.12s miss: queued (%zu nodes, %s)", prep->hash_hex, prep->nodes,
                 prep->target);
-  job_start(st, job);
 done:
   compile_request_free(r);
 }

@@ -87,24 +87,6 @@ static void config_defaults(tccd_config *cfg) {
   cfg->request_memory_max = pages > 0 && page > 0 ? (int64_t)pages * page / 4 : 4LL << 30;
 }
 
-/* "30d", "12h", "45m", "90s", "3600" -> seconds. Returns 0 or -1. */
-static int parse_seconds(const char *s, int64_t *out) {
-  char *end;
-  errno = 0;
-  long long v = strtoll(s, &end, 10);
-  if (end == s || errno || v < 0) return -1;
-  int64_t mult = 1;
-  switch (*end) {
-  case 'd': mult = 86400; end++; break;
-  case 'h': mult = 3600; end++; break;
-  case 'm': mult = 60; end++; break;
-  case 's': end++; break;
-  }
-  if (*end || v > INT64_MAX / mult / 1000) return -1;
-  *out = (int64_t)v * mult;
-  return 0;
-}
-
 /* "1", "true", "yes", "on" -> 1; "0", "false", "no", "off", "" -> 0. */
 static int parse_bool(const char *s, int *out) {
   static const char *const yes[] = {"1", "true", "yes", "on"}, *const no[] = {"0", "false", "no", "off", ""};
@@ -154,7 +136,7 @@ static int set_option(tccd_config *cfg, const opt_def *o, const char *value,
                            o->name, value);
     return 0;
   case OPT_SECONDS:
-    if (parse_seconds(value, (int64_t *)field) != 0)
+    if (tcc_parse_seconds(value, (int64_t *)field) != 0)
       return tcc_error_set(err, -1, "%s: --%s expects a duration like 3600, 90m, 12h or 30d, got '%s'",
                            source, o->name, value);
     return 0;

@@ -140,6 +140,7 @@ typedef enum tccd_role { TCCD_ROLE_OPEN, TCCD_ROLE_CLIENT, TCCD_ROLE_ADMIN } tcc
   X(GC, "/tcc.v1.Cache/Gc", tccd_rpc_gc, TCCD_ROLE_ADMIN)                                \
   X(ZERO_STATS, "/tcc.v1.Cache/ZeroStats", tccd_rpc_zero_stats, TCCD_ROLE_ADMIN)         \
   X(CLEAR, "/tcc.v1.Cache/Clear", tccd_rpc_clear, TCCD_ROLE_ADMIN)                       \
+  X(WARM, "/tcc.v1.Cache/Warm", tccd_rpc_warm, TCCD_ROLE_ADMIN)                          \
   X(HEALTH_CHECK, "/grpc.health.v1.Health/Check", tccd_rpc_health_check, TCCD_ROLE_OPEN)
 
 typedef enum tccd_method_id {
@@ -168,6 +169,7 @@ typedef struct tccd_state {
   int store_blocked;               /* compile.c: the disk is full, nothing can be stored */
   char store_blocked_reason[512];
   struct tccd_misses *misses;      /* explain.c: keys of recent misses */
+  struct tccd_warms *warms;        /* warm.c: warm runs, for progress by id */
   int open_without_auth;           /* main.c: listening beyond loopback without --auth-tokens */
 } tccd_state;
 
@@ -275,6 +277,10 @@ void tccd_call_stream_artifact(tccd_call *c, uint8_t *data, size_t len, const ch
 /* The request payload as one malloc'd buffer (caller frees). Returns 0 or
  * fails the call itself and returns -1. */
 int tccd_call_read_payload(tccd_call *c, uint8_t **data, size_t *len);
+/* The request payload unpacked as a `desc` message (free with
+ * protobuf_c_message_free_unpacked(m, NULL)), or NULL after failing the
+ * call ("malformed tcc.v1.WarmRequest"). */
+ProtobufCMessage *tccd_call_unpack(tccd_call *c, const ProtobufCMessageDescriptor *desc);
 
 /* Moves the request message out of the call (the caller destroys it
  * with grpc_byte_buffer_destroy; any thread may read it). NULL when the
@@ -374,7 +380,19 @@ typedef struct tccd_job_stats {
   int64_t autotuning;   /* in AUTOTUNING (max-autotune) */
 } tccd_job_stats;
 
+/* A detached job's end (on the loop): rc 0 when stored, else its TCC_E_*
+ * code and message. */
+typedef void (*tccd_job_end_fn)(void *arg, int rc, const char *msg);
+
 int tccd_jobs_init(tccd_state *st);
+/* Compiles a prepared request with no call waiting (warm run warm_id): a
+ * job like a miss's, coalescing with requests for the same hash, that
+ * keeps `request` (its encoded CompileRequest) with the entry. Takes prep
+ * and request. Returns 0 (on_end runs when the job ends), 1 when the hash is
+ * cached or compiling already (nothing started), or a TCC_E_* code (a
+ * recorded failure, a backoff, shutdown, storing blocked) with err. */
+int tccd_compile_detached(tccd_state *st, tcc_prepared *prep, uint8_t *request, size_t request_len,
+                          uint64_t warm_id, tccd_job_end_fn on_end, void *arg, tcc_error *err);
 void tccd_jobs_stats(const tccd_state *st, tccd_job_stats *out);
 /* Shutdown, first step: cancels queued jobs (their waiters get
  * UNAVAILABLE); running ones go on until the grace period ends
@@ -403,6 +421,14 @@ void tccd_store_unblock(tccd_state *st, const char *why);
 void tccd_explain_note_miss(tccd_state *st, const uint8_t hash[TCC_SHA256_BYTES], const uint8_t *key,
                             size_t key_len);
 void tccd_explain_free(tccd_state *st);
+
+/* ------------------------------------------------------------- warm.c */
+
+/* Housekeeping (and each step's end): moves every warm run on while a
+ * worker is idle. */
+void tccd_warm_pump(tccd_state *st);
+/* Frees the runs, after the loop has ended and after tccd_jobs_free. */
+void tccd_warm_free(tccd_state *st);
 
 /* ------------------------------------------------------------- autotune.c */
 

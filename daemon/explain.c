@@ -315,15 +315,9 @@ static void step_done(void *arg, int cancelled) {
 }
 
 void tccd_rpc_explain(tccd_state *st, tccd_call *c) {
-  uint8_t *bytes;
-  size_t len;
-  if (tccd_call_read_payload(c, &bytes, &len) != 0) return;
-  Tcc__V1__ExplainRequest *req = tcc__v1__explain_request__unpack(NULL, len, bytes);
-  free(bytes);
-  if (!req) {
-    tccd_call_fail(c, TCC_E_INVALID_ARGUMENT, "malformed tcc.v1.ExplainRequest");
-    return;
-  }
+  Tcc__V1__ExplainRequest *req =
+      (Tcc__V1__ExplainRequest *)tccd_call_unpack(c, &tcc__v1__explain_request__descriptor);
+  if (!req) return;
   explain_run *r = calloc(1, sizeof *r);
   if (!r) {
     tcc__v1__explain_request__free_unpacked(req, NULL);

@@ -50,6 +50,7 @@ static void housekeeping(uv_timer_t *t) {
   if (tcc_cache_flush(st->cache, &err) != 0 && !st->store_blocked) log_warn("cache flush failed: %s", err.msg);
   tccd_store_check(st);
   tccd_jobs_trim(st);
+  tccd_warm_pump(st);
 }
 
 static void on_server_done(tccd_state *st) {
@@ -280,6 +281,7 @@ int main(int argc, char **argv) {
   tccd_server_free(st.server);
   tccd_metrics_free(&st);
   tccd_jobs_free(&st);
+  tccd_warm_free(&st);
   tccd_explain_free(&st);
   tcc_cache_close(st.cache); /* flushes counters */
   tccd_security_free(&st);

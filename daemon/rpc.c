@@ -15,17 +15,6 @@
 #include "tcc/v1/tcc.pb-c.h"
 #include "tcc_config.h"
 
-/* Unpacks the call's payload as `desc`; on failure fails the call. */
-static ProtobufCMessage *unpack_request(tccd_call *c, const ProtobufCMessageDescriptor *desc) {
-  uint8_t *bytes;
-  size_t len;
-  if (tccd_call_read_payload(c, &bytes, &len) != 0) return NULL;
-  ProtobufCMessage *m = protobuf_c_message_unpack(desc, NULL, len, bytes);
-  free(bytes);
-  if (!m) tccd_call_fail(c, TCC_E_INVALID_ARGUMENT, "malformed %s", desc->name);
-  return m;
-}
-
 /* Parses a 64-digit hex guard hash / digest named `what`. */
 static int parse_hash(tccd_call *c, const char *hex, const char *what, uint8_t out[TCC_SHA256_BYTES]) {
   if (tcc_hex_decode(hex, out, TCC_SHA256_BYTES) != 0) {
@@ -39,7 +28,7 @@ static int parse_hash(tccd_call *c, const char *hex, const char *what, uint8_t o
 
 void tccd_rpc_fetch(tccd_state *st, tccd_call *c) {
   Tcc__V1__FetchRequest *req =
-      (Tcc__V1__FetchRequest *)unpack_request(c, &tcc__v1__fetch_request__descriptor);
+      (Tcc__V1__FetchRequest *)tccd_call_unpack(c, &tcc__v1__fetch_request__descriptor);
   if (!req) return;
   uint8_t sha[TCC_SHA256_BYTES], sig[TCC_SIGNATURE_BYTES];
   size_t sig_len = 0;
@@ -86,7 +75,7 @@ out:
 /* ------------------------------------------------------------ Ops */
 
 void tccd_rpc_ops(tccd_state *st, tccd_call *c) {
-  Tcc__V1__OpsRequest *req = (Tcc__V1__OpsRequest *)unpack_request(c, &tcc__v1__ops_request__descriptor);
+  Tcc__V1__OpsRequest *req = (Tcc__V1__OpsRequest *)tccd_call_unpack(c, &tcc__v1__ops_request__descriptor);
   if (!req) return;
   int device = req->device;
   tcc__v1__ops_request__free_unpacked(req, NULL);
@@ -223,7 +212,7 @@ int tccd_stats_fill(const tccd_state *st, Tcc__V1__StatsResponse *out, tcc_error
 /* Stats, and ZeroStats (zero set): the statistics now, then (ZeroStats)
  * the counters restart from 0. */
 static void stats_answer(tccd_state *st, tccd_call *c, const ProtobufCMessageDescriptor *req_desc, int zero) {
-  ProtobufCMessage *req = unpack_request(c, req_desc);
+  ProtobufCMessage *req = tccd_call_unpack(c, req_desc);
   if (!req) return;
   protobuf_c_message_free_unpacked(req, NULL);
   tcc_cache_stats cs;
@@ -279,7 +268,7 @@ static void fill_failure(Tcc__V1__FailureSummary *s, const tcc_cache_failure *f,
 
 void tccd_rpc_list(tccd_state *st, tccd_call *c) {
   Tcc__V1__ListRequest *req =
-      (Tcc__V1__ListRequest *)unpack_request(c, &tcc__v1__list_request__descriptor);
+      (Tcc__V1__ListRequest *)tccd_call_unpack(c, &tcc__v1__list_request__descriptor);
   if (!req) return;
   tcc_cache_order order = TCC_CACHE_ORDER_LAST_USED;
   const char *ob = req->order_by ? req->order_by : "";
@@ -374,7 +363,7 @@ static void show_failure(tccd_state *st, tccd_call *c, const uint8_t hash[TCC_SH
 
 void tccd_rpc_show(tccd_state *st, tccd_call *c) {
   Tcc__V1__ShowRequest *req =
-      (Tcc__V1__ShowRequest *)unpack_request(c, &tcc__v1__show_request__descriptor);
+      (Tcc__V1__ShowRequest *)tccd_call_unpack(c, &tcc__v1__show_request__descriptor);
   if (!req) return;
   uint8_t hash[TCC_SHA256_BYTES];
   int bad = parse_hash(c, req->guard_hash, "guard_hash", hash);
@@ -472,7 +461,7 @@ static void evict_remote_done(void *arg, const tccd_remote_evict_result *res) {
 
 void tccd_rpc_evict(tccd_state *st, tccd_call *c) {
   Tcc__V1__EvictRequest *req =
-      (Tcc__V1__EvictRequest *)unpack_request(c, &tcc__v1__evict_request__descriptor);
+      (Tcc__V1__EvictRequest *)tccd_call_unpack(c, &tcc__v1__evict_request__descriptor);
   if (!req) return;
   uint8_t hash[TCC_SHA256_BYTES];
   int bad = parse_hash(c, req->guard_hash, "guard_hash", hash);
@@ -545,7 +534,7 @@ static void gc_scan_done(void *arg, int cancelled) {
 }
 
 void tccd_rpc_gc(tccd_state *st, tccd_call *c) {
-  Tcc__V1__GcRequest *req = (Tcc__V1__GcRequest *)unpack_request(c, &tcc__v1__gc_request__descriptor);
+  Tcc__V1__GcRequest *req = (Tcc__V1__GcRequest *)tccd_call_unpack(c, &tcc__v1__gc_request__descriptor);
   if (!req) return;
   int64_t max_bytes = req->max_bytes;
   tcc__v1__gc_request__free_unpacked(req, NULL);
@@ -574,7 +563,7 @@ void tccd_rpc_gc(tccd_state *st, tccd_call *c) {
  * records when asked). A Redis tier is left alone: it is the fleet's, and
  * ClearResponse.remote_enabled tells the caller so. */
 void tccd_rpc_clear(tccd_state *st, tccd_call *c) {
-  Tcc__V1__ClearRequest *req = (Tcc__V1__ClearRequest *)unpack_request(c, &tcc__v1__clear_request__descriptor);
+  Tcc__V1__ClearRequest *req = (Tcc__V1__ClearRequest *)tccd_call_unpack(c, &tcc__v1__clear_request__descriptor);
   if (!req) return;
   int tuning = req->tuning;
   tcc__v1__clear_request__free_unpacked(req, NULL);
@@ -600,7 +589,7 @@ void tccd_rpc_clear(tccd_state *st, tccd_call *c) {
 /* ------------------------------------------------------------ Health */
 
 void tccd_rpc_health_check(tccd_state *st, tccd_call *c) {
-  Grpc__Health__V1__HealthCheckRequest *req = (Grpc__Health__V1__HealthCheckRequest *)unpack_request(
+  Grpc__Health__V1__HealthCheckRequest *req = (Grpc__Health__V1__HealthCheckRequest *)tccd_call_unpack(
       c, &grpc__health__v1__health_check_request__descriptor);
   if (!req) return;
   const char *svc = req->service ? req->service : "";

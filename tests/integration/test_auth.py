@@ -1,7 +1,7 @@
 """
 Bearer-token auth (--auth-tokens): a call without a valid token is
 UNAUTHENTICATED, a client token may compile, fetch and read the cache but
-not Evict, Gc, ZeroStats or Clear (PERMISSION_DENIED), an admin token may
+not Evict, Gc, ZeroStats, Clear or Warm (PERMISSION_DENIED), an admin token may
 do everything;
 Health/Check stays open for probes. Tokens never appear in the log.
 """
@@ -82,7 +82,7 @@ def test_roles(daemon_factory, tokens, tmp_path, pb):
     tcctl(d.addr, "--token-file", client, "ls")
     tcctl(d.addr, "--token-file", client, "show", h)
     tcctl(d.addr, "--token-file", client, "fetch", h, str(tmp_path / "a.so"), json_out=False)
-    for args in (["evict", h], ["gc"], ["stats", "--zero"], ["clear", "--yes"]):
+    for args in (["evict", h], ["gc"], ["stats", "--zero"], ["clear", "--yes"], ["warm", "--target", "cpu:x86-64-v3"]):
         p = tcctl(d.addr, "--token-file", client, *args, check=False)
         expect_fail(p, "PERMISSION_DENIED")
         assert "admin token" in p.stderr

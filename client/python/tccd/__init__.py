@@ -10,6 +10,8 @@ tccd.backend for the pipeline and tccd.config for every option.
     tccd.stats()          counters (graphs, compiled/fallback ops, kernels, cache statuses)
     tccd.fallback_ops()   {ATen op: count} of ops that ran eagerly
     tccd.Client           the libtccclient binding (compile, fetch, load, run)
+    tccd.prewarm(model, example_inputs, targets=["cuda:sm_90", "cpu:x86-64-v4"])
+                          compile a model's graphs for targets this process lacks
 """
 from ._stats import fallback_ops as _fallback_ops
 from ._stats import reset as _reset
@@ -17,6 +19,7 @@ from ._stats import snapshot as _snapshot
 from .dynamo import Backend, backend, tccd_backend
 from .client import Client, Kernel, default_addr
 from .config import Config
+from .targets import prewarm
 from .errors import (TccdCompileError, TccdDeadlineExceeded, TccdError, TccdFallbackWarning,
                      TccdKernelError, TccdLibraryError, TccdUnavailable, TccdUnsupported)
 
@@ -26,7 +29,7 @@ __all__ = [
     "Backend", "Client", "Config", "Kernel", "TccdCompileError", "TccdDeadlineExceeded",
     "TccdError", "TccdFallbackWarning", "TccdKernelError", "TccdLibraryError",
     "TccdUnavailable", "TccdUnsupported", "backend", "default_addr", "fallback_ops",
-    "reset_stats", "stats", "tccd_backend",
+    "prewarm", "reset_stats", "stats", "tccd_backend",
 ]
 
 

@@ -55,7 +55,7 @@ except ImportError:                  # a torch without it: partitions key every 
     _TensorGuards = None
 
 from . import _stats
-from . import aot_cache
+from . import aot_cache, targets
 from . import graph as G
 from . import partition as P
 from . import recipe
@@ -894,7 +894,9 @@ class _CompiledGraph:
     def _get_kernel(self, req):
         """Compile + fetch + load. A CUDA artifact loads into the calling
         thread's current context, so it is made PyTorch's for the graph's
-        device first (compiles run on worker threads)."""
+        device first (compiles run on worker threads). While tccd.prewarm
+        runs, the request is compiled for its targets too."""
+        targets.note_request(self.client, req)
         if self.device != "cuda" or not torch.cuda.is_available():
             kernel, resp = self.client.get_kernel(req)
         else:
