@@ -192,6 +192,18 @@ def fresh_state():
     torch._dynamo.reset()
 
 
+def run_child(script, args, addr, aot_dir):
+    """Runs tests/python/`script` with `args` in a fresh interpreter, on
+    the daemon at `addr` with `aot_dir` as its TORCHINDUCTOR_CACHE_DIR (a
+    node of its own); returns the JSON its output ends with."""
+    env = dict(os.environ, TCCD_ADDR=addr, TORCHINDUCTOR_CACHE_DIR=str(aot_dir),
+               PYTHONPATH=os.pathsep.join([HERE, os.path.join(SOURCE, "client", "python")]))
+    p = subprocess.run([sys.executable, os.path.join(HERE, script)] + [str(a) for a in args],
+                       capture_output=True, text=True, env=env, timeout=600)
+    assert p.returncode == 0, f"{script} failed:\n{p.stdout}\n{p.stderr}"
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
 def free_port():
     """A loopback port nothing listens on (bound and released)."""
     import socket

@@ -3,23 +3,15 @@ daemon is served entirely from the daemon's cache (zero new compiles), and
 on the same node AOTAutograd's result comes from its cache (no re-trace);
 a process on another node (no local AOTAutograd cache) still compiles
 nothing."""
-import json
 import os
-import subprocess
-import sys
 
-from conftest import HERE, SOURCE
+from conftest import run_child
 
 NAMES = ["mlp", "gpt"]
 
 
 def _child(addr, aot_dir):
-    env = dict(os.environ, TCCD_ADDR=addr, TORCHINDUCTOR_CACHE_DIR=str(aot_dir),
-               PYTHONPATH=os.pathsep.join([HERE, os.path.join(SOURCE, "client", "python")]))
-    p = subprocess.run([sys.executable, os.path.join(HERE, "warm_child.py")] + NAMES,
-                       capture_output=True, text=True, env=env, timeout=600)
-    assert p.returncode == 0, f"child failed:\n{p.stdout}\n{p.stderr}"
-    return json.loads(p.stdout.strip().splitlines()[-1])
+    return run_child("warm_child.py", NAMES, addr, aot_dir)
 
 
 def test_second_process_compiles_nothing(own_daemon, tmp_path):
