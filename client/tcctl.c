@@ -642,6 +642,10 @@ static int cmd_stats(tcctl *t) {
     kv("tuning records", "%" PRId64 " (%" PRId64 " kernel(s) reused one)", s->tuning_records,
        s->autotune_record_hits);
     kv("untuned (no usable GPU)", "%" PRId64, s->autotune_untuned);
+    /* the object cache of CPU kernel bodies */
+    int64_t bodies = s->object_hits + s->object_misses;
+    kv("object cache", "%" PRId64 " of %" PRId64 " kernel bodies linked from it (%.1f%%)", s->object_hits, bodies,
+       bodies ? 100.0 * (double)s->object_hits / (double)bodies : 0.0);
     /* failures (docs/failure-model.md) */
     kv("storing", "%s%s", s->store_blocked ? "BLOCKED: " : "ok",
        s->store_blocked ? (s->store_blocked_reason ? s->store_blocked_reason : "") : "");

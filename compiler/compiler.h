@@ -100,7 +100,7 @@
 
 /* Bump whenever generated code or the key encoding changes: every cache
  * entry made by an older codegen then misses. */
-#define TCC_CODEGEN_VERSION 14
+#define TCC_CODEGEN_VERSION 15
 
 typedef struct tcc_graph tcc_graph;  /* the canonical IR (graph.h) */
 
@@ -174,6 +174,13 @@ typedef struct tcc_build_options {
   const char *work_dir;    /* scratch dir for sources/objects; NULL = $TMPDIR */
   int timeout_ms;          /* kill the compiler after this; 0 = 120000 */
   int keep_sources;        /* leave generated sources in work_dir */
+  /* The object cache of CPU kernel bodies (cpu/build.c): objects
+   * compiled for one artifact lend their bodies to the next that has
+   * them. NULL: none. Kept under object_max_bytes (0: 256 MiB), oldest
+   * use first. */
+  const char *object_dir;
+  int64_t object_max_bytes;
+  const char *identity;    /* tcc_toolchain_identity: in the object cache's keys */
 } tcc_build_options;
 
 /* What a compile produced. Free with tcc_artifact_free. */
@@ -187,6 +194,8 @@ typedef struct tcc_artifact {
   int kernels;                           /* number of generated kernels */
   char *source;                          /* generated source, NUL-terminated */
   double compile_ms;                     /* wall time of tcc_compile */
+  int bodies;                            /* CPU: distinct kernel bodies */
+  int bodies_reused;                     /* of those, taken from the object cache */
 } tcc_artifact;
 
 /* Lowers, fuses, emits and builds the prepared graph for its target (a

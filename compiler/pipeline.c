@@ -411,6 +411,8 @@ static int compile_program(const tcc_prepared *p, const tcc_build_options *opts,
   if ((rc = t->build(&prog, src.data, src.len, opts, &built, err))) goto done;
   out->data = built.data;
   out->size = built.size;
+  out->bodies = built.bodies;
+  out->bodies_reused = built.bodies_reused;
   built.data = NULL;
   if ((rc = encode_manifest(t, &prog, &built, &arena, out, err))) goto done;
 

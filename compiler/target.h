@@ -29,6 +29,7 @@ typedef struct tcc_built {
   size_t size;
   char *ptx;                  /* CUDA: the PTX of the same compile (malloc'ed), else NULL */
   size_t ptx_len;
+  int bodies, bodies_reused;  /* CPU: shared kernel bodies, and those the object cache had */
 } tcc_built;
 
 typedef struct tcc_target {

@@ -163,6 +163,7 @@ typedef struct tccd_jobs {
   int64_t held_peak;              /* since the last malloc_trim */
   int trims_due;                  /* malloc_trims still to run after a burst */
   int64_t in_pool;                /* handed to uv_queue_work, not yet done */
+  char object_dir[4200];          /* the object cache (build.object_dir) */
   _Atomic int64_t running;        /* in COMPILING (workers update it) */
   tcc_build_options build;
 } tccd_jobs;
@@ -263,6 +264,12 @@ int tccd_jobs_init(tccd_state *st) {
   if (!jobs) return -1;
   jobs->build.cc = st->cfg->cc;
   jobs->build.timeout_ms = st->cfg->compile_timeout_ms;
+  jobs->build.identity = st->identity;
+  if (st->cfg->object_cache_max_bytes > 0) {
+    snprintf(jobs->object_dir, sizeof jobs->object_dir, "%s/objects", st->cfg->cache_dir);
+    jobs->build.object_dir = jobs->object_dir;
+    jobs->build.object_max_bytes = st->cfg->object_cache_max_bytes;
+  }
   st->jobs = jobs;
   return 0;
 }
@@ -683,6 +690,8 @@ static void job_tuned(void *arg, tcc_artifact *tuned, double autotune_ms) {
 /* A compile succeeded: counted, and its time observed. */
 static void job_count_compile(tccd_job *job) {
   tcc_cache_count(job->st->cache, TCC_COUNTER_compiles, 1);
+  tcc_cache_count(job->st->cache, TCC_COUNTER_object_hits, job->artifact.bodies_reused);
+  tcc_cache_count(job->st->cache, TCC_COUNTER_object_misses, job->artifact.bodies - job->artifact.bodies_reused);
   tccd_metrics_observe(job->st, TCCD_HIST_COMPILE, job->artifact.compile_ms / 1000.0);
 }
 

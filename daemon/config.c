@@ -58,6 +58,7 @@ static const opt_def options[] = {
   {"autotune-reps", NUM(OPT_INT, autotune_reps), "max-autotune: timed runs per kernel and candidate, median taken (default 15)"},
   {"request-memory-max", NUM(OPT_BYTES, request_memory_max), "memory that requests being prepared and compiled may hold (estimated at 8x their encoded size) before RESOURCE_EXHAUSTED (default: a quarter of physical memory; 0 = no limit)"},
   {"metrics-listen", STR(metrics_listen), "HOST:PORT to serve Prometheus metrics on at /metrics (default: off; same auth and TLS as --listen)"},
+  {"object-cache-max-bytes", NUM(OPT_BYTES, object_cache_max_bytes), "CPU kernel bodies' objects kept in CACHE_DIR/objects for other artifacts to link (default 256M; 0 = no object cache)"},
   {"failure-ttl", NUM(OPT_SECONDS, failure_ttl_s), "how long a deterministic compile failure is answered again without compiling, locally and through --redis (default 1d; 0 = never)"},
 };
 
@@ -83,6 +84,7 @@ static void config_defaults(tccd_config *cfg) {
   cfg->redis_ttl_s = 30 * 86400;
   cfg->redis_timeout_ms = 1000;
   cfg->failure_ttl_s = 86400;
+  cfg->object_cache_max_bytes = 256LL << 20;
   long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
   cfg->request_memory_max = pages > 0 && page > 0 ? (int64_t)pages * page / 4 : 4LL << 30;
 }

@@ -101,6 +101,7 @@ typedef struct tccd_config {
   int autotune_reps;         /* --autotune-reps */
   int64_t failure_ttl_s;     /* --failure-ttl: negative-cache lifetime (0: off) */
   int64_t request_memory_max; /* --request-memory-max: admission budget (0: none) */
+  int64_t object_cache_max_bytes; /* --object-cache-max-bytes (0: no object cache) */
   int redis_trust_unsigned;  /* --redis-trust-unsigned: --no-signing with --redis */
   char metrics_listen[256];  /* --metrics-listen HOST:PORT: Prometheus page ("": off) */
 } tccd_config;

@@ -129,6 +129,8 @@ typedef struct histogram {
   X(autotune_remote_record_hits, counter, "tccd_autotune_remote_record_hits_total",                       \
     "Of the tuning record hits: records found in the remote tier.")                                       \
   X(autotune_untuned, counter, "tccd_autotune_untuned_total", "max-autotune entries stored untuned.")       \
+  X(object_hits, counter, "tccd_object_hits_total", "Kernel bodies linked from the object cache.")        \
+  X(object_misses, counter, "tccd_object_misses_total", "Kernel bodies compiled (not in the object cache).") \
   X(tuning_records, gauge, "tccd_tuning_records", "Tuning records in the cache.")
 
 /* ------------------------------------------------------------ state */

@@ -190,6 +190,8 @@ static void stats_from(const tccd_state *st, const tcc_cache_stats *cache_stats,
   r.rejected_memory = cs.counters[TCC_COUNTER_rejected_memory];
   r.corrupt_entries = cs.counters[TCC_COUNTER_corrupt_entries];
   r.tuning_records = cs.tuning_records;
+  r.object_hits = cs.counters[TCC_COUNTER_object_hits];
+  r.object_misses = cs.counters[TCC_COUNTER_object_misses];
   r.autotuning_jobs = js.autotuning;
   r.signing_key_id = st->signing_key ? st->signing_key->key_id : (char *)"";
   int remote_on = 0, remote_connected = 0;

@@ -86,7 +86,8 @@ typedef struct tcc_cache_entry {
   X(corrupt_entries)                                             \
   X(autotune_runs) X(autotune_candidates) X(autotune_crashed)    \
   X(autotune_timeouts) X(autotune_wrong) X(autotune_record_hits) \
-  X(autotune_untuned) X(autotune_ms) X(autotune_remote_record_hits)
+  X(autotune_untuned) X(autotune_ms) X(autotune_remote_record_hits) \
+  X(object_hits) X(object_misses)
 
 typedef enum tcc_cache_counter {
 #define TCC_CACHE_COUNTER_ENUM(name) TCC_COUNTER_##name,

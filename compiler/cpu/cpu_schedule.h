@@ -165,6 +165,12 @@ int tcc_cpu_emit(const tcc_program *p, tcc_buf *src, tcc_error *err);
  * kernel k alone, for tuned builds (tune.c's header). */
 void tcc_cpu_emit_bench_hooks(tcc_buf *src, int nkernels);
 /* prelude.c: what every translation unit starts with. */
+/* emit.c: the line that ends the preamble (headers, helpers, runtimes)
+ * of a CPU source; shared bodies depend on nothing after it but their
+ * own text. A body's name is tcc_b + this many hex digits of its
+ * digest. */
+#define TCC_CPU_PREAMBLE_END "/* tccd: end of preamble */\n"
+#define TCC_BODY_ID_HEX 16
 extern const char tcc_cpu_prelude[];
 extern const char tcc_cpu_governor[];   /* prelude.c: tcc_gov_begin/_end */
 /* The runtime of oneDNN convolution steps (runtime/onednn_conv.c, as

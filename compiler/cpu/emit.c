@@ -1003,12 +1003,23 @@ done:
  * ws + 27648). Each kernel kN is emitted as a body that takes its buffers
  * as a pointer table, and a line that says where they are:
  *
+ *   TCC_BODY int tcc_b3f09a1c2d4e5b6a7(void *const *P);
  *   static const tcc_bsrc k12_s[] = {{0, 8, 0, 0}, {2, 0, INT64_C(27648), 0}}; (in[8], ws + 27648)
- *   __attribute__((noinline)) static int tcc_body3(void *const *P) {
+ *   #ifndef TCC_HAVE_B3f09a1c2d4e5b6a7
+ *   __attribute__((noinline, weak)) TCC_BODY int tcc_b3f09a1c2d4e5b6a7(void *const *P) {
  *     const float *restrict b0 = (const float *)P[0];   (was b8 = in[8])
  *     float *restrict b1 = (float *)P[1];               (was b52 = ws + 27648)
  *     ... the kernel, its buffers renamed b0, b1, ... in declaration order
  *   }
+ *   #endif
+ *
+ * A body is named by its text's digest (its first TCC_BODY_ID_HEX hex
+ * digits), hidden, global and weak, so that the build can take it from an
+ * object compiled for another artifact instead (the object cache,
+ * build.c: -DTCC_HAVE_B<id> drops the definition here, the linker takes
+ * the object's, and a body two linked objects both hold is one). It is
+ * compiled in the preamble before TCC_CPU_PREAMBLE_END and reads nothing
+ * else of its translation unit.
  *
  * and a body whose text an earlier kernel already has is not emitted
  * again: a 12-layer encoder compiles each of its layer's kernels once
@@ -1119,7 +1130,8 @@ static const char kernel_table_tail[] =
     "         : e->s[j].base == 2 ? (void *)(ws + e->s[j].offset) : (void *)e->s[j].data;\n"
     "  return e->body(P);\n}\n";
 static const char bsrc_type[] =
-    "\ntypedef struct tcc_bsrc { int base, index; int64_t offset; const void *data; } tcc_bsrc;\n";
+    "\ntypedef struct tcc_bsrc { int base, index; int64_t offset; const void *data; } tcc_bsrc;\n"
+    "#define TCC_BODY __attribute__((visibility(\"hidden\")))\n";
 
 /* Appends buffer j's entry of a wrapper's table, from the declaration's
  * right side [src, end) as declare_buffers prints it: "(T *)in[K]",
@@ -1234,12 +1246,16 @@ static int emit_shared(tcc_buf *b, const char *kt, int kno, body_table *bodies) 
   }
   /* the kernel's comment, where its buffers are, then a new body: kN's
    * text runs from its comment to k(N+1)'s */
+  char name[TCC_BODY_ID_HEX + 1];
+  tcc_hex_encode(bodies->digest[id], TCC_BODY_ID_HEX / 2, name);
   tcc_buf_put(b, kt, (size_t)(head - kt));
-  tcc_buf_printf(b, "static const tcc_bsrc k%d_s[] = {%s}; /* k%d runs tcc_body%d */\n", kno, srcs.data, kno, id);
-  tcc_buf_printf(&bodies->entries, "  {0, tcc_body%d, k%d_s, %d},\n", id, kno, n);
+  if (fresh) tcc_buf_printf(b, "TCC_BODY int tcc_b%s(void *const *P);\n", name);
+  tcc_buf_printf(b, "static const tcc_bsrc k%d_s[] = {%s}; /* k%d runs tcc_b%s */\n", kno, srcs.data, kno, name);
+  tcc_buf_printf(&bodies->entries, "  {0, tcc_b%s, k%d_s, %d},\n", name, kno, n);
   if (fresh) {
-    tcc_buf_printf(b, "__attribute__((noinline)) static int tcc_body%d", id);
+    tcc_buf_printf(b, "#ifndef TCC_HAVE_B%s\n__attribute__((noinline, weak)) TCC_BODY int tcc_b%s", name, name);
     tcc_buf_put(b, generic.data, generic.len);
+    tcc_buf_printf(b, "#endif /* B%s */\n", name);
   }
   tcc_buf_free(&decl), tcc_buf_free(&srcs), tcc_buf_free(&rest), tcc_buf_free(&generic);
   return b->failed || bodies->entries.failed ? -1 : 0;
@@ -1267,6 +1283,7 @@ int tcc_cpu_emit(const tcc_program *p, tcc_buf *b, tcc_error *err) {
                     "                 const double *, int, double, double *, int);\n");
   if (has_dnnl_gemm && !has_conv) /* the convolution runtime includes it already */
     tcc_buf_puts(b, "#include <oneapi/dnnl/dnnl.h> /* dnnl_sgemm */\n");
+  tcc_buf_puts(b, TCC_CPU_PREAMBLE_END); /* shared bodies are compiled in what comes before (build.c) */
   for (int bi = 0; bi < p->nbufs; bi++)
     if (p->bufs[bi].kind == TCC_BUF_CONST && !p->bufs[bi].dead) {
       /* only constants some live kernel reads get emitted (fuse keeps them) */

@@ -310,7 +310,8 @@ static char *make_tmpdir(void) {
   return dir;
 }
 
-static void build(tg *t, built *out) {
+/* Builds t (with the object cache in object_dir when not NULL). */
+static void build_in(tg *t, built *out, const char *object_dir, int64_t object_max_bytes) {
   memset(out, 0, sizeof *out);
   size_t len;
   uint8_t *buf = reqb_pack(t->b, &len);
@@ -320,7 +321,8 @@ static void build(tg *t, built *out) {
   free(buf);
   ck_assert_msg(rc == 0, "prepare: %s", err.msg);
   snprintf(out->dir, sizeof out->dir, "%s", make_tmpdir());
-  tcc_build_options o = {.cc = NULL, .work_dir = out->dir, .timeout_ms = 60000};
+  tcc_build_options o = {.cc = NULL, .work_dir = out->dir, .timeout_ms = 60000, .object_dir = object_dir,
+                         .object_max_bytes = object_max_bytes, .identity = identity};
   rc = tcc_compile(p, &o, &out->art, &err);
   tcc_prepared_free(p);
   ck_assert_msg(rc == 0, "compile: %s", err.msg);
@@ -345,6 +347,8 @@ static void build(tg *t, built *out) {
   ck_assert_ptr_nonnull(out->art.source);
   if (getenv("TCC_TEST_SHOW_SOURCE")) fputs(out->art.source, stderr);   /* debugging aid */
 }
+
+static void build(tg *t, built *out) { build_in(t, out, NULL, 0); }
 
 static void unbuild(built *b) {
   if (b->dl) dlclose(b->dl);
@@ -773,6 +777,100 @@ static double wall_ms(void) {
   return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
+/* The object cache (cpu/build.c): a second build of a program takes
+ * every kernel body from the object the first one stored, and computes
+ * the same; a damaged object is a miss (and removed); an object that
+ * will not link costs a rebuild without the cache, not a failure; past
+ * object_max_bytes the objects go. */
+static int count_objects(const char *dir) {
+  DIR *d = opendir(dir);
+  int n = 0;
+  struct dirent *e;
+  while (d && (e = readdir(d)))
+    if (strlen(e->d_name) == 66 && strcmp(e->d_name + 64, ".o") == 0) n++;
+  if (d) closedir(d);
+  return n;
+}
+
+static void first_object(const char *dir, char *path, size_t size) {
+  DIR *d = opendir(dir);
+  struct dirent *e;
+  path[0] = '\0';
+  while (d && (e = readdir(d)))
+    if (strlen(e->d_name) == 66 && strcmp(e->d_name + 64, ".o") == 0) snprintf(path, size, "%s/%s", dir, e->d_name);
+  if (d) closedir(d);
+  ck_assert_msg(path[0], "no object in %s", dir);
+}
+
+START_TEST(object_cache) {
+  char objects[300];
+  snprintf(objects, sizeof objects, "%s", make_tmpdir());
+  strcat(objects, "/objects");
+  int64_t rows = 64 * tt_rand_range(2, 8);
+  tg *t = sin_cos_graph(rows, 512); /* parallel: OpenMP must come with the object */
+  built a, b;
+  build_in(t, &a, objects, 0);
+  ck_assert_int_ge(a.art.bodies, 1);
+  ck_assert_int_eq(a.art.bodies_reused, 0);
+  ck_assert_ptr_nonnull(strstr(a.art.source, "#ifndef TCC_HAVE_B"));
+  ck_assert_int_eq(count_objects(objects), 1);
+  run_and_check(t, &a, 2);
+  build_in(t, &b, objects, 0);
+  ck_assert_int_eq(b.art.bodies_reused, a.art.bodies);
+  ck_assert_str_eq(b.art.source, a.art.source);  /* the source does not depend on the cache */
+  ck_assert_int_eq(count_objects(objects), 1);   /* nothing new to store */
+  run_and_check(t, &b, 2);
+  unbuild(&b);
+
+  /* damaged: a miss, removed, stored again */
+  char path[600];
+  first_object(objects, path, sizeof path);
+  FILE *f = fopen(path, "r+b");
+  ck_assert_ptr_nonnull(f);
+  fseek(f, 100, SEEK_SET);
+  fputc(0x5a ^ fgetc(f), f);
+  fclose(f);
+  build_in(t, &b, objects, 0);
+  ck_assert_int_eq(b.art.bodies_reused, 0);
+  ck_assert_int_eq(count_objects(objects), 1);
+  run_and_check(t, &b, 1);
+  unbuild(&b);
+
+  /* an object that passes its digest but will not link: built without */
+  first_object(objects, path, sizeof path);
+  uint8_t junk[512];
+  tt_rand_bytes(junk, sizeof junk);
+  uint8_t d[TCC_SHA256_BYTES];
+  char hex[TCC_SHA256_HEX], junk_path[700], index_dir[400], cmd[1400];
+  tcc_sha256(junk, sizeof junk, d);
+  tcc_hex_encode(d, sizeof d, hex);
+  snprintf(junk_path, sizeof junk_path, "%s/%s.o", objects, hex);
+  f = fopen(junk_path, "wb");
+  fwrite(junk, 1, sizeof junk, f);
+  fclose(f);
+  snprintf(index_dir, sizeof index_dir, "%s/index", objects);
+  snprintf(cmd, sizeof cmd, "for i in %s/*; do echo 'tccd-object/1 %s 0' > $i; done", index_dir, hex);
+  ck_assert_int_eq(system(cmd), 0);
+  build_in(t, &b, objects, 0);
+  ck_assert_int_eq(b.art.bodies_reused, 0);
+  ck_assert_int_eq(access(junk_path, F_OK), -1);  /* the suspect is gone */
+  ck_assert_int_eq(count_objects(objects), 1);    /* the bodies stored again */
+  run_and_check(t, &b, 1);
+  unbuild(&b);
+
+  /* over the budget, the next store prunes: every object goes */
+  tg *t2 = sin_cos_graph(rows + 64, 512); /* other bounds: another body */
+  build_in(t2, &b, objects, 1);
+  ck_assert_int_eq(b.art.bodies_reused, 0);
+  ck_assert_int_eq(count_objects(objects), 0);
+  run_and_check(t2, &b, 1);
+  unbuild(&b);
+  tg_free(t2);
+  unbuild(&a);
+  tg_free(t);
+}
+END_TEST
+
 START_TEST(compiler_timeout) {
   char *dir = make_tmpdir(), script[300], work[300];
   snprintf(script, sizeof script, "%s/slowcc", dir);
@@ -936,6 +1034,7 @@ int main(void) {
       constants_and_copies,
       workspace_temporaries,
       random_graphs,
+      object_cache,
       compiler_timeout,
       compiler_failure,
       unsupported_dtype,

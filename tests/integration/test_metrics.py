@@ -44,6 +44,7 @@ STATS_METRICS = {
     "autotune_seconds": "tccd_autotune_seconds_total", "autotune_record_hits": "tccd_autotune_record_hits_total",
     "autotune_remote_record_hits": "tccd_autotune_remote_record_hits_total",
     "autotune_untuned": "tccd_autotune_untuned_total", "tuning_records": "tccd_tuning_records",
+    "object_hits": "tccd_object_hits_total", "object_misses": "tccd_object_misses_total",
 }
 # strings (the version is tccd_build_info's label), and tcctl's own ratio
 NOT_METRICS = {"version", "remote_address", "signing_key_id", "store_blocked_reason", "hit_rate",
