@@ -7,6 +7,7 @@
  */
 #include <errno.h>
 #include <limits.h>
+#include <netdb.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -216,5 +217,31 @@ int tccd_config_load(tccd_config *cfg, int argc, char **argv, tcc_error *err) {
     return tcc_error_set(err, -1, "--tls-client-ca needs --tls-cert and --tls-key");
   if (cfg->redis_ttl_s < 1) return tcc_error_set(err, -1, "--redis-ttl must be at least 1s");
   if (cfg->redis_timeout_ms < 1) return tcc_error_set(err, -1, "--redis-timeout-ms must be at least 1");
+  return 0;
+}
+
+int tccd_listen_resolve(const char *listen, struct addrinfo **out, char *why, size_t cap) {
+  *out = NULL;
+  char host[256];
+  const char *colon = strrchr(listen, ':');
+  if (!colon || !colon[1] || (size_t)(colon - listen) >= sizeof host) {
+    snprintf(why, cap, "expects HOST:PORT, got '%s'", listen);
+    return -1;
+  }
+  memcpy(host, listen, (size_t)(colon - listen));
+  host[colon - listen] = '\0';
+  char *h = host;
+  if (h[0] == '[') { /* [::1]:port */
+    h++;
+    char *end = strchr(h, ']');
+    if (end) *end = '\0';
+  }
+  struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
+  int rc = getaddrinfo(*h ? h : NULL, colon + 1, &hints, out);
+  if (rc != 0) {
+    snprintf(why, cap, "cannot resolve '%s': %s", host, gai_strerror(rc));
+    *out = NULL;
+    return -1;
+  }
   return 0;
 }

@@ -111,6 +111,11 @@ typedef struct tccd_config {
  * or -1 with a message in err (exit 2). */
 int tccd_config_load(tccd_config *cfg, int argc, char **argv, tcc_error *err);
 void tccd_config_usage(FILE *out);
+/* Resolves a listen address, HOST:PORT or [V6]:PORT (an empty HOST:
+ * every address), for binding. Returns 0 with *out (freeaddrinfo it), or
+ * -1 with why filled ("expects HOST:PORT", "cannot resolve 'h': ..."). */
+struct addrinfo;
+int tccd_listen_resolve(const char *listen, struct addrinfo **out, char *why, size_t cap);
 
 /* ------------------------------------------------------------- server.c */
 

@@ -629,23 +629,11 @@ fail:;
 
 /* Binds and listens on cfg->metrics_listen. Returns 0 or a code. */
 static int metrics_listen(tccd_metrics *m, const char *listen, tcc_error *err) {
-  char host[256];
-  const char *colon = strrchr(listen, ':');
-  if (!colon || !colon[1] || (size_t)(colon - listen) >= sizeof host)
-    return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "--metrics-listen expects HOST:PORT, got '%s'", listen);
-  memcpy(host, listen, (size_t)(colon - listen));
-  host[colon - listen] = '\0';
-  char *h = host;
-  if (h[0] == '[') { /* [::1]:port */
-    h++;
-    char *end = strchr(h, ']');
-    if (end) *end = '\0';
-  }
-  struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE | AI_NUMERICSERV}, *res = NULL;
-  int rc = getaddrinfo(*h ? h : NULL, colon + 1, &hints, &res);
-  if (rc != 0)
-    return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "--metrics-listen %s: cannot resolve it: %s", listen,
-                         gai_strerror(rc));
+  struct addrinfo *res;
+  char why[512];
+  if (tccd_listen_resolve(listen, &res, why, sizeof why) != 0)
+    return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "--metrics-listen %s", why);
+  int rc;
   uv_tcp_init(m->st->loop, &m->listener);
   m->listener.data = m;
   m->listening = 1;

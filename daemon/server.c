@@ -327,24 +327,9 @@ static grpc_server_credentials *server_credentials(const tccd_config *cfg, tcc_e
 
 /* gRPC reports a failed bind only as port 0; bind once ourselves to say why. */
 static void explain_bind_failure(const char *listen, char *why, size_t cap) {
-  snprintf(why, cap, "not a valid HOST:PORT, or the address cannot be bound");
-  char host[256];
-  const char *colon = strrchr(listen, ':');
-  if (!colon || (size_t)(colon - listen) >= sizeof host) return;
-  memcpy(host, listen, (size_t)(colon - listen));
-  host[colon - listen] = '\0';
-  char *h = host;
-  if (h[0] == '[') { /* [::1]:port */
-    h++;
-    char *end = strchr(h, ']');
-    if (end) *end = '\0';
-  }
-  struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE}, *res = NULL;
-  int rc = getaddrinfo(*h ? h : NULL, colon + 1, &hints, &res);
-  if (rc != 0) {
-    snprintf(why, cap, "cannot resolve '%s': %s", host, gai_strerror(rc));
-    return;
-  }
+  struct addrinfo *res;
+  if (tccd_listen_resolve(listen, &res, why, cap) != 0) return;
+  snprintf(why, cap, "the address cannot be bound");
   int fd = socket(res->ai_family, res->ai_socktype, res->ai_protocol);
   if (fd >= 0) {
     if (bind(fd, res->ai_addr, res->ai_addrlen) != 0)
