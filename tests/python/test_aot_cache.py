@@ -477,3 +477,25 @@ def test_dynamic_shapes_recipe(daemon, aot_dir, monkeypatch):
     # the backward has a partition the daemon compiles per size (its
     # tccd_1 today): that graph alone loads and partitions again
     assert len(loads) <= 1
+
+
+def test_light_entry_derives_values_when_it_has_no_recipe(daemon, aot_dir, monkeypatch):
+    """A CPU graph of static shapes is stored without its nodes' traced
+    values (pickling them was most of a cold first call's own cost); a
+    process that must unpickle it -- no recipe -- derives them by fake
+    propagation, for the forward and the backward graph, and runs right."""
+    from tccd import aot_cache
+
+    derived = []
+    real = aot_cache._derive_values
+    monkeypatch.setattr(aot_cache, "_derive_values", lambda *a: derived.append(1) or real(*a))
+    _train_step(_gelu_view, "tccd", (8, 16), (16, 4))
+    assert derived == []
+    for path in _recipe_files(aot_dir):
+        path.unlink()
+    torch._dynamo.reset()
+    hits = _hits()
+    loads = _count_graph_loads(monkeypatch)
+    _train_step(_gelu_view, "tccd", (8, 16), (16, 4))
+    assert _hits() == hits + 2 and len(loads) >= 2
+    assert len(derived) == len(loads)

@@ -15,6 +15,8 @@ cache_miss / cache_hit / cache_coalesced / cache_remote_hit
                   the daemon's CacheStatus of each compile request
 compile_seconds   wall time spent in compile + fetch + load
 setup_seconds     wall time of graph setup (partitioning + compiles)
+aot_save_seconds  wall time of turning graphs into AOTAutogradCache entries
+                  (tccd.aot_cache: GraphPickler)
 aot_cache_hits    AOTAutograd graphs loaded from torch's AOTAutogradCache
                   instead of traced (tccd.config aot_cache)
 aot_recipe_hits   of those, graphs set up from their saved recipe
@@ -28,7 +30,7 @@ import threading
 _lock = threading.Lock()
 _ZERO = dict(graphs=0, eager_graphs=0, ops=0, compiled_ops=0, fallback_ops=0, partitions=0,
              kernels=0, dynamic_kernels=0, compile_requests=0, trial_compiles=0, cache_miss=0, cache_hit=0,
-             cache_coalesced=0, cache_remote_hit=0, compile_seconds=0.0, setup_seconds=0.0,
+             cache_coalesced=0, cache_remote_hit=0, compile_seconds=0.0, setup_seconds=0.0, aot_save_seconds=0.0,
              aot_cache_hits=0, aot_recipe_hits=0)
 _counters = dict(_ZERO)
 _fallback = collections.Counter()
