@@ -1,6 +1,6 @@
 """
 The daemon under valgrind: a session of misses, hits, fetches, admin calls,
-bad requests and a clean SIGTERM must leak nothing from project code
+a warm run, a build from the object cache, bad requests and a clean SIGTERM must leak nothing from project code
 (definite and indirect leaks are errors; gRPC/Abseil globals are
 suppressed in valgrind.supp) and make no invalid reads or writes.
 """
@@ -36,6 +36,16 @@ def test_daemon_session_under_valgrind(daemon_factory, tmp_path):
     d.tcctl("explain", "--target", "cpu:x86-64", SIN_COS, timeout=300)
     d.tcctl("jobs", timeout=300)
     d.tcctl("ls", "--failures", timeout=300)
+    w = d.tcctl("warm", "--target", "cpu:x86-64-v3", timeout=300)  # a warm run: offload, detached job
+    assert w["done"] and w["compiled"] == 1, w
+    d.tcctl("warm", "--id", str(w["warm_id"]), "--no-wait", timeout=300)
+    v3 = tmp_path / "sin_cos_v3.json"
+    v3.write_text(open(SIN_COS).read().replace('"cpuIsa": "x86-64-v2"', '"cpuIsa": "x86-64-v3"'))
+    assert d.tcctl("compile", str(v3), timeout=300)["cache"] == "hit"
+    ro = tmp_path / "sin_cos_ro.json"  # another key, the same body: linked from the object cache
+    ro.write_text(open(SIN_COS).read().replace('"mode": "DEFAULT"', '"mode": "REDUCE_OVERHEAD"'))
+    assert d.tcctl("compile", str(ro), timeout=300)["cache"] == "miss"
+    assert d.tcctl("stats", timeout=300)["object_hits"] >= 1
     with grpc.insecure_channel(d.addr) as ch:
         for method, payload in (("/tcc.v1.Compiler/Compile", b"\xff\xfe garbage"),
                                 ("/tcc.v1.Nope/Nope", b"")):
