@@ -924,17 +924,14 @@ static int failure_fresh(const tccd_state *st, const tcc_cache_failure *f) {
   return st->cfg->failure_ttl_s > 0 && age <= st->cfg->failure_ttl_s;
 }
 
-/* The request as an entry keeps it: target and options (request_meta,
- * for `show`), with the graph too when `graph` (the request a warm run
- * compiles again), never the client label. NULL when out of memory, or
- * when the graph's form is over TCC_CACHE_REQUEST_MAX (kept without). */
-static uint8_t *encode_request(const Tcc__V1__CompileRequest *req, int graph, size_t *len) {
+/* The request's target and options (request_meta, for `show`). NULL when
+ * out of memory. The whole request an entry keeps for warm runs is the
+ * bytes as they came (prepare_work): nothing to encode on a hit. */
+static uint8_t *encode_request_meta(const Tcc__V1__CompileRequest *req, size_t *len) {
   Tcc__V1__CompileRequest meta = TCC__V1__COMPILE_REQUEST__INIT;
-  meta.graph = graph ? req->graph : NULL;
   meta.target = req->target;
   meta.options = req->options;
   *len = protobuf_c_message_get_packed_size(&meta.base);
-  if (graph && *len > TCC_CACHE_REQUEST_MAX) return NULL;
   uint8_t *buf = malloc(*len ? *len : 1);
   if (buf) protobuf_c_message_pack(&meta.base, buf);
   return buf;
@@ -950,7 +947,7 @@ typedef struct compile_request {
   tcc_prepared *prep;             /* NULL when preparation failed: err says why */
   uint8_t *request_meta;          /* encoded CompileRequest{target, options} */
   size_t request_meta_len;
-  uint8_t *request;               /* with the graph (encode_request), or NULL */
+  uint8_t *request;               /* the encoded request as it came (<= TCC_CACHE_REQUEST_MAX), or NULL */
   size_t request_len;
   tcc_error err;
   Tcc__V1__Timings t;
@@ -1034,14 +1031,18 @@ static void prepare_work(void *arg) {
   if (r->payload) grpc_byte_buffer_destroy(r->payload);
   r->payload = NULL;
   if (rc == 0) rc = tcc_decode_request(bytes, len, &req, &r->err);
-  free(bytes);
+  if (rc == 0 && len <= TCC_CACHE_REQUEST_MAX) { /* kept with the entry should it miss (warm runs) */
+    r->request = bytes;
+    r->request_len = len;
+  } else {
+    free(bytes);
+  }
   r->t.decode_ms = tccd_ms_since(t0);
   if (rc != 0) return;
   snprintf(r->client, sizeof r->client, "%s", req->client ? req->client : "");
   uint64_t t1 = uv_hrtime();
   if (tcc_prepare(req, r->st->identity, &r->prep, &r->err) == 0) {
-    r->request_meta = encode_request(req, 0, &r->request_meta_len);
-    r->request = encode_request(req, 1, &r->request_len);
+    r->request_meta = encode_request_meta(req, &r->request_meta_len);
     if (!r->request_meta) {
       tcc_prepared_free(r->prep);
       r->prep = NULL;
@@ -1162,7 +1163,7 @@ int tccd_compile_detached(tccd_state *st, tcc_prepared *prep, uint8_t *request, 
   Tcc__V1__CompileRequest *req = tcc__v1__compile_request__unpack(NULL, request_len, request);
   size_t meta_len = 0;
   if (req) {
-    meta = encode_request(req, 0, &meta_len);
+    meta = encode_request_meta(req, &meta_len);
     tcc__v1__compile_request__free_unpacked(req, NULL);
   }
   int64_t held = 0;

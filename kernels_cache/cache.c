@@ -131,10 +131,11 @@
  *   so the keys that one graph recompiled under are found without a scan.
  *
  *   Column request (v6), on entries — the encoded tcc.v1.CompileRequest
- *   (graph, target, options; no client label) the entry was compiled
- *   from, so a warm run (`tcctl warm`) can compile it again for another
- *   target; NULL in rows stored before v6, imported from the remote tier,
- *   or whose request was over TCC_CACHE_REQUEST_MAX. Not read by lookups.
+ *   the entry was compiled from, as it came (graph, target, options and
+ *   client label), so a warm run (`tcctl warm`) can compile it again for
+ *   another target; NULL in rows stored before v6, imported from the
+ *   remote tier, or whose request was over TCC_CACHE_REQUEST_MAX. Not read
+ *   by lookups.
  *
  *   Invariants: every entries.artifact_sha256 has a blobs row (foreign key,
  *   foreign_keys=ON); a blob with no entry is removed in the transaction
