@@ -399,20 +399,25 @@ static int run(const char **argv, int timeout, const char *what, tcc_error *err)
   return rc;
 }
 
+/* build_with_objects' answers besides 0 and the (negative) TCC_E_* codes */
+enum { OBJECTS_UNUSED = 1, OBJECTS_RETRY = 2 };
+
 /* The build through the object cache: compile (without the bodies it
- * holds), store the new bodies' object, link. Returns 0, -1 when the
- * cache does not apply (nothing done), -2 when the link failed with
- * cached objects (removed: build again), or a TCC_E_* code. */
+ * holds), store the new bodies' object, link. Returns 0, OBJECTS_UNUSED
+ * when the cache does not apply (nothing done), OBJECTS_RETRY when the
+ * link failed with cached objects (removed: build again), or a TCC_E_*
+ * code (the build failed). */
 static int build_with_objects(const tcc_program *p, const char *src, const tcc_build_options *opts,
                               const char *dir, const char *cfile, const char *sofile, const char *const *flags,
                               int nflags, int timeout, tcc_built *out, tcc_error *err) {
   const char *off = getenv("TCC_NO_OBJECT_CACHE"); /* benchmarks of the road without */
-  if (!opts || !opts->object_dir || !opts->object_dir[0] || (off && off[0] && strcmp(off, "0") != 0)) return -1;
+  if (!opts || !opts->object_dir || !opts->object_dir[0] || (off && off[0] && strcmp(off, "0") != 0))
+    return OBJECTS_UNUSED;
   objcache oc = {.dir = opts->object_dir};
   int nb = objcache_scan(&oc, src, opts->identity, flags, nflags);
   if (nb <= 0) {
     objcache_free(&oc);
-    return -1;
+    return OBJECTS_UNUSED;
   }
   objcache_lookup(&oc);
   unsigned needs = link_needs(p, src);
@@ -421,7 +426,7 @@ static int build_with_objects(const tcc_program *p, const char *src, const tcc_b
   char (*defs)[TCC_BODY_ID_HEX + 16] = calloc((size_t)oc.n + 1, sizeof *defs);
   char (*objs)[4200] = calloc((size_t)oc.nobjs + 1, sizeof *objs);
   char ofile[4200];
-  int rc = -1, a = 0;
+  int rc = 0, a = 0;
   if (!argv || !defs || !objs) {
     rc = tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "out of memory");
     goto done;
@@ -475,7 +480,7 @@ static int build_with_objects(const tcc_program *p, const char *src, const tcc_b
       snprintf(path, sizeof path, "%s/%s.o", oc.dir, oc.objs[i].hex);
       unlink(path);
     }
-    rc = -2;
+    rc = OBJECTS_RETRY;
   }
 done:
   if (!opts->keep_sources) {
@@ -532,9 +537,9 @@ int tcc_cpu_build(const tcc_program *p, const char *src, size_t len, const tcc_b
   flags[nflags++] = "-fno-math-errno";
   flags[nflags++] = "-fno-trapping-math";
   rc = build_with_objects(p, src, opts, dir, cfile, sofile, flags, nflags, timeout, out, err);
-  if (rc == -2) /* once more, every body compiled here */
+  if (rc == OBJECTS_RETRY) /* once more, every body compiled here */
     rc = build_with_objects(p, src, opts, dir, cfile, sofile, flags, nflags, timeout, out, err);
-  if (rc >= 0) goto done;
+  if (rc != OBJECTS_UNUSED && rc != OBJECTS_RETRY) goto done; /* built, or failed */
 
   const char *argv[32 + 64];
   int a = 0;
