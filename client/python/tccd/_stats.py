@@ -22,7 +22,14 @@ aot_cache_hits    AOTAutograd graphs loaded from torch's AOTAutogradCache
 aot_recipe_hits   of those, graphs set up from their saved recipe
                   (recipe.py) instead of partitioned again
 aot_plan_hits     the same number under its old name (deprecated; removed
-                  in 0.2)
+                  in 0.2; not the daemon's plans below)
+plan_hits         AOTAutograd entries set up from the daemon's plan (plan.py)
+                  because this node's AOTAutogradCache had none
+plan_misses       local misses for which the daemon had no usable plan
+plans_refused     of those, plans this process would not use (logged with why)
+plans_sent        plans handed to the daemon (PutPlan)
+plan_save_seconds wall time of making and sending plans
+plan_load_seconds wall time of getting, checking and decoding plans
 """
 import collections
 import threading
@@ -31,7 +38,8 @@ _lock = threading.Lock()
 _ZERO = dict(graphs=0, eager_graphs=0, ops=0, compiled_ops=0, fallback_ops=0, partitions=0,
              kernels=0, dynamic_kernels=0, compile_requests=0, trial_compiles=0, cache_miss=0, cache_hit=0,
              cache_coalesced=0, cache_remote_hit=0, compile_seconds=0.0, setup_seconds=0.0, aot_save_seconds=0.0,
-             aot_cache_hits=0, aot_recipe_hits=0)
+             aot_cache_hits=0, aot_recipe_hits=0, plan_hits=0, plan_misses=0, plans_refused=0,
+             plans_sent=0, plan_save_seconds=0.0, plan_load_seconds=0.0)
 _counters = dict(_ZERO)
 _fallback = collections.Counter()
 _graphs = []

@@ -83,6 +83,21 @@ class TccdOutputCode(OutputCode):
         self.fullgraph = graph.fullgraph
         self.blob = None            # GraphPickler bytes of graph.source_gm
         self.light = None           # a blob without the nodes' values: its inputs' layouts
+        self.from_plan = None       # (recipe, source loader) of a daemon's plan (plan.py)
+
+    @classmethod
+    def of_plan(cls, kind, dynamic, fullgraph, saved_recipe, load_source):
+        """The OutputCode of graph `kind` of a daemon's plan (plan.py):
+        set up from its recipe; its source graph built from the plan only
+        should it have to be partitioned again. Never serialized."""
+        self = cls.__new__(cls)
+        OutputCode.__init__(self)
+        self._boxed_call = True
+        self.graph = None
+        self.kind, self.dynamic, self.fullgraph = kind, dynamic, fullgraph
+        self.blob = self.light = None
+        self.from_plan = (saved_recipe, load_source)
+        return self
 
     def __call__(self, inputs):
         return self.graph(inputs)
@@ -90,6 +105,8 @@ class TccdOutputCode(OutputCode):
     def prepare_for_serialization(self):
         from torch.fx._graph_pickler import GraphPickler, Options
 
+        if getattr(self, "from_plan", None) is not None:
+            raise RuntimeError("tccd: a graph set up from the daemon's plan is not serialized")
         if self.blob is None and self.graph is not None:
             # Of the nodes' metadata tccd reads only the traced values
             # (stack traces and provenance would double the entry), and a
@@ -119,8 +136,13 @@ class TccdOutputCode(OutputCode):
         fake_mode = detect_fake_mode(example_inputs) or FakeTensorMode()
 
         light = getattr(self, "light", None)
+        from_plan = getattr(self, "from_plan", None)
 
         def load():
+            if from_plan is not None:
+                gm, light_ = from_plan[1]()
+                _derive_values(gm, light_, fake_mode)
+                return gm
             gm = GraphPickler.loads(self.blob, fake_mode)
             gm.recompile()
             if light is not None:
@@ -131,8 +153,11 @@ class TccdOutputCode(OutputCode):
         # takes it as it is (no copy); a later one (after the daemon
         # refused a node) loads it again. The blob stays the entry should
         # this OutputCode be serialized again.
-        path = recipe_path(self.kind)
-        saved = recipe.load(path) if path else None
+        if from_plan is not None:
+            path, saved = None, from_plan[0]
+        else:
+            path = recipe_path(self.kind)
+            saved = recipe.load(path) if path else None
         loaded = [] if saved else [load()]   # with a recipe, only should it fail
 
         def fresh_copy():
@@ -145,7 +170,7 @@ class TccdOutputCode(OutputCode):
         self.graph = _make_graph(loaded[0] if loaded else None, self.kind, cfg, self.dynamic,
                                  self.fullgraph, fresh_copy=fresh_copy, load_source=first_load,
                                  saved_recipe=saved, recipe_path=path)
-        _stats.add(aot_cache_hits=1)
+        _stats.add(aot_cache_hits=0 if from_plan is not None else 1)
 
     def set_triton_bundle(self, triton_bundle):
         pass
@@ -313,21 +338,138 @@ def key_tag(cfg, dynamic, fullgraph, kept_whole):
 
 
 @contextlib.contextmanager
-def caching(cfg, tag):
+def caching(cfg, tag, dynamic=False, fullgraph=False):
     """Around one tccd AOTAutograd call with `cfg`: the cache on (bundled
     entries, the backward handed over now so it is saved with the
-    forward), keyed by cache_key with `tag`."""
+    forward), keyed by cache_key with `tag`; with cfg.plans, a local
+    miss asks the daemon for the key's plan (plan.py), and an entry saved
+    is made into a plan once its graphs have run."""
     from torch._functorch._aot_autograd import autograd_cache as ac
 
     _current.cfg, _current.tag, _current.key = cfg, tag, None
+    _current.dynamic, _current.fullgraph = dynamic, fullgraph
+    cls = ac.AOTAutogradCache
     try:
         with torch._functorch.config.patch(enable_autograd_cache=True,
                                            bundled_autograd_cache=True,
                                            force_non_lazy_backward_lowering=True), \
-                _replaced(ac, "autograd_cache_key", cache_key):
+                _replaced(ac, "autograd_cache_key", cache_key), \
+                _replaced(cls, "save", staticmethod(_saving_plan(cls.save))), \
+                _replaced(cls, "try_load", staticmethod(_trying_plan(cls.try_load))):
             yield
     finally:
         _current.cfg = _current.tag = _current.key = None
+
+
+def _plans_on(cfg):
+    return cfg is not None and getattr(cfg, "plans", False)
+
+
+def _saving_plan(save):
+    """AOTAutogradCache.save, and then, with plans on, a PendingPlan for
+    the entry (sent to the daemon when its graphs have run)."""
+    def wrapper(key, entry, remote):
+        graphs = []
+        for loadable in (entry.compiled_fw, entry.compiled_bw):
+            code = getattr(loadable, "result", None)
+            if isinstance(code, TccdOutputCode) and code.graph is not None:
+                graphs.append(code.graph)
+        save(key, entry, remote)
+        cfg = getattr(_current, "cfg", None)
+        if _plans_on(cfg) and graphs and all(g.recipe_path for g in graphs):
+            from . import plan
+
+            plan.PendingPlan(key, entry, graphs, cfg)
+    return wrapper
+
+
+def _trying_plan(try_load):
+    """AOTAutogradCache.try_load, and on a miss, with plans on, the
+    daemon's plan of the same key (plan.py)."""
+    def wrapper(mod, args, aot_config, compiler_config_extra, local, remote,
+                compile_region_name=None):
+        fn, aot_config = try_load(mod, args, aot_config, compiler_config_extra, local, remote,
+                                  compile_region_name=compile_region_name)
+        cfg, key = getattr(_current, "cfg", None), getattr(_current, "key", None)
+        if fn is not None or key is None or not _plans_on(cfg):
+            return fn, aot_config
+        from . import plan
+
+        got = plan.lookup(cfg, key)
+        if got is None:
+            return fn, aot_config
+        t0 = time.perf_counter()
+        try:
+            entry = _entry_of_plan(got, _current.dynamic, _current.fullgraph)
+            from torch._functorch._aot_autograd.autograd_cache import create_fx_config
+
+            fx_config = create_fx_config(compiler_config_extra, compile_region_name)
+            fn = entry.wrap_post_compile(args, aot_config, fx_config)
+        except Exception as e:          # noqa: BLE001 -- BadPlan, or any surprise: trace
+            import logging
+
+            logging.getLogger("tccd").log(
+                logging.INFO if isinstance(e, plan.BadPlan) else logging.WARNING,
+                "tccd: not using the daemon's plan for %s: %s; tracing", key, e)
+            _stats.add(plan_misses=1, plans_refused=1)
+            return None, aot_config
+        finally:
+            _stats.add(plan_load_seconds=time.perf_counter() - t0)
+        _stats.add(plan_hits=1)
+        return fn, aot_config
+    return wrapper
+
+
+def _entry_of_plan(p, dynamic, fullgraph):
+    """The AOTAutograd result (a BundledAOTAutogradResult) a checked plan
+    stands for. Raises plan.BadPlan."""
+    from torch._functorch._aot_autograd import runtime_wrappers, schemas
+    from torch._functorch._aot_autograd.aot_autograd_result import (
+        BundledAOTAutogradResult, BundledCompiledBackward, BundledCompiledForward)
+
+    from . import plan
+
+    fields = plan.decode_value(p.result)
+    training = p.HasField("backward")
+    want = set(plan._RESULT_FIELDS)
+    if training:
+        want |= {"backward_state_indices", "num_symints_saved_for_bw"}
+    if type(fields) is not dict or set(fields) != want:
+        raise plan.BadPlan("an AOTAutograd result of other fields")
+    ints = ["num_fw_outs_saved_for_bw", "forward_time_taken_ns", "backward_time_taken_ns"]
+    if training:
+        ints.append("num_symints_saved_for_bw")
+    lists = ["indices_of_inps_to_detach"] + (["backward_state_indices"] if training else [])
+    if not isinstance(fields["runtime_metadata"], schemas.ViewAndMutationMeta) \
+            or not isinstance(fields["sanitized_aot_config"], schemas.CacheableAOTConfig) \
+            or type(fields["dispatch_wrappers"]) is not list \
+            or not all(isinstance(w, (runtime_wrappers.AOTDedupeWrapper,
+                                      runtime_wrappers.AOTSyntheticBaseWrapper))
+                       for w in fields["dispatch_wrappers"]) \
+            or not all(fields[k] is None or type(fields[k]) is int for k in ints) \
+            or not all(type(fields[k]) is list and all(type(i) is int for i in fields[k])
+                       for k in lists):
+        raise plan.BadPlan("an AOTAutograd result whose fields are of other types")
+    kinds = ("forward", "backward") if training else ("inference",)
+    if p.forward.kind != kinds[0] or (training and p.backward.kind != "backward"):
+        raise plan.BadPlan("graphs of other kinds than the result has")
+    codes = [TccdOutputCode.of_plan(part.kind, dynamic, fullgraph, *plan.decode_part(part))
+             for part in ([p.forward, p.backward] if training else [p.forward])]
+    bw = None
+    if training:
+        bw = BundledCompiledBackward(codes[1], fields["backward_state_indices"],
+                                     fields["num_symints_saved_for_bw"])
+    return BundledAOTAutogradResult(
+        compiled_fw=BundledCompiledForward(codes[0]), compiled_bw=bw,
+        aot_joint_graph_str=None, aot_forward_graph_str=None, aot_backward_graph_str=None,
+        min_cut_info_str=None, runtime_metadata=fields["runtime_metadata"],
+        dispatch_wrappers=fields["dispatch_wrappers"], maybe_subclass_meta=None,
+        num_fw_outs_saved_for_bw=fields["num_fw_outs_saved_for_bw"],
+        indices_of_inps_to_detach=fields["indices_of_inps_to_detach"],
+        forward_time_taken_ns=fields["forward_time_taken_ns"],
+        backward_time_taken_ns=fields["backward_time_taken_ns"],
+        sanitized_aot_config=fields["sanitized_aot_config"], guards_expr=None,
+        serialized_bw_module=None)
 
 
 @contextlib.contextmanager

@@ -15,6 +15,7 @@ and the environment.
 | ops                | TCCD_OPS                 | "auto": the Ops RPC, else trial compiles ("probe") |
 | cuda               | TCCD_CUDA                | "compile": graphs on CUDA tensors are compiled for the device's arch (NVRTC cubin) and launched on the current stream; "eager": they run eagerly |
 | aot_cache          | TCCD_AOT_CACHE           | True: AOTAutograd's result is cached on this node (torch's AOTAutogradCache, in TORCHINDUCTOR_CACHE_DIR), so a warm process skips the re-trace; 0/False: always trace |
+| plans              | TCCD_PLANS               | True (with aot_cache): a graph's AOTAutograd result and partitioning go to the daemon as a signed plan (plan.py), and a process whose node has no entry starts from the daemon's plan; 0/False: this node's cache only |
 
 The environment is read when a backend is made (tccd.backend(...)) or,
 for torch.compile(backend="tccd"), when Dynamo hands over a graph.
@@ -97,6 +98,7 @@ class Config:
     ops: str = "auto"
     cuda: str = "compile"
     aot_cache: bool = True
+    plans: bool = True
 
     @staticmethod
     def make(**kw):
@@ -125,6 +127,7 @@ class Config:
             ops=kw.pop("ops", None) or os.environ.get("TCCD_OPS") or "auto",
             cuda=kw.pop("cuda", None) or os.environ.get("TCCD_CUDA") or "compile",
             aot_cache=_bool_option("aot_cache", kw.pop("aot_cache", None), "TCCD_AOT_CACHE"),
+            plans=_bool_option("plans", kw.pop("plans", None), "TCCD_PLANS"),
         )
         if cfg.mode not in MODES:
             raise ValueError(f"tccd: unknown mode {cfg.mode!r}; expected one of {', '.join(MODES)}")

@@ -400,6 +400,7 @@ class _CompiledGraph:
         self.saved_recipe = saved_recipe  # a recipe (recipe.py) to set up from, once
         self.recipe_path = recipe_path  # where this graph's recipe is saved (None: nowhere)
         self._recipe_pending = recipe_path is not None   # kernel requests are kept until it is
+        self.plan = None                 # a plan.PendingPlan waiting for this graph's recipe
         self.kind = kind
         self.cfg = cfg
         self.dynamic = dynamic
@@ -537,14 +538,18 @@ class _CompiledGraph:
         self.n_ops = saved["record"]["ops"]
         # "planned": the old name of from_recipe, kept until 0.2 (deprecated)
         self.record = dict(saved["record"], id=self.id, kind=self.kind, from_recipe=True,
+                           from_plan=saved.get("origin") == "plan",
                            planned=True)
         rec = self.record
         _count_record(rec)
-        _stats.add(aot_recipe_hits=1)
+        from_plan = saved.get("origin") == "plan"
+        if not from_plan:
+            _stats.add(aot_recipe_hits=1)
         _stats.add_graph(rec)
         log.info("tccd: graph %d (%s): %d ops, %d compiled in %d partition(s), %d fall back; "
-                 "from its saved recipe", self.id, self.kind, rec["ops"], rec["compiled_ops"],
-                 rec["partitions"], rec["fallback_ops"])
+                 "from %s", self.id, self.kind, rec["ops"], rec["compiled_ops"],
+                 rec["partitions"], rec["fallback_ops"],
+                 "the daemon's plan" if from_plan else "its saved recipe")
 
         def run(args):
             try:
@@ -588,6 +593,9 @@ class _CompiledGraph:
         if saved is not None and recipe.save(self.recipe_path, saved):
             log.debug("tccd: graph %d (%s): recipe saved at %s", self.id, self.kind,
                       self.recipe_path)
+        pending, self.plan = self.plan, None
+        if pending is not None:
+            pending.graph_ready(self, saved)
 
     def _capture_recipe(self):
         """The recipe of this graph as set up, or None where a recipe cannot
@@ -1088,7 +1096,7 @@ def compile_graph(gm, example_inputs, cfg):
     with contextlib.ExitStack() as stack:
         if cfg.aot_cache:
             key_tag = aot_cache.key_tag(cfg, dynamic, fullgraph, _KEEP_WHOLE)
-            stack.enter_context(aot_cache.caching(cfg, key_tag))
+            stack.enter_context(aot_cache.caching(cfg, key_tag, dynamic, fullgraph))
         if cfg.cuda == "compile" and any(isinstance(t, torch.Tensor) and t.is_cuda
                                          for t in example_inputs):
             # On CUDA, scaled_dot_product_attention would trace to PyTorch's
