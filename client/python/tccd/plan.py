@@ -265,9 +265,11 @@ def encode_value(v, nodes=None, depth=0):
                                   default_factory=factory))
     name = type(v).__qualname__
     if _classes().get(name) is type(v):
+        # (cached properties are derived again when read)
         return P(object=pb.PlanObject(type=name, fields=[
             pb.PlanField(name=k, value=encode_value(x, nodes, depth + 1))
-            for k, x in vars(v).items()]))
+            for k, x in vars(v).items()
+            if not isinstance(getattr(type(v), k, None), functools.cached_property)]))
     raise Unplannable(f"a value of type {type(v).__module__}.{name}")
 
 
@@ -345,7 +347,7 @@ def decode_value(m, nodes=None, depth=0):
             raise BadPlan(f"node {x} outside the graph's earlier nodes")
         return nodes[x]
     if which == "op":
-        return op_named(x)
+        raise BadPlan(f"operator {x!r} as a value (operators are node targets only)")
     if which == "type_ref":
         cls = _type_refs().get(x)
         if cls is None:
@@ -361,7 +363,11 @@ def decode_value(m, nodes=None, depth=0):
             raise BadPlan(f"a {x.type} without its fields "
                           f"({', '.join(sorted(declared - set(names)))} missing)")
         for n in names:
-            identifier(n.lstrip("_") or "x", f"{x.type} field")
+            # a declared field, or an attribute its __post_init__ sets; never
+            # one that would shadow something of the class (a method)
+            if not _NAME.match(n) or n.startswith("__") or \
+                    (n not in declared and hasattr(cls, n)):
+                raise BadPlan(f"a {x.type} with attribute {n!r}")
         obj = cls.__new__(cls)
         for f in x.fields:
             object.__setattr__(obj, f.name, decode_value(f.value, nodes, depth + 1))
