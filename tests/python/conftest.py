@@ -40,6 +40,10 @@ for var in ("TCCD_ADDR", "TCCD_FALLBACK", "TCCD_TRUSTED_KEYS", "TCCD_TOKEN", "TC
 # this session's, so no entry of an earlier run is met; the children the
 # tests start inherit it unless a test gives them their own.
 os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="tccd-tests-aot-")
+# Plans (tccd/plan.py) off unless a test turns them on: with them, a test
+# that clears its node's cache would start from another test's plan in the
+# shared daemon instead of tracing what it means to test.
+os.environ["TCCD_PLANS"] = "0"
 atexit.register(shutil.rmtree, os.environ["TORCHINDUCTOR_CACHE_DIR"], ignore_errors=True)
 sys.path.insert(0, HERE)
 # Test this checkout's package source (scripts/setup also installs it
@@ -192,12 +196,14 @@ def fresh_state():
     torch._dynamo.reset()
 
 
-def run_child(script, args, addr, aot_dir):
+def run_child(script, args, addr, aot_dir, env=None):
     """Runs tests/python/`script` with `args` in a fresh interpreter, on
     the daemon at `addr` with `aot_dir` as its TORCHINDUCTOR_CACHE_DIR (a
-    node of its own); returns the JSON its output ends with."""
+    node of its own) and `env` over this environment; returns the JSON its
+    output ends with."""
     env = dict(os.environ, TCCD_ADDR=addr, TORCHINDUCTOR_CACHE_DIR=str(aot_dir),
-               PYTHONPATH=os.pathsep.join([HERE, os.path.join(SOURCE, "client", "python")]))
+               PYTHONPATH=os.pathsep.join([HERE, os.path.join(SOURCE, "client", "python")]),
+               **(env or {}))
     p = subprocess.run([sys.executable, os.path.join(HERE, script)] + [str(a) for a in args],
                        capture_output=True, text=True, env=env, timeout=600)
     assert p.returncode == 0, f"{script} failed:\n{p.stdout}\n{p.stderr}"
