@@ -164,16 +164,23 @@ def test_put_get_first_writer_wins(daemon_factory, signing_key, monkeypatch):
     req2 = compiled(c, 12)
     assert c.put_plan(plan_for("tccd.k2", req, req2)) is True
 
+    # a large plan (a 3 MiB constant): prepared and verified off the loop thread
+    big = plan_for("tccd.big", req)
+    big.forward.source.constants.add(name="w", value=tpb.PlanValue(tensor=tpb.PlanTensor(
+        dtype="float32", sizes=[786432], strides=[1], data=os.urandom(3 << 20))))
+    assert c.put_plan(big) is True
+    assert c.get_plan("tccd.big") == (as_stored(big).SerializeToString(), tpb.HIT)
+
     s = d.stats()
-    assert s["plans"] == 2 and s["plans_stored"] == 2
-    assert s["plan_hits"] == 3 and s["plan_misses"] == 1
-    assert s["plan_bytes"] == len(got) + len(c.get_plan("tccd.k2")[0])
+    assert s["plans"] == 3 and s["plans_stored"] == 3
+    assert s["plan_hits"] == 4 and s["plan_misses"] == 1
+    assert s["plan_bytes"] == len(got) + len(c.get_plan("tccd.k2")[0]) + len(as_stored(big).SerializeToString())
     human = d.tcctl("stats", json_out=False)
-    assert re.search(r"plans\s+2 \(", human) and re.search(r"plan gets\s+4 hits, 1 misses", human), human
+    assert re.search(r"plans\s+3 \(", human) and re.search(r"plan gets\s+5 hits, 1 misses", human), human
 
     # Clear empties the store
     cleared = d.tcctl("clear", "--yes")
-    assert cleared["plans"] == 2
+    assert cleared["plans"] == 3
     assert c.get_plan("tccd.k1") is None
     assert stat(d, "plans") == 0 and stat(d, "plan_bytes") == 0
     c.close()
