@@ -1185,6 +1185,37 @@ int tcc_client_ops(tcc_client *c, int device, Tcc__V1__OpsResponse **out, tcc_er
                                  (ProtobufCMessage **)out, 0, err);
 }
 
+int tcc_client_get_plan_bytes(tcc_client *c, const char *key, uint8_t **plan, size_t *plan_len, int *cache_status,
+                              tcc_error *err) {
+  *plan = NULL;
+  *plan_len = 0;
+  if (cache_status) *cache_status = 0;
+  Tcc__V1__GetPlanRequest req = TCC__V1__GET_PLAN_REQUEST__INIT;
+  req.key = (char *)(key ? key : "");
+  ProtobufCMessage *m;
+  int rc = tcc_client_call_message(c, TCC_METHOD_GET_PLAN, &req.base, &tcc__v1__get_plan_response__descriptor, &m,
+                                   0, err);
+  if (rc) return rc;
+  Tcc__V1__GetPlanResponse *r = (Tcc__V1__GetPlanResponse *)m;
+  if (c->trusted.n > 0 && r->signature.len == 0)
+    rc = tcc_error_set(err, TCC_E_PERMISSION_DENIED,
+                       "plan for key '%.200s' is unsigned and TCCD_TRUSTED_KEYS is set (the daemon runs "
+                       "--no-signing?)",
+                       req.key);
+  else if (c->trusted.n > 0)
+    rc = tcc_plan_verify(&c->trusted, r->key_id, req.key, r->plan.data, r->plan.len, r->signature.data,
+                         r->signature.len, err);
+  if (rc == 0) {
+    *plan = r->plan.data; /* taken: the message frees what is left */
+    *plan_len = r->plan.len;
+    r->plan.data = NULL;
+    r->plan.len = 0;
+    if (cache_status) *cache_status = (int)r->cache;
+  }
+  protobuf_c_message_free_unpacked(m, NULL);
+  return rc;
+}
+
 int tcc_client_gc(tcc_client *c, int64_t max_bytes, Tcc__V1__GcResponse **out, tcc_error *err) {
   Tcc__V1__GcRequest req = TCC__V1__GC_REQUEST__INIT;
   req.max_bytes = max_bytes;

@@ -37,6 +37,8 @@ int client_compile_response_decode(const struct tcc_client *c, const uint8_t *by
 #define TCC_METHOD_ZERO_STATS "/tcc.v1.Cache/ZeroStats"
 #define TCC_METHOD_CLEAR "/tcc.v1.Cache/Clear"
 #define TCC_METHOD_WARM "/tcc.v1.Cache/Warm"
+#define TCC_METHOD_PUT_PLAN "/tcc.v1.Cache/PutPlan"
+#define TCC_METHOD_GET_PLAN "/tcc.v1.Cache/GetPlan"
 #define TCC_METHOD_OPS "/tcc.v1.Compiler/Ops"
 #define TCC_METHOD_HEALTH_CHECK "/grpc.health.v1.Health/Check"
 

@@ -37,6 +37,20 @@ int tcc_client_compile_bytes(tcc_client *c, const uint8_t *req, size_t req_len, 
   return rc;
 }
 
+int tcc_client_put_plan_bytes(tcc_client *c, const uint8_t *req, size_t len, int *stored, tcc_error *err) {
+  if (stored) *stored = 0;
+  uint8_t *resp = NULL;
+  size_t resp_len = 0;
+  int rc = tcc_client_call(c, TCC_METHOD_PUT_PLAN, req, len, &resp, &resp_len, 0, err);
+  if (rc) return rc;
+  Tcc__V1__PutPlanResponse *r = tcc__v1__put_plan_response__unpack(NULL, resp_len, resp);
+  free(resp);
+  if (!r) return tcc_error_set(err, TCC_E_INTERNAL, "malformed tcc.v1.PutPlanResponse from the daemon");
+  if (stored) *stored = r->stored ? 1 : 0;
+  tcc__v1__put_plan_response__free_unpacked(r, NULL);
+  return 0;
+}
+
 /* Packs m into a malloc'd buffer. */
 static int pack(const ProtobufCMessage *m, uint8_t **out, size_t *len, tcc_error *err) {
   size_t n = protobuf_c_message_get_packed_size(m);

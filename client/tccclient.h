@@ -302,6 +302,25 @@ int tcc_module_load_bytes(const uint8_t *data, size_t len,
 int tcc_module_manifest_bytes(const tcc_module *mod, uint8_t **out,
                               size_t *len, tcc_error *err);
 
+/* Plans (docs/design.md "Plans"): what a process needs to start a graph
+ * without AOTAutograd's trace, kept and signed by the daemon.
+ * tcc_client_get_plan_bytes: GetPlan for key; *plan receives the encoded
+ * tcc.v1.Plan and *cache_status (may be NULL) its Tcc__V1__CacheStatus
+ * (HIT or REMOTE_HIT). With trusted keys (TCCD_TRUSTED_KEYS), the plan's
+ * signature is verified first (tcc_sign.h's plan layout): an unsigned
+ * plan, an untrusted key or a bad signature is TCC_E_PERMISSION_DENIED
+ * and nothing is returned. No plan: TCC_E_NOT_FOUND.
+ * tcc_client_put_plan_bytes: PutPlan with an encoded tcc.v1.PutPlanRequest;
+ * *stored (may be NULL) is 1 when the daemon kept it, 0 when it kept one
+ * for that key already (the first writer wins). A kernel the daemon has
+ * not compiled is TCC_E_FAILED_PRECONDITION, a malformed plan
+ * TCC_E_INVALID_ARGUMENT. */
+int tcc_client_get_plan_bytes(tcc_client *c, const char *key, uint8_t **plan,
+                              size_t *plan_len, int *cache_status,
+                              tcc_error *err);
+int tcc_client_put_plan_bytes(tcc_client *c, const uint8_t *req, size_t len,
+                              int *stored, tcc_error *err);
+
 /* Frees a buffer this library returned. */
 void tcc_free(void *p);
 

@@ -646,6 +646,12 @@ static int cmd_stats(tcctl *t) {
     int64_t bodies = s->object_hits + s->object_misses;
     kv("object cache", "%" PRId64 " of %" PRId64 " kernel bodies linked from it (%.1f%%)", s->object_hits, bodies,
        bodies ? 100.0 * (double)s->object_hits / (double)bodies : 0.0);
+    /* plans (PutPlan/GetPlan) */
+    kv("plans", "%" PRId64 " (%s), %" PRId64 " stored since the counters started", s->plans,
+       human_bytes(s->plan_bytes, a, sizeof a), s->plans_stored);
+    int64_t plan_gets = s->plan_hits + s->plan_misses;
+    kv("plan gets", "%" PRId64 " hits, %" PRId64 " misses (%.1f%% hit)", s->plan_hits, s->plan_misses,
+       plan_gets ? 100.0 * (double)s->plan_hits / (double)plan_gets : 0.0);
     /* failures (docs/failure-model.md) */
     kv("storing", "%s%s", s->store_blocked ? "BLOCKED: " : "ok",
        s->store_blocked ? (s->store_blocked_reason ? s->store_blocked_reason : "") : "");
@@ -1506,8 +1512,10 @@ static int clear_confirm(tcctl *t, const clear_opts *o) {
   if (tcc_client_stats(t->client, &s, &t->err)) return -1;
   char a[64], tuning[64] = "";
   if (o->tuning) snprintf(tuning, sizeof tuning, ", %" PRId64 " tuning records", s->tuning_records);
-  fprintf(stderr, "remove %" PRId64 " entries (%s)%s and %" PRId64 " recorded failures from %s? [y/N] ",
-          s->entries, human_bytes(s->bytes, a, sizeof a), tuning, s->negative_entries, tcc_client_addr(t->client));
+  fprintf(stderr, "remove %" PRId64 " entries (%s)%s, %" PRId64 " recorded failures and %" PRId64 " plans from %s? "
+                  "[y/N] ",
+          s->entries, human_bytes(s->bytes, a, sizeof a), tuning, s->negative_entries, s->plans,
+          tcc_client_addr(t->client));
   fflush(stderr);
   tcc__v1__stats_response__free_unpacked(s, NULL);
   char line[32] = "";
@@ -1546,8 +1554,8 @@ static int cmd_clear(tcctl *t) {
   } else {
     char a[64], tuning[64] = "";
     if (o.tuning) snprintf(tuning, sizeof tuning, ", %" PRId64 " tuning records", r->tuning_records);
-    printf("removed %" PRId64 " entries (%s)%s and %" PRId64 " recorded failures from %s\n", r->entries,
-           human_bytes(r->bytes, a, sizeof a), tuning, r->failures, tcc_client_addr(t->client));
+    printf("removed %" PRId64 " entries (%s)%s, %" PRId64 " recorded failures and %" PRId64 " plans from %s\n",
+           r->entries, human_bytes(r->bytes, a, sizeof a), tuning, r->failures, r->plans, tcc_client_addr(t->client));
     if (r->remote_enabled) printf("note: %s\n", note);
   }
   tcc__v1__clear_response__free_unpacked(r, NULL);

@@ -89,6 +89,38 @@ int tcc_artifact_verify(const tcc_trusted_keys *keys, const char *key_id,
   return 0;
 }
 
+/* ------------------------------------------------------------ plans */
+
+void tcc_plan_sign_digests(const char *key, const uint8_t *plan, size_t len, uint8_t guard[TCC_SHA256_BYTES],
+                           uint8_t artifact[TCC_SHA256_BYTES]) {
+  tcc_sha256_ctx ctx;
+  tcc_sha256_init(&ctx);
+  tcc_sha256_update(&ctx, TCC_PLAN_SIGN_DOMAIN, sizeof TCC_PLAN_SIGN_DOMAIN); /* with its NUL */
+  tcc_sha256_update(&ctx, key ? key : "", key ? strlen(key) : 0);
+  tcc_sha256_final(&ctx, guard);
+  tcc_sha256(plan ? plan : (const uint8_t *)"", len, artifact);
+}
+
+void tcc_plan_sign(const tcc_sign_key *k, const char *key, const uint8_t *plan, size_t len,
+                   uint8_t sig[TCC_SIGNATURE_BYTES]) {
+  uint8_t guard[TCC_SHA256_BYTES], digest[TCC_SHA256_BYTES];
+  tcc_plan_sign_digests(key, plan, len, guard, digest);
+  tcc_artifact_sign(k, guard, digest, (const uint8_t *)TCC_PLAN_SIGN_DOMAIN, strlen(TCC_PLAN_SIGN_DOMAIN), sig);
+}
+
+int tcc_plan_verify(const tcc_trusted_keys *keys, const char *key_id, const char *key, const uint8_t *plan,
+                    size_t len, const uint8_t *sig, size_t sig_len, tcc_error *err) {
+  uint8_t guard[TCC_SHA256_BYTES], digest[TCC_SHA256_BYTES];
+  tcc_plan_sign_digests(key, plan, len, guard, digest);
+  tcc_error e;
+  int rc = tcc_artifact_verify(keys, key_id, guard, digest, (const uint8_t *)TCC_PLAN_SIGN_DOMAIN,
+                               strlen(TCC_PLAN_SIGN_DOMAIN), sig, sig_len, &e);
+  if (rc == 0) return 0;
+  /* tcc_artifact_verify's words, about a plan: "artifact ..." -> "plan ..." */
+  const char *rest = strncmp(e.msg, "artifact ", 9) == 0 ? e.msg + 9 : e.msg;
+  return tcc_error_set(err, rc, "plan %s", rest);
+}
+
 /* ------------------------------------------------------------ key files */
 
 /* Reads the first line of a small file into buf (NUL-terminated, newline

@@ -14,6 +14,18 @@
  * so a signature binds the kernel bytes to the graph they were compiled
  * for and to the launch plan the client follows.
  *
+ * Plans (tcc.v1.Plan, kept by the daemon: PutPlan/GetPlan) are signed in
+ * the same layout, each slot filled so that a plan signature can never
+ * pass for an artifact's, nor one key's plan for another's:
+ *
+ *   guard hash            SHA-256("tccd-plan-v1\0" || key)  (the 13 bytes of
+ *                          the domain with its NUL, then the key's bytes)
+ *   SHA-256(artifact)     SHA-256(the encoded Plan, exactly as stored)
+ *   SHA-256(manifest)     SHA-256("tccd-plan-v1")  (its 12 bytes, no NUL)
+ *
+ * tcc_plan_sign_digests computes the first two; tcc_plan_sign and
+ * tcc_plan_verify are what the daemon and the client library call.
+ *
  * Key files (text, one line each; `tcctl keygen OUT` writes both):
  *
  *   OUT      (mode 0600)  tccd-ed25519-secret <base64 of the 32-byte seed>
@@ -41,6 +53,7 @@
 #define TCC_SIGNATURE_BYTES 64
 #define TCC_SIGN_KEY_ID_HEX 17 /* 16 hex digits + NUL */
 #define TCC_SIGN_DOMAIN "tccd-artifact-v1" /* + its NUL: 17 bytes */
+#define TCC_PLAN_SIGN_DOMAIN "tccd-plan-v1"  /* plans: see above */
 #define TCC_SIGN_SECRET_TAG "tccd-ed25519-secret"
 #define TCC_SIGN_PUBLIC_TAG "tccd-ed25519-public"
 
@@ -108,5 +121,21 @@ int tcc_artifact_verify(const tcc_trusted_keys *keys, const char *key_id,
                         const uint8_t sha256[TCC_SHA256_BYTES], const uint8_t *manifest,
                         size_t manifest_len, const uint8_t *sig, size_t sig_len,
                         tcc_error *err);
+
+/* The guard hash and artifact digest of a plan's signature (see above):
+ * key is the Plan's key (NUL-terminated), plan its encoded bytes. */
+void tcc_plan_sign_digests(const char *key, const uint8_t *plan, size_t len, uint8_t guard[TCC_SHA256_BYTES],
+                           uint8_t artifact[TCC_SHA256_BYTES]);
+
+/* Signs a plan (the layout above). */
+void tcc_plan_sign(const tcc_sign_key *k, const char *key, const uint8_t *plan, size_t len,
+                   uint8_t sig[TCC_SIGNATURE_BYTES]);
+
+/* Verifies a plan's signature as tcc_artifact_verify does an artifact's:
+ * 0, or TCC_E_PERMISSION_DENIED with "plan is unsigned" or "plan
+ * signature invalid: <why>" (an untrusted key, a wrong length, or the
+ * plan or its key altered). */
+int tcc_plan_verify(const tcc_trusted_keys *keys, const char *key_id, const char *key, const uint8_t *plan,
+                    size_t len, const uint8_t *sig, size_t sig_len, tcc_error *err);
 
 #endif

@@ -147,6 +147,8 @@ typedef enum tccd_role { TCCD_ROLE_OPEN, TCCD_ROLE_CLIENT, TCCD_ROLE_ADMIN } tcc
   X(ZERO_STATS, "/tcc.v1.Cache/ZeroStats", tccd_rpc_zero_stats, TCCD_ROLE_ADMIN)         \
   X(CLEAR, "/tcc.v1.Cache/Clear", tccd_rpc_clear, TCCD_ROLE_ADMIN)                       \
   X(WARM, "/tcc.v1.Cache/Warm", tccd_rpc_warm, TCCD_ROLE_ADMIN)                          \
+  X(PUT_PLAN, "/tcc.v1.Cache/PutPlan", tccd_rpc_put_plan, TCCD_ROLE_CLIENT)              \
+  X(GET_PLAN, "/tcc.v1.Cache/GetPlan", tccd_rpc_get_plan, TCCD_ROLE_CLIENT)              \
   X(HEALTH_CHECK, "/grpc.health.v1.Health/Check", tccd_rpc_health_check, TCCD_ROLE_OPEN)
 
 typedef enum tccd_method_id {
@@ -602,6 +604,9 @@ int tccd_remote_evict(tccd_state *st, const uint8_t hash[TCC_SHA256_BYTES], tccd
  * that fails verification, or shutdown -- unless it returns non-zero (as
  * put), when done never runs. */
 typedef void (*tccd_remote_record_done)(void *arg, int found, const uint8_t *data, size_t len);
+/* 1 when s is 1-max characters of [0-9A-Za-z_.-]: a record's kind or tag
+ * (max 128; no braces, the tag is the hash tag), a plan's key (200). */
+int tccd_name_ok(const char *s, size_t max);
 int tccd_remote_record_put(tccd_state *st, const char *kind, const char *tag, const uint8_t *data,
                            size_t len);
 int tccd_remote_record_get(tccd_state *st, const char *kind, const char *tag, tccd_remote_record_done done,

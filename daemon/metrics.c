@@ -131,7 +131,12 @@ typedef struct histogram {
   X(autotune_untuned, counter, "tccd_autotune_untuned_total", "max-autotune entries stored untuned.")       \
   X(object_hits, counter, "tccd_object_hits_total", "Kernel bodies linked from the object cache.")        \
   X(object_misses, counter, "tccd_object_misses_total", "Kernel bodies compiled (not in the object cache).") \
-  X(tuning_records, gauge, "tccd_tuning_records", "Tuning records in the cache.")
+  X(tuning_records, gauge, "tccd_tuning_records", "Tuning records in the cache.")                          \
+  X(plans, gauge, "tccd_plans", "Plans in the store.")                                                     \
+  X(plan_bytes, gauge, "tccd_plan_bytes", "Encoded bytes of the stored plans.")                            \
+  X(plan_hits, counter, "tccd_plan_hits_total", "GetPlan calls answered with a plan (local or remote).")   \
+  X(plan_misses, counter, "tccd_plan_misses_total", "GetPlan calls answered NOT_FOUND.")                   \
+  X(plans_stored, counter, "tccd_plans_stored_total", "PutPlan calls that stored a new plan.")
 
 /* ------------------------------------------------------------ state */
 

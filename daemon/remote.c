@@ -889,11 +889,9 @@ void tccd_remote_publish_failure(tccd_state *st, const uint8_t hash[TCC_SHA256_B
 
 /* ------------------------------------------------------------ records */
 
-/* A record name part: 1-128 of [0-9A-Za-z_.-] (no braces: the tag is the
- * hash tag). Returns 1 when valid. */
-static int record_name_ok(const char *s) {
+int tccd_name_ok(const char *s, size_t max) {
   size_t n = s ? strlen(s) : 0;
-  if (n == 0 || n > REMOTE_NAME_MAX) return 0;
+  if (n == 0 || n > max) return 0;
   for (size_t i = 0; i < n; i++) {
     char c = s[i];
     if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' || c == '.' ||
@@ -921,7 +919,7 @@ static void record_name_digest(const char *kind, const char *tag, uint8_t out[TC
 
 int tccd_remote_record_put(tccd_state *st, const char *kind, const char *tag, const uint8_t *data, size_t len) {
   tccd_remote *r = st->remote;
-  if (!record_name_ok(kind) || !record_name_ok(tag)) return TCC_E_INVALID_ARGUMENT;
+  if (!tccd_name_ok(kind, REMOTE_NAME_MAX) || !tccd_name_ok(tag, REMOTE_NAME_MAX)) return TCC_E_INVALID_ARGUMENT;
   if (!r || r->closing) return -1;
   /* the envelope: "TCR1", signed (0/1), key id (16), signature (64), blob */
   uint8_t *env = calloc(1, RECORD_HEAD + len);
@@ -1004,7 +1002,7 @@ static void record_on_reply(remote_record_get *g, redisReply *rep) {
 int tccd_remote_record_get(tccd_state *st, const char *kind, const char *tag, tccd_remote_record_done done,
                            void *arg) {
   tccd_remote *r = st->remote;
-  if (!record_name_ok(kind) || !record_name_ok(tag)) return TCC_E_INVALID_ARGUMENT;
+  if (!tccd_name_ok(kind, REMOTE_NAME_MAX) || !tccd_name_ok(tag, REMOTE_NAME_MAX)) return TCC_E_INVALID_ARGUMENT;
   if (!r || r->closing) return -1;
   remote_record_get *g = calloc(1, sizeof *g);
   if (!g) return -1;

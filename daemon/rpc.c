@@ -192,6 +192,11 @@ static void stats_from(const tccd_state *st, const tcc_cache_stats *cache_stats,
   r.tuning_records = cs.tuning_records;
   r.object_hits = cs.counters[TCC_COUNTER_object_hits];
   r.object_misses = cs.counters[TCC_COUNTER_object_misses];
+  r.plans = cs.plans;
+  r.plan_bytes = cs.plan_bytes;
+  r.plan_hits = cs.counters[TCC_COUNTER_plan_hits];
+  r.plan_misses = cs.counters[TCC_COUNTER_plan_misses];
+  r.plans_stored = cs.counters[TCC_COUNTER_plans_stored];
   r.autotuning_jobs = js.autotuning;
   r.signing_key_id = st->signing_key ? st->signing_key->key_id : (char *)"";
   int remote_on = 0, remote_connected = 0;
@@ -575,15 +580,17 @@ void tccd_rpc_clear(tccd_state *st, tccd_call *c) {
     tccd_call_fail_error(c, &err);
     return;
   }
-  log_info("cleared on request: %lld entries (%lld bytes), %lld recorded failures, %lld tuning records%s",
-           (long long)res.entries, (long long)res.bytes, (long long)res.failures, (long long)res.tuning_records,
-           st->remote ? "; the redis tier is left as it is" : "");
+  log_info("cleared on request: %lld entries (%lld bytes), %lld recorded failures, %lld plans, %lld tuning "
+           "records%s",
+           (long long)res.entries, (long long)res.bytes, (long long)res.failures, (long long)res.plans,
+           (long long)res.tuning_records, st->remote ? "; the redis tier is left as it is" : "");
   if (res.bytes > 0) tccd_store_unblock(st, "the cache was cleared");
   Tcc__V1__ClearResponse r = TCC__V1__CLEAR_RESPONSE__INIT;
   r.entries = res.entries;
   r.bytes = res.bytes;
   r.failures = res.failures;
   r.tuning_records = res.tuning_records;
+  r.plans = res.plans;
   r.remote_enabled = st->remote != NULL;
   tccd_call_reply(c, &r.base);
 }

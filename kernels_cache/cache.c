@@ -46,7 +46,7 @@
  *   every freed page: deleting a 1 MiB blob wrote 1 MiB of WAL, so a full
  *   disk could not delete anything; artifacts are not secrets).
  *
- * ON-DISK FORMAT (schema version 4; PRAGMA user_version = 4,
+ * ON-DISK FORMAT (schema version 7; PRAGMA user_version = 7,
  * PRAGMA application_id = 0x54434344 "TCCD", auto_vacuum = INCREMENTAL)
  *
  *   Columns are listed in storage order: the small fixed-size columns come
@@ -137,6 +137,22 @@
  *   remote tier, or whose request was over TCC_CACHE_REQUEST_MAX. Not read
  *   by lookups.
  *
+ *   Table plans (v7) — plans (tcc.v1.Plan, PutPlan/GetPlan): what a
+ *   process needs to skip AOTAutograd's trace and the partitioning of one
+ *   graph, stored by the daemon only (docs/design.md "Plans"). A key is
+ *   written once (first writer wins: never replaced); the byte budget,
+ *   eviction and gc leave plans alone; clear removes them.
+ *   | column      | type    | meaning                                      |
+ *   |-------------|---------|----------------------------------------------|
+ *   | key         | TEXT PK | the plan's key, 1-200 characters             |
+ *   | plan_sha256 | BLOB    | SHA-256(plan), checked on every read         |
+ *   | signature   | BLOB    | Ed25519 (tcc_sign.h, plans), x'' = unsigned  |
+ *   | key_id      | TEXT    | signing key id, '' = unsigned                |
+ *   | created     | INTEGER | unix seconds                                 |
+ *   | last_used   | INTEGER | unix seconds of the last get (or the put)    |
+ *   | hits        | INTEGER | gets served                                  |
+ *   | plan        | BLOB    | the encoded tcc.v1.Plan (last: large)        |
+ *
  *   Invariants: every entries.artifact_sha256 has a blobs row (foreign key,
  *   foreign_keys=ON); a blob with no entry is removed in the transaction
  *   that drops its last entry (and by gc); sha256(data) == sha256 unless
@@ -181,7 +197,7 @@
 #include <unistd.h>
 
 #define TCC_CACHE_APPLICATION_ID 0x54434344 /* "TCCD" */
-#define TCC_CACHE_SCHEMA_VERSION 6
+#define TCC_CACHE_SCHEMA_VERSION 7
 #define TCC_CACHE_DEFAULT_BUSY_MS 5000
 #define TCC_CACHE_EVICT_BATCH 16
 
@@ -266,6 +282,17 @@ static const cache_migration MIGRATIONS[] = {
   {6,
    /* the request each entry was compiled from (tcctl warm) */
    "ALTER TABLE entries ADD COLUMN request BLOB;"},
+  {7,
+   /* plans (PutPlan/GetPlan): first writer wins, so no replace */
+   "CREATE TABLE plans ("
+   "  key         TEXT PRIMARY KEY NOT NULL CHECK (length(key) BETWEEN 1 AND 200),"
+   "  plan_sha256 BLOB NOT NULL CHECK (length(plan_sha256) = 32),"
+   "  signature   BLOB NOT NULL DEFAULT x'',"
+   "  key_id      TEXT NOT NULL DEFAULT '',"
+   "  created     INTEGER NOT NULL,"
+   "  last_used   INTEGER NOT NULL,"
+   "  hits        INTEGER NOT NULL DEFAULT 0,"
+   "  plan        BLOB NOT NULL);"},
 };
 
 _Static_assert(sizeof MIGRATIONS / sizeof MIGRATIONS[0] == TCC_CACHE_SCHEMA_VERSION,
@@ -361,7 +388,15 @@ _Static_assert(sizeof MIGRATIONS / sizeof MIGRATIONS[0] == TCC_CACHE_SCHEMA_VERS
   X(CLEAR_ENTRIES, "DELETE FROM entries")                                      \
   X(CLEAR_BLOBS, "DELETE FROM blobs")                                          \
   X(CLEAR_FAILURES, "DELETE FROM failures")                                    \
-  X(CLEAR_TUNING, "DELETE FROM tuning")
+  X(CLEAR_TUNING, "DELETE FROM tuning")                                        \
+  X(CLEAR_PLANS, "DELETE FROM plans")                                          \
+  X(PLAN_INSERT, "INSERT INTO plans(key, plan_sha256, signature, key_id, created, last_used, hits, plan)" \
+                 " VALUES (?1, ?2, ?3, ?4, ?5, ?5, 0, ?6) ON CONFLICT(key) DO NOTHING") \
+  X(PLAN_GET, "SELECT plan_sha256, signature, key_id, created, last_used, hits, plan" \
+              " FROM plans WHERE key = ?1")                                    \
+  X(PLAN_HIT, "UPDATE plans SET hits = hits + 1, last_used = max(last_used, ?2) WHERE key = ?1") \
+  X(PLAN_DELETE, "DELETE FROM plans WHERE key = ?1")                           \
+  X(PLAN_TOTALS, "SELECT count(*), coalesce(sum(length(plan)), 0) FROM plans")
 
 typedef enum cache_stmt_id {
 #define STMT_ENUM(id, sql) ST_##id,
@@ -1522,8 +1557,9 @@ int tcc_cache_gc_finish(tcc_cache *c, int64_t max_bytes, const uint8_t (*corrupt
 
 /* One try of tcc_cache_clear: the deletions in one transaction. */
 static int clear_once(tcc_cache *c, int tuning, tcc_cache_clear_result *r, tcc_error *err) {
-  static const cache_stmt_id steps[] = {ST_CLEAR_ENTRIES, ST_CLEAR_BLOBS, ST_CLEAR_FAILURES, ST_CLEAR_TUNING};
-  int64_t *counts[] = {&r->entries, NULL, &r->failures, &r->tuning_records};
+  static const cache_stmt_id steps[] = {ST_CLEAR_ENTRIES, ST_CLEAR_BLOBS, ST_CLEAR_FAILURES, ST_CLEAR_PLANS,
+                                        ST_CLEAR_TUNING};
+  int64_t *counts[] = {&r->entries, NULL, &r->failures, &r->plans, &r->tuning_records};
   memset(r, 0, sizeof *r);
   int code = txn_begin(c, err);
   if (code) return code;
@@ -1638,6 +1674,14 @@ int tcc_cache_stats_get(tcc_cache *c, tcc_cache_stats *out, tcc_error *err) {
   s = c->st[ST_TUNING_COUNT];
   if (rc == SQLITE_DONE && (rc = sqlite3_step(s)) == SQLITE_ROW) {
     out->tuning_records = sqlite3_column_int64(s, 0);
+    rc = SQLITE_DONE;
+  }
+  sqlite3_reset(s);
+
+  s = c->st[ST_PLAN_TOTALS];
+  if (rc == SQLITE_DONE && (rc = sqlite3_step(s)) == SQLITE_ROW) {
+    out->plans = sqlite3_column_int64(s, 0);
+    out->plan_bytes = sqlite3_column_int64(s, 1);
     rc = SQLITE_DONE;
   }
   sqlite3_reset(s);
@@ -1829,6 +1873,103 @@ int tcc_cache_tuning_put(tcc_cache *c, const uint8_t signature[TCC_SHA256_BYTES]
   int rc = stmt_run(s); /* one statement: its own transaction */
   if (rc != SQLITE_DONE) return sql_error(c, rc, err, "store tuning record");
   return 0;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Plans                                                                   */
+/* ---------------------------------------------------------------------- */
+
+static int plan_key_ok(const char *key) {
+  size_t n = key ? strlen(key) : 0;
+  return n >= 1 && n <= TCC_CACHE_PLAN_KEY_MAX;
+}
+
+int tcc_cache_plan_put(tcc_cache *c, const char *key, const uint8_t *plan, size_t len, const uint8_t *sig,
+                       size_t sig_len, const char *key_id, int *inserted, tcc_error *err) {
+  if (inserted) *inserted = 0;
+  if (!c || !plan_key_ok(key) || !plan || len == 0 || sig_len > TCC_CACHE_SIGNATURE_MAX || (sig_len && !sig) ||
+      strlen(key_id ? key_id : "") >= TCC_CACHE_KEY_ID_MAX)
+    return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "cache plan put: bad arguments");
+  uint8_t sha[TCC_SHA256_BYTES];
+  tcc_sha256(plan, len, sha);
+  sqlite3_stmt *s = c->st[ST_PLAN_INSERT];
+  sqlite3_bind_text(s, 1, key, -1, SQLITE_STATIC);
+  sqlite3_bind_blob(s, 2, sha, TCC_SHA256_BYTES, SQLITE_STATIC);
+  bind_bytes(s, 3, sig, sig_len);
+  sqlite3_bind_text(s, 4, key_id ? key_id : "", -1, SQLITE_STATIC);
+  sqlite3_bind_int64(s, 5, (sqlite3_int64)time(NULL));
+  bind_bytes(s, 6, plan, len);
+  int rc = stmt_run(s); /* one statement: its own transaction */
+  if (rc != SQLITE_DONE) return sql_error(c, rc, err, "store plan");
+  if (inserted) *inserted = sqlite3_changes(c->db) > 0;
+  return 0;
+}
+
+int tcc_cache_plan_delete(tcc_cache *c, const char *key, tcc_error *err) {
+  if (!c || !key) return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "cache plan delete: bad arguments");
+  sqlite3_stmt *s = c->st[ST_PLAN_DELETE];
+  sqlite3_bind_text(s, 1, key, -1, SQLITE_STATIC);
+  int rc = stmt_run(s);
+  if (rc != SQLITE_DONE) return sql_error(c, rc, err, "delete plan");
+  if (sqlite3_changes(c->db) == 0) return tcc_error_set(err, TCC_E_NOT_FOUND, "no plan for key '%.200s'", key);
+  return 0;
+}
+
+/* Reads a PLAN_GET row into *out. Returns SQLITE_DONE or SQLITE_NOMEM. */
+static int row_to_plan(sqlite3_stmt *s, tcc_cache_plan *out) {
+  column_digest(s, 0, out->plan_sha256);
+  size_t n = (size_t)sqlite3_column_bytes(s, 1);
+  if (n <= sizeof out->signature) {
+    if (n) memcpy(out->signature, sqlite3_column_blob(s, 1), n);
+    out->signature_len = n;
+  }
+  const char *id = (const char *)sqlite3_column_text(s, 2);
+  snprintf(out->key_id, sizeof out->key_id, "%s", id ? id : "");
+  out->created = sqlite3_column_int64(s, 3);
+  out->last_used = sqlite3_column_int64(s, 4);
+  out->hits = sqlite3_column_int64(s, 5);
+  return column_dup(s, 6, &out->plan, &out->plan_len) ? SQLITE_NOMEM : SQLITE_DONE;
+}
+
+int tcc_cache_plan_get(tcc_cache *c, const char *key, tcc_cache_plan *out, tcc_error *err) {
+  if (out) memset(out, 0, sizeof *out);
+  if (!c || !key || !out) return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "cache plan get: bad arguments");
+  sqlite3_stmt *s = c->st[ST_PLAN_GET];
+  sqlite3_bind_text(s, 1, key, -1, SQLITE_STATIC);
+  int rc = sqlite3_step(s), found = 0;
+  if (rc == SQLITE_ROW) {
+    found = 1;
+    rc = row_to_plan(s, out);
+  }
+  sqlite3_reset(s);
+  if (rc != SQLITE_DONE) {
+    tcc_cache_plan_free(out);
+    return sql_error(c, rc, err, "read plan");
+  }
+  if (!found) return tcc_error_set(err, TCC_E_NOT_FOUND, "no plan for key '%.200s'", key);
+  uint8_t got[TCC_SHA256_BYTES];
+  tcc_sha256(out->plan, out->plan_len, got);
+  if (memcmp(got, out->plan_sha256, TCC_SHA256_BYTES) != 0) {
+    tcc_cache_plan_free(out);
+    tcc_cache_plan_delete(c, key, NULL);
+    return tcc_error_set(err, TCC_E_DATA_LOSS, "cache %s: the plan for key '%.200s' does not match its digest; removed",
+                         c->path, key);
+  }
+  int64_t now = (int64_t)time(NULL);
+  s = c->st[ST_PLAN_HIT];
+  sqlite3_bind_text(s, 1, key, -1, SQLITE_STATIC);
+  sqlite3_bind_int64(s, 2, now);
+  if (stmt_run(s) == SQLITE_DONE) { /* a busy writer costs the bookkeeping, never the answer */
+    out->hits++;
+    if (now > out->last_used) out->last_used = now;
+  }
+  return 0;
+}
+
+void tcc_cache_plan_free(tcc_cache_plan *p) {
+  if (!p) return;
+  free(p->plan);
+  memset(p, 0, sizeof *p);
 }
 
 int tcc_cache_flush(tcc_cache *c, tcc_error *err) {

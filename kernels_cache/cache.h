@@ -87,7 +87,8 @@ typedef struct tcc_cache_entry {
   X(autotune_runs) X(autotune_candidates) X(autotune_crashed)    \
   X(autotune_timeouts) X(autotune_wrong) X(autotune_record_hits) \
   X(autotune_untuned) X(autotune_ms) X(autotune_remote_record_hits) \
-  X(object_hits) X(object_misses)
+  X(object_hits) X(object_misses)                                \
+  X(plan_hits) X(plan_misses) X(plans_stored)
 
 typedef enum tcc_cache_counter {
 #define TCC_CACHE_COUNTER_ENUM(name) TCC_COUNTER_##name,
@@ -105,6 +106,8 @@ typedef struct tcc_cache_stats {
   int64_t failures;              /* recorded compile failures (negative cache) */
   double compile_seconds_saved;  /* sum over hits of the entry's compile time */
   int64_t tuning_records;        /* rows of the tuning table (v4) */
+  int64_t plans;                 /* rows of the plans table (v7) */
+  int64_t plan_bytes;            /* their encoded plan bytes */
 } tcc_cache_stats;
 
 typedef struct tcc_cache_gc_result {
@@ -323,14 +326,42 @@ typedef struct tcc_cache_clear_result {
   int64_t bytes;            /* blob bytes freed */
   int64_t failures;         /* recorded failures removed */
   int64_t tuning_records;   /* tuning records removed */
+  int64_t plans;            /* plans removed */
 } tcc_cache_clear_result;
 
-/* Removes every entry, blob and recorded failure (and every tuning record
+/* Removes every entry, blob, recorded failure and plan (and every tuning record
  * when tuning is set) in one transaction, then gives the pages back to the
  * file system, as gc does (with the reserve's space on a full disk).
  * Counters are kept; removals are not counted as evictions. Fills *out
  * (may be NULL). Returns 0 or a TCC_E_* code, the cache unchanged. */
 int tcc_cache_clear(tcc_cache *c, int tuning, tcc_cache_clear_result *out, tcc_error *err);
+
+/* Plans (v7): encoded tcc.v1.Plan messages by key, written once by the
+ * daemon (the first writer wins: a put never replaces) with their
+ * signature; the cache never looks inside. tcc_cache_plan_put stores one
+ * (key 1-TCC_CACHE_PLAN_KEY_MAX bytes, plan non-empty) unless the key is
+ * taken; *inserted (may be NULL) says which. tcc_cache_plan_get fills
+ * *out (zeroed first; free with tcc_cache_plan_free), counting a hit and
+ * last_used, or returns TCC_E_NOT_FOUND; a plan whose bytes no longer
+ * match the digest stored with it is deleted and reported as
+ * TCC_E_DATA_LOSS. tcc_cache_plan_delete removes one (TCC_E_NOT_FOUND
+ * when absent). Each returns 0 or a TCC_E_* code. Plans are outside the
+ * byte budget (eviction and gc leave them); tcc_cache_clear removes them. */
+#define TCC_CACHE_PLAN_KEY_MAX 200
+typedef struct tcc_cache_plan {
+  uint8_t *plan;                           /* encoded tcc.v1.Plan, malloc'd */
+  size_t plan_len;
+  uint8_t plan_sha256[TCC_SHA256_BYTES];
+  uint8_t signature[TCC_CACHE_SIGNATURE_MAX];
+  size_t signature_len;                    /* 0: unsigned */
+  char key_id[TCC_CACHE_KEY_ID_MAX];
+  int64_t created, last_used, hits;        /* unix seconds; gets served */
+} tcc_cache_plan;
+int tcc_cache_plan_put(tcc_cache *c, const char *key, const uint8_t *plan, size_t len, const uint8_t *sig,
+                       size_t sig_len, const char *key_id, int *inserted, tcc_error *err);
+int tcc_cache_plan_get(tcc_cache *c, const char *key, tcc_cache_plan *out, tcc_error *err);
+int tcc_cache_plan_delete(tcc_cache *c, const char *key, tcc_error *err);
+void tcc_cache_plan_free(tcc_cache_plan *p);
 
 /* Writes pending counters and hit bookkeeping in one transaction.
  * Returns 0 (also when nothing was pending) or a TCC_E_* code; on

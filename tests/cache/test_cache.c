@@ -93,7 +93,8 @@ static void raw_exec(sqlite3 *db, const char *sql) {
  * which migrates it. */
 /* Undoes migrations 6 (stored requests) and 5 (the graph digests);
  * prefixed to every downgrade. */
-#define UNDO_V6 "ALTER TABLE entries DROP COLUMN request;"
+#define UNDO_V7 "DROP TABLE plans;"
+#define UNDO_V6 UNDO_V7 "ALTER TABLE entries DROP COLUMN request;"
 #define UNDO_V5                                                                              \
   UNDO_V6 "DROP INDEX entries_by_graph; DROP INDEX failures_by_graph;"                               \
   "ALTER TABLE entries DROP COLUMN graph; ALTER TABLE failures DROP COLUMN graph;"
@@ -253,7 +254,7 @@ START_TEST(test_store_lookup_reopen) {
 
   /* The file is what cache.c documents. */
   sqlite3 *db = raw_open();
-  ck_assert_int_eq(raw_int(db, "PRAGMA user_version"), 6);
+  ck_assert_int_eq(raw_int(db, "PRAGMA user_version"), 7);
   ck_assert_int_eq(raw_int(db, "PRAGMA application_id"), 0x54434344);
   ck_assert_int_eq(raw_int(db, "PRAGMA auto_vacuum"), 2);
   sqlite3_close(db);
@@ -504,7 +505,7 @@ START_TEST(test_migrate_from_v1) {
   ck_assert_int_eq(tcc_cache_store_failure(c, a.e.hash, a.e.key, a.e.key_len, "cpu",
                                            TCC_E_INTERNAL, "x", &err), 0);
   tcc_cache_close(c);
-  ck_assert_int_eq(file_version(), 6);
+  ck_assert_int_eq(file_version(), 7);
   stored_free(&a);
 }
 END_TEST
@@ -553,7 +554,7 @@ START_TEST(test_migrate_from_v2) {
   memset(b.e.key_id, 'a', sizeof b.e.key_id);
   ck_assert_int_eq(tcc_cache_store(c, &b.e, b.artifact, b.len, &err), TCC_E_INVALID_ARGUMENT);
   tcc_cache_close(c);
-  ck_assert_int_eq(file_version(), 6);
+  ck_assert_int_eq(file_version(), 7);
   stored_free(&a);
   stored_free(&b);
 }
@@ -616,7 +617,7 @@ START_TEST(test_migrate_from_v3) {
   ck_assert_mem_eq(got, rec, sizeof rec);
   free(got);
   tcc_cache_close(c);
-  ck_assert_int_eq(file_version(), 6);
+  ck_assert_int_eq(file_version(), 7);
   stored_free(&a);
 }
 END_TEST
@@ -718,7 +719,7 @@ START_TEST(test_migrate_from_v4) {
   tcc_cache *c = downgraded(&a, 800, 10, UNDO_V5 "PRAGMA user_version = 4;");
   ck_assert(present(c, a.e.hash));
   tcc_cache_close(c);
-  ck_assert_int_eq(file_version(), 6);
+  ck_assert_int_eq(file_version(), 7);
   stored_free(&a);
 }
 END_TEST
@@ -741,8 +742,103 @@ START_TEST(test_migrate_from_v5) {
   size_t len = 0;
   ck_assert_int_eq(tcc_cache_request_of(c, a.e.hash, &req, &len, &err), TCC_E_NOT_FOUND);
   tcc_cache_close(c);
-  ck_assert_int_eq(file_version(), 6);
+  ck_assert_int_eq(file_version(), 7);
   stored_free(&a);
+}
+END_TEST
+
+/* A version-6 file (before plans) is migrated on open: its entries are
+ * kept and plans can be stored. */
+START_TEST(test_migrate_from_v6) {
+  stored a;
+  tcc_cache *c = downgraded(&a, 700, 9, UNDO_V7 "PRAGMA user_version = 6;");
+  ck_assert(present(c, a.e.hash));
+  tcc_error err = {0};
+  ck_assert_int_eq(stats_of(c).plans, 0);
+  const uint8_t plan[] = "plan bytes";
+  int inserted = 0;
+  ck_assert_int_eq(tcc_cache_plan_put(c, "key", plan, sizeof plan, NULL, 0, "", &inserted, &err), 0);
+  ck_assert_int_eq(inserted, 1);
+  tcc_cache_close(c);
+  ck_assert_int_eq(file_version(), 7);
+  c = open_cache(0);
+  tcc_cache_plan p;
+  ck_assert_int_eq(tcc_cache_plan_get(c, "key", &p, &err), 0);
+  ck_assert_uint_eq(p.plan_len, sizeof plan);
+  tcc_cache_plan_free(&p);
+  tcc_cache_close(c);
+  stored_free(&a);
+}
+END_TEST
+
+/* Plans (v7): absent until put; the first put of a key wins (a second
+ * one, even with other bytes, changes nothing and says so); a get
+ * returns the bytes, signature and key id as stored and counts a hit;
+ * they survive a reopen; stats count rows and bytes; a plan altered in
+ * the file is removed and reported as DATA_LOSS; delete; bad arguments. */
+START_TEST(test_plans) {
+  tcc_cache *c = open_cache(0);
+  tcc_error err = {0};
+  uint8_t plan[2000], other[100], sig[TCC_CACHE_SIGNATURE_MAX];
+  size_t len = (size_t)tt_rand_range(1, sizeof plan);
+  tt_rand_bytes(plan, len);
+  tt_rand_bytes(other, sizeof other);
+  tt_rand_bytes(sig, sizeof sig);
+  tcc_cache_plan p;
+  ck_assert_int_eq(tcc_cache_plan_get(c, "tccd.a", &p, &err), TCC_E_NOT_FOUND);
+  ck_assert_ptr_null(p.plan);
+  int inserted = -1;
+  ck_assert_int_eq(tcc_cache_plan_put(c, "tccd.a", plan, len, sig, sizeof sig, "0123456789abcdef", &inserted, &err), 0);
+  ck_assert_int_eq(inserted, 1);
+  ck_assert_int_eq(tcc_cache_plan_put(c, "tccd.a", other, sizeof other, NULL, 0, "", &inserted, &err), 0);
+  ck_assert_int_eq(inserted, 0);
+  ck_assert_int_eq(tcc_cache_plan_put(c, "tccd.b", other, sizeof other, NULL, 0, "", &inserted, &err), 0);
+  ck_assert_int_eq(inserted, 1);
+  tcc_cache_stats st = stats_of(c);
+  ck_assert_int_eq(st.plans, 2);
+  ck_assert_int_eq(st.plan_bytes, (int64_t)(len + sizeof other));
+  for (int round = 1; round <= 2; round++) {
+    ck_assert_int_eq(tcc_cache_plan_get(c, "tccd.a", &p, &err), 0);
+    ck_assert_uint_eq(p.plan_len, len);
+    ck_assert_mem_eq(p.plan, plan, len);
+    ck_assert_uint_eq(p.signature_len, sizeof sig);
+    ck_assert_mem_eq(p.signature, sig, sizeof sig);
+    ck_assert_str_eq(p.key_id, "0123456789abcdef");
+    ck_assert_int_eq(p.hits, round);
+    ck_assert_int_ge(p.last_used, p.created);
+    tcc_cache_plan_free(&p);
+    ck_assert_ptr_null(p.plan);
+    tcc_cache_close(c);
+    c = open_cache(0);
+  }
+  ck_assert_int_eq(tcc_cache_plan_get(c, "tccd.b", &p, &err), 0);
+  ck_assert_uint_eq(p.signature_len, 0);
+  ck_assert_str_eq(p.key_id, "");
+  tcc_cache_plan_free(&p);
+  tcc_cache_close(c);
+
+  sqlite3 *db = raw_open(); /* zero a's plan from outside */
+  raw_exec(db, "UPDATE plans SET plan = CAST(zeroblob(length(plan)) AS BLOB) WHERE key = 'tccd.a'");
+  sqlite3_close(db);
+  c = open_cache(0);
+  ck_assert_int_eq(tcc_cache_plan_get(c, "tccd.a", &p, &err), TCC_E_DATA_LOSS);
+  ck_assert_ptr_null(p.plan);
+  ck_assert_int_eq(tcc_cache_plan_get(c, "tccd.a", &p, &err), TCC_E_NOT_FOUND); /* removed */
+  ck_assert_int_eq(tcc_cache_plan_delete(c, "tccd.b", &err), 0);
+  ck_assert_int_eq(tcc_cache_plan_delete(c, "tccd.b", &err), TCC_E_NOT_FOUND);
+  ck_assert_int_eq(stats_of(c).plans, 0);
+
+  char long_key[TCC_CACHE_PLAN_KEY_MAX + 2];
+  memset(long_key, 'k', sizeof long_key - 1);
+  long_key[sizeof long_key - 1] = '\0';
+  ck_assert_int_eq(tcc_cache_plan_put(c, long_key, plan, len, NULL, 0, "", NULL, &err), TCC_E_INVALID_ARGUMENT);
+  ck_assert_int_eq(tcc_cache_plan_put(c, "", plan, len, NULL, 0, "", NULL, &err), TCC_E_INVALID_ARGUMENT);
+  ck_assert_int_eq(tcc_cache_plan_put(c, "k", plan, 0, NULL, 0, "", NULL, &err), TCC_E_INVALID_ARGUMENT);
+  ck_assert_int_eq(tcc_cache_plan_put(c, "k", plan, len, NULL, 65, "", NULL, &err), TCC_E_INVALID_ARGUMENT);
+  long_key[TCC_CACHE_PLAN_KEY_MAX] = '\0';
+  ck_assert_int_eq(tcc_cache_plan_put(c, long_key, plan, len, NULL, 0, "", &inserted, &err), 0);
+  ck_assert_int_eq(inserted, 1);
+  tcc_cache_close(c);
 }
 END_TEST
 
@@ -1267,6 +1363,8 @@ START_TEST(test_clear) {
   tt_rand_bytes(sig, sizeof sig);
   ck_assert_int_eq(tcc_cache_store_failure(c, h, rec, sizeof rec, "cpu", TCC_E_INTERNAL, "cc", &err), 0);
   ck_assert_int_eq(tcc_cache_tuning_put(c, sig, "cpu", rec, sizeof rec, &err), 0);
+  ck_assert_int_eq(tcc_cache_plan_put(c, "k1", rec, sizeof rec, NULL, 0, "", NULL, &err), 0);
+  ck_assert_int_eq(tcc_cache_plan_put(c, "k2", rec, sizeof rec, NULL, 0, "", NULL, &err), 0);
   tcc_cache_count(c, TCC_COUNTER_misses, 4);
 
   tcc_cache_clear_result r;
@@ -1274,6 +1372,7 @@ START_TEST(test_clear) {
   ck_assert_int_eq(r.entries, 4);
   ck_assert_int_eq(r.bytes, 9000);
   ck_assert_int_eq(r.failures, 1);
+  ck_assert_int_eq(r.plans, 2);
   ck_assert_int_eq(r.tuning_records, 0);
   for (int round = 0; round < 2; round++) {
     tcc_cache_stats st = stats_of(c);
@@ -1281,6 +1380,8 @@ START_TEST(test_clear) {
     ck_assert_int_eq(st.bytes, 0);
     ck_assert_int_eq(st.failures, 0);
     ck_assert_int_eq(st.tuning_records, 1);
+    ck_assert_int_eq(st.plans, 0);
+    ck_assert_int_eq(st.plan_bytes, 0);
     ck_assert_int_eq(st.counters[TCC_COUNTER_misses], 4);
     ck_assert(!present(c, a.e.hash) && !present(c, shared.e.hash));
     tcc_cache_close(c); /* the pending hit of a is not resurrected */
@@ -1535,6 +1636,8 @@ static Suite *cache_suite(void) {
   tcase_add_test(t, test_foreign_sqlite_file);
   tcase_add_test(t, test_newer_schema);
   tcase_add_test(t, test_migrate_from_v5);
+  tcase_add_test(t, test_migrate_from_v6);
+  tcase_add_test(t, test_plans);
   tcase_add_test(t, test_stored_requests);
   tcase_add_test(t, test_failed_store_rolls_back);
   tcase_add_test(t, test_busy_writer);

@@ -535,6 +535,44 @@ START_TEST(sign_and_verify_primitives) {
 }
 END_TEST
 
+/* Plan signatures: the tcc_sign.h layout exactly (guard hash =
+ * SHA-256("tccd-plan-v1\0" key), artifact digest = SHA-256(plan),
+ * manifest "tccd-plan-v1"), so another implementation can check them;
+ * another key or another plan byte fails. */
+START_TEST(plan_signatures) {
+  tcc_sign_key key;
+  char pub[512];
+  make_key("plan", &key, pub);
+  tcc_error err = {0};
+  tcc_trusted_keys keys;
+  ck_assert_int_eq(tcc_trusted_keys_load(pub, &keys, &err), 0);
+  uint8_t plan[500], sig[64];
+  for (size_t i = 0; i < sizeof plan; i++) plan[i] = (uint8_t)tt_rand();
+  tcc_plan_sign(&key, "tccd.k1", plan, sizeof plan, sig);
+  ck_assert_int_eq(tcc_plan_verify(&keys, key.key_id, "tccd.k1", plan, sizeof plan, sig, 64, &err), 0);
+  static const char framed[] = "tccd-plan-v1\0tccd.k1"; /* 13 + 7 bytes */
+  uint8_t guard[32], digest[32], g2[32], d2[32];
+  tcc_sha256(framed, sizeof framed - 1, guard);
+  tcc_sha256(plan, sizeof plan, digest);
+  tcc_plan_sign_digests("tccd.k1", plan, sizeof plan, g2, d2);
+  ck_assert_mem_eq(g2, guard, 32);
+  ck_assert_mem_eq(d2, digest, 32);
+  ck_assert_int_eq(tcc_artifact_verify(&keys, key.key_id, guard, digest, (const uint8_t *)"tccd-plan-v1", 12, sig,
+                                       64, &err), 0);
+  ck_assert_int_eq(tcc_plan_verify(&keys, key.key_id, "tccd.k2", plan, sizeof plan, sig, 64, &err),
+                   TCC_E_PERMISSION_DENIED);
+  ck_assert_msg(strstr(err.msg, "plan signature invalid"), "%s", err.msg);
+  plan[tt_rand() % sizeof plan] ^= 1;
+  ck_assert_int_eq(tcc_plan_verify(&keys, key.key_id, "tccd.k1", plan, sizeof plan, sig, 64, &err),
+                   TCC_E_PERMISSION_DENIED);
+  ck_assert_int_eq(tcc_plan_verify(&keys, key.key_id, "tccd.k1", plan, sizeof plan, sig, 0, &err),
+                   TCC_E_PERMISSION_DENIED);
+  ck_assert_str_eq(err.msg, "plan is unsigned");
+  tcc_trusted_keys_free(&keys);
+  tcc_sign_key_wipe(&key);
+}
+END_TEST
+
 START_TEST(daemon_gone_is_unavailable_not_a_hang) {
   start_fake(0, NULL);
   tcc_client_close(client);
@@ -744,6 +782,7 @@ int main(void) {
       fetch_entry_verifies_signatures,
       signatures_are_checked_before_loading,
       sign_and_verify_primitives,
+      plan_signatures,
       NULL});
   tcc_client_library_shutdown();
   rmdir(tu_tmpdir());

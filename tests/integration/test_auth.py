@@ -1,7 +1,8 @@
 """
 Bearer-token auth (--auth-tokens): a call without a valid token is
 UNAUTHENTICATED, a client token may compile, fetch and read the cache but
-not Evict, Gc, ZeroStats, Clear or Warm (PERMISSION_DENIED), an admin token may
+not Evict, Gc, ZeroStats, Clear or Warm (PERMISSION_DENIED; PutPlan and GetPlan
+are client calls), an admin token may
 do everything;
 Health/Check stays open for probes. Tokens never appear in the log.
 """
@@ -93,6 +94,16 @@ def test_roles(daemon_factory, tokens, tmp_path, pb):
     p = subprocess.run([TCC_RUN, d.addr, SIN_COS, str(x), str(x), "--", str(tmp_path / "o.bin")],
                        capture_output=True, text=True, env=env, timeout=120)
     assert p.returncode == 0, p.stderr
+
+    # plans: PutPlan and GetPlan are client calls
+    for method, payload in (("/tcc.v1.Cache/GetPlan", pb.GetPlanRequest(key="tccd.k").SerializeToString()),
+                            ("/tcc.v1.Cache/PutPlan", pb.PutPlanRequest().SerializeToString())):
+        with pytest.raises(grpc.RpcError) as e:
+            call(d.addr, method, payload)
+        assert e.value.code() == grpc.StatusCode.UNAUTHENTICATED, method
+        with pytest.raises(grpc.RpcError) as e:  # past auth: the handler's own answer
+            call(d.addr, method, payload, token=tokens["tokens"]["client"])
+        assert e.value.code() in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.INVALID_ARGUMENT), method
 
     assert tcctl(d.addr, "--token-file", client, "stats")["entries"] == 1  # nothing was cleared
     # admin token: everything

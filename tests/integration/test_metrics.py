@@ -45,6 +45,8 @@ STATS_METRICS = {
     "autotune_remote_record_hits": "tccd_autotune_remote_record_hits_total",
     "autotune_untuned": "tccd_autotune_untuned_total", "tuning_records": "tccd_tuning_records",
     "object_hits": "tccd_object_hits_total", "object_misses": "tccd_object_misses_total",
+    "plans": "tccd_plans", "plan_bytes": "tccd_plan_bytes", "plan_hits": "tccd_plan_hits_total",
+    "plan_misses": "tccd_plan_misses_total", "plans_stored": "tccd_plans_stored_total",
 }
 # strings (the version is tccd_build_info's label), and tcctl's own ratio
 NOT_METRICS = {"version", "remote_address", "signing_key_id", "store_blocked_reason", "hit_rate",

@@ -124,11 +124,11 @@ def test_clear_and_stats_zero(daemon_factory, tmp_path):
     assert d.stats()["entries"] == 2
     # on a terminal it asks; anything but y/yes keeps everything
     rc, out, err = run_on_terminal(d.addr, ["clear"], "n\n")
-    assert rc == 1 and "remove 2 entries (" in err and "and 1 recorded failures from 127.0.0.1:" in err
+    assert rc == 1 and "remove 2 entries (" in err and ", 1 recorded failures and 0 plans from 127.0.0.1:" in err
     assert "nothing removed" in err and d.stats()["entries"] == 2
     rc, out, err = run_on_terminal(d.addr, ["clear"], "yes\n")
     assert rc == 0, err
-    assert out.startswith("removed 2 entries (") and "and 1 recorded failures from" in out
+    assert out.startswith("removed 2 entries (") and ", 1 recorded failures and 0 plans from" in out
     assert "redis" not in out
     s = d.stats()
     assert s["entries"] == 0 and s["bytes"] == 0 and s["negative_entries"] == 0

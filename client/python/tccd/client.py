@@ -151,6 +151,44 @@ class Client:
             req.guard_hash = guard_hash or ""
         return self.call(METHOD_EXPLAIN, req, pb.ExplainResponse, what="explain")
 
+    def get_plan(self, key):
+        """Cache.GetPlan: the plan the daemon keeps for `key`, as
+        (encoded tcc.v1.Plan bytes, CacheStatus: pb.HIT or pb.REMOTE_HIT),
+        or None when neither the daemon nor its remote tier has one. With
+        TCCD_TRUSTED_KEYS set, libtccclient has verified its signature
+        first (an unsigned or badly signed plan raises PERMISSION_DENIED);
+        decoding and checking the plan itself is the caller's."""
+        lib = _lib.load()
+        buf, n = _lib._c_u8_p(), ctypes.c_size_t()
+        status = ctypes.c_int()
+        err = _lib.Error()
+        rc = lib.tcc_client_get_plan_bytes(self._handle(), key.encode("utf-8", "surrogateescape"),
+                                           ctypes.byref(buf), ctypes.byref(n), ctypes.byref(status),
+                                           err.ptr)
+        if rc == -5:  # NOT_FOUND: no plan yet
+            return None
+        if rc:
+            raise error_for(rc, err.message, request_id=err.request_id, addr=self.addr,
+                            what="get plan")
+        return _lib.take_bytes(buf, n), status.value
+
+    def put_plan(self, plan):
+        """Cache.PutPlan: hands a pb.Plan (or a whole pb.PutPlanRequest)
+        to the daemon, which checks, signs and keeps it. True when it
+        stored it, False when it keeps one for that key already (the first
+        writer wins). A kernel the daemon has not compiled raises
+        FAILED_PRECONDITION, a malformed plan INVALID_ARGUMENT."""
+        req = plan if isinstance(plan, pb.PutPlanRequest) else pb.PutPlanRequest(plan=plan)
+        data = req.SerializeToString()
+        stored = ctypes.c_int()
+        err = _lib.Error()
+        rc = _lib.load().tcc_client_put_plan_bytes(self._handle(), data, len(data), ctypes.byref(stored),
+                                                   err.ptr)
+        if rc:
+            raise error_for(rc, err.message, request_id=err.request_id, addr=self.addr,
+                            what="put plan")
+        return bool(stored.value)
+
     def health(self, service=""):
         """The grpc.health.v1 serving status (1 = SERVING)."""
         lib = _lib.load()
