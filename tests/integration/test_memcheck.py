@@ -1,6 +1,6 @@
 """
 The daemon under valgrind: a session of misses, hits, fetches, admin calls,
-a warm run, a build from the object cache, bad requests and a clean SIGTERM must leak nothing from project code
+a warm run, a build from the object cache, plans kept, served and refused, bad requests and a clean SIGTERM must leak nothing from project code
 (definite and indirect leaks are errors; gRPC/Abseil globals are
 suppressed in valgrind.supp) and make no invalid reads or writes.
 """
@@ -11,7 +11,7 @@ import time
 import grpc
 import pytest
 
-from conftest import GRAPHS, Redis
+from conftest import GRAPHS, Redis, sin_cos_request
 
 SIN_COS = os.path.join(GRAPHS, "sin_cos.json")
 SUPP = os.path.join(os.path.dirname(__file__), "valgrind.supp")
@@ -46,6 +46,23 @@ def test_daemon_session_under_valgrind(daemon_factory, tmp_path):
     ro.write_text(open(SIN_COS).read().replace('"mode": "DEFAULT"', '"mode": "REDUCE_OVERHEAD"'))
     assert d.tcctl("compile", str(ro), timeout=300)["cache"] == "miss"
     assert d.tcctl("stats", timeout=300)["object_hits"] >= 1
+    from tccd._proto import tcc_pb2 as tpb
+    from tccd.client import Client
+    from tccd.errors import TccdError
+
+    with Client(d.addr, deadline_ms=300000) as cl:   # plans: kept (offload), served, refused
+        req = sin_cos_request(tpb, 7)
+        cl.compile(req)
+        plan = tpb.Plan(format=1, key="tccdmemcheck", torch_version="t", package="p")
+        plan.forward.kind = "forward"
+        plan.forward.partitions.add(name="p0", has_kernel=True).kernels.add(outputs=1).request.CopyFrom(req)
+        assert cl.put_plan(plan) and not cl.put_plan(plan)
+        assert tpb.Plan.FromString(cl.get_plan("tccdmemcheck")[0]).key == "tccdmemcheck"
+        assert cl.get_plan("tccdnone") is None
+        plan.key = "tccdother"
+        plan.forward.partitions[0].kernels[0].request.CopyFrom(sin_cos_request(tpb, 8))  # not compiled
+        with pytest.raises(TccdError):
+            cl.put_plan(plan)
     with grpc.insecure_channel(d.addr) as ch:
         for method, payload in (("/tcc.v1.Compiler/Compile", b"\xff\xfe garbage"),
                                 ("/tcc.v1.Nope/Nope", b"")):
