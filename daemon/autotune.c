@@ -269,7 +269,7 @@ static void tune_record(tccd_tune *t, int k, int best, int tried, int discarded)
     if (t->st->remote) {
       char tag[TCC_SHA256_HEX];
       remote_tag(t, k, tag);
-      tccd_remote_record_put(t->st, REMOTE_KIND, tag, bytes, len); /* -1: not connected, not shared */
+      tccd_remote_record_put(t->st, REMOTE_KIND, tag, bytes, len, 0); /* -1: not connected, not shared */
     }
     free(bytes);
   }

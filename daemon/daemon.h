@@ -596,7 +596,9 @@ int tccd_remote_evict(tccd_state *st, const uint8_t hash[TCC_SHA256_BYTES], tccd
  * treat its contents as input to validate (a tuning record should only
  * choose among candidates the daemon generated itself).
  *
- * tccd_remote_record_put: fire-and-forget. Returns 0 (sent), -1 (no
+ * tccd_remote_record_put: fire-and-forget; with keep_existing, a record
+ * already there stays (SET ... NX: the first writer wins, as plans do).
+ * Returns 0 (sent), -1 (no
  * remote tier or not connected; nothing sent) or TCC_E_INVALID_ARGUMENT.
  * tccd_remote_record_get: done(arg, found, data, len) runs later on the
  * loop exactly once -- found 1 with the blob (valid during the call), 0
@@ -607,8 +609,8 @@ typedef void (*tccd_remote_record_done)(void *arg, int found, const uint8_t *dat
 /* 1 when s is 1-max characters of [0-9A-Za-z_.-]: a record's kind or tag
  * (max 128; no braces, the tag is the hash tag), a plan's key (200). */
 int tccd_name_ok(const char *s, size_t max);
-int tccd_remote_record_put(tccd_state *st, const char *kind, const char *tag, const uint8_t *data,
-                           size_t len);
+int tccd_remote_record_put(tccd_state *st, const char *kind, const char *tag, const uint8_t *data, size_t len,
+                           int keep_existing);
 int tccd_remote_record_get(tccd_state *st, const char *kind, const char *tag, tccd_remote_record_done done,
                            void *arg);
 

@@ -227,7 +227,7 @@ static void publish(tccd_state *st, const char *key, const uint8_t *plan, size_t
   protobuf_c_message_pack(&r.base, buf);
   char tag[TCC_SHA256_HEX];
   plan_tag(key, tag);
-  if (tccd_remote_record_put(st, PLAN_RECORD_KIND, tag, buf, n) != 0)
+  if (tccd_remote_record_put(st, PLAN_RECORD_KIND, tag, buf, n, 1) != 0)
     log_debug("plan %.64s: not written to the remote tier (not connected)", key);
   free(buf);
 }

@@ -917,7 +917,8 @@ static void record_name_digest(const char *kind, const char *tag, uint8_t out[TC
   tcc_sha256_final(&ctx, out);
 }
 
-int tccd_remote_record_put(tccd_state *st, const char *kind, const char *tag, const uint8_t *data, size_t len) {
+int tccd_remote_record_put(tccd_state *st, const char *kind, const char *tag, const uint8_t *data, size_t len,
+                           int keep_existing) {
   tccd_remote *r = st->remote;
   if (!tccd_name_ok(kind, REMOTE_NAME_MAX) || !tccd_name_ok(tag, REMOTE_NAME_MAX)) return TCC_E_INVALID_ARGUMENT;
   if (!r || r->closing) return -1;
@@ -937,9 +938,9 @@ int tccd_remote_record_put(tccd_state *st, const char *kind, const char *tag, co
   char k[REMOTE_KEY_MAX], ttl[32];
   record_key(k, kind, tag);
   snprintf(ttl, sizeof ttl, "%lld", (long long)st->cfg->redis_ttl_s * 1000);
-  const char *argv[5] = {"SET", k, (const char *)env, "PX", ttl};
-  size_t lens[5] = {3, strlen(k), RECORD_HEAD + len, 2, strlen(ttl)};
-  int rc = remote_send(r, NULL, TCC_COUNTER__COUNT, "record put", k, 5, argv, lens);
+  const char *argv[6] = {"SET", k, (const char *)env, "PX", ttl, "NX"};
+  size_t lens[6] = {3, strlen(k), RECORD_HEAD + len, 2, strlen(ttl), 2};
+  int rc = remote_send(r, NULL, TCC_COUNTER__COUNT, "record put", k, keep_existing ? 6 : 5, argv, lens);
   free(env);
   if (rc != 0) count(r, TCC_COUNTER_remote_errors);
   return rc;

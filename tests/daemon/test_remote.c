@@ -226,14 +226,29 @@ START_TEST(test_records) {
 
   fixture a;
   fixture_open(&a, 1, NULL);
-  ck_assert_int_eq(tccd_remote_record_put(&a.st, "tune", "k1{x", blob, n), TCC_E_INVALID_ARGUMENT);
+  ck_assert_int_eq(tccd_remote_record_put(&a.st, "tune", "k1{x", blob, n, 0), TCC_E_INVALID_ARGUMENT);
   ck_assert_int_eq(tccd_remote_record_get(&a.st, "", "k1", on_record, NULL), TCC_E_INVALID_ARGUMENT);
-  ck_assert_int_eq(tccd_remote_record_put(&a.st, "tune", "shape-0a1b.cpu", blob, n), 0);
+  ck_assert_int_eq(tccd_remote_record_put(&a.st, "tune", "shape-0a1b.cpu", blob, n, 0), 0);
   wait_key(&a, "tccd:{shape-0a1b.cpu}:rec:tune");
   got g = get_record(&a, "tune", "shape-0a1b.cpu");
   ck_assert_int_eq(g.found, 1);
   ck_assert_uint_eq(g.len, n);
   ck_assert_int_eq(memcmp(g.data, blob, n), 0);
+  free(g.data);
+  /* keep_existing: the first record stays (SET NX); without it the last wins */
+  ck_assert_int_eq(tccd_remote_record_put(&a.st, "tune", "shape-0a1b.cpu", blob, n / 2, 1), 0);
+  g = get_record(&a, "tune", "shape-0a1b.cpu");   /* (the put went first on the one connection) */
+  ck_assert_int_eq(g.found, 1);
+  ck_assert_uint_eq(g.len, n);
+  free(g.data);
+  ck_assert_int_eq(tccd_remote_record_put(&a.st, "tune", "shape-0a1b.cpu", blob, n / 2, 0), 0);
+  g = get_record(&a, "tune", "shape-0a1b.cpu");
+  ck_assert_int_eq(g.found, 1);
+  ck_assert_uint_eq(g.len, n / 2);
+  free(g.data);
+  ck_assert_int_eq(tccd_remote_record_put(&a.st, "tune", "shape-0a1b.cpu", blob, n, 0), 0);
+  g = get_record(&a, "tune", "shape-0a1b.cpu");
+  ck_assert_uint_eq(g.len, n);
   free(g.data);
   g = get_record(&a, "tune", "never-written");
   ck_assert_int_eq(g.found, 0);
@@ -257,7 +272,7 @@ START_TEST(test_records) {
   /* an unsigned writer: readable by a daemon without keys, refused by one that verifies */
   fixture u;
   fixture_open(&u, 0, NULL);
-  ck_assert_int_eq(tccd_remote_record_put(&u.st, "tune", "unsigned", blob, n), 0);
+  ck_assert_int_eq(tccd_remote_record_put(&u.st, "tune", "unsigned", blob, n, 0), 0);
   wait_key(&u, "tccd:{unsigned}:rec:tune");
   g = get_record(&u, "tune", "unsigned");
   ck_assert_int_eq(g.found, 1);
@@ -268,7 +283,7 @@ START_TEST(test_records) {
   /* another key: refused unless trusted */
   fixture b;
   fixture_open(&b, 1, NULL);
-  ck_assert_int_eq(tccd_remote_record_put(&b.st, "tune", "from-b", blob, n), 0);
+  ck_assert_int_eq(tccd_remote_record_put(&b.st, "tune", "from-b", blob, n, 0), 0);
   wait_key(&b, "tccd:{from-b}:rec:tune");
   g = get_record(&a, "tune", "from-b");
   ck_assert_int_eq(g.found, -1);
