@@ -251,3 +251,31 @@ def test_another_process_on_another_node_with_a_real_daemon(own_daemon, tmp_path
     assert other["plan_hits"] == 2 and other["aot_cache_hits"] == 0, other
     assert other["cache_miss"] == 0 and after["compiles"] == before["compiles"]
     assert other["plans_sent"] == 0 and after["plans"] == 2
+
+
+def test_a_plan_tampered_in_the_daemons_store_is_not_used(own_daemon, tmp_path):
+    """A plan whose bytes were changed in the daemon's SQLite store (its
+    digest made to match, so only the signature can tell) is refused, and
+    the process on another node traces, with eager's results."""
+    import hashlib
+    import sqlite3
+
+    d = own_daemon()
+    env = {"TCCD_PLANS": "1"}
+    run_child("warm_child.py", ["mlp"], d.addr, tmp_path / "node1", env=env)
+    db = sqlite3.connect(os.path.join(d.cache_dir, "cache.db"), timeout=30)
+    rows = db.execute("SELECT key, plan FROM plans").fetchall()
+    assert len(rows) == 2
+    for key, data in rows:              # the same plan but for one number of its graph record
+        p = pb.Plan.FromString(data)
+        p.forward.record.dict.values[0].integer += 1
+        forged = p.SerializeToString()
+        db.execute("UPDATE plans SET plan = ?, plan_sha256 = ? WHERE key = ?",
+                   (forged, hashlib.sha256(forged).digest(), key))
+    db.commit()
+    db.close()
+    other = run_child("warm_child.py", ["mlp"], d.addr, tmp_path / "node2", env=env)
+    print("another node:", other)
+    assert other["plan_hits"] == 0 and other["plan_misses"] == 2, other
+    assert other["cache_miss"] == 0, "traced, and every kernel still a hit"
+    assert "fails verification" in d.read_log()
