@@ -79,7 +79,7 @@ def test_daemon_session_under_valgrind(daemon_factory, tmp_path):
                     reason="valgrind or redis-server is not installed")
 def test_daemon_with_redis_under_valgrind(daemon_factory, tmp_path):
     """The remote tier under valgrind: a remote hit (another daemon's
-    write-through), an evict reaching Redis, write-through, Redis killed
+    write-through), a plan read from Redis, an evict reaching Redis, write-through, Redis killed
     mid-run (an evict that reports it, errors, local compiles, reconnect
     attempts), a clean SIGTERM while disconnected."""
     rdir = tmp_path / "redis"
@@ -99,10 +99,23 @@ def test_daemon_with_redis_under_valgrind(daemon_factory, tmp_path):
         deadline = time.time() + 60
         while w.stats()["remote_stores"] < 1 and time.time() < deadline:
             time.sleep(0.1)
+        from tccd._proto import tcc_pb2 as tpb
+        from tccd.client import Client
+
+        with Client(w.addr) as cl:                   # a plan written through to Redis
+            req = sin_cos_request(tpb, 7)
+            cl.compile(req)
+            plan = tpb.Plan(format=1, key="tccdmemcheck", torch_version="t", package="p")
+            plan.forward.kind = "forward"
+            plan.forward.partitions.add(name="p0", has_kernel=True).kernels.add(outputs=1).request.CopyFrom(req)
+            assert cl.put_plan(plan)
         assert w.stop() == 0
         d = daemon_factory(wrapper=wrapper, extra_args=["--workers", "2", "--redis", r.url,
                                                         "--redis-timeout-ms", "2000"]).start(timeout=180)
         assert d.tcctl("compile", SIN_COS, timeout=300)["cache"] == "remote_hit"
+        with Client(d.addr, deadline_ms=300000) as cl:   # the plan read back: verified, kept, then a local hit
+            assert cl.get_plan("tccdmemcheck")[1] == tpb.REMOTE_HIT
+            assert cl.get_plan("tccdmemcheck")[1] == tpb.HIT
         out = d.tcctl("evict", c["guard_hash"], timeout=300)
         assert out["evicted"] and out["remote_removed"] == ["entry", "artifact"]
         assert d.tcctl("compile", SIN_COS, timeout=300)["cache"] == "miss"
