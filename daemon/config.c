@@ -60,6 +60,7 @@ static const opt_def options[] = {
   {"request-memory-max", NUM(OPT_BYTES, request_memory_max), "memory that requests being prepared and compiled may hold (estimated at 8x their encoded size) before RESOURCE_EXHAUSTED (default: a quarter of physical memory; 0 = no limit)"},
   {"metrics-listen", STR(metrics_listen), "HOST:PORT to serve Prometheus metrics on at /metrics (default: off; same auth and TLS as --listen)"},
   {"object-cache-max-bytes", NUM(OPT_BYTES, object_cache_max_bytes), "CPU kernel bodies' objects kept in CACHE_DIR/objects for other artifacts to link (default 256M; 0 = no object cache)"},
+  {"plan-writers", STR(plan_writers), "who may hand the daemon plans (PutPlan): client (any client or admin token; anyone without --auth-tokens), admin (admin tokens only), or none (no new plans; kept ones are still served) (default client)"},
   {"failure-ttl", NUM(OPT_SECONDS, failure_ttl_s), "how long a deterministic compile failure is answered again without compiling, locally and through --redis (default 1d; 0 = never)"},
 };
 
@@ -86,6 +87,7 @@ static void config_defaults(tccd_config *cfg) {
   cfg->redis_timeout_ms = 1000;
   cfg->failure_ttl_s = 86400;
   cfg->object_cache_max_bytes = 256LL << 20;
+  snprintf(cfg->plan_writers, sizeof cfg->plan_writers, "client");
   long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
   cfg->request_memory_max = pages > 0 && page > 0 ? (int64_t)pages * page / 4 : 4LL << 30;
 }
@@ -217,6 +219,9 @@ int tccd_config_load(tccd_config *cfg, int argc, char **argv, tcc_error *err) {
     return tcc_error_set(err, -1, "--tls-client-ca needs --tls-cert and --tls-key");
   if (cfg->redis_ttl_s < 1) return tcc_error_set(err, -1, "--redis-ttl must be at least 1s");
   if (cfg->redis_timeout_ms < 1) return tcc_error_set(err, -1, "--redis-timeout-ms must be at least 1");
+  if (strcmp(cfg->plan_writers, "client") != 0 && strcmp(cfg->plan_writers, "admin") != 0 &&
+      strcmp(cfg->plan_writers, "none") != 0)
+    return tcc_error_set(err, -1, "--plan-writers expects client, admin or none, got '%s'", cfg->plan_writers);
   return 0;
 }
 

@@ -102,6 +102,7 @@ typedef struct tccd_config {
   int64_t failure_ttl_s;     /* --failure-ttl: negative-cache lifetime (0: off) */
   int64_t request_memory_max; /* --request-memory-max: admission budget (0: none) */
   int64_t object_cache_max_bytes; /* --object-cache-max-bytes (0: no object cache) */
+  char plan_writers[16];     /* --plan-writers: client, admin or none (who may PutPlan) */
   int redis_trust_unsigned;  /* --redis-trust-unsigned: --no-signing with --redis */
   char metrics_listen[256];  /* --metrics-listen HOST:PORT: Prometheus page ("": off) */
 } tccd_config;
@@ -180,6 +181,10 @@ typedef struct tccd_state {
   struct tccd_warms *warms;        /* warm.c: warm runs, for progress by id */
   int open_without_auth;           /* main.c: listening beyond loopback without --auth-tokens */
 } tccd_state;
+
+/* The role a call of `method` needs: the method table's, except PutPlan
+ * with --plan-writers admin (server.c). */
+tccd_role tccd_method_role_needed(const tccd_state *st, int method);
 
 /* Creates the server, binds cfg->listen (refusing a port already in use),
  * registers the methods and starts the gRPC thread. Returns 0, or -1 with

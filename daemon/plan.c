@@ -293,6 +293,10 @@ out:
 }
 
 void tccd_rpc_put_plan(tccd_state *st, tccd_call *c) {
+  if (strcmp(st->cfg->plan_writers, "none") == 0) {
+    tccd_call_fail(c, TCC_E_PERMISSION_DENIED, "this daemon takes no plans (--plan-writers none)");
+    return;
+  }
   plan_put *p = calloc(1, sizeof *p);
   if (!p) {
     tccd_call_fail(c, TCC_E_RESOURCE_EXHAUSTED, "out of memory");

@@ -43,6 +43,7 @@
  *   completion-queue shutdown ─► gRPC thread exits ─► done(st).
  */
 #include <arpa/inet.h>
+#include <assert.h>
 #include <errno.h>
 #include <grpc/grpc_security.h>
 #include <grpc/slice.h>
@@ -193,6 +194,12 @@ static tccd_call *call_new(tccd_server *srv, tccd_method_id m) {
 
 /* ------------------------------------------------------------ requests */
 
+tccd_role tccd_method_role_needed(const tccd_state *st, int method) {
+  assert(method >= 0 && method < TCCD_METHOD__COUNT);
+  if (method == TCCD_METHOD_PUT_PLAN && strcmp(st->cfg->plan_writers, "admin") == 0) return TCCD_ROLE_ADMIN;
+  return method_roles[method];
+}
+
 static void on_registered_request(void *obj, int ok) {
   tccd_call *c = obj;
   tccd_server *srv = c->server;
@@ -203,7 +210,7 @@ static void on_registered_request(void *obj, int ok) {
   if (!srv->shutting_down) request_registered(srv, c->method);
   tccd_call_activate(c);
   tcc_error err;
-  if (tccd_auth_check(srv->st, &c->request_md, method_roles[c->method], &err) != 0) {
+  if (tccd_auth_check(srv->st, &c->request_md, tccd_method_role_needed(srv->st, c->method), &err) != 0) {
     tcc_cache_count(srv->st->cache, TCC_COUNTER_auth_failures, 1);
     tccd_call_log(TCCD_LOG_INFO, c, "%s refused: %s: %s", method_names[c->method], tcc_status_name(err.code),
                   err.msg);

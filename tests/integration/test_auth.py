@@ -2,8 +2,8 @@
 Bearer-token auth (--auth-tokens): a call without a valid token is
 UNAUTHENTICATED, a client token may compile, fetch and read the cache but
 not Evict, Gc, ZeroStats, Clear or Warm (PERMISSION_DENIED; PutPlan and GetPlan
-are client calls), an admin token may
-do everything;
+are client calls, PutPlan an admin one with --plan-writers admin), an admin
+token may do everything;
 Health/Check stays open for probes. Tokens never appear in the log.
 """
 import os
@@ -119,6 +119,34 @@ def test_roles(daemon_factory, tokens, tmp_path, pb):
     for tok in tokens["tokens"].values():
         assert tok not in log, "a token was logged"
         assert tok[:12] not in log
+
+
+def test_plan_writers(daemon_factory, tokens, tmp_path, pb):
+    """--plan-writers admin: PutPlan needs an admin token (GetPlan stays a
+    client call); none: no token may hand in plans; a bad value stops the
+    daemon at start."""
+    put = pb.PutPlanRequest().SerializeToString()
+    get = pb.GetPlanRequest(key="tccd.k").SerializeToString()
+    d = daemon_factory(extra_args=["--auth-tokens", tokens["file"], "--plan-writers", "admin"]).start()
+    with pytest.raises(grpc.RpcError) as e:
+        call(d.addr, "/tcc.v1.Cache/PutPlan", put, token=tokens["tokens"]["client"])
+    assert e.value.code() == grpc.StatusCode.PERMISSION_DENIED and "admin token" in e.value.details()
+    with pytest.raises(grpc.RpcError) as e:          # past auth: the empty request's own answer
+        call(d.addr, "/tcc.v1.Cache/PutPlan", put, token=tokens["tokens"]["admin"])
+    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    with pytest.raises(grpc.RpcError) as e:
+        call(d.addr, "/tcc.v1.Cache/GetPlan", get, token=tokens["tokens"]["client"])
+    assert e.value.code() == grpc.StatusCode.NOT_FOUND
+    assert d.stop() == 0
+
+    n = daemon_factory(cache_dir=str(tmp_path / "none"), extra_args=["--plan-writers", "none"]).start()
+    with pytest.raises(grpc.RpcError) as e:
+        call(n.addr, "/tcc.v1.Cache/PutPlan", put)
+    assert e.value.code() == grpc.StatusCode.PERMISSION_DENIED and "--plan-writers none" in e.value.details()
+    assert n.stop() == 0
+
+    p = run_tccd("--plan-writers", "everyone", tmp_path=tmp_path)
+    assert p.returncode != 0 and "--plan-writers expects client, admin or none" in p.stderr
 
 
 def run_tccd(*args, tmp_path):
