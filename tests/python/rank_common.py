@@ -12,7 +12,7 @@ import torch
 import torch.distributed as dist
 
 COUNTERS = ("graphs", "ops", "fallback_ops", "compile_requests", "cache_miss", "cache_hit",
-            "cache_coalesced", "cache_remote_hit")
+            "cache_coalesced", "cache_remote_hit", "plans_sent", "plan_hits", "aot_cache_hits")
 
 
 def join():

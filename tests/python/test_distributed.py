@@ -9,7 +9,11 @@ In each, the daemon compiles each distinct request once (the other ranks'
 identical requests are coalesced or hits), every rank sends the same
 requests (the same guard hashes: nothing rank-specific reaches the key),
 nothing falls back, and the losses and weights match the same job run
-eagerly.
+eagerly. With FSDP2, each rank has an AOTAutograd cache of its own (a
+node of its own) and plans on: the job keeps one plan per entry, so the
+ranks' AOTAutograd keys are equal too. (DDP's DDPOptimizer compiles its
+bucket graphs with fakify_first_call, which torch's AOTAutogradCache
+refuses, so DDP jobs get no entries and no plans.)
 
 Each rank is a process of its own with RANK / WORLD_SIZE / MASTER_ADDR /
 MASTER_PORT, as torchrun would start it (rank_common.py); every rank
@@ -29,13 +33,15 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 def run_job(script, world, seed, **env):
     """Runs tests/python/`script` as the `world` ranks of one job (with
-    `env`); returns their reports, by rank."""
+    `env`, "{rank}" in a value replaced by the rank); returns their
+    reports, by rank."""
     port = free_port()
     procs = []
     for rank in range(world):
         penv = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1",
                     MASTER_PORT=str(port), OMP_NUM_THREADS="1", TCC_DIST_SEED=str(seed),
-                    PYTHONPATH=os.pathsep.join([HERE, os.path.join(SOURCE, "client", "python")]), **env)
+                    PYTHONPATH=os.pathsep.join([HERE, os.path.join(SOURCE, "client", "python")]),
+                    **{k: v.replace("{rank}", str(rank)) for k, v in env.items()})
         procs.append(subprocess.Popen([sys.executable, os.path.join(HERE, script)], env=penv,
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     reports = []
@@ -93,13 +99,20 @@ def test_ddp_ranks_compile_once_and_match_eager(own_daemon, fresh_state, world):
 @pytest.mark.parametrize("form,world", [("layers", 2), ("root", 2), ("layers", 4)])
 def test_fsdp2_ranks_compile_once_and_match_eager(own_daemon, fresh_state, tmp_path, form, world):
     daemon = own_daemon()
+    # every rank a node of its own (its own AOTAutograd cache), plans on
     got = run_job("fsdp_child.py", world, fresh_state, TCC_FSDP_MODE=form,
-                  TCC_FSDP_OUT=str(tmp_path / "tccd.pt"))
+                  TCC_FSDP_OUT=str(tmp_path / "tccd.pt"), TCCD_PLANS="1",
+                  TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "aot-rank{rank}"))
     want = run_job("fsdp_child.py", world, fresh_state, TCC_FSDP_MODE="eager",
                    TCC_FSDP_OUT=str(tmp_path / "eager.pt"))
     print(json.dumps(got, indent=1))
     assert all(r["sharded"] for r in got + want)
     check_compiled_once(got, daemon)
+    # one plan per AOTAutograd entry for the whole job: the ranks' keys are
+    # equal (each rank sent a plan, or started from another rank's)
+    entries = {r["plans_sent"] + r["plan_hits"] for r in got}
+    assert len(entries) == 1 and entries.pop() >= 1 and not any(r["aot_cache_hits"] for r in got), got
+    assert daemon.stats()["plans"] == got[0]["plans_sent"] + got[0]["plan_hits"]
     check_losses(got, want)
     # the parameters in full after the steps (the ranks hold shards of one
     # copy): equal to eager's, and moved well beyond the tolerance
