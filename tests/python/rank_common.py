@@ -63,7 +63,9 @@ def finish(report, hashes=None):
     record_guard_hashes), leaves the group and prints the report."""
     if hashes is not None:
         import tccd
+        import tccd.plan
 
+        tccd.plan.flush(60)             # plans are sent in the background
         s = tccd.stats()
         report.update({k: s[k] for k in COUNTERS})
         report.update(hashes=hashes, kinds=[d["kind"] for d in s["graphs_detail"]],

@@ -87,6 +87,7 @@ def _made(monkeypatch, tmp_path, store):
     model = Block()
     _node(monkeypatch, tmp_path, "a")
     _step(model)
+    assert PL.flush(60)
     assert tccd.stats()["plans_sent"] == 1 and len(store) == 1, tccd.stats()
     return model
 

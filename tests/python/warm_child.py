@@ -9,6 +9,7 @@ import time
 import torch
 
 import tccd
+import tccd.plan
 from models import MODELS
 
 
@@ -33,6 +34,7 @@ def main(names):
         loss_fn(ref_out, target).backward()
         for p, q in zip(m.parameters(), ref.parameters()):
             torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5)
+    tccd.plan.flush(60)                 # plans are sent in the background
     s = tccd.stats()
     s.pop("graphs_detail")
     print(json.dumps(s))
