@@ -705,7 +705,10 @@ class _CompiledGraph:
         for name, sub in P.fuse(gm, parts):
             self.partitions.append(self._install(name, sub))
         gm.recompile()
-        return lambda args: gm(*args)
+        # gm.forward, not gm(...): a GraphModule's __call__ (the module
+        # call and FX's error-wrapping) costs ~7 us a call, more than a
+        # small graph's kernels (scripts/bench-overhead)
+        return lambda args: gm.forward(*args)
 
     def _account(self):
         """Counts and logs the graph once its partitions are compiled."""
