@@ -533,7 +533,8 @@ _senders_lock = threading.Lock()
 def flush(timeout=None):
     """Waits for the plans being made and sent in the background (at most
     `timeout` seconds in all; None: as long as it takes). Returns whether
-    none is left. Runs at exit too, so a short job still leaves its plans."""
+    none is left. Runs at exit too (at most EXIT_WAIT_S), so a short job
+    still leaves its plans."""
     deadline = None if timeout is None else time.monotonic() + timeout
     while True:
         with _senders_lock:
@@ -548,7 +549,10 @@ def flush(timeout=None):
                 return not any(t.is_alive() for t in _senders)
 
 
-atexit.register(flush, 60.0)
+# A daemon thread, waited for at exit at most this long: a job whose
+# daemon hangs does not hang in turn (the plan is then not sent).
+EXIT_WAIT_S = 10.0
+atexit.register(flush, EXIT_WAIT_S)
 
 
 class PendingPlan:
@@ -585,7 +589,7 @@ class PendingPlan:
             if set(self.ready) != set(self.kinds):
                 return
             self.done = True            # sent once
-        t = threading.Thread(target=self._send, name=f"tccd-plan-{self.key[:16]}")
+        t = threading.Thread(target=self._send, name=f"tccd-plan-{self.key[:16]}", daemon=True)
         with _senders_lock:
             _senders.append(t)
         t.start()
