@@ -113,6 +113,8 @@ _LAYOUTS = {"strided": torch.strided}
 _MEMORY_FORMATS = {str(m).removeprefix("torch."): m for m in (
     torch.contiguous_format, torch.channels_last, torch.preserve_format,
     torch.channels_last_3d)}
+_NAMED = {"dtype": _DTYPES, "layout": _LAYOUTS, "memory_format": _MEMORY_FORMATS,
+          "device": {"cpu": torch.device("cpu")}}   # PlanValue kinds named from a table
 _OPERATOR_FUNCS = {f"_operator.{f.__name__}": f for f in (
     operator.getitem, operator.add, operator.sub, operator.mul, operator.floordiv,
     operator.truediv, operator.mod, operator.neg, operator.pow, operator.eq, operator.ne,
@@ -326,22 +328,11 @@ def decode_value(m, nodes=None, depth=0):
         if cls is None or member not in cls.__members__:
             raise BadPlan(f"enum member {x!r}")
         return cls[member]
-    if which == "dtype":
-        if x not in _DTYPES:
-            raise BadPlan(f"dtype {x!r}")
-        return _DTYPES[x]
-    if which == "device":
-        if x != "cpu":
-            raise BadPlan(f"device {x!r}")
-        return torch.device("cpu")
-    if which == "layout":
-        if x not in _LAYOUTS:
-            raise BadPlan(f"layout {x!r}")
-        return _LAYOUTS[x]
-    if which == "memory_format":
-        if x not in _MEMORY_FORMATS:
-            raise BadPlan(f"memory format {x!r}")
-        return _MEMORY_FORMATS[x]
+    if which in _NAMED:
+        named = _NAMED[which]
+        if x not in named:
+            raise BadPlan(f"{which} {x!r}")
+        return named[x]
     if which == "tensor":
         return decode_tensor(x)
     if which == "node":
