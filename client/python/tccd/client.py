@@ -403,6 +403,48 @@ class Kernel:
             raise error_for(rc, err.message, addr=self.addr, what="run", default=TccdKernelError)
         return outs
 
+    def signature_runner(self, check, offsets):
+        """A runner for one input signature: run(*inputs) returns the
+        outputs, as run(inputs, check=False) does, when `check` (torch's
+        TensorGuards.check, for dtype, device, sizes and strides) passes
+        and the storage offsets are `offsets`; None (nothing run) otherwise.
+        Generated for this kernel's arity, so that a call is one Python
+        frame: no comprehension (each is a frame of its own before Python
+        3.12), no attribute lookups (scripts/bench-overhead). None for
+        kernels it does not cover (dynamic shapes, CUDA)."""
+        if self.dynamic or self._cuda or len(offsets) != self.n_inputs:
+            return None
+        ins = [f"a{i}" for i in range(self.n_inputs)]
+        cond = [f"check({', '.join(ins)})"] + [f"{a}.storage_offset() == {int(o)}"
+                                               for a, o in zip(ins, offsets)]
+        ptrs = [f"{a}.data_ptr() - {int(o)}" if o else f"{a}.data_ptr()"
+                for a, o in zip(ins, self._in_offset_bytes)]
+        outs = [f"o{j}" for j in range(self.n_outputs)]
+        src = [f"def run({', '.join(ins)}):",
+               f"    if not ({' and '.join(cond)}):",
+               "        return None"]
+        src += [f"    o{j} = empty(S[{j}], T[{j}], D[{j}])" for j in range(self.n_outputs)]
+        src += ["    try:",
+                "        err = tls.err",
+                "    except AttributeError:",
+                "        err = thread_error()",
+                f"    rc = entry(h, in_t({', '.join(ptrs)}), out_t({', '.join(o + '.data_ptr()' for o in outs)}), "
+                + ("workspace(W)" if self.workspace_bytes else "None") + ", err.ptr)",
+                "    if rc:",
+                "        fail(rc, err)",
+                f"    return [{', '.join(outs)}]"]
+        env = {"check": check, "empty": _empty_strided_cpu, "tls": _lib._tls,
+               "thread_error": _lib.thread_error, "entry": self._run, "h": self._h,
+               "in_t": self._in_t, "out_t": self._out_t, "workspace": _workspace,
+               "W": self.workspace_bytes, "fail": self._fail, "kernel": self,   # kept alive
+               "S": [s for s, _, _ in self.output_specs], "T": [t for _, t, _ in self.output_specs],
+               "D": [d for _, _, d in self.output_specs]}
+        exec(compile("\n".join(src), f"<tccd kernel {self.guard_hash[:16]}>", "exec"), env)
+        return env["run"]
+
+    def _fail(self, rc, err):
+        raise error_for(rc, err.message, addr=self.addr, what="run", default=TccdKernelError)
+
     # ---------------------------------------------------------------- CUDA
 
     def launch_cuda(self, in_ptrs, out_ptrs, workspace_ptr, stream):

@@ -192,6 +192,19 @@ class _Signature:
 _ALL_EAGER = object()  # _build's answer when the whole graph runs eagerly
 
 
+def _fast_runner(sig, outputs_are_kernels):
+    """The call of a partition whose inputs are laid out as its last
+    signature `sig` and whose outputs are all its kernel's: the kernel's
+    signature runner (Kernel.signature_runner: the guards, the storage
+    offsets and the run in one generated function), or None where that
+    does not apply (views among the outputs, random ops' seeds, no
+    TensorGuards, a dynamic or CUDA kernel)."""
+    if sig is None or not outputs_are_kernels or getattr(sig.kernel, "tccd_seeds", 0):
+        return None
+    make = getattr(sig.kernel, "signature_runner", None)
+    return make(sig.guards.check, sig.offsets) if make is not None else None
+
+
 class CompiledPartition(torch.nn.Module):
     """A partition of supported nodes, called from the graph module like the
     submodule it replaces. Keeps one kernel per input signature."""
@@ -209,6 +222,7 @@ class CompiledPartition(torch.nn.Module):
         self._kernels = {}
         self._dyn = None                 # a dynamic-shape Kernel (ABI 2), when compiled
         self._last = None                # _Signature of the last static kernel run
+        self._fast = None                # its kernel's signature runner (_fast_runner), or None
         self.dyn_refused = None          # why the daemon compiled no dynamic kernel
         self.requests = {}               # key -> CompileRequest bytes, for the recipe (setup only)
         self._lock = threading.Lock()
@@ -235,11 +249,16 @@ class CompiledPartition(torch.nn.Module):
                      "signature runs eagerly", self.name, e)
             with self._lock:
                 self._kernels[key] = _EAGER
-                self._last = None
+                self._last = self._fast = None
             _stats.add(fallback_ops=self.n_ops)
             return self._eager(args)
 
     def __call__(self, *args):
+        fast = self._fast
+        if fast is not None:                           # the usual case: as last call
+            outs = fast(*args)
+            if outs is not None:
+                return outs
         if self.eager_reason is not None:
             return self._eager(args)
         last = self._last
@@ -260,6 +279,7 @@ class CompiledPartition(torch.nn.Module):
                 return self._eager(args)
             if k is not self._dyn:                    # a dynamic kernel's sizes vary
                 self._last = _Signature.of(args, key, k)
+                self._fast = _fast_runner(self._last, self.assembly.trivial and not _CHECK)
         run_args = args
         if getattr(k, "tccd_seeds", 0):   # random ops: fresh seed tensors as extra inputs
             run_args = tuple(args) + tuple(G.fresh_seeds(
@@ -326,6 +346,7 @@ class CompiledPartition(torch.nn.Module):
 
     def set_eager(self, reason):
         self.eager_reason = reason
+        self._fast = None
 
     @staticmethod
     def key_of_vals(vals):
@@ -354,10 +375,16 @@ class RestoredPartition:
         self.dyn = None                  # a dynamic-shape kernel, for any sizes it admits
         self.eager_reason = None
         self._last = None
+        self._fast = None
 
     _full = CompiledPartition._full
 
     def __call__(self, *args):
+        fast = self._fast
+        if fast is not None:
+            outs = fast(*args)
+            if outs is not None:
+                return outs
         last = self._last
         if last is not None and last.admits(args):
             key, k = last.key, last.kernel
@@ -372,6 +399,7 @@ class RestoredPartition:
                     raise recipe.Unforeseen(f"{self.name}: inputs laid out as the recipe never saw")
                 if k is not self.dyn:             # a dynamic kernel's sizes vary
                     self._last = _Signature.of(args, key, k)
+                    self._fast = _fast_runner(self._last, self.assembly.trivial)
         outs = []
         if k is not None:
             run_args = args
@@ -758,6 +786,9 @@ class _CompiledGraph:
         node.args = tuple(args)
         cp = CompiledPartition(name, sub, constants, self)
         setattr(gm, name, cp)
+        # ... and in the instance's dict too, where the generated forward's
+        # `self.<name>` finds it without nn.Module.__getattr__ (a Python call)
+        gm.__dict__[name] = cp
         return cp
 
     def _precompile(self):
