@@ -42,7 +42,11 @@ class Block(torch.nn.Module):
 
 @pytest.fixture
 def store(monkeypatch, daemon):
-    """Plans kept in a dict instead of the daemon's store; plans on."""
+    """Plans kept in a dict instead of the daemon's store; plans on. Plans
+    still being sent (by an earlier test's graphs) are sent before the
+    dict is put in place, and this test's before it is taken away: each
+    test's plans land in its own dict."""
+    assert PL.flush(60)
     plans = {}
 
     def put_plan(self, p):
@@ -57,11 +61,15 @@ def store(monkeypatch, daemon):
     monkeypatch.setattr(C.Client, "put_plan", put_plan, raising=False)
     monkeypatch.setattr(C.Client, "get_plan", get_plan, raising=False)
     monkeypatch.setenv("TCCD_PLANS", "1")
-    return plans
+    yield plans
+    assert PL.flush(60)
 
 
 def _node(monkeypatch, tmp_path, name):
-    """A fresh node: its own (empty) TORCHINDUCTOR_CACHE_DIR, Dynamo reset."""
+    """A fresh node: its own (empty) TORCHINDUCTOR_CACHE_DIR, Dynamo reset;
+    plans still being sent are sent first (their counts would land in
+    this node's stats)."""
+    assert PL.flush(60)
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / name))
     torch._dynamo.reset()
     tccd.reset_stats()
