@@ -548,10 +548,9 @@ atexit.register(flush, EXIT_WAIT_S)
 
 
 # The sending thread's nice value. Encoding a training graph's plan takes
-# seconds of CPU, right when the job's steps start; at the default
-# priority it takes a core from the kernels' threads, whose barriers then
-# wait for it (DenseNet-121 training: steps 2-7x slower while it ran).
-# Niced, it gets what the job leaves.
+# up to about a second of CPU (0.4 s for BERT-base, 0.8 s for DenseNet-121
+# training), right when the job's steps start, beside the kernels' OpenMP
+# threads; niced, it gets what the job leaves.
 PLAN_THREAD_NICE = 19
 
 
