@@ -386,10 +386,17 @@ def _saving_plan(save):
 def _trying_plan(try_load):
     """AOTAutogradCache.try_load, and on a miss, with plans on, the
     daemon's plan of the same key (plan.py)."""
-    def wrapper(mod, args, aot_config, compiler_config_extra, local, remote,
-                compile_region_name=None):
-        fn, aot_config = try_load(mod, args, aot_config, compiler_config_extra, local, remote,
-                                  compile_region_name=compile_region_name)
+    def wrapper(mod, args, aot_config, *rest, **kw):
+        # torch 2.13: (compiler_config_extra, local, remote,
+        # compile_region_name=) -> (fn, aot_config); torch 2.11 (the GPU
+        # machines'): (cudagraphs, boxed_forward_device_index, local,
+        # remote) -> fn, and no plans there
+        got = try_load(mod, args, aot_config, *rest, **kw)
+        if not isinstance(got, tuple):
+            return got
+        fn, aot_config = got
+        compiler_config_extra = rest[0] if rest else kw.get("compiler_config_extra")
+        compile_region_name = kw.get("compile_region_name")
         cfg, key = getattr(_current, "cfg", None), getattr(_current, "key", None)
         if fn is not None or key is None or not _plans_on(cfg):
             return fn, aot_config
