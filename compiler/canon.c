@@ -31,6 +31,7 @@
  *   compiler identity         str   (tcc_toolchain_identity)
  *   target device             u8    DeviceType: 1 CPU, 2 CUDA
  *   target arch               str   CPU: ISA ("x86-64-v2"); CUDA: "sm_90"
+ *   TF32 (CUDA only)          u8    bit 0 convolutions, bit 1 matmuls
  *   target features           u32 n, n x str  (CPU: sorted, unique)
  *   mode                      u8    Mode
  *   dynamic                   u8    0/1
@@ -411,6 +412,8 @@ int tcc_guard_key(const tcc_graph *g, uint8_t **key, size_t *len, tcc_error *err
   put_u8(&b, (unsigned)g->target.device);
   put_str(&b, g->target.device == TCC__V1__DEVICE_TYPE__CUDA ? g->target.cuda_arch
                                                              : g->target.isa);
+  if (g->target.device == TCC__V1__DEVICE_TYPE__CUDA)
+    put_u8(&b, (unsigned)(g->target.conv_tf32 | g->target.matmul_tf32 << 1));
   put_u32(&b, (uint32_t)g->target.nfeatures);
   for (int i = 0; i < g->target.nfeatures; i++) put_str(&b, g->target.features[i]);
   put_u8(&b, (unsigned)g->mode);

@@ -7,7 +7,8 @@
  *   class     parts
  *   --------  ------------------------------------------------------------
  *   HEADER    key format, codegen version, compiler identity, target
- *             device, target arch, target features, mode, dynamic, symbols
+ *             device, target arch, tf32 (CUDA), target features, mode,
+ *             dynamic, symbols
  *   INPUT     input I dtype / sizes / strides / offset / alignment / device
  *   CONSTANT  constant I data (its length and a digest prefix)
  *   ARGUMENT  node K OP argument J (scalar arguments only: tensor
@@ -162,10 +163,16 @@ static void read_header(key_reader *r, parts_builder *b, uint32_t *format) {
   add_part(b, TCC_KEY_HEADER, "codegen version", "%" PRIu32, get_u32(r));
   const char *s = get_str(r, &n);
   add_part(b, TCC_KEY_HEADER, "compiler identity", "%.*s", s ? (int)n : 0, s ? s : "");
+  unsigned dev = get_u8(r);
   add_part(b, TCC_KEY_HEADER, "target device", "%s",
-           enum_text(&tcc__v1__device_type__descriptor, (int)get_u8(r), buf, sizeof buf));
+           enum_text(&tcc__v1__device_type__descriptor, (int)dev, buf, sizeof buf));
   s = get_str(r, &n);
   add_part(b, TCC_KEY_HEADER, "target arch", "%.*s", s ? (int)n : 0, s ? s : "");
+  if (dev == TCC__V1__DEVICE_TYPE__CUDA) {
+    unsigned tf32 = get_u8(r);
+    add_part(b, TCC_KEY_HEADER, "tf32", "convolutions %s, matmuls %s", tf32 & 1 ? "yes" : "no",
+             tf32 & 2 ? "yes" : "no");
+  }
   uint32_t nfeat = get_u32(r);
   tcc_buf feats = {0};
   for (uint32_t i = 0; i < nfeat && !r->bad; i++) {

@@ -255,6 +255,8 @@ typedef struct tcc_target_spec {
   int nfeatures;
   const char **features;  /* CPU: sorted, unique */
   const char *cuda_arch;  /* CUDA: "sm_90" */
+  int conv_tf32;          /* CUDA: float32 convolution GEMMs may use TF32 */
+  int matmul_tf32;        /* CUDA: float32 matmuls may use TF32 */
 } tcc_target_spec;
 
 struct tcc_graph {

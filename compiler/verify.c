@@ -191,6 +191,7 @@ static int verify_target(const Tcc__V1__Target *t, tcc_arena *A, tcc_graph *g,
   ts->device = dev;
   ts->isa = "";
   ts->cuda_arch = "";
+  ts->conv_tf32 = ts->matmul_tf32 = 0;
   if (dev == TCC__V1__DEVICE_TYPE__CUDA) {
     const char *arch = S(t->cuda_arch);
     if (!arch[0])
@@ -201,6 +202,8 @@ static int verify_target(const Tcc__V1__Target *t, tcc_arena *A, tcc_graph *g,
     ts->cuda_arch = tcc_arena_strdup(A, arch);
     if (!ts->cuda_arch) return tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "out of memory");
     snprintf(g->target_label, sizeof g->target_label, "cuda:%s", ts->cuda_arch);
+    ts->conv_tf32 = t->cuda_conv_tf32 != 0;
+    ts->matmul_tf32 = t->cuda_matmul_tf32 != 0;
     return 0;
   }
   const char *isa = S(t->cpu_isa);

@@ -348,6 +348,36 @@ def test_sibling_reductions_share_a_loop():
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 
 
+def test_unrelated_total_is_not_merged_into_a_larger_kernel():
+    # a loss's count of valid labels (a 0-d sum over other data) beside a
+    # batch norm's apply: merged, the CUDA target gave the whole kernel one
+    # block (its reductions decide the rows); kept apart, both run at size
+    x = torch.randn(4, 8, 6, 6)
+    lab = torch.randint(0, 5, (4,))
+    def f(x, lab):
+        y = A.relu.default(A.mul.Tensor(x, 2.0))
+        n = A.sum.default(A.ne.Scalar(lab, -100))
+        return y, n
+    gm = tk.aten_graph(f, [x, lab], decompose=False)
+    k = tk.compile_fx(gm, [x, lab])
+    assert k.kernels == 2
+    for got, want in zip(k(x, lab), f(x, lab)):
+        torch.testing.assert_close(got, want)
+
+
+def test_row_statistic_still_merges_with_its_rows():
+    # a row statistic stored beside the rows it summarizes (both read x):
+    # one kernel
+    x = torch.randn(16, 100)
+    def f(x):
+        return A.sum.dim_IntList(x, [1], True), A.mul.Tensor(x, 3.0)
+    gm = tk.aten_graph(f, [x], decompose=False)
+    k = tk.compile_fx(gm, [x])
+    assert k.kernels == 1
+    for got, want in zip(k(x), f(x)):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
 def test_var_mean_is_one_kernel_two_passes():
     x = torch.randn(8, 300) * 3 + 1000   # a one-pass formula would lose digits
     gm, ins = tk.op_graph(A.var_mean.correction, (x, [1]), {}, nout=2)

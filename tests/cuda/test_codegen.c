@@ -99,9 +99,9 @@ static void check_gemm(const Tcc__V1__Manifest *m, const Tcc__V1__KernelInfo *ki
   if (G->a_dtype == TCC__V1__DTYPE__FLOAT64) {
     ck_assert_int_eq(G->c_dtype, TCC__V1__DTYPE__FLOAT64);
     ck_assert_str_eq(G->compute_type, "64F");
-  } else {   /* float32 accumulate, no TF32 (torch's default) */
+  } else {   /* float32 accumulate; TF32 only where the target allows it */
     ck_assert_int_eq(G->c_dtype, TCC__V1__DTYPE__FLOAT32);
-    ck_assert_str_eq(G->compute_type, "32F");
+    ck_assert(!strcmp(G->compute_type, "32F") || !strcmp(G->compute_type, "32F_FAST_TF32"));
   }
   check_ref(m, G->a, G->a_dtype, G->trans_a ? G->k : G->m, G->trans_a ? G->m : G->k, G->lda, G->stride_a,
             G->batch_count, what);
@@ -596,7 +596,14 @@ static void ln_or_reduce(int which, Tcc__V1__DType dt, int64_t R, int64_t C) {
     compile_checked(reqb_req(b), ARCHS[a], what, &art);
     if (which == 0) ck_assert_int_eq(art.kernels, 1);
     int64_t red = which == 1 ? R : C;
-    ck_assert_ptr_nonnull(strstr(art.source, red > 32 ? "= tcc_block_reduce(a" : "= tcc_warp_reduce(a"));
+    if (red > 16) {
+      ck_assert_ptr_nonnull(strstr(art.source, red > 32 ? "= tcc_block_reduce(a" : "= tcc_warp_reduce(a"));
+    } else {
+      /* at most 16 elements: each thread folds its own, no shuffles */
+      ck_assert_ptr_null(strstr(art.source, "= tcc_block_reduce(a"));
+      ck_assert_ptr_null(strstr(art.source, "= tcc_warp_reduce(a"));
+      ck_assert_ptr_nonnull(strstr(art.source, "++) {"));
+    }
     tcc_artifact_free(&art);
     reqb_free(b);
   }
@@ -906,6 +913,70 @@ START_TEST(split_reduction) {
 }
 END_TEST
 
+/* float32 GEMMs compute in TF32 where the target allows it, as PyTorch
+ * does: a convolution's with cuda_conv_tf32 (cudnn.allow_tf32), a
+ * matmul's with cuda_matmul_tf32; the flags are part of the key. */
+static const char *gemm_compute(int conv, int conv_tf32, int matmul_tf32, uint8_t key_hash[32]) {
+  const Tcc__V1__DType dt = TCC__V1__DTYPE__FLOAT32;
+  reqb *b = reqb_new("");
+  if (conv) {
+    reqb_value(b, "x", dt, 4, (int64_t[]){2, 3, 8, 8}, NULL, 0);
+    reqb_value(b, "w", dt, 4, (int64_t[]){4, 3, 3, 3}, NULL, 0);
+    reqb_value(b, "y", dt, 4, (int64_t[]){2, 4, 6, 6}, NULL, 0);
+    reqb_input(b, "x");
+    reqb_input(b, "w");
+    Tcc__V1__Node *n = reqb_node(b, "aten.convolution.default", "y");
+    reqb_arg_tensor(b, n, "input", "x");
+    reqb_arg_tensor(b, n, "weight", "w");
+    reqb_arg_none(b, n, "bias");
+    reqb_arg_ints(b, n, "stride", 2, (int64_t[]){1, 1});
+    reqb_arg_ints(b, n, "padding", 2, (int64_t[]){0, 0});
+    reqb_arg_ints(b, n, "dilation", 2, (int64_t[]){1, 1});
+    reqb_arg_bool(b, n, "transposed", 0);
+    reqb_arg_ints(b, n, "output_padding", 2, (int64_t[]){0, 0});
+    reqb_arg_int(b, n, "groups", 1);
+    reqb_output(b, "y");
+  } else {
+    reqb_value(b, "x", dt, 2, (int64_t[]){33, 70}, NULL, 0);
+    reqb_value(b, "w", dt, 2, (int64_t[]){70, 45}, NULL, 0);
+    reqb_value(b, "o", dt, 2, (int64_t[]){33, 45}, NULL, 0);
+    reqb_input(b, "x");
+    reqb_input(b, "w");
+    reqb_binary(b, "aten.mm.default", "x", "w", "o");
+    reqb_req(b)->graph->nodes[0]->inputs[1]->name = reqb_str(b, "mat2");
+    reqb_output(b, "o");
+  }
+  tt_request_to_cuda(reqb_req(b), reqb_str(b, "sm_90"));
+  reqb_req(b)->target->cuda_conv_tf32 = conv_tf32;
+  reqb_req(b)->target->cuda_matmul_tf32 = matmul_tf32;
+  tcc_prepared *p;
+  tcc_error err;
+  ck_assert_msg(tcc_prepare(reqb_req(b), "test-id", &p, &err) == 0, "%s", err.msg);
+  memcpy(key_hash, p->hash, 32);
+  tcc_prepared_free(p);
+  Tcc__V1__Manifest *m = compile_manifest(b, conv ? "conv" : "mm", NULL);
+  const Tcc__V1__KernelInfo *g[4];
+  ck_assert_int_ge(gemm_steps(m, g, 4), 1);
+  const char *ct = strcmp(g[0]->gemm->compute_type, "32F") == 0 ? "32F" : "32F_FAST_TF32";
+  for (int i = 0; i < gemm_steps(m, g, 4); i++) ck_assert_str_eq(g[i]->gemm->compute_type, ct);
+  tcc__v1__manifest__free_unpacked(m, NULL);
+  reqb_free(b);
+  return ct;
+}
+
+START_TEST(tf32_follows_the_target) {
+  uint8_t h[6][32];
+  ck_assert_str_eq(gemm_compute(1, 1, 0, h[0]), "32F_FAST_TF32");   /* eager's default */
+  ck_assert_str_eq(gemm_compute(1, 0, 0, h[1]), "32F");
+  ck_assert_str_eq(gemm_compute(1, 0, 1, h[2]), "32F");             /* matmul's flag: not a conv's */
+  ck_assert_str_eq(gemm_compute(0, 1, 0, h[3]), "32F");             /* eager's default */
+  ck_assert_str_eq(gemm_compute(0, 0, 1, h[4]), "32F_FAST_TF32");
+  ck_assert_str_eq(gemm_compute(0, 0, 0, h[5]), "32F");
+  ck_assert(memcmp(h[0], h[1], 32) != 0);                           /* keyed */
+  ck_assert(memcmp(h[3], h[5], 32) != 0);
+}
+END_TEST
+
 /* tcc_compiler_ops(CUDA) lists the matmul family (cuBLAS steps). */
 START_TEST(cuda_ops_list_matmul) {
   size_t n = tcc_compiler_ops(TCC__V1__DEVICE_TYPE__CUDA, NULL, 0);
@@ -939,6 +1010,7 @@ int main(void) {
   tc = tcase_create("ops");
   tcase_set_timeout(tc, 1200);
   tcase_add_test(tc, matmul_family);
+  tcase_add_test(tc, tf32_follows_the_target);
   tcase_add_test(tc, split_reduction);
   tcase_add_test(tc, reductions_over_a_dim);
   tcase_add_test(tc, layer_norm_and_dim_reductions);

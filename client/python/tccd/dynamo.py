@@ -133,7 +133,12 @@ def client_for(cfg):
 def request_base(cfg, dynamic, fullgraph, label, cuda_arch=None):
     """A CompileRequest with target (the CPU, or the CUDA arch given),
     options and client label (no graph)."""
-    target = (pb.Target(device=pb.CUDA, cuda_arch=cuda_arch) if cuda_arch
+    # float32 on CUDA rounds as eager would: TF32 where PyTorch's flags
+    # allow it (convolutions by default, matmuls not), read at compile
+    # time as Inductor does
+    target = (pb.Target(device=pb.CUDA, cuda_arch=cuda_arch,
+                        cuda_conv_tf32=bool(torch.backends.cudnn.allow_tf32),
+                        cuda_matmul_tf32=bool(torch.backends.cuda.matmul.allow_tf32)) if cuda_arch
               else pb.Target(device=pb.CPU, cpu_isa=cfg.cpu_isa))
     return pb.CompileRequest(
         target=target,
