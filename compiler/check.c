@@ -192,9 +192,20 @@ static int check_vx(pcheck *c, const tcc_vx *e) {
   case TCC_PRIM_EXTERN:
     if (c->k->kind != TCC_OPK_EXTERN || c->k->nstores != 1)
       FAIL("kernel %d: library call outside an extern kernel", c->kno);
-    if (e->i != TCC_EXT_GEMM && e->i != TCC_EXT_CONV_FWD && e->i != TCC_EXT_CONV_BWD_DATA &&
-        e->i != TCC_EXT_CONV_BWD_WEIGHTS)
+    if (e->i != TCC_EXT_GEMM && !tcc_ext_is_conv((int)e->i) && e->i != TCC_EXT_INDEX_ADD_ROWS)
       FAIL("kernel %d: unknown library call %lld", c->kno, (long long)e->i);
+    if (e->i == TCC_EXT_INDEX_ADD_ROWS) {
+      if (e->nidx != 4 || c->p->graph->target.device != TCC__V1__DEVICE_TYPE__CPU || !e->a || !e->b ||
+          e->a->op != TCC_PRIM_LOAD || e->b->op != TCC_PRIM_LOAD || e->a->dtype != e->dtype ||
+          e->b->dtype != TCC__V1__DTYPE__INT64 ||
+          (e->dtype != TCC__V1__DTYPE__FLOAT32 && e->dtype != TCC__V1__DTYPE__FLOAT64))
+        FAIL("kernel %d: malformed row index-add call", c->kno);
+      const tcc_buffer *A = &c->p->bufs[e->a->buf], *B = &c->p->bufs[e->b->buf];
+      if (A->dead || B->dead || ((A->kind == TCC_BUF_TEMP || A->kind == TCC_BUF_OUTPUT) && !c->written[e->a->buf]) ||
+          ((B->kind == TCC_BUF_TEMP || B->kind == TCC_BUF_OUTPUT) && !c->written[e->b->buf]))
+        FAIL("kernel %d: extern reads a buffer before it is written", c->kno);
+      return 0;
+    }
     if (e->i != TCC_EXT_GEMM &&
         (e->nidx != TCC_CONV_NPARAM || e->dtype != TCC__V1__DTYPE__FLOAT32 ||
          c->p->graph->target.device != TCC__V1__DEVICE_TYPE__CPU))

@@ -205,6 +205,9 @@ static int dump_vx(vdump *d, const tcc_vx *e) {
     tcc_buf_printf(d->b, "reduce %s %%%d over", e->i >= 0 && e->i < 6 ? red_names[e->i] : "?", a);
     for (int r = 0; r < e->nidx; r++)
       tcc_buf_printf(d->b, "%s i%d < %" PRId64, r ? "," : "", e->buf + r, e->idx[r]->c);
+  } else if (e->op == TCC_PRIM_EXTERN && e->i == TCC_EXT_INDEX_ADD_ROWS) {
+    tcc_buf_printf(d->b, "extern index-add-rows %%%d at %%%d [v %" PRId64 ", d %" PRId64 ", t %" PRId64
+                   ", pad %" PRId64 "]", a, bb, e->idx[0]->c, e->idx[1]->c, e->idx[2]->c, e->idx[3]->c);
   } else if (e->op == TCC_PRIM_EXTERN && e->i != TCC_EXT_GEMM) {
     static const char *const conv_names[] = {[TCC_EXT_CONV_FWD] = "forward",
         [TCC_EXT_CONV_BWD_DATA] = "backward-data", [TCC_EXT_CONV_BWD_WEIGHTS] = "backward-weights"};

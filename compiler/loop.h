@@ -92,8 +92,18 @@ typedef enum tcc_extern_kind {
    * contiguous TEMP; idx holds the TCC_CONV_* parameters */
   TCC_EXT_CONV_FWD,        /* y[N, Cout, o..] from a = x, b = w */
   TCC_EXT_CONV_BWD_DATA,   /* gx[N, Cin, in..] from a = gy, b = w */
-  TCC_EXT_CONV_BWD_WEIGHTS /* gw[Cout, Cin/G, k..] from a = x, b = gy */
+  TCC_EXT_CONV_BWD_WEIGHTS, /* gw[Cout, Cin/G, k..] from a = x, b = gy */
+  /* Row index-add (CPU, float32/float64; lower_reduce.c): the embedding
+   * backward's scatter-add out[ix[t], :] += a[t, :] over t, rows equal
+   * to pad (and out of range) skipped; a = [T, D] and b = ix, int64 [T],
+   * contiguous loads; the result a contiguous TEMP [V, D]; idx holds
+   * V, D, T, pad */
+  TCC_EXT_INDEX_ADD_ROWS
 } tcc_extern_kind;
+
+static inline int tcc_ext_is_conv(int i) {
+  return i == TCC_EXT_CONV_FWD || i == TCC_EXT_CONV_BWD_DATA || i == TCC_EXT_CONV_BWD_WEIGHTS;
+}
 
 /* The constant parameters of a convolution EXTERN (its idx), in order:
  * spatial dims S (1..3), N, Cin, Cout, groups, then 3 slots each (the

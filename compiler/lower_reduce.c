@@ -454,8 +454,10 @@ int tcc_lower_batch_norm_train(tcc_lower_ctx *lc, const tcc_node *n, tcc_error *
  * onehot[row, token] . grad[token, dim] (the one-hot matrix packed by a
  * pointwise kernel, then BLAS); other dtypes take a masked reduction.
  * Either costs rows x tokens x dim, where a scatter-add costs tokens x
- * dim (the loop IR has no scatter yet): above this many it is refused,
- * so a real vocabulary runs PyTorch's scatter instead. */
+ * dim: the CPU takes the scatter-add EXTERN below (float32/float64, no
+ * scale_grad_by_freq); elsewhere (CUDA, which has no scatter step yet)
+ * more than this much work is refused, so a real vocabulary runs
+ * PyTorch's scatter instead. */
 #define TCC_EMBEDDING_BACKWARD_MAX_WORK (1 << 24)
 
 /* The token index (multi-dim, over the indices' sizes) of flat index t. */
@@ -493,12 +495,68 @@ static int embedding_backward_gemm(tcc_lower_ctx *lc, const tcc_node *n, const t
   return tcc_lower_result(lc, n, 0, s, err);
 }
 
+/* The CPU's form: a scatter-add EXTERN (TCC_EXT_INDEX_ADD_ROWS, tokens x
+ * dim work) over the gradient as a contiguous [T, D] and the indices as
+ * int64 [T] (each packed by a pointwise kernel), into a [V, D] TEMP in
+ * the compute dtype; the result reads it (cast to the output's dtype). */
+static int embedding_backward_scatter(tcc_lower_ctx *lc, const tcc_node *n, const tcc_meta *m, int gv,
+                                      int iv, int64_t pad, tcc_dtype cd, tcc_error *err) {
+  tcc_program *p = lc->prog;
+  const tcc_meta *im = &lc->g->values[iv].meta;
+  int64_t T = im->numel, D = m->sizes[1], V = m->sizes[0];
+  const tcc_ix *ti[TCC_MAX_DIMS + 1];
+  token_index(p, im, tcc_ix_var(p, 0), ti);
+  ti[im->rank] = tcc_ix_var(p, 1);
+  const tcc_vx *g = tcc_vx_cast(p, tcc_lower_body_at(lc, gv, ti), cd);
+  const int64_t gs[2] = {T, D}, is[1] = {T}, os[2] = {V, D};
+  g = g ? tcc_lower_materialize(lc, g, 2, gs, cd) : NULL;
+  token_index(p, im, tcc_ix_var(p, 0), ti);
+  const tcc_vx *ix = tcc_vx_cast(p, tcc_lower_body_at(lc, iv, ti), TCC__V1__DTYPE__INT64);
+  ix = ix ? tcc_lower_materialize(lc, ix, 1, is, TCC__V1__DTYPE__INT64) : NULL;
+  /* a graph output of this dtype, contiguous, returned once: the step
+   * writes it in place (no [V, D] copy from a TEMP, 94 MB for BERT) */
+  int id = -1, v = n->outs[0], nout = 0, ob = -1;
+  for (int i = 0; i < lc->g->noutputs; i++)
+    if (lc->g->outputs[i] == v) nout++, ob = lc->out_buf[i];
+  if (nout == 1 && m->dtype == cd) {
+    tcc_meta c = p->bufs[ob].layout;
+    tcc_meta_contiguous(&c);
+    if (c.offset == 0 && !memcmp(c.strides, p->bufs[ob].layout.strides, sizeof(int64_t) * 2) &&
+        p->bufs[ob].layout.offset == 0)
+      id = ob;
+  }
+  int direct = id >= 0;
+  if (!direct) id = tcc_lower_temp(lc, 2, os, cd);
+  const tcc_ix *idx[2];
+  const int64_t prm[4] = {V, D, T, pad};
+  const tcc_vx *call = g && ix ? tcc_vx_extern(p, TCC_EXT_INDEX_ADD_ROWS, cd, g, ix, 4, prm) : NULL;
+  if (!call || id < 0 || tcc_lower_identity_index(p, 2, idx))
+    return tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "out of memory lowering");
+  int k = tcc_program_add_kernel(p, 2, os);
+  if (k < 0 || tcc_kernel_add_store(p, k, id, idx, call))
+    return tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "out of memory lowering");
+  p->kernels[k].kind = TCC_OPK_EXTERN;
+  if (!direct) return tcc_lower_result(lc, n, 0, tcc_vx_cast(p, tcc_vx_load(p, id, 2, idx), m->dtype), err);
+  tcc_lval *lv = &lc->vals[v];
+  lv->rank = 2;
+  memcpy(lv->sizes, os, sizeof os);
+  lv->dtype = m->dtype;
+  lv->body = tcc_vx_load(p, id, 2, idx);
+  return lv->body ? 0 : tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "out of memory lowering");
+}
+
 int tcc_lower_embedding_backward(tcc_lower_ctx *lc, const tcc_node *n, tcc_error *err) {
   const tcc_meta *m = tcc_lower_out_meta(lc, n, 0);
   if (!m) return 0;
   tcc_program *p = lc->prog;
   int gv = ARG("grad_output")->v, iv = ARG("indices")->v;
   const tcc_meta *im = &lc->g->values[iv].meta;
+  if (lc->g->target.device == TCC__V1__DEVICE_TYPE__CPU && !ARG("scale_grad_by_freq")->i && im->numel > 0 &&
+      m->rank == 2 && !lc->g->nsyms) {
+    tcc_dtype cd = tcc_lower_compute_dt(m->dtype);
+    if (cd == TCC__V1__DTYPE__FLOAT32 || cd == TCC__V1__DTYPE__FLOAT64)
+      return embedding_backward_scatter(lc, n, m, gv, iv, ARG("padding_idx")->i, cd, err);
+  }
   double work = (double)m->sizes[0] * (double)m->sizes[1] * (double)(im->numel ? im->numel : 1);
   if (work > TCC_EMBEDDING_BACKWARD_MAX_WORK)
     return tcc_error_set(err, TCC_E_UNIMPLEMENTED, "node %d (%s): %lld rows x %lld tokens x %lld "

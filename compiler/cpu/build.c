@@ -366,6 +366,8 @@ static unsigned link_needs(const tcc_program *p, const char *src) {
   for (int k = 0; k < p->nkernels; k++)
     if (!p->kernels[k].dead && p->kernels[k].kind == TCC_OPK_EXTERN) {
       const tcc_vx *call = p->kernels[k].stores[0].value;
+      if (call->i == TCC_EXT_INDEX_ADD_ROWS)
+        continue;                                   /* plain C */
       if (call->i == TCC_EXT_GEMM && (call->dtype != TCC__V1__DTYPE__FLOAT32 || !tcc_onednn_enabled()))
         needs |= NEED_BLAS;
       else

@@ -753,6 +753,48 @@ static int emit_conv_extern(kernel_emit *ke, int kno) {
   return 0;
 }
 
+/* The embedding backward's scatter-add (TCC_EXT_INDEX_ADD_ROWS):
+ * out[ix[t], d] += a[t, d]. The threads split the columns into blocks of
+ * ROWADD_BLOCK and each walks every token in order over its block, so
+ * no two threads write one element and each sum runs in token order
+ * whatever the thread count (eager's index_add order); rows equal to
+ * pad or out of range are skipped. */
+#define ROWADD_BLOCK 64
+
+static int emit_index_add_rows(kernel_emit *ke, int kno) {
+  const tcc_program *p = ke->p;
+  tcc_buf *b = ke->b;
+  const tcc_store *st = &ke->k->stores[0];
+  const tcc_vx *call = st->value, *A = call->a, *B = call->b;
+  int64_t nv = call->idx[0]->c, nd = call->idx[1]->c, nt = call->idx[2]->c, pad = call->idx[3]->c;
+  const char *t = tcc_cpu_ctype(call->dtype);
+  int64_t blocks = (nd + ROWADD_BLOCK - 1) / ROWADD_BLOCK;
+  tcc_buf_printf(b, "\n/* k%d: extern row index-add [%" PRId64 " tokens x %" PRId64 "] into %" PRId64
+                    " rows */\n", kno, nt, nd, nv);
+  put_kernel_head(b, p, kno);
+  tcc_buf_puts(b, "  (void)in; (void)out; (void)ws;\n");
+  declare_buffers(ke, ke->ks->used, ke->ks->nused);
+  tcc_buf_printf(b, "  %s *restrict o = b%d + %" PRId64 ";\n", t, st->buf, p->bufs[st->buf].layout.offset);
+  tcc_buf_printf(b, "  const %s *restrict g = b%d + %" PRId64 ";\n", t, A->buf, p->bufs[A->buf].layout.offset);
+  tcc_buf_printf(b, "  const int64_t *restrict ix = b%d + %" PRId64 ";\n", B->buf, p->bufs[B->buf].layout.offset);
+  tcc_buf_printf(b, "  #pragma omp parallel for schedule(static) if(%d)\n"
+                    "  for (int64_t cb = 0; cb < %" PRId64 "; cb++) {\n"
+                    "    const int64_t d0 = cb * %d, d1 = d0 + %d < %" PRId64 " ? d0 + %d : %" PRId64 ";\n"
+                    "    for (int64_t v = 0; v < %" PRId64 "; v++)\n"
+                    "      for (int64_t d = d0; d < d1; d++) o[v * %" PRId64 " + d] = 0;\n"
+                    "    for (int64_t t = 0; t < %" PRId64 "; t++) {\n"
+                    "      const int64_t v = ix[t];\n"
+                    "      if (v < 0 || v >= %" PRId64 " || v == %" PRId64 ") continue;\n"
+                    "      %s *restrict row = o + v * %" PRId64 ";\n"
+                    "      const %s *restrict src = g + t * %" PRId64 ";\n"
+                    "      #pragma omp simd\n"
+                    "      for (int64_t d = d0; d < d1; d++) row[d] += src[d];\n"
+                    "    }\n  }\n  return 0;\n}\n",
+                 blocks > 1 && nt * nd >= (INT64_C(1) << 15), blocks, ROWADD_BLOCK, ROWADD_BLOCK, nd,
+                 ROWADD_BLOCK, nd, nv, nd, nt, nv, pad, t, nd, t, nd);
+  return 0;
+}
+
 /* A float32 GEMM step through oneDNN's dnnl_sgemm (row-major, the
  * cblas_sgemm convention): its JIT kernels are chosen by the ISA features
  * the CPU reports (AVX2, AVX-512, AMX), never by its model name, and it
@@ -798,6 +840,7 @@ static int emit_extern(kernel_emit *ke, int kno) {
   tcc_buf *b = ke->b;
   const tcc_store *st = &k->stores[0];
   const tcc_vx *call = st->value, *A = call->a, *B = call->b;
+  if (call->i == TCC_EXT_INDEX_ADD_ROWS) return emit_index_add_rows(ke, kno);
   if (call->i != TCC_EXT_GEMM) return emit_conv_extern(ke, kno);
   int64_t Bt = call->idx[0]->c, M = call->idx[1]->c, N = call->idx[2]->c, K = call->idx[3]->c;
   tcc_buf_printf(b, "\n/* k%d: extern gemm [%" PRId64 " x %" PRId64 " x %" PRId64 "] x %" PRId64 " */\n",
@@ -1326,7 +1369,7 @@ int tcc_cpu_emit(const tcc_program *p, tcc_buf *b, tcc_error *err) {
     for (int k = 0; k < p->nkernels; k++) {
       if (p->kernels[k].dead) continue;
       const tcc_kernel *K = &p->kernels[k];
-      if (K->kind == TCC_OPK_EXTERN && K->stores[0].value->i != TCC_EXT_GEMM)
+      if (K->kind == TCC_OPK_EXTERN && tcc_ext_is_conv((int)K->stores[0].value->i))
         tcc_buf_printf(b, "  tcc_dnnl_release(&k%d_conv);\n", kno);
       kno++;
     }

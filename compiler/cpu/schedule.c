@@ -837,6 +837,10 @@ int tcc_cpu_schedule_pass(tcc_program *p, tcc_error *err) {
       add_buf(used, &ks->nused, call->b->buf);
       add_buf(used, &ks->nused, st->buf);
       ks->used = used;
+      if (call->i == TCC_EXT_INDEX_ADD_ROWS) {
+        s->threaded = 1;
+        continue;
+      }
       if (call->i != TCC_EXT_GEMM) {
         s->has_conv = s->threaded = 1;
         continue;
@@ -946,6 +950,10 @@ void tcc_cpu_schedule_dump(const tcc_program *p, tcc_buf *b) {
     tcc_buf_printf(b, "  k%d (kernel %d):", ks->kno, k);
     if (K->kind == TCC_OPK_EXTERN) {
       const tcc_cpu_gemm *g = &ks->gemm;
+      if (K->stores[0].value->i == TCC_EXT_INDEX_ADD_ROWS) {
+        tcc_buf_puts(b, " row index-add, column blocks in parallel\n");
+        continue;
+      }
       if (K->stores[0].value->i != TCC_EXT_GEMM) {
         tcc_buf_puts(b, " oneDNN convolution\n");
         continue;

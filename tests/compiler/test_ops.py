@@ -1001,16 +1001,57 @@ def test_embedding_backward(scale):
     run_op(A.embedding_dense_backward.default, (go1, ids1, 7, 3, scale))
 
 
-def test_embedding_backward_of_a_large_vocabulary_is_refused():
-    """The masked-reduction form costs rows x tokens x dims: a real
-    vocabulary is UNIMPLEMENTED naming the op (PyTorch's scatter runs)."""
-    ids = torch.randint(0, 30000, (4, 64))
-    go = torch.randn(4, 64, 16)
-    gm, ins = tk.op_graph(A.embedding_dense_backward.default, (go, ids, 30000, -1, False))
-    with pytest.raises(tk.CompileError) as e:
-        tk.compile_fx(gm, ins)
-    assert e.value.code == -12 and "aten.embedding_dense_backward.default" in e.value.message
-    assert "scatter" in e.value.message
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_embedding_backward_of_a_large_vocabulary_is_a_scatter_add(dtype):
+    """A real vocabulary (the dense forms cost rows x tokens x dims) is
+    the CPU's scatter-add step: one extern kernel, tokens x dims work,
+    eager's sums (each row in token order) for repeated ids, a padding
+    row, and a gradient read through a transposed layout."""
+    g = gen(hash(str(dtype)) & 0xffff)
+    V, D = 30522, 96
+    ids = torch.randint(0, 40, (4, 64), generator=g)       # many repeats
+    ids[0, :8] = 3                                          # padding_idx's tokens
+    ids[1, 0] = V - 1                                       # the last row
+    go = rnd((64, 4, D), dtype, g).transpose(0, 1)         # [4, 64, D], strided
+    for pad in (3, -1):
+        args = (go, ids, V, pad, False)
+        gm, ins = tk.op_graph(A.embedding_dense_backward.default, args)
+        k = tk.compile_fx(gm, ins, keep_source=True)
+        assert "extern row index-add" in k.source
+        got = k(*ins)[0]
+        if dtype == torch.bfloat16:
+            # eager adds in bfloat16, rounding every partial sum; tccd sums
+            # in float32 and rounds once: against float64, within 2 ulps
+            want = A.embedding_dense_backward.default(go.double(), ids, V, pad, False).to(dtype)
+            torch.testing.assert_close(got.double(), want.double(), rtol=1.6e-2, atol=1e-5)
+        else:
+            check(got, A.embedding_dense_backward.default(*args), tol=RED_TOL[dtype])
+        if pad >= 0:
+            assert torch.count_nonzero(got[pad]) == 0
+
+
+def test_embedding_backward_feeding_another_op():
+    """The step's rows read by a later op (through a TEMP, not written in
+    place into an output) and returned beside it."""
+    g = gen(11)
+    ids = torch.randint(0, 500, (2, 33), generator=g)
+    go = rnd((2, 33, 40), torch.float32, g)
+    def f(go, ids):
+        gw = A.embedding_dense_backward.default(go, ids, 500, -1, False)
+        return A.mul.Tensor(gw, 0.5), A.sum.dim_IntList(gw, [1])
+    gm = tk.aten_graph(f, [go, ids], decompose=False)
+    k = tk.compile_fx(gm, [go, ids], keep_source=True)
+    assert "extern row index-add" in k.source
+    for got, want in zip(k(go, ids), f(go, ids)):
+        check(got, want, tol=RED_TOL[torch.float32])
+
+
+def test_embedding_backward_bert_size_matches_eager():
+    """BERT-base's word embeddings: 30522 x 768, 8 x 128 tokens."""
+    g = gen(7)
+    ids = torch.randint(0, 30522, (8, 128), generator=g)
+    go = rnd((8, 128, 768), torch.float32, g)
+    run_op(A.embedding_dense_backward.default, (go, ids, 30522, 0, False), tol=RED_TOL[torch.float32])
 
 
 # ------------------------------------------------------------ matmul
