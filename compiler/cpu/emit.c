@@ -758,7 +758,8 @@ static int emit_conv_extern(kernel_emit *ke, int kno) {
  * ROWADD_BLOCK and each walks every token in order over its block, so
  * no two threads write one element and each sum runs in token order
  * whatever the thread count (eager's index_add order); rows equal to
- * pad or out of range are skipped. */
+ * pad (when it is >= 0; -1 is none) are skipped, and an index out of range makes the step return 1
+ * (the entry's "index out of range", as a gather's). */
 #define ROWADD_BLOCK 64
 
 static int emit_index_add_rows(kernel_emit *ke, int kno) {
@@ -777,21 +778,26 @@ static int emit_index_add_rows(kernel_emit *ke, int kno) {
   tcc_buf_printf(b, "  %s *restrict o = b%d + %" PRId64 ";\n", t, st->buf, p->bufs[st->buf].layout.offset);
   tcc_buf_printf(b, "  const %s *restrict g = b%d + %" PRId64 ";\n", t, A->buf, p->bufs[A->buf].layout.offset);
   tcc_buf_printf(b, "  const int64_t *restrict ix = b%d + %" PRId64 ";\n", B->buf, p->bufs[B->buf].layout.offset);
-  tcc_buf_printf(b, "  #pragma omp parallel for schedule(static) if(%d)\n"
+  tcc_buf_printf(b, "  int bad = 0;\n"
+                    "  #pragma omp parallel for schedule(static) reduction(|:bad) if(%d)\n"
                     "  for (int64_t cb = 0; cb < %" PRId64 "; cb++) {\n"
                     "    const int64_t d0 = cb * %d, d1 = d0 + %d < %" PRId64 " ? d0 + %d : %" PRId64 ";\n"
                     "    for (int64_t v = 0; v < %" PRId64 "; v++)\n"
                     "      for (int64_t d = d0; d < d1; d++) o[v * %" PRId64 " + d] = 0;\n"
                     "    for (int64_t t = 0; t < %" PRId64 "; t++) {\n"
                     "      const int64_t v = ix[t];\n"
-                    "      if (v < 0 || v >= %" PRId64 " || v == %" PRId64 ") continue;\n"
+                    "      if (v == %" PRId64 " && %d) continue;\n"
+                    "      if (v < 0 || v >= %" PRId64 ") {\n"
+                    "        bad = 1;\n"
+                    "        continue;\n"
+                    "      }\n"
                     "      %s *restrict row = o + v * %" PRId64 ";\n"
                     "      const %s *restrict src = g + t * %" PRId64 ";\n"
                     "      #pragma omp simd\n"
                     "      for (int64_t d = d0; d < d1; d++) row[d] += src[d];\n"
-                    "    }\n  }\n  return 0;\n}\n",
+                    "    }\n  }\n  return bad;\n}\n",
                  blocks > 1 && nt * nd >= (INT64_C(1) << 15), blocks, ROWADD_BLOCK, ROWADD_BLOCK, nd,
-                 ROWADD_BLOCK, nd, nv, nd, nt, nv, pad, t, nd, t, nd);
+                 ROWADD_BLOCK, nd, nv, nd, nt, pad, pad >= 0, nv, t, nd, t, nd);
   return 0;
 }
 

@@ -1046,6 +1046,29 @@ def test_embedding_backward_feeding_another_op():
         check(got, want, tol=RED_TOL[torch.float32])
 
 
+def test_embedding_backward_index_out_of_range_is_reported():
+    """An id outside the table makes the entry return 1 (PyTorch raises
+    there), whatever thread meets it; the padding row is not an error."""
+    g = gen(12)
+    go = rnd((2, 16, 80), torch.float32, g)
+    ids = torch.randint(0, 300, (2, 16), generator=g)
+    gm, ins = tk.op_graph(A.embedding_dense_backward.default, (go, ids, 300, 5, False))
+    k = tk.compile_fx(gm, ins)
+    k(*ins)
+    for bad in (300, -1):
+        ids2 = ids.clone()
+        ids2[1, 7] = bad
+        with pytest.raises(RuntimeError, match="index out of range"):
+            k(go, ids2)
+    # padding_idx -1 is "none": an id of -1 is out of range too
+    gm, ins = tk.op_graph(A.embedding_dense_backward.default, (go, ids, 300, -1, False))
+    k = tk.compile_fx(gm, ins)
+    ids2 = ids.clone()
+    ids2[0, 0] = -1
+    with pytest.raises(RuntimeError, match="index out of range"):
+        k(go, ids2)
+
+
 def test_embedding_backward_bert_size_matches_eager():
     """BERT-base's word embeddings: 30522 x 768, 8 x 128 tokens."""
     g = gen(7)
