@@ -52,8 +52,10 @@
  *              copies such rows to shared memory once instead: see
  *              plan_row_cache). A reduction nested in another
  *              one's body that depends on the outer's variables is folded
- *              sequentially by each thread. Block size: the reduction
- *              extent rounded up to a power of two, 32..256. Rows of at
+ *              sequentially by each thread, and so is one of at most
+ *              16 elements (a pooling window). Block size: the
+ *              reduction extent rounded up to a power of two, 32..256,
+ *              or 1024 for few long rows (schedule.c). Rows of at
  *              most 32 elements go one warp per row (8 rows per block of
  *              256): the same structure with the lane for the thread and
  *              a warp reduction (shuffles, lane 0's result broadcast),

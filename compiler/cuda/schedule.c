@@ -11,9 +11,12 @@
  *              of the iteration space is shared by the row's threads.
  *   geometry   pointwise: POINTWISE_BLOCK threads, grid = numel / (block
  *              * items per thread), at most MAX_GRID blocks; reductions:
- *              the extent rounded up to a power of two, 32..MAX_RED_BLOCK,
- *              one block per row, or one warp per row (WARP_ROWS rows a
- *              block) for rows of at most 32 elements. A tuning config
+ *              the extent rounded up to a power of two, 32..MAX_RED_BLOCK
+ *              (MAX_LONG_ROW_BLOCK for at most FEW_ROWS rows of at least
+ *              LONG_ROW elements), one block per row, or one warp per row
+ *              (WARP_ROWS rows a block) for rows of at most 32 elements;
+ *              a reduction of at most SEQ_MAX_EXTENT elements is not
+ *              cooperative (each thread folds its own). A tuning config
  *              (tcc_kernel_config: block, ipt, wrow, split, persist)
  *              replaces the matching choice.
  *   split      a long cooperative reduction into few rows is folded in
