@@ -754,7 +754,9 @@ static int emit_conv_extern(kernel_emit *ke, int kno) {
 }
 
 /* The embedding backward's scatter-add (TCC_EXT_INDEX_ADD_ROWS):
- * out[ix[t], d] += a[t, d]. The threads split the columns into blocks of
+ * out[ix[t], d] += a[t, d]. The threads zero the output in contiguous
+ * runs of rows (a [V, D] table is most of the step's memory traffic),
+ * then split the columns into blocks of
  * ROWADD_BLOCK and each walks every token in order over its block, so
  * no two threads write one element and each sum runs in token order
  * whatever the thread count (eager's index_add order); rows equal to
@@ -779,11 +781,15 @@ static int emit_index_add_rows(kernel_emit *ke, int kno) {
   tcc_buf_printf(b, "  const %s *restrict g = b%d + %" PRId64 ";\n", t, A->buf, p->bufs[A->buf].layout.offset);
   tcc_buf_printf(b, "  const int64_t *restrict ix = b%d + %" PRId64 ";\n", B->buf, p->bufs[B->buf].layout.offset);
   tcc_buf_printf(b, "  int bad = 0;\n"
-                    "  #pragma omp parallel for schedule(static) reduction(|:bad) if(%d)\n"
+                    "  #pragma omp parallel if(%d)\n"
+                    "  {\n"
+                    "  #pragma omp for schedule(static)\n"
+                    "  for (int64_t v0 = 0; v0 < %" PRId64 "; v0 += 256)\n"
+                    "    memset(o + v0 * %" PRId64 ", 0, sizeof *o * %" PRId64 " * (size_t)(v0 + 256 < %" PRId64
+                    " ? 256 : %" PRId64 " - v0));\n"
+                    "  #pragma omp for schedule(static) reduction(|:bad)\n"
                     "  for (int64_t cb = 0; cb < %" PRId64 "; cb++) {\n"
                     "    const int64_t d0 = cb * %d, d1 = d0 + %d < %" PRId64 " ? d0 + %d : %" PRId64 ";\n"
-                    "    for (int64_t v = 0; v < %" PRId64 "; v++)\n"
-                    "      for (int64_t d = d0; d < d1; d++) o[v * %" PRId64 " + d] = 0;\n"
                     "    for (int64_t t = 0; t < %" PRId64 "; t++) {\n"
                     "      const int64_t v = ix[t];\n"
                     "      if (v == %" PRId64 " && %d) continue;\n"
@@ -795,9 +801,9 @@ static int emit_index_add_rows(kernel_emit *ke, int kno) {
                     "      const %s *restrict src = g + t * %" PRId64 ";\n"
                     "      #pragma omp simd\n"
                     "      for (int64_t d = d0; d < d1; d++) row[d] += src[d];\n"
-                    "    }\n  }\n  return bad;\n}\n",
-                 blocks > 1 && nt * nd >= (INT64_C(1) << 15), blocks, ROWADD_BLOCK, ROWADD_BLOCK, nd,
-                 ROWADD_BLOCK, nd, nv, nd, nt, pad, pad >= 0, nv, t, nd, t, nd);
+                    "    }\n  }\n  }\n  return bad;\n}\n",
+                 blocks > 1 && nv * nd >= (INT64_C(1) << 15), nv, nd, nd, nv, nv, blocks, ROWADD_BLOCK,
+                 ROWADD_BLOCK, nd, ROWADD_BLOCK, nd, nt, pad, pad >= 0, nv, t, nd, t, nd);
   return 0;
 }
 
