@@ -734,20 +734,24 @@ static int gemm_steps(const Tcc__V1__Manifest *m, const Tcc__V1__KernelInfo **ou
   return n;
 }
 
+/* o = x @ w, float32 [33, 70] @ [70, 45], into b. */
+static void mm_33x70x45(reqb *b) {
+  reqb_value(b, "x", TCC__V1__DTYPE__FLOAT32, 2, (int64_t[]){33, 70}, NULL, 0);
+  reqb_value(b, "w", TCC__V1__DTYPE__FLOAT32, 2, (int64_t[]){70, 45}, NULL, 0);
+  reqb_value(b, "o", TCC__V1__DTYPE__FLOAT32, 2, (int64_t[]){33, 45}, NULL, 0);
+  reqb_input(b, "x");
+  reqb_input(b, "w");
+  reqb_binary(b, "aten.mm.default", "x", "w", "o");
+  reqb_req(b)->graph->nodes[0]->inputs[1]->name = reqb_str(b, "mat2");
+  reqb_output(b, "o");
+}
+
 START_TEST(matmul_family) {
   const Tcc__V1__KernelInfo *g[4];
   /* mm: [M,K] @ [K,N] row-major = cuBLAS C^T = B^T A^T: m=N, n=M, both N */
   {
     reqb *b = reqb_new("");
-    reqb_value(b, "x", TCC__V1__DTYPE__FLOAT32, 2, (int64_t[]){33, 70}, NULL, 0);
-    reqb_value(b, "w", TCC__V1__DTYPE__FLOAT32, 2, (int64_t[]){70, 45}, NULL, 0);
-    reqb_value(b, "o", TCC__V1__DTYPE__FLOAT32, 2, (int64_t[]){33, 45}, NULL, 0);
-    reqb_input(b, "x");
-    reqb_input(b, "w");
-    reqb_binary(b, "aten.mm.default", "x", "w", "o");
-    Tcc__V1__Node *n = reqb_req(b)->graph->nodes[0];
-    n->inputs[1]->name = reqb_str(b, "mat2");
-    reqb_output(b, "o");
+    mm_33x70x45(b);
     Tcc__V1__Manifest *m = compile_manifest(b, "mm", NULL);
     ck_assert_int_eq(gemm_steps(m, g, 4), 1);
     ck_assert_int_eq(g[0]->gemm->m, 45);
@@ -937,14 +941,7 @@ static const char *gemm_compute(int conv, int conv_tf32, int matmul_tf32, uint8_
     reqb_arg_int(b, n, "groups", 1);
     reqb_output(b, "y");
   } else {
-    reqb_value(b, "x", dt, 2, (int64_t[]){33, 70}, NULL, 0);
-    reqb_value(b, "w", dt, 2, (int64_t[]){70, 45}, NULL, 0);
-    reqb_value(b, "o", dt, 2, (int64_t[]){33, 45}, NULL, 0);
-    reqb_input(b, "x");
-    reqb_input(b, "w");
-    reqb_binary(b, "aten.mm.default", "x", "w", "o");
-    reqb_req(b)->graph->nodes[0]->inputs[1]->name = reqb_str(b, "mat2");
-    reqb_output(b, "o");
+    mm_33x70x45(b);
   }
   tt_request_to_cuda(reqb_req(b), reqb_str(b, "sm_90"));
   reqb_req(b)->target->cuda_conv_tf32 = conv_tf32;
