@@ -30,6 +30,11 @@ plans_refused     of those, plans this process would not use (logged with why)
 plans_sent        plans handed to the daemon (PutPlan)
 plan_save_seconds wall time of making and sending plans
 plan_load_seconds wall time of getting, checking and decoding plans
+guard_checks      signatures the eager guard timed (Config.eager_guard)
+guard_seconds     wall time of those timings
+guarded_ops       ops of partitions whose kernel lost to eager for some
+                  signature and run eagerly for it (not in fallback_ops:
+                  they compile, they are just slower)
 """
 import collections
 import threading
@@ -39,7 +44,8 @@ _ZERO = dict(graphs=0, eager_graphs=0, ops=0, compiled_ops=0, fallback_ops=0, pa
              kernels=0, dynamic_kernels=0, compile_requests=0, trial_compiles=0, cache_miss=0, cache_hit=0,
              cache_coalesced=0, cache_remote_hit=0, compile_seconds=0.0, setup_seconds=0.0, aot_save_seconds=0.0,
              aot_cache_hits=0, aot_recipe_hits=0, plan_hits=0, plan_misses=0, plans_refused=0,
-             plans_sent=0, plan_save_seconds=0.0, plan_load_seconds=0.0)
+             plans_sent=0, plan_save_seconds=0.0, plan_load_seconds=0.0,
+             guard_checks=0, guard_seconds=0.0, guarded_ops=0)
 _counters = dict(_ZERO)
 _fallback = collections.Counter()
 _graphs = []

@@ -333,6 +333,8 @@ def key_tag(cfg, dynamic, fullgraph, kept_whole):
     mine = (f"tccd-aot-{ENTRY_VERSION} mode={cfg.mode} dynamic={dynamic} "
             f"fullgraph={fullgraph} fallback={cfg.fallback} ops={cfg.ops} cuda={cfg.cuda} "
             f"isa={cfg.cpu_isa} core-aten-less={kept}")
+    if cfg.eager_guard:   # its recipes stand for kernels that beat eager here
+        mine += " eager-guard"
     user = torch.compiler.config.cache_key_tag
     return f"{user}|{mine}" if user else mine
 

@@ -16,6 +16,7 @@ and the environment.
 | cuda               | TCCD_CUDA                | "compile": graphs on CUDA tensors are compiled for the device's arch (NVRTC cubin) and launched on the current stream; "eager": they run eagerly |
 | aot_cache          | TCCD_AOT_CACHE           | True: AOTAutograd's result is cached on this node (torch's AOTAutogradCache, in TORCHINDUCTOR_CACHE_DIR), so a warm process skips the re-trace; 0/False: always trace |
 | plans              | TCCD_PLANS               | True (with aot_cache): a graph's AOTAutograd result and partitioning go to the daemon as a signed plan (plan.py), and a process whose node has no entry starts from the daemon's plan; 0/False: this node's cache only |
+| eager_guard        | TCCD_EAGER_GUARD         | on in the max-autotune modes, off otherwise: on its first call each partition's kernel is timed against the partition's own ops run eagerly on the same inputs, and a kernel slower than eager gives way (dynamo.py, "the eager guard") |
 
 The environment is read when a backend is made (tccd.backend(...)) or,
 for torch.compile(backend="tccd"), when Dynamo hands over a graph.
@@ -99,6 +100,7 @@ class Config:
     cuda: str = "compile"
     aot_cache: bool = True
     plans: bool = True
+    eager_guard: bool = False
 
     @staticmethod
     def make(**kw):
@@ -131,6 +133,11 @@ class Config:
         )
         if cfg.mode not in MODES:
             raise ValueError(f"tccd: unknown mode {cfg.mode!r}; expected one of {', '.join(MODES)}")
+        guard = kw.pop("eager_guard", None)
+        if guard is None and os.environ.get("TCCD_EAGER_GUARD", "") == "":
+            guard = cfg.mode.startswith("max-autotune")
+        cfg = dataclasses.replace(cfg, eager_guard=_bool_option("eager_guard", guard,
+                                                                 "TCCD_EAGER_GUARD"))
         if cfg.fallback not in FALLBACKS:
             raise ValueError(f"tccd: fallback must be one of {FALLBACKS}, got {cfg.fallback!r}")
         if cfg.ops not in OPS_SOURCES:

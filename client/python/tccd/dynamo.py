@@ -42,6 +42,7 @@ import hashlib
 import itertools
 import logging
 import os
+import statistics
 import threading
 import time
 import types
@@ -70,6 +71,10 @@ log = logging.getLogger("tccd")
 
 MAX_REPARTITIONS = 8            # setup rounds that learn which nodes the daemon refuses
 MAX_CONSTANT_BYTES = 64 << 10   # get_attr tensors up to this size are baked into the kernel
+GUARD_ROUNDS = 7                # the eager guard: timed runs of kernel and eager each ...
+GUARD_MIN_ROUNDS = 3            # ... fewer (not under this) once GUARD_BUDGET_S is spent
+GUARD_BUDGET_S = 0.5
+GUARD_MARGIN = 1.05             # eager wins when its median is this much below the kernel's
 _graph_ids = itertools.count(1)
 
 
@@ -230,6 +235,8 @@ class CompiledPartition(torch.nn.Module):
         self._fast = None                # its kernel's signature runner (_fast_runner), or None
         self.dyn_refused = None          # why the daemon compiled no dynamic kernel
         self.requests = {}               # key -> CompileRequest bytes, for the recipe (setup only)
+        self._guard = owner.cfg.eager_guard and not _CHECK
+        self._judged = set()             # keys the eager guard has timed
         self._lock = threading.Lock()
 
     def _full(self, args):
@@ -280,15 +287,14 @@ class CompiledPartition(torch.nn.Module):
                 k = self._kernels[key] = self._dyn      # its guards admit these sizes
             if k is None:
                 k = self.kernel_for(key)
+            if self._guard and k is not _EAGER and key not in self._judged:
+                k = self._judge(key, k, args)
             if k is _EAGER:
                 return self._eager(args)
             if k is not self._dyn:                    # a dynamic kernel's sizes vary
                 self._last = _Signature.of(args, key, k)
                 self._fast = _fast_runner(self._last, self.assembly.trivial and not _CHECK)
-        run_args = args
-        if getattr(k, "tccd_seeds", 0):   # random ops: fresh seed tensors as extra inputs
-            run_args = tuple(args) + tuple(G.fresh_seeds(
-                k.tccd_seeds, args[0].device if args else self.owner.device))
+        run_args = self._kernel_args(k, args)
         if _CHECK:
             return self._checked(k, key, args, run_args)
         if self.assembly.trivial:          # every output is the kernel's
@@ -308,6 +314,51 @@ class CompiledPartition(torch.nn.Module):
         return got
 
     forward = __call__
+
+    def _kernel_args(self, k, args):
+        """The kernel's arguments: `args`, and fresh seed tensors for
+        random ops."""
+        if not getattr(k, "tccd_seeds", 0):
+            return args
+        return tuple(args) + tuple(G.fresh_seeds(
+            k.tccd_seeds, args[0].device if args else self.owner.device))
+
+    def _judge(self, key, k, args):
+        """The eager guard (Config.eager_guard; on in the max-autotune
+        modes): before a signature's kernel first runs, it is timed against
+        the partition's own ops run eagerly on the same inputs (_race). A
+        kernel slower than eager by more than GUARD_MARGIN gives way: the
+        signature runs eagerly from then on, so compiling never makes it
+        slower. Partitions are pure functions of their inputs (no op in
+        them mutates), so the extra runs change nothing; the RNG state of
+        eager's random ops is put back. Returns `k` or _EAGER."""
+        self._judged.add(key)
+        t0 = time.perf_counter()
+        cuda = self.owner.device == "cuda"
+        sync = torch.cuda.synchronize if cuda else None
+        rng = torch.random.get_rng_state()
+        cuda_rng = torch.cuda.get_rng_state(self.owner.cuda_index) if cuda else None
+        try:
+            kernel_s, eager_s = _race(lambda: k.run(self._kernel_args(k, args), check=False),
+                                      lambda: self._eager(args), sync)
+        finally:
+            torch.random.set_rng_state(rng)
+            if cuda:
+                torch.cuda.set_rng_state(cuda_rng, self.owner.cuda_index)
+        _stats.add(guard_checks=1, guard_seconds=time.perf_counter() - t0)
+        if eager_s * GUARD_MARGIN >= kernel_s:
+            log.debug("tccd: graph %d %s: kernel %.3f ms, eager %.3f ms: the kernel runs",
+                      self.owner.id, self.name, kernel_s * 1e3, eager_s * 1e3)
+            return k
+        log.info("tccd: graph %d %s (%d ops): eager runs these inputs in %.3f ms, the kernel "
+                 "in %.3f ms; they run eagerly", self.owner.id, self.name, self.n_ops,
+                 eager_s * 1e3, kernel_s * 1e3)
+        _stats.add(guarded_ops=self.n_ops)
+        with self._lock:
+            self._kernels[key] = _EAGER
+            if self._last is not None and self._last.key == key:
+                self._last = self._fast = None
+        return _EAGER
 
     def kernel_for(self, key):
         """The kernel for a signature key, compiled on a miss (or _EAGER)."""
@@ -977,6 +1028,36 @@ class _CompiledGraph:
 aot_cache.set_graph_factory(_CompiledGraph)
 
 
+def _race(run_a, run_b, sync=None):
+    """Median seconds of run_a() and of run_b(), timed alternately (which
+    goes first alternates too) after one untimed run of each: GUARD_ROUNDS
+    rounds, fewer (not under GUARD_MIN_ROUNDS) once GUARD_BUDGET_S is spent.
+    `sync` (a CUDA synchronize) is called before each clock read."""
+    def timed(run):
+        if sync is not None:
+            sync()
+        t = time.perf_counter()
+        run()
+        if sync is not None:
+            sync()
+        return time.perf_counter() - t
+
+    run_a()
+    run_b()
+    ta, tb = [], []
+    start = time.perf_counter()
+    for i in range(GUARD_ROUNDS):
+        if i & 1:
+            tb.append(timed(run_b))
+            ta.append(timed(run_a))
+        else:
+            ta.append(timed(run_a))
+            tb.append(timed(run_b))
+        if i + 1 >= GUARD_MIN_ROUNDS and time.perf_counter() - start > GUARD_BUDGET_S:
+            break
+    return statistics.median(ta), statistics.median(tb)
+
+
 def _count_record(rec, sign=1):
     """Adds (sign -1: takes back) a graph record's counts to the stats."""
     _stats.add(graphs=sign, ops=sign * rec["ops"], compiled_ops=sign * rec["compiled_ops"],
@@ -1229,10 +1310,11 @@ class Backend:
 
 def backend(*, addr=None, mode=None, dynamic=None, fullgraph=None, fallback=None,
             deadline_ms=None, connect_timeout_ms=None, artifact_dir=None, cpu_isa=None,
-            ops=None, cuda=None, aot_cache=None):
+            ops=None, cuda=None, aot_cache=None, plans=None, eager_guard=None):
     """A tccd backend with options (see tccd.config for each and its env
     variable); None = the environment's or the built-in default."""
     kw = dict(addr=addr, mode=mode, dynamic=dynamic, fullgraph=fullgraph, fallback=fallback,
               deadline_ms=deadline_ms, connect_timeout_ms=connect_timeout_ms,
-              artifact_dir=artifact_dir, cpu_isa=cpu_isa, ops=ops, cuda=cuda, aot_cache=aot_cache)
+              artifact_dir=artifact_dir, cpu_isa=cpu_isa, ops=ops, cuda=cuda, aot_cache=aot_cache,
+              plans=plans, eager_guard=eager_guard)
     return Backend(**{k: v for k, v in kw.items() if v is not None})
