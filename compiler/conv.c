@@ -53,6 +53,13 @@
  * (runtime/onednn_conv.c):
  * about 2.5-5x faster than the GEMM road on ResNet's small convolutions.
  *
+ * Pointwise convolutions on the CPU (1x1 taps, stride 1, no padding, one
+ * group; any dtype the GEMM takes) take neither road: per image y[n] =
+ * W[Cout, Cin] . x[n][Cin, O], one GEMM step batched over the images,
+ * reading x where it is and writing C in y's own order, so no im2col,
+ * no reorders and an epilogue that reads C straight (MobileNetV3's step
+ * spent half its time in the oneDNN road's reorders; conv_pointwise_gemm).
+ *
  * The temporaries (col, packed gy, GEMM results) are ordinary TEMP
  * buffers: place.c places them in the workspace (Manifest.workspace_bytes);
  * kernels allocate nothing. Every operand is read through its layout, so
@@ -488,12 +495,58 @@ static int conv_onednn(tcc_lower_ctx *lc, const tcc_node *n, const conv_geom *cg
   return put(lc, n, 0, y, err);
 }
 
+/* Is cg a pointwise convolution (1x1 taps, stride 1, no padding, one
+ * group) on the CPU? */
+static int cpu_pointwise_conv(const tcc_lower_ctx *lc, const conv_geom *cg) {
+  if (lc->g->target.device != TCC__V1__DEVICE_TYPE__CPU || cg->G != 1 || cg->transposed) return 0;
+  for (int d = 0; d < cg->S; d++)
+    if (cg->k[d] != 1 || cg->s[d] != 1 || cg->p[d] != 0) return 0;
+  return 1;
+}
+
+/* A pointwise convolution on the CPU (cpu_pointwise_conv): per image,
+ * y[n] = W[Cout, Cin] . x[n][Cin, O], one GEMM step batched over the
+ * images that reads x (when it is a buffer) and writes C in y's own
+ * [N, Cout, O] order, so the epilogue reads it straight. oneDNN's
+ * blocked 1x1 kernels need x reordered into nChw16c (nChw8c) and the
+ * result back on every call: half of MobileNetV3's step went to those
+ * reorders. */
+static int conv_pointwise_gemm(tcc_lower_ctx *lc, const tcc_node *n, const conv_geom *cg,
+                               tcc_dtype dt, tcc_error *err) {
+  tcc_program *p = lc->prog;
+  int S = cg->S;
+  const tcc_ix *vb = tcc_ix_var(p, 0), *vr = tcc_ix_var(p, 1), *vc = tcc_ix_var(p, 2);
+  const tcc_ix *wi[TCC_MAX_DIMS], *xi[TCC_MAX_DIMS];
+  wi[0] = vr;                                   /* A(b, m, k) = W[m, k, 0..] */
+  wi[1] = vc;
+  xi[0] = vb;                                   /* B(b, k, j) = x[b, k, o(j)..] */
+  xi[1] = vr;
+  for (int d = 0; d < S; d++) wi[2 + d] = tcc_ix_const(p, 0);
+  unflatten(p, vc, cg->o, S, xi + 2);
+  const tcc_vx *c = tcc_lower_gemm(lc, read(lc, ARG("weight")->v, wi, dt),
+                                   read(lc, ARG("input")->v, xi, dt), cg->N, cg->Cout, cg->O, cg->Cin, dt);
+  if (!c) return OOM();
+  const tcc_ix *o[TCC_MAX_DIMS], *ci[3];
+  for (int d = 0; d < 2 + S; d++) o[d] = tcc_ix_var(p, d);
+  ci[0] = o[0];
+  ci[1] = o[1];
+  ci[2] = flatten(p, o + 2, cg->o, S);
+  const tcc_vx *y = tcc_vx_subst(p, c, 3, ci);
+  const tcc_arg *bias = ARG("bias");
+  if (bias->kind == TCC_ARG_TENSOR) y = BIN(ADD, y, read(lc, bias->v, o + 1, dt));
+  return put(lc, n, 0, y, err);
+}
+
 int tcc_lower_conv(tcc_lower_ctx *lc, const tcc_node *n, tcc_error *err) {
   if (n->outs[0] < 0) return 0;
   tcc_program *p = lc->prog;
   conv_geom cg;
   int rc = conv_geom_of(lc->g, n, &cg, err);
   if (rc) return rc;
+  if (cpu_pointwise_conv(lc, &cg)) {
+    tcc_dtype dt = gemm_dtype(lc, n, &cg, err);
+    return dt ? conv_pointwise_gemm(lc, n, &cg, dt, err) : err->code;
+  }
   if (use_onednn(lc, &cg, tmeta(lc->g, ARG("input"))->dtype)) return conv_onednn(lc, n, &cg, err);
   tcc_dtype dt = gemm_dtype(lc, n, &cg, err);
   if (!dt) return err->code;

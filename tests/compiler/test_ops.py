@@ -1185,7 +1185,8 @@ def test_empty_matmul():
 #
 # float32: oneDNN steps (when built with oneDNN) + a fused epilogue;
 # float64 (and float32 with TCC_NO_ONEDNN=1): im2col + GEMM (extern) + the
-# epilogue; backward: GEMMs + a col2im gather. Reference: eager
+# epilogue; 1x1 stride-1 unpadded ungrouped ones: a GEMM batched over the
+# images (both dtypes); backward: GEMMs + a col2im gather. Reference: eager
 # aten.convolution(_backward) on the same inputs.
 # float32 tolerance (1e-4, 1e-4): sums of up to a few hundred products in
 # a different order (OpenBLAS vs oneDNN); float64 1e-10.
@@ -1272,6 +1273,38 @@ def test_convolution_roads(case, road):
         want = [want[i] for i in take] if nout else [want]
         for o, ref in zip(k(*ins), want):
             check(o, ref, tol=CONV_TOL[torch.float32])
+
+
+@pytest.mark.parametrize("road", ["onednn", "gemm"])
+def test_pointwise_convolution_is_one_batched_gemm(road):
+    """A 1x1, stride-1, unpadded convolution on the CPU is one GEMM step
+    batched over the images (conv.c, conv_pointwise_gemm): it reads x
+    and writes C in y's [N, Cout, H*W] order, so with bias, inference
+    batch norm and ReLU the artifact is that step and ONE epilogue kernel
+    (no packing copy, no oneDNN convolution and its reorders), on both
+    GEMM roads. Fresh inputs, against eager in float64."""
+    g = gen(hash((road, "pointwise conv")) & 0xffff)
+    x = rnd((3, 24, 7, 9), torch.float32, g, -2, 2)
+    w, b = rnd((40, 24, 1, 1), torch.float32, g, -1, 1), rnd((40,), torch.float32, g)
+    rm, rv = rnd((40,), torch.float32, g), rnd((40,), torch.float32, g, 0.5, 1.5)
+    gamma, beta = rnd((40,), torch.float32, g), rnd((40,), torch.float32, g)
+
+    def f(x, w, b, rm, rv, gamma, beta):
+        y = A.convolution.default(x, w, b, [1, 1], [0, 0], [1, 1], False, [0, 0], 1)
+        y = A._native_batch_norm_legit_no_training.default(y, gamma, beta, rm, rv, 0.1, 1e-5)[0]
+        return A.relu.default(y)
+    ins = [x, w, b, rm, rv, gamma, beta]
+    gm = tk.aten_graph(f, ins, decompose=False)
+    env = dict(os.environ, TCC_NO_ONEDNN="1" if road == "gemm" else "0")
+    k = tk.compile_fx(gm, ins, env=env, keep_source=True)
+    if road == "onednn" and "onednn/" not in k.identity:
+        pytest.skip("tccd is built without oneDNN (meson -Donednn)")
+    assert k.kinds == ["extern", "pointwise"], k.kinds
+    assert "tcc_dnnl_conv_run(&k" not in k.source
+    assert ("dnnl_sgemm(" in k.source) == (road == "onednn")
+    assert ("cblas_sgemm(" in k.source) == (road == "gemm")
+    want = f(*[t.double() for t in ins])
+    torch.testing.assert_close(k(*ins)[0].double(), want, rtol=1e-4, atol=1e-4)
 
 
 def test_convolution_steps_run_on_threads_at_once():
