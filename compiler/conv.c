@@ -416,11 +416,39 @@ static int use_onednn(const tcc_lower_ctx *lc, const conv_geom *cg, tcc_dtype dt
   return 1;
 }
 
+/* Is L a rank-4 or rank-5 layout stored channels last? */
+static int layout_channels_last(const tcc_meta *L) {
+  if (L->rank != 4 && L->rank != 5) return 0;
+  tcc_meta m = *L;
+  tcc_meta_channels_last(&m);
+  for (int d = 0; d < L->rank; d++)
+    if (L->sizes[d] > 1 && L->strides[d] != m.strides[d]) return 0;
+  return 1;
+}
+
+/* Is e the identity load of a whole buffer of rank `rank`? */
+static int identity_load(const tcc_program *p, const tcc_vx *e, int rank) {
+  if (!e || e->op != TCC_PRIM_LOAD || e->nidx != rank || p->bufs[e->buf].layout.rank != rank) return 0;
+  for (int d = 0; d < rank; d++)
+    if (e->idx[d]->kind != TCC_IX_VAR || e->idx[d]->var != d) return 0;
+  return 1;
+}
+
+/* Does value v reach a convolution channels last: a buffer stored so,
+ * or a body still to be packed that the layout plan marked
+ * (tcc_conv_plan_layouts)? */
+static int reads_channels_last(const tcc_lower_ctx *lc, int v) {
+  const tcc_vx *e = lc->vals[v].body;
+  if (identity_load(lc->prog, e, lc->vals[v].rank)) return layout_channels_last(&lc->prog->bufs[e->buf].layout);
+  return lc->channels_last[v];
+}
+
 /* Value v (dtype dt) as a whole buffer a oneDNN step reads through its
  * layout: its body when that is a load of a dt buffer at the identity
- * index with no zero stride (on a dim longer than 1), else a contiguous
- * TEMP packed from the body. NULL when out of memory. */
-static const tcc_vx *whole(tcc_lower_ctx *lc, int v, tcc_dtype dt) {
+ * index with no zero stride (on a dim longer than 1), else a TEMP packed
+ * from the body, contiguous or (channels_last) channels last. NULL when
+ * out of memory. */
+static const tcc_vx *whole(tcc_lower_ctx *lc, int v, tcc_dtype dt, int channels_last) {
   tcc_program *p = lc->prog;
   const tcc_lval *lv = &lc->vals[v];
   const tcc_vx *e = lv->body;
@@ -435,13 +463,18 @@ static const tcc_vx *whole(tcc_lower_ctx *lc, int v, tcc_dtype dt) {
   if (ok) return e;
   const tcc_ix *idx[TCC_MAX_DIMS];
   for (int d = 0; d < lv->rank; d++) idx[d] = tcc_ix_var(p, d);
-  int buf = tcc_lower_pack(lc, read(lc, v, idx, dt), lv->rank, lv->sizes, dt);
+  const tcc_vx *body = read(lc, v, idx, dt);
+  int buf = channels_last ? tcc_lower_pack_channels_last(lc, body, lv->rank, lv->sizes, dt)
+                          : tcc_lower_pack(lc, body, lv->rank, lv->sizes, dt);
   return buf < 0 ? NULL : tcc_vx_load(p, buf, lv->rank, idx);
 }
 
 /* The oneDNN step `kind` over operands a and b (whole()) as an EXTERN
- * kernel into a contiguous TEMP of `sizes`. Returns a load of it at the
- * identity index, or NULL when out of memory. */
+ * kernel into a TEMP of `sizes`: channels last when the step is a
+ * forward one whose input a is (the runtime then asks oneDNN for a
+ * primitive that reads and writes that layout, and nothing is
+ * reordered), else contiguous. Returns a load of it at the identity
+ * index, or NULL when out of memory. */
 static const tcc_vx *onednn_step(tcc_lower_ctx *lc, tcc_extern_kind kind, const conv_geom *cg,
                                  const tcc_vx *a, const tcc_vx *b, int rank, const int64_t *sizes) {
   tcc_program *p = lc->prog;
@@ -463,7 +496,9 @@ static const tcc_vx *onednn_step(tcc_lower_ctx *lc, tcc_extern_kind kind, const 
   prm[TCC_CONV_TRANSPOSED] = cg->transposed;
   /* packed by a kernel whose one store is the call: made EXTERN */
   const tcc_vx *call = tcc_vx_extern(p, kind, TCC__V1__DTYPE__FLOAT32, a, b, TCC_CONV_NPARAM, prm);
-  int id = call ? tcc_lower_pack(lc, call, rank, sizes, TCC__V1__DTYPE__FLOAT32) : -1;
+  int cl = kind == TCC_EXT_CONV_FWD && layout_channels_last(&p->bufs[a->buf].layout);
+  int id = !call ? -1 : cl ? tcc_lower_pack_channels_last(lc, call, rank, sizes, TCC__V1__DTYPE__FLOAT32)
+                           : tcc_lower_pack(lc, call, rank, sizes, TCC__V1__DTYPE__FLOAT32);
   if (id < 0) return NULL;
   p->kernels[p->nkernels - 1].kind = TCC_OPK_EXTERN;
   const tcc_ix *idx[TCC_MAX_DIMS];
@@ -484,8 +519,9 @@ static int conv_onednn(tcc_lower_ctx *lc, const tcc_node *n, const conv_geom *cg
   tcc_dtype dt = TCC__V1__DTYPE__FLOAT32;
   int64_t ys[TCC_MAX_DIMS];
   activation_sizes(cg, cg->Cout, cg->o, ys);
-  const tcc_vx *y = onednn_step(lc, TCC_EXT_CONV_FWD, cg, whole(lc, ARG("input")->v, dt),
-                                whole(lc, ARG("weight")->v, dt), 2 + cg->S, ys);
+  int xv = ARG("input")->v;
+  const tcc_vx *y = onednn_step(lc, TCC_EXT_CONV_FWD, cg, whole(lc, xv, dt, lc->channels_last[xv]),
+                                whole(lc, ARG("weight")->v, dt, 0), 2 + cg->S, ys);
   if (!y) return OOM();
   const tcc_arg *bias = ARG("bias");
   if (bias->kind == TCC_ARG_TENSOR) {
@@ -504,37 +540,67 @@ static int cpu_pointwise_conv(const tcc_lower_ctx *lc, const conv_geom *cg) {
   return 1;
 }
 
-/* A pointwise convolution on the CPU (cpu_pointwise_conv): per image,
- * y[n] = W[Cout, Cin] . x[n][Cin, O], one GEMM step batched over the
- * images that reads x (when it is a buffer) and writes C in y's own
- * [N, Cout, O] order, so the epilogue reads it straight. oneDNN's
- * blocked 1x1 kernels need x reordered into nChw16c (nChw8c) and the
- * result back on every call: half of MobileNetV3's step went to those
- * reorders. */
+/* A pointwise convolution on the CPU (cpu_pointwise_conv) as one GEMM
+ * step batched over the images, in the layout x comes in:
+ *   NCHW  y[n] = W[Cout, Cin] . x[n][Cin, O], C in y's [N, Cout, O] order;
+ *   NHWC  (x stored channels last, reads_channels_last)
+ *         y[n]^T = x[n]^T[O, Cin] . W^T, C in [N, O, Cout] order,
+ * reading x where it is (when it is a buffer), so the epilogue reads C
+ * straight and writes y in its own layout. oneDNN's blocked 1x1 kernels
+ * need x reordered into nChw16c (nChw8c) and the result back on every
+ * call: half of MobileNetV3's step went to those reorders. */
 static int conv_pointwise_gemm(tcc_lower_ctx *lc, const tcc_node *n, const conv_geom *cg,
                                tcc_dtype dt, tcc_error *err) {
   tcc_program *p = lc->prog;
-  int S = cg->S;
-  const tcc_ix *vb = tcc_ix_var(p, 0), *vr = tcc_ix_var(p, 1), *vc = tcc_ix_var(p, 2);
+  int S = cg->S, xv = ARG("input")->v, nhwc = reads_channels_last(lc, xv);
+  const tcc_ix *v0 = tcc_ix_var(p, 0), *v1 = tcc_ix_var(p, 1), *v2 = tcc_ix_var(p, 2);
   const tcc_ix *wi[TCC_MAX_DIMS], *xi[TCC_MAX_DIMS];
-  wi[0] = vr;                                   /* A(b, m, k) = W[m, k, 0..] */
-  wi[1] = vc;
-  xi[0] = vb;                                   /* B(b, k, j) = x[b, k, o(j)..] */
-  xi[1] = vr;
   for (int d = 0; d < S; d++) wi[2 + d] = tcc_ix_const(p, 0);
-  unflatten(p, vc, cg->o, S, xi + 2);
-  const tcc_vx *c = tcc_lower_gemm(lc, read(lc, ARG("weight")->v, wi, dt),
-                                   read(lc, ARG("input")->v, xi, dt), cg->N, cg->Cout, cg->O, cg->Cin, dt);
+  xi[0] = v0;
+  const tcc_vx *c;
+  if (nhwc) {
+    xi[1] = v2;                                 /* A(b, m, k) = x[b, k, o(m)..] */
+    unflatten(p, v1, cg->o, S, xi + 2);
+    wi[0] = v2;                                 /* B(b, k, j) = W[j, k, 0..] */
+    wi[1] = v1;
+    c = tcc_lower_gemm(lc, read(lc, xv, xi, dt), read(lc, ARG("weight")->v, wi, dt), cg->N, cg->O,
+                       cg->Cout, cg->Cin, dt);
+  } else {
+    wi[0] = v1;                                 /* A(b, m, k) = W[m, k, 0..] */
+    wi[1] = v2;
+    xi[1] = v1;                                 /* B(b, k, j) = x[b, k, o(j)..] */
+    unflatten(p, v2, cg->o, S, xi + 2);
+    c = tcc_lower_gemm(lc, read(lc, ARG("weight")->v, wi, dt), read(lc, xv, xi, dt), cg->N, cg->Cout,
+                       cg->O, cg->Cin, dt);
+  }
   if (!c) return OOM();
   const tcc_ix *o[TCC_MAX_DIMS], *ci[3];
   for (int d = 0; d < 2 + S; d++) o[d] = tcc_ix_var(p, d);
   ci[0] = o[0];
-  ci[1] = o[1];
-  ci[2] = flatten(p, o + 2, cg->o, S);
+  ci[1 + nhwc] = o[1];
+  ci[2 - nhwc] = flatten(p, o + 2, cg->o, S);
   const tcc_vx *y = tcc_vx_subst(p, c, 3, ci);
   const tcc_arg *bias = ARG("bias");
   if (bias->kind == TCC_ARG_TENSOR) y = BIN(ADD, y, read(lc, bias->v, o + 1, dt));
   return put(lc, n, 0, y, err);
+}
+
+int tcc_lower_conv(tcc_lower_ctx *lc, const tcc_node *n, tcc_error *err);
+
+void tcc_conv_plan_layouts(tcc_lower_ctx *lc) {
+  const tcc_graph *g = lc->g;
+  for (int k = 0; k < g->nnodes; k++) {
+    const tcc_node *n = &g->nodes[k];
+    if (n->op->lower != tcc_lower_conv) continue;
+    conv_geom cg;
+    tcc_error e = {0};
+    const tcc_meta *x = tmeta(g, ARG("input"));
+    if (conv_geom_of(g, n, &cg, &e) || !x || cg.S != 2 || cg.transposed ||
+        !use_onednn(lc, &cg, x->dtype))
+      continue;
+    int v = ARG("input")->v;
+    if (g->values[v].kind == TCC_VAL_NODE) lc->channels_last[v] = 1;
+  }
 }
 
 int tcc_lower_conv(tcc_lower_ctx *lc, const tcc_node *n, tcc_error *err) {
@@ -719,12 +785,12 @@ int tcc_lower_conv_backward(tcc_lower_ctx *lc, const tcc_node *n, tcc_error *err
   }
   if (!want[0] && !want[1]) return 0;
   if (onednn) {
-    const tcc_vx *gy = whole(lc, gv, dt);
+    const tcc_vx *gy = whole(lc, gv, dt, 0);
     if (!gy) return OOM();
     if (want[0]) {
       int64_t xs[TCC_MAX_DIMS];
       activation_sizes(&cg, cg.Cin, cg.in, xs);
-      if ((rc = put(lc, n, 0, onednn_step(lc, TCC_EXT_CONV_BWD_DATA, &cg, gy, whole(lc, wv, dt), 2 + S, xs),
+      if ((rc = put(lc, n, 0, onednn_step(lc, TCC_EXT_CONV_BWD_DATA, &cg, gy, whole(lc, wv, dt, 0), 2 + S, xs),
                     err)))
         return rc;
     }
@@ -732,7 +798,7 @@ int tcc_lower_conv_backward(tcc_lower_ctx *lc, const tcc_node *n, tcc_error *err
       int64_t ws[TCC_MAX_DIMS] = {cg.Cout, cg.Cig};
       if (cg.transposed) ws[0] = cg.Cin, ws[1] = cg.Cog;
       memcpy(ws + 2, cg.k, sizeof(int64_t) * (size_t)S);
-      if ((rc = put(lc, n, 1, onednn_step(lc, TCC_EXT_CONV_BWD_WEIGHTS, &cg, whole(lc, xv, dt), gy, 2 + S, ws),
+      if ((rc = put(lc, n, 1, onednn_step(lc, TCC_EXT_CONV_BWD_WEIGHTS, &cg, whole(lc, xv, dt, 0), gy, 2 + S, ws),
                     err)))
         return rc;
     }

@@ -312,6 +312,10 @@ int tcc_infer_node(const tcc_graph *g, const tcc_node *n, tcc_meta *out,
                    tcc_error *err);
 /* Contiguous (row-major) strides for sizes; fills numel/span. */
 void tcc_meta_contiguous(tcc_meta *m);
+/* The same, channels last: a rank-4 or rank-5 [N, C, spatial..] tensor
+ * stored N, spatial.., C (PyTorch's channels_last / channels_last_3d);
+ * contiguous for other ranks. */
+void tcc_meta_channels_last(tcc_meta *m);
 /* PyTorch broadcasting of two shapes into out (rank = max). Returns 0 or
  * TCC_E_INVALID_ARGUMENT naming the clashing dim. */
 int tcc_broadcast(const int64_t *a, int ra, const int64_t *b, int rb,

@@ -33,6 +33,20 @@ const char *tcc_shape_str(const int64_t *sizes, int rank, char *buf, size_t cap)
 }
 
 /* Requires: the element count of m's sizes fits int64. */
+void tcc_meta_channels_last(tcc_meta *m) {
+  tcc_meta_contiguous(m);
+  if (m->rank != 4 && m->rank != 5) return;
+  int64_t s = 1;
+  int order[5] = {1, 0, 0, 0, 0}, n = 1;   /* innermost first: C, then spatial from the last */
+  for (int d = m->rank - 1; d >= 2; d--) order[n++] = d;
+  order[n++] = 0;
+  for (int i = 0; i < n; i++) {
+    int d = order[i];
+    m->strides[d] = s;
+    if (__builtin_mul_overflow(s, m->sizes[d] > 1 ? m->sizes[d] : 1, &s)) s = INT64_MAX;
+  }
+}
+
 void tcc_meta_contiguous(tcc_meta *m) {
   int64_t s = 1;
   for (int d = m->rank - 1; d >= 0; d--) {

@@ -332,12 +332,18 @@ struct tcc_lower_ctx {
   const tcc_graph *g;
   tcc_lval *vals;           /* per graph value */
   int *out_buf;             /* per graph output position: its buffer */
+  unsigned char *channels_last;  /* per graph value: realized channels last (conv.c) */
 };
 
 /* Lowers the canonical graph into p. Returns 0, TCC_E_UNIMPLEMENTED (a
  * dtype the backend cannot do yet, naming the node), or
  * TCC_E_RESOURCE_EXHAUSTED. */
 int tcc_lower(tcc_program *p, tcc_error *err);
+/* conv.c, before any node is lowered: marks in lc->channels_last the
+ * values that feed a CPU convolution step and are realized inside the
+ * graph, so that activations between convolutions are stored channels
+ * last, the layout oneDNN's kernels read without a reorder. */
+void tcc_conv_plan_layouts(tcc_lower_ctx *lc);
 
 /* For lowering functions: the body of tensor argument `a` read at the
  * output index space (rank, sizes) with broadcasting, cast to dt. */
@@ -358,6 +364,9 @@ int tcc_lower_temp(tcc_lower_ctx *lc, int rank, const int64_t *sizes, tcc_dtype 
  * of memory, or body NULL). */
 int tcc_lower_pack(tcc_lower_ctx *lc, const tcc_vx *body, int rank, const int64_t *sizes,
                    tcc_dtype dt);
+/* The same into a TEMP laid out channels last (tcc_meta_channels_last). */
+int tcc_lower_pack_channels_last(tcc_lower_ctx *lc, const tcc_vx *body, int rank,
+                                 const int64_t *sizes, tcc_dtype dt);
 
 /* A GEMM step C[b, m, n] = sum_k A[b, m, k] B[b, k, n] (an EXTERN kernel
  * into a TEMP; an operand BLAS cannot read as it is gets packed first):

@@ -111,7 +111,8 @@ int tcc_lower_realize(tcc_lower_ctx *lc, const tcc_node *n, int o, const tcc_vx 
   }
   if (home < 0) {
     tcc_buffer b = {.kind = TCC_BUF_TEMP, .pos = -1, .layout = *m, .value = v};
-    tcc_meta_contiguous(&b.layout);
+    if (lc->channels_last[v]) tcc_meta_channels_last(&b.layout);
+    else tcc_meta_contiguous(&b.layout);
     home = tcc_program_add_buffer(p, &b);
     if (home < 0 || tcc_kernel_add_store(p, k, home, idx, body))
       return tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "out of memory lowering");
@@ -199,16 +200,27 @@ int tcc_lower_temp(tcc_lower_ctx *lc, int rank, const int64_t *sizes, tcc_dtype 
   return tcc_program_add_buffer(lc->prog, &b);
 }
 
-int tcc_lower_pack(tcc_lower_ctx *lc, const tcc_vx *body, int rank, const int64_t *sizes,
-                   tcc_dtype dt) {
+static int pack(tcc_lower_ctx *lc, const tcc_vx *body, int rank, const int64_t *sizes,
+                tcc_dtype dt, int channels_last) {
   tcc_program *p = lc->prog;
   const tcc_ix *idx[TCC_MAX_DIMS];
   if (!body || tcc_lower_identity_index(p, rank, idx)) return -1;
   int id = tcc_lower_temp(lc, rank, sizes, dt);
   if (id < 0) return -1;
+  if (channels_last) tcc_meta_channels_last(&p->bufs[id].layout);
   int k = tcc_program_add_kernel(p, rank, sizes);
   if (k < 0 || tcc_kernel_add_store(p, k, id, idx, tcc_vx_cast(p, body, dt))) return -1;
   return id;
+}
+
+int tcc_lower_pack(tcc_lower_ctx *lc, const tcc_vx *body, int rank, const int64_t *sizes,
+                   tcc_dtype dt) {
+  return pack(lc, body, rank, sizes, dt, 0);
+}
+
+int tcc_lower_pack_channels_last(tcc_lower_ctx *lc, const tcc_vx *body, int rank,
+                                 const int64_t *sizes, tcc_dtype dt) {
+  return pack(lc, body, rank, sizes, dt, 1);
 }
 
 /* ------------------------------------------------- pointwise ops */
@@ -1061,7 +1073,8 @@ int tcc_lower(tcc_program *p, tcc_error *err) {
   tcc_lower_ctx lcs = {.prog = p, .g = g}, *lc = &lcs;
   lc->vals = tcc_arena_array(p->arena, (size_t)g->nvalues + 1, sizeof *lc->vals);
   lc->out_buf = tcc_arena_array(p->arena, (size_t)g->noutputs + 1, sizeof *lc->out_buf);
-  if (!lc->vals || !lc->out_buf)
+  lc->channels_last = tcc_arena_array(p->arena, (size_t)g->nvalues + 1, sizeof *lc->channels_last);
+  if (!lc->vals || !lc->out_buf || !lc->channels_last)
     return tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "out of memory lowering");
   const tcc_ix *idx[TCC_MAX_DIMS];
 
@@ -1097,6 +1110,7 @@ int tcc_lower(tcc_program *p, tcc_error *err) {
       return tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "out of memory lowering");
   }
 
+  tcc_conv_plan_layouts(lc);
   /* Nodes, in canonical (topological) order. */
   for (int k = 0; k < g->nnodes; k++) {
     const tcc_node *n = &g->nodes[k];

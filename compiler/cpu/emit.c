@@ -743,6 +743,8 @@ static int emit_conv_extern(kernel_emit *ke, int kno) {
   put_dnnl_strides(b, &p->bufs[A->buf].layout);
   tcc_buf_puts(b, ", .sb = ");
   put_dnnl_strides(b, &p->bufs[B->buf].layout);
+  tcc_buf_puts(b, ",\n  .sc = ");
+  put_dnnl_strides(b, &p->bufs[st->buf].layout);
   tcc_buf_puts(b, ", .lock = PTHREAD_MUTEX_INITIALIZER};\n");
   put_kernel_head(b, p, kno);
   tcc_buf_puts(b, "  (void)in; (void)out; (void)ws;\n");

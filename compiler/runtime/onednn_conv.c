@@ -8,8 +8,13 @@
  * geometry. On its first call the step asks oneDNN for the primitive with
  * the layouts oneDNN prefers (format "any": blocked, e.g. nChw8c on
  * AVX2) and for the reorders from the operands' own layouts (any
- * strides) into those and from the result's into the contiguous TEMP the
- * epilogue reads; every later call only executes them. The blocked
+ * strides) into those and from the result's into the TEMP the epilogue
+ * reads; every later call only executes them. A forward step whose
+ * input or result is stored channels last (NHWC: the compiler keeps
+ * activations between convolutions so, conv.c) asks for a primitive on
+ * that layout instead, which oneDNN's brgemm kernels read and write as
+ * they are, with no reorder (format "any" is the fallback when oneDNN
+ * has none). The blocked
  * copies and oneDNN's scratchpad are allocated per call (user scratchpad
  * mode), so one step may run on several threads at once.
  *
@@ -34,7 +39,7 @@
 typedef struct tcc_dnnl_conv {
   int kind;                          /* 0, 1, 2 as above */
   int64_t prm[24];                   /* TCC_CONV_* (compiler/loop.h) */
-  int64_t sa[5], sb[5];              /* element strides of a and b */
+  int64_t sa[5], sb[5], sc[5];       /* element strides of a, b and the result c */
   pthread_mutex_t lock;
   int state;                         /* 0 not made yet, 1 ready, -1 refused */
   dnnl_primitive_t prim;
@@ -96,7 +101,26 @@ static void tcc_dnnl_contiguous(int nd, const dnnl_dims_t dims, int64_t *st) {
   }
 }
 
-static int tcc_dnnl_make(tcc_dnnl_conv *c) {
+/* Are strides st (PyTorch's dims) of an activation of dims d dense
+ * channels last (N, spatial.., C)? */
+static int tcc_dnnl_channels_last(int nd, const dnnl_dims_t d, const int64_t *st) {
+  if (nd < 4) return 0;
+  int64_t want = 1;
+  int order[5] = {1, 0, 0, 0, 0}, n = 1;
+  for (int i = nd - 1; i >= 2; i--) order[n++] = i;
+  order[n++] = 0;
+  for (int i = 0; i < n; i++) {
+    int k = order[i];
+    if (d[k] > 1 && st[k] != want) return 0;
+    want *= d[k];
+  }
+  return d[1] > 1;
+}
+
+/* prefer_user: a forward step asks first for a primitive on the
+ * channels-last layouts of its activations (tcc_dnnl_conv_run makes it
+ * again without when oneDNN has none) */
+static int tcc_dnnl_make(tcc_dnnl_conv *c, int prefer_user) {
   const int64_t *p = c->prm;
   int S = (int)p[0], nx = 2 + S;
   dnnl_dims_t xd, wd, yd, strides, dil, pl, pr;
@@ -118,6 +142,13 @@ static int tcc_dnnl_make(tcc_dnnl_conv *c) {
       dnnl_memory_desc_init_by_tag(&wa, nw, wd, dnnl_f32, dnnl_format_tag_any) ||
       dnnl_memory_desc_init_by_tag(&ya, nx, yd, dnnl_f32, dnnl_format_tag_any))
     return -1;
+  /* forward on channels-last activations: that layout, as they are */
+  if (c->kind == 0 && prefer_user && !p[23]) {
+    if (tcc_dnnl_channels_last(nx, xd, c->sa) && dnnl_memory_desc_init_by_strides(&xa, nx, xd, dnnl_f32, c->sa))
+      return -1;
+    if (tcc_dnnl_channels_last(nx, yd, c->sc) && dnnl_memory_desc_init_by_strides(&ya, nx, yd, dnnl_f32, c->sc))
+      return -1;
+  }
   dnnl_primitive_attr_t attr = NULL;
   dnnl_primitive_desc_t fwd = NULL, pd = NULL;
   dnnl_convolution_desc_t fd, bd;
@@ -155,8 +186,9 @@ static int tcc_dnnl_make(tcc_dnnl_conv *c) {
     dims[0] = xd, dims[1] = yd, dims[2] = wd;
   }
   for (int r = 0; r < 3; r++) nds[r] = dims[r] == wd ? nw : nx;
-  /* the result is contiguous in PyTorch's dims ([Cin, Cout/G, k..] for
-   * the weights of a transposed convolution) */
+  /* the result's strides: the TEMP's (sc), which for weights is
+   * contiguous in PyTorch's dims ([Cin, Cout/G, k..] for the weights of
+   * a transposed convolution) */
   dnnl_dims_t cs, pt;
   if (dims[2] == wd) {
     pt[0] = p[23] ? p[2] : p[3];
@@ -164,7 +196,7 @@ static int tcc_dnnl_make(tcc_dnnl_conv *c) {
     for (int d = 0; d < S; d++) pt[2 + d] = p[8 + d];
     tcc_dnnl_contiguous(2 + S, pt, cs);
   } else {
-    tcc_dnnl_contiguous(nds[2], dims[2], cs);
+    for (int d = 0; d < nds[2]; d++) cs[d] = c->sc[d];
   }
   const int64_t *ust[3] = {c->sa, c->sb, cs};
   for (int r = 0; r < 3; r++) {
@@ -206,8 +238,12 @@ static int tcc_dnnl_conv_run(tcc_dnnl_conv *c, const float *a, const float *b, f
   if (__atomic_load_n(&c->state, __ATOMIC_ACQUIRE) == 0) {
     pthread_mutex_lock(&c->lock);
     if (c->state == 0) {
-      int ok = tcc_dnnl_make(c) == 0;
-      if (!ok) tcc_dnnl_release(c);
+      int ok = tcc_dnnl_make(c, 1) == 0;
+      if (!ok) {
+        tcc_dnnl_release(c);
+        ok = tcc_dnnl_make(c, 0) == 0;
+        if (!ok) tcc_dnnl_release(c);
+      }
       __atomic_store_n(&c->state, ok ? 1 : -1, __ATOMIC_RELEASE);
     }
     pthread_mutex_unlock(&c->lock);

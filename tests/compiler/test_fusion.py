@@ -241,6 +241,49 @@ def test_relu_backward_mask_loop_is_vectorized(tmp_path):
     assert re.search(r"k\.c:\d+:\d+: optimized: loop vectorized", r.stderr), (r.stderr, k.source)
 
 
+def test_activations_between_convolutions_are_channels_last():
+    """Inference convolutions on the CPU's oneDNN road: a value that feeds
+    a convolution and lives inside the graph is stored channels last, so
+    the next oneDNN step reads it and writes its own result in that layout
+    (`.sa`/`.sc` strides of the steps), a 1x1 convolution on it is the
+    NHWC GEMM (no oneDNN step), a depthwise one reads it too, and the
+    residual add mixes layouts. The graph's output keeps eager's
+    contiguous layout. Fresh inputs, against eager in float64."""
+    g = torch.Generator().manual_seed(SEED)
+    N, C, H = 2, 8, 12
+
+    def r(*shape, lo=-1.0, hi=1.0):
+        return torch.rand(shape, generator=g) * (hi - lo) + lo
+    x, w1, w2, w3, w4 = r(N, C, H, H, lo=-2, hi=2), r(16, C, 3, 3), r(16, 16, 1, 1), r(16, 1, 3, 3), r(16, 16, 3, 3)
+    b2 = r(16)
+
+    def f(x, w1, w2, b2, w3, w4):
+        conv = A.convolution.default
+        y = A.relu.default(conv(x, w1, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1))
+        z = A.relu.default(conv(y, w2, b2, [1, 1], [0, 0], [1, 1], False, [0, 0], 1))
+        d = conv(z, w3, None, [2, 2], [1, 1], [1, 1], False, [0, 0], 16)
+        e = conv(A.mul.Tensor(d, A.sigmoid.default(d)), w4, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1)
+        return A.add.Tensor(e, d)
+    ins = [x, w1, w2, b2, w3, w4]
+    gm = tk.aten_graph(f, ins, decompose=False)
+    k = tk.compile_fx(gm, ins, keep_source=True)
+    if "onednn/" not in k.identity:
+        pytest.skip("tccd is built without oneDNN")
+    steps = re.findall(r"static tcc_dnnl_conv k\d+_conv = \{.kind = 0.*?\.sa = (\{[^}]*\}).*?\.sc = (\{[^}]*\})",
+                       k.source, re.S)
+    nhwc = {"{%d, 1, %d, %d}" % (H * H * 16, H * 16, 16),          # [2, 16, 12, 12]
+            "{%d, 1, %d, %d}" % (6 * 6 * 16, 6 * 16, 16)}          # [2, 16, 6, 6]
+    assert len(steps) == 3, steps                  # 3x3, depthwise, 3x3; the 1x1 is a GEMM
+    assert steps[0][0] == "{%d, %d, %d, 1}" % (C * H * H, H * H, H), steps   # the graph's input
+    for sa, sc in steps[1:]:
+        assert sa in nhwc and sc in nhwc, steps
+    assert "dnnl_sgemm(" in k.source
+    out = k(*ins)[0]
+    assert out.is_contiguous()
+    want = f(*[t.double() for t in ins])
+    torch.testing.assert_close(out.double(), want, rtol=1e-4, atol=1e-4)
+
+
 def test_padded_conv_pack_peels_its_border(tmp_path):
     """A padded 3x3 convolution's im2col pack reads its input through
     clamped indices (zero outside): the element loop runs in three ranges,
