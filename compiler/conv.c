@@ -60,6 +60,17 @@
  * no reorders and an epilogue that reads C straight (MobileNetV3's step
  * spent half its time in the oneDNN road's reorders; conv_pointwise_gemm).
  *
+ * Layouts on the oneDNN road (tcc_conv_plan_layouts): a 2-D convolution's
+ * input that the graph computes and keeps to itself is realized channels
+ * last (NHWC), as Inductor lays out convolution networks; a forward step
+ * whose input is channels last writes its result so too, and oneDNN's
+ * brgemm kernels read and write both as they are. A pointwise
+ * convolution on such an input is the transposed GEMM, x[n]^T . W^T
+ * into [N, O, Cout]. Graph inputs and outputs keep their layouts (the
+ * first convolution of a network reorders its input as before), and
+ * values a training graph saves for the backward are outputs, so
+ * training keeps NCHW.
+ *
  * The temporaries (col, packed gy, GEMM results) are ordinary TEMP
  * buffers: place.c places them in the workspace (Manifest.workspace_bytes);
  * kernels allocate nothing. Every operand is read through its layout, so
