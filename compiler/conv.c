@@ -554,8 +554,9 @@ static int cpu_pointwise_conv(const tcc_lower_ctx *lc, const conv_geom *cg) {
 /* A pointwise convolution on the CPU (cpu_pointwise_conv) as one GEMM
  * step batched over the images, in the layout x comes in:
  *   NCHW  y[n] = W[Cout, Cin] . x[n][Cin, O], C in y's [N, Cout, O] order;
- *   NHWC  (x stored channels last, reads_channels_last)
- *         y[n]^T = x[n]^T[O, Cin] . W^T, C in [N, O, Cout] order,
+ *   NHWC  (x stored channels last, reads_channels_last) one GEMM over
+ *         every image's pixels, y^T = x^T[N*O, Cin] . W^T, C in
+ *         [N*O, Cout] order (per image, 7x7 maps made GEMMs of 49 rows),
  * reading x where it is (when it is a buffer), so the epilogue reads C
  * straight and writes y in its own layout. oneDNN's blocked 1x1 kernels
  * need x reordered into nChw16c (nChw8c) and the result back on every
@@ -570,11 +571,17 @@ static int conv_pointwise_gemm(tcc_lower_ctx *lc, const tcc_node *n, const conv_
   xi[0] = v0;
   const tcc_vx *c;
   if (nhwc) {
-    xi[1] = v2;                                 /* A(b, m, k) = x[b, k, o(m)..] */
-    unflatten(p, v1, cg->o, S, xi + 2);
-    wi[0] = v2;                                 /* B(b, k, j) = W[j, k, 0..] */
+    int64_t no[1 + CONV_MAX_SPATIAL];           /* A(0, m, k) = x[n(m), k, o(m)..] */
+    const tcc_ix *mi[1 + CONV_MAX_SPATIAL];
+    no[0] = cg->N;
+    memcpy(no + 1, cg->o, sizeof(int64_t) * (size_t)S);
+    unflatten(p, v1, no, 1 + S, mi);
+    xi[0] = mi[0];
+    xi[1] = v2;
+    for (int d = 0; d < S; d++) xi[2 + d] = mi[1 + d];
+    wi[0] = v2;                                 /* B(0, k, j) = W[j, k, 0..] */
     wi[1] = v1;
-    c = tcc_lower_gemm(lc, read(lc, xv, xi, dt), read(lc, ARG("weight")->v, wi, dt), cg->N, cg->O,
+    c = tcc_lower_gemm(lc, read(lc, xv, xi, dt), read(lc, ARG("weight")->v, wi, dt), 1, cg->J,
                        cg->Cout, cg->Cin, dt);
   } else {
     wi[0] = v1;                                 /* A(b, m, k) = W[m, k, 0..] */
@@ -587,9 +594,15 @@ static int conv_pointwise_gemm(tcc_lower_ctx *lc, const tcc_node *n, const conv_
   if (!c) return OOM();
   const tcc_ix *o[TCC_MAX_DIMS], *ci[3];
   for (int d = 0; d < 2 + S; d++) o[d] = tcc_ix_var(p, d);
-  ci[0] = o[0];
-  ci[1 + nhwc] = o[1];
-  ci[2 - nhwc] = flatten(p, o + 2, cg->o, S);
+  if (nhwc) {
+    ci[0] = tcc_ix_const(p, 0);
+    ci[1] = tcc_ix_add(p, tcc_ix_mul(p, o[0], cg->O), flatten(p, o + 2, cg->o, S));
+    ci[2] = o[1];
+  } else {
+    ci[0] = o[0];
+    ci[1] = o[1];
+    ci[2] = flatten(p, o + 2, cg->o, S);
+  }
   const tcc_vx *y = tcc_vx_subst(p, c, 3, ci);
   const tcc_arg *bias = ARG("bias");
   if (bias->kind == TCC_ARG_TENSOR) y = BIN(ADD, y, read(lc, bias->v, o + 1, dt));
