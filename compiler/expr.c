@@ -574,6 +574,19 @@ int tcc_linear_affine(int n, const tcc_ix *const *idx, const int64_t *strides, i
   return 1;
 }
 
+int tcc_gemm_operand_affine(const tcc_program *p, const tcc_vx *e, int64_t *coef, int64_t *c) {
+  const tcc_meta *L = &p->bufs[e->buf].layout;
+  const tcc_ix *idx[TCC_MAX_DIMS];
+  int64_t st[TCC_MAX_DIMS];
+  int n = 0;
+  for (int d = 0; d < e->nidx; d++) {
+    if (tcc_ix_kernel_vars(e->idx[d]) & 1u) continue;
+    idx[n] = e->idx[d];
+    st[n++] = L->strides[d];
+  }
+  return tcc_linear_affine(n, idx, st, 3, coef, c);
+}
+
 const tcc_vx *tcc_vx_with_operands(tcc_program *p, const tcc_vx *e, const tcc_vx *a,
                                    const tcc_vx *b, const tcc_vx *c) {
   if ((e->a && !a) || (e->b && !b) || (e->c && !c)) return NULL;

@@ -225,6 +225,10 @@ int tcc_ix_affine(const tcc_ix *e, int nvars, int64_t *coef, int64_t *c);
  * affine (coef, c filled), 0 when not. */
 int tcc_linear_affine(int n, const tcc_ix *const *idx, const int64_t *strides, int nvars,
                       int64_t *coef, int64_t *c);
+/* The storage offset of a GEMM operand e (a load over (b, row, col)) as
+ * an affine form over those vars (tcc_linear_affine), leaving out the
+ * dims that read the batch var b. Returns 1 when affine, else 0. */
+int tcc_gemm_operand_affine(const tcc_program *p, const tcc_vx *e, int64_t *coef, int64_t *c);
 
 /* ----------------------------------------------------- the program */
 

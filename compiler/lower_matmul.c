@@ -26,15 +26,7 @@ static int blas_operand_ok(const tcc_program *p, const tcc_vx *e, int64_t R, int
   /* matrix part: batch var 0 fixed by substituting it away is not
    * possible here, so require the whole offset to be affine in (r, c)
    * once batch-only dims are dropped */
-  const tcc_ix *idx[TCC_MAX_DIMS];
-  int64_t st[TCC_MAX_DIMS];
-  int n = 0;
-  for (int d = 0; d < e->nidx; d++) {
-    if (tcc_ix_kernel_vars(e->idx[d]) & 1u) continue;
-    idx[n] = e->idx[d];
-    st[n++] = L->strides[d];
-  }
-  if (!tcc_linear_affine(n, idx, st, 3, coef, &c0)) return 0;
+  if (!tcc_gemm_operand_affine(p, e, coef, &c0)) return 0;
   int64_t cr = coef[1], cc = coef[2];
   if (cr > INT32_MAX || cc > INT32_MAX) return 0;
   int64_t mc = C > 1 ? C : 1, mr = R > 1 ? R : 1;
@@ -56,16 +48,9 @@ static int cuda_batch_affine(const tcc_program *p, const tcc_vx *e) {
  * stride 1, n's at least K): nn.Linear's weight? */
 static int stored_n_by_k(const tcc_program *p, const tcc_vx *e, int64_t K, int64_t N) {
   if (!e || e->op != TCC_PRIM_LOAD || K < 2 || N < 2) return 0;
-  const tcc_meta *L = &p->bufs[e->buf].layout;
-  const tcc_ix *idx[TCC_MAX_DIMS];
-  int64_t st[TCC_MAX_DIMS], coef[3], c0;
-  int n = 0;
-  for (int d = 0; d < e->nidx; d++) {
-    if (tcc_ix_kernel_vars(e->idx[d]) & 1u) continue;
-    idx[n] = e->idx[d];
-    st[n++] = L->strides[d];
-  }
-  return L->dtype == e->dtype && tcc_linear_affine(n, idx, st, 3, coef, &c0) && coef[1] == 1 && coef[2] >= K;
+  int64_t coef[3], c0;
+  return p->bufs[e->buf].layout.dtype == e->dtype && tcc_gemm_operand_affine(p, e, coef, &c0) &&
+         coef[1] == 1 && coef[2] >= K;
 }
 
 /* Few rows (FEW_ROWS_MAX) times nn.Linear's weight, float32 on the CPU's

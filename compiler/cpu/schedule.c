@@ -767,17 +767,8 @@ static void plan_gemm(const tcc_program *p, const tcc_kernel *k, int kno, tcc_cp
   const tcc_vx *ops[2] = {call->a, call->b};
   int64_t rows[2] = {M, K}, cols[2] = {K, N};
   for (int o = 0; o < 2; o++) {
-    const tcc_vx *e = ops[o];
-    const tcc_meta *L = &p->bufs[e->buf].layout;
-    const tcc_ix *idx[TCC_MAX_DIMS];
-    int64_t strd[TCC_MAX_DIMS], coef[3], c0;
-    int n = 0;
-    for (int d = 0; d < e->nidx; d++) {
-      if (tcc_ix_kernel_vars(e->idx[d]) & 1u) continue;
-      idx[n] = e->idx[d];
-      strd[n++] = L->strides[d];
-    }
-    tcc_linear_affine(n, idx, strd, 3, coef, &c0);
+    int64_t coef[3] = {0, 0, 0}, c0;
+    tcc_gemm_operand_affine(p, ops[o], coef, &c0);
     int64_t R = rows[o], C = cols[o], cr = coef[1], cc = coef[2];
     int64_t mc = C > 1 ? C : 1, mr = R > 1 ? R : 1;
     if ((cc == 1 || C == 1) && (R == 1 || cr >= mc)) {
