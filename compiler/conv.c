@@ -65,8 +65,8 @@
  * last (NHWC), as Inductor lays out convolution networks; a forward step
  * whose input is channels last writes its result so too, and oneDNN's
  * brgemm kernels read and write both as they are. A pointwise
- * convolution on such an input is the transposed GEMM, x[n]^T . W^T
- * into [N, O, Cout]. Graph inputs and outputs keep their layouts (the
+ * convolution on such an input is one transposed GEMM over every
+ * image's pixels, x^T . W^T into [N*O, Cout]. Graph inputs and outputs keep their layouts (the
  * first convolution of a network reorders its input as before), and
  * values a training graph saves for the backward are outputs, so
  * training keeps NCHW.
@@ -463,13 +463,12 @@ static const tcc_vx *whole(tcc_lower_ctx *lc, int v, tcc_dtype dt, int channels_
   tcc_program *p = lc->prog;
   const tcc_lval *lv = &lc->vals[v];
   const tcc_vx *e = lv->body;
-  int ok = e && e->op == TCC_PRIM_LOAD && e->dtype == dt && e->nidx == lv->rank;
+  int ok = identity_load(p, e, lv->rank) && e->dtype == dt;
   if (ok) {
     const tcc_meta *L = &p->bufs[e->buf].layout;
-    ok = L->dtype == dt && L->rank == lv->rank;
+    ok = L->dtype == dt;
     for (int d = 0; ok && d < lv->rank; d++)
-      ok = e->idx[d]->kind == TCC_IX_VAR && e->idx[d]->var == d && L->sizes[d] == lv->sizes[d] &&
-           (L->strides[d] > 0 || L->sizes[d] == 1);
+      ok = L->sizes[d] == lv->sizes[d] && (L->strides[d] > 0 || L->sizes[d] == 1);
   }
   if (ok) return e;
   const tcc_ix *idx[TCC_MAX_DIMS];
