@@ -263,6 +263,21 @@ int tcc_lower_predicate(tcc_lower_ctx *lc, const tcc_node *n, tcc_error *err) {
   return tcc_lower_result(lc, n, 0, tcc_vx_pred(p, n->op->prim, v, NULL), err);
 }
 
+/* x ** c for the constant exponents that ATen's CPU pow computes
+ * without calling pow() (PowKernel.cpp: 2, 3 and -2 by multiplying, 0.5,
+ * -0.5 and -1 as sqrt, rsqrt and reciprocal): eager's rounding, and a
+ * loop that vectorizes (GPT-2's tanh GELU cubes its input). NULL for any
+ * other exponent. */
+static const tcc_vx *pow_by_constant(tcc_program *p, const tcc_vx *x, double c) {
+  if (c == 2) return BIN(MUL, x, x);
+  if (c == 3) return BIN(MUL, BIN(MUL, x, x), x);
+  if (c == -2) return tcc_vx_unary(p, TCC_PRIM_RECIP, BIN(MUL, x, x));
+  if (c == 0.5) return tcc_vx_unary(p, TCC_PRIM_SQRT, x);
+  if (c == -0.5) return tcc_vx_unary(p, TCC_PRIM_RSQRT, x);
+  if (c == -1) return tcc_vx_unary(p, TCC_PRIM_RECIP, x);
+  return NULL;
+}
+
 /* y = prim(a, b), with b scaled by `alpha` when the schema has it
  * (add/sub: a + alpha * b). Bool add/mul are or/and. */
 int tcc_lower_binary(tcc_lower_ctx *lc, const tcc_node *n, tcc_error *err) {
@@ -289,6 +304,10 @@ int tcc_lower_binary(tcc_lower_ctx *lc, const tcc_node *n, tcc_error *err) {
     if (op == TCC_PRIM_SUB)
       return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "node %d (%s): subtraction of bool "
                            "tensors is not supported", n->src_index, n->op->name);
+  }
+  if (op == TCC_PRIM_POW && tcc_dtype_is_float(cd) && a && b && b->op == TCC_PRIM_CONST) {
+    const tcc_vx *y = pow_by_constant(p, a, b->f);
+    if (y) return tcc_lower_result(lc, n, 0, y, err);
   }
   return tcc_lower_result(lc, n, 0, tcc_vx_binary(p, op, a, b), err);
 }

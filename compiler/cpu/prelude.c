@@ -19,13 +19,13 @@ const char tcc_cpu_prelude[] =
   "extern float log1pf(float) TCC_SIMD; extern float log2f(float) TCC_SIMD;\n"
   "extern float sinf(float) TCC_SIMD; extern float cosf(float) TCC_SIMD;\n"
   "extern float tanf(float) TCC_SIMD; extern float tanhf(float) TCC_SIMD;\n"
-  "extern float erff(float) TCC_SIMD;\n"
+  "extern float erff(float) TCC_SIMD; extern float powf(float, float) TCC_SIMD;\n"
   "extern double exp(double) TCC_SIMD; extern double exp2(double) TCC_SIMD;\n"
   "extern double expm1(double) TCC_SIMD; extern double log(double) TCC_SIMD;\n"
   "extern double log1p(double) TCC_SIMD; extern double log2(double) TCC_SIMD;\n"
   "extern double sin(double) TCC_SIMD; extern double cos(double) TCC_SIMD;\n"
   "extern double tan(double) TCC_SIMD; extern double tanh(double) TCC_SIMD;\n"
-  "extern double erf(double) TCC_SIMD;\n"
+  "extern double erf(double) TCC_SIMD; extern double pow(double, double) TCC_SIMD;\n"
   "#endif\n"
   /* exp for float32 without libmvec's slow path (schedule.c,
    * plan_inline_exp): Cody-Waite reduction by ln 2, Cephes' polynomial
