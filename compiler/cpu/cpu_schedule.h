@@ -60,6 +60,8 @@ typedef struct tcc_cpu_gemm {
 } tcc_cpu_gemm;
 
 #define TCC_CPU_MAX_GROUP 64   /* reductions sharing one loop */
+#define TCC_CPU_COL_BLOCK 128  /* most columns per block of column sums */
+#define TCC_CPU_COL_SUMS 8     /* at most this many sums per block */
 
 /* How one kernel runs. */
 typedef struct tcc_cpu_kernel_schedule {
@@ -99,6 +101,11 @@ typedef struct tcc_cpu_kernel_schedule {
    * computing it again; NULL: none */
   const tcc_vx *kept_red, *kept_node;
   const tcc_ix *const *kept_idx;
+  /* column sums (a bias's gradient: a matrix summed over its rows):
+   * the element loop runs in blocks of this many columns, each block's
+   * sums in arrays, the reduction loops outside a SIMD loop over the
+   * block's columns; 0: none */
+  int col_block;
   int peel_loop;              /* loop run in three ranges (-1: none) */
   int npeel;
   const tcc_ix *peel[TCC_CPU_MAX_PEEL];  /* clamps its middle range drops */

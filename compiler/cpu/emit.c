@@ -950,6 +950,107 @@ static int emit_level(kernel_emit *ke, int lv, int indent, const tcc_vx **nodes,
   return 0;
 }
 
+/* The element loop of column sums (schedule.c, plan_column_sums), at
+ * `indent`, whole: blocks of ks->col_block columns; per block, each sum
+ * of the loop's group in an array over the block's columns (float32 ones
+ * as float_partial does: a float array per run of the innermost
+ * reduction loop, added into a double one), the reduction loops around a
+ * SIMD loop over the block's columns; then the element loop over the
+ * block, the sums read from the arrays. Parts of a summand that only
+ * depend on the column are computed per row (no hoisting). */
+static int emit_column_sums(kernel_emit *ke, int lv, int indent, const tcc_vx **nodes, int nn,
+                            const int *levels, const int *slevels) {
+  tcc_buf *b = ke->b;
+  const tcc_cpu_kernel_schedule *ks = ke->ks;
+  const tcc_cpu_nest *pl = &ks->nest;
+  const int j = pl->nloops - 1, v = pl->dims[j][0], cb = ks->col_block;
+  const int64_t n = pl->size[j];
+  const tcc_vx *group[TCC_CPU_COL_SUMS];
+  int ng = 0, acc[TCC_CPU_COL_SUMS], partials = 0;
+  for (int i = 0; i < nn; i++)
+    if (nodes[i]->op == TCC_PRIM_REDUCE && levels[i] == lv && ng < TCC_CPU_COL_SUMS) group[ng++] = nodes[i];
+  if (!ng) return -1;
+  if (j == ks->par) put_parallel_pragma(b, indent, ks);
+  tcc_buf_printf(b, "%*sfor (int64_t i%dc = 0; i%dc < %" PRId64 "; i%dc += %d) {\n", indent, "", v, v, n, v, cb);
+  int ind = indent + 2;
+  tcc_buf_printf(b, "%*sconst int64_t i%de = i%dc + %d < %" PRId64 " ? i%dc + %d : %" PRId64 ";\n", ind, "", v, v,
+                 cb, n, v, cb, n);
+  for (int g = 0; g < ng; g++) {
+    acc[g] = ke->naccs++;
+    partials |= float_partial(group[g]);
+    tcc_buf_printf(b, "%*s%s a%d[%d] = {0};\n", ind, "", acc_ctype(group[g]), acc[g], cb);
+  }
+  const tcc_vx *r0 = group[0];
+  const int last = r0->nidx - 1;
+  const int blocked = partials && r0->idx[last]->c > TCC_SUM_BLOCK;
+  for (int r = 0; r <= last; r++) {
+    int rv = r0->buf + r;
+    if (r == last && blocked) {
+      tcc_buf_printf(b, "%*sfor (int64_t i%db = 0; i%db < %" PRId64 "; i%db += %d) {\n", ind, "", rv, rv,
+                     r0->idx[r]->c, rv, TCC_SUM_BLOCK);
+      ind += 2;
+      tcc_buf_printf(b, "%*sconst int64_t i%de = i%db + %d < %" PRId64 " ? i%db + %d : %" PRId64 ";\n", ind, "",
+                     rv, rv, TCC_SUM_BLOCK, r0->idx[r]->c, rv, TCC_SUM_BLOCK, r0->idx[r]->c);
+    }
+    if (r == last)
+      for (int g = 0; g < ng; g++)
+        if (float_partial(group[g])) tcc_buf_printf(b, "%*sfloat a%dp[%d] = {0};\n", ind, "", acc[g], cb);
+    if (r == last && blocked)
+      tcc_buf_printf(b, "%*sfor (int64_t i%d = i%db; i%d < i%de; i%d++) {\n", ind, "", rv, rv, rv, rv, rv);
+    else
+      tcc_buf_printf(b, "%*sfor (int64_t i%d = 0; i%d < %" PRId64 "; i%d++) {\n", ind, "", rv, rv, r0->idx[r]->c,
+                     rv);
+    ind += 2;
+  }
+  for (int g = 0; g < ng; g++)
+    for (int r = 0; r < group[g]->nidx; r++) {
+      int rv = group[g]->buf + r;
+      if (g && rv != r0->buf + r) tcc_buf_printf(b, "%*sconst int64_t i%d = i%d;\n", ind, "", rv, r0->buf + r);
+      if (rv < ke->nvars) ke->bound[rv] = 1;
+    }
+  tcc_buf_printf(b, "%*s#pragma omp simd reduction(|:bad)\n", ind, "");
+  tcc_buf_printf(b, "%*sfor (int64_t i%d = i%dc; i%d < i%de; i%d++) {\n", ind, "", v, v, v, v, v);
+  ke->bound[v] = 1;
+  int mark = ke->nscoped;
+  for (int g = 0; g < ng; g++) {
+    char t[96];
+    if (emit_node(ke, group[g]->a, ind + 2)) return -1;
+    operand_text(ke, group[g]->a, t, sizeof t);
+    tcc_buf_printf(b, "%*sa%d%s[i%d - i%dc] += %s;\n", ind + 2, "", acc[g], float_partial(group[g]) ? "p" : "",
+                   v, v, t);
+  }
+  for (int i = mark; i < ke->nscoped; i++) tcc_ptrmap_put(&ke->temps, ke->scoped[i], NULL);
+  ke->nscoped = mark;
+  tcc_buf_printf(b, "%*s}\n", ind, "");
+  for (int g = 0; g < ng; g++)
+    for (int r = 0; r < group[g]->nidx; r++)
+      if (group[g]->buf + r < ke->nvars) ke->bound[group[g]->buf + r] = 0;
+  for (int r = last; r >= 0; r--) {
+    ind -= 2;
+    tcc_buf_printf(b, "%*s}\n", ind, "");
+    if (r == last)
+      for (int g = 0; g < ng; g++)
+        if (float_partial(group[g]))
+          tcc_buf_printf(b, "%*sfor (int q = 0; q < %d; q++) a%d[q] += a%dp[q];\n", ind, "", cb, acc[g], acc[g]);
+    if (r == last && blocked) {
+      ind -= 2;
+      tcc_buf_printf(b, "%*s}\n", ind, "");
+    }
+  }
+  tcc_buf_printf(b, "%*s#pragma omp simd reduction(|:bad)\n", ind, "");
+  tcc_buf_printf(b, "%*sfor (int64_t i%d = i%dc; i%d < i%de; i%d++) {\n", ind, "", v, v, v, v, v);
+  for (int g = 0; g < ng; g++) {
+    int t;
+    if (define_temp(ke, group[g], &t)) return -1;
+    tcc_buf_printf(b, "%*sconst %s t%d = (%s)a%d[i%d - i%dc];\n", ind + 2, "", tcc_cpu_ctype(group[g]->dtype), t,
+                   tcc_cpu_ctype(group[g]->dtype), acc[g], v, v);
+  }
+  if (emit_level(ke, lv, ind + 2, nodes, nn, levels, slevels)) return -1;
+  tcc_buf_printf(b, "%*s}\n", ind, "");
+  tcc_buf_printf(b, "%*s}\n", indent, "");
+  return 0;
+}
+
 static int emit_kernel(const tcc_program *p, const tcc_kernel *k, const tcc_cpu_kernel_schedule *ks,
                        tcc_buf *b) {
   const int kno = ks->kno;
@@ -1010,6 +1111,10 @@ static int emit_kernel(const tcc_program *p, const tcc_kernel *k, const tcc_cpu_
       }
       break;
     }
+    if (lv > 0 && lv == pl->nloops && ks->col_block) {
+      if (emit_column_sums(&ke, lv, indent, nodes, nn, levels, slevels)) goto done_walking;
+      break;
+    }
     if (lv > 0) {
       int j = lv - 1;
       if (j == par && ks->par_at_run_time) {
@@ -1037,7 +1142,7 @@ static int emit_kernel(const tcc_program *p, const tcc_kernel *k, const tcc_cpu_
         if (k->sizes[d] == 1) ke.bound[d] = 1;
     if (emit_level(&ke, lv, indent, nodes, nn, levels, slevels)) goto done_walking;
   }
-  for (int j = pl->nloops - 1 - (pv >= 0); j >= 0; j--) {
+  for (int j = pl->nloops - 1 - (pv >= 0 || ks->col_block); j >= 0; j--) {
     indent -= 2;
     tcc_buf_printf(b, "%*s}\n", indent, "");
   }

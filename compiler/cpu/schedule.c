@@ -40,6 +40,15 @@
  * core taken by another process does not turn every barrier into a wait
  * for a time slice.
  *
+ * Column sums. A kernel whose element loop computes sums over rows
+ * that its summands read at a stride, while reading unit-stride along the
+ * element loop's dim (the bias and layer-norm gradients of a training
+ * step: [rows, columns] summed over rows), runs the element loop in
+ * blocks of up to TCC_CPU_COL_BLOCK columns: the reduction loops go outside a
+ * SIMD loop over the block, into an array of sums per block, so each row
+ * is read as contiguous vectors instead of one gathered element per lane
+ * (plan_column_sums).
+ *
  * Border peeling. A kernel whose element loop reads through clamped
  * indices (the zero padding of a convolution's im2col pack) and holds no
  * reduction runs that loop in three ranges, the middle one without the
@@ -640,6 +649,79 @@ static int used_buffers(const tcc_vx *e, tcc_ptrmap *seen, int *used, int *nused
   return 0;
 }
 
+/* Column sums (see the file header): the element loop's sums, all of
+ * one group, float sums of summands without reductions of their own,
+ * whose loads are affine and read the element loop's dim at unit stride
+ * (at least one of them moving with the innermost reduction variable) or
+ * not at all (a per-row mean: one value per block row). Static dim-order
+ * nests without a kept summand or peeling. Returns 0 or -1 (out of
+ * memory). */
+static int plan_column_sums(planner *ke) {
+  const tcc_program *p = ke->p;
+  tcc_cpu_kernel_schedule *ks = ke->ks;
+  const tcc_cpu_nest *pl = &ks->nest;
+  int pv = pl->nloops - 1;
+  if (!ks->inner_red || pl->affine || pv < 0 || pl->size[pv] < 16 || ks->kept_red || ks->npeel ||
+      p->graph->nsyms)
+    return 0;
+  const tcc_vx *sums[TCC_CPU_COL_SUMS];
+  int nsums = 0, lead = -1;
+  for (int i = 0; i < ks->nnodes; i++) {
+    const tcc_vx *e = ks->nodes[i];
+    if (e->op != TCC_PRIM_REDUCE || ks->levels[i] != pl->nloops) continue;
+    if (e->i != TCC_RED_SUM || (e->dtype != TCC__V1__DTYPE__FLOAT32 && e->dtype != TCC__V1__DTYPE__FLOAT64) ||
+        nsums == TCC_CPU_COL_SUMS || (lead >= 0 && ks->red_lead[i] != lead) || tcc_vx_has_reduce(e->a))
+      return 0;
+    lead = ks->red_lead[i];
+    sums[nsums++] = e;
+  }
+  if (!nsums || sums[0]->nidx < 1) return 0;
+  const int col = pl->dims[pv][0], nv = p->next_var;
+  const int row = sums[0]->buf + sums[0]->nidx - 1;   /* innermost reduction variable */
+  int64_t *coef = malloc(sizeof *coef * (size_t)(nv + 1));
+  tcc_ptrmap seen;
+  if (!coef || tcc_ptrmap_init(&seen, 64)) {
+    free(coef);
+    return -1;
+  }
+  /* the loads under the summands (a DFS over the DAG, once per node) */
+  const tcc_vx *stack[256];
+  int sp = 0, strided = 0, ok = 1;
+  for (int g = 0; g < nsums; g++) stack[sp++] = sums[g]->a;
+  while (sp && ok) {
+    const tcc_vx *e = stack[--sp];
+    if (tcc_ptrmap_get(&seen, e)) continue;
+    if (tcc_ptrmap_put(&seen, e, e)) {
+      ok = -1;
+      break;
+    }
+    if (e->op == TCC_PRIM_LOAD) {
+      const tcc_meta *m = &p->bufs[e->buf].layout;
+      int64_t c;
+      if (!tcc_linear_affine(m->rank, e->idx, m->strides, nv, coef, &c) || (coef[col] != 0 && coef[col] != 1) ||
+          (coef[col] != 0 && llabs(coef[row]) == 1))
+        ok = 0;
+      strided |= coef[col] == 1 && coef[row] != 0;
+      continue;
+    }
+    const tcc_vx *kids[3] = {e->a, e->b, e->c};
+    for (int q = 0; q < 3; q++)
+      if (kids[q]) {
+        if (sp == 256) ok = 0;
+        else stack[sp++] = kids[q];
+      }
+  }
+  tcc_ptrmap_free(&seen);
+  free(coef);
+  if (ok < 0) return -1;
+  /* 128 columns read 512 bytes of a float32 row per block row (1.6x
+   * faster than 32 over a [1024, 30522] sum); narrower blocks where that
+   * leaves fewer than 8 blocks to share among the threads */
+  int64_t cb = (pl->size[pv] / 8 + 15) / 16 * 16;
+  if (ok && strided) ks->col_block = cb < 16 ? 16 : cb > TCC_CPU_COL_BLOCK ? TCC_CPU_COL_BLOCK : (int)cb;
+  return 0;
+}
+
 /* Work estimate: elements times (1 + reduction extents). */
 static double kernel_work(const tcc_kernel *k, const tcc_vx *const *nodes, int n) {
   double numel = 1, red = 0;
@@ -738,6 +820,7 @@ static int plan_kernel(planner *ke) {
       if (ks->nodes[i]->op == TCC_PRIM_LOAD)
         for (int d = 0; d < ks->nodes[i]->nidx; d++) find_peels(ke, ks->nodes[i]->idx[d], pv);
   if (ks->npeel) ks->peel_loop = pv;
+  if (plan_column_sums(ke)) return -1;
   /* the element loop (not the parallel one): iterations store distinct
    * elements and read nothing the kernel writes (tcc_check_program), so
    * it may run in SIMD lanes; this lets gcc if-convert selects (masks)
@@ -908,6 +991,8 @@ int tcc_cpu_schedule_check(const tcc_program *p, tcc_error *err) {
       return tcc_error_set(err, TCC_E_INTERNAL, "k%d: simd or unroll on the parallel loop", ks->kno);
     if (ks->simd && ks->inner_red)
       return tcc_error_set(err, TCC_E_INTERNAL, "k%d: simd around a reduction loop", ks->kno);
+    if (ks->col_block && (!ks->inner_red || ks->simd || ks->peel_loop >= 0 || ks->kept_red || pl->affine))
+      return tcc_error_set(err, TCC_E_INTERNAL, "k%d: column sums with another element-loop plan", ks->kno);
     if (ks->peel_loop >= 0 && (ks->peel_loop != elem || ks->peel_loop == ks->par || !ks->npeel || pl->affine))
       return tcc_error_set(err, TCC_E_INTERNAL, "k%d: peeling loop %d", ks->kno, ks->peel_loop);
     for (int i = 0; i < ks->nnodes; i++)
@@ -974,6 +1059,7 @@ void tcc_cpu_schedule_dump(const tcc_program *p, tcc_buf *b) {
     if (ks->simdlen) tcc_buf_printf(b, " simdlen %d", ks->simdlen);
     if (ks->unroll) tcc_buf_printf(b, "; element loop unrolled %d", ks->unroll);
     if (ks->inner_red) tcc_buf_puts(b, "; reduction in the element loop");
+    if (ks->col_block) tcc_buf_printf(b, " (column sums, blocks of %d)", ks->col_block);
     if (ks->peel_loop >= 0) tcc_buf_printf(b, "; loop %d peeled around %d clamps", ks->peel_loop, ks->npeel);
     if (ks->inline_exp) tcc_buf_puts(b, "; masked exps inline");
     if (ks->kept_node) tcc_buf_puts(b, "; a sum's summands kept in the output");

@@ -892,6 +892,47 @@ def test_float32_sums_as_accurate_as_eager(shape, dims):
     assert err <= 3 * eager_err, f"sum over {dims} of {shape}: |error| {err:.3g}, eager's {eager_err:.3g}"
 
 
+COLUMN_SUMS = re.compile(r"for \(int64_t i\d+c = 0; ")
+
+
+@pytest.mark.parametrize("rows,cols", [(300, 37), (1000, 130), (7, 2050)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_column_sums(rows, cols, dtype):
+    """Sums over the rows of a [rows, cols] matrix read at a row stride run
+    as column sums (cpu/schedule.c, plan_column_sums): blocks of columns,
+    the row loop outside a SIMD loop over the block. Covered: a bias's
+    gradient over a 3-D input (dims 0 and 1), a fused summand, layer
+    norm's weight and bias gradients (two sums of one loop, per-row mean
+    and rstd read once per row), column counts that leave a partial block,
+    runs over 256 rows (float partials), and a transposed input (its rows
+    are unit-stride: no column sums). Against float64."""
+    g = gen(hash(("colsum", rows, cols, str(dtype))) & 0xffff)
+    tol = RED_TOL[dtype]
+    x, y = rnd((rows, cols), dtype, g, -2, 2), rnd((rows, cols), dtype, g, -2, 2)
+    mean, rstd = rnd((rows, 1), dtype, g, -1, 1), rnd((rows, 1), dtype, g, 0.5, 2)
+
+    def bias_grad(x, y):
+        return A.sum.dim_IntList(A.mul.Tensor(A.add.Tensor(x, y), 0.5), [0])
+
+    def norm_grads(x, y, mean, rstd):
+        xhat = A.mul.Tensor(A.sub.Tensor(x, mean), rstd)
+        return A.sum.dim_IntList(A.mul.Tensor(y, xhat), [0]), A.sum.dim_IntList(y, [0])
+
+    def bias_grad_3d(x):
+        return A.sum.dim_IntList(x, [0, 1])
+
+    x3 = rnd((2, rows, cols), dtype, g, -2, 2)
+    for fn, ins, strided in [(bias_grad, [x, y], True), (norm_grads, [x, y, mean, rstd], True),
+                             (bias_grad_3d, [x3], True), (bias_grad, [x.t().contiguous().t(), y], False)]:
+        gm = tk.aten_graph(fn, ins, decompose=False)
+        k = tk.compile_fx(gm, ins, keep_source=True)
+        assert (COLUMN_SUMS.search(k.source) is not None) == strided, (fn.__name__, k.source[-2500:])
+        want = fn(*[t.double() for t in ins])
+        want = want if isinstance(want, tuple) else (want,)
+        for got, w in zip(k(*ins), want):
+            torch.testing.assert_close(got.double(), w, rtol=tol[0], atol=tol[1] * rows)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.int64, torch.int32, torch.bool, torch.float16])
 def test_reductions_whole_and_int(dtype):
     x = rnd((4, 6), dtype, gen(111), -2, 2, layout="slice")
