@@ -401,6 +401,41 @@ static int emit_hoistable(kernel_emit *ke, const tcc_vx *e, tcc_ptrmap *seen, in
   return 0;
 }
 
+/* The head of reduction loop r of r0's nest at *ind: with `blocked`,
+ * the innermost one runs in blocks of TCC_SUM_BLOCK (open_sum_block
+ * before, then this loop over the block). */
+static void open_sum_block(kernel_emit *ke, const tcc_vx *r0, int r, int *ind) {
+  int v = r0->buf + r;
+  int64_t n = r0->idx[r]->c;
+  tcc_buf_printf(ke->b, "%*sfor (int64_t i%db = 0; i%db < %" PRId64 "; i%db += %d) {\n", *ind, "", v, v, n, v,
+                 TCC_SUM_BLOCK);
+  *ind += 2;
+  tcc_buf_printf(ke->b, "%*sconst int64_t i%de = i%db + %d < %" PRId64 " ? i%db + %d : %" PRId64 ";\n", *ind, "",
+                 v, v, TCC_SUM_BLOCK, n, v, TCC_SUM_BLOCK, n);
+}
+
+static void open_red_loop(kernel_emit *ke, const tcc_vx *r0, int r, int in_block, int *ind) {
+  int v = r0->buf + r;
+  if (in_block)
+    tcc_buf_printf(ke->b, "%*sfor (int64_t i%d = i%db; i%d < i%de; i%d++) {\n", *ind, "", v, v, v, v, v);
+  else
+    tcc_buf_printf(ke->b, "%*sfor (int64_t i%d = 0; i%d < %" PRId64 "; i%d++) {\n", *ind, "", v, v,
+                   r0->idx[r]->c, v);
+  *ind += 2;
+}
+
+/* Binds (on) or unbinds the reduction variables of a group's loop; on
+ * binding, each later member's variables are named as the leader's. */
+static void bind_red_vars(kernel_emit *ke, const tcc_vx *const *group, int ng, int ind, int on) {
+  for (int g = 0; g < ng; g++)
+    for (int r = 0; r < group[g]->nidx; r++) {
+      int v = group[g]->buf + r;
+      if (on && g && v != group[0]->buf + r)
+        tcc_buf_printf(ke->b, "%*sconst int64_t i%d = i%d;\n", ind, "", v, group[0]->buf + r);
+      if (v < ke->nvars) ke->bound[v] = (char)on;
+    }
+}
+
 /* One reduction loop nest computing every REDUCE of group[0..ng) (same
  * extents), then their results as temporaries. */
 static int emit_reduce_group(kernel_emit *ke, const tcc_vx *const *group, int ng, int indent) {
@@ -450,14 +485,7 @@ static int emit_reduce_group(kernel_emit *ke, const tcc_vx *const *group, int ng
   int last = r0->nidx - 1;
   int blocked = partials && last >= 0 && r0->idx[last]->c > TCC_SUM_BLOCK && !ke->p->graph->nsyms;
   for (int r = 0; r < r0->nidx; r++) {
-    int v = r0->buf + r;
-    if (r == last && blocked) {
-      tcc_buf_printf(b, "%*sfor (int64_t i%db = 0; i%db < %" PRId64 "; i%db += %d) {\n", ind, "",
-                     v, v, r0->idx[r]->c, v, TCC_SUM_BLOCK);
-      ind += 2;
-      tcc_buf_printf(b, "%*sconst int64_t i%de = i%db + %d < %" PRId64 " ? i%db + %d : %" PRId64 ";\n",
-                     ind, "", v, v, TCC_SUM_BLOCK, r0->idx[r]->c, v, TCC_SUM_BLOCK, r0->idx[r]->c);
-    }
+    if (r == last && blocked) open_sum_block(ke, r0, r, &ind);
     if (r == last)
       for (int g = 0; g < ng; g++)
         if (float_partial(group[g])) tcc_buf_printf(b, "%*sfloat a%dp = 0;\n", ind, "", acc[g]);
@@ -474,19 +502,9 @@ static int emit_reduce_group(kernel_emit *ke, const tcc_vx *const *group, int ng
       }
       tcc_buf_puts(b, "\n");
     }
-    if (r == last && blocked)
-      tcc_buf_printf(b, "%*sfor (int64_t i%d = i%db; i%d < i%de; i%d++) {\n", ind, "", v, v, v, v, v);
-    else
-      tcc_buf_printf(b, "%*sfor (int64_t i%d = 0; i%d < %" PRId64 "; i%d++) {\n", ind, "", v, v,
-                     r0->idx[r]->c, v);
-    ind += 2;
+    open_red_loop(ke, r0, r, r == last && blocked, &ind);
   }
-  for (int g = 0; g < ng; g++)
-    for (int r = 0; r < group[g]->nidx; r++) {
-      int v = group[g]->buf + r;
-      if (g && v != r0->buf + r) tcc_buf_printf(b, "%*sconst int64_t i%d = i%d;\n", ind, "", v, r0->buf + r);
-      if (v < ke->nvars) ke->bound[v] = 1;
-    }
+  bind_red_vars(ke, group, ng, ind, 1);
   int mark = ke->nscoped;
   for (int g = 0; g < ng; g++) {
     const tcc_vx *q = group[g];
@@ -536,9 +554,7 @@ static int emit_reduce_group(kernel_emit *ke, const tcc_vx *const *group, int ng
   /* temporaries of the loop body go out of scope */
   for (int i = mark; i < ke->nscoped; i++) tcc_ptrmap_put(&ke->temps, ke->scoped[i], NULL);
   ke->nscoped = mark;
-  for (int g = 0; g < ng; g++)
-    for (int r = 0; r < group[g]->nidx; r++)
-      if (group[g]->buf + r < ke->nvars) ke->bound[group[g]->buf + r] = 0;
+  bind_red_vars(ke, group, ng, ind, 0);
   for (int r = r0->nidx - 1; r >= 0; r--) {
     ind -= 2;
     tcc_buf_printf(b, "%*s}\n", ind, "");
@@ -984,30 +1000,13 @@ static int emit_column_sums(kernel_emit *ke, int lv, int indent, const tcc_vx **
   const int last = r0->nidx - 1;
   const int blocked = partials && r0->idx[last]->c > TCC_SUM_BLOCK;
   for (int r = 0; r <= last; r++) {
-    int rv = r0->buf + r;
-    if (r == last && blocked) {
-      tcc_buf_printf(b, "%*sfor (int64_t i%db = 0; i%db < %" PRId64 "; i%db += %d) {\n", ind, "", rv, rv,
-                     r0->idx[r]->c, rv, TCC_SUM_BLOCK);
-      ind += 2;
-      tcc_buf_printf(b, "%*sconst int64_t i%de = i%db + %d < %" PRId64 " ? i%db + %d : %" PRId64 ";\n", ind, "",
-                     rv, rv, TCC_SUM_BLOCK, r0->idx[r]->c, rv, TCC_SUM_BLOCK, r0->idx[r]->c);
-    }
+    if (r == last && blocked) open_sum_block(ke, r0, r, &ind);
     if (r == last)
       for (int g = 0; g < ng; g++)
         if (float_partial(group[g])) tcc_buf_printf(b, "%*sfloat a%dp[%d] = {0};\n", ind, "", acc[g], cb);
-    if (r == last && blocked)
-      tcc_buf_printf(b, "%*sfor (int64_t i%d = i%db; i%d < i%de; i%d++) {\n", ind, "", rv, rv, rv, rv, rv);
-    else
-      tcc_buf_printf(b, "%*sfor (int64_t i%d = 0; i%d < %" PRId64 "; i%d++) {\n", ind, "", rv, rv, r0->idx[r]->c,
-                     rv);
-    ind += 2;
+    open_red_loop(ke, r0, r, r == last && blocked, &ind);
   }
-  for (int g = 0; g < ng; g++)
-    for (int r = 0; r < group[g]->nidx; r++) {
-      int rv = group[g]->buf + r;
-      if (g && rv != r0->buf + r) tcc_buf_printf(b, "%*sconst int64_t i%d = i%d;\n", ind, "", rv, r0->buf + r);
-      if (rv < ke->nvars) ke->bound[rv] = 1;
-    }
+  bind_red_vars(ke, group, ng, ind, 1);
   tcc_buf_printf(b, "%*s#pragma omp simd reduction(|:bad)\n", ind, "");
   tcc_buf_printf(b, "%*sfor (int64_t i%d = i%dc; i%d < i%de; i%d++) {\n", ind, "", v, v, v, v, v);
   ke->bound[v] = 1;
@@ -1022,9 +1021,7 @@ static int emit_column_sums(kernel_emit *ke, int lv, int indent, const tcc_vx **
   for (int i = mark; i < ke->nscoped; i++) tcc_ptrmap_put(&ke->temps, ke->scoped[i], NULL);
   ke->nscoped = mark;
   tcc_buf_printf(b, "%*s}\n", ind, "");
-  for (int g = 0; g < ng; g++)
-    for (int r = 0; r < group[g]->nidx; r++)
-      if (group[g]->buf + r < ke->nvars) ke->bound[group[g]->buf + r] = 0;
+  bind_red_vars(ke, group, ng, ind, 0);
   for (int r = last; r >= 0; r--) {
     ind -= 2;
     tcc_buf_printf(b, "%*s}\n", ind, "");
