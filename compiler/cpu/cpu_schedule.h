@@ -62,6 +62,7 @@ typedef struct tcc_cpu_gemm {
 #define TCC_CPU_MAX_GROUP 64   /* reductions sharing one loop */
 #define TCC_CPU_COL_BLOCK 128  /* most columns per block of column sums */
 #define TCC_CPU_COL_SUMS 8     /* at most this many sums per block */
+#define TCC_CPU_WINDOW 16      /* reductions of at most this many steps unroll */
 
 /* How one kernel runs. */
 typedef struct tcc_cpu_kernel_schedule {
@@ -88,6 +89,9 @@ typedef struct tcc_cpu_kernel_schedule {
   int tuned;                  /* a tuning config shapes the pragmas */
   int threads, chunk;         /* its num_threads / schedule chunk (0: none) */
   int inner_red;              /* a reduction loop sits in the element loop */
+  int window_unrolled;        /* ... each of at most TCC_CPU_WINDOW steps (a
+                                 pooling window): its loops unrolled, so the
+                                 element loop may run `omp simd` */
   int simd;                   /* the element loop runs `omp simd` */
   int simdlen;                /* its simdlen (0: the compiler's) */
   int unroll;                 /* else `GCC unroll` of the element loop (0: none) */

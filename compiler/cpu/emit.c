@@ -99,6 +99,8 @@ typedef struct kernel_emit {
   const char *vname[3];      /* extern: names of vars 0..2 (NULL: i<n>) */
   int naccs;                 /* accumulators */
   int walking;                /* in the kernel-level walk (not a scope) */
+  int in_simd_element;       /* printing the body of an `omp simd` element
+                                loop: reduction loops unroll (windows) */
   int peeling;               /* printing the peeled loop's middle range: the
                                 schedule's peel[] clamps print unclamped */
   int oom;
@@ -489,7 +491,8 @@ static int emit_reduce_group(kernel_emit *ke, const tcc_vx *const *group, int ng
     if (r == last)
       for (int g = 0; g < ng; g++)
         if (float_partial(group[g])) tcc_buf_printf(b, "%*sfloat a%dp = 0;\n", ind, "", acc[g]);
-    if (r == last && simd && total > 1) {
+    if (ke->in_simd_element) tcc_buf_printf(b, "%*s#pragma GCC unroll %d\n", ind, "", TCC_CPU_WINDOW);
+    else if (r == last && simd && total > 1) {
       tcc_buf_printf(b, "%*s#pragma omp simd reduction(|:bad)", ind, "");
       if (ke->ks->simdlen) tcc_buf_printf(b, " simdlen(%d)", ke->ks->simdlen);
       for (int g = 0; g < ng; g++) {
@@ -1137,6 +1140,7 @@ static int emit_kernel(const tcc_program *p, const tcc_kernel *k, const tcc_cpu_
     if (lv == 0 && pl->affine)
       for (int d = 0; d < k->rank; d++)
         if (k->sizes[d] == 1) ke.bound[d] = 1;
+    ke.in_simd_element = lv == pl->nloops && ks->simd;
     if (emit_level(&ke, lv, indent, nodes, nn, levels, slevels)) goto done_walking;
   }
   for (int j = pl->nloops - 1 - (pv >= 0 || ks->col_block); j >= 0; j--) {

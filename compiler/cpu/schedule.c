@@ -49,6 +49,10 @@
  * is read as contiguous vectors instead of one gathered element per lane
  * (plan_column_sums).
  *
+ * Windows. Reductions in the element loop of at most TCC_CPU_WINDOW
+ * steps each (pooling windows, max-pool's backward) unroll, and the
+ * element loop runs `omp simd` around them.
+ *
  * Border peeling. A kernel whose element loop reads through clamped
  * indices (the zero padding of a convolution's im2col pack) and holds no
  * reduction runs that loop in three ranges, the middle one without the
@@ -821,13 +825,26 @@ static int plan_kernel(planner *ke) {
         for (int d = 0; d < ks->nodes[i]->nidx; d++) find_peels(ke, ks->nodes[i]->idx[d], pv);
   if (ks->npeel) ks->peel_loop = pv;
   if (plan_column_sums(ke)) return -1;
+  /* pooling windows: reductions in the element loop of a few steps each
+   * unroll, and the element loop runs in SIMD lanes (max-pool's backward
+   * checks 2x2 windows per input element: a 2-lane SIMD loop before) */
+  if (ks->inner_red && !ks->col_block && !p->graph->nsyms) {
+    ks->window_unrolled = 1;
+    for (int i = 0; i < nn; i++)
+      if (ks->nodes[i]->op == TCC_PRIM_REDUCE && ks->levels[i] == pl->nloops) {
+        int64_t steps = 1;
+        for (int r = 0; r < ks->nodes[i]->nidx; r++) steps *= ks->nodes[i]->idx[r]->c;
+        if (steps > TCC_CPU_WINDOW) ks->window_unrolled = 0;
+      }
+  }
   /* the element loop (not the parallel one): iterations store distinct
    * elements and read nothing the kernel writes (tcc_check_program), so
    * it may run in SIMD lanes; this lets gcc if-convert selects (masks)
    * into blends (with build.c's -fno-trapping-math; a planned loop too).
    * Otherwise a config may unroll it. */
   if (pv >= 0 && pv != ks->par) {
-    if (pl->size[pv] > 1 && !ks->inner_red && (!pl->affine || stores_vary_in_loop(ke, pv))) ks->simd = 1;
+    if (pl->size[pv] > 1 && (!ks->inner_red || ks->window_unrolled) && (!pl->affine || stores_vary_in_loop(ke, pv)))
+      ks->simd = 1;
     else if (cfg && cfg->unroll > 0) ks->unroll = cfg->unroll;
   }
   return 0;
@@ -989,8 +1006,10 @@ int tcc_cpu_schedule_check(const tcc_program *p, tcc_error *err) {
     int elem = pl->nloops - 1;
     if ((ks->simd || ks->unroll) && (elem < 0 || elem == ks->par))
       return tcc_error_set(err, TCC_E_INTERNAL, "k%d: simd or unroll on the parallel loop", ks->kno);
-    if (ks->simd && ks->inner_red)
+    if (ks->simd && ks->inner_red && !ks->window_unrolled)
       return tcc_error_set(err, TCC_E_INTERNAL, "k%d: simd around a reduction loop", ks->kno);
+    if (ks->window_unrolled && (!ks->inner_red || ks->col_block))
+      return tcc_error_set(err, TCC_E_INTERNAL, "k%d: unrolled windows without a window", ks->kno);
     if (ks->col_block && (!ks->inner_red || ks->simd || ks->peel_loop >= 0 || ks->kept_red || pl->affine))
       return tcc_error_set(err, TCC_E_INTERNAL, "k%d: column sums with another element-loop plan", ks->kno);
     if (ks->peel_loop >= 0 && (ks->peel_loop != elem || ks->peel_loop == ks->par || !ks->npeel || pl->affine))
@@ -1060,6 +1079,7 @@ void tcc_cpu_schedule_dump(const tcc_program *p, tcc_buf *b) {
     if (ks->unroll) tcc_buf_printf(b, "; element loop unrolled %d", ks->unroll);
     if (ks->inner_red) tcc_buf_puts(b, "; reduction in the element loop");
     if (ks->col_block) tcc_buf_printf(b, " (column sums, blocks of %d)", ks->col_block);
+    if (ks->window_unrolled) tcc_buf_puts(b, " (windows unrolled)");
     if (ks->peel_loop >= 0) tcc_buf_printf(b, "; loop %d peeled around %d clamps", ks->peel_loop, ks->npeel);
     if (ks->inline_exp) tcc_buf_puts(b, "; masked exps inline");
     if (ks->kept_node) tcc_buf_puts(b, "; a sum's summands kept in the output");

@@ -534,6 +534,32 @@ def test_max_pool2d(i, dtype, layout):
         _run_backward(A.max_pool2d_with_indices_backward.default, (gy, x, k, st, pad, dil, ceil, idx))
 
 
+def test_pooling_windows_unroll_in_a_simd_element_loop():
+    """The stem's 3x3 stride-2 max pool of a ResNet, forward (values and
+    indices) and backward (2x2 candidate windows per input element):
+    window loops of at most 16 steps unroll and the element loop runs in
+    SIMD lanes (cpu/schedule.c, windows). Eager's values and indices
+    exactly; the gradient against float64."""
+    g = gen(177)
+    x = rnd((2, 5, 17, 19), torch.float32, g)
+    args = (x, [3, 3], [2, 2], [1, 1], [1, 1], False)
+    gm, ins = tk.op_graph(A.max_pool2d_with_indices.default, args, nout=2)
+    k = tk.compile_fx(gm, ins, keep_source=True)
+    y, idx = A.max_pool2d_with_indices.default(*args)
+    got = k(*ins)
+    assert torch.equal(got[0], y) and torch.equal(got[1], idx)
+    gy = rnd(y.shape, torch.float32, g)
+    bargs = (gy, x, [3, 3], [2, 2], [1, 1], [1, 1], False, idx)
+    gm, ins = tk.op_graph(A.max_pool2d_with_indices_backward.default, bargs)
+    kb = tk.compile_fx(gm, ins, keep_source=True)
+    for src in (k.source, kb.source):
+        body = src[src.index("TCC_BODY int tcc_b"):]
+        assert re.search(r"#pragma omp simd reduction\(\|:bad\)\n\s+for \(int64_t i3 = 0", body), body[:3000]
+        assert "#pragma GCC unroll 16" in body, body[:3000]
+    want = A.max_pool2d_with_indices_backward.default(gy.double(), x.double(), *bargs[2:])
+    torch.testing.assert_close(kb(*ins)[0].double(), want, rtol=1e-6, atol=1e-6)
+
+
 def test_window_kernel_follows_a_channels_last_store():
     """A pooling kernel that writes NHWC loops C innermost (unit stride),
     and still gives eager's values and indices."""
