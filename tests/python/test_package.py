@@ -161,6 +161,20 @@ def test_env_defaults(monkeypatch):
     assert tccd.Config.make().addr == "127.0.0.1:7311"
 
 
+def test_max_autotune_waits_longer_by_default(monkeypatch):
+    """A cold max-autotune compile takes minutes (a Llama decoder's first
+    one passed the 60 s default and failed the job): its modes default to a
+    10-minute deadline; an explicit option or TCCD_DEADLINE_MS still wins."""
+    monkeypatch.delenv("TCCD_DEADLINE_MS", raising=False)
+    assert tccd.Config.make().deadline_ms == 60000
+    for mode in ("max-autotune", "max-autotune-no-cudagraphs"):
+        assert tccd.Config.make(mode=mode).deadline_ms == 600000
+        assert tccd.Config.make(mode=mode).connect_timeout_ms == 5000
+        assert tccd.Config.make(mode=mode, deadline_ms=3000).deadline_ms == 3000
+    monkeypatch.setenv("TCCD_DEADLINE_MS", "7000")
+    assert tccd.Config.make(mode="max-autotune").deadline_ms == 7000
+
+
 @pytest.mark.parametrize("name,warns", [("TCC_CHECK", False), ("TCCD_CHECK", True)])
 def test_check_switch_and_its_old_name(name, warns):
     """TCC_CHECK=1 turns the eager comparison on; TCCD_CHECK, its name

@@ -8,7 +8,7 @@ and the environment.
 | dynamic            |                          | None (= what Dynamo traced: symbolic shapes or not) |
 | fullgraph          |                          | None (= torch.compile's fullgraph) |
 | fallback           | TCCD_FALLBACK            | "raise"          |
-| deadline_ms        | TCCD_DEADLINE_MS         | 60000            |
+| deadline_ms        | TCCD_DEADLINE_MS         | 60000; 600000 in the max-autotune modes |
 | connect_timeout_ms | TCCD_CONNECT_TIMEOUT_MS  | min(5000, deadline_ms) |
 | artifact_dir       | TCCD_ARTIFACT_DIR        | none (no local artifact cache) |
 | cpu_isa            | TCCD_CPU_ISA             | "auto" (this host's x86-64 level) |
@@ -29,6 +29,10 @@ from .dtypes import MODES
 from .errors import TccdLibraryError
 
 FALLBACKS = ("raise", "eager")
+# Default deadlines of a compile request: a cold max-autotune compile of a
+# 1B-class decoder's layers took over 60 s on 2 cores (2026-11-27)
+DEADLINE_MS = 60000
+MAX_AUTOTUNE_DEADLINE_MS = 600000
 OPS_SOURCES = ("auto", "rpc", "probe")
 CUDA_MODES = ("eager", "compile")
 
@@ -113,7 +117,9 @@ class Config:
                              f"known: {', '.join(sorted(fields))}")
         kw = {k: v for k, v in kw.items() if v is not None}
         kw_addr = bool(kw.get("addr"))
-        deadline = int(kw.pop("deadline_ms", 0) or _env_int("TCCD_DEADLINE_MS", 60000))
+        mode = kw.get("mode", "default")
+        default_deadline = MAX_AUTOTUNE_DEADLINE_MS if str(mode).startswith("max-autotune") else DEADLINE_MS
+        deadline = int(kw.pop("deadline_ms", 0) or _env_int("TCCD_DEADLINE_MS", default_deadline))
         connect = int(kw.pop("connect_timeout_ms", 0)
                       or _env_int("TCCD_CONNECT_TIMEOUT_MS", min(5000, deadline)))
         cfg = Config(
