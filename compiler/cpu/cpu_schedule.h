@@ -63,6 +63,7 @@ typedef struct tcc_cpu_gemm {
 #define TCC_CPU_COL_BLOCK 128  /* most columns per block of column sums */
 #define TCC_CPU_COL_SUMS 8     /* at most this many sums per block */
 #define TCC_CPU_WINDOW 16      /* reductions of at most this many steps unroll */
+#define TCC_CPU_MERGE_BELOW 64 /* innermost reduction loops shorter than this merge */
 
 /* How one kernel runs. */
 typedef struct tcc_cpu_kernel_schedule {
@@ -82,6 +83,10 @@ typedef struct tcc_cpu_kernel_schedule {
    * nodes) of the one that leads its group, itself when it leads; -1 for
    * other nodes. A group's reductions share one reduction loop. */
   int *red_lead;
+  /* per node: 1 for the REDUCE nodes whose two innermost reduction loops
+   * run as one (their accesses read them as one contiguous run: a batch
+   * norm's H and W), 0 otherwise */
+  int *red_merged;
   int *used;                  /* buffers the kernel touches, sorted */
   int nused;
   int par;                    /* the loop run `omp parallel for`, -1: none */

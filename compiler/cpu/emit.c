@@ -101,6 +101,13 @@ typedef struct kernel_emit {
   int walking;                /* in the kernel-level walk (not a scope) */
   int in_simd_element;       /* printing the body of an `omp simd` element
                                 loop: reduction loops unroll (windows) */
+  /* a merged reduction loop being printed (schedule.c, merged reduction
+   * loops): its var i<merge_name>m runs outer * merge_n + inner of each
+   * (outer, inner) pair, and affine loads print their index over it */
+  int nmerge, merge_name;
+  int merge_outer[TCC_CPU_MAX_GROUP], merge_inner[TCC_CPU_MAX_GROUP];
+  int64_t merge_n;
+  int64_t *coef;             /* nvars + 1 scratch coefficients */
   int peeling;               /* printing the peeled loop's middle range: the
                                 schedule's peel[] clamps print unclamped */
   int oom;
@@ -255,6 +262,29 @@ static void put_index(kernel_emit *ke, int buf, const tcc_ix *const *idx) {
     return;
   }
   const tcc_meta *m = &ke->p->bufs[buf].layout;
+  int64_t c;
+  if (ke->nmerge && tcc_linear_affine(m->rank, idx, m->strides, ke->nvars, ke->coef, &c)) {
+    /* in a merged reduction loop: outer * n + inner reads as the merged var */
+    int ok = 1;
+    for (int i = 0; i < ke->nmerge && ok; i++)
+      ok = ke->coef[ke->merge_outer[i]] == ke->coef[ke->merge_inner[i]] * ke->merge_n;
+    if (ok) {
+      tcc_buf_printf(b, "%" PRId64, c + m->offset);
+      for (int v = 0; v < ke->nvars; v++) {
+        int64_t cf = ke->coef[v];
+        int merged = 0;
+        for (int i = 0; i < ke->nmerge; i++) {
+          if (v == ke->merge_outer[i]) merged = 1, cf = 0;
+          if (v == ke->merge_inner[i] && ke->coef[v]) merged = 2;
+        }
+        if (!cf) continue;
+        tcc_buf_printf(b, " + %" PRId64 " * ", cf);
+        if (merged == 2) tcc_buf_printf(b, "i%dm", ke->merge_name);
+        else put_var(ke, v);
+      }
+      return;
+    }
+  }
   tcc_buf_printf(b, "%" PRId64, m->offset);
   for (int d = 0; d < m->rank; d++) {
     if (idx[d]->kind == TCC_IX_CONST && idx[d]->c == 0) continue;
@@ -406,24 +436,36 @@ static int emit_hoistable(kernel_emit *ke, const tcc_vx *e, tcc_ptrmap *seen, in
 /* The head of reduction loop r of r0's nest at *ind: with `blocked`,
  * the innermost one runs in blocks of TCC_SUM_BLOCK (open_sum_block
  * before, then this loop over the block). */
-static void open_sum_block(kernel_emit *ke, const tcc_vx *r0, int r, int *ind) {
-  int v = r0->buf + r;
-  int64_t n = r0->idx[r]->c;
-  tcc_buf_printf(ke->b, "%*sfor (int64_t i%db = 0; i%db < %" PRId64 "; i%db += %d) {\n", *ind, "", v, v, n, v,
-                 TCC_SUM_BLOCK);
+static void open_sum_block(kernel_emit *ke, int v, const char *sfx, int64_t n, int *ind) {
+  tcc_buf_printf(ke->b, "%*sfor (int64_t i%d%sb = 0; i%d%sb < %" PRId64 "; i%d%sb += %d) {\n", *ind, "", v, sfx,
+                 v, sfx, n, v, sfx, TCC_SUM_BLOCK);
   *ind += 2;
-  tcc_buf_printf(ke->b, "%*sconst int64_t i%de = i%db + %d < %" PRId64 " ? i%db + %d : %" PRId64 ";\n", *ind, "",
-                 v, v, TCC_SUM_BLOCK, n, v, TCC_SUM_BLOCK, n);
+  tcc_buf_printf(ke->b, "%*sconst int64_t i%d%se = i%d%sb + %d < %" PRId64 " ? i%d%sb + %d : %" PRId64 ";\n",
+                 *ind, "", v, sfx, v, sfx, TCC_SUM_BLOCK, n, v, sfx, TCC_SUM_BLOCK, n);
 }
 
-static void open_red_loop(kernel_emit *ke, const tcc_vx *r0, int r, int in_block, int *ind) {
-  int v = r0->buf + r;
+static void open_red_loop(kernel_emit *ke, int v, const char *sfx, int64_t n, int in_block, int *ind) {
   if (in_block)
-    tcc_buf_printf(ke->b, "%*sfor (int64_t i%d = i%db; i%d < i%de; i%d++) {\n", *ind, "", v, v, v, v, v);
+    tcc_buf_printf(ke->b, "%*sfor (int64_t i%d%s = i%d%sb; i%d%s < i%d%se; i%d%s++) {\n", *ind, "", v, sfx, v,
+                   sfx, v, sfx, v, sfx, v, sfx);
   else
-    tcc_buf_printf(ke->b, "%*sfor (int64_t i%d = 0; i%d < %" PRId64 "; i%d++) {\n", *ind, "", v, v,
-                   r0->idx[r]->c, v);
+    tcc_buf_printf(ke->b, "%*sfor (int64_t i%d%s = 0; i%d%s < %" PRId64 "; i%d%s++) {\n", *ind, "", v, sfx, v,
+                   sfx, n, v, sfx);
   *ind += 2;
+}
+
+/* Are the two innermost loops of the reductions of group[0..ng) one
+ * merged loop (schedule.c, red_merged)? Every member must be marked. */
+static int merged_group(const kernel_emit *ke, const tcc_vx *const *group, int ng) {
+  const tcc_cpu_kernel_schedule *ks = ke->ks;
+  if (!ks->red_merged || group[0]->nidx < 2 || ng > TCC_CPU_MAX_GROUP) return 0;
+  for (int g = 0; g < ng; g++) {
+    int marked = 0;
+    for (int i = 0; i < ks->nnodes && !marked; i++)
+      if (ks->nodes[i] == group[g]) marked = ks->red_merged[i];
+    if (!marked) return 0;
+  }
+  return 1;
 }
 
 /* Binds (on) or unbinds the reduction variables of a group's loop; on
@@ -484,10 +526,15 @@ static int emit_reduce_group(kernel_emit *ke, const tcc_vx *const *group, int ng
    * accumulator after it (acc_ctype) */
   int partials = 0;
   for (int g = 0; g < ng; g++) partials |= float_partial(group[g]);
-  int last = r0->nidx - 1;
-  int blocked = partials && last >= 0 && r0->idx[last]->c > TCC_SUM_BLOCK && !ke->p->graph->nsyms;
-  for (int r = 0; r < r0->nidx; r++) {
-    if (r == last && blocked) open_sum_block(ke, r0, r, &ind);
+  const int merged = merged_group(ke, group, ng);
+  const int last = r0->nidx - 1 - merged;          /* the innermost loop */
+  int64_t n_last = last >= 0 ? r0->idx[last]->c : 1;
+  if (merged) n_last *= r0->idx[last + 1]->c;
+  const int v_last = r0->buf + last + merged;      /* a merged loop's var: i<v_last>m */
+  const char *sfx = merged ? "m" : "";
+  int blocked = partials && last >= 0 && n_last > TCC_SUM_BLOCK && !ke->p->graph->nsyms;
+  for (int r = 0; r <= last; r++) {
+    if (r == last && blocked) open_sum_block(ke, v_last, sfx, n_last, &ind);
     if (r == last)
       for (int g = 0; g < ng; g++)
         if (float_partial(group[g])) tcc_buf_printf(b, "%*sfloat a%dp = 0;\n", ind, "", acc[g]);
@@ -505,7 +552,20 @@ static int emit_reduce_group(kernel_emit *ke, const tcc_vx *const *group, int ng
       }
       tcc_buf_puts(b, "\n");
     }
-    open_red_loop(ke, r0, r, r == last && blocked, &ind);
+    if (r == last) open_red_loop(ke, v_last, sfx, n_last, blocked, &ind);
+    else open_red_loop(ke, r0->buf + r, "", r0->idx[r]->c, 0, &ind);
+  }
+  if (merged) {
+    int64_t n = r0->idx[last + 1]->c;
+    tcc_buf_printf(b, "%*sconst int64_t i%d = i%dm / %" PRId64 ", i%d = i%dm %% %" PRId64 ";\n", ind, "",
+                   v_last - 1, v_last, n, v_last, v_last, n);
+    ke->nmerge = ng;
+    ke->merge_name = v_last;
+    ke->merge_n = n;
+    for (int g = 0; g < ng; g++) {
+      ke->merge_inner[g] = group[g]->buf + last + 1;
+      ke->merge_outer[g] = ke->merge_inner[g] - 1;
+    }
   }
   bind_red_vars(ke, group, ng, ind, 1);
   int mark = ke->nscoped;
@@ -557,8 +617,9 @@ static int emit_reduce_group(kernel_emit *ke, const tcc_vx *const *group, int ng
   /* temporaries of the loop body go out of scope */
   for (int i = mark; i < ke->nscoped; i++) tcc_ptrmap_put(&ke->temps, ke->scoped[i], NULL);
   ke->nscoped = mark;
+  ke->nmerge = 0;
   bind_red_vars(ke, group, ng, ind, 0);
-  for (int r = r0->nidx - 1; r >= 0; r--) {
+  for (int r = last; r >= 0; r--) {
     ind -= 2;
     tcc_buf_printf(b, "%*s}\n", ind, "");
     if (r == last)
@@ -1003,11 +1064,11 @@ static int emit_column_sums(kernel_emit *ke, int lv, int indent, const tcc_vx **
   const int last = r0->nidx - 1;
   const int blocked = partials && r0->idx[last]->c > TCC_SUM_BLOCK;
   for (int r = 0; r <= last; r++) {
-    if (r == last && blocked) open_sum_block(ke, r0, r, &ind);
+    if (r == last && blocked) open_sum_block(ke, r0->buf + r, "", r0->idx[r]->c, &ind);
     if (r == last)
       for (int g = 0; g < ng; g++)
         if (float_partial(group[g])) tcc_buf_printf(b, "%*sfloat a%dp[%d] = {0};\n", ind, "", acc[g], cb);
-    open_red_loop(ke, r0, r, r == last && blocked, &ind);
+    open_red_loop(ke, r0->buf + r, "", r0->idx[r]->c, r == last && blocked, &ind);
   }
   bind_red_vars(ke, group, ng, ind, 1);
   tcc_buf_printf(b, "%*s#pragma omp simd reduction(|:bad)\n", ind, "");
@@ -1059,9 +1120,10 @@ static int emit_kernel(const tcc_program *p, const tcc_kernel *k, const tcc_cpu_
   if (tcc_ptrmap_init(&ke.temps, 64) || tcc_cpu_fv_init(&ke.fv, p->arena)) goto done;
   ke.nvars = p->next_var > TCC_MAX_DIMS ? p->next_var : TCC_MAX_DIMS;
   ke.bound = calloc((size_t)ke.nvars + 1, 1);
+  ke.coef = malloc(sizeof *ke.coef * ((size_t)ke.nvars + 1));
   ke.capscoped = 64;
   ke.scoped = malloc(sizeof *ke.scoped * (size_t)ke.capscoped);
-  if (!ke.bound || !ke.scoped) goto done;
+  if (!ke.bound || !ke.scoped || !ke.coef) goto done;
   if (k->kind == TCC_OPK_EXTERN) {
     rc = emit_extern(&ke, kno);
     goto done;
@@ -1155,6 +1217,7 @@ done:
   tcc_ptrmap_free(&ke.temps);
   tcc_cpu_fv_free(&ke.fv);
   free(ke.bound);
+  free(ke.coef);
   free(ke.scoped);
   return rc;
 }

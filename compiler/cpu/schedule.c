@@ -49,6 +49,11 @@
  * is read as contiguous vectors instead of one gathered element per lane
  * (plan_column_sums).
  *
+ * Merged reduction loops. A reduction whose innermost loop is short (a
+ * batch norm's statistics over 4x4 maps) and whose loads read its two
+ * innermost variables as one contiguous run runs them as one loop
+ * (plan_merged_reductions), long enough to vectorize.
+ *
  * Windows. Reductions in the element loop of at most TCC_CPU_WINDOW
  * steps each (pooling windows, max-pool's backward) unroll, and the
  * element loop runs `omp simd` around them.
@@ -653,6 +658,64 @@ static int used_buffers(const tcc_vx *e, tcc_ptrmap *seen, int *used, int *nused
   return 0;
 }
 
+/* Calls visit(ctx, coef, affine) for each LOAD under roots[0..n) (a DFS
+ * over the DAG, each node once), coef[0..p->next_var) its storage index's
+ * linear form over the program's vars when `affine`. Returns 1 when every
+ * visit returned 1, 0 when one returned 0 (the walk stops) or the DAG is
+ * too deep, -1 when out of memory. */
+static int each_load(const tcc_program *p, const tcc_vx *const *roots, int n,
+                     int (*visit)(void *ctx, const int64_t *coef, int affine), void *ctx) {
+  const int nv = p->next_var;
+  int64_t *coef = malloc(sizeof *coef * (size_t)(nv + 1));
+  tcc_ptrmap seen;
+  if (!coef || tcc_ptrmap_init(&seen, 64)) {
+    free(coef);
+    return -1;
+  }
+  const tcc_vx *stack[256];
+  int sp = 0, ok = 1;
+  for (int i = 0; i < n && sp < 256; i++) stack[sp++] = roots[i];
+  while (sp && ok == 1) {
+    const tcc_vx *e = stack[--sp];
+    if (tcc_ptrmap_get(&seen, e)) continue;
+    if (tcc_ptrmap_put(&seen, e, e)) {
+      ok = -1;
+      break;
+    }
+    if (e->op == TCC_PRIM_LOAD) {
+      const tcc_meta *m = &p->bufs[e->buf].layout;
+      int64_t c;
+      int affine = tcc_linear_affine(m->rank, e->idx, m->strides, nv, coef, &c);
+      ok = visit(ctx, coef, affine);
+      continue;
+    }
+    const tcc_vx *kids[3] = {e->a, e->b, e->c};
+    for (int k = 0; k < 3; k++)
+      if (kids[k]) {
+        if (sp == 256) ok = 0;
+        else stack[sp++] = kids[k];
+      }
+  }
+  tcc_ptrmap_free(&seen);
+  free(coef);
+  return ok;
+}
+
+/* each_load's visit for column sums: affine, unit stride or none along
+ * the column, never unit stride along the row where it moves with the
+ * column; notes a load that moves with the row too. */
+typedef struct column_loads {
+  int col, row, strided;
+} column_loads;
+
+static int column_load(void *ctx, const int64_t *coef, int affine) {
+  column_loads *c = ctx;
+  if (!affine || (coef[c->col] != 0 && coef[c->col] != 1) || (coef[c->col] != 0 && llabs(coef[c->row]) == 1))
+    return 0;
+  c->strided |= coef[c->col] == 1 && coef[c->row] != 0;
+  return 1;
+}
+
 /* Column sums (see the file header): the element loop's sums, all of
  * one group, float sums of summands without reductions of their own,
  * whose loads are affine and read the element loop's dim at unit stride
@@ -680,49 +743,52 @@ static int plan_column_sums(planner *ke) {
     sums[nsums++] = e;
   }
   if (!nsums || sums[0]->nidx < 1) return 0;
-  const int col = pl->dims[pv][0], nv = p->next_var;
-  const int row = sums[0]->buf + sums[0]->nidx - 1;   /* innermost reduction variable */
-  int64_t *coef = malloc(sizeof *coef * (size_t)(nv + 1));
-  tcc_ptrmap seen;
-  if (!coef || tcc_ptrmap_init(&seen, 64)) {
-    free(coef);
-    return -1;
-  }
-  /* the loads under the summands (a DFS over the DAG, once per node) */
-  const tcc_vx *stack[256];
-  int sp = 0, strided = 0, ok = 1;
-  for (int g = 0; g < nsums; g++) stack[sp++] = sums[g]->a;
-  while (sp && ok) {
-    const tcc_vx *e = stack[--sp];
-    if (tcc_ptrmap_get(&seen, e)) continue;
-    if (tcc_ptrmap_put(&seen, e, e)) {
-      ok = -1;
-      break;
-    }
-    if (e->op == TCC_PRIM_LOAD) {
-      const tcc_meta *m = &p->bufs[e->buf].layout;
-      int64_t c;
-      if (!tcc_linear_affine(m->rank, e->idx, m->strides, nv, coef, &c) || (coef[col] != 0 && coef[col] != 1) ||
-          (coef[col] != 0 && llabs(coef[row]) == 1))
-        ok = 0;
-      strided |= coef[col] == 1 && coef[row] != 0;
-      continue;
-    }
-    const tcc_vx *kids[3] = {e->a, e->b, e->c};
-    for (int q = 0; q < 3; q++)
-      if (kids[q]) {
-        if (sp == 256) ok = 0;
-        else stack[sp++] = kids[q];
-      }
-  }
-  tcc_ptrmap_free(&seen);
-  free(coef);
+  column_loads c = {.col = pl->dims[pv][0], .row = sums[0]->buf + sums[0]->nidx - 1};
+  int ok = each_load(p, sums, nsums, column_load, &c);
   if (ok < 0) return -1;
   /* 128 columns read 512 bytes of a float32 row per block row (1.6x
    * faster than 32 over a [1024, 30522] sum); narrower blocks where that
    * leaves fewer than 8 blocks to share among the threads */
   int64_t cb = (pl->size[pv] / 8 + 15) / 16 * 16;
-  if (ok && strided) ks->col_block = cb < 16 ? 16 : cb > TCC_CPU_COL_BLOCK ? TCC_CPU_COL_BLOCK : (int)cb;
+  if (ok && c.strided) ks->col_block = cb < 16 ? 16 : cb > TCC_CPU_COL_BLOCK ? TCC_CPU_COL_BLOCK : (int)cb;
+  return 0;
+}
+
+/* each_load's visit for merged loops: affine, the outer variable's
+ * coefficient the inner's times the inner's extent. */
+typedef struct merge_loads {
+  int inner;
+  int64_t n;
+} merge_loads;
+
+static int merge_load(void *ctx, const int64_t *coef, int affine) {
+  const merge_loads *m = ctx;
+  int64_t want;
+  return affine && !__builtin_mul_overflow(coef[m->inner], m->n, &want) && coef[m->inner - 1] == want;
+}
+
+/* Merged reduction loops (see the file header): for each kernel-level
+ * REDUCE whose innermost reduction loop is shorter than
+ * TCC_CPU_MERGE_BELOW, 1 when every load of its summand is affine and
+ * reads the two innermost reduction variables as one run (the outer's
+ * coefficient the inner's times the inner's extent), and the summand
+ * holds no reduction of its own. Returns 0 or -1 (out of memory). */
+static int plan_merged_reductions(planner *ke) {
+  const tcc_program *p = ke->p;
+  tcc_cpu_kernel_schedule *ks = ke->ks;
+  ks->red_merged = tcc_arena_array(p->arena, (size_t)ks->nnodes + 1, sizeof *ks->red_merged);
+  if (!ks->red_merged) return -1;
+  if (p->graph->nsyms) return 0;
+  for (int i = 0; i < ks->nnodes; i++) {
+    const tcc_vx *q = ks->nodes[i];
+    if (q->op != TCC_PRIM_REDUCE || q->nidx < 2 || q->i == TCC_RED_ARGMAX || q->i == TCC_RED_ARGMIN ||
+        q->idx[q->nidx - 1]->c >= TCC_CPU_MERGE_BELOW || tcc_vx_has_reduce(q->a))
+      continue;
+    merge_loads m = {.inner = q->buf + q->nidx - 1, .n = q->idx[q->nidx - 1]->c};
+    int ok = each_load(p, &q->a, 1, merge_load, &m);
+    if (ok < 0) return -1;
+    ks->red_merged[i] = ok;
+  }
   return 0;
 }
 
@@ -794,7 +860,9 @@ static int plan_kernel(planner *ke) {
     }
     ks->store_levels[s] = lv;
   }
-  if (ke->fv.oom || group_reductions(p, ks, pl->nloops + 1) || plan_inline_exp(k, &ks->inline_exp)) return -1;
+  if (ke->fv.oom || group_reductions(p, ks, pl->nloops + 1) || plan_inline_exp(k, &ks->inline_exp) ||
+      plan_merged_reductions(ke))
+    return -1;
   ks->par = ks->peel_loop = -1;
   int64_t numel = 1;
   for (int d = 0; d < k->rank; d++) numel *= k->sizes[d];   /* checked in prepare */
@@ -1024,6 +1092,9 @@ int tcc_cpu_schedule_check(const tcc_program *p, tcc_error *err) {
           (l >= 0 && (ks->red_lead[l] != l || ks->levels[l] != ks->levels[i])))
         return tcc_error_set(err, TCC_E_INTERNAL, "k%d: node %d in the reduction group of node %d", ks->kno, i, l);
     }
+    for (int i = 0; i < ks->nnodes; i++)
+      if (ks->red_merged[i] && (ks->nodes[i]->op != TCC_PRIM_REDUCE || ks->nodes[i]->nidx < 2))
+        return tcc_error_set(err, TCC_E_INTERNAL, "k%d: node %d merges loops it does not have", ks->kno, i);
     for (int st = 0; st < K->nstores; st++)
       if (ks->store_levels[st] < 0 || ks->store_levels[st] > pl->nloops)
         return tcc_error_set(err, TCC_E_INTERNAL, "k%d: store %d at loop level %d of %d", ks->kno, st,
@@ -1083,6 +1154,9 @@ void tcc_cpu_schedule_dump(const tcc_program *p, tcc_buf *b) {
     if (ks->peel_loop >= 0) tcc_buf_printf(b, "; loop %d peeled around %d clamps", ks->peel_loop, ks->npeel);
     if (ks->inline_exp) tcc_buf_puts(b, "; masked exps inline");
     if (ks->kept_node) tcc_buf_puts(b, "; a sum's summands kept in the output");
+    int merged = 0;
+    for (int i = 0; i < ks->nnodes; i++) merged += ks->red_merged[i];
+    if (merged) tcc_buf_printf(b, "; %d reduction%s with merged inner loops", merged, merged == 1 ? "" : "s");
     tcc_buf_printf(b, "; %d accesses, %d buffers\n", ks->nacc, ks->nused);
     /* where values are computed: per loop level, values (of which reductions) */
     for (int lv = 0; lv <= pl->nloops + 1; lv++) {

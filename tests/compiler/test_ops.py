@@ -959,6 +959,31 @@ def test_column_sums(rows, cols, dtype):
             torch.testing.assert_close(got.double(), w, rtol=tol[0], atol=tol[1] * rows)
 
 
+MERGED_LOOP = re.compile(r"for \(int64_t i\d+m = 0; ")
+
+
+@pytest.mark.parametrize("shape,transposed", [((16, 24, 4, 4), False), ((3, 5, 7, 6), False),
+                                              ((2, 3, 9, 70), False), ((3, 5, 7, 6), True)])
+def test_short_reduction_loops_merge(shape, transposed):
+    """A batch norm's statistics over small maps (DenseNet's 4x4 and 8x8):
+    the two innermost reduction loops (H and W, one contiguous run) run as
+    one loop long enough to vectorize (cpu/schedule.c, merged reduction
+    loops); W of 70 is long enough alone, and a map stored transposed is
+    not one run: neither merges. Mean and variance against float64."""
+    g = gen(hash(("merge", shape, transposed)) & 0xffff)
+    x = rnd(shape, torch.float32, g, -1, 3)
+    if transposed:
+        x = x.transpose(2, 3).contiguous().transpose(2, 3)
+
+    def stats(x):
+        return A.var_mean.correction(x, [0, 2, 3], correction=0, keepdim=True)
+    gm = tk.aten_graph(stats, [x], decompose=False)
+    k = tk.compile_fx(gm, [x], keep_source=True)
+    assert (MERGED_LOOP.search(k.source) is not None) == (shape[-1] < 64 and not transposed), k.source[-2000:]
+    for got, want in zip(k(x), stats(x.double())):
+        torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-6)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.int64, torch.int32, torch.bool, torch.float16])
 def test_reductions_whole_and_int(dtype):
     x = rnd((4, 6), dtype, gen(111), -2, 2, layout="slice")
