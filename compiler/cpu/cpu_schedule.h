@@ -5,7 +5,8 @@
  *   schedule.c   per kernel: the loop nest (dims of size 1 dropped, loop
  *                order, merged dims), where each value is computed (loop
  *                levels: loop-invariant code motion), the parallel loop,
- *                SIMD and unrolling of the element loop, border peeling;
+ *                SIMD and unrolling of the element loop, border peeling,
+ *                column sums, unrolled windows, merged reduction loops;
  *                per GEMM step: the library road and its threading; the
  *                schedule's checker and dump
  *   emit.c       C for the scheduled program (printing only)

@@ -30,7 +30,12 @@
  * group of sibling reductions (the schedule's red_lead: var and mean of
  * one row) in one shared loop. Reduction loops carry
  * `#pragma omp simd reduction(...)` so the C compiler vectorizes them
- * (reassociating float sums). float16 values are _Float16, bfloat16
+ * (reassociating float sums), except where the schedule says otherwise:
+ * column sums (the element loop in blocks, sums in arrays, the row loop
+ * around a SIMD loop over the block: emit_column_sums), pooling windows
+ * (unrolled inside a SIMD element loop) and merged inner loops (one loop
+ * over two reduction variables, affine loads indexed by it).
+ * float16 values are _Float16, bfloat16
  * values their bits (uint16_t) converted through float. Indices are
  * int64_t (tensors past 2^31 elements index correctly).
  *
@@ -41,13 +46,10 @@
  * (runtime/onednn_conv.c; emit_conv_extern), with a destructor that frees
  * their primitives when the kernel is unloaded.
  *
- the C compiler
- * vectorizes. Indices are int64_t (tensors past 2^31 elements index
- * correctly).
- *
  * Hygiene: nothing from the request reaches the source but numbers.
  * Identifiers are generated (k<n> kernels, b<n> buffers, c<n> constants,
- * t<n> temporaries, i<n> loop variables); floats are printed exactly as
+ * t<n> temporaries, i<n> loop variables, i<n>b/e/c/m their blocks and
+ * merged loops, a<n> accumulators); floats are printed exactly as
  * hexadecimal literals ("%a"), NaN and infinities via <math.h> macros.
  */
 #include "cpu_schedule.h"
