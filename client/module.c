@@ -424,6 +424,7 @@ int tcc_module_output_layout(const tcc_module *k, const int64_t *syms, int outpu
 
 int64_t tcc_module_workspace_bytes(const tcc_module *k, const int64_t *syms) {
   if (!k || !k->manifest) return -1;
+  if (k->cuda) return (int64_t)tcc_rt_cuda_kernel_workspace_bytes(k->cuda);   /* + cuDNN's */
   if (!k->entry2) return k->manifest->workspace_bytes;
   int ovf = 0;
   int64_t n = expr_eval(k->manifest->sym_workspace_bytes, syms, &ovf);

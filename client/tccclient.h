@@ -102,7 +102,8 @@ int tcc_module_load(const uint8_t *data, size_t len, const char *sha256_hex,
 
 /* Runs the loaded graph: inputs/outputs as the manifest describes them
  * (pointers to element 0 of each storage), workspace of at least
- * manifest->workspace_bytes (NULL when 0). */
+ * tcc_module_workspace_bytes (NULL when 0): manifest->workspace_bytes,
+ * plus on CUDA what the cuDNN steps chose at load. */
 int tcc_module_run(tcc_module *mod, const void *const *inputs,
                    void *const *outputs, void *workspace, tcc_error *err);
 
@@ -258,7 +259,8 @@ int tcc_module_bind(const tcc_module *mod, const int64_t *sizes, const int64_t *
 int tcc_module_output_layout(const tcc_module *mod, const int64_t *syms, int output,
                              int64_t *sizes, int64_t *strides, tcc_error *err);
 
-/* Workspace bytes at the bound symbols (-1 on overflow). */
+/* Workspace bytes a run needs, at the bound symbols (-1 on overflow; a
+ * CUDA module's includes its cuDNN steps' workspace). */
 int64_t tcc_module_workspace_bytes(const tcc_module *mod, const int64_t *syms);
 
 /* tcc_module_run with the bound symbols (ABI 2); ABI 1 modules ignore

@@ -206,9 +206,13 @@ static int check_vx(pcheck *c, const tcc_vx *e) {
         FAIL("kernel %d: extern reads a buffer before it is written", c->kno);
       return 0;
     }
+    /* convolutions: oneDNN on the CPU (float32), cuDNN on CUDA (float
+     * dtypes, operands of the result's dtype) */
     if (e->i != TCC_EXT_GEMM &&
-        (e->nidx != TCC_CONV_NPARAM || e->dtype != TCC__V1__DTYPE__FLOAT32 ||
-         c->p->graph->target.device != TCC__V1__DEVICE_TYPE__CPU))
+        (e->nidx != TCC_CONV_NPARAM ||
+         (c->p->graph->target.device == TCC__V1__DEVICE_TYPE__CPU ? e->dtype != TCC__V1__DTYPE__FLOAT32
+                                                                  : !tcc_dtype_is_float(e->dtype) || !e->a ||
+                                                                        e->a->dtype != e->dtype)))
       FAIL("kernel %d: malformed convolution call", c->kno);
     if (!e->a || !e->b || e->a->op != TCC_PRIM_LOAD || e->b->op != TCC_PRIM_LOAD ||
         e->a->dtype != e->b->dtype || (e->i == TCC_EXT_GEMM && e->nidx != 4) ||
@@ -216,7 +220,8 @@ static int check_vx(pcheck *c, const tcc_vx *e) {
          !(e->dtype == TCC__V1__DTYPE__FLOAT32 && c->p->graph->target.device == TCC__V1__DEVICE_TYPE__CUDA &&
            (e->a->dtype == TCC__V1__DTYPE__FLOAT16 || e->a->dtype == TCC__V1__DTYPE__BFLOAT16))))
       FAIL("kernel %d: extern operands must be loads of its dtype", c->kno);
-    if (e->dtype != TCC__V1__DTYPE__FLOAT32 && e->dtype != TCC__V1__DTYPE__FLOAT64)
+    if (e->dtype != TCC__V1__DTYPE__FLOAT32 && e->dtype != TCC__V1__DTYPE__FLOAT64 &&
+        !(tcc_ext_is_conv((int)e->i) && c->p->graph->target.device == TCC__V1__DEVICE_TYPE__CUDA))
       FAIL("kernel %d: extern call in %s", c->kno, tcc_dtype_name(e->dtype));
     {
       const tcc_buffer *A = &c->p->bufs[e->a->buf], *B = &c->p->bufs[e->b->buf];

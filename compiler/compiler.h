@@ -100,7 +100,7 @@
 
 /* Bump whenever generated code or the key encoding changes: every cache
  * entry made by an older codegen then misses. */
-#define TCC_CODEGEN_VERSION 24
+#define TCC_CODEGEN_VERSION 25
 
 typedef struct tcc_graph tcc_graph;  /* the canonical IR (graph.h) */
 
@@ -145,6 +145,11 @@ int tcc_toolchain_cuda_identity(char *out, size_t cap, tcc_error *err);
  * with oneDNN (-Donednn) and TCC_NO_ONEDNN unset in the environment? The
  * identity above names the road. */
 int tcc_onednn_enabled(void);
+
+/* Do CUDA convolutions become cuDNN steps (conv.c, tcc.v1.ConvStep) with
+ * TCC_NO_CUDNN unset in the environment? Else they take the im2col +
+ * cuBLAS road. tcc_toolchain_cuda_identity names the road. */
+int tcc_cudnn_enabled(void);
 
 /* Decodes an already-unpacked request, verifies it, canonicalizes the
  * graph and computes the guard key and hash. `identity` (from

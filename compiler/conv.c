@@ -405,7 +405,7 @@ static int put(tcc_lower_ctx *lc, const tcc_node *n, int o, const tcc_vx *body, 
   return tcc_lower_realize(lc, n, o, tcc_vx_cast(lc->prog, body, m->dtype), err);
 }
 
-/* ------------------------------------------------ oneDNN steps */
+/* ------------------------------------------------ library steps (oneDNN, cuDNN) */
 
 int tcc_onednn_enabled(void) {
 #ifdef TCC_HAVE_ONEDNN
@@ -416,11 +416,29 @@ int tcc_onednn_enabled(void) {
 #endif
 }
 
-/* Does node n's convolution (geometry cg, dtype dt) become oneDNN steps? */
-static int use_onednn(const tcc_lower_ctx *lc, const conv_geom *cg, tcc_dtype dt) {
-  if (lc->g->target.device != TCC__V1__DEVICE_TYPE__CPU || dt != TCC__V1__DTYPE__FLOAT32 ||
-      lc->g->nsyms || !tcc_onednn_enabled())
+int tcc_cudnn_enabled(void) {
+  const char *off = getenv("TCC_NO_CUDNN");
+  return !(off && off[0] && strcmp(off, "0") != 0);
+}
+
+/* Does node n's convolution (geometry cg, dtype dt) become library steps:
+ * oneDNN on the CPU (float32), cuDNN on CUDA (float32, float64, float16,
+ * bfloat16; not transposed; every size an int, as cuDNN takes them)? */
+static int use_library(const tcc_lower_ctx *lc, const conv_geom *cg, tcc_dtype dt) {
+  int cuda = lc->g->target.device == TCC__V1__DEVICE_TYPE__CUDA;
+  if (lc->g->nsyms) return 0;
+  if (cuda) {
+    if (!tcc_cudnn_enabled() || cg->transposed ||
+        (dt != TCC__V1__DTYPE__FLOAT32 && dt != TCC__V1__DTYPE__FLOAT64 && dt != TCC__V1__DTYPE__FLOAT16 &&
+         dt != TCC__V1__DTYPE__BFLOAT16))
+      return 0;
+    int64_t x = cg->N * cg->Cin, y = cg->N * cg->Cout, w = cg->Cout * cg->Cig;
+    for (int d = 0; d < cg->S; d++) x *= cg->in[d], y *= cg->o[d], w *= cg->k[d];
+    if (x > INT32_MAX || y > INT32_MAX || w > INT32_MAX) return 0;
+  } else if (lc->g->target.device != TCC__V1__DEVICE_TYPE__CPU || dt != TCC__V1__DTYPE__FLOAT32 ||
+             !tcc_onednn_enabled()) {
     return 0;
+  }
   if (cg->N < 1 || cg->Cig < 1 || cg->Cog < 1 || cg->Cin % cg->G) return 0;
   for (int d = 0; d < cg->S; d++)
     if (cg->in[d] < 1 || cg->o[d] < 1) return 0;
@@ -454,11 +472,22 @@ static int reads_channels_last(const tcc_lower_ctx *lc, int v) {
   return lc->channels_last[v];
 }
 
-/* Value v (dtype dt) as a whole buffer a oneDNN step reads through its
+/* Is L dense in row-major order (strides of dims of size 1 aside)? */
+static int layout_contiguous(const tcc_meta *L) {
+  int64_t want = 1;
+  for (int d = L->rank - 1; d >= 0; d--) {
+    if (L->sizes[d] > 1 && L->strides[d] != want) return 0;
+    want *= L->sizes[d];
+  }
+  return 1;
+}
+
+/* Value v (dtype dt) as a whole buffer a library step reads through its
  * layout: its body when that is a load of a dt buffer at the identity
- * index with no zero stride (on a dim longer than 1), else a TEMP packed
- * from the body, contiguous or (channels_last) channels last. NULL when
- * out of memory. */
+ * index with no zero stride (on a dim longer than 1; on CUDA, where
+ * cuDNN's steps take dense NCHW tensors, a contiguous buffer), else a
+ * TEMP packed from the body, contiguous or (channels_last) channels
+ * last. NULL when out of memory. */
 static const tcc_vx *whole(tcc_lower_ctx *lc, int v, tcc_dtype dt, int channels_last) {
   tcc_program *p = lc->prog;
   const tcc_lval *lv = &lc->vals[v];
@@ -469,6 +498,7 @@ static const tcc_vx *whole(tcc_lower_ctx *lc, int v, tcc_dtype dt, int channels_
     ok = L->dtype == dt;
     for (int d = 0; ok && d < lv->rank; d++)
       ok = L->sizes[d] == lv->sizes[d] && (L->strides[d] > 0 || L->sizes[d] == 1);
+    if (ok && lc->g->target.device == TCC__V1__DEVICE_TYPE__CUDA) ok = layout_contiguous(L);
   }
   if (ok) return e;
   const tcc_ix *idx[TCC_MAX_DIMS];
@@ -485,8 +515,8 @@ static const tcc_vx *whole(tcc_lower_ctx *lc, int v, tcc_dtype dt, int channels_
  * primitive that reads and writes that layout, and nothing is
  * reordered), else contiguous. Returns a load of it at the identity
  * index, or NULL when out of memory. */
-static const tcc_vx *onednn_step(tcc_lower_ctx *lc, tcc_extern_kind kind, const conv_geom *cg,
-                                 const tcc_vx *a, const tcc_vx *b, int rank, const int64_t *sizes) {
+static const tcc_vx *library_step(tcc_lower_ctx *lc, tcc_extern_kind kind, const conv_geom *cg, tcc_dtype dt,
+                                  const tcc_vx *a, const tcc_vx *b, int rank, const int64_t *sizes) {
   tcc_program *p = lc->prog;
   if (!a || !b) return NULL;
   int64_t prm[TCC_CONV_NPARAM] = {0};
@@ -505,10 +535,11 @@ static const tcc_vx *onednn_step(tcc_lower_ctx *lc, tcc_extern_kind kind, const 
   }
   prm[TCC_CONV_TRANSPOSED] = cg->transposed;
   /* packed by a kernel whose one store is the call: made EXTERN */
-  const tcc_vx *call = tcc_vx_extern(p, kind, TCC__V1__DTYPE__FLOAT32, a, b, TCC_CONV_NPARAM, prm);
-  int cl = kind == TCC_EXT_CONV_FWD && layout_channels_last(&p->bufs[a->buf].layout);
-  int id = !call ? -1 : cl ? tcc_lower_pack_channels_last(lc, call, rank, sizes, TCC__V1__DTYPE__FLOAT32)
-                           : tcc_lower_pack(lc, call, rank, sizes, TCC__V1__DTYPE__FLOAT32);
+  const tcc_vx *call = tcc_vx_extern(p, kind, dt, a, b, TCC_CONV_NPARAM, prm);
+  int cl = kind == TCC_EXT_CONV_FWD && lc->g->target.device == TCC__V1__DEVICE_TYPE__CPU &&
+           layout_channels_last(&p->bufs[a->buf].layout);
+  int id = !call ? -1 : cl ? tcc_lower_pack_channels_last(lc, call, rank, sizes, dt)
+                           : tcc_lower_pack(lc, call, rank, sizes, dt);
   if (id < 0) return NULL;
   p->kernels[p->nkernels - 1].kind = TCC_OPK_EXTERN;
   const tcc_ix *idx[TCC_MAX_DIMS];
@@ -524,19 +555,20 @@ static void activation_sizes(const conv_geom *cg, int64_t C, const int64_t *spat
 }
 
 /* The forward convolution as a oneDNN step, plus bias, into output 0. */
-static int conv_onednn(tcc_lower_ctx *lc, const tcc_node *n, const conv_geom *cg, tcc_error *err) {
+static int conv_library(tcc_lower_ctx *lc, const tcc_node *n, const conv_geom *cg, tcc_error *err) {
   tcc_program *p = lc->prog;
-  tcc_dtype dt = TCC__V1__DTYPE__FLOAT32;
+  tcc_dtype dt = tmeta(lc->g, ARG("input"))->dtype;
   int64_t ys[TCC_MAX_DIMS];
   activation_sizes(cg, cg->Cout, cg->o, ys);
   int xv = ARG("input")->v;
-  const tcc_vx *y = onednn_step(lc, TCC_EXT_CONV_FWD, cg, whole(lc, xv, dt, lc->channels_last[xv]),
+  const tcc_vx *y = library_step(lc, TCC_EXT_CONV_FWD, cg, dt, whole(lc, xv, dt, lc->channels_last[xv]),
                                 whole(lc, ARG("weight")->v, dt, 0), 2 + cg->S, ys);
   if (!y) return OOM();
   const tcc_arg *bias = ARG("bias");
-  if (bias->kind == TCC_ARG_TENSOR) {
+  if (bias->kind == TCC_ARG_TENSOR) {   /* float16/bfloat16: added in float32, as eager's add */
+    tcc_dtype ct = dt == TCC__V1__DTYPE__FLOAT16 || dt == TCC__V1__DTYPE__BFLOAT16 ? TCC__V1__DTYPE__FLOAT32 : dt;
     const tcc_ix *c = tcc_ix_var(p, 1);
-    y = BIN(ADD, y, read(lc, bias->v, &c, dt));
+    y = BIN(ADD, tcc_vx_cast(p, y, ct), read(lc, bias->v, &c, ct));
   }
   return put(lc, n, 0, y, err);
 }
@@ -619,7 +651,7 @@ void tcc_conv_plan_layouts(tcc_lower_ctx *lc) {
     tcc_error e = {0};
     const tcc_meta *x = tmeta(g, ARG("input"));
     if (conv_geom_of(g, n, &cg, &e) || !x || cg.S != 2 || cg.transposed ||
-        !use_onednn(lc, &cg, x->dtype))
+        g->target.device != TCC__V1__DEVICE_TYPE__CPU || !use_library(lc, &cg, x->dtype))
       continue;
     int v = ARG("input")->v;
     if (g->values[v].kind == TCC_VAL_NODE) lc->channels_last[v] = 1;
@@ -636,7 +668,7 @@ int tcc_lower_conv(tcc_lower_ctx *lc, const tcc_node *n, tcc_error *err) {
     tcc_dtype dt = gemm_dtype(lc, n, &cg, err);
     return dt ? conv_pointwise_gemm(lc, n, &cg, dt, err) : err->code;
   }
-  if (use_onednn(lc, &cg, tmeta(lc->g, ARG("input"))->dtype)) return conv_onednn(lc, n, &cg, err);
+  if (use_library(lc, &cg, tmeta(lc->g, ARG("input"))->dtype)) return conv_library(lc, n, &cg, err);
   tcc_dtype dt = gemm_dtype(lc, n, &cg, err);
   if (!dt) return err->code;
   int S = cg.S, xv = ARG("input")->v, wv = ARG("weight")->v;
@@ -779,8 +811,9 @@ int tcc_lower_conv_backward(tcc_lower_ctx *lc, const tcc_node *n, tcc_error *err
   conv_geom cg;
   int rc = conv_geom_of(lc->g, n, &cg, err);
   if (rc) return rc;
-  int onednn = use_onednn(lc, &cg, tmeta(lc->g, ARG("input"))->dtype);
-  tcc_dtype dt = onednn ? TCC__V1__DTYPE__FLOAT32 : gemm_dtype(lc, n, &cg, err);
+  tcc_dtype xdt = tmeta(lc->g, ARG("input"))->dtype;
+  int library = use_library(lc, &cg, xdt);
+  tcc_dtype dt = library ? xdt : gemm_dtype(lc, n, &cg, err);
   if (!dt) return err->code;
   const tcc_arg *mask = ARG("output_mask");
   int want[3];
@@ -807,13 +840,13 @@ int tcc_lower_conv_backward(tcc_lower_ctx *lc, const tcc_node *n, tcc_error *err
     if ((rc = put(lc, n, 2, sum, err))) return rc;
   }
   if (!want[0] && !want[1]) return 0;
-  if (onednn) {
+  if (library) {
     const tcc_vx *gy = whole(lc, gv, dt, 0);
     if (!gy) return OOM();
     if (want[0]) {
       int64_t xs[TCC_MAX_DIMS];
       activation_sizes(&cg, cg.Cin, cg.in, xs);
-      if ((rc = put(lc, n, 0, onednn_step(lc, TCC_EXT_CONV_BWD_DATA, &cg, gy, whole(lc, wv, dt, 0), 2 + S, xs),
+      if ((rc = put(lc, n, 0, library_step(lc, TCC_EXT_CONV_BWD_DATA, &cg, dt, gy, whole(lc, wv, dt, 0), 2 + S, xs),
                     err)))
         return rc;
     }
@@ -821,7 +854,7 @@ int tcc_lower_conv_backward(tcc_lower_ctx *lc, const tcc_node *n, tcc_error *err
       int64_t ws[TCC_MAX_DIMS] = {cg.Cout, cg.Cig};
       if (cg.transposed) ws[0] = cg.Cin, ws[1] = cg.Cog;
       memcpy(ws + 2, cg.k, sizeof(int64_t) * (size_t)S);
-      if ((rc = put(lc, n, 1, onednn_step(lc, TCC_EXT_CONV_BWD_WEIGHTS, &cg, whole(lc, xv, dt, 0), gy, 2 + S, ws),
+      if ((rc = put(lc, n, 1, library_step(lc, TCC_EXT_CONV_BWD_WEIGHTS, &cg, dt, whole(lc, xv, dt, 0), gy, 2 + S, ws),
                     err)))
         return rc;
     }

@@ -56,5 +56,12 @@ int tcc_toolchain_identity(const char *cc, char *out, size_t cap, tcc_error *err
 }
 
 int tcc_toolchain_cuda_identity(char *out, size_t cap, tcc_error *err) {
-  return tcc_nvrtc_identity(out, cap, err);
+  int rc = tcc_nvrtc_identity(out, cap, err);
+  if (rc || tcc_cudnn_enabled()) return rc;
+  /* the convolution road (conv.c): cuDNN steps unless turned off */
+  size_t n = strlen(out);
+  if (n + sizeof " no-cudnn" > cap)
+    return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "identity buffer too small (%zu bytes)", cap);
+  memcpy(out + n, " no-cudnn", sizeof " no-cudnn");
+  return 0;
 }

@@ -306,7 +306,10 @@ static int cuda_bench(const Tcc__V1__Manifest *m, const char *cubin_path, const 
     if (tcc_rt_cuda_malloc(device, out_bytes[o] + 256, &out[o], &err)) return cuda_fail("output memory", &err);
   }
   void *ws = NULL, *stream = NULL;
-  if (m->workspace_bytes > 0 && tcc_rt_cuda_malloc(device, (size_t)m->workspace_bytes, &ws, &err))
+  uint64_t ws_bytes = tcc_rt_cuda_kernel_workspace_bytes(whole);   /* the plan's + cuDNN's */
+  for (int j = 0; j < nk; j++)
+    if (tcc_rt_cuda_kernel_workspace_bytes(part[j]) > ws_bytes) ws_bytes = tcc_rt_cuda_kernel_workspace_bytes(part[j]);
+  if (ws_bytes > 0 && tcc_rt_cuda_malloc(device, (size_t)ws_bytes, &ws, &err))
     return cuda_fail("workspace memory", &err);
   if (tcc_rt_cuda_stream_create(device, &stream, &err)) return cuda_fail("stream", &err);
 

@@ -18,6 +18,11 @@
  *   else cuModuleLoadDataEx(PTX) (JIT) -> cuModuleGetFunction for each
  *   launch + checks (params, block size, dynamic shared) -> pop.
  *
+ * Library steps: a cuBLAS handle (cuda_blas.c) and a cuDNN handle
+ * (cuda_dnn.c) per kernel, made at load when its plan has such steps;
+ * each cuDNN step's descriptors and algorithm are chosen at load too,
+ * and its workspace follows the plan's in the caller's workspace.
+ *
  * A launch:
  *   args -> push context -> [graphs on, capturable stream]
  *        -> lookup pointer set -> replay | capture + instantiate + replay
@@ -33,6 +38,7 @@
 #include <string.h>
 
 #include "cuda_blas.h"
+#include "cuda_dnn.h"
 #include "cuda_driver.h"
 #include "tcc_digest.h"
 
@@ -383,6 +389,10 @@ typedef struct launch {
   int is_gemm;                  /* a cuBLAS step: gemm, not fn */
   tcc_rt_cuda_gemm_step gemm;      /* (constant names not kept: resolved below) */
   uint64_t const_a, const_b;    /* module addresses of constant operands */
+  int is_conv;                  /* a cuDNN step: conv, not fn */
+  tcc_rt_cuda_conv_step conv;      /* (constant names: our copies) */
+  tcc_rt_cudnn_conv *dnn;       /* its descriptors and algorithm */
+  uint64_t const_x, const_w, const_y;
 } launch;
 
 typedef struct graph_entry {
@@ -399,7 +409,8 @@ struct tcc_rt_cuda_kernel {
   launch *launches;
   size_t n_launches;
   size_t n_inputs, n_outputs, n_params;
-  uint64_t workspace_bytes;
+  uint64_t workspace_bytes;     /* the plan's */
+  uint64_t dnn_workspace;       /* cuDNN's, after the plan's (256-aligned) */
 
   pthread_mutex_t mu;           /* the graph cache */
   int graphs;                   /* atomic */
@@ -410,7 +421,10 @@ struct tcc_rt_cuda_kernel {
 
   uint64_t direct, captures, replays; /* atomic */
   tcc_rt_cublas *blas;             /* when the plan has cuBLAS steps */
+  tcc_rt_cudnn *dnn;               /* when the plan has cuDNN steps */
 };
+
+static uint64_t align256(uint64_t x) { return (x + 255) & ~(uint64_t)255; }
 
 /* Resolves a constant operand of a cuBLAS step to its module address. */
 static int gemm_constant(tcc_rt_cuda_kernel *k, const launch *L, const tcc_rt_cuda_buffer *b, uint64_t *out,
@@ -429,6 +443,21 @@ static int gemm_constant(tcc_rt_cuda_kernel *k, const launch *L, const tcc_rt_cu
 
 /* Resolves and checks launch i's function. */
 static int launch_prepare(tcc_rt_cuda_kernel *k, launch *L, size_t i, int optin_shared, tcc_error *err) {
+  if (L->is_conv) {
+    int rc = 0;
+    if (!k->dnn) rc = tcc_rt_cudnn_create(&k->dnn, err);
+    if (rc) {
+      tcc_error_prefix(err, "step '%.100s' (launch %zu of %zu)", L->name, i + 1, k->n_launches);
+      return rc;
+    }
+    if ((rc = gemm_constant(k, L, &L->conv.x, &L->const_x, err)) || (rc = gemm_constant(k, L, &L->conv.w, &L->const_w, err)) ||
+        (rc = gemm_constant(k, L, &L->conv.y, &L->const_y, err)))
+      return rc;
+    uint64_t ws = 0;
+    if ((rc = tcc_rt_cudnn_conv_prepare(k->dnn, &L->conv, L->name, &L->dnn, &ws, err))) return rc;
+    if (ws > k->dnn_workspace) k->dnn_workspace = ws;
+    return 0;
+  }
   if (L->is_gemm) {
     int rc = 0;
     if (!k->blas) rc = tcc_rt_cublas_create(&k->blas, err);
@@ -573,6 +602,34 @@ int tcc_rt_cuda_kernel_load(const uint8_t *cubin, size_t len, const char *digest
         tcc_rt_cuda_kernel_unload(k);
         return tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "out of memory");
       }
+    } else if (l->conv) {
+      L->is_conv = 1;
+      L->conv = *l->conv;
+      L->conv.x.constant = L->conv.w.constant = L->conv.y.constant = NULL;   /* ours: below */
+      const tcc_rt_cuda_buffer *bs[3] = {&l->conv->x, &l->conv->w, &l->conv->y};
+      int written = l->conv->kind == TCC_RT_CUDA_CONV_BACKWARD_DATA     ? 0
+                    : l->conv->kind == TCC_RT_CUDA_CONV_BACKWARD_FILTER ? 1
+                                                                        : 2;
+      for (int j = 0; j < 3; j++) {
+        const tcc_rt_cuda_buffer *b = bs[j];
+        int bad = b->base == TCC_RT_CUDA_BUF_INPUT       ? j == written || b->index >= plan->n_inputs
+                  : b->base == TCC_RT_CUDA_BUF_OUTPUT    ? b->index >= plan->n_outputs
+                  : b->base == TCC_RT_CUDA_BUF_WORKSPACE ? b->offset_bytes >= plan->workspace_bytes
+                  : b->base == TCC_RT_CUDA_BUF_CONSTANT  ? j == written || !b->constant
+                                                         : 1;
+        if (bad) {
+          tcc_rt_cuda_kernel_unload(k);
+          return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "step '%.100s' (launch %zu of %zu): operand %c names "
+                               "no buffer of the plan it may %s", l->name, i + 1, plan->n_launches, "xwy"[j],
+                               j == written ? "write" : "read");
+        }
+      }
+      char **names[3] = {(char **)&L->conv.x.constant, (char **)&L->conv.w.constant, (char **)&L->conv.y.constant};
+      for (int j = 0; j < 3; j++)
+        if (bs[j]->constant && bs[j]->base == TCC_RT_CUDA_BUF_CONSTANT && !(*names[j] = strdup(bs[j]->constant))) {
+          tcc_rt_cuda_kernel_unload(k);
+          return tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "out of memory");
+        }
     }
   }
 
@@ -622,6 +679,16 @@ static const void *gemm_operand(const tcc_rt_cuda_kernel *k, const tcc_rt_cuda_b
 static int launch_direct(tcc_rt_cuda_kernel *k, tcu_stream stream, void **args, tcc_error *err) {
   for (size_t i = 0; i < k->n_launches; i++) {
     const launch *L = &k->launches[i];
+    if (L->is_conv) {
+      uint64_t ws = *(const uint64_t *)args[k->n_inputs + k->n_outputs];
+      int rc = tcc_rt_cudnn_conv_run(k->dnn, stream, L->dnn, gemm_operand(k, &L->conv.x, L->const_x, args),
+                                     gemm_operand(k, &L->conv.w, L->const_w, args),
+                                     gemm_operand(k, &L->conv.y, L->const_y, args),
+                                     k->dnn_workspace ? (void *)(uintptr_t)(ws + align256(k->workspace_bytes)) : NULL,
+                                     L->name, i, k->n_launches, err);
+      if (rc) return rc;
+      continue;
+    }
     if (L->is_gemm) {
       int rc = tcc_rt_cublas_gemm(k->blas, stream, &L->gemm, gemm_operand(k, &L->gemm.a, L->const_a, args),
                                   gemm_operand(k, &L->gemm.b, L->const_b, args),
@@ -709,9 +776,9 @@ int tcc_rt_cuda_kernel_launch(tcc_rt_cuda_kernel *k, void *stream, const void *c
   if ((k->n_inputs && !inputs) || (k->n_outputs && !outputs))
     return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "the kernel takes %zu inputs and %zu outputs", k->n_inputs,
                          k->n_outputs);
-  if (k->workspace_bytes && !workspace)
+  if (tcc_rt_cuda_kernel_workspace_bytes(k) && !workspace)
     return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "the kernel needs a workspace of %llu bytes",
-                         (unsigned long long)k->workspace_bytes);
+                         (unsigned long long)tcc_rt_cuda_kernel_workspace_bytes(k));
   uint64_t vals_stack[ARGS_ON_STACK];
   void *args_stack[ARGS_ON_STACK];
   uint64_t *vals = vals_stack;
@@ -781,6 +848,11 @@ void tcc_rt_cuda_kernel_stats(tcc_rt_cuda_kernel *k, tcc_rt_cuda_stats *out) {
   snprintf(out->device_arch, sizeof out->device_arch, "%s", k->device_arch);
 }
 
+uint64_t tcc_rt_cuda_kernel_workspace_bytes(const tcc_rt_cuda_kernel *k) {
+  if (!k) return 0;
+  return k->dnn_workspace ? align256(k->workspace_bytes) + k->dnn_workspace : k->workspace_bytes;
+}
+
 void tcc_rt_cuda_kernel_unload(tcc_rt_cuda_kernel *k) {
   if (!k) return;
   if (k->n_graphs) {
@@ -791,10 +863,12 @@ void tcc_rt_cuda_kernel_unload(tcc_rt_cuda_kernel *k) {
     }
   }
   free(k->graph_cache);
-  if (k->blas) {
+  if (k->blas || k->dnn) {
     int pushed;
     if (ctx_enter(k->ctx, &pushed) == TCU_SUCCESS) {
       tcc_rt_cublas_destroy(k->blas);
+      for (size_t i = 0; i < k->n_launches && k->launches; i++) tcc_rt_cudnn_conv_free(k->launches[i].dnn);
+      tcc_rt_cudnn_destroy(k->dnn);
       ctx_leave(pushed);
     }
   }
@@ -803,6 +877,9 @@ void tcc_rt_cuda_kernel_unload(tcc_rt_cuda_kernel *k) {
     free(k->launches[i].name);
     free((char *)k->launches[i].gemm.a.constant);
     free((char *)k->launches[i].gemm.b.constant);
+    free((char *)k->launches[i].conv.x.constant);
+    free((char *)k->launches[i].conv.w.constant);
+    free((char *)k->launches[i].conv.y.constant);
   }
   free(k->launches);
   pthread_mutex_destroy(&k->mu);

@@ -13,6 +13,8 @@
  *   kernels[i] kind "extern"    ->  launches[i].gemm: a cuBLAS call
  *     + gemm (GemmStep)             (sizes, leading dims, strides,
  *                                    dtypes, compute type, buffers)
+ *   kernels[i] kind "extern"    ->  launches[i].conv: a cuDNN call
+ *     + conv (ConvStep)             (kind, geometry, dtype, TF32, buffers)
  *   ptx                         ->  opts.ptx (JIT fallback) unless the
  *                                   caller gave one
  * Every value is range-checked here (grid/block entries 1..2^31-1 and
@@ -43,24 +45,24 @@ static int dims(const int64_t *v, size_t n, const char *field, size_t i, const c
   return 0;
 }
 
-/* One BufferRef -> tcc_rt_cuda_buffer. */
-static int buffer_ref(const Tcc__V1__BufferRef *r, char which, size_t i, const char *name, tcc_rt_cuda_buffer *out,
-                      tcc_error *err) {
+/* One BufferRef (the step's field, "gemm.a") -> tcc_rt_cuda_buffer. */
+static int buffer_ref(const Tcc__V1__BufferRef *r, const char *field, size_t i, const char *name,
+                      tcc_rt_cuda_buffer *out, tcc_error *err) {
   memset(out, 0, sizeof *out);
-  if (!r) return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "manifest kernel %zu ('%.100s'): gemm.%c missing", i, name,
-                               which);
+  if (!r) return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "manifest kernel %zu ('%.100s'): %s missing", i, name,
+                               field);
   switch (r->base_case) {
   case TCC__V1__BUFFER_REF__BASE_INPUT: out->base = TCC_RT_CUDA_BUF_INPUT, out->index = r->input; break;
   case TCC__V1__BUFFER_REF__BASE_OUTPUT: out->base = TCC_RT_CUDA_BUF_OUTPUT, out->index = r->output; break;
   case TCC__V1__BUFFER_REF__BASE_WORKSPACE: out->base = TCC_RT_CUDA_BUF_WORKSPACE; break;
   case TCC__V1__BUFFER_REF__BASE_CONSTANT: out->base = TCC_RT_CUDA_BUF_CONSTANT, out->constant = r->constant; break;
   default:
-    return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "manifest kernel %zu ('%.100s'): gemm.%c names no buffer", i,
-                         name, which);
+    return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "manifest kernel %zu ('%.100s'): %s names no buffer", i,
+                         name, field);
   }
   if (r->offset_bytes < 0)
-    return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "manifest kernel %zu ('%.100s'): gemm.%c offset %lld", i, name,
-                         which, (long long)r->offset_bytes);
+    return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "manifest kernel %zu ('%.100s'): %s offset %lld", i, name,
+                         field, (long long)r->offset_bytes);
   out->offset_bytes = (uint64_t)r->offset_bytes;
   return 0;
 }
@@ -106,9 +108,56 @@ static int gemm_step(const Tcc__V1__GemmStep *g, size_t i, const char *name, tcc
   out->batch_count = g->batch_count;
   out->a_dtype = g->a_dtype, out->b_dtype = g->b_dtype, out->c_dtype = g->c_dtype;
   out->alpha = g->alpha, out->beta = g->beta;
-  int rc = buffer_ref(g->a, 'a', i, name, &out->a, err);
-  if (!rc) rc = buffer_ref(g->b, 'b', i, name, &out->b, err);
-  if (!rc) rc = buffer_ref(g->c, 'c', i, name, &out->c, err);
+  int rc = buffer_ref(g->a, "gemm.a", i, name, &out->a, err);
+  if (!rc) rc = buffer_ref(g->b, "gemm.b", i, name, &out->b, err);
+  if (!rc) rc = buffer_ref(g->c, "gemm.c", i, name, &out->c, err);
+  return rc;
+}
+
+/* A ConvStep -> tcc_rt_cuda_conv_step, checked: a known kind and dtype,
+ * 1 to 3 spatial dims with every list that long, sizes in range (cuDNN's
+ * own checks come at load), the buffers its kind reads and writes. */
+static int conv_step(const Tcc__V1__ConvStep *c, size_t i, const char *name, tcc_rt_cuda_conv_step *out,
+                     tcc_error *err) {
+  memset(out, 0, sizeof *out);
+  if (c->kind < TCC__V1__CONV_STEP__KIND__FORWARD || c->kind > TCC__V1__CONV_STEP__KIND__BACKWARD_FILTER)
+    return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "manifest kernel %zu ('%.100s'): unknown conv kind %d", i, name,
+                         (int)c->kind);
+  size_t S = c->n_input_size;
+  if (S < 1 || S > 3 || c->n_kernel_size != S || c->n_output_size != S || c->n_stride != S || c->n_padding != S ||
+      c->n_dilation != S)
+    return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "manifest kernel %zu ('%.100s'): conv sizes, strides, padding "
+                         "and dilation must each list the same 1 to 3 spatial dims", i, name);
+  if (c->dtype < 1 || c->dtype > 4 || (c->tf32 && c->dtype != 1))
+    return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "manifest kernel %zu ('%.100s'): conv dtype %d%s is not "
+                         "supported", i, name, (int)c->dtype, c->tf32 ? " with TF32" : "");
+  const int64_t lim = INT32_MAX;
+  int bad = c->n < 1 || c->n > lim || c->in_channels < 1 || c->in_channels > lim || c->out_channels < 1 ||
+            c->out_channels > lim || c->groups < 1 || c->groups > lim;
+  for (size_t d = 0; d < S && !bad; d++)
+    bad = c->input_size[d] < 1 || c->input_size[d] > lim || c->kernel_size[d] < 1 || c->kernel_size[d] > lim ||
+          c->output_size[d] < 1 || c->output_size[d] > lim || c->stride[d] < 1 || c->stride[d] > lim ||
+          c->padding[d] < 0 || c->padding[d] > lim || c->dilation[d] < 1 || c->dilation[d] > lim;
+  if (bad) return tcc_error_set(err, TCC_E_INVALID_ARGUMENT, "manifest kernel %zu ('%.100s'): conv size out of range",
+                                i, name);
+  out->kind = (tcc_rt_cuda_conv_kind)c->kind;
+  out->s = (int)S;
+  out->n = c->n, out->c_in = c->in_channels, out->c_out = c->out_channels, out->groups = c->groups;
+  for (size_t d = 0; d < S; d++) {
+    out->in[d] = c->input_size[d], out->k[d] = c->kernel_size[d], out->out[d] = c->output_size[d];
+    out->stride[d] = c->stride[d], out->pad[d] = c->padding[d], out->dil[d] = c->dilation[d];
+  }
+  out->dtype = c->dtype;
+  out->tf32 = c->tf32;
+  /* the roles: dy is y, dx is x, dw is w */
+  const Tcc__V1__BufferRef *x = c->kind == TCC__V1__CONV_STEP__KIND__BACKWARD_DATA ? c->dx : c->x;
+  const Tcc__V1__BufferRef *w = c->kind == TCC__V1__CONV_STEP__KIND__BACKWARD_FILTER ? c->dw : c->w;
+  const char *xn = c->kind == TCC__V1__CONV_STEP__KIND__BACKWARD_DATA ? "conv.dx" : "conv.x";
+  const char *wn = c->kind == TCC__V1__CONV_STEP__KIND__BACKWARD_FILTER ? "conv.dw" : "conv.w";
+  int rc = buffer_ref(x, xn, i, name, &out->x, err);
+  if (!rc) rc = buffer_ref(w, wn, i, name, &out->w, err);
+  if (!rc) rc = buffer_ref(c->y, c->kind == TCC__V1__CONV_STEP__KIND__FORWARD ? "conv.y" : "conv.dy", i, name,
+                           &out->y, err);
   return rc;
 }
 
@@ -126,9 +175,10 @@ int tcc_rt_cuda_kernel_load_manifest(const uint8_t *cubin, size_t len, const cha
                          (long long)m->workspace_bytes);
   tcc_rt_cuda_launch *launches = calloc(m->n_kernels, sizeof *launches);
   tcc_rt_cuda_gemm_step *gemms = calloc(m->n_kernels, sizeof *gemms);
+  tcc_rt_cuda_conv_step *convs = calloc(m->n_kernels, sizeof *convs);
   char *ptx = NULL;
-  if (!launches || !gemms) {
-    free(launches), free(gemms);
+  if (!launches || !gemms || !convs) {
+    free(launches), free(gemms), free(convs);
     return tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "out of memory");
   }
   int rc = 0;
@@ -140,6 +190,11 @@ int tcc_rt_cuda_kernel_load_manifest(const uint8_t *cubin, size_t len, const cha
       break;
     }
     launches[i].name = name;
+    if (ki->conv) {   /* a cuDNN step */
+      if ((rc = conv_step(ki->conv, i, name, &convs[i], err))) break;
+      launches[i].conv = &convs[i];
+      continue;
+    }
     if (ki->gemm || (ki->kind && !strcmp(ki->kind, "extern"))) {   /* a cuBLAS step */
       if ((rc = gemm_step(ki->gemm, i, name, &gemms[i], err))) break;
       launches[i].gemm = &gemms[i];
@@ -185,6 +240,7 @@ int tcc_rt_cuda_kernel_load_manifest(const uint8_t *cubin, size_t len, const cha
   }
   free(ptx);
   free(gemms);
+  free(convs);
   free(launches);
   return rc;
 }

@@ -58,8 +58,9 @@
  * inputs in Graph.inputs order, outputs in Graph.outputs order, each
  * pointing at element 0 of the tensor's storage (the kernel applies
  * storage_offset and strides, which it was specialised for); workspace
- * is NULL when workspace_bytes is 0, else at least that many bytes,
- * 256-byte aligned (cudaMalloc's alignment); intermediates between the
+ * is NULL when tcc_rt_cuda_kernel_workspace_bytes is 0, else at least
+ * that many bytes (the plan's workspace_bytes, plus what cuDNN steps
+ * need), 256-byte aligned (cudaMalloc's alignment); intermediates between the
  * plan's kernels live in it at offsets compiled into the code. Outputs
  * must not overlap inputs, each other or the workspace. When the driver
  * has cuFuncGetParamInfo (CUDA 12.4+), load checks every kernel takes
@@ -130,6 +131,30 @@ typedef struct tcc_rt_cuda_gemm_step {
   tcc_rt_cuda_buffer a, b, c;
 } tcc_rt_cuda_gemm_step;
 
+/* Which cuDNN call a convolution step makes. */
+typedef enum tcc_rt_cuda_conv_kind {
+  TCC_RT_CUDA_CONV_FORWARD = 1,          /* y = conv(x, w) */
+  TCC_RT_CUDA_CONV_BACKWARD_DATA = 2,    /* dx from dy (y) and w */
+  TCC_RT_CUDA_CONV_BACKWARD_FILTER = 3,  /* dw from x and dy (y) */
+} tcc_rt_cuda_conv_kind;
+
+/* An extern step of the plan: one cuDNN convolution, cross-correlation
+ * as PyTorch computes it (tcc.v1.ConvStep). Tensors are dense NCHW
+ * (NCDHW); s spatial dims, 1 to 3 (a 1-D convolution runs as a 2-D one
+ * of height 1). x, w and y are read or written by kind: forward reads
+ * x and w and writes y; backward data reads y (dy) and w and writes x
+ * (dx); backward filter reads x and y (dy) and writes w (dw). dtype is
+ * a tcc.v1.DType (FLOAT32 1, FLOAT64 2, FLOAT16 3, BFLOAT16 4). */
+typedef struct tcc_rt_cuda_conv_step {
+  tcc_rt_cuda_conv_kind kind;
+  int s;
+  int64_t n, c_in, c_out, groups;
+  int64_t in[3], k[3], out[3], stride[3], pad[3], dil[3];
+  int dtype;
+  int tf32;                    /* float32: TF32 tensor cores allowed */
+  tcc_rt_cuda_buffer x, w, y;
+} tcc_rt_cuda_conv_step;
+
 /* One launch of the plan. */
 typedef struct tcc_rt_cuda_launch {
   const char *name;            /* the __global__'s symbol (lowered name) */
@@ -143,6 +168,13 @@ typedef struct tcc_rt_cuda_launch {
    * FAILED_PRECONDITION "libcublas.so.13 not found: ...". One cuBLAS
    * handle per kernel, made in its context at load. */
   const tcc_rt_cuda_gemm_step *gemm;
+  /* Non-NULL: a cuDNN call at this point of the plan. libcudnn is
+   * dlopen'ed the same way ($TCC_CUDNN_LIBRARY, else libcudnn.so.9, .so.8:
+   * in a process that imported torch, the one torch loaded). Its
+   * algorithm is chosen at load by cuDNN's heuristics (as PyTorch does
+   * without cudnn.benchmark) and its workspace comes after the plan's:
+   * see tcc_rt_cuda_kernel_workspace_bytes. One cuDNN handle per kernel. */
+  const tcc_rt_cuda_conv_step *conv;
 } tcc_rt_cuda_launch;
 
 /* How to run an artifact: the plan and the ABI's argument counts. */
@@ -228,7 +260,8 @@ int tcc_rt_cuda_kernel_load(const uint8_t *cubin, size_t len, const char *digest
 /* The same with the plan taken from a tcc.v1.Manifest (cuda_manifest.c):
  * arch from manifest->target ("cuda:sm_90a"), one launch per
  * manifest->kernels[i] (name, grid, block: 1 to 3 entries each, required;
- * shared_bytes) or, for kind "extern" with a GemmStep, one cuBLAS call;
+ * shared_bytes) or, for kind "extern", one cuBLAS call (a GemmStep) or
+ * one cuDNN call (a ConvStep);
  * the input/output counts and workspace_bytes; and manifest->ptx as the
  * PTX fallback when opts->ptx is NULL. INVALID_ARGUMENT names the kernel
  * and field that is missing or out of range. */
@@ -237,6 +270,11 @@ int tcc_rt_cuda_kernel_load_manifest(const uint8_t *cubin, size_t len,
                                      const struct Tcc__V1__Manifest *manifest,
                                      const tcc_rt_cuda_options *opts,
                                      tcc_rt_cuda_kernel **out, tcc_error *err);
+
+/* The workspace a launch needs, in bytes: the plan's workspace_bytes,
+ * then (256-byte aligned) what the cuDNN algorithms chosen at load need.
+ * Callers allocate this much, not the manifest's figure. 0 for NULL. */
+uint64_t tcc_rt_cuda_kernel_workspace_bytes(const tcc_rt_cuda_kernel *k);
 
 /* Runs the plan on stream (a CUstream / cudaStream_t; NULL = the legacy
  * default stream). Asynchronous, like any CUDA launch: errors of the

@@ -22,7 +22,7 @@ int tcc_cuda_build(const tcc_program *p, const char *src, size_t len, const tcc_
   const char **names = calloc((size_t)sch->n_global + 1, sizeof *names);
   if (!names) return tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "out of memory");
   for (int i = 0, j = 0; i < sch->n; i++)
-    if (!sch->steps[i].is_gemm) names[j++] = sch->steps[i].name;
+    if (!tcc_cuda_step_is_library(&sch->steps[i])) names[j++] = sch->steps[i].name;
   tcc_nvrtc_result r;
   memset(&r, 0, sizeof r);
   tcc_nvrtc_options no = {.timeout_ms = opts && opts->timeout_ms > 0 ? opts->timeout_ms : 120000};
@@ -64,6 +64,51 @@ static Tcc__V1__BufferRef *manifest_ref(tcc_arena *A, const tcc_cuda_ref *r) {
   return m;
 }
 
+/* A convolution step as a tcc.v1.ConvStep (operands by role). */
+static Tcc__V1__ConvStep *manifest_conv(tcc_arena *A, const tcc_cuda_conv *C) {
+  Tcc__V1__ConvStep *cs = tcc_arena_alloc(A, sizeof *cs);
+  int S = (int)C->prm[TCC_CONV_S];
+  int64_t *v = tcc_arena_array(A, 6 * (size_t)S, sizeof *v);
+  if (!cs || !v) return NULL;
+  tcc__v1__conv_step__init(cs);
+  cs->n = C->prm[TCC_CONV_N];
+  cs->in_channels = C->prm[TCC_CONV_CIN];
+  cs->out_channels = C->prm[TCC_CONV_COUT];
+  cs->groups = C->prm[TCC_CONV_G];
+  int64_t **lists[6] = {&cs->input_size, &cs->kernel_size, &cs->output_size, &cs->stride, &cs->padding, &cs->dilation};
+  size_t *counts[6] = {&cs->n_input_size, &cs->n_kernel_size, &cs->n_output_size, &cs->n_stride, &cs->n_padding,
+                       &cs->n_dilation};
+  const int first[6] = {TCC_CONV_IN, TCC_CONV_K, TCC_CONV_O, TCC_CONV_STRIDE, TCC_CONV_PAD, TCC_CONV_DIL};
+  for (int l = 0; l < 6; l++) {
+    *lists[l] = v + l * S;
+    *counts[l] = (size_t)S;
+    for (int d = 0; d < S; d++) (*lists[l])[d] = C->prm[first[l] + d];
+  }
+  cs->dtype = (Tcc__V1__DType)C->dtype;
+  cs->tf32 = C->tf32;
+  /* the EXTERN's (a, b, result) by kind: forward (x, w, y), backward
+   * data (dy, w, dx), backward filter (x, dy, dw) */
+  Tcc__V1__BufferRef **roles[3];
+  switch (C->kind) {
+  case TCC_EXT_CONV_FWD:
+    cs->kind = TCC__V1__CONV_STEP__KIND__FORWARD;
+    roles[0] = &cs->x, roles[1] = &cs->w, roles[2] = &cs->y;
+    break;
+  case TCC_EXT_CONV_BWD_DATA:
+    cs->kind = TCC__V1__CONV_STEP__KIND__BACKWARD_DATA;
+    roles[0] = &cs->y, roles[1] = &cs->w, roles[2] = &cs->dx;
+    break;
+  default:
+    cs->kind = TCC__V1__CONV_STEP__KIND__BACKWARD_FILTER;
+    roles[0] = &cs->x, roles[1] = &cs->y, roles[2] = &cs->dw;
+    break;
+  }
+  if (!(*roles[0] = manifest_ref(A, &C->a)) || !(*roles[1] = manifest_ref(A, &C->b)) ||
+      !(*roles[2] = manifest_ref(A, &C->c)))
+    return NULL;
+  return cs;
+}
+
 int tcc_cuda_manifest(const tcc_program *p, const tcc_built *built, tcc_arena *A, Tcc__V1__Manifest *m,
                       tcc_error *err) {
   const tcc_cuda_schedule *sch = p->sched.cuda;
@@ -101,6 +146,8 @@ int tcc_cuda_manifest(const tcc_program *p, const tcc_built *built, tcc_arena *A
       if (!(gs->a = manifest_ref(A, &G->a)) || !(gs->b = manifest_ref(A, &G->b)) || !(gs->c = manifest_ref(A, &G->c)))
         goto oom;
       ki->gemm = gs;
+    } else if (st->is_conv) {
+      if (!(ki->conv = manifest_conv(A, &st->conv))) goto oom;
     } else {
       int two = st->split_stage || st->grid[1] > 1;
       int64_t *grid = tcc_arena_array(A, 2, sizeof *grid);

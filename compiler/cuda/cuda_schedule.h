@@ -81,7 +81,19 @@ typedef struct tcc_cuda_gemm {
   tcc_cuda_ref a, b, c;
 } tcc_cuda_gemm;
 
-/* One step of a CUDA launch plan: a kernel launch or a cuBLAS call. */
+/* An EXTERN convolution kernel (TCC_EXT_CONV_*, conv.c) as one cuDNN
+ * call (tcc.v1.ConvStep): the EXTERN's parameters (TCC_CONV_*), its
+ * operands a and b and its result c, each a dense NCHW tensor. */
+typedef struct tcc_cuda_conv {
+  int kind;                   /* TCC_EXT_CONV_FWD, _BWD_DATA, _BWD_WEIGHTS */
+  int64_t prm[TCC_CONV_NPARAM];
+  tcc_dtype dtype;
+  int tf32;                   /* float32 with cudnn.allow_tf32 */
+  tcc_cuda_ref a, b, c;
+} tcc_cuda_conv;
+
+/* One step of a CUDA launch plan: a kernel launch, a cuBLAS call or a
+ * cuDNN call. */
 typedef struct tcc_cuda_step {
   char name[32];              /* "k3", "k3_split" (the __global__), "k1" (extern) */
   const char *kind;           /* "pointwise", "reduction", "split-reduction", "extern" */
@@ -91,9 +103,14 @@ typedef struct tcc_cuda_step {
   int64_t grid[2], block, shared_bytes, numel;
   int64_t split_off;          /* workspace offset of the partials (split kernels) */
   const tcc_cuda_kernel_plan *plan;   /* launches: the kernel's plan */
-  int is_gemm;
+  int is_gemm;                /* a cuBLAS call (gemm) */
   tcc_cuda_gemm gemm;
+  int is_conv;                /* a cuDNN call (conv) */
+  tcc_cuda_conv conv;
 } tcc_cuda_step;
+
+/* Is step st a library call (no __global__ of ours)? */
+static inline int tcc_cuda_step_is_library(const tcc_cuda_step *st) { return st->is_gemm || st->is_conv; }
 
 /* The schedule of a program: its launch plan, in the program's arena. */
 typedef struct tcc_cuda_schedule {
@@ -104,8 +121,8 @@ typedef struct tcc_cuda_schedule {
 } tcc_cuda_schedule;
 
 /* schedule.c: the schedule pass. Returns 0, TCC_E_UNIMPLEMENTED (an
- * extern step other than a GEMM; a GEMM cuBLAS cannot express: sizes
- * over 2^31-1) or TCC_E_RESOURCE_EXHAUSTED. */
+ * extern step other than a GEMM or a convolution; a GEMM cuBLAS cannot
+ * express: sizes over 2^31-1) or TCC_E_RESOURCE_EXHAUSTED. */
 int tcc_cuda_schedule_pass(tcc_program *p, tcc_error *err);
 int tcc_cuda_schedule_check(const tcc_program *p, tcc_error *err);
 void tcc_cuda_schedule_dump(const tcc_program *p, tcc_buf *b);

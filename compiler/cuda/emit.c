@@ -67,8 +67,10 @@
  *   extern     (GEMM) no code: a step of the launch plan the client runs
  *              with cublasGemmStridedBatchedEx (describe_gemm maps the
  *              row-major C = A B onto cuBLAS's column-major C^T = B^T A^T;
- *              the manifest's GemmStep carries the call). Other extern
- *              kinds are TCC_E_UNIMPLEMENTED naming the op.
+ *              the manifest's GemmStep carries the call).
+ *   extern     (convolution) no code either: a cuDNN call the client
+ *              makes (describe_conv; the manifest's ConvStep). Other
+ *              extern kinds are TCC_E_UNIMPLEMENTED naming the op.
  * The schedule lists the plan's steps once for the emitter, the NVRTC
  * build (kernel names) and the manifest.
  * Indices are `int` when every extent and storage offset of the kernel
@@ -797,11 +799,13 @@ int tcc_cuda_emit(const tcc_program *p, tcc_buf *b, tcc_error *err) {
   tcc_buf_puts(b, prelude);
   for (int bi = 0; bi < p->nbufs; bi++) {
     if (p->bufs[bi].kind != TCC_BUF_CONST || p->bufs[bi].dead) continue;
-    int exported = 0;   /* read by cuBLAS: the client finds it with cuModuleGetGlobal */
-    for (int i = 0; i < sch->n; i++)
-      if (sch->steps[i].is_gemm)
-        exported |= (sch->steps[i].gemm.a.base == TCC_CUDA_CONSTANT && sch->steps[i].gemm.a.index == bi) ||
-                    (sch->steps[i].gemm.b.base == TCC_CUDA_CONSTANT && sch->steps[i].gemm.b.index == bi);
+    int exported = 0;   /* read by cuBLAS or cuDNN: the client finds it with cuModuleGetGlobal */
+    for (int i = 0; i < sch->n; i++) {
+      const tcc_cuda_step *st = &sch->steps[i];
+      const tcc_cuda_ref *a = st->is_gemm ? &st->gemm.a : &st->conv.a, *r = st->is_gemm ? &st->gemm.b : &st->conv.b;
+      if (tcc_cuda_step_is_library(st))
+        exported |= (a->base == TCC_CUDA_CONSTANT && a->index == bi) || (r->base == TCC_CUDA_CONSTANT && r->index == bi);
+    }
     if (exported) tcc_buf_puts(b, "extern \"C\" ");
     tcc_c_put_constant(D, b, &p->bufs[bi], bi);
   }
@@ -815,6 +819,17 @@ int tcc_cuda_emit(const tcc_program *p, tcc_buf *b, tcc_error *err) {
                         "compute %s) */\n",
                      st->kno, G->trans_a ? 'T' : 'N', G->trans_b ? 'T' : 'N', G->m, G->n, G->k, G->lda, G->ldb,
                      G->ldc, G->batch, tcc_dtype_name(G->ab_dtype), tcc_dtype_name(G->c_dtype), G->compute);
+      continue;
+    }
+    if (st->is_conv) {
+      static const char *const what[] = {[TCC_EXT_CONV_FWD] = "cudnnConvolutionForward",
+          [TCC_EXT_CONV_BWD_DATA] = "cudnnConvolutionBackwardData",
+          [TCC_EXT_CONV_BWD_WEIGHTS] = "cudnnConvolutionBackwardFilter"};
+      const tcc_cuda_conv *C = &st->conv;
+      tcc_buf_printf(b, "\n/* k%d: extern step, run by the client through cuDNN: %s(N=%" PRId64 ", Cin=%" PRId64
+                        ", Cout=%" PRId64 ", groups=%" PRId64 ", %s%s) */\n",
+                     st->kno, what[C->kind], C->prm[TCC_CONV_N], C->prm[TCC_CONV_CIN], C->prm[TCC_CONV_COUT],
+                     C->prm[TCC_CONV_G], tcc_dtype_name(C->dtype), C->tf32 ? ", TF32" : "");
       continue;
     }
     if (emit_kernel(p, st, b)) rc = tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "out of memory emitting CUDA");

@@ -28,7 +28,8 @@
  *   indices    int when every extent and offset fits comfortably in 31
  *              bits, else long long (fits_int32).
  * The launch plan lists the steps in order: k<j>_split before k<j>, a
- * cuBLAS call for a GEMM (describe_gemm), and grows the workspace by the
+ * cuBLAS call for a GEMM (describe_gemm) or a cuDNN call for a
+ * convolution (describe_conv), and grows the workspace by the
  * split reductions' partials.
  */
 #include "cuda_schedule.h"
@@ -731,7 +732,54 @@ static int describe_gemm(const tcc_program *p, const tcc_kernel *K, tcc_cuda_gem
   return 0;
 }
 
-/* An extern step other than a GEMM (convolution, ...): UNIMPLEMENTED
+/* Is L dense in row-major order (strides of dims of size 1 aside)? */
+static int dense_row_major(const tcc_meta *L) {
+  int64_t want = 1;
+  for (int d = L->rank - 1; d >= 0; d--) {
+    if (L->sizes[d] > 1 && L->strides[d] != want) return 0;
+    want *= L->sizes[d];
+  }
+  return 1;
+}
+
+/* Is e the identity load of a whole dense row-major buffer? */
+static int dense_operand(const tcc_program *p, const tcc_vx *e) {
+  if (!e || e->op != TCC_PRIM_LOAD) return 0;
+  const tcc_meta *L = &p->bufs[e->buf].layout;
+  if (e->nidx != L->rank || !dense_row_major(L)) return 0;
+  for (int d = 0; d < L->rank; d++)
+    if (e->idx[d]->kind != TCC_IX_VAR || e->idx[d]->var != d) return 0;
+  return 1;
+}
+
+/* A convolution EXTERN kernel as one cuDNN call. conv.c hands it dense
+ * operands (packed when they were not) and a dense TEMP to write; the
+ * result is cross-checked here. float32 may use TF32 with
+ * cudnn.allow_tf32, as PyTorch's cuDNN convolutions do. */
+static int describe_conv(const tcc_program *p, const tcc_kernel *K, tcc_cuda_conv *c, tcc_error *err) {
+  const tcc_store *st = &K->stores[0];
+  const tcc_vx *e = st->value;
+  const tcc_meta *out = &p->bufs[st->buf].layout;
+  int ok = e->nidx == TCC_CONV_NPARAM && dense_operand(p, e->a) && dense_operand(p, e->b) &&
+           dense_row_major(out) && e->a->dtype == e->dtype && e->b->dtype == e->dtype && out->dtype == e->dtype;
+  for (int d = 0; ok && d < out->rank; d++) ok = st->idx[d]->kind == TCC_IX_VAR && st->idx[d]->var == d;
+  if (!ok) return tcc_error_set(err, TCC_E_INTERNAL, "CUDA convolution: an operand is not a dense NCHW buffer");
+  memset(c, 0, sizeof *c);
+  c->kind = (int)e->i;
+  for (int i = 0; i < TCC_CONV_NPARAM; i++) c->prm[i] = e->idx[i]->c;
+  if (c->prm[TCC_CONV_TRANSPOSED])
+    return tcc_error_set(err, TCC_E_INTERNAL, "CUDA convolution: transposed convolutions take the GEMM road");
+  c->dtype = e->dtype;
+  c->tf32 = e->dtype == TCC__V1__DTYPE__FLOAT32 && p->graph->target.conv_tf32;
+  c->a = buffer_ref(p, e->a->buf, p->bufs[e->a->buf].layout.offset);
+  c->b = buffer_ref(p, e->b->buf, p->bufs[e->b->buf].layout.offset);
+  c->c = buffer_ref(p, st->buf, out->offset);
+  if (c->c.base == TCC_CUDA_CONSTANT || c->c.base == TCC_CUDA_INPUT)
+    return tcc_error_set(err, TCC_E_INTERNAL, "CUDA convolution: writes a constant or an input");
+  return 0;
+}
+
+/* An extern step other than a GEMM or a convolution: UNIMPLEMENTED
  * naming the node whose value it writes. */
 static int unsupported_extern(const tcc_program *p, const tcc_kernel *K, tcc_error *err) {
   const tcc_graph *g = p->graph;
@@ -804,12 +852,18 @@ int tcc_cuda_schedule_pass(tcc_program *p, tcc_error *err) {
     st->numel = 1;
     for (int d = 0; d < K->rank; d++) st->numel *= K->sizes[d];
     if (K->kind == TCC_OPK_EXTERN) {
+      const tcc_vx *call = K->stores[0].value;
       st->kind = "extern";
-      st->is_gemm = 1;
-      if (K->stores[0].value->op != TCC_PRIM_EXTERN || K->stores[0].value->i != TCC_EXT_GEMM)
-        rc = unsupported_extern(p, K, err);
-      else
+      if (call->op == TCC_PRIM_EXTERN && call->i == TCC_EXT_GEMM) {
+        st->is_gemm = 1;
         rc = describe_gemm(p, K, &st->gemm, err);
+      } else if (call->op == TCC_PRIM_EXTERN && tcc_ext_is_conv((int)call->i)) {
+        st->is_conv = 1;
+        rc = describe_conv(p, K, &st->conv, err);
+      } else {
+        st->is_gemm = 1;   /* (no launch either way) */
+        rc = unsupported_extern(p, K, err);
+      }
       s->n++;
       kno++;
       continue;
@@ -868,7 +922,9 @@ int tcc_cuda_schedule_check(const tcc_program *p, tcc_error *err) {
       return tcc_error_set(err, TCC_E_INTERNAL, "step %s: not a live kernel", st->name);
     if (st->kno != kno)
       return tcc_error_set(err, TCC_E_INTERNAL, "step %s: out of launch order", st->name);
-    if (st->is_gemm) {
+    if (tcc_cuda_step_is_library(st)) {
+      if (st->is_gemm == st->is_conv)
+        return tcc_error_set(err, TCC_E_INTERNAL, "step %s: both a GEMM and a convolution", st->name);
       kno++;
       continue;
     }
@@ -917,6 +973,15 @@ void tcc_cuda_schedule_dump(const tcc_program *p, tcc_buf *b) {
       const tcc_cuda_gemm *G = &st->gemm;
       tcc_buf_printf(b, ": cuBLAS %c%c m=%" PRId64 " n=%" PRId64 " k=%" PRId64 " batch=%" PRId64 " %s\n",
                      G->trans_a ? 'T' : 'N', G->trans_b ? 'T' : 'N', G->m, G->n, G->k, G->batch, G->compute);
+      continue;
+    }
+    if (st->is_conv) {
+      static const char *const what[] = {[TCC_EXT_CONV_FWD] = "forward", [TCC_EXT_CONV_BWD_DATA] = "backward-data",
+                                         [TCC_EXT_CONV_BWD_WEIGHTS] = "backward-filter"};
+      const tcc_cuda_conv *C = &st->conv;
+      tcc_buf_printf(b, ": cuDNN convolution %s N=%" PRId64 " Cin=%" PRId64 " Cout=%" PRId64 " groups=%" PRId64
+                     " %s%s\n", what[C->kind], C->prm[TCC_CONV_N], C->prm[TCC_CONV_CIN], C->prm[TCC_CONV_COUT],
+                     C->prm[TCC_CONV_G], tcc_dtype_name(C->dtype), C->tf32 ? " tf32" : "");
       continue;
     }
     const tcc_cuda_kernel_plan *kp = st->plan;

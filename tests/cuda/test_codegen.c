@@ -112,6 +112,38 @@ static void check_gemm(const Tcc__V1__Manifest *m, const Tcc__V1__KernelInfo *ki
   ck_assert_int_ne(G->c->base_case, TCC__V1__BUFFER_REF__BASE_CONSTANT);
 }
 
+/* A convolution step is a valid cuDNN call: 1 to 3 spatial dims in
+ * every list, the output size the geometry gives, a float dtype (TF32
+ * only for float32), and dense NCHW operands inside the buffers they
+ * name, the written one neither an input nor a constant. */
+static void check_conv(const Tcc__V1__Manifest *m, const Tcc__V1__KernelInfo *ki, const char *what) {
+  const Tcc__V1__ConvStep *C = ki->conv;
+  size_t S = C->n_input_size;
+  ck_assert_msg(S >= 1 && S <= 3 && C->n_kernel_size == S && C->n_output_size == S && C->n_stride == S &&
+                    C->n_padding == S && C->n_dilation == S,
+                "%s: conv step %s lists %zu spatial dims unevenly", what, ki->name, S);
+  ck_assert(C->dtype == TCC__V1__DTYPE__FLOAT32 || C->dtype == TCC__V1__DTYPE__FLOAT64 ||
+            C->dtype == TCC__V1__DTYPE__FLOAT16 || C->dtype == TCC__V1__DTYPE__BFLOAT16);
+  ck_assert(!C->tf32 || C->dtype == TCC__V1__DTYPE__FLOAT32);
+  ck_assert(C->groups >= 1 && C->in_channels % C->groups == 0 && C->out_channels % C->groups == 0);
+  int64_t x = C->n * C->in_channels, y = C->n * C->out_channels, w = C->out_channels * (C->in_channels / C->groups);
+  for (size_t d = 0; d < S; d++) {
+    ck_assert_int_eq((C->input_size[d] + 2 * C->padding[d] - C->dilation[d] * (C->kernel_size[d] - 1) - 1) /
+                             C->stride[d] + 1,
+                     C->output_size[d]);
+    x *= C->input_size[d], y *= C->output_size[d], w *= C->kernel_size[d];
+  }
+  int bd = C->kind == TCC__V1__CONV_STEP__KIND__BACKWARD_DATA, bf = C->kind == TCC__V1__CONV_STEP__KIND__BACKWARD_FILTER;
+  ck_assert(C->kind == TCC__V1__CONV_STEP__KIND__FORWARD || bd || bf);
+  const Tcc__V1__BufferRef *xr = bd ? C->dx : C->x, *wr = bf ? C->dw : C->w;
+  check_ref(m, xr, C->dtype, x, 1, x, 0, 1, what);
+  check_ref(m, wr, C->dtype, w, 1, w, 0, 1, what);
+  check_ref(m, C->y, C->dtype, y, 1, y, 0, 1, what);
+  const Tcc__V1__BufferRef *written = bd ? xr : bf ? wr : C->y;
+  ck_assert_int_ne(written->base_case, TCC__V1__BUFFER_REF__BASE_INPUT);
+  ck_assert_int_ne(written->base_case, TCC__V1__BUFFER_REF__BASE_CONSTANT);
+}
+
 /* Checks a successful CUDA compile of p for arch. */
 static void check_artifact(const tcc_prepared *p, const tcc_artifact *a, const char *arch,
                            const char *what) {
@@ -142,15 +174,17 @@ static void check_artifact(const tcc_prepared *p, const tcc_artifact *a, const c
   ck_assert_msg(tcc_nvrtc_build(a->source, arch, names, &r, &err) == 0, "%s: %s", what, err.msg);
   for (size_t k = 0; k < m->n_kernels; k++) {
     const Tcc__V1__KernelInfo *ki = m->kernels[k];
-    if (!strcmp(ki->kind, "extern")) {   /* a cuBLAS step: no __global__, no launch config */
-      ck_assert_msg(ki->gemm, "%s: extern step %s without a GEMM", what, ki->name);
+    if (!strcmp(ki->kind, "extern")) {   /* a cuBLAS or cuDNN step: no __global__, no launch config */
+      ck_assert_msg(!ki->gemm != !ki->conv, "%s: extern step %s without one GEMM or convolution", what, ki->name);
       ck_assert_int_eq((int)ki->n_grid, 0);
       ck_assert_int_eq((int)ki->n_block, 0);
       ck_assert_int_eq(tcc_cubin_has_entry(a->data, a->size, ki->name), 0);
-      check_gemm(m, ki, what);
+      if (ki->gemm) check_gemm(m, ki, what);
+      else check_conv(m, ki, what);
       continue;
     }
     ck_assert_ptr_null(ki->gemm);
+    ck_assert_ptr_null(ki->conv);
     ck_assert_int_eq(tcc_cubin_has_entry(a->data, a->size, ki->name), 1);
     char entry[64];
     snprintf(entry, sizeof entry, ".entry %s(", ki->name);
@@ -954,8 +988,14 @@ static const char *gemm_compute(int conv, int conv_tf32, int matmul_tf32, uint8_
   Tcc__V1__Manifest *m = compile_manifest(b, conv ? "conv" : "mm", NULL);
   const Tcc__V1__KernelInfo *g[4];
   ck_assert_int_ge(gemm_steps(m, g, 4), 1);
-  const char *ct = strcmp(g[0]->gemm->compute_type, "32F") == 0 ? "32F" : "32F_FAST_TF32";
-  for (int i = 0; i < gemm_steps(m, g, 4); i++) ck_assert_str_eq(g[i]->gemm->compute_type, ct);
+  const char *ct;
+  if (g[0]->conv) {   /* a cuDNN step: its own flag */
+    ck_assert_int_eq(gemm_steps(m, g, 4), 1);
+    ct = g[0]->conv->tf32 ? "32F_FAST_TF32" : "32F";
+  } else {
+    ct = strcmp(g[0]->gemm->compute_type, "32F") == 0 ? "32F" : "32F_FAST_TF32";
+    for (int i = 0; i < gemm_steps(m, g, 4); i++) ck_assert_str_eq(g[i]->gemm->compute_type, ct);
+  }
   tcc__v1__manifest__free_unpacked(m, NULL);
   reqb_free(b);
   return ct;
@@ -963,14 +1003,92 @@ static const char *gemm_compute(int conv, int conv_tf32, int matmul_tf32, uint8_
 
 START_TEST(tf32_follows_the_target) {
   uint8_t h[6][32];
-  ck_assert_str_eq(gemm_compute(1, 1, 0, h[0]), "32F_FAST_TF32");   /* eager's default */
-  ck_assert_str_eq(gemm_compute(1, 0, 0, h[1]), "32F");
-  ck_assert_str_eq(gemm_compute(1, 0, 1, h[2]), "32F");             /* matmul's flag: not a conv's */
+  for (int road = 0; road < 2; road++) {   /* cuDNN steps, then the GEMM road */
+    if (road) setenv("TCC_NO_CUDNN", "1", 1);
+    ck_assert_str_eq(gemm_compute(1, 1, 0, h[0]), "32F_FAST_TF32");   /* eager's default */
+    ck_assert_str_eq(gemm_compute(1, 0, 0, h[1]), "32F");
+    ck_assert_str_eq(gemm_compute(1, 0, 1, h[2]), "32F");             /* matmul's flag: not a conv's */
+  }
+  unsetenv("TCC_NO_CUDNN");
   ck_assert_str_eq(gemm_compute(0, 1, 0, h[3]), "32F");             /* eager's default */
   ck_assert_str_eq(gemm_compute(0, 0, 1, h[4]), "32F_FAST_TF32");
   ck_assert_str_eq(gemm_compute(0, 0, 0, h[5]), "32F");
   ck_assert(memcmp(h[0], h[1], 32) != 0);                           /* keyed */
   ck_assert(memcmp(h[3], h[5], 32) != 0);
+}
+END_TEST
+
+/* Convolutions on CUDA are cuDNN steps (ConvStep): the forward reads x
+ * and w where they are and writes the workspace, and one epilogue kernel
+ * adds the bias and applies the relu after it; bfloat16 compiles too
+ * (the GEMM road refuses it). The backward is a backward-data and a
+ * backward-filter step. TCC_NO_CUDNN=1 takes the im2col + cuBLAS road. */
+START_TEST(convolutions_are_cudnn_steps) {
+  const Tcc__V1__DType dts[2] = {TCC__V1__DTYPE__FLOAT32, TCC__V1__DTYPE__BFLOAT16};
+  for (int i = 0; i < 2; i++) {
+    reqb *b = reqb_conv_bias_relu(dts[i]);
+    char *src = NULL;
+    Tcc__V1__Manifest *m = compile_manifest(b, "conv + bias + relu", &src);
+    ck_assert_int_eq((int)m->n_kernels, 2);
+    const Tcc__V1__ConvStep *C = m->kernels[0]->conv;
+    ck_assert_ptr_nonnull(C);
+    ck_assert_int_eq(C->kind, TCC__V1__CONV_STEP__KIND__FORWARD);
+    ck_assert_int_eq(C->n, 2);
+    ck_assert_int_eq(C->in_channels, 8);
+    ck_assert_int_eq(C->out_channels, 12);
+    ck_assert_int_eq(C->groups, 2);
+    ck_assert_int_eq((int)C->n_input_size, 2);
+    ck_assert_int_eq(C->output_size[0], 5);
+    ck_assert_int_eq(C->stride[1], 2);
+    ck_assert_int_eq(C->padding[0], 1);
+    ck_assert_int_eq(C->dtype, dts[i]);
+    ck_assert_int_eq(C->tf32, 0);   /* the request's target leaves cuda_conv_tf32 off */
+    ck_assert_int_eq(C->x->base_case, TCC__V1__BUFFER_REF__BASE_INPUT);
+    ck_assert_int_eq(C->x->input, 0);
+    ck_assert_int_eq(C->w->input, 1);
+    ck_assert_int_eq(C->y->base_case, TCC__V1__BUFFER_REF__BASE_WORKSPACE);
+    ck_assert_str_eq(m->kernels[1]->kind, "pointwise");
+    ck_assert_ptr_nonnull(strstr(src, "through cuDNN: cudnnConvolutionForward"));
+    printf("  conv2d groups 2 + bias, relu (%s): cuDNN forward, then 1 epilogue kernel\n",
+           dts[i] == TCC__V1__DTYPE__FLOAT32 ? "float32" : "bfloat16");
+    free(src);
+    tcc__v1__manifest__free_unpacked(m, NULL);
+    reqb_free(b);
+  }
+  /* the backward, from the example graph (grad_input, grad_weight, grad_bias) */
+  tt_graph g = {0};
+  int seen = 0;
+  while (tt_graph_next(&g)) {
+    if (strcmp(g.name, "conv_backward.json")) continue;
+    for (int road = 0; road < 2; road++) {
+      if (road) setenv("TCC_NO_CUDNN", "1", 1);
+      Tcc__V1__CompileRequest *req = tt_graph_request(&g, "sm_90");
+      tcc_artifact art;
+      compile_checked(req, "sm_90", g.name, &art);
+      Tcc__V1__Manifest *m = tcc__v1__manifest__unpack(NULL, art.manifest_len, art.manifest);
+      int kinds[4] = {0}, gemms = 0;
+      for (size_t k = 0; k < m->n_kernels; k++) {
+        if (m->kernels[k]->conv) kinds[m->kernels[k]->conv->kind]++;
+        if (m->kernels[k]->gemm) gemms++;
+      }
+      if (!road) {
+        ck_assert_int_eq(kinds[TCC__V1__CONV_STEP__KIND__BACKWARD_DATA], 1);
+        ck_assert_int_eq(kinds[TCC__V1__CONV_STEP__KIND__BACKWARD_FILTER], 1);
+        ck_assert_int_eq(gemms, 0);
+      } else {
+        ck_assert_int_eq(kinds[1] + kinds[2] + kinds[3], 0);
+        ck_assert_int_ge(gemms, 2);
+      }
+      printf("  conv backward stride 2 (%s): %d cuDNN steps, %d cuBLAS steps, %zu steps in all\n",
+             road ? "TCC_NO_CUDNN=1" : "default", kinds[2] + kinds[3], gemms, m->n_kernels);
+      tcc__v1__manifest__free_unpacked(m, NULL);
+      tcc_artifact_free(&art);
+      protobuf_c_message_free_unpacked(&req->base, NULL);
+    }
+    unsetenv("TCC_NO_CUDNN");
+    seen = 1;
+  }
+  ck_assert_msg(seen, "no conv_backward.json among the example graphs");
 }
 END_TEST
 
@@ -1008,6 +1126,7 @@ int main(void) {
   tcase_set_timeout(tc, 1200);
   tcase_add_test(tc, matmul_family);
   tcase_add_test(tc, tf32_follows_the_target);
+  tcase_add_test(tc, convolutions_are_cudnn_steps);
   tcase_add_test(tc, split_reduction);
   tcase_add_test(tc, reductions_over_a_dim);
   tcase_add_test(tc, layer_norm_and_dim_reductions);

@@ -424,11 +424,28 @@ START_TEST(matmul_vs_float64) {
 }
 END_TEST
 
-/* relu(conv2d(x, w, bias, stride, pad, groups)) (float32): an im2col
- * packing kernel, a cuBLAS GEMM step, the bias + relu epilogue kernel,
- * against a float64 direct convolution. */
-static void conv_case(const char *what, int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, int64_t kh,
+/* Whether cuDNN can be loaded the way the client loads it. */
+static int have_cudnn(void) {
+  const char *env = getenv("TCC_CUDNN_LIBRARY");
+  const char *names[] = {env && *env ? env : "libcudnn.so.9", env && *env ? NULL : "libcudnn.so.8"};
+  for (int i = 0; i < 2; i++) {
+    void *h = names[i] ? dlopen(names[i], RTLD_NOW | RTLD_LOCAL) : NULL;
+    if (h) {
+      dlclose(h);
+      return 1;
+    }
+  }
+  return 0;
+}
+
+/* relu(conv2d(x, w, bias, stride, pad, groups)) (float32), against a
+ * float64 direct convolution: with cudnn set, a cuDNN forward step and
+ * the bias + relu epilogue kernel; else (TCC_NO_CUDNN=1) the GEMM road,
+ * an im2col packing kernel, a cuBLAS GEMM step and the epilogue. */
+static void conv_case(const char *what, int cudnn, int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, int64_t kh,
                       int64_t kw, int64_t stride, int64_t pad, int64_t groups) {
+  if (cudnn) unsetenv("TCC_NO_CUDNN");
+  else setenv("TCC_NO_CUDNN", "1", 1);
   const Tcc__V1__DType dt = TCC__V1__DTYPE__FLOAT32;
   int64_t Ho = (H + 2 * pad - kh) / stride + 1, Wo = (W + 2 * pad - kw) / stride + 1, Cg = C / groups;
   reqb *b = reqb_new("");
@@ -454,9 +471,9 @@ static void conv_case(const char *what, int64_t N, int64_t C, int64_t H, int64_t
   reqb_output(b, "r");
   void **hin, **hout;
   Tcc__V1__Manifest *m = gpu_run(b, what, &hin, &hout);
-  int has_gemm = 0;
-  for (size_t k = 0; k < m->n_kernels; k++) has_gemm |= m->kernels[k]->gemm != NULL;
-  ck_assert_msg(has_gemm, "%s: no cuBLAS step", what);
+  int has_gemm = 0, has_conv = 0;
+  for (size_t k = 0; k < m->n_kernels; k++) has_gemm |= m->kernels[k]->gemm != NULL, has_conv |= m->kernels[k]->conv != NULL;
+  ck_assert_msg(cudnn ? has_conv && !has_gemm : has_gemm && !has_conv, "%s: no %s step", what, cudnn ? "cuDNN" : "cuBLAS");
   size_t bad = 0;
   for (int64_t nn = 0; nn < N; nn++)
     for (int64_t o = 0; o < O; o++)
@@ -483,7 +500,8 @@ static void conv_case(const char *what, int64_t N, int64_t C, int64_t H, int64_t
           }
         }
   ck_assert_msg(bad == 0, "%s: %zu elements differ from float64 (seed %u)", what, bad, seed);
-  printf("  %s: %zu steps, matches float64\n", what, m->n_kernels);
+  printf("  %s (%s): %zu steps, matches float64\n", what, cudnn ? "cuDNN" : "im2col + cuBLAS", m->n_kernels);
+  unsetenv("TCC_NO_CUDNN");
   free_all(hin, m->n_inputs);
   free_all(hout, m->n_outputs);
   tcc__v1__manifest__free_unpacked(m, NULL);
@@ -495,9 +513,13 @@ START_TEST(conv_vs_float64) {
     printf("  SKIP conv: no libcublas.so.13/.so.12 here (set TCC_CUBLAS_LIBRARY; scripts/gpu-check looks for it)\n");
     return;
   }
-  conv_case("conv2d 3x3 pad 1 [4,16,20,20] -> 32 + bias, relu", 4, 16, 20, 20, 32, 3, 3, 1, 1, 1);
-  conv_case("conv2d 3x3 stride 2 [2,8,17,17] -> 12, groups 4", 2, 8, 17, 17, 12, 3, 3, 2, 1, 4);
-  conv_case("conv2d 1x1 [1,64,8,8] -> 32", 1, 64, 8, 8, 32, 1, 1, 1, 0, 1);
+  int roads = have_cudnn() ? 2 : 1;
+  if (roads == 1) printf("  SKIP conv through cuDNN: no libcudnn.so.9/.so.8 here (set TCC_CUDNN_LIBRARY)\n");
+  for (int cudnn = 0; cudnn < roads; cudnn++) {
+    conv_case("conv2d 3x3 pad 1 [4,16,20,20] -> 32 + bias, relu", cudnn, 4, 16, 20, 20, 32, 3, 3, 1, 1, 1);
+    conv_case("conv2d 3x3 stride 2 [2,8,17,17] -> 12, groups 4", cudnn, 2, 8, 17, 17, 12, 3, 3, 2, 1, 4);
+    conv_case("conv2d 1x1 [1,64,8,8] -> 32", cudnn, 1, 64, 8, 8, 32, 1, 1, 1, 0, 1);
+  }
 }
 END_TEST
 

@@ -64,7 +64,7 @@ static int check_candidate(const char *what, const tcc_kernel_config *cfg, const
   int checked = 0, splits = 0;
   for (size_t i = 0; i < m->n_kernels; i++) {
     const Tcc__V1__KernelInfo *k = m->kernels[i];
-    if (k->gemm) continue;   /* a cuBLAS step: no config applies */
+    if (k->gemm || k->conv) continue;   /* a cuBLAS or cuDNN step: no config applies */
     ck_assert_msg(k->n_block == 1 && k->n_grid >= 1, "%s: %s has no launch", what, k->name);
     int64_t block = k->block[0], grid = k->grid[0];
     ck_assert_msg(block % 32 == 0 && block >= 32 && block <= 1024, "%s: %s block %lld", what, k->name,

@@ -372,3 +372,29 @@ reqb *reqb_linear_gelu(int rank, const int64_t *x_sizes, int64_t n) {
   reqb_output(b, "o");
   return b;
 }
+
+reqb *reqb_conv_bias_relu(int dt) {
+  reqb *b = reqb_new("");
+  reqb_value(b, "x", dt, 4, (int64_t[]){2, 8, 9, 9}, NULL, 0);
+  reqb_value(b, "w", dt, 4, (int64_t[]){12, 4, 3, 3}, NULL, 0);
+  reqb_value(b, "bias", dt, 1, (int64_t[]){12}, NULL, 0);
+  reqb_value(b, "c", dt, 4, (int64_t[]){2, 12, 5, 5}, NULL, 0);
+  reqb_value(b, "y", dt, 4, (int64_t[]){2, 12, 5, 5}, NULL, 0);
+  reqb_input(b, "x");
+  reqb_input(b, "w");
+  reqb_input(b, "bias");
+  Tcc__V1__Node *n = reqb_node(b, "aten.convolution.default", "c");
+  reqb_arg_tensor(b, n, "input", "x");
+  reqb_arg_tensor(b, n, "weight", "w");
+  reqb_arg_tensor(b, n, "bias", "bias");
+  reqb_arg_ints(b, n, "stride", 2, (int64_t[]){2, 2});
+  reqb_arg_ints(b, n, "padding", 2, (int64_t[]){1, 1});
+  reqb_arg_ints(b, n, "dilation", 2, (int64_t[]){1, 1});
+  reqb_arg_bool(b, n, "transposed", 0);
+  reqb_arg_ints(b, n, "output_padding", 2, (int64_t[]){0, 0});
+  reqb_arg_int(b, n, "groups", 2);
+  n = reqb_node(b, "aten.relu.default", "y");
+  reqb_arg_tensor(b, n, "self", "c");
+  reqb_output(b, "y");
+  return b;
+}

@@ -242,7 +242,10 @@ char *reqb_str(reqb *b, const char *s);
  *                     mean m [rows, 1], rstd r [rows, 1]
  *   reqb_linear_gelu  gelu(linear(x, w, bias)) in float32: x of sizes
  *                     x_sizes[rank] (the last is K), w [n, K], bias [n];
- *                     l and o have x's sizes with n last */
+ *                     l and o have x's sizes with n last
+ *   reqb_conv_bias_relu relu(conv2d(x, w, bias)) in dtype dt: x [2, 8,
+ *                     9, 9], w [12, 4, 3, 3], bias [12], groups 2,
+ *                     stride 2, padding 1; c and y [2, 12, 5, 5] */
 reqb *reqb_sin_cos(const char *isa);
 reqb *reqb_sin_cos_rows(int64_t rows, int64_t cols);
 reqb *reqb_sum_all(int64_t n);
@@ -250,6 +253,7 @@ reqb *reqb_softmax(const char *target, int dt, int64_t rows, int64_t cols);
 reqb *reqb_sum_rows(int64_t rows, int64_t cols);
 reqb *reqb_layer_norm(int dt, int64_t rows, int64_t cols, int with_bias);
 reqb *reqb_linear_gelu(int rank, const int64_t *x_sizes, int64_t n);
+reqb *reqb_conv_bias_relu(int dt);
 
 /* ================================================================ request.c */
 

@@ -67,6 +67,7 @@ _PROTOTYPES = {
     "tcc_rt_cuda_kernel_launch": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_void_p, _c_void_pp,
                                               _c_void_pp, ctypes.c_void_p, ctypes.c_void_p]),
     "tcc_rt_cuda_kernel_set_graphs": (None, [ctypes.c_void_p, ctypes.c_int]),
+    "tcc_rt_cuda_kernel_workspace_bytes": (ctypes.c_uint64, [ctypes.c_void_p]),
     "tcc_rt_cuda_kernel_stats": (None, [ctypes.c_void_p, ctypes.c_void_p]),
     "tcc_rt_cuda_device_arch": (ctypes.c_int, [ctypes.c_int, ctypes.c_char_p, ctypes.c_char_p,
                                             ctypes.c_size_t, ctypes.c_void_p]),

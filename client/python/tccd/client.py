@@ -313,6 +313,8 @@ class Kernel:
         self.graphs = False              # launches as CUDA graphs (use_graphs)
         if self._cuda:
             _cuda_kernels.add(self)
+            # the plan's workspace, then what its cuDNN steps chose at load
+            self.workspace_bytes = int(_lib.load().tcc_rt_cuda_kernel_workspace_bytes(self._cuda))
 
     def __del__(self):
         h = getattr(self, "_h", None)
@@ -451,7 +453,8 @@ class Kernel:
         """Launches a CUDA artifact's launch plan on `stream` (a CUstream as an int;
         0 = the legacy default stream) with device pointers: each input's
         storage base (data_ptr - storage_offset * element size), each
-        output, the workspace (Manifest.workspace_bytes; 0 when none).
+        output, the workspace (self.workspace_bytes: the manifest's, plus
+        what cuDNN steps need; 0 when none).
         Asynchronous. Raises TccdKernelError."""
         if not self._cuda:
             raise TccdKernelError("not a CUDA kernel", status="INVALID_ARGUMENT",
