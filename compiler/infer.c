@@ -1179,7 +1179,14 @@ int tcc_infer_batch_norm_train(const tcc_graph *g, const tcc_node *n, tcc_meta *
   if (rc) return rc;
   const tcc_meta *x = tensor_meta(g, ARG("input")), *rm = tensor_meta(g, ARG("running_mean"));
   int training = (int)ARG("training")->i;
-  tcc_dtype acc = x->dtype;   /* what PyTorch's meta function declares */
+  /* what PyTorch declares: saved statistics in the input's dtype on the
+   * CPU, in its computation dtype on CUDA (float32 for float16/bfloat16
+   * inputs: torch._decomp's native_batch_norm_helper casts them back on
+   * the CPU only), as autocast's ResNet-50 training graphs carry them */
+  tcc_dtype acc = x->dtype;
+  if (g->target.device == TCC__V1__DEVICE_TYPE__CUDA &&
+      (x->dtype == TCC__V1__DTYPE__FLOAT16 || x->dtype == TCC__V1__DTYPE__BFLOAT16))
+    acc = TCC__V1__DTYPE__FLOAT32;
   for (int o = 1; o < n->nout && o < 5; o++) {
     out[o] = *rm;
     out[o].dtype = tcc_dtype_promote(rm->dtype, x->dtype);

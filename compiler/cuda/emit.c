@@ -312,15 +312,16 @@ static void split_index(cuda_emit *ce, const char *flat, int first, int n, const
   tcc_buf_puts(b, "\n");
 }
 
-/* The per-thread fold of REDUCE r into accumulator a<acc> (and a<acc>i
- * for arg reductions), over the flat reduction index `j`. */
-static int emit_fold_body(cuda_emit *ce, const tcc_vx *r, int acc, const char *j, int ind) {
-  tcc_buf *b = ce->b;
+/* Binds REDUCE r's variables to the flat reduction index `j`. */
+static void bind_reduce_vars(cuda_emit *ce, const tcc_vx *r, const char *j, int ind) {
   int64_t sizes[TCC_MAX_DIMS];
-  int n = r->nidx;
-  for (int i = 0; i < n; i++) sizes[i] = r->idx[i]->c;
-  split_index(ce, j, r->buf, n, sizes, NULL, ind);
-  int mark = ce->nmemo;
+  for (int i = 0; i < r->nidx; i++) sizes[i] = r->idx[i]->c;
+  split_index(ce, j, r->buf, r->nidx, sizes, NULL, ind);
+}
+
+/* Folds REDUCE r's summand at the bound variables into a<acc>. */
+static int emit_fold(cuda_emit *ce, const tcc_vx *r, int acc, const char *j, int ind) {
+  tcc_buf *b = ce->b;
   if (emit_node(ce, r->a, ind)) return -1;
   char t[96];
   operand_text(ce, r->a, t, sizeof t);
@@ -329,8 +330,17 @@ static int emit_fold_body(cuda_emit *ce, const tcc_vx *r, int acc, const char *j
                    tcc_cuda_ctype(r->a->dtype), t, j, acc, red_op(r), acc);
   else
     tcc_buf_printf(b, "%*sa%d = %s(a%d, (%s)%s);\n", ind, "", acc, red_op(r), acc, tcc_cuda_ctype(r->dtype), t);
-  ce->nmemo = mark;
   return 0;
+}
+
+/* The per-thread fold of REDUCE r into accumulator a<acc> (and a<acc>i
+ * for arg reductions), over the flat reduction index `j`. */
+static int emit_fold_body(cuda_emit *ce, const tcc_vx *r, int acc, const char *j, int ind) {
+  bind_reduce_vars(ce, r, j, ind);
+  int mark = ce->nmemo;
+  int rc = emit_fold(ce, r, acc, j, ind);
+  ce->nmemo = mark;
+  return rc;
 }
 
 static int emit_acc_init(cuda_emit *ce, const tcc_vx *r, int acc, int ind) {
@@ -368,6 +378,8 @@ static int emit_seq_reduce(cuda_emit *ce, const tcc_vx *r, int ind) {
   return emit_acc_result(ce, r, acc, ind);
 }
 
+static int emit_coop_finish(cuda_emit *ce, const tcc_vx *r, int acc, int ind);
+
 /* A REDUCE folded by the block (all threads reach this point). */
 static int emit_coop_reduce(cuda_emit *ce, const tcc_vx *r, int ind) {
   int acc = ce->naccs++;
@@ -390,6 +402,95 @@ static int emit_coop_reduce(cuda_emit *ce, const tcc_vx *r, int ind) {
     if (emit_fold_body(ce, r, acc, j, ind + 2)) return -1;
     tcc_buf_printf(ce->b, "%*s}\n", ind, "");
   }
+  return emit_coop_finish(ce, r, acc, ind);
+}
+
+/* Cooperative reductions rs[0..n) over the same extents, none reading
+ * another's result, folded in ONE loop: each element's loads and
+ * shared subexpressions are computed once for all n accumulators (the
+ * variables of rs[k > 0] are aliases of rs[0]'s). A batch norm's
+ * backward sums dy and dy * (x - mean) over the same 100k elements per
+ * channel with a long fused chain in dy; folded one by one, every sum
+ * re-read the chain's inputs. Each accumulator folds the same elements
+ * in the same order as alone, so the results are the same bits. */
+static int emit_coop_group(cuda_emit *ce, const tcc_vx *const *rs, int n, int ind) {
+  if (n == 1) return emit_coop_reduce(ce, rs[0], ind);
+  int acc0 = ce->naccs;
+  ce->naccs += n;
+  tcc_buf *b = ce->b;
+  tcc_buf_printf(b, "%*s/* %d reductions over the same %" PRId64 " elements, folded in one loop */\n", ind, "", n,
+                 tcc_cuda_reduce_extent(rs[0]));
+  for (int k = 0; k < n; k++) emit_acc_init(ce, rs[k], acc0 + k, ind);
+  tcc_buf_printf(b, "%*sfor (%s j%d = %s; j%d < (%s)%" PRId64 "LL; j%d += %s) {\n", ind, "", ce->I, acc0,
+                 ce->warp ? "lane" : "threadIdx.x", acc0, ce->I, tcc_cuda_reduce_extent(rs[0]), acc0,
+                 ce->warp ? "32" : "blockDim.x");
+  char j[32];
+  snprintf(j, sizeof j, "j%d", acc0);
+  bind_reduce_vars(ce, rs[0], j, ind + 2);
+  for (int k = 1; k < n; k++)   /* (siblings of one node may share the variables already) */
+    for (int d = 0; d < rs[k]->nidx && rs[k]->buf != rs[0]->buf; d++)
+      tcc_buf_printf(b, "%*sconst %s i%d = i%d; (void)i%d;\n", ind + 2, "", ce->I, rs[k]->buf + d, rs[0]->buf + d,
+                     rs[k]->buf + d);
+  int mark = ce->nmemo;
+  for (int k = 0; k < n; k++)
+    if (emit_fold(ce, rs[k], acc0 + k, j, ind + 2)) return -1;
+  ce->nmemo = mark;
+  tcc_buf_printf(b, "%*s}\n", ind, "");
+  for (int k = 0; k < n; k++)
+    if (emit_coop_finish(ce, rs[k], acc0 + k, ind)) return -1;
+  return 0;
+}
+
+/* Does expression e read the value of node r? (seen: visited nodes) */
+static int reads_node(const tcc_vx *e, const tcc_vx *r, tcc_ptrmap *seen);
+static int ix_reads_node(const tcc_ix *x, const tcc_vx *r, tcc_ptrmap *seen) {
+  if (!x) return 0;
+  if (x->kind == TCC_IX_VALUE && reads_node(x->v, r, seen)) return 1;
+  return ix_reads_node(x->a, r, seen) || ix_reads_node(x->b, r, seen);
+}
+static int reads_node(const tcc_vx *e, const tcc_vx *r, tcc_ptrmap *seen) {
+  if (!e) return 0;
+  if (e == r) return 1;
+  if (tcc_ptrmap_get(seen, e)) return 0;
+  tcc_ptrmap_put(seen, e, e);
+  if (e->op == TCC_PRIM_LOAD || e->op == TCC_PRIM_INDEX)
+    for (int d = 0; d < e->nidx; d++)
+      if (ix_reads_node(e->idx[d], r, seen)) return 1;
+  return reads_node(e->a, r, seen) || reads_node(e->b, r, seen) || reads_node(e->c, r, seen);
+}
+
+/* How many of the cooperative reductions from coop[i] on fold in one
+ * loop (emit_coop_group): the run of reductions with coop[i]'s extents
+ * that read none of the run's earlier results. 1 when out of memory. */
+static int coop_group_size(const tcc_cuda_kernel_plan *kp, int i) {
+  const tcc_vx *r0 = kp->coop[i];
+  int n = 1;
+  for (int k = i + 1; k < kp->ncoop; k++, n++) {
+    const tcc_vx *r = kp->coop[k];
+    int same = r->nidx == r0->nidx;
+    for (int d = 0; same && d < r->nidx; d++) same = r->idx[d]->c == r0->idx[d]->c;
+    /* its variables: r0's own, or ids no member binds (aliases of r0's) */
+    for (int q = i; same && q < k && r->buf != r0->buf; q++)
+      same = r->buf + r->nidx <= kp->coop[q]->buf || kp->coop[q]->buf + kp->coop[q]->nidx <= r->buf;
+    if (!same) break;
+    int reads = 0;
+    for (int q = i; q < k && !reads; q++) {
+      tcc_ptrmap seen;
+      if (tcc_ptrmap_init(&seen, 64)) {
+        tcc_ptrmap_free(&seen);
+        return 1;
+      }
+      reads = reads_node(r->a, kp->coop[q], &seen);
+      tcc_ptrmap_free(&seen);
+    }
+    if (reads) break;
+  }
+  return n;
+}
+
+/* After the per-thread folds of a cooperative REDUCE r into a<acc>: the
+ * block (or warp) reduction and its result temp. */
+static int emit_coop_finish(cuda_emit *ce, const tcc_vx *r, int acc, int ind) {
   if (ce->warp) {
     tcc_buf_printf(ce->b, "%*sa%d = tcc_warp_reduce(a%d, tcc_%s_op());\n", ind, "", acc, acc, red_op(r) + 4);
   } else if (r->i == TCC_RED_ARGMAX || r->i == TCC_RED_ARGMIN) {
@@ -662,8 +763,10 @@ static int emit_kernel(const tcc_program *p, const tcc_cuda_step *st, tcc_buf *b
                      ce.I, kp->rows);
     split_index(&ce, "row", 0, kp->row_rank, k->sizes, NULL, 4);
     if (kp->nrc) emit_row_fill(&ce, 4);
-    for (int i = 0; i < kp->ncoop; i++)
-      if (emit_coop_reduce(&ce, kp->coop[i], 4)) goto done;
+    for (int i = 0, n; i < kp->ncoop; i += n) {
+      n = kp->split > 1 ? 1 : coop_group_size(kp, i);
+      if (emit_coop_group(&ce, kp->coop + i, n, 4)) goto done;
+    }
     tcc_buf_printf(b, "    for (%s e = %s; e < (%s)%" PRId64 "LL; e += %s) {\n", ce.I,
                    ce.warp ? "lane" : "threadIdx.x", ce.I, kp->inner, ce.warp ? "32" : "blockDim.x");
     int mark = ce.nmemo;

@@ -1018,6 +1018,65 @@ START_TEST(tf32_follows_the_target) {
 }
 END_TEST
 
+/* Sibling reductions over the same elements of a row (a sum and a sum
+ * of squares) fold in one loop; a reduction that reads another's result
+ * (softmax's sum of exp(x - max)) does not join it. */
+START_TEST(sibling_reductions_fold_in_one_loop) {
+  reqb *b = reqb_sum_and_squares(64, 5000);
+  char *src = NULL;
+  Tcc__V1__Manifest *m = compile_manifest(b, "sum and sum of squares", &src);
+  ck_assert_int_eq((int)m->n_kernels, 1);
+  ck_assert_msg(strstr(src, "2 reductions over the same 5000 elements, folded in one loop"), "%s", src);
+  printf("  sum and sum of squares [64, 5000]: 1 kernel, one loop for both\n");
+  free(src);
+  tcc__v1__manifest__free_unpacked(m, NULL);
+  reqb_free(b);
+  b = reqb_softmax("aten._softmax.default", TCC__V1__DTYPE__FLOAT32, 8, 1000);
+  m = compile_manifest(b, "softmax", &src);
+  ck_assert_ptr_null(strstr(src, "folded in one loop"));
+  free(src);
+  tcc__v1__manifest__free_unpacked(m, NULL);
+  reqb_free(b);
+}
+END_TEST
+
+/* Training batch norm under autocast on CUDA: a bfloat16 input with
+ * float32 weight, bias and running statistics. The saved mean and rstd
+ * are float32 there (PyTorch casts them to the input's dtype on the CPU
+ * only); declaring them so compiles. */
+START_TEST(autocast_batch_norm_saves_float32_statistics) {
+  const Tcc__V1__DType bf = TCC__V1__DTYPE__BFLOAT16, f = TCC__V1__DTYPE__FLOAT32;
+  reqb *b = reqb_new("");
+  reqb_value(b, "x", bf, 4, (int64_t[]){4, 8, 6, 6}, NULL, 0);
+  const char *pnames[4] = {"w", "bias", "rm", "rv"};
+  for (int i = 0; i < 4; i++) reqb_value(b, pnames[i], f, 1, (int64_t[]){8}, NULL, 0);
+  reqb_value(b, "y", bf, 4, (int64_t[]){4, 8, 6, 6}, NULL, 0);
+  const char *onames[4] = {"mean", "rstd", "rm_out", "rv_out"};
+  for (int i = 0; i < 4; i++) reqb_value(b, onames[i], f, 1, (int64_t[]){8}, NULL, 0);
+  reqb_input(b, "x");
+  for (int i = 0; i < 4; i++) reqb_input(b, pnames[i]);
+  Tcc__V1__Node *n = reqb_node(b, "aten._native_batch_norm_legit_functional.default", "y");
+  for (int i = 0; i < 4; i++) reqb_node_output(b, n, onames[i]);
+  reqb_arg_tensor(b, n, "input", "x");
+  reqb_arg_tensor(b, n, "weight", "w");
+  reqb_arg_tensor(b, n, "bias", "bias");
+  reqb_arg_tensor(b, n, "running_mean", "rm");
+  reqb_arg_tensor(b, n, "running_var", "rv");
+  reqb_arg_bool(b, n, "training", 1);
+  reqb_arg_float(b, n, "momentum", 0.1);
+  reqb_arg_float(b, n, "eps", 1e-5);
+  reqb_output(b, "y");
+  for (int i = 0; i < 4; i++) reqb_output(b, onames[i]);
+  Tcc__V1__Manifest *m = compile_manifest(b, "bfloat16 batch norm, float32 statistics", NULL);
+  ck_assert_int_eq((int)m->n_outputs, 5);
+  ck_assert_int_eq(m->outputs[0]->dtype, bf);
+  for (int i = 1; i < 5; i++) ck_assert_int_eq(m->outputs[i]->dtype, f);
+  printf("  autocast batch norm (bfloat16 input, float32 statistics): %zu steps\n", m->n_kernels);
+  tcc__v1__manifest__free_unpacked(m, NULL);
+  reqb_free(b);
+}
+END_TEST
+
 /* Convolutions on CUDA are cuDNN steps (ConvStep): the forward reads x
  * and w where they are and writes the workspace, and one epilogue kernel
  * adds the bias and applies the relu after it; bfloat16 compiles too
@@ -1120,6 +1179,7 @@ int main(void) {
   tcase_add_test(tc, keys_differ_by_arch);
   tcase_add_test(tc, example_graphs);
   tcase_add_test(tc, softmax_is_one_kernel);
+  tcase_add_test(tc, sibling_reductions_fold_in_one_loop);
   tcase_add_test(tc, cuda_ops_list_matmul);
   suite_add_tcase(s, tc);
   tc = tcase_create("ops");
@@ -1127,6 +1187,7 @@ int main(void) {
   tcase_add_test(tc, matmul_family);
   tcase_add_test(tc, tf32_follows_the_target);
   tcase_add_test(tc, convolutions_are_cudnn_steps);
+  tcase_add_test(tc, autocast_batch_norm_saves_float32_statistics);
   tcase_add_test(tc, split_reduction);
   tcase_add_test(tc, reductions_over_a_dim);
   tcase_add_test(tc, layer_norm_and_dim_reductions);

@@ -284,6 +284,9 @@ START_TEST(layer_norm_sum_argmax) {
   reqb *b = reqb_layer_norm(TCC__V1__DTYPE__FLOAT32, 19, 768, 1);
   run_and_compare(b, "native_layer_norm [19, 768]");
   reqb_free(b);
+  b = reqb_sum_and_squares(37, 3000);   /* two sums folded in one loop */
+  run_and_compare(b, "sum and sum of squares [37, 3000]");
+  reqb_free(b);
 
   static const int64_t dim0[1] = {0};
   b = reqb_new("");

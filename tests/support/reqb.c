@@ -10,7 +10,7 @@
 #define RB_VALUES 512
 #define RB_NODES 512
 #define RB_ARGS 12
-#define RB_OUTS 4
+#define RB_OUTS 5   /* batch norm (functional): 5 */
 #define RB_STRS 4096
 
 struct reqb {
@@ -320,6 +320,27 @@ reqb *reqb_sum_rows(int64_t rows, int64_t cols) {
   reqb_arg_tensor(b, n, "self", "x");
   reqb_arg_ints(b, n, "dim", 1, (int64_t[]){1});
   reqb_output(b, "o");
+  return b;
+}
+
+reqb *reqb_sum_and_squares(int64_t rows, int64_t cols) {
+  reqb *b = reqb_new("");
+  reqb_value(b, "x", TCC__V1__DTYPE__FLOAT32, 2, (int64_t[]){rows, cols}, NULL, 0);
+  reqb_value(b, "x2", TCC__V1__DTYPE__FLOAT32, 2, (int64_t[]){rows, cols}, NULL, 0);
+  reqb_value(b, "o", TCC__V1__DTYPE__FLOAT32, 1, (int64_t[]){rows}, NULL, 0);
+  reqb_value(b, "q", TCC__V1__DTYPE__FLOAT32, 1, (int64_t[]){rows}, NULL, 0);
+  reqb_input(b, "x");
+  Tcc__V1__Node *n = reqb_node(b, "aten.sum.dim_IntList", "o");
+  reqb_arg_tensor(b, n, "self", "x");
+  reqb_arg_ints(b, n, "dim", 1, (int64_t[]){1});
+  n = reqb_node(b, "aten.mul.Tensor", "x2");
+  reqb_arg_tensor(b, n, "self", "x");
+  reqb_arg_tensor(b, n, "other", "x");
+  n = reqb_node(b, "aten.sum.dim_IntList", "q");
+  reqb_arg_tensor(b, n, "self", "x2");
+  reqb_arg_ints(b, n, "dim", 1, (int64_t[]){1});
+  reqb_output(b, "o");
+  reqb_output(b, "q");
   return b;
 }
 

@@ -236,6 +236,8 @@ char *reqb_str(reqb *b, const char *s);
  *                     in dtype dt: aten._softmax.default or
  *                     aten._log_softmax.default
  *   reqb_sum_rows     sum over dim 1 of float32 x [rows, cols]: o [rows]
+ *   reqb_sum_and_squares  sums over dim 1 of float32 x [rows, cols] and of
+ *                     x2 = x * x: outputs o and q [rows]
  *   reqb_layer_norm   native_layer_norm of x [rows, cols] in dtype dt
  *                     over the last dim, weight w [cols], bias bb [cols]
  *                     (none without with_bias), eps 1e-5; outputs o,
@@ -251,6 +253,7 @@ reqb *reqb_sin_cos_rows(int64_t rows, int64_t cols);
 reqb *reqb_sum_all(int64_t n);
 reqb *reqb_softmax(const char *target, int dt, int64_t rows, int64_t cols);
 reqb *reqb_sum_rows(int64_t rows, int64_t cols);
+reqb *reqb_sum_and_squares(int64_t rows, int64_t cols);
 reqb *reqb_layer_norm(int dt, int64_t rows, int64_t cols, int with_bias);
 reqb *reqb_linear_gelu(int rank, const int64_t *x_sizes, int64_t n);
 reqb *reqb_conv_bias_relu(int dt);
