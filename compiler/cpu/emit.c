@@ -484,6 +484,36 @@ static void bind_red_vars(kernel_emit *ke, const tcc_vx *const *group, int ng, i
 
 /* One reduction loop nest computing every REDUCE of group[0..ng) (same
  * extents), then their results as temporaries. */
+/* The temporaries defined in a loop body since scoped mark go out of
+ * scope with it. */
+static void drop_scoped(kernel_emit *ke, int mark) {
+  for (int i = mark; i < ke->nscoped; i++) tcc_ptrmap_put(&ke->temps, ke->scoped[i], NULL);
+  ke->nscoped = mark;
+}
+
+/* Closes the reduction loops 0..last that open_red_loop opened for a
+ * group (and the sum block around the innermost, when blocked), folding
+ * each float-run partial into its accumulator after the innermost loop:
+ * a scalar a<acc>p, or (cb > 0, column sums) an array of cb. */
+static void close_red_loops(kernel_emit *ke, const tcc_vx *const *group, int ng, const int *acc, int last,
+                            int blocked, int cb, int *ind) {
+  tcc_buf *b = ke->b;
+  for (int r = last; r >= 0; r--) {
+    *ind -= 2;
+    tcc_buf_printf(b, "%*s}\n", *ind, "");
+    if (r == last)
+      for (int g = 0; g < ng; g++) {
+        if (!float_partial(group[g])) continue;
+        if (cb) tcc_buf_printf(b, "%*sfor (int q = 0; q < %d; q++) a%d[q] += a%dp[q];\n", *ind, "", cb, acc[g], acc[g]);
+        else tcc_buf_printf(b, "%*sa%d += a%dp;\n", *ind, "", acc[g], acc[g]);
+      }
+    if (r == last && blocked) {
+      *ind -= 2;
+      tcc_buf_printf(b, "%*s}\n", *ind, "");
+    }
+  }
+}
+
 static int emit_reduce_group(kernel_emit *ke, const tcc_vx *const *group, int ng, int indent) {
   tcc_buf *b = ke->b;
   const tcc_vx *r0 = group[0];
@@ -616,22 +646,10 @@ static int emit_reduce_group(kernel_emit *ke, const tcc_vx *const *group, int ng
     }
     }
   }
-  /* temporaries of the loop body go out of scope */
-  for (int i = mark; i < ke->nscoped; i++) tcc_ptrmap_put(&ke->temps, ke->scoped[i], NULL);
-  ke->nscoped = mark;
+  drop_scoped(ke, mark);
   ke->nmerge = 0;
   bind_red_vars(ke, group, ng, ind, 0);
-  for (int r = last; r >= 0; r--) {
-    ind -= 2;
-    tcc_buf_printf(b, "%*s}\n", ind, "");
-    if (r == last)
-      for (int g = 0; g < ng; g++)
-        if (float_partial(group[g])) tcc_buf_printf(b, "%*sa%d += a%dp;\n", ind, "", acc[g], acc[g]);
-    if (r == last && blocked) {
-      ind -= 2;
-      tcc_buf_printf(b, "%*s}\n", ind, "");
-    }
-  }
+  close_red_loops(ke, group, ng, acc, last, blocked, 0, &ind);
   for (int g = 0; g < ng; g++) {
     const tcc_vx *q = group[g];
     int t;
@@ -1084,22 +1102,10 @@ static int emit_column_sums(kernel_emit *ke, int lv, int indent, const tcc_vx **
     tcc_buf_printf(b, "%*sa%d%s[i%d - i%dc] += %s;\n", ind + 2, "", acc[g], float_partial(group[g]) ? "p" : "",
                    v, v, t);
   }
-  for (int i = mark; i < ke->nscoped; i++) tcc_ptrmap_put(&ke->temps, ke->scoped[i], NULL);
-  ke->nscoped = mark;
+  drop_scoped(ke, mark);
   tcc_buf_printf(b, "%*s}\n", ind, "");
   bind_red_vars(ke, group, ng, ind, 0);
-  for (int r = last; r >= 0; r--) {
-    ind -= 2;
-    tcc_buf_printf(b, "%*s}\n", ind, "");
-    if (r == last)
-      for (int g = 0; g < ng; g++)
-        if (float_partial(group[g]))
-          tcc_buf_printf(b, "%*sfor (int q = 0; q < %d; q++) a%d[q] += a%dp[q];\n", ind, "", cb, acc[g], acc[g]);
-    if (r == last && blocked) {
-      ind -= 2;
-      tcc_buf_printf(b, "%*s}\n", ind, "");
-    }
-  }
+  close_red_loops(ke, group, ng, acc, last, blocked, cb, &ind);
   tcc_buf_printf(b, "%*s#pragma omp simd reduction(|:bad)\n", ind, "");
   tcc_buf_printf(b, "%*sfor (int64_t i%d = i%dc; i%d < i%de; i%d++) {\n", ind, "", v, v, v, v, v);
   for (int g = 0; g < ng; g++) {
