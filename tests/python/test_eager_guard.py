@@ -105,3 +105,25 @@ def test_guard_option_follows_mode_and_environment(monkeypatch):
     monkeypatch.delenv("TCCD_EAGER_GUARD")
     with pytest.raises(ValueError, match="eager_guard"):
         Config.make(eager_guard="on")
+
+
+def test_race_times_the_kernel_after_its_governor_samples(monkeypatch):
+    """A CPU kernel's thread governor runs its calls 3 and 4 on one thread
+    (cpu/prelude.c). The guard's race warms the kernel up past them, so
+    a kernel that is fast in its steady state is timed fast: here calls 3
+    and 4 take 30 ms, every other 1 ms, and eager 6 ms. Four rounds: had
+    calls 3 and 4 been timed, the kernel's median would be 15 ms."""
+    from tccd import dynamo as D
+    monkeypatch.setattr(D, "GUARD_ROUNDS", 4)
+    monkeypatch.setattr(D, "GUARD_MIN_ROUNDS", 4)
+    calls = []
+
+    def kernel():
+        calls.append(len(calls))
+        time.sleep(0.03 if len(calls) - 1 in (3, 4) else 0.001)
+
+    kernel_s, eager_s = D._race(kernel, lambda: time.sleep(0.006), warm_a=D.GUARD_KERNEL_WARMUPS)
+    assert D.GUARD_KERNEL_WARMUPS >= 5
+    assert len(calls) >= D.GUARD_KERNEL_WARMUPS + D.GUARD_MIN_ROUNDS
+    assert kernel_s < 0.004 < eager_s, (kernel_s, eager_s)
+    assert eager_s * D.GUARD_MARGIN >= kernel_s

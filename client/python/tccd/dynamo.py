@@ -75,6 +75,8 @@ GUARD_ROUNDS = 7                # the eager guard: timed runs of kernel and eage
 GUARD_MIN_ROUNDS = 3            # ... fewer (not under this) once GUARD_BUDGET_S is spent
 GUARD_BUDGET_S = 0.5
 GUARD_MARGIN = 1.05             # eager wins when its median is this much below the kernel's
+GUARD_KERNEL_WARMUPS = 5        # untimed kernel runs first: the CPU thread governor's warm-up
+                                # and sampling calls (0-4, two of them on one thread)
 _graph_ids = itertools.count(1)
 
 
@@ -340,7 +342,7 @@ class CompiledPartition(torch.nn.Module):
         cuda_rng = torch.cuda.get_rng_state(self.owner.cuda_index) if cuda else None
         try:
             kernel_s, eager_s = _race(lambda: k.run(self._kernel_args(k, args), check=False),
-                                      lambda: self._eager(args), sync)
+                                      lambda: self._eager(args), sync, warm_a=GUARD_KERNEL_WARMUPS)
         finally:
             torch.random.set_rng_state(rng)
             if cuda:
@@ -1028,11 +1030,16 @@ class _CompiledGraph:
 aot_cache.set_graph_factory(_CompiledGraph)
 
 
-def _race(run_a, run_b, sync=None):
+def _race(run_a, run_b, sync=None, warm_a=1):
     """Median seconds of run_a() and of run_b(), timed alternately (which
-    goes first alternates too) after one untimed run of each: GUARD_ROUNDS
-    rounds, fewer (not under GUARD_MIN_ROUNDS) once GUARD_BUDGET_S is spent.
-    `sync` (a CUDA synchronize) is called before each clock read."""
+    goes first alternates too) after warm_a untimed runs of run_a and one
+    of run_b: GUARD_ROUNDS rounds, fewer (not under GUARD_MIN_ROUNDS) once
+    GUARD_BUDGET_S is spent. `sync` (a CUDA synchronize) is called before
+    each clock read. The guard warms a CPU kernel up past its thread
+    governor's sampling calls (cpu/prelude.c: calls 3-4 run on one
+    thread), which otherwise were two of its timed runs: with 4 rounds
+    the kernel's median was half single-threaded, and a whole Llama
+    decoder that beat eager by 4% was given to eager."""
     def timed(run):
         if sync is not None:
             sync()
@@ -1042,7 +1049,8 @@ def _race(run_a, run_b, sync=None):
             sync()
         return time.perf_counter() - t
 
-    run_a()
+    for _ in range(max(1, warm_a)):
+        run_a()
     run_b()
     ta, tb = [], []
     start = time.perf_counter()
