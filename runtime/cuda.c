@@ -450,7 +450,8 @@ static int launch_prepare(tcc_rt_cuda_kernel *k, launch *L, size_t i, int optin_
       tcc_error_prefix(err, "step '%.100s' (launch %zu of %zu)", L->name, i + 1, k->n_launches);
       return rc;
     }
-    if ((rc = gemm_constant(k, L, &L->conv.x, &L->const_x, err)) || (rc = gemm_constant(k, L, &L->conv.w, &L->const_w, err)) ||
+    if ((rc = gemm_constant(k, L, &L->conv.x, &L->const_x, err)) ||
+        (rc = gemm_constant(k, L, &L->conv.w, &L->const_w, err)) ||
         (rc = gemm_constant(k, L, &L->conv.y, &L->const_y, err)))
       return rc;
     uint64_t ws = 0;

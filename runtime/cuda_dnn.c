@@ -276,7 +276,9 @@ int tcc_rt_cudnn_conv_prepare(tcc_rt_cudnn *h, const tcc_rt_cuda_conv_step *s, c
   if (!r) r = dnn.cudnnCreateTensorDescriptor(&c->y);
   if (!r) what = "cudnnCreateFilterDescriptor", r = dnn.cudnnCreateFilterDescriptor(&c->w);
   if (!r) what = "cudnnCreateConvolutionDescriptor", r = dnn.cudnnCreateConvolutionDescriptor(&c->conv);
-  if (!r) dense_strides(xd, nb, st), what = "cudnnSetTensorNdDescriptor", r = dnn.cudnnSetTensorNdDescriptor(c->x, dt, nb, xd, st);
+  if (!r)
+    dense_strides(xd, nb, st), what = "cudnnSetTensorNdDescriptor",
+    r = dnn.cudnnSetTensorNdDescriptor(c->x, dt, nb, xd, st);
   if (!r) dense_strides(yd, nb, st), r = dnn.cudnnSetTensorNdDescriptor(c->y, dt, nb, yd, st);
   if (!r) what = "cudnnSetFilterNdDescriptor", r = dnn.cudnnSetFilterNdDescriptor(c->w, dt, TDN_NCHW, nb, wd);
   if (!r)

@@ -907,7 +907,8 @@ int tcc_cuda_emit(const tcc_program *p, tcc_buf *b, tcc_error *err) {
       const tcc_cuda_step *st = &sch->steps[i];
       const tcc_cuda_ref *a = st->is_gemm ? &st->gemm.a : &st->conv.a, *r = st->is_gemm ? &st->gemm.b : &st->conv.b;
       if (tcc_cuda_step_is_library(st))
-        exported |= (a->base == TCC_CUDA_CONSTANT && a->index == bi) || (r->base == TCC_CUDA_CONSTANT && r->index == bi);
+        exported |= (a->base == TCC_CUDA_CONSTANT && a->index == bi) ||
+                    (r->base == TCC_CUDA_CONSTANT && r->index == bi);
     }
     if (exported) tcc_buf_puts(b, "extern \"C\" ");
     tcc_c_put_constant(D, b, &p->bufs[bi], bi);

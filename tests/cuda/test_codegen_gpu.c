@@ -475,8 +475,10 @@ static void conv_case(const char *what, int cudnn, int64_t N, int64_t C, int64_t
   void **hin, **hout;
   Tcc__V1__Manifest *m = gpu_run(b, what, &hin, &hout);
   int has_gemm = 0, has_conv = 0;
-  for (size_t k = 0; k < m->n_kernels; k++) has_gemm |= m->kernels[k]->gemm != NULL, has_conv |= m->kernels[k]->conv != NULL;
-  ck_assert_msg(cudnn ? has_conv && !has_gemm : has_gemm && !has_conv, "%s: no %s step", what, cudnn ? "cuDNN" : "cuBLAS");
+  for (size_t k = 0; k < m->n_kernels; k++)
+    has_gemm |= m->kernels[k]->gemm != NULL, has_conv |= m->kernels[k]->conv != NULL;
+  ck_assert_msg(cudnn ? has_conv && !has_gemm : has_gemm && !has_conv, "%s: no %s step", what,
+                cudnn ? "cuDNN" : "cuBLAS");
   size_t bad = 0;
   for (int64_t nn = 0; nn < N; nn++)
     for (int64_t o = 0; o < O; o++)
