@@ -1,6 +1,6 @@
 """Child process of test_cuda.py: a graph on (fake) CUDA tensors through the
 backend's setup, against libtccclient bound to the recording fake libcuda
-($TCC_CUDA_LIBRARY) and fake libcublas; prints a JSON report. With
+($TCC_CUDA_LIBRARY), fake libcublas and fake libcudnn; prints a JSON report. With
 TCC_CHILD_MODE=reduce-overhead each kernel is launched twice with the same
 pointers (captured as a CUDA graph, then replayed)."""
 import ctypes
@@ -30,8 +30,18 @@ def f_index(cache, k, pos, target, base):
     return upd * 2, onehot
 
 
+def f_conv(x, w, b):
+    """TCC_CHILD_GRAPH=conv: a grouped, strided convolution with bias and
+    a relu (a cuDNN step, then the epilogue kernel)."""
+    return torch.relu(torch.nn.functional.conv2d(x, w, b, stride=2, padding=1, groups=2))
+
+
 with FakeTensorMode(allow_non_fake_inputs=False):
-    if os.environ.get("TCC_CHILD_GRAPH") == "index":
+    if os.environ.get("TCC_CHILD_GRAPH") == "conv":
+        args = (torch.empty(2, 8, 9, 9, device="cuda"), torch.empty(12, 4, 3, 3, device="cuda"),
+                torch.empty(12, device="cuda"))
+        gm = make_fx(f_conv)(*args)
+    elif os.environ.get("TCC_CHILD_GRAPH") == "index":
         args = (torch.empty(2, 3, 16, 4, device="cuda"), torch.empty(2, 3, 1, 4, device="cuda"),
                 torch.empty(1, dtype=torch.int64, device="cuda"),
                 torch.empty(16, 1, dtype=torch.int64, device="cuda"), torch.empty(16, 4, device="cuda"))
@@ -72,6 +82,8 @@ for p in cg.partitions:
             "names": [x.name for x in k.manifest.kernels],
             "kinds": [x.kind for x in k.manifest.kernels],
             "inputs": ["%x" % t.data_ptr() for t in ins],
+            "workspace": "%x" % ws.data_ptr(), "workspace_bytes": k.workspace_bytes,
+            "manifest_workspace_bytes": k.manifest.workspace_bytes,
             "outputs": ["%x" % o.data_ptr() for o in outs],
             "graphs": k.graphs, "stats": k.cuda_stats(),
             "events": fake.fake_cuda_events().decode().splitlines()})

@@ -27,6 +27,7 @@ from kinks import explain_by_relu_kinks
 
 FAKE_CUDA = os.path.join(BUILD, "tests", "cuda", "libfakecuda.so")
 FAKE_CUBLAS = os.path.join(BUILD, "tests", "cuda", "libfakecublas.so")
+FAKE_CUDNN = os.path.join(BUILD, "tests", "cuda", "libfakecudnn.so")
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
@@ -43,7 +44,7 @@ def run_fake_cuda_child(daemon, nparams, **env):
     """cuda_child.py against the recording fake libcuda/libcublas: its
     JSON report (skips when the daemon has no NVRTC). nparams: the
     parameters every kernel takes (inputs, outputs, workspace)."""
-    env = dict(os.environ, TCC_CUDA_LIBRARY=FAKE_CUDA, TCC_CUBLAS_LIBRARY=FAKE_CUBLAS,
+    env = dict(os.environ, TCC_CUDA_LIBRARY=FAKE_CUDA, TCC_CUBLAS_LIBRARY=FAKE_CUBLAS, TCC_CUDNN_LIBRARY=FAKE_CUDNN,
                TCC_FAKE_CUDA_CC="90", TCCD_ADDR=daemon.addr, TCC_FAKE_CUDA_NPARAMS=str(nparams),
                TCC_PKG=os.path.join(SOURCE, "client", "python"), **env)
     p = subprocess.run([sys.executable, os.path.join(HERE, "cuda_child.py")], env=env,
@@ -112,6 +113,27 @@ def test_index_put_and_scatter_compile_for_cuda(daemon):
     assert k["device_type"] == "cuda" and k["target"] == "cuda:sm_90"
     launches = [e for e in k["events"] if e.startswith("launch ")]
     assert launches and len(launches) == len([x for x in k["kinds"] if x != "extern"]), k["events"]
+
+
+@pytest.mark.skipif(not os.path.exists(FAKE_CUDA), reason="fake libcuda not built")
+def test_convolution_is_a_cudnn_step_with_its_workspace(daemon):
+    """A convolution compiles for sm_90 into a cuDNN step and its epilogue
+    kernel; the package sizes the workspace as the loaded plan asks (the
+    manifest's, then the 4096 bytes the fake cuDNN's algorithm needs) and
+    the call runs on the package's pointers before the epilogue."""
+    r = run_fake_cuda_child(daemon, 5, TCC_CHILD_GRAPH="conv")
+    assert r["target"] == "sm_90" and r["partitions"] == 1, r
+    (k,) = r["kernels"]
+    assert k["kinds"] == ["extern", "pointwise"], k["kinds"]
+    aligned = (k["manifest_workspace_bytes"] + 255) // 256 * 256
+    assert k["workspace_bytes"] == aligned + 4096, k
+    ev = k["events"]
+    conv = [i for i, e in enumerate(ev) if e.startswith("cudnn fwd ")]
+    launch = [i for i, e in enumerate(ev) if e.startswith("launch ")]
+    assert len(conv) == 1 and len(launch) == 1 and conv[0] < launch[0], ev
+    call = ev[conv[0]]
+    assert f"x={k['inputs'][0]}" in call and f"w={k['inputs'][1]}" in call, call
+    assert f"ws={int(k['workspace'], 16) + aligned:x} ws_bytes=4096" in call, call
 
 
 CUDA = torch.cuda.is_available()
