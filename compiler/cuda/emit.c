@@ -45,7 +45,10 @@
  *              shuffles (__shfl_down_sync) and one shared-memory stage
  *              combine the partials, and every thread receives the
  *              result. Reductions run in dependency order (softmax: max,
- *              then the sum that reads the max), then the threads share
+ *              then the sum that reads the max); a run of them over the
+ *              same extents where none reads another's result (a batch
+ *              norm backward's sums) is folded in one loop with one
+ *              accumulator each (emit_coop_group). Then the threads share
  *              the row's remaining dims for the stores. So softmax and
  *              layer_norm are one kernel, looped over the row (each
  *              reduction re-reads the row; the tuning config persist=1
