@@ -13,8 +13,9 @@
  *             math type of the chosen algorithm's perf record, except
  *             that float32 without tf32 stays FMA
  *   algorithm cudnnGet{Convolution}{Forward,BackwardData,BackwardFilter}
- *             Algorithm_v7's first supported result, its workspace from
- *             cudnnGet*WorkspaceSize
+ *             Algorithm_v7's first supported result needing at most 1 GiB
+ *             of workspace (else its first supported one), the workspace
+ *             from cudnnGet*WorkspaceSize
  *   call      alpha 1, beta 0 (float; double for double)
  *
  * Enum values and the perf record layout are cuDNN 8/9's (cudnn_graph.h,
@@ -38,6 +39,10 @@ enum { TDN_NCHW = 0 };
 enum { TDN_CROSS_CORRELATION = 1 };
 enum { TDN_DEFAULT_MATH = 0, TDN_TENSOR_OP_MATH = 1, TDN_FMA_MATH = 3 };
 enum { TDN_MAX_ALGOS = 16 };
+/* An algorithm needing more workspace than this (cuDNN's FFT ones can
+ * ask for gigabytes) is passed over for the next supported one, as
+ * PyTorch passes over those whose workspace it cannot allocate. */
+#define TDN_WORKSPACE_CAP ((size_t)1 << 30)
 
 /* cudnnConvolution{Fwd,BwdData,BwdFilter}AlgoPerf_t: one layout */
 typedef struct tdn_perf {
@@ -229,11 +234,16 @@ static int step_fits(const tcc_rt_cuda_conv_step *s) {
   return 1;
 }
 
-/* The first supported algorithm of the heuristics' list. */
+/* The first supported algorithm of the heuristics' list whose workspace
+ * is under TDN_WORKSPACE_CAP, else the first supported one. */
 static int pick(const tdn_perf *perf, int n) {
-  for (int i = 0; i < n; i++)
-    if (perf[i].status == 0) return i;
-  return -1;
+  int first = -1;
+  for (int i = 0; i < n; i++) {
+    if (perf[i].status != 0) continue;
+    if (perf[i].memory <= TDN_WORKSPACE_CAP) return i;
+    if (first < 0) first = i;
+  }
+  return first;
 }
 
 int tcc_rt_cudnn_conv_prepare(tcc_rt_cudnn *h, const tcc_rt_cuda_conv_step *s, const char *name,

@@ -9,9 +9,9 @@
  *   cudnn algos fwd|bwd-data|bwd-filter
  *   cudnn fwd|bwd-data|bwd-filter algo=A x=ptr w=ptr y=ptr ws=ptr ws_bytes=N alpha=1 beta=0 stream=S
  * (" (captured)" after the call's name inside a stream capture). The
- * heuristics return two algorithms: algorithm 0 NOT_SUPPORTED, then
+ * heuristics return three algorithms: algorithm 0 NOT_SUPPORTED, then
  * algorithm 1 (math type 1), which needs TCC_FAKE_CUDNN_WS bytes of
- * workspace (default 4096). Knob: TCC_FAKE_CUDNN_FAIL=1 makes every
+ * workspace (default 4096), then algorithm 2, which needs none. Knob: TCC_FAKE_CUDNN_FAIL=1 makes every
  * convolution call return CUDNN_STATUS_EXECUTION_FAILED (8).
  */
 #include <stdarg.h>
@@ -137,11 +137,12 @@ EXPORT int cudnnSetConvolutionMathType(void *d, int m) {
 
 static int algos(const char *what, int req, int *ret, perf *p) {
   logf_("cudnn algos %s", what);
-  if (req < 2) return 3;   /* CUDNN_STATUS_BAD_PARAM */
-  memset(p, 0, 2 * sizeof *p);
+  if (req < 3) return 3;   /* CUDNN_STATUS_BAD_PARAM */
+  memset(p, 0, 3 * sizeof *p);
   p[0] = (perf){.algo = 0, .status = 3000, .memory = 0};
   p[1] = (perf){.algo = 1, .status = 0, .memory = workspace(), .math_type = 1};
-  *ret = 2;
+  p[2] = (perf){.algo = 2, .status = 0, .memory = 0, .math_type = 1};
+  *ret = 3;
   return 0;
 }
 EXPORT int cudnnGetConvolutionForwardAlgorithm_v7(void *h, void *x, void *w, void *c, void *y, int req, int *ret,

@@ -15,7 +15,8 @@
  *   relu(conv2d + bias) one cuDNN handle; at load the descriptors
  *                       (dense NCHW, groups, no TF32: FMA math) and the
  *                       first supported algorithm of the heuristics, its
- *                       workspace added after the plan's; per run the
+ *                       workspace added after the plan's (one that asks
+ *                       for over 1 GiB is passed over); per run the
  *                       forward call on the caller's pointers strictly
  *                       before the epilogue kernel; a failing call is
  *                       INTERNAL naming step and call; in a CUDA graph
@@ -195,6 +196,18 @@ START_TEST(conv_step_then_epilogue) {
   ck_assert_msg(tcc_rt_cuda_stream_destroy(0, stream, &err) == 0, "%s", err.msg);
   tcc_module_unload(k);
   ck_assert_int_ge(event_at("cudnn destroy"), 0);
+  /* an algorithm asking for 3 GiB of workspace is passed over for the next */
+  setenv("TCC_FAKE_CUDNN_WS", "3221225472", 1);
+  tcc_module *k2 = NULL;
+  char hex[TCC_SHA256_HEX];
+  tcc_hex_encode(a.sha256, sizeof a.sha256, hex);
+  ck_assert_msg(tcc_module_load(a.data, a.size, hex, m, &k2, &err) == 0, "%s", err.msg);
+  ck_assert_uint_eq((uint64_t)tcc_module_workspace_bytes(k2, NULL), (uint64_t)m->workspace_bytes);
+  fake_reset();
+  ck_assert_msg(tcc_module_run(k2, in, out, P(0x100000), &err) == 0, "%s", err.msg);
+  ck_assert_msg(event_at("cudnn fwd algo=2 ") >= 0 && strstr(fake_events(), "ws_bytes=0"), "%s", fake_events());
+  tcc_module_unload(k2);
+  unsetenv("TCC_FAKE_CUDNN_WS");
   tcc__v1__manifest__free_unpacked(m, NULL);
   tcc_artifact_free(&a);
   reqb_free(b);
