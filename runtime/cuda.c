@@ -426,9 +426,10 @@ struct tcc_rt_cuda_kernel {
 
 static uint64_t align256(uint64_t x) { return (x + 255) & ~(uint64_t)255; }
 
-/* Resolves a constant operand of a cuBLAS step to its module address. */
-static int gemm_constant(tcc_rt_cuda_kernel *k, const launch *L, const tcc_rt_cuda_buffer *b, uint64_t *out,
-                         tcc_error *err) {
+/* Resolves a constant operand of a cuBLAS or cuDNN step to its module
+ * address. */
+static int library_constant(tcc_rt_cuda_kernel *k, const launch *L, const tcc_rt_cuda_buffer *b, uint64_t *out,
+                            tcc_error *err) {
   *out = 0;
   if (b->base != TCC_RT_CUDA_BUF_CONSTANT) return 0;
   tcu_deviceptr p = 0;
@@ -450,9 +451,9 @@ static int launch_prepare(tcc_rt_cuda_kernel *k, launch *L, size_t i, int optin_
       tcc_error_prefix(err, "step '%.100s' (launch %zu of %zu)", L->name, i + 1, k->n_launches);
       return rc;
     }
-    if ((rc = gemm_constant(k, L, &L->conv.x, &L->const_x, err)) ||
-        (rc = gemm_constant(k, L, &L->conv.w, &L->const_w, err)) ||
-        (rc = gemm_constant(k, L, &L->conv.y, &L->const_y, err)))
+    if ((rc = library_constant(k, L, &L->conv.x, &L->const_x, err)) ||
+        (rc = library_constant(k, L, &L->conv.w, &L->const_w, err)) ||
+        (rc = library_constant(k, L, &L->conv.y, &L->const_y, err)))
       return rc;
     uint64_t ws = 0;
     if ((rc = tcc_rt_cudnn_conv_prepare(k->dnn, &L->conv, L->name, &L->dnn, &ws, err))) return rc;
@@ -466,8 +467,8 @@ static int launch_prepare(tcc_rt_cuda_kernel *k, launch *L, size_t i, int optin_
       tcc_error_prefix(err, "step '%.100s' (launch %zu of %zu)", L->name, i + 1, k->n_launches);
       return rc;
     }
-    if ((rc = gemm_constant(k, L, &L->gemm.a, &L->const_a, err))) return rc;
-    return gemm_constant(k, L, &L->gemm.b, &L->const_b, err);
+    if ((rc = library_constant(k, L, &L->gemm.a, &L->const_a, err))) return rc;
+    return library_constant(k, L, &L->gemm.b, &L->const_b, err);
   }
   tcu_result r = drv.cuModuleGetFunction(&L->fn, k->module->mod, L->name);
   if (r != TCU_SUCCESS)
@@ -663,9 +664,10 @@ out:
   return 0;
 }
 
-/* The device address of a cuBLAS operand for this launch's pointers. */
-static const void *gemm_operand(const tcc_rt_cuda_kernel *k, const tcc_rt_cuda_buffer *b, uint64_t constant,
-                                void **args) {
+/* The device address of a cuBLAS or cuDNN operand for this launch's
+ * pointers. */
+static const void *library_operand(const tcc_rt_cuda_kernel *k, const tcc_rt_cuda_buffer *b, uint64_t constant,
+                                   void **args) {
   uint64_t base = 0;
   switch (b->base) {
   case TCC_RT_CUDA_BUF_INPUT: base = *(const uint64_t *)args[b->index]; break;
@@ -682,18 +684,18 @@ static int launch_direct(tcc_rt_cuda_kernel *k, tcu_stream stream, void **args, 
     const launch *L = &k->launches[i];
     if (L->is_conv) {
       uint64_t ws = *(const uint64_t *)args[k->n_inputs + k->n_outputs];
-      int rc = tcc_rt_cudnn_conv_run(k->dnn, stream, L->dnn, gemm_operand(k, &L->conv.x, L->const_x, args),
-                                     gemm_operand(k, &L->conv.w, L->const_w, args),
-                                     gemm_operand(k, &L->conv.y, L->const_y, args),
+      int rc = tcc_rt_cudnn_conv_run(k->dnn, stream, L->dnn, library_operand(k, &L->conv.x, L->const_x, args),
+                                     library_operand(k, &L->conv.w, L->const_w, args),
+                                     library_operand(k, &L->conv.y, L->const_y, args),
                                      k->dnn_workspace ? (void *)(uintptr_t)(ws + align256(k->workspace_bytes)) : NULL,
                                      L->name, i, k->n_launches, err);
       if (rc) return rc;
       continue;
     }
     if (L->is_gemm) {
-      int rc = tcc_rt_cublas_gemm(k->blas, stream, &L->gemm, gemm_operand(k, &L->gemm.a, L->const_a, args),
-                                  gemm_operand(k, &L->gemm.b, L->const_b, args),
-                                  (void *)gemm_operand(k, &L->gemm.c, 0, args), L->name, i, k->n_launches, err);
+      int rc = tcc_rt_cublas_gemm(k->blas, stream, &L->gemm, library_operand(k, &L->gemm.a, L->const_a, args),
+                                  library_operand(k, &L->gemm.b, L->const_b, args),
+                                  (void *)library_operand(k, &L->gemm.c, 0, args), L->name, i, k->n_launches, err);
       if (rc) return rc;
       continue;
     }
