@@ -64,7 +64,9 @@
  * input that the graph computes and keeps to itself is realized channels
  * last (NHWC), as Inductor lays out convolution networks; a forward step
  * whose input is channels last writes its result so too, and oneDNN's
- * brgemm kernels read and write both as they are. A pointwise
+ * brgemm kernels read and write both as they are, unless the result only
+ * ends in an NCHW graph output; the first step of a chain writes its
+ * result channels last when it reaches the next one. A pointwise
  * convolution on such an input is one transposed GEMM over every
  * image's pixels, x^T . W^T into [N*O, Cout]. Graph inputs and outputs keep their layouts (the
  * first convolution of a network reorders its input as before), and
@@ -510,13 +512,12 @@ static const tcc_vx *whole(tcc_lower_ctx *lc, int v, tcc_dtype dt, int channels_
 }
 
 /* The oneDNN step `kind` over operands a and b (whole()) as an EXTERN
- * kernel into a TEMP of `sizes`: channels last when the step is a
- * forward one whose input a is (the runtime then asks oneDNN for a
- * primitive that reads and writes that layout, and nothing is
- * reordered), else contiguous. Returns a load of it at the identity
- * index, or NULL when out of memory. */
+ * kernel into a TEMP of `sizes`: channels last when cl (a forward step
+ * whose result the layout plan realizes so, tcc_conv_plan_layouts), else
+ * contiguous. Returns a load of it at the identity index, or NULL when
+ * out of memory. */
 static const tcc_vx *library_step(tcc_lower_ctx *lc, tcc_extern_kind kind, const conv_geom *cg, tcc_dtype dt,
-                                  const tcc_vx *a, const tcc_vx *b, int rank, const int64_t *sizes) {
+                                  const tcc_vx *a, const tcc_vx *b, int rank, const int64_t *sizes, int cl) {
   tcc_program *p = lc->prog;
   if (!a || !b) return NULL;
   int64_t prm[TCC_CONV_NPARAM] = {0};
@@ -536,8 +537,6 @@ static const tcc_vx *library_step(tcc_lower_ctx *lc, tcc_extern_kind kind, const
   prm[TCC_CONV_TRANSPOSED] = cg->transposed;
   /* packed by a kernel whose one store is the call: made EXTERN */
   const tcc_vx *call = tcc_vx_extern(p, kind, dt, a, b, TCC_CONV_NPARAM, prm);
-  int cl = kind == TCC_EXT_CONV_FWD && lc->g->target.device == TCC__V1__DEVICE_TYPE__CPU &&
-           layout_channels_last(&p->bufs[a->buf].layout);
   int id = !call ? -1 : cl ? tcc_lower_pack_channels_last(lc, call, rank, sizes, dt)
                            : tcc_lower_pack(lc, call, rank, sizes, dt);
   if (id < 0) return NULL;
@@ -561,8 +560,9 @@ static int conv_library(tcc_lower_ctx *lc, const tcc_node *n, const conv_geom *c
   int64_t ys[TCC_MAX_DIMS];
   activation_sizes(cg, cg->Cout, cg->o, ys);
   int xv = ARG("input")->v;
+  int cl = lc->g->target.device == TCC__V1__DEVICE_TYPE__CPU && n->outs[0] >= 0 && lc->channels_last[n->outs[0]];
   const tcc_vx *y = library_step(lc, TCC_EXT_CONV_FWD, cg, dt, whole(lc, xv, dt, lc->channels_last[xv]),
-                                whole(lc, ARG("weight")->v, dt, 0), 2 + cg->S, ys);
+                                whole(lc, ARG("weight")->v, dt, 0), 2 + cg->S, ys, cl);
   if (!y) return OOM();
   const tcc_arg *bias = ARG("bias");
   if (bias->kind == TCC_ARG_TENSOR) {   /* float16/bfloat16: added in float32, as eager's add */
@@ -642,20 +642,94 @@ static int conv_pointwise_gemm(tcc_lower_ctx *lc, const tcc_node *n, const conv_
 
 int tcc_lower_conv(tcc_lower_ctx *lc, const tcc_node *n, tcc_error *err);
 
+/* Is node n a 2-D convolution that the CPU's library roads run: 1 when
+ * a oneDNN step, 2 when a pointwise GEMM (cpu_pointwise_conv), else 0? */
+static int cpu_library_conv_2d(tcc_lower_ctx *lc, const tcc_node *n) {
+  const tcc_graph *g = lc->g;
+  if (n->op->lower != tcc_lower_conv) return 0;
+  conv_geom cg;
+  tcc_error e = {0};
+  const tcc_meta *x = tmeta(g, ARG("input"));
+  if (conv_geom_of(g, n, &cg, &e) || !x || cg.S != 2 || cg.transposed ||
+      g->target.device != TCC__V1__DEVICE_TYPE__CPU || !use_library(lc, &cg, x->dtype))
+    return 0;
+  return cpu_pointwise_conv(lc, &cg) ? 2 : 1;
+}
+
+static int graph_output(const tcc_graph *g, int v) {
+  for (int i = 0; i < g->noutputs; i++)
+    if (g->outputs[i] == v) return 1;
+  return 0;
+}
+
+/* Does value v (a convolution's input) reach it channels last, as far as
+ * the plan knows before lowering (a view of such a buffer may too)? */
+static int planned_channels_last(const tcc_lower_ctx *lc, int v) {
+  const tcc_value *val = &lc->g->values[v];
+  if (val->kind == TCC_VAL_NODE && !graph_output(lc->g, v)) return lc->channels_last[v];
+  return layout_channels_last(&val->meta);
+}
+
+static int same_sizes(const tcc_meta *a, const tcc_meta *b) {
+  if (a->rank != b->rank) return 0;
+  for (int d = 0; d < a->rank; d++)
+    if (a->sizes[d] != b->sizes[d]) return 0;
+  return 1;
+}
+
+/* The layouts of the CPU's 2-D library convolutions (see the file
+ * header): inputs the graph computes and keeps to itself channels last;
+ * then, walking the nodes backwards, each oneDNN step's result:
+ *   - channels last when it reaches a channels-last input through other
+ *     nodes (the first convolution of a network: oneDNN's reorder out of
+ *     its blocked layout writes NHWC as fast as NCHW, and the epilogue
+ *     between, the stem's batch norm, relu and max pool, then reads along
+ *     C as it writes instead of gathering at the stride of a whole map);
+ *   - else NCHW when it ends, through nodes of its own sizes, in a graph
+ *     output that is not channels last (a block compiled alone: oneDNN
+ *     reorders its NHWC result, and the epilogue that adds the block's
+ *     NCHW input reads both as it writes);
+ *   - else channels last when its input is, as oneDNN's brgemm kernels
+ *     write it. */
 void tcc_conv_plan_layouts(tcc_lower_ctx *lc) {
   const tcc_graph *g = lc->g;
   for (int k = 0; k < g->nnodes; k++) {
     const tcc_node *n = &g->nodes[k];
-    if (n->op->lower != tcc_lower_conv) continue;
-    conv_geom cg;
-    tcc_error e = {0};
-    const tcc_meta *x = tmeta(g, ARG("input"));
-    if (conv_geom_of(g, n, &cg, &e) || !x || cg.S != 2 || cg.transposed ||
-        g->target.device != TCC__V1__DEVICE_TYPE__CPU || !use_library(lc, &cg, x->dtype))
-      continue;
+    if (!cpu_library_conv_2d(lc, n)) continue;
     int v = ARG("input")->v;
     if (g->values[v].kind == TCC_VAL_NODE) lc->channels_last[v] = 1;
   }
+  unsigned char *reaches = calloc((size_t)g->nvalues + 1, 1), *ends = calloc((size_t)g->nvalues + 1, 1);
+  if (!reaches || !ends) {   /* only a layout choice: the results stay as oneDNN writes them */
+    free(reaches);
+    free(ends);
+    return;
+  }
+  for (int v = 0; v < g->nvalues; v++) {
+    int out = graph_output(g, v);
+    reaches[v] = lc->channels_last[v] && !out;
+    ends[v] = out && !layout_channels_last(&g->values[v].meta);
+  }
+  for (int k = g->nnodes - 1; k >= 0; k--) {
+    const tcc_node *n = &g->nodes[k];
+    int road = cpu_library_conv_2d(lc, n);
+    if (road) {   /* the chains start again at a convolution */
+      int y = n->outs[0];
+      if (road == 1 && y >= 0 && !graph_output(g, y))
+        lc->channels_last[y] = reaches[y] || (planned_channels_last(lc, ARG("input")->v) && !ends[y]);
+      continue;
+    }
+    for (int o = 0; o < n->nout; o++) {
+      int w = n->outs[o];
+      if (w < 0) continue;
+      FOR_EACH_TENSOR_ARG(n, a, {
+        reaches[a] |= reaches[w];
+        ends[a] |= ends[w] && same_sizes(&g->values[a].meta, &g->values[w].meta);
+      });
+    }
+  }
+  free(reaches);
+  free(ends);
 }
 
 int tcc_lower_conv(tcc_lower_ctx *lc, const tcc_node *n, tcc_error *err) {
@@ -846,7 +920,7 @@ int tcc_lower_conv_backward(tcc_lower_ctx *lc, const tcc_node *n, tcc_error *err
     if (want[0]) {
       int64_t xs[TCC_MAX_DIMS];
       activation_sizes(&cg, cg.Cin, cg.in, xs);
-      if ((rc = put(lc, n, 0, library_step(lc, TCC_EXT_CONV_BWD_DATA, &cg, dt, gy, whole(lc, wv, dt, 0), 2 + S, xs),
+      if ((rc = put(lc, n, 0, library_step(lc, TCC_EXT_CONV_BWD_DATA, &cg, dt, gy, whole(lc, wv, dt, 0), 2 + S, xs, 0),
                     err)))
         return rc;
     }
@@ -854,7 +928,7 @@ int tcc_lower_conv_backward(tcc_lower_ctx *lc, const tcc_node *n, tcc_error *err
       int64_t ws[TCC_MAX_DIMS] = {cg.Cout, cg.Cig};
       if (cg.transposed) ws[0] = cg.Cin, ws[1] = cg.Cog;
       memcpy(ws + 2, cg.k, sizeof(int64_t) * (size_t)S);
-      if ((rc = put(lc, n, 1, library_step(lc, TCC_EXT_CONV_BWD_WEIGHTS, &cg, dt, whole(lc, xv, dt, 0), gy, 2 + S, ws),
+      if ((rc = put(lc, n, 1, library_step(lc, TCC_EXT_CONV_BWD_WEIGHTS, &cg, dt, whole(lc, xv, dt, 0), gy, 2 + S, ws, 0),
                     err)))
         return rc;
     }

@@ -65,6 +65,8 @@ typedef struct tcc_cpu_gemm {
 #define TCC_CPU_COL_SUMS 8     /* at most this many sums per block */
 #define TCC_CPU_WINDOW 16      /* reductions of at most this many steps unroll */
 #define TCC_CPU_MERGE_BELOW 64 /* innermost reduction loops shorter than this merge */
+#define TCC_CPU_COL_VALUES 16  /* column values per kernel (tcc_cpu_kernel_schedule) */
+#define TCC_CPU_COL_EXTENT 16384 /* ... over an element loop at most this long */
 
 /* How one kernel runs. */
 typedef struct tcc_cpu_kernel_schedule {
@@ -116,6 +118,14 @@ typedef struct tcc_cpu_kernel_schedule {
    * sums in arrays, the reduction loops outside a SIMD loop over the
    * block's columns; 0: none */
   int col_block;
+  /* column values (a batch norm's 1 / sqrt(var + eps) when the channel
+   * is the element loop's dim, in channels-last epilogues): values of the
+   * element loop of a planned nest that depend on that loop's dims alone
+   * and compute something costly (col_costly), each computed once per
+   * call into an array over the element loop before the loops, and
+   * loaded from it there; at most TCC_CPU_COL_VALUES of them */
+  const tcc_vx *col_vals[TCC_CPU_COL_VALUES];
+  int ncol_vals;
   int peel_loop;              /* loop run in three ranges (-1: none) */
   int npeel;
   const tcc_ix *peel[TCC_CPU_MAX_PEEL];  /* clamps its middle range drops */

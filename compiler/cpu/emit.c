@@ -112,6 +112,8 @@ typedef struct kernel_emit {
   int64_t *coef;             /* nvars + 1 scratch coefficients */
   int peeling;               /* printing the peeled loop's middle range: the
                                 schedule's peel[] clamps print unclamped */
+  int col_prologue;          /* printing the column values' loop: they are
+                                computed, not loaded (emit_column_values) */
   int oom;
 } kernel_emit;
 
@@ -695,6 +697,15 @@ static int emit_node(kernel_emit *ke, const tcc_vx *e, int indent) {
     tcc_buf_printf(ke->b, "%*sconst uint8_t t%d = 1;\n", indent, "", t);
     return 0;
   }
+  for (int c = 0; c < ke->ks->ncol_vals && !ke->col_prologue; c++)
+    if (e == ke->ks->col_vals[c]) {
+      /* computed before the loops (emit_column_values) */
+      int t;
+      if (define_temp(ke, e, &t)) return -1;
+      tcc_buf_printf(ke->b, "%*sconst %s t%d = h%d[i%d];\n", indent, "", tcc_cpu_ctype(e->dtype), t, c,
+                     ke->ks->nest.nloops - 1);
+      return 0;
+    }
   if (e == ke->ks->kept_node && ke->walking) {
     /* a sum's loop stored it where this element is stored */
     const tcc_store *st = &ke->k->stores[0];
@@ -1032,7 +1043,11 @@ static int emit_extern(kernel_emit *ke, int kno) {
 static int emit_level(kernel_emit *ke, int lv, int indent, const tcc_vx **nodes, int nn, const int *levels,
                       const int *slevels) {
   const tcc_kernel *k = ke->k;
-  for (int i = 0; i < nn; i++)
+  /* nodes is in post order from the stores, so the stores alone print
+   * the element level of a planned nest in the same order; with column
+   * values they leave out what only those use */
+  int by_stores = ke->ks->ncol_vals && lv == ke->ks->nest.nloops;
+  for (int i = 0; i < nn && !by_stores; i++)
     if (levels[i] == lv && emit_node(ke, nodes[i], indent)) return -1;
   for (int s = 0; s < k->nstores; s++) {
     if (slevels[s] != lv) continue;
@@ -1048,6 +1063,37 @@ static int emit_level(kernel_emit *ke, int lv, int indent, const tcc_vx **nodes,
     tcc_buf_printf(ke->b, "] = %s;\n", x);
   }
   return 0;
+}
+
+/* The column values of a planned nest (schedule.c, plan_column_values),
+ * before its loops: per value an array h<c> over the element loop, filled
+ * by one loop over it, whose var has the element loop's name, so the
+ * value prints as it would there. The temporaries of that loop are
+ * dropped after it; the element loop then loads h<c>[i<j>]. */
+static int emit_column_values(kernel_emit *ke, int indent) {
+  const tcc_cpu_kernel_schedule *ks = ke->ks;
+  const tcc_cpu_nest *pl = &ks->nest;
+  int j = pl->nloops - 1;
+  if (!ks->ncol_vals) return 0;
+  for (int c = 0; c < ks->ncol_vals; c++)
+    tcc_buf_printf(ke->b, "%*s%s h%d[%" PRId64 "];\n", indent, "", tcc_cpu_ctype(ks->col_vals[c]->dtype), c,
+                   pl->size[j]);
+  tcc_buf_printf(ke->b, "%*s#pragma omp simd reduction(|:bad)\n", indent, "");
+  tcc_buf_printf(ke->b, "%*sfor (int64_t i%d = 0; i%d < %" PRId64 "; i%d++) {\n", indent, "", j, j, pl->size[j], j);
+  for (int d = 0; d < pl->ndims[j]; d++) ke->bound[pl->dims[j][d]] = 1;
+  int mark = ke->nscoped, rc = 0;
+  ke->col_prologue = 1;
+  for (int c = 0; c < ks->ncol_vals && !rc; c++) {
+    char x[96];
+    rc = emit_node(ke, ks->col_vals[c], indent + 2);
+    operand_text(ke, ks->col_vals[c], x, sizeof x);
+    tcc_buf_printf(ke->b, "%*sh%d[i%d] = %s;\n", indent + 2, "", c, j, x);
+  }
+  ke->col_prologue = 0;
+  drop_scoped(ke, mark);
+  for (int d = 0; d < pl->ndims[j]; d++) ke->bound[pl->dims[j][d]] = 0;
+  tcc_buf_printf(ke->b, "%*s}\n", indent, "");
+  return rc;
 }
 
 /* The element loop of column sums (schedule.c, plan_column_sums), at
@@ -1212,6 +1258,7 @@ static int emit_kernel(const tcc_program *p, const tcc_kernel *k, const tcc_cpu_
         if (k->sizes[d] == 1) ke.bound[d] = 1;
     ke.in_simd_element = lv == pl->nloops && ks->simd;
     if (emit_level(&ke, lv, indent, nodes, nn, levels, slevels)) goto done_walking;
+    if (lv == 0 && emit_column_values(&ke, indent)) goto done_walking;
   }
   for (int j = pl->nloops - 1 - (pv >= 0 || ks->col_block); j >= 0; j--) {
     indent -= 2;

@@ -21,6 +21,14 @@
  * extents whose inputs are ready together share one reduction loop (var
  * and mean of a row; group_reductions, in the order they are computed).
  *
+ * Column values. In a planned nest, a costly value (a division, square
+ * root or transcendental function) that varies along the element loop
+ * alone -- a batch norm's 1 / sqrt(var + eps) when channels-last
+ * activations run the channel innermost -- is computed once per call
+ * into an array over that loop before the loops, and loaded from it
+ * (plan_column_values): ResNet-50's epilogues did a square root and a
+ * division per element.
+ *
  * Masked exps. A kernel whose float32 exp takes an argument holding a
  * constant below -87 (a mask's -inf) prints the prelude's inline
  * tcc_expf instead of libmvec's (plan_inline_exp).
@@ -805,6 +813,77 @@ static double kernel_work(const tcc_kernel *k, const tcc_vx *const *nodes, int n
   return numel * (1 + red);
 }
 
+/* ---------------------------------------------------- column values */
+
+/* Does e compute something costly (a division, square root or
+ * transcendental function) that a column value would do once per column
+ * instead of once per element? */
+static const char costly_yes, costly_no;
+
+static int col_costly(const tcc_vx *e, tcc_ptrmap *seen) {
+  if (!e || e->op == TCC_PRIM_LOAD || e->op == TCC_PRIM_CONST) return 0;
+  const void *memo = tcc_ptrmap_get(seen, e);
+  if (memo) return memo == &costly_yes;
+  int costly;
+  switch (e->op) {
+  case TCC_PRIM_EXP: case TCC_PRIM_EXP2: case TCC_PRIM_EXPM1: case TCC_PRIM_LOG: case TCC_PRIM_LOG1P:
+  case TCC_PRIM_LOG2: case TCC_PRIM_SQRT: case TCC_PRIM_RSQRT: case TCC_PRIM_RECIP: case TCC_PRIM_SIN:
+  case TCC_PRIM_COS: case TCC_PRIM_TAN: case TCC_PRIM_TANH: case TCC_PRIM_SIGMOID: case TCC_PRIM_ERF:
+  case TCC_PRIM_DIV: case TCC_PRIM_POW: case TCC_PRIM_ATAN2: case TCC_PRIM_FMOD: case TCC_PRIM_REM:
+  case TCC_PRIM_FLOORDIV: case TCC_PRIM_TRUNCDIV:
+    costly = 1;
+    break;
+  default:
+    costly = col_costly(e->a, seen) || col_costly(e->b, seen) || col_costly(e->c, seen);
+  }
+  tcc_ptrmap_put(seen, e, costly ? &costly_yes : &costly_no);   /* a memo: out of memory costs walks */
+  return costly;
+}
+
+/* Does e vary along the element loop of a planned nest and nothing
+ * else (dims of size 1 aside)? */
+static int col_only(planner *ke, const tcc_vx *e) {
+  const tcc_cpu_nest *pl = &ke->ks->nest;
+  const tcc_varset *s = tcc_cpu_fv_vx(&ke->fv, e);
+  if (!s || s->n == 0) return 0;
+  for (int i = 0; i < s->n; i++) {
+    int v = s->v[i], in = v < TCC_MAX_DIMS && ke->k->sizes[v] == 1;
+    for (int d = 0; d < pl->ndims[pl->nloops - 1] && !in; d++) in = pl->dims[pl->nloops - 1][d] == v;
+    if (!in) return 0;
+  }
+  return 1;
+}
+
+/* Column values (cpu_schedule.h): the operands of element-loop values
+ * that vary along other loops too, when they vary along the element
+ * loop alone and compute something costly. Static planned nests of two
+ * loops or more only, over an element loop of at most
+ * TCC_CPU_COL_EXTENT. */
+static int plan_column_values(planner *ke) {
+  const tcc_program *p = ke->p;
+  tcc_cpu_kernel_schedule *ks = ke->ks;
+  const tcc_cpu_nest *pl = &ks->nest;
+  ks->ncol_vals = 0;
+  if (!pl->affine || pl->nloops < 2 || pl->size[pl->nloops - 1] > TCC_CPU_COL_EXTENT || p->graph->nsyms)
+    return 0;
+  tcc_ptrmap seen;
+  if (tcc_ptrmap_init(&seen, 16)) return -1;
+  for (int i = 0; i < ks->nnodes && ks->ncol_vals < TCC_CPU_COL_VALUES; i++) {
+    const tcc_vx *e = ks->nodes[i];
+    if (ks->levels[i] != pl->nloops || col_only(ke, e)) continue;
+    const tcc_vx *ops[3] = {e->a, e->b, e->c};
+    for (int o = 0; o < 3 && ks->ncol_vals < TCC_CPU_COL_VALUES; o++) {
+      const tcc_vx *a = ops[o];
+      int known = 0;
+      for (int c = 0; c < ks->ncol_vals; c++) known |= ks->col_vals[c] == a;
+      if (!a || known || !tcc_cpu_ctype(a->dtype) || !col_only(ke, a) || !col_costly(a, &seen)) continue;
+      ks->col_vals[ks->ncol_vals++] = a;
+    }
+  }
+  tcc_ptrmap_free(&seen);
+  return ke->fv.oom ? -1 : 0;
+}
+
 /* ------------------------------------------------------ one kernel */
 
 /* Plans pointwise kernel ke->k (see the file header). Returns 0 or -1
@@ -861,7 +940,7 @@ static int plan_kernel(planner *ke) {
     ks->store_levels[s] = lv;
   }
   if (ke->fv.oom || group_reductions(p, ks, pl->nloops + 1) || plan_inline_exp(k, &ks->inline_exp) ||
-      plan_merged_reductions(ke))
+      plan_merged_reductions(ke) || plan_column_values(ke))
     return -1;
   ks->par = ks->peel_loop = -1;
   int64_t numel = 1;
@@ -1154,6 +1233,7 @@ void tcc_cpu_schedule_dump(const tcc_program *p, tcc_buf *b) {
     if (ks->peel_loop >= 0) tcc_buf_printf(b, "; loop %d peeled around %d clamps", ks->peel_loop, ks->npeel);
     if (ks->inline_exp) tcc_buf_puts(b, "; masked exps inline");
     if (ks->kept_node) tcc_buf_puts(b, "; a sum's summands kept in the output");
+    if (ks->ncol_vals) tcc_buf_printf(b, "; %d column value%s", ks->ncol_vals, ks->ncol_vals == 1 ? "" : "s");
     int merged = 0;
     for (int i = 0; i < ks->nnodes; i++) merged += ks->red_merged[i];
     if (merged) tcc_buf_printf(b, "; %d reduction%s with merged inner loops", merged, merged == 1 ? "" : "s");

@@ -10,11 +10,11 @@
  * AVX2) and for the reorders from the operands' own layouts (any
  * strides) into those and from the result's into the TEMP the epilogue
  * reads; every later call only executes them. A forward step whose
- * input or result is stored channels last (NHWC: the compiler keeps
- * activations between convolutions so, conv.c) asks for a primitive on
- * that layout instead, which oneDNN's brgemm kernels read and write as
- * they are, with no reorder (format "any" is the fallback when oneDNN
- * has none). The blocked
+ * input is stored channels last (NHWC: the compiler keeps activations
+ * between convolutions so, conv.c) asks for a primitive on that layout
+ * instead, and on its result's when that is channels last too, which
+ * oneDNN's brgemm kernels read and write as they are, with no reorder
+ * (format "any" is the fallback when oneDNN has none). The blocked
  * copies and oneDNN's scratchpad are allocated per call (user scratchpad
  * mode), so one step may run on several threads at once.
  *
@@ -101,6 +101,17 @@ static void tcc_dnnl_contiguous(int nd, const dnnl_dims_t dims, int64_t *st) {
   }
 }
 
+/* Dense channels-last strides (N, spatial.., C) of an activation of dims d. */
+static void tcc_dnnl_nhwc(int nd, const dnnl_dims_t d, dnnl_dims_t st) {
+  int64_t acc = d[1];
+  st[1] = 1;
+  for (int i = nd - 1; i >= 2; i--) {
+    st[i] = acc;
+    acc *= d[i];
+  }
+  st[0] = acc;
+}
+
 /* Are strides st (PyTorch's dims) of an activation of dims d dense
  * channels last (N, spatial.., C)? */
 static int tcc_dnnl_channels_last(int nd, const dnnl_dims_t d, const int64_t *st) {
@@ -142,11 +153,16 @@ static int tcc_dnnl_make(tcc_dnnl_conv *c, int prefer_user) {
       dnnl_memory_desc_init_by_tag(&wa, nw, wd, dnnl_f32, dnnl_format_tag_any) ||
       dnnl_memory_desc_init_by_tag(&ya, nx, yd, dnnl_f32, dnnl_format_tag_any))
     return -1;
-  /* forward on channels-last activations: that layout, as they are */
-  if (c->kind == 0 && prefer_user && !p[23]) {
-    if (tcc_dnnl_channels_last(nx, xd, c->sa) && dnnl_memory_desc_init_by_strides(&xa, nx, xd, dnnl_f32, c->sa))
-      return -1;
-    if (tcc_dnnl_channels_last(nx, yd, c->sc) && dnnl_memory_desc_init_by_strides(&ya, nx, yd, dnnl_f32, c->sc))
+  /* forward on a channels-last input: that layout, as it is, and the
+   * result channels last (reordered into the TEMP when that is not); a
+   * channels-last result of an input that is not comes out of the
+   * blocked layout by a reorder (a primitive on NCHW in, NHWC out is one
+   * of oneDNN's slow ones) */
+  if (c->kind == 0 && prefer_user && !p[23] && tcc_dnnl_channels_last(nx, xd, c->sa)) {
+    dnnl_dims_t ys;
+    tcc_dnnl_nhwc(nx, yd, ys);
+    if (dnnl_memory_desc_init_by_strides(&xa, nx, xd, dnnl_f32, c->sa) ||
+        dnnl_memory_desc_init_by_strides(&ya, nx, yd, dnnl_f32, ys))
       return -1;
   }
   dnnl_primitive_attr_t attr = NULL;

@@ -246,9 +246,11 @@ def test_activations_between_convolutions_are_channels_last():
     a convolution and lives inside the graph is stored channels last, so
     the next oneDNN step reads it and writes its own result in that layout
     (`.sa`/`.sc` strides of the steps), a 1x1 convolution on it is the
-    NHWC GEMM (no oneDNN step), a depthwise one reads it too, and the
-    residual add mixes layouts. The graph's output keeps eager's
-    contiguous layout. Fresh inputs, against eager in float64."""
+    NHWC GEMM (no oneDNN step), a depthwise one reads it too. The first
+    step reads the graph's NCHW input and writes channels last (it reaches
+    the next convolution); the last one writes NCHW, since its result only
+    ends, through the residual add, in the graph's output, which keeps
+    eager's contiguous layout. Fresh inputs, against eager in float64."""
     g = torch.Generator().manual_seed(SEED)
     N, C, H = 2, 8, 12
 
@@ -275,13 +277,45 @@ def test_activations_between_convolutions_are_channels_last():
             "{%d, 1, %d, %d}" % (6 * 6 * 16, 6 * 16, 16)}          # [2, 16, 6, 6]
     assert len(steps) == 3, steps                  # 3x3, depthwise, 3x3; the 1x1 is a GEMM
     assert steps[0][0] == "{%d, %d, %d, 1}" % (C * H * H, H * H, H), steps   # the graph's input
-    for sa, sc in steps[1:]:
-        assert sa in nhwc and sc in nhwc, steps
+    assert steps[0][1] in nhwc and steps[1][0] in nhwc and steps[1][1] in nhwc, steps
+    assert steps[2][0] in nhwc and steps[2][1] == "{%d, %d, %d, 1}" % (16 * 36, 36, 6), steps
     assert "dnnl_sgemm(" in k.source
     out = k(*ins)[0]
     assert out.is_contiguous()
     want = f(*[t.double() for t in ins])
     torch.testing.assert_close(out.double(), want, rtol=1e-4, atol=1e-4)
+
+
+def test_channels_last_epilogue_computes_per_channel_values_once(tmp_path):
+    """A batch norm's epilogue on channels-last activations runs the
+    channel innermost: its 1 / sqrt(var + eps) varies along the element
+    loop alone, so it is a column value, computed once per channel into
+    an array before the loops (h0) and loaded there, instead of a square
+    root and a division per element. A value that varies along the other
+    loops too (x - mean) stays in the element loop. The loop still
+    vectorizes; fresh inputs, against eager in float64."""
+    g = torch.Generator().manual_seed(SEED)
+    N, C, H = 3, 24, 10
+    x = torch.randn(N, C, H, H, generator=g).to(memory_format=torch.channels_last)
+    mean, w, b = torch.randn(C, generator=g), torch.randn(C, generator=g), torch.randn(C, generator=g)
+    var = torch.rand(C, generator=g) + 0.5
+
+    def f(x, mean, var, w, b):
+        inv = A.reciprocal.default(A.sqrt.default(A.add.Tensor(var, 1e-5)))
+        y = A.mul.Tensor(A.sub.Tensor(x, A.view.default(mean, [C, 1, 1])), A.view.default(inv, [C, 1, 1]))
+        return A.relu.default(A.add.Tensor(A.mul.Tensor(y, A.view.default(w, [C, 1, 1])),
+                                           A.view.default(b, [C, 1, 1])))
+    ins = [x, mean, var, w, b]
+    gm = tk.aten_graph(f, ins, decompose=False)
+    k = tk.compile_fx(gm, ins, keep_source=True)
+    assert re.search(r"float h0\[%d\];" % C, k.source), k.source
+    body = k.source[k.source.index("h0[i1] = "):]
+    assert "sqrtf(" in k.source and "sqrtf(" not in body, k.source
+    assert re.search(r"= h0\[i1\];", body), k.source
+    assert "loop vectorized" in vectorize_report(tmp_path, k.source).stderr
+    out = k(*ins)[0]
+    want = f(*[t.double() for t in ins])
+    torch.testing.assert_close(out.double(), want, rtol=1e-5, atol=1e-5)
 
 
 def test_padded_conv_pack_peels_its_border(tmp_path):
