@@ -631,7 +631,10 @@ static int emit_reduce_group(kernel_emit *ke, const tcc_vx *const *group, int ng
     case TCC_RED_MIN: {
       const char *cmp = q->i == TCC_RED_MAX ? ">" : "<";
       tcc_buf_printf(b, "%*sa%d = %s %s a%d ? %s : a%d;\n", ind, "", a, t, cmp, a, t, a);
-      if (tcc_dtype_is_float(q->dtype)) tcc_buf_printf(b, "%*sa%dn |= %s != %s;\n", ind, "", a, t, t);
+      if (q->dtype == TCC__V1__DTYPE__FLOAT32 || q->dtype == TCC__V1__DTYPE__FLOAT64)
+        tcc_buf_printf(b, "%*sa%dn |= tcc_nan_bit%s(%s);\n", ind, "", a, q->dtype == TCC__V1__DTYPE__FLOAT64 ? "64" : "32", t);
+      else if (tcc_dtype_is_float(q->dtype))
+        tcc_buf_printf(b, "%*sa%dn |= %s != %s;\n", ind, "", a, t, t);
       break;
     }
     case TCC_RED_ARGMAX:
