@@ -318,6 +318,41 @@ def test_channels_last_epilogue_computes_per_channel_values_once(tmp_path):
     torch.testing.assert_close(out.double(), want, rtol=1e-5, atol=1e-5)
 
 
+def test_pooling_window_element_loop_is_vector_code(tmp_path):
+    """ResNet's stem: batch norm + relu + 3x3/2 max pool on channels-last
+    activations is one kernel whose element loop (the channels) holds the
+    unrolled window. Its NaN flag is integer arithmetic (tcc_nan_bit32):
+    with `flag |= t != t` gcc's report said "vectorized" but the object
+    held only scalar code. So this looks at the object: packed AVX2
+    instructions in the kernel's body. NaNs (two in one window) still come
+    out as NaN; fresh inputs, against eager in float64."""
+    g = torch.Generator().manual_seed(SEED)
+    N, C, H = 2, 32, 12
+    x = torch.randn(N, C, H, H, generator=g)
+    x[0, 0, 0, 0] = x[1, 3, 0, 1] = float("nan")
+    x = x.to(memory_format=torch.channels_last)
+    scale, shift = torch.randn(C, generator=g), torch.randn(C, generator=g)
+
+    def f(x, scale, shift):
+        y = A.relu.default(A.add.Tensor(A.mul.Tensor(x, A.view.default(scale, [C, 1, 1])),
+                                        A.view.default(shift, [C, 1, 1])))
+        return A.max_pool2d_with_indices.default(y, [3, 3], [2, 2], [1, 1])[0]
+    ins = [x, scale, shift]
+    gm = tk.aten_graph(f, ins, decompose=False)
+    k = tk.compile_fx(gm, ins, keep_source=True)
+    assert "tcc_nan_bit32(" in k.source and "!= t" not in k.source, k.source
+    vectorize_report(tmp_path, k.source)
+    dis = subprocess.run(["objdump", "-d", "--no-show-raw-insn", str(tmp_path / "k.o")],
+                         capture_output=True, text=True, check=True).stdout
+    bodies = re.split(r"\n(?=[0-9a-f]+ <)", dis)
+    body = [b for b in bodies if re.match(r"[0-9a-f]+ <tcc_b[0-9a-f]+[.>]", b)]
+    assert body and any("ymm" in b for b in body), re.findall(r"<[^>]+>:", dis)
+    out = k(*ins)[0]
+    want = f(*[t.double() for t in ins])
+    torch.testing.assert_close(out.double(), want, rtol=1e-5, atol=1e-5, equal_nan=True)
+    assert torch.isnan(out).sum() == torch.isnan(want).sum() > 0
+
+
 def test_padded_conv_pack_peels_its_border(tmp_path):
     """A padded 3x3 convolution's im2col pack reads its input through
     clamped indices (zero outside): the element loop runs in three ranges,
