@@ -474,16 +474,6 @@ static int reads_channels_last(const tcc_lower_ctx *lc, int v) {
   return lc->channels_last[v];
 }
 
-/* Is L dense in row-major order (strides of dims of size 1 aside)? */
-static int layout_contiguous(const tcc_meta *L) {
-  int64_t want = 1;
-  for (int d = L->rank - 1; d >= 0; d--) {
-    if (L->sizes[d] > 1 && L->strides[d] != want) return 0;
-    want *= L->sizes[d];
-  }
-  return 1;
-}
-
 /* Value v (dtype dt) as a whole buffer a library step reads through its
  * layout: its body when that is a load of a dt buffer at the identity
  * index with no zero stride (on a dim longer than 1; on CUDA, where
@@ -500,7 +490,7 @@ static const tcc_vx *whole(tcc_lower_ctx *lc, int v, tcc_dtype dt, int channels_
     ok = L->dtype == dt;
     for (int d = 0; ok && d < lv->rank; d++)
       ok = L->sizes[d] == lv->sizes[d] && (L->strides[d] > 0 || L->sizes[d] == 1);
-    if (ok && lc->g->target.device == TCC__V1__DEVICE_TYPE__CUDA) ok = layout_contiguous(L);
+    if (ok && lc->g->target.device == TCC__V1__DEVICE_TYPE__CUDA) ok = tcc_meta_is_contiguous(L);
   }
   if (ok) return e;
   const tcc_ix *idx[TCC_MAX_DIMS];

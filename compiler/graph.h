@@ -316,6 +316,8 @@ void tcc_meta_contiguous(tcc_meta *m);
  * stored N, spatial.., C (PyTorch's channels_last / channels_last_3d);
  * contiguous for other ranks. */
 void tcc_meta_channels_last(tcc_meta *m);
+/* Is m dense in row-major order (strides of dims of size 1 aside)? */
+int tcc_meta_is_contiguous(const tcc_meta *m);
 /* PyTorch broadcasting of two shapes into out (rank = max). Returns 0 or
  * TCC_E_INVALID_ARGUMENT naming the clashing dim. */
 int tcc_broadcast(const int64_t *a, int ra, const int64_t *b, int rb,

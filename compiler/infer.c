@@ -47,6 +47,15 @@ void tcc_meta_channels_last(tcc_meta *m) {
   }
 }
 
+int tcc_meta_is_contiguous(const tcc_meta *m) {
+  int64_t want = 1;
+  for (int d = m->rank - 1; d >= 0; d--) {
+    if (m->sizes[d] > 1 && m->strides[d] != want) return 0;
+    want *= m->sizes[d];
+  }
+  return 1;
+}
+
 void tcc_meta_contiguous(tcc_meta *m) {
   int64_t s = 1;
   for (int d = m->rank - 1; d >= 0; d--) {

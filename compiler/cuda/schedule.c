@@ -732,21 +732,11 @@ static int describe_gemm(const tcc_program *p, const tcc_kernel *K, tcc_cuda_gem
   return 0;
 }
 
-/* Is L dense in row-major order (strides of dims of size 1 aside)? */
-static int dense_row_major(const tcc_meta *L) {
-  int64_t want = 1;
-  for (int d = L->rank - 1; d >= 0; d--) {
-    if (L->sizes[d] > 1 && L->strides[d] != want) return 0;
-    want *= L->sizes[d];
-  }
-  return 1;
-}
-
 /* Is e the identity load of a whole dense row-major buffer? */
 static int dense_operand(const tcc_program *p, const tcc_vx *e) {
   if (!e || e->op != TCC_PRIM_LOAD) return 0;
   const tcc_meta *L = &p->bufs[e->buf].layout;
-  if (e->nidx != L->rank || !dense_row_major(L)) return 0;
+  if (e->nidx != L->rank || !tcc_meta_is_contiguous(L)) return 0;
   for (int d = 0; d < L->rank; d++)
     if (e->idx[d]->kind != TCC_IX_VAR || e->idx[d]->var != d) return 0;
   return 1;
@@ -761,7 +751,7 @@ static int describe_conv(const tcc_program *p, const tcc_kernel *K, tcc_cuda_con
   const tcc_vx *e = st->value;
   const tcc_meta *out = &p->bufs[st->buf].layout;
   int ok = e->nidx == TCC_CONV_NPARAM && dense_operand(p, e->a) && dense_operand(p, e->b) &&
-           dense_row_major(out) && e->a->dtype == e->dtype && e->b->dtype == e->dtype && out->dtype == e->dtype;
+           tcc_meta_is_contiguous(out) && e->a->dtype == e->dtype && e->b->dtype == e->dtype && out->dtype == e->dtype;
   for (int d = 0; ok && d < out->rank; d++) ok = st->idx[d]->kind == TCC_IX_VAR && st->idx[d]->var == d;
   if (!ok) return tcc_error_set(err, TCC_E_INTERNAL, "CUDA convolution: an operand is not a dense NCHW buffer");
   memset(c, 0, sizeof *c);

@@ -399,10 +399,11 @@ static void matmul_case(const char *what, Tcc__V1__DType dt, int64_t B, int64_t 
   reqb_free(b);
 }
 
-/* Whether cuBLAS can be loaded the way the client loads it. */
-static int have_cublas(void) {
-  const char *env = getenv("TCC_CUBLAS_LIBRARY");
-  const char *names[] = {env && *env ? env : "libcublas.so.13", env && *env ? NULL : "libcublas.so.12"};
+/* Whether a library the client dlopens (cuBLAS, cuDNN) loads here the
+ * way the client loads it: the path in env, else soname, else fallback. */
+static int have_library(const char *env, const char *soname, const char *fallback) {
+  const char *path = getenv(env);
+  const char *names[] = {path && *path ? path : soname, path && *path ? NULL : fallback};
   for (int i = 0; i < 2; i++) {
     void *h = names[i] ? dlopen(names[i], RTLD_NOW | RTLD_LOCAL) : NULL;
     if (h) {
@@ -412,6 +413,8 @@ static int have_cublas(void) {
   }
   return 0;
 }
+
+static int have_cublas(void) { return have_library("TCC_CUBLAS_LIBRARY", "libcublas.so.13", "libcublas.so.12"); }
 
 START_TEST(matmul_vs_float64) {
   if (!have_cublas()) {
@@ -427,19 +430,7 @@ START_TEST(matmul_vs_float64) {
 }
 END_TEST
 
-/* Whether cuDNN can be loaded the way the client loads it. */
-static int have_cudnn(void) {
-  const char *env = getenv("TCC_CUDNN_LIBRARY");
-  const char *names[] = {env && *env ? env : "libcudnn.so.9", env && *env ? NULL : "libcudnn.so.8"};
-  for (int i = 0; i < 2; i++) {
-    void *h = names[i] ? dlopen(names[i], RTLD_NOW | RTLD_LOCAL) : NULL;
-    if (h) {
-      dlclose(h);
-      return 1;
-    }
-  }
-  return 0;
-}
+static int have_cudnn(void) { return have_library("TCC_CUDNN_LIBRARY", "libcudnn.so.9", "libcudnn.so.8"); }
 
 /* relu(conv2d(x, w, bias, stride, pad, groups)) (float32), against a
  * float64 direct convolution: with cudnn set, a cuDNN forward step and
