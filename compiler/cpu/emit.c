@@ -685,6 +685,25 @@ static int reduce_group(const kernel_emit *ke, const tcc_vx *e, const tcc_vx **g
   return ng;
 }
 
+/* Is e a float select in a SIMD element loop whose condition does not
+ * vary along that loop (a concatenation's "which input", decided per
+ * channel)? It prints as bit operations on a mask (tcc_pick32/64): gcc
+ * left element loops with several such selects scalar (DenseNet's
+ * concatenation + batch norm kernels) while reporting them vectorized. */
+static int invariant_select(kernel_emit *ke, const tcc_vx *e) {
+  if (e->op != TCC_PRIM_WHERE || !ke->in_simd_element || e->a->op == TCC_PRIM_CONST ||
+      (e->dtype != TCC__V1__DTYPE__FLOAT32 && e->dtype != TCC__V1__DTYPE__FLOAT64))
+    return 0;
+  const tcc_cpu_nest *pl = &ke->ks->nest;
+  const tcc_varset *s = tcc_cpu_fv_vx(&ke->fv, e->a);
+  int j = pl->nloops - 1;
+  if (j < 0 || !s) return 0;
+  for (int i = 0; i < s->n; i++)
+    for (int d = 0; d < pl->ndims[j]; d++)
+      if (s->v[i] == pl->dims[j][d]) return 0;
+  return 1;
+}
+
 static int emit_node(kernel_emit *ke, const tcc_vx *e, int indent) {
   if (ke->oom) return -1;
   if (e->op == TCC_PRIM_CONST || tcc_ptrmap_get(&ke->temps, e)) return 0;
@@ -741,6 +760,9 @@ static int emit_node(kernel_emit *ke, const tcc_vx *e, int indent) {
     put_ix(ke, e->idx[0]);
   } else if (e->op == TCC_PRIM_CAST) {
     put_cast(b, e->a->dtype, e->dtype, x);
+  } else if (invariant_select(ke, e)) {
+    int wide = e->dtype == TCC__V1__DTYPE__FLOAT64;
+    tcc_buf_printf(b, "tcc_pick%s(0u - (uint%s_t)%s, %s, %s)", wide ? "64" : "32", wide ? "64" : "32", x, y, z);
   } else if (e->op == TCC_PRIM_EXP && e->dtype == TCC__V1__DTYPE__FLOAT32 && ke->ks->inline_exp) {
     tcc_buf_printf(b, "tcc_expf(%s)", x);
   } else {

@@ -53,6 +53,15 @@ const char tcc_cpu_prelude[] =
   "static inline int tcc_nan_bit64(double x) {\n"
   "  uint64_t u; __builtin_memcpy(&u, &x, 8);\n"
   "  return (int)(((u & 0x7fffffffffffffffu) + 0x000fffffffffffffu) >> 63);\n}\n"
+  /* m ? a : b for a mask m of all ones or zeros, by bit operations: a
+   * select on a condition that does not vary along a SIMD loop (emit.c,
+   * invariant_select) */
+  "static inline float tcc_pick32(uint32_t m, float a, float b) {\n"
+  "  uint32_t x, y; __builtin_memcpy(&x, &a, 4); __builtin_memcpy(&y, &b, 4);\n"
+  "  x = (x & m) | (y & ~m); float r; __builtin_memcpy(&r, &x, 4); return r;\n}\n"
+  "static inline double tcc_pick64(uint64_t m, double a, double b) {\n"
+  "  uint64_t x, y; __builtin_memcpy(&x, &a, 8); __builtin_memcpy(&y, &b, 8);\n"
+  "  x = (x & m) | (y & ~m); double r; __builtin_memcpy(&r, &x, 8); return r;\n}\n"
   "static inline int64_t tcc_min64(int64_t a, int64_t b) { return a < b ? a : b; }\n"
   "static inline int64_t tcc_max64(int64_t a, int64_t b) { return a > b ? a : b; }\n"
   "static inline float tcc_bf16_to_f32(uint16_t x) {\n"
