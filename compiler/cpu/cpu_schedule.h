@@ -66,7 +66,8 @@ typedef struct tcc_cpu_gemm {
 #define TCC_CPU_WINDOW 16      /* reductions of at most this many steps unroll */
 #define TCC_CPU_MERGE_BELOW 64 /* innermost reduction loops shorter than this merge */
 #define TCC_CPU_COL_VALUES 16  /* column values per kernel (tcc_cpu_kernel_schedule) */
-#define TCC_CPU_COL_EXTENT 16384 /* ... over an element loop at most this long */
+#define TCC_CPU_COL_BYTES 65536  /* ... their arrays (on the caller's stack, 8 bytes
+                                    an element counted) at most this big */
 
 /* How one kernel runs. */
 typedef struct tcc_cpu_kernel_schedule {

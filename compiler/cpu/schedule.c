@@ -857,14 +857,13 @@ static int col_only(planner *ke, const tcc_vx *e) {
 /* Column values (cpu_schedule.h): the operands of element-loop values
  * that vary along other loops too, when they vary along the element
  * loop alone and compute something costly. Static planned nests of two
- * loops or more only, over an element loop of at most
- * TCC_CPU_COL_EXTENT. */
+ * loops or more only, as many as fit TCC_CPU_COL_BYTES. */
 static int plan_column_values(planner *ke) {
   const tcc_program *p = ke->p;
   tcc_cpu_kernel_schedule *ks = ke->ks;
   const tcc_cpu_nest *pl = &ks->nest;
   ks->ncol_vals = 0;
-  if (!pl->affine || pl->nloops < 2 || pl->size[pl->nloops - 1] > TCC_CPU_COL_EXTENT || p->graph->nsyms)
+  if (!pl->affine || pl->nloops < 2 || p->graph->nsyms)
     return 0;
   tcc_ptrmap seen;
   if (tcc_ptrmap_init(&seen, 16)) return -1;
@@ -877,6 +876,7 @@ static int plan_column_values(planner *ke) {
       int known = 0;
       for (int c = 0; c < ks->ncol_vals; c++) known |= ks->col_vals[c] == a;
       if (!a || known || !tcc_cpu_ctype(a->dtype) || !col_only(ke, a) || !col_costly(a, &seen)) continue;
+      if ((ks->ncol_vals + 1) * pl->size[pl->nloops - 1] * 8 > TCC_CPU_COL_BYTES) break;
       ks->col_vals[ks->ncol_vals++] = a;
     }
   }
