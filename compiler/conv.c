@@ -536,6 +536,22 @@ static const tcc_vx *library_step(tcc_lower_ctx *lc, tcc_extern_kind kind, const
   return tcc_vx_load(p, id, rank, idx);
 }
 
+static int graph_output(const tcc_graph *g, int v) {
+  for (int i = 0; i < g->noutputs; i++)
+    if (g->outputs[i] == v) return 1;
+  return 0;
+}
+
+/* Is a CPU convolution step's result v realized channels last: planned
+ * so (tcc_conv_plan_layouts), or a graph output laid out so (an
+ * activation a training graph saves for its backward, which the client
+ * lays out channels last as Inductor does)? */
+static int result_channels_last(const tcc_lower_ctx *lc, int v) {
+  if (v < 0 || lc->g->target.device != TCC__V1__DEVICE_TYPE__CPU) return 0;
+  if (graph_output(lc->g, v)) return layout_channels_last(&lc->g->values[v].meta);
+  return lc->channels_last[v];
+}
+
 /* Sizes [N, C, spatial..] of a convolution's activation. */
 static void activation_sizes(const conv_geom *cg, int64_t C, const int64_t *spatial, int64_t *out) {
   out[0] = cg->N;
@@ -550,9 +566,9 @@ static int conv_library(tcc_lower_ctx *lc, const tcc_node *n, const conv_geom *c
   int64_t ys[TCC_MAX_DIMS];
   activation_sizes(cg, cg->Cout, cg->o, ys);
   int xv = ARG("input")->v;
-  int cl = lc->g->target.device == TCC__V1__DEVICE_TYPE__CPU && n->outs[0] >= 0 && lc->channels_last[n->outs[0]];
   const tcc_vx *y = library_step(lc, TCC_EXT_CONV_FWD, cg, dt, whole(lc, xv, dt, lc->channels_last[xv]),
-                                whole(lc, ARG("weight")->v, dt, 0), 2 + cg->S, ys, cl);
+                                whole(lc, ARG("weight")->v, dt, 0), 2 + cg->S, ys,
+                                result_channels_last(lc, n->outs[0]));
   if (!y) return OOM();
   const tcc_arg *bias = ARG("bias");
   if (bias->kind == TCC_ARG_TENSOR) {   /* float16/bfloat16: added in float32, as eager's add */
@@ -632,24 +648,22 @@ static int conv_pointwise_gemm(tcc_lower_ctx *lc, const tcc_node *n, const conv_
 
 int tcc_lower_conv(tcc_lower_ctx *lc, const tcc_node *n, tcc_error *err);
 
-/* Is node n a 2-D convolution that the CPU's library roads run: 1 when
- * a oneDNN step, 2 when a pointwise GEMM (cpu_pointwise_conv), else 0? */
+int tcc_lower_conv_backward(tcc_lower_ctx *lc, const tcc_node *n, tcc_error *err);
+
+/* Is node n a 2-D convolution, forward or backward, that the CPU's
+ * library roads run: 1 when oneDNN steps, 2 when a pointwise GEMM (a
+ * forward cpu_pointwise_conv), else 0? */
 static int cpu_library_conv_2d(tcc_lower_ctx *lc, const tcc_node *n) {
   const tcc_graph *g = lc->g;
-  if (n->op->lower != tcc_lower_conv) return 0;
+  int forward = n->op->lower == tcc_lower_conv;
+  if (!forward && n->op->lower != tcc_lower_conv_backward) return 0;
   conv_geom cg;
   tcc_error e = {0};
   const tcc_meta *x = tmeta(g, ARG("input"));
   if (conv_geom_of(g, n, &cg, &e) || !x || cg.S != 2 || cg.transposed ||
       g->target.device != TCC__V1__DEVICE_TYPE__CPU || !use_library(lc, &cg, x->dtype))
     return 0;
-  return cpu_pointwise_conv(lc, &cg) ? 2 : 1;
-}
-
-static int graph_output(const tcc_graph *g, int v) {
-  for (int i = 0; i < g->noutputs; i++)
-    if (g->outputs[i] == v) return 1;
-  return 0;
+  return forward && cpu_pointwise_conv(lc, &cg) ? 2 : 1;
 }
 
 /* Does value v (a convolution's input) reach it channels last, as far as
@@ -665,6 +679,44 @@ static int same_sizes(const tcc_meta *a, const tcc_meta *b) {
   for (int d = 0; d < a->rank; d++)
     if (a->sizes[d] != b->sizes[d]) return 0;
   return 1;
+}
+
+/* Does value v, of rank 4 (with more than one channel and one pixel:
+ * not a depthwise weight, not a pooled [N, C, 1, 1], which are NCHW as
+ * well), arrive or leave channels last: a graph input or output laid
+ * out so, or a value planned so? */
+static int is_channels_last(const tcc_lower_ctx *lc, int v) {
+  const tcc_value *val = &lc->g->values[v];
+  const int64_t *s = val->meta.sizes;
+  if (val->meta.rank != 4 || s[1] == 1 || s[2] * s[3] == 1) return 0;   /* NCHW as well */
+  if (val->kind != TCC_VAL_NODE || graph_output(lc->g, v)) return layout_channels_last(&val->meta);
+  return lc->channels_last[v];
+}
+
+/* In a graph that takes or gives channels-last activations (a training
+ * step's backward, whose saved activations are; a forward that saves
+ * them), every rank-4 value a node computes from a channels-last operand
+ * is realized channels last too, as the other operands are read: a
+ * max-pool's or a batch norm's backward on NHWC activations writes its
+ * gradient NHWC, not a transposed copy that every later kernel gathers
+ * from. */
+static void follow_channels_last(tcc_lower_ctx *lc) {
+  const tcc_graph *g = lc->g;
+  int any = 0;
+  for (int v = 0; v < g->nvalues && !any; v++)
+    any = g->values[v].kind != TCC_VAL_NODE && is_channels_last(lc, v);
+  for (int i = 0; i < g->noutputs && !any; i++) any = is_channels_last(lc, g->outputs[i]);
+  if (!any || g->target.device != TCC__V1__DEVICE_TYPE__CPU) return;
+  for (int k = 0; k < g->nnodes; k++) {
+    const tcc_node *n = &g->nodes[k];
+    int cl = 0;
+    FOR_EACH_TENSOR_ARG(n, a, { cl |= is_channels_last(lc, a); });
+    for (int o = 0; cl && o < n->nout; o++) {
+      int w = n->outs[o];
+      if (w >= 0 && g->values[w].meta.rank == 4 && g->values[w].meta.sizes[1] > 1 && !graph_output(g, w))
+        lc->channels_last[w] = 1;
+    }
+  }
 }
 
 /* The layouts of the CPU's 2-D library convolutions (see the file
@@ -703,6 +755,18 @@ void tcc_conv_plan_layouts(tcc_lower_ctx *lc) {
   for (int k = g->nnodes - 1; k >= 0; k--) {
     const tcc_node *n = &g->nodes[k];
     int road = cpu_library_conv_2d(lc, n);
+    if (road && n->op->lower == tcc_lower_conv_backward) {
+      /* the backward of a convolution whose input is channels last (a
+       * training graph's saved activation): its incoming gradient and
+       * the input's gradient so too, and oneDNN's backward steps run on
+       * them as they are */
+      int gy = ARG("grad_output")->v, gx = n->outs[0];
+      if (planned_channels_last(lc, ARG("input")->v)) {
+        if (g->values[gy].kind == TCC_VAL_NODE && !graph_output(g, gy)) lc->channels_last[gy] = 1;
+        if (gx >= 0 && !graph_output(g, gx)) lc->channels_last[gx] = 1;
+      }
+      continue;
+    }
     if (road) {   /* the chains start again at a convolution */
       int y = n->outs[0];
       if (road == 1 && y >= 0 && !graph_output(g, y))
@@ -720,6 +784,7 @@ void tcc_conv_plan_layouts(tcc_lower_ctx *lc) {
   }
   free(reaches);
   free(ends);
+  follow_channels_last(lc);
 }
 
 int tcc_lower_conv(tcc_lower_ctx *lc, const tcc_node *n, tcc_error *err) {
@@ -905,12 +970,14 @@ int tcc_lower_conv_backward(tcc_lower_ctx *lc, const tcc_node *n, tcc_error *err
   }
   if (!want[0] && !want[1]) return 0;
   if (library) {
-    const tcc_vx *gy = whole(lc, gv, dt, 0);
+    const tcc_vx *gy = whole(lc, gv, dt, lc->channels_last[gv]);
     if (!gy) return OOM();
     if (want[0]) {
       int64_t xs[TCC_MAX_DIMS];
       activation_sizes(&cg, cg.Cin, cg.in, xs);
-      if ((rc = put(lc, n, 0, library_step(lc, TCC_EXT_CONV_BWD_DATA, &cg, dt, gy, whole(lc, wv, dt, 0), 2 + S, xs, 0),
+      if ((rc = put(lc, n, 0,
+                    library_step(lc, TCC_EXT_CONV_BWD_DATA, &cg, dt, gy, whole(lc, wv, dt, 0), 2 + S, xs,
+                                 result_channels_last(lc, n->outs[0])),
                     err)))
         return rc;
     }
@@ -918,7 +985,8 @@ int tcc_lower_conv_backward(tcc_lower_ctx *lc, const tcc_node *n, tcc_error *err
       int64_t ws[TCC_MAX_DIMS] = {cg.Cout, cg.Cig};
       if (cg.transposed) ws[0] = cg.Cin, ws[1] = cg.Cog;
       memcpy(ws + 2, cg.k, sizeof(int64_t) * (size_t)S);
-      if ((rc = put(lc, n, 1, library_step(lc, TCC_EXT_CONV_BWD_WEIGHTS, &cg, dt, whole(lc, xv, dt, 0), gy, 2 + S, ws, 0),
+      if ((rc = put(lc, n, 1, library_step(lc, TCC_EXT_CONV_BWD_WEIGHTS, &cg, dt, whole(lc, xv, dt, lc->channels_last[xv]),
+                                             gy, 2 + S, ws, 0),
                     err)))
         return rc;
     }

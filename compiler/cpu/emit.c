@@ -1121,13 +1121,26 @@ static int emit_column_values(kernel_emit *ke, int indent) {
   return rc;
 }
 
+/* Column sum `node`, accumulated in array a<acc> of the block, as the
+ * temporary of the column i<v> (inside a loop over the block). */
+static int read_column_sum(kernel_emit *ke, const tcc_vx *node, int acc, int v, int ind) {
+  int t;
+  if (define_temp(ke, node, &t)) return -1;
+  tcc_buf_printf(ke->b, "%*sconst %s t%d = (%s)a%d[i%d - i%dc];\n", ind, "", tcc_cpu_ctype(node->dtype), t,
+                 tcc_cpu_ctype(node->dtype), acc, v, v);
+  return 0;
+}
+
 /* The element loop of column sums (schedule.c, plan_column_sums), at
  * `indent`, whole: blocks of ks->col_block columns; per block, each sum
- * of the loop's group in an array over the block's columns (float32 ones
- * as float_partial does: a float array per run of the innermost
- * reduction loop, added into a double one), the reduction loops around a
- * SIMD loop over the block's columns; then the element loop over the
- * block, the sums read from the arrays. Parts of a summand that only
+ * in an array over the block's columns (float32 ones as float_partial
+ * does: a float array per run of the innermost reduction loop, added
+ * into a double one). The sums come in stages, one per group of
+ * siblings (the schedule's red_lead) in node order, as a batch norm's
+ * mean and then the variance around it: per stage, its reduction loops
+ * around a SIMD loop over the block's columns, which reads the earlier
+ * stages' sums from their arrays. Then the element loop over the
+ * block, every sum read from its array. Parts of a summand that only
  * depend on the column are computed per row (no hoisting). */
 static int emit_column_sums(kernel_emit *ke, int lv, int indent, const tcc_vx **nodes, int nn,
                             const int *levels, const int *slevels) {
@@ -1136,55 +1149,62 @@ static int emit_column_sums(kernel_emit *ke, int lv, int indent, const tcc_vx **
   const tcc_cpu_nest *pl = &ks->nest;
   const int j = pl->nloops - 1, v = pl->dims[j][0], cb = ks->col_block;
   const int64_t n = pl->size[j];
-  const tcc_vx *group[TCC_CPU_COL_SUMS];
-  int ng = 0, acc[TCC_CPU_COL_SUMS], partials = 0;
+  const tcc_vx *sums[TCC_CPU_COL_SUMS];
+  int nsum = 0, lead[TCC_CPU_COL_SUMS], acc[TCC_CPU_COL_SUMS];
   for (int i = 0; i < nn; i++)
-    if (nodes[i]->op == TCC_PRIM_REDUCE && levels[i] == lv && ng < TCC_CPU_COL_SUMS) group[ng++] = nodes[i];
-  if (!ng) return -1;
+    if (nodes[i]->op == TCC_PRIM_REDUCE && levels[i] == lv && nsum < TCC_CPU_COL_SUMS) {
+      lead[nsum] = ks->red_lead[i];
+      sums[nsum++] = nodes[i];
+    }
+  if (!nsum) return -1;
   if (j == ks->par) put_parallel_pragma(b, indent, ks);
   tcc_buf_printf(b, "%*sfor (int64_t i%dc = 0; i%dc < %" PRId64 "; i%dc += %d) {\n", indent, "", v, v, n, v, cb);
   int ind = indent + 2;
   tcc_buf_printf(b, "%*sconst int64_t i%de = i%dc + %d < %" PRId64 " ? i%dc + %d : %" PRId64 ";\n", ind, "", v, v,
                  cb, n, v, cb, n);
-  for (int g = 0; g < ng; g++) {
+  for (int g = 0; g < nsum; g++) {
     acc[g] = ke->naccs++;
-    partials |= float_partial(group[g]);
-    tcc_buf_printf(b, "%*s%s a%d[%d] = {0};\n", ind, "", acc_ctype(group[g]), acc[g], cb);
+    tcc_buf_printf(b, "%*s%s a%d[%d] = {0};\n", ind, "", acc_ctype(sums[g]), acc[g], cb);
   }
-  const tcc_vx *r0 = group[0];
-  const int last = r0->nidx - 1;
-  const int blocked = partials && r0->idx[last]->c > TCC_SUM_BLOCK;
-  for (int r = 0; r <= last; r++) {
-    if (r == last && blocked) open_sum_block(ke, r0->buf + r, "", r0->idx[r]->c, &ind);
-    if (r == last)
-      for (int g = 0; g < ng; g++)
-        if (float_partial(group[g])) tcc_buf_printf(b, "%*sfloat a%dp[%d] = {0};\n", ind, "", acc[g], cb);
-    open_red_loop(ke, r0->buf + r, "", r0->idx[r]->c, r == last && blocked, &ind);
+  for (int first = 0; first < nsum;) {   /* one stage: the sums [first, end) of one group */
+    int end = first + 1, partials = float_partial(sums[first]);
+    while (end < nsum && lead[end] == lead[first]) partials |= float_partial(sums[end++]);
+    const tcc_vx *const *group = sums + first;
+    const int ng = end - first, *gacc = acc + first;
+    const tcc_vx *r0 = group[0];
+    const int last = r0->nidx - 1;
+    const int blocked = partials && r0->idx[last]->c > TCC_SUM_BLOCK;
+    for (int r = 0; r <= last; r++) {
+      if (r == last && blocked) open_sum_block(ke, r0->buf + r, "", r0->idx[r]->c, &ind);
+      if (r == last)
+        for (int g = 0; g < ng; g++)
+          if (float_partial(group[g])) tcc_buf_printf(b, "%*sfloat a%dp[%d] = {0};\n", ind, "", gacc[g], cb);
+      open_red_loop(ke, r0->buf + r, "", r0->idx[r]->c, r == last && blocked, &ind);
+    }
+    bind_red_vars(ke, group, ng, ind, 1);
+    tcc_buf_printf(b, "%*s#pragma omp simd reduction(|:bad)\n", ind, "");
+    tcc_buf_printf(b, "%*sfor (int64_t i%d = i%dc; i%d < i%de; i%d++) {\n", ind, "", v, v, v, v, v);
+    ke->bound[v] = 1;
+    int mark = ke->nscoped;
+    for (int g = 0; g < first; g++)
+      if (read_column_sum(ke, sums[g], acc[g], v, ind + 2)) return -1;
+    for (int g = 0; g < ng; g++) {
+      char t[96];
+      if (emit_node(ke, group[g]->a, ind + 2)) return -1;
+      operand_text(ke, group[g]->a, t, sizeof t);
+      tcc_buf_printf(b, "%*sa%d%s[i%d - i%dc] += %s;\n", ind + 2, "", gacc[g], float_partial(group[g]) ? "p" : "",
+                     v, v, t);
+    }
+    drop_scoped(ke, mark);
+    tcc_buf_printf(b, "%*s}\n", ind, "");
+    bind_red_vars(ke, group, ng, ind, 0);
+    close_red_loops(ke, group, ng, gacc, last, blocked, cb, &ind);
+    first = end;
   }
-  bind_red_vars(ke, group, ng, ind, 1);
   tcc_buf_printf(b, "%*s#pragma omp simd reduction(|:bad)\n", ind, "");
   tcc_buf_printf(b, "%*sfor (int64_t i%d = i%dc; i%d < i%de; i%d++) {\n", ind, "", v, v, v, v, v);
-  ke->bound[v] = 1;
-  int mark = ke->nscoped;
-  for (int g = 0; g < ng; g++) {
-    char t[96];
-    if (emit_node(ke, group[g]->a, ind + 2)) return -1;
-    operand_text(ke, group[g]->a, t, sizeof t);
-    tcc_buf_printf(b, "%*sa%d%s[i%d - i%dc] += %s;\n", ind + 2, "", acc[g], float_partial(group[g]) ? "p" : "",
-                   v, v, t);
-  }
-  drop_scoped(ke, mark);
-  tcc_buf_printf(b, "%*s}\n", ind, "");
-  bind_red_vars(ke, group, ng, ind, 0);
-  close_red_loops(ke, group, ng, acc, last, blocked, cb, &ind);
-  tcc_buf_printf(b, "%*s#pragma omp simd reduction(|:bad)\n", ind, "");
-  tcc_buf_printf(b, "%*sfor (int64_t i%d = i%dc; i%d < i%de; i%d++) {\n", ind, "", v, v, v, v, v);
-  for (int g = 0; g < ng; g++) {
-    int t;
-    if (define_temp(ke, group[g], &t)) return -1;
-    tcc_buf_printf(b, "%*sconst %s t%d = (%s)a%d[i%d - i%dc];\n", ind + 2, "", tcc_cpu_ctype(group[g]->dtype), t,
-                   tcc_cpu_ctype(group[g]->dtype), acc[g], v, v);
-  }
+  for (int g = 0; g < nsum; g++)
+    if (read_column_sum(ke, sums[g], acc[g], v, ind + 2)) return -1;
   if (emit_level(ke, lv, ind + 2, nodes, nn, levels, slevels)) return -1;
   tcc_buf_printf(b, "%*s}\n", ind, "");
   tcc_buf_printf(b, "%*s}\n", indent, "");

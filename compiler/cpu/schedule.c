@@ -724,8 +724,35 @@ static int column_load(void *ctx, const int64_t *coef, int affine) {
   return 1;
 }
 
-/* Column sums (see the file header): the element loop's sums, all of
- * one group, float sums of summands without reductions of their own,
+static int reduces_among_rec(const tcc_vx *e, const tcc_vx *const *sums, int n, tcc_ptrmap *seen) {
+  if (!e || tcc_ptrmap_get(seen, e)) return 1;
+  if (tcc_ptrmap_put(seen, e, e)) return 0;
+  if (e->op == TCC_PRIM_REDUCE) {
+    for (int i = 0; i < n; i++)
+      if (sums[i] == e) return 1;
+    return 0;
+  }
+  return reduces_among_rec(e->a, sums, n, seen) && reduces_among_rec(e->b, sums, n, seen) &&
+         reduces_among_rec(e->c, sums, n, seen);
+}
+
+/* Are the reductions in e (not looking inside them) all among
+ * sums[0..n)? 0 when out of memory too (no column sums then). */
+static int reduces_among(const tcc_vx *e, const tcc_vx *const *sums, int n) {
+  tcc_ptrmap seen;
+  if (tcc_ptrmap_init(&seen, 64)) {
+    tcc_ptrmap_free(&seen);
+    return 0;
+  }
+  int r = reduces_among_rec(e, sums, n, &seen);
+  tcc_ptrmap_free(&seen);
+  return r;
+}
+
+/* Column sums (see the file header): the element loop's sums, in stages
+ * (groups of siblings, a later one's summands reading earlier sums, as
+ * a batch norm's variance reads its mean), float sums of summands
+ * without other reductions of their own,
  * whose loads are affine and read the element loop's dim at unit stride
  * (at least one of them moving with the innermost reduction variable) or
  * not at all (a per-row mean: one value per block row). Static dim-order
@@ -740,19 +767,22 @@ static int plan_column_sums(planner *ke) {
       p->graph->nsyms)
     return 0;
   const tcc_vx *sums[TCC_CPU_COL_SUMS];
-  int nsums = 0, lead = -1;
+  int nsums = 0;
   for (int i = 0; i < ks->nnodes; i++) {
     const tcc_vx *e = ks->nodes[i];
     if (e->op != TCC_PRIM_REDUCE || ks->levels[i] != pl->nloops) continue;
     if (e->i != TCC_RED_SUM || (e->dtype != TCC__V1__DTYPE__FLOAT32 && e->dtype != TCC__V1__DTYPE__FLOAT64) ||
-        nsums == TCC_CPU_COL_SUMS || (lead >= 0 && ks->red_lead[i] != lead) || tcc_vx_has_reduce(e->a))
+        nsums == TCC_CPU_COL_SUMS || e->nidx < 1 || !reduces_among(e->a, sums, nsums))
       return 0;
-    lead = ks->red_lead[i];
     sums[nsums++] = e;
   }
-  if (!nsums || sums[0]->nidx < 1) return 0;
-  column_loads c = {.col = pl->dims[pv][0], .row = sums[0]->buf + sums[0]->nidx - 1};
-  int ok = each_load(p, sums, nsums, column_load, &c);
+  if (!nsums) return 0;
+  column_loads c = {.col = pl->dims[pv][0]};
+  int ok = 1;
+  for (int i = 0; i < nsums && ok == 1; i++) {   /* each stage's loads along its own rows */
+    c.row = sums[i]->buf + sums[i]->nidx - 1;
+    ok = each_load(p, sums + i, 1, column_load, &c);
+  }
   if (ok < 0) return -1;
   /* 128 columns read 512 bytes of a float32 row per block row (1.6x
    * faster than 32 over a [1024, 30522] sum); narrower blocks where that

@@ -153,15 +153,20 @@ static int tcc_dnnl_make(tcc_dnnl_conv *c, int prefer_user) {
       dnnl_memory_desc_init_by_tag(&wa, nw, wd, dnnl_f32, dnnl_format_tag_any) ||
       dnnl_memory_desc_init_by_tag(&ya, nx, yd, dnnl_f32, dnnl_format_tag_any))
     return -1;
-  /* forward on a channels-last input: that layout, as it is, and the
-   * result channels last (reordered into the TEMP when that is not); a
-   * channels-last result of an input that is not comes out of the
-   * blocked layout by a reorder (a primitive on NCHW in, NHWC out is one
-   * of oneDNN's slow ones) */
-  if (c->kind == 0 && prefer_user && !p[23] && tcc_dnnl_channels_last(nx, xd, c->sa)) {
-    dnnl_dims_t ys;
+  /* activations stored channels last (the forward's input, the
+   * backward's incoming gradient): a primitive on that layout, as it is,
+   * for x and y alike (the result reordered into the TEMP when that is
+   * not channels last); else format "any". A channels-last result of an
+   * input that is not comes out of the blocked layout by a reorder (a
+   * primitive on NCHW in, NHWC out is one of oneDNN's slow ones) */
+  int cl = c->kind == 0   ? tcc_dnnl_channels_last(nx, xd, c->sa)
+           : c->kind == 1 ? tcc_dnnl_channels_last(nx, yd, c->sa)
+                          : tcc_dnnl_channels_last(nx, xd, c->sa) && tcc_dnnl_channels_last(nx, yd, c->sb);
+  if (prefer_user && !p[23] && cl) {
+    dnnl_dims_t xs, ys;
+    tcc_dnnl_nhwc(nx, xd, xs);
     tcc_dnnl_nhwc(nx, yd, ys);
-    if (dnnl_memory_desc_init_by_strides(&xa, nx, xd, dnnl_f32, c->sa) ||
+    if (dnnl_memory_desc_init_by_strides(&xa, nx, xd, dnnl_f32, xs) ||
         dnnl_memory_desc_init_by_strides(&ya, nx, yd, dnnl_f32, ys))
       return -1;
   }

@@ -299,6 +299,73 @@ def test_activations_between_convolutions_are_channels_last():
     torch.testing.assert_close(out.double(), want, rtol=1e-4, atol=1e-4)
 
 
+def test_convolution_backward_runs_on_channels_last_activations():
+    """A training step's backward: the saved input x arrives channels last
+    (the client lays saved activations out so), and the incoming gradient
+    is computed in the graph (relu's backward). The gradient is realized
+    channels last, both oneDNN steps (backward data, kind 1; backward
+    weights, kind 2) read their activations as NHWC (`.sa`/`.sb` strides)
+    and the input's gradient, which a later kernel of the graph reads, is
+    written NHWC (`.sc`). Fresh inputs, against eager in float64."""
+    g = torch.Generator().manual_seed(SEED)
+    N, C, K, H = 2, 8, 16, 10
+    x = torch.randn(N, C, H, H, generator=g).to(memory_format=torch.channels_last)
+    y = torch.randn(N, K, H, H, generator=g).to(memory_format=torch.channels_last)
+    gin = torch.randn(N, K, H, H, generator=g).to(memory_format=torch.channels_last)
+    w = torch.randn(K, C, 3, 3, generator=g)
+
+    def f(gin, y, x, w):
+        gy = A.threshold_backward.default(gin, y, 0.0)
+        gx, gw, gb = A.convolution_backward.default(gy, x, w, [K], [1, 1], [1, 1], [1, 1], False, [0, 0], 1,
+                                                    [True, True, True])
+        return A.tanh.default(gx), gw, gb
+    ins = [gin, y, x, w]
+    gm = tk.aten_graph(f, ins, decompose=False)
+    k = tk.compile_fx(gm, ins, keep_source=True)
+    if "onednn/" not in k.identity:
+        pytest.skip("tccd is built without oneDNN")
+    steps = {int(m[0]): m[1:] for m in re.findall(
+        r"static tcc_dnnl_conv k\d+_conv = \{.kind = (\d).*?\.sa = (\{[^}]*\}).*?\.sb = (\{[^}]*\})"
+        r".*?\.sc = (\{[^}]*\})", k.source, re.S)}
+    nhwc = {K: "{%d, 1, %d, %d}" % (H * H * K, H * K, K), C: "{%d, 1, %d, %d}" % (H * H * C, H * C, C)}
+    assert sorted(steps) == [1, 2], steps
+    assert steps[1][0] == nhwc[K] and steps[1][2] == nhwc[C], steps      # gy in, gx out
+    assert steps[2][0] == nhwc[C] and steps[2][1] == nhwc[K], steps      # x and gy in
+    out = k(*ins)
+    want = f(*[t.double() for t in ins])
+    for a, b in zip(out, want):
+        torch.testing.assert_close(a.double(), b, rtol=1e-4, atol=1e-4)
+
+
+def test_batch_norm_statistics_on_channels_last_are_column_sums_in_stages(tmp_path):
+    """A training batch norm's statistics over channels-last activations:
+    the mean, then the variance around it, per channel. Both are column
+    sums (the channel innermost, in blocks of columns, a SIMD loop over
+    the block's channels in each row), the second stage reading the
+    first's sums from their array, where a loop per channel had gathered
+    at the stride of a pixel. The loops are vector code; fresh inputs
+    (away from zero mean), against eager in float64."""
+    g = torch.Generator().manual_seed(SEED)
+    N, C, H = 4, 40, 9
+    x = (torch.randn(N, C, H, H, generator=g) * 3 + 2).to(memory_format=torch.channels_last)
+
+    def f(x):
+        var, mean = A.var_mean.correction(x, [0, 2, 3], correction=0, keepdim=True)
+        return mean, A.rsqrt.default(A.add.Tensor(var, 1e-5))
+    ins = [x]
+    gm = tk.aten_graph(f, ins, decompose=False)
+    k = tk.compile_fx(gm, ins, keep_source=True)
+    assert re.search(r"for \(int64_t i\d+c = 0;", k.source), k.source
+    assert len(re.findall(r"float a\d+p\[\d+\] = \{0\};", k.source)) == 2, k.source
+    assert re.search(r"= \(float\)a\d+\[i\d+ - i\d+c\];\n(.*\n){1,12}.*a\d+p\[i\d+ - i\d+c\] \+=",
+                     k.source), k.source                  # the variance reads the sums of the mean
+    assert_vector_code(tmp_path, k.source)
+    out = k(*ins)
+    want = f(x.double())
+    for a, b in zip(out, want):
+        torch.testing.assert_close(a.double(), b, rtol=1e-5, atol=1e-5)
+
+
 def test_channels_last_epilogue_computes_per_channel_values_once(tmp_path):
     """A batch norm's epilogue on channels-last activations runs the
     channel innermost: its 1 / sqrt(var + eps) varies along the element

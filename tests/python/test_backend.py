@@ -289,6 +289,63 @@ def test_channels_last_cnn_trains(daemon):
         torch.testing.assert_close(torch.compile(m, backend="tccd")(x), m(x), rtol=1e-5, atol=1e-5)
 
 
+def test_conv_network_saves_activations_channels_last(daemon):
+    """A training step of a convolution network (conv, batch norm, relu,
+    a residual 1x1 branch, max pool; NCHW parameters and input): the
+    forward saves its 4-D activations for the backward channels last, as
+    Inductor's layout optimization does, and AOTAutograd traces the
+    backward so, so each partition compiles once (no second signature on
+    the first backward). The user-visible feature map keeps eager's NCHW
+    layout; outputs and gradients match eager (float32, 1e-4) over two
+    steps."""
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c1, self.b1 = torch.nn.Conv2d(3, 16, 3, padding=1), torch.nn.BatchNorm2d(16)
+            self.c2, self.b2 = torch.nn.Conv2d(16, 16, 3, padding=1, bias=False), torch.nn.BatchNorm2d(16)
+            self.c3 = torch.nn.Conv2d(16, 16, 1, bias=False)
+            self.pool, self.fc = torch.nn.MaxPool2d(2), torch.nn.Linear(16, 5)
+
+        def forward(self, x):
+            y = torch.relu(self.b1(self.c1(x)))
+            z = torch.relu(self.b2(self.c2(y)) + self.c3(y))
+            f = self.pool(z)
+            return self.fc(f.mean((2, 3))), f
+
+    torch.manual_seed(0)
+    m, ref = Net(), Net()
+    ref.load_state_dict(m.state_dict())
+    opt = torch.compile(m, backend="tccd")
+    saved = []
+
+    def pack(t):
+        saved.append(t)
+        return t
+    for step in range(2):
+        x, c = torch.randn(4, 3, 12, 12), torch.randn(4, 16, 6, 6)
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            out, feat = opt(x)
+        (out.square().sum() + (feat * c).sum()).backward()
+        want, wfeat = ref(x)
+        (want.square().sum() + (wfeat * c).sum()).backward()
+        assert feat.is_contiguous()
+        torch.testing.assert_close(out, want, rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(feat, wfeat, rtol=1e-4, atol=1e-4)
+        for p, q in zip(m.parameters(), ref.parameters()):
+            torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-4)
+        m.zero_grad(set_to_none=True)
+        ref.zero_grad(set_to_none=True)
+    acts = [t for t in saved if t.dim() == 4 and t.is_floating_point() and t.shape[0] == 4 and t.shape[1] == 16]
+    assert acts and all(t.is_contiguous(memory_format=torch.channels_last) for t in acts), \
+        [(tuple(t.shape), t.stride()) for t in acts]
+    s = tccd.stats()
+    if "onednn/" in tccd.Client().ops().compiler:
+        assert s["fallback_ops"] == 0, tccd.fallback_ops()
+    kinds = [g["kind"] for g in s["graphs_detail"]]
+    assert sorted(kinds) == ["backward", "forward"], kinds
+    assert s["kernels"] == sum(g.get("partitions", 0) for g in s["graphs_detail"]), s
+
+
 def test_pooling_cnn_trains(daemon):
     """ResNet's stem (conv, batch-free tanh, 3x3/2 max pool with padding)
     and a 2x2 average pool, channels_last and not: every op compiled (the

@@ -55,7 +55,7 @@ from torch._inductor.output_code import OutputCode
 from . import _stats
 from . import recipe
 
-ENTRY_VERSION = 3               # bump when what an entry means to tccd changes
+ENTRY_VERSION = 4               # bump when what an entry means to tccd changes
 
 _current = threading.local()    # .cfg, .tag, .key of the tccd compile in progress
 _make_graph = None              # the graph factory (set_graph_factory)
@@ -81,6 +81,7 @@ class TccdOutputCode(OutputCode):
         self.kind = graph.kind
         self.dynamic = graph.dynamic
         self.fullgraph = graph.fullgraph
+        self.channels_last_outputs = graph.channels_last_outputs   # see _CompiledGraph
         self.blob = None            # GraphPickler bytes of graph.source_gm
         self.light = None           # a blob without the nodes' values: its inputs' layouts
         self.from_plan = None       # (recipe, source loader) of a daemon's plan (plan.py)
@@ -169,7 +170,8 @@ class TccdOutputCode(OutputCode):
 
         self.graph = _make_graph(loaded[0] if loaded else None, self.kind, cfg, self.dynamic,
                                  self.fullgraph, fresh_copy=fresh_copy, load_source=first_load,
-                                 saved_recipe=saved, recipe_path=path)
+                                 saved_recipe=saved, recipe_path=path,
+                                 channels_last_outputs=getattr(self, "channels_last_outputs", ()))
         _stats.add(aot_cache_hits=0 if from_plan is not None else 1)
 
     def set_triton_bundle(self, triton_bundle):

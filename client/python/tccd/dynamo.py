@@ -477,8 +477,10 @@ class _CompiledGraph:
     convention). Partitions and compiles on the first call."""
 
     def __init__(self, gm, kind, cfg, dynamic, fullgraph, fresh_copy=None, load_source=None,
-                 saved_recipe=None, recipe_path=None):
+                 saved_recipe=None, recipe_path=None, channels_last_outputs=()):
         self.source_gm = gm              # as AOTAutograd gave it (None: not loaded yet)
+        # forward outputs laid out channels last (_channels_last_activations)
+        self.channels_last_outputs = tuple(channels_last_outputs)
         self.gm = gm                     # the graph that runs (a partitioned copy once built)
         # () -> a copy of source_gm to partition, so that source_gm stays
         # as given (a graph loaded from the AOTAutograd cache, which keeps
@@ -755,6 +757,7 @@ class _CompiledGraph:
         compiled yet). Every daemon call that can fail comes before the
         graph is changed. Returns the boxed runner, or _ALL_EAGER."""
         gm = self.gm
+        _lay_out_channels_last(gm, self.channels_last_outputs)
         devices = {G.meta_val(n).device for n in gm.graph.nodes if n.op == "placeholder"
                    and isinstance(G.meta_val(n), torch.Tensor)}
         kinds = {d.type for d in devices}
@@ -1216,7 +1219,11 @@ def compile_graph(gm, example_inputs, cfg):
     def compiler(kind):
         def compile_one(fx_gm, _example_inputs):
             path = aot_cache.recipe_path(kind) if cfg.aot_cache else None
-            return _CompiledGraph(fx_gm, kind, cfg, dynamic, fullgraph, recipe_path=path)
+            cl = _channels_last_activations(fx_gm) if kind == "forward" else ()
+            if kind == "backward":
+                _restride_placeholders(fx_gm, _example_inputs)
+            return _CompiledGraph(fx_gm, kind, cfg, dynamic, fullgraph, recipe_path=path,
+                                  channels_last_outputs=cl)
         compile_one.__name__ = f"tccd_{kind}"
         return aot_cache.serializable(compile_one) if cfg.aot_cache else compile_one
 
@@ -1237,6 +1244,114 @@ def compile_graph(gm, example_inputs, cfg):
 
             stack.enter_context(sdpa_kernel([SDPBackend.MATH]))
         return _aot_autograd(gm, example_inputs, **compilers)
+
+
+def _channels_last_strides(shape):
+    n, c, h, w = shape
+    return (h * w * c, 1, w * c, c)
+
+
+def _aliasing(node):
+    """Is an FX node's value a view of another's (an ATen op whose
+    schema says its result aliases an input, or an element of one)?"""
+    if G.is_getitem(node):
+        src, i = node.args
+        target = getattr(src, "target", None)
+        returns = target._schema.returns if isinstance(target, torch._ops.OpOverload) else ()
+        return i < len(returns) and returns[i].alias_info is not None
+    target = node.target
+    if not isinstance(target, torch._ops.OpOverload):
+        return True
+    return any(r.alias_info is not None for r in target._schema.returns)
+
+
+_SAME_LAYOUT_VIEWS = (torch.ops.aten.detach.default, torch.ops.aten.alias.default)
+
+
+def _channels_last_activations(gm):
+    """The forward graph of a training step of a convolution network
+    (one with a 2-D convolution): the outputs it saves for the backward
+    that are 4-D floating activations it computes (not inputs, not views,
+    not user-visible outputs), laid out channels last as Inductor's layout
+    optimization does (a detach or alias of one too: it has the layout of
+    what it views). Convolutions and their backward steps then run on
+    them as oneDNN's kernels read them, where NCHW had cost a reorder per
+    operand (a fifth of ResNet-50's training step). Reports every output's
+    strides to AOTAutograd (TracingContext.output_strides), which traces
+    the backward graph's inputs so. Returns the output indices."""
+    from torch._guards import TracingContext
+
+    tc = TracingContext.try_get()
+    meta = getattr(tc, "fw_metadata", None)
+    if meta is None or tc.output_strides is None or len(tc.output_strides):
+        return ()
+    if not any(n.op == "call_function" and n.target is torch.ops.aten.convolution.default
+               and len(G.meta_val(n).shape) == 4 for n in gm.graph.nodes):
+        return ()
+    try:
+        saved = meta.tensors_saved_for_backwards_slice
+    except (AssertionError, AttributeError, TypeError):
+        return ()
+    outs = list(gm.graph.output_node().args[0])
+    user = {n for n in outs[:saved.start] if isinstance(n, torch.fx.Node)}
+    chosen = []
+    for i in range(len(outs))[saved]:
+        n = outs[i]
+        if not isinstance(n, torch.fx.Node) or n in user or n.op != "call_function":
+            continue
+        base = n
+        while base.op == "call_function" and base.target in _SAME_LAYOUT_VIEWS:
+            base = base.args[0]    # detach(relu(..)): the layout of what it views
+        if not isinstance(base, torch.fx.Node) or base.op != "call_function" or _aliasing(base):
+            continue
+        v = G.meta_val(n)
+        if (isinstance(v, torch.Tensor) and v.dim() == 4 and v.is_floating_point() and G.is_concrete(v)
+                and v.shape[1] > 1 and v.shape[2] * v.shape[3] > 1 and v.is_contiguous()):
+            chosen.append(i)
+    if not chosen:
+        return ()
+    strides = [None] * len(outs)
+    for i in chosen:
+        strides[i] = _channels_last_strides(tuple(G.meta_val(outs[i]).shape))
+    tc.output_strides.extend(strides)
+    _lay_out_channels_last(gm, chosen)
+    return tuple(chosen)
+
+
+def _restride_placeholders(gm, example_inputs):
+    """A backward graph's placeholders take the strides of AOTAutograd's
+    example inputs where those differ from the traced ones: AOTAutograd
+    restrides the examples of activations the forward saved in another
+    layout (_channels_last_activations), not the graph's values, which
+    the partitions' first requests are built from."""
+    phs = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    if len(phs) != len(example_inputs):
+        return
+    for n, ex in zip(phs, example_inputs):
+        v = G.meta_val(n)
+        if (isinstance(ex, torch.Tensor) and isinstance(v, torch.Tensor) and G.is_concrete(ex)
+                and G.is_concrete(v) and ex.dtype == v.dtype and tuple(ex.shape) == tuple(v.shape)
+                and tuple(ex.stride()) != tuple(v.stride()) and hasattr(v, "fake_mode")):
+            with v.fake_mode:
+                n.meta["val"] = torch.empty_strided(tuple(v.shape), tuple(ex.stride()), dtype=v.dtype,
+                                                    device=v.device)
+
+
+def _lay_out_channels_last(gm, indices):
+    """Declares forward outputs `indices` (_channels_last_activations)
+    channels last in their traced values, which the partitions' requests
+    take output layouts from (graph.build_graph)."""
+    if not indices:
+        return
+    outs = list(gm.graph.output_node().args[0])
+    for i in indices:
+        n = outs[i]
+        v = G.meta_val(n)
+        want = _channels_last_strides(tuple(v.shape))
+        if tuple(v.stride()) == want:
+            continue
+        with v.fake_mode:
+            n.meta["val"] = torch.empty_strided(tuple(v.shape), want, dtype=v.dtype, device=v.device)
 
 
 def _aot_autograd(gm, example_inputs, **kwargs):
