@@ -69,9 +69,10 @@
  * result channels last when it reaches the next one. A pointwise
  * convolution on such an input is one transposed GEMM over every
  * image's pixels, x^T . W^T into [N*O, Cout]. Graph inputs and outputs keep their layouts (the
- * first convolution of a network reorders its input as before), and
- * values a training graph saves for the backward are outputs, so
- * training keeps NCHW.
+ * first convolution of a network reorders its input as before); the
+ * client declares the activations a training forward saves for its
+ * backward channels last, and a backward step on a channels-last input
+ * takes and gives its gradients so (design.md, "Convolution layouts").
  *
  * The temporaries (col, packed gy, GEMM results) are ordinary TEMP
  * buffers: place.c places them in the workspace (Manifest.workspace_bytes);
