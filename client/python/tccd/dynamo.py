@@ -1288,6 +1288,12 @@ def _channels_last_activations(gm):
     if not any(n.op == "call_function" and n.target is torch.ops.aten.convolution.default
                and len(G.meta_val(n).shape) == 4 for n in gm.graph.nodes):
         return ()
+    if any(n.op == "call_function" and n.target is torch.ops.aten.cat.default
+           and len(G.meta_val(n).shape) == 4 for n in gm.graph.nodes):
+        # Concatenation networks (DenseNet-121's training step: 1026 ms
+        # with NHWC activations, 695 ms NCHW) keep NCHW until their
+        # concatenation and batch-norm kernels are fast on NHWC.
+        return ()
     try:
         saved = meta.tensors_saved_for_backwards_slice
     except (AssertionError, AttributeError, TypeError):
