@@ -12,11 +12,16 @@
  *      (which bounds expression depth), or when several kernels read it
  *      and it has more than TCC_MAX_SHARED_INLINE_OPS operations (compute
  *      once, read many), or when its buffer is stored anyway (a graph
- *      output, or read by an EXTERN step such as a GEMM), its expression
+ *      output, read by an EXTERN step such as a GEMM, or by a kernel
+ *      that kept its load), its expression
  *      has more than TCC_MATERIALIZED_INLINE_OPS operations and the
- *      consumer cannot merge with it (a reduction, or another iteration
- *      space): recomputing a GELU backward's tanh inside a bias-grad
- *      reduction cost more than the whole GEMM it fed. And it stays a
+ *      consumer cannot merge with it (a reduction, another iteration
+ *      space, or a reader of what a kernel in between writes that stays
+ *      there: an EXTERN step, a reduction over another space):
+ *      recomputing a GELU backward's tanh inside a bias-grad reduction
+ *      cost more than the whole GEMM it fed, and DenseNet's backward
+ *      gathered its stem max pool's 2x2 windows twice, around the batch
+ *      norm's per-channel sums. And it stays a
  *      load when it has more than TCC_AMPLIFIED_INLINE_OPS operations and
  *      the consumer's loops that the load's index depends on cover at
  *      least TCC_AMPLIFIED_FACTOR times as many elements as the
@@ -71,18 +76,52 @@ typedef struct fuse_ctx {
   int *writers;              /* per buffer: number of stores writing it */
   int *readers;              /* per buffer: kernels loading it before fusion */
   char *stored;              /* per buffer: stored whatever fusion does (an
-                                output, or an EXTERN kernel's operand) */
+                                output, an EXTERN kernel's operand, or a
+                                load an earlier consumer kept) */
   char *split;               /* per buffer: an EXTERN kernel between its
                                 first and last reader */
+  int *last_writer;          /* per buffer: the last kernel storing it */
+  int *visited;              /* per kernel: apart_from_producer's mark */
+  int mark;                  /* its last call's */
+  int **reads;               /* per kernel: the buffers it loads, before */
+  int *nreads;               /*   fusion (step 1 reads its consumer's) */
 } fuse_ctx;
 
+static int same_space(const tcc_kernel *A, const tcc_kernel *B) {
+  if (A->rank != B->rank) return 0;
+  for (int d = 0; d < A->rank; d++)
+    if (A->sizes[d] != B->sizes[d]) return 0;
+  return 1;
+}
+
 /* Is the current consumer one that cannot merge with the kernel storing
- * `buf` (a reduction, or a different iteration space)? */
-static int apart_from_producer(const fuse_ctx *fc, int buf) {
-  const tcc_kernel *P = &fc->p->kernels[fc->producer_kernel[buf]], *C = fc->k;
-  if (C->kind != TCC_OPK_POINTWISE || C->rank != P->rank) return 1;
-  for (int d = 0; d < C->rank; d++)
-    if (C->sizes[d] != P->sizes[d]) return 1;
+ * `buf`: a reduction, a different iteration space, or one that depends
+ * on a kernel in between that stays there (an EXTERN step, or a
+ * reduction over another space: a batch norm backward's per-channel sums
+ * between a max pool's backward and the normalization that reads both),
+ * directly or through kernels in between that it inlines? */
+static int apart_from_producer(fuse_ctx *fc, int buf) {
+  const tcc_program *p = fc->p;
+  const int pk = fc->producer_kernel[buf];
+  const tcc_kernel *P = &p->kernels[pk], *C = fc->k;
+  if (C->kind != TCC_OPK_POINTWISE || !same_space(C, P)) return 1;
+  int stack[64], sp = 0, mark = ++fc->mark;
+  stack[sp++] = fc->kid;
+  while (sp) {
+    int k = stack[--sp];
+    for (int i = 0; i < fc->nreads[k]; i++) {
+      int w = fc->last_writer[fc->reads[k][i]];
+      if (w <= pk || w >= fc->kid || fc->visited[w] == mark) continue;
+      fc->visited[w] = mark;
+      const tcc_kernel *X = &p->kernels[w];
+      if (X->kind == TCC_OPK_EXTERN) return 1;
+      if (!same_space(X, C))
+        for (int s = 0; s < X->nstores; s++)
+          if (tcc_vx_has_reduce(X->stores[s].value)) return 1;
+      if (sp == 64) return 1;   /* too far to tell: keep the load */
+      stack[sp++] = w;
+    }
+  }
   return 0;
 }
 
@@ -216,6 +255,8 @@ static const tcc_vx *inline_rec(fuse_ctx *fc, tcc_ptrmap *memo, const tcc_vx *e)
         reduce_inline_ok(fc, prod, r)) {
       r = tcc_vx_subst(p, prod, r->nidx, r->idx);
       if (!r || tcc_kernel_add_nodes(p, fc->kid, fc->producer_kernel[e->buf])) return NULL;
+    } else if (prod) {
+      fc->stored[e->buf] = 1;   /* this load stays: the buffer is stored anyway */
     }
   } else {
     const tcc_vx *a = e->a ? inline_rec(fc, memo, e->a) : NULL;
@@ -334,13 +375,6 @@ static int prefix_compatible(const tcc_kernel *A, const tcc_kernel *B) {
   return 1;
 }
 
-static int same_space(const tcc_kernel *A, const tcc_kernel *B) {
-  if (A->rank != B->rank) return 0;
-  for (int d = 0; d < A->rank; d++)
-    if (A->sizes[d] != B->sizes[d]) return 0;
-  return 1;
-}
-
 static int shares_read(const int *a, int na, const int *b, int nb) {
   for (int i = 0; i < na; i++)
     if (in_list(b, nb, a[i])) return 1;
@@ -390,25 +424,35 @@ int tcc_fuse(tcc_program *p, tcc_error *err) {
   if (!fc.producer || !fc.writers || !stamp || !reads || !nreads || !live || !tmp) goto oom;
   fc.readers = tcc_arena_array(p->arena, (size_t)nb + 1, sizeof *fc.readers);
   fc.producer_kernel = tcc_arena_array(p->arena, (size_t)nb + 1, sizeof *fc.producer_kernel);
+  fc.last_writer = tcc_arena_array(p->arena, (size_t)nb + 1, sizeof *fc.last_writer);
+  fc.visited = tcc_arena_array(p->arena, (size_t)nk + 1, sizeof *fc.visited);
+  fc.reads = reads;
+  fc.nreads = nreads;
   fc.stored = tcc_arena_alloc(p->arena, (size_t)nb + 1);
   fc.split = tcc_arena_alloc(p->arena, (size_t)nb + 1);
   int *first_reader = tcc_arena_array(p->arena, (size_t)nb + 1, sizeof *first_reader);
   int *externs_before = tcc_arena_array(p->arena, (size_t)nk + 1, sizeof *externs_before);
   if (!fc.readers || !fc.producer_kernel || !fc.stored || !fc.split || !first_reader ||
-      !externs_before)
+      !externs_before || !fc.last_writer || !fc.visited)
     goto oom;
+  for (int k = 0; k < nk; k++) fc.visited[k] = 0;
   for (int b = 0; b < nb; b++) {
     stamp[b] = -1;
     first_reader[b] = -1;
     fc.stored[b] = p->bufs[b].kind == TCC_BUF_OUTPUT;
     fc.split[b] = 0;
+    fc.last_writer[b] = -1;
   }
   externs_before[0] = 0;
   for (int k = 0; k < nk; k++) {
     externs_before[k + 1] = externs_before[k] + (p->kernels[k].kind == TCC_OPK_EXTERN);
-    for (int s = 0; s < p->kernels[k].nstores; s++) fc.writers[p->kernels[k].stores[s].buf]++;
+    for (int s = 0; s < p->kernels[k].nstores; s++) {
+      fc.writers[p->kernels[k].stores[s].buf]++;
+      fc.last_writer[p->kernels[k].stores[s].buf] = k;
+    }
     int n;
     if (kernel_reads(p, &p->kernels[k], stamp, k, tmp, &reads[k], &n)) goto oom;
+    nreads[k] = n;
     for (int i = 0; i < n; i++) {
       int b = reads[k][i];
       fc.readers[b]++;

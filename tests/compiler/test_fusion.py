@@ -647,6 +647,34 @@ def test_stored_producer_is_read_not_recomputed_in_a_reduction():
     assert len(calls) == 1, k.source
 
 
+def test_kept_producer_is_read_after_a_reduction_between():
+    """DenseNet's backward: a max pool's backward (a window sum per
+    element: a producer that holds a reduction, so the batch norm's
+    per-channel sums keep their load of it and it is stored) feeds the
+    normalization's gradient, which also reads those per-channel sums.
+    That kernel cannot join the producer's (the sums' kernel sits between
+    them), so it reads the stored values instead of gathering the windows
+    again; here the window is a sum over a last dim of 2 and a tanh chain.
+    Fresh inputs, against eager in float64."""
+    g = torch.Generator().manual_seed(SEED)
+    N, C, H = 4, 16, 12
+    x, y = torch.randn(N, C, H, H, 2, generator=g), torch.randn(N, C, H, H, generator=g)
+
+    def f(x, y):
+        w = A.sum.dim_IntList(x, [4])
+        p = A.mul.Tensor(A.tanh.default(A.mul.Tensor(w, y)), A.add.Tensor(A.mul.Tensor(w, w), 1.0))
+        s = A.sum.dim_IntList(p, [0, 2, 3], True)
+        return A.mul.Tensor(A.sub.Tensor(p, A.div.Tensor(s, N * H * H)), y), s
+    ins = [x, y]
+    gm = tk.aten_graph(f, ins, decompose=False)
+    k = tk.compile_fx(gm, ins, keep_source=True)
+    want = f(*[t.double() for t in ins])
+    for got, ref in zip(k(*ins), want):
+        torch.testing.assert_close(got.double(), ref, rtol=1e-4, atol=1e-4)
+    calls = re.findall(r"tanhf\(", k.source.split("#endif", 1)[1])
+    assert len(calls) == 1, k.source
+
+
 def test_reduction_read_across_a_gemm_is_computed_once():
     """A reduction read by a kernel before a GEMM and by one after it
     (those cannot merge) is stored once and loaded, not run in both."""
