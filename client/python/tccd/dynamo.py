@@ -1324,6 +1324,13 @@ def _channels_last_activations(gm):
     return tuple(chosen)
 
 
+def _set_strides(node, strides):
+    """node's traced value, a fake tensor, laid out with `strides`."""
+    v = G.meta_val(node)
+    with v.fake_mode:
+        node.meta["val"] = torch.empty_strided(tuple(v.shape), strides, dtype=v.dtype, device=v.device)
+
+
 def _restride_placeholders(gm, example_inputs):
     """A backward graph's placeholders take the strides of AOTAutograd's
     example inputs where those differ from the traced ones: AOTAutograd
@@ -1338,9 +1345,7 @@ def _restride_placeholders(gm, example_inputs):
         if (isinstance(ex, torch.Tensor) and isinstance(v, torch.Tensor) and G.is_concrete(ex)
                 and G.is_concrete(v) and ex.dtype == v.dtype and tuple(ex.shape) == tuple(v.shape)
                 and tuple(ex.stride()) != tuple(v.stride()) and hasattr(v, "fake_mode")):
-            with v.fake_mode:
-                n.meta["val"] = torch.empty_strided(tuple(v.shape), tuple(ex.stride()), dtype=v.dtype,
-                                                    device=v.device)
+            _set_strides(n, tuple(ex.stride()))
 
 
 def _lay_out_channels_last(gm, indices):
@@ -1352,12 +1357,9 @@ def _lay_out_channels_last(gm, indices):
     outs = list(gm.graph.output_node().args[0])
     for i in indices:
         n = outs[i]
-        v = G.meta_val(n)
-        want = _channels_last_strides(tuple(v.shape))
-        if tuple(v.stride()) == want:
-            continue
-        with v.fake_mode:
-            n.meta["val"] = torch.empty_strided(tuple(v.shape), want, dtype=v.dtype, device=v.device)
+        want = _channels_last_strides(tuple(G.meta_val(n).shape))
+        if tuple(G.meta_val(n).stride()) != want:
+            _set_strides(n, want)
 
 
 def _aot_autograd(gm, example_inputs, **kwargs):
