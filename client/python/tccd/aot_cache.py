@@ -101,7 +101,14 @@ class TccdOutputCode(OutputCode):
         return self
 
     def __call__(self, inputs):
-        return self.graph(inputs)
+        graph = self.graph
+        forward = graph.forward
+        if forward is None:
+            return graph(inputs)
+        try:
+            return forward(*inputs)
+        except recipe.Unforeseen as e:
+            return graph._unforeseen(e, forward, inputs)
 
     def prepare_for_serialization(self):
         from torch.fx._graph_pickler import GraphPickler, Options

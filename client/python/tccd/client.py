@@ -405,11 +405,12 @@ class Kernel:
             raise error_for(rc, err.message, addr=self.addr, what="run", default=TccdKernelError)
         return outs
 
-    def signature_runner(self, check, offsets):
+    def signature_runner(self, check, offsets, miss=None):
         """A runner for one input signature: run(*inputs) returns the
         outputs, as run(inputs, check=False) does, when `check` (torch's
         TensorGuards.check, for dtype, device, sizes and strides) passes
-        and the storage offsets are `offsets`; None (nothing run) otherwise.
+        and the storage offsets are `offsets`; otherwise miss(*inputs), or
+        None (nothing run) without a `miss`.
         Generated for this kernel's arity, so that a call is one Python
         frame: no comprehension (each is a frame of its own before Python
         3.12), no attribute lookups (scripts/bench-overhead). None for
@@ -422,22 +423,36 @@ class Kernel:
         ptrs = [f"{a}.data_ptr() - {int(o)}" if o else f"{a}.data_ptr()"
                 for a, o in zip(ins, self._in_offset_bytes)]
         outs = [f"o{j}" for j in range(self.n_outputs)]
+        n_in = self.n_inputs
         src = [f"def run({', '.join(ins)}):",
                f"    if not ({' and '.join(cond)}):",
-               "        return None"]
+               f"        return {'miss(' + ', '.join(ins) + ')' if miss else 'None'}"]
         src += [f"    o{j} = empty(S[{j}], T[{j}], D[{j}])" for j in range(self.n_outputs)]
+        # The pointer arrays are the calling thread's own (frame()), written
+        # in place: the kernel runs with the GIL released, so another thread
+        # may be in this runner at the same time.
         src += ["    try:",
-                "        err = tls.err",
+                "        p, pin, pout, ep, err = mine.frame",
                 "    except AttributeError:",
-                "        err = thread_error()",
-                f"    rc = entry(h, in_t({', '.join(ptrs)}), out_t({', '.join(o + '.data_ptr()' for o in outs)}), "
-                + ("workspace(W)" if self.workspace_bytes else "None") + ", err.ptr)",
+                "        p, pin, pout, ep, err = frame()"]
+        src += [f"    p[{i}] = {ptr}" for i, ptr in enumerate(ptrs)]
+        src += [f"    p[{n_in + j}] = {o}.data_ptr()" for j, o in enumerate(outs)]
+        src += [f"    rc = entry(h, pin, pout, {'workspace(W)' if self.workspace_bytes else 'None'}, ep)",
                 "    if rc:",
                 "        fail(rc, err)",
                 f"    return [{', '.join(outs)}]"]
-        env = {"check": check, "empty": _empty_strided_cpu, "tls": _lib._tls,
-               "thread_error": _lib.thread_error, "entry": self._run, "h": self._h,
-               "in_t": self._in_t, "out_t": self._out_t, "workspace": _workspace,
+        mine = threading.local()
+        n_ptrs = n_in + self.n_outputs
+
+        def frame():
+            p = (ctypes.c_void_p * max(n_ptrs, 1))()
+            base = ctypes.addressof(p)
+            err = _lib.thread_error()
+            mine.frame = f = (p, base, base + ctypes.sizeof(ctypes.c_void_p) * n_in, err.ptr, err)
+            return f
+
+        env = {"check": check, "miss": miss, "empty": _empty_strided_cpu, "mine": mine, "frame": frame,
+               "entry": _lib.run_by_address(), "h": self._h, "workspace": _workspace,
                "W": self.workspace_bytes, "fail": self._fail, "kernel": self,   # kept alive
                "S": [s for s, _, _ in self.output_specs], "T": [t for _, t, _ in self.output_specs],
                "D": [d for _, _, d in self.output_specs]}

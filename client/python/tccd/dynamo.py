@@ -204,20 +204,43 @@ class _Signature:
 _ALL_EAGER = object()  # _build's answer when the whole graph runs eagerly
 
 
-def _fast_runner(sig, outputs_are_kernels):
+def _fast_runner(sig, outputs_are_kernels, miss):
     """The call of a partition whose inputs are laid out as its last
     signature `sig` and whose outputs are all its kernel's: the kernel's
     signature runner (Kernel.signature_runner: the guards, the storage
-    offsets and the run in one generated function), or None where that
-    does not apply (views among the outputs, random ops' seeds, no
-    TensorGuards, a dynamic or CUDA kernel)."""
+    offsets and the run in one generated function; inputs laid out
+    otherwise go to `miss`), or None where that does not apply (views
+    among the outputs, random ops' seeds, no TensorGuards, a dynamic or
+    CUDA kernel)."""
     if sig is None or not outputs_are_kernels or getattr(sig.kernel, "tccd_seeds", 0):
         return None
     make = getattr(sig.kernel, "signature_runner", None)
-    return make(sig.guards.check, sig.offsets) if make is not None else None
+    return make(sig.guards.check, sig.offsets, miss) if make is not None else None
 
 
-class CompiledPartition(torch.nn.Module):
+class _FastSlot:
+    """What a partition shares by both its kinds: its signature runner
+    (`_fast`), also put where the graph's forward finds the partition
+    (`slot`, the graph module's instance dict or a recipe's namespace), so
+    that a steady call goes from the forward straight to the runner, one
+    Python frame fewer (scripts/bench-overhead). Other inputs reach the
+    runner's `miss`, the partition's `_slow`."""
+
+    slot = None
+
+    def _set_fast(self, runner):
+        self._fast = runner
+        if self.slot is not None:
+            self.slot[self.name] = runner if runner is not None else self
+
+    def __call__(self, *args):
+        fast = self._fast
+        if fast is not None:                           # the usual case: as last call
+            return fast(*args)
+        return self._slow(*args)
+
+
+class CompiledPartition(_FastSlot, torch.nn.Module):
     """A partition of supported nodes, called from the graph module like the
     submodule it replaces. Keeps one kernel per input signature."""
 
@@ -263,16 +286,12 @@ class CompiledPartition(torch.nn.Module):
                      "signature runs eagerly", self.name, e)
             with self._lock:
                 self._kernels[key] = _EAGER
-                self._last = self._fast = None
+                self._last = None
+                self._set_fast(None)
             _stats.add(fallback_ops=self.n_ops)
             return self._eager(args)
 
-    def __call__(self, *args):
-        fast = self._fast
-        if fast is not None:                           # the usual case: as last call
-            outs = fast(*args)
-            if outs is not None:
-                return outs
+    def _slow(self, *args):
         if self.eager_reason is not None:
             return self._eager(args)
         last = self._last
@@ -295,7 +314,7 @@ class CompiledPartition(torch.nn.Module):
                 return self._eager(args)
             if k is not self._dyn:                    # a dynamic kernel's sizes vary
                 self._last = _Signature.of(args, key, k)
-                self._fast = _fast_runner(self._last, self.assembly.trivial and not _CHECK)
+                self._set_fast(_fast_runner(self._last, self.assembly.trivial and not _CHECK, self._slow))
         run_args = self._kernel_args(k, args)
         if _CHECK:
             return self._checked(k, key, args, run_args)
@@ -315,7 +334,7 @@ class CompiledPartition(torch.nn.Module):
                                 f"\n{self.sub_gm.code}", status="INTERNAL", what="check")
         return got
 
-    forward = __call__
+    forward = _FastSlot.__call__
 
     def _kernel_args(self, k, args):
         """The kernel's arguments: `args`, and fresh seed tensors for
@@ -359,7 +378,8 @@ class CompiledPartition(torch.nn.Module):
         with self._lock:
             self._kernels[key] = _EAGER
             if self._last is not None and self._last.key == key:
-                self._last = self._fast = None
+                self._last = None
+                self._set_fast(None)
         return _EAGER
 
     def kernel_for(self, key):
@@ -404,7 +424,7 @@ class CompiledPartition(torch.nn.Module):
 
     def set_eager(self, reason):
         self.eager_reason = reason
-        self._fast = None
+        self._set_fast(None)
 
     @staticmethod
     def key_of_vals(vals):
@@ -417,7 +437,7 @@ class CompiledPartition(torch.nn.Module):
         return tuple(key)
 
 
-class RestoredPartition:
+class RestoredPartition(_FastSlot):
     """A partition restored from a saved recipe (recipe.py): the kernels
     of the input signatures it was set up with, its constants and output
     steps; no graph. Inputs laid out any other way raise
@@ -437,12 +457,7 @@ class RestoredPartition:
 
     _full = CompiledPartition._full
 
-    def __call__(self, *args):
-        fast = self._fast
-        if fast is not None:
-            outs = fast(*args)
-            if outs is not None:
-                return outs
+    def _slow(self, *args):
         last = self._last
         if last is not None and last.admits(args):
             key, k = last.key, last.kernel
@@ -457,7 +472,7 @@ class RestoredPartition:
                     raise recipe.Unforeseen(f"{self.name}: inputs laid out as the recipe never saw")
                 if k is not self.dyn:             # a dynamic kernel's sizes vary
                     self._last = _Signature.of(args, key, k)
-                    self._fast = _fast_runner(self._last, self.assembly.trivial)
+                    self._set_fast(_fast_runner(self._last, self.assembly.trivial, self._slow))
         outs = []
         if k is not None:
             run_args = args
@@ -498,6 +513,13 @@ class _CompiledGraph:
         self.id = next(_graph_ids)
         self._boxed_call = True
         self._run = None
+        # The graph's forward (unboxed arguments) when the runner is that
+        # alone: a partitioned or restored graph past its first call.
+        # TccdOutputCode calls it straight, two Python frames fewer a call
+        # (scripts/bench-overhead); a restored one may raise
+        # recipe.Unforeseen (_unforeseen).
+        self.forward = None
+        self._built_forward = None       # the partitioned graph module's forward (_build)
         self._lock = threading.Lock()
         self.client = None
         self.base = None
@@ -538,6 +560,7 @@ class _CompiledGraph:
                         raise
                     if run is not None:
                         self._run = run
+                        self.forward = run.forward
                         return run
                 if self.gm is None:
                     self.gm = self.source_gm = self.load_source()
@@ -572,6 +595,8 @@ class _CompiledGraph:
             finally:
                 _stats.add(setup_seconds=time.perf_counter() - t0)
             self._run = run
+            if run is self._built:
+                self.forward = self._built_forward
             return run
 
     def _setup_from_recipe(self, saved):
@@ -616,6 +641,8 @@ class _CompiledGraph:
                 else:
                     pp.kernels[key] = kernel
             owner = types.SimpleNamespace(**saved["attrs"], **{p.name: p for p in parts})
+            for p in parts:
+                p.slot = vars(owner)
             forward = recipe.make_forward(saved["source"], saved["globals"], owner,
                                           f"<tccd recipe: graph {self.id} ({self.kind})>")
         except (TccdUnavailable, TccdDeadlineExceeded):
@@ -645,18 +672,24 @@ class _CompiledGraph:
             try:
                 return forward(*args)
             except recipe.Unforeseen as e:
-                # The partitions are pure functions of their inputs: running
-                # the whole graph again from the top after partitioning is safe.
-                log.info("tccd: graph %d (%s): %s; partitioning", self.id, self.kind, e)
-                with self._lock:
-                    if self._run is run:
-                        _count_record(self.record, -1)   # the setup that follows counts it
-                        self._run = None
-                        self.partitions = []
-                        self.record = None
-                        self._recipe_pending = True
-                return self(args)
+                return self._unforeseen(e, forward, args)
+        run.forward = forward
         return run
+
+    def _unforeseen(self, e, forward, args):
+        """Runs `args` after the restored graph whose forward is `forward`
+        met inputs its recipe never saw (`e`): partitions it again first.
+        The partitions are pure functions of their inputs, so running the
+        whole graph again from the top is safe."""
+        log.info("tccd: graph %d (%s): %s; partitioning", self.id, self.kind, e)
+        with self._lock:
+            if self.forward is forward:
+                _count_record(self.record, -1)   # the setup that follows counts it
+                self._run = self.forward = None
+                self.partitions = []
+                self.record = None
+                self._recipe_pending = True
+        return self(args)
 
     def _saving_recipe_after(self, run):
         """`run`, saving the recipe once its first call returns: partitions
@@ -667,6 +700,7 @@ class _CompiledGraph:
             with self._lock:
                 if self._run is first:
                     self._run = run
+                    self.forward = self._built_forward
                     self._save_recipe()
             return out
         return first
@@ -799,7 +833,8 @@ class _CompiledGraph:
         # gm.forward, not gm(...): a GraphModule's __call__ (the module
         # call and FX's error-wrapping) costs ~7 us a call, more than a
         # small graph's kernels (scripts/bench-overhead)
-        return lambda args: gm.forward(*args)
+        forward = self._built_forward = gm.forward
+        return lambda args: forward(*args)
 
     def _account(self):
         """Counts and logs the graph once its partitions are compiled."""
@@ -848,8 +883,10 @@ class _CompiledGraph:
         cp = CompiledPartition(name, sub, constants, self)
         setattr(gm, name, cp)
         # ... and in the instance's dict too, where the generated forward's
-        # `self.<name>` finds it without nn.Module.__getattr__ (a Python call)
+        # `self.<name>` finds it without nn.Module.__getattr__ (a Python
+        # call), and later its signature runner (_FastSlot)
         gm.__dict__[name] = cp
+        cp.slot = gm.__dict__
         return cp
 
     def _precompile(self):
