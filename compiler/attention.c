@@ -95,6 +95,35 @@ static int finish_meta(const tcc_graph *g, tcc_meta *out, tcc_dtype dt, int rank
   return 0;
 }
 
+/* Strides of m ([b, h, l, x] sizes) laid out as [b, l, h, x]: how eager's
+ * CPU flash attention allocates its output and logsumexp (as
+ * [b, l, h(, x)] transposed), so that the heads' merge that follows,
+ * out.transpose(1, 2).reshape(b, l, h * x), is a view. */
+static void heads_inner(tcc_meta *m) {
+  int64_t x = m->rank == 4 ? m->sizes[3] : 1, h = m->sizes[1], l = m->sizes[2];
+  if (m->rank == 4) m->strides[3] = 1;
+  m->strides[1] = x;
+  m->strides[2] = h * x;
+  m->strides[0] = l * h * x;
+}
+
+/* Does m cover its elements once each, densely, in some order of its
+ * dims (torch's non-overlapping and dense, what empty_like keeps)? */
+static int dense_any_order(const tcc_meta *m) {
+  int used[TCC_MAX_DIMS] = {0};
+  int64_t want = 1;
+  for (int i = 0; i < m->rank; i++) {
+    int best = -1;
+    for (int d = 0; d < m->rank; d++)
+      if (!used[d] && m->sizes[d] > 1 && (best < 0 || m->strides[d] < m->strides[best])) best = d;
+    if (best < 0) break;
+    if (m->strides[best] != want) return 0;
+    used[best] = 1;
+    want *= m->sizes[best];
+  }
+  return 1;
+}
+
 int tcc_infer_attention(const tcc_graph *g, const tcc_node *n, tcc_meta *out, tcc_error *err) {
   attn_geom ag;
   int rc = attn_geom_of(g, n, &ag, err);
@@ -104,9 +133,15 @@ int tcc_infer_attention(const tcc_graph *g, const tcc_node *n, tcc_meta *out, tc
   memcpy(sz, q->sizes, sizeof(int64_t) * (size_t)q->rank);
   sz[q->rank - 1] = ag.Ev;
   finish_meta(g, &out[0], q->dtype, q->rank, sz);
-  return finish_meta(g, &out[1], lse_dtype(q->dtype), q->rank - 1, sz);
+  finish_meta(g, &out[1], lse_dtype(q->dtype), q->rank - 1, sz);
+  heads_inner(&out[0]);
+  heads_inner(&out[1]);
+  return 0;
 }
 
+/* The gradients are laid out as their inputs when those are dense (eager
+ * allocates them with empty_like): query's heads inner, as the forward's
+ * projections made it, so the gradient's heads merge as a view. */
 int tcc_infer_attention_backward(const tcc_graph *g, const tcc_node *n, tcc_meta *out, tcc_error *err) {
   attn_geom ag;
   int rc = attn_geom_of(g, n, &ag, err);
@@ -115,6 +150,7 @@ int tcc_infer_attention_backward(const tcc_graph *g, const tcc_node *n, tcc_meta
   for (int o = 0; o < 3; o++) {
     const tcc_meta *m = tmeta(g, ARG(names[o]));
     finish_meta(g, &out[o], m->dtype, m->rank, m->sizes);
+    if (dense_any_order(m)) memcpy(out[o].strides, m->strides, sizeof(int64_t) * (size_t)m->rank);
   }
   return 0;
 }

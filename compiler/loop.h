@@ -337,6 +337,16 @@ struct tcc_lower_ctx {
   tcc_lval *vals;           /* per graph value */
   int *out_buf;             /* per graph output position: its buffer */
   unsigned char *channels_last;  /* per graph value: realized channels last (conv.c) */
+  /* GEMM operands packed so far (lower_matmul.c), so that a body packed
+   * for one GEMM is read by every other that needs the same array: BERT's
+   * backward packs an attention gradient for dX and, transposed, for dW */
+  struct tcc_gemm_pack {
+    const tcc_vx *body;     /* interned: equal bodies are one pointer */
+    int64_t sizes[3];
+    tcc_dtype dt;
+    const tcc_vx *packed;   /* its load over (b, r, c) */
+  } gemm_packs[16];       /* the last 16: slot ngemm_packs % 16 is next */
+  int ngemm_packs;        /* packs made */
 };
 
 /* Lowers the canonical graph into p. Returns 0, TCC_E_UNIMPLEMENTED (a

@@ -44,6 +44,97 @@ static int cuda_batch_affine(const tcc_program *p, const tcc_vx *e) {
   return tcc_linear_affine(e->nidx, e->idx, L->strides, 3, coef, &c0);
 }
 
+/* The value of index expression e at loop variables vals[0..3); 0 when
+ * it reads another expression's value (VALUE) or a variable past 2. */
+static int ix_at(const tcc_ix *e, const int64_t *vals, int64_t *out) {
+  int64_t a, b;
+  switch (e->kind) {
+  case TCC_IX_CONST: *out = e->c; return 1;
+  case TCC_IX_VAR:
+    if (e->var < 0 || e->var > 2) return 0;
+    *out = vals[e->var];
+    return 1;
+  case TCC_IX_ADD:
+    if (!ix_at(e->a, vals, &a) || !ix_at(e->b, vals, &b)) return 0;
+    return !__builtin_add_overflow(a, b, out);
+  case TCC_IX_MUL:
+    if (!ix_at(e->a, vals, &a)) return 0;
+    return !__builtin_mul_overflow(a, e->c, out);
+  case TCC_IX_DIV:
+  case TCC_IX_MOD:
+    if (!ix_at(e->a, vals, &a) || e->c <= 0 || a < 0) return 0;
+    *out = e->kind == TCC_IX_DIV ? a / e->c : a % e->c;
+    return 1;
+  case TCC_IX_MIN:
+  case TCC_IX_MAX:
+    if (!ix_at(e->a, vals, &a)) return 0;
+    *out = (e->kind == TCC_IX_MIN) == (a < e->c) ? a : e->c;
+    return 1;
+  default: return 0;
+  }
+}
+
+/* The element offset of load e at (b, r, c) = vals; 0 when unknown. */
+static int load_offset_at(const tcc_program *p, const tcc_vx *e, const int64_t *vals, int64_t *off) {
+  const tcc_meta *L = &p->bufs[e->buf].layout;
+  int64_t o = 0, x;
+  for (int d = 0; d < e->nidx; d++)
+    if (!ix_at(e->idx[d], vals, &x) || __builtin_mul_overflow(x, L->strides[d], &x) ||
+        __builtin_add_overflow(o, x, &o))
+      return 0;
+  *off = o;
+  return 1;
+}
+
+/* Does a GEMM operand over (b, r, c) that must be packed read its source
+ * along r rather than c: one load (through a cast) one element apart
+ * from (b, 0, 0) to (b, 1, 0) and not to (b, 0, 1)? Such an operand is
+ * packed transposed, [B, C, R], which BLAS reads just as well, so the
+ * packing kernel copies runs of the source instead of gathering at its
+ * row stride: a bias gradient in attention's head layout [b, h, s, d]
+ * feeding the weight gradient's GEMM (BERT's training step). */
+static int packs_transposed(const tcc_program *p, const tcc_vx *e, int64_t R, int64_t C) {
+  if (e && e->op == TCC_PRIM_CAST) e = e->a;
+  if (!e || e->op != TCC_PRIM_LOAD || R < 2 || C < 2) return 0;
+  int64_t o0, o_r, o_c;
+  const int64_t v0[3] = {0, 0, 0}, vr[3] = {0, 1, 0}, vc[3] = {0, 0, 1};
+  if (!load_offset_at(p, e, v0, &o0) || !load_offset_at(p, e, vr, &o_r) || !load_offset_at(p, e, vc, &o_c))
+    return 0;
+  return o_r - o0 == 1 && o_c - o0 != 1;
+}
+
+/* Body e over (b, r, c) packed row-major [sizes], or the pack made
+ * before of the same body (lc->gemm_packs). */
+static const tcc_vx *pack_once(tcc_lower_ctx *lc, const tcc_vx *e, const int64_t *sizes, tcc_dtype dt) {
+  const int n = (int)(sizeof lc->gemm_packs / sizeof lc->gemm_packs[0]);
+  for (int i = 0; i < lc->ngemm_packs && i < n; i++) {
+    const struct tcc_gemm_pack *g = &lc->gemm_packs[i];
+    if (g->body == e && g->dt == dt && !memcmp(g->sizes, sizes, sizeof g->sizes)) return g->packed;
+  }
+  const tcc_vx *packed = tcc_lower_materialize(lc, e, 3, sizes, dt);
+  if (packed && e) {      /* the last n packs are kept */
+    struct tcc_gemm_pack *g = &lc->gemm_packs[lc->ngemm_packs++ % n];
+    *g = (struct tcc_gemm_pack){.body = e, .dt = dt, .packed = packed};
+    memcpy(g->sizes, sizes, sizeof g->sizes);
+  }
+  return packed;
+}
+
+/* The operand e over (b, r, c), extents B x R x C, packed where BLAS
+ * cannot read it as it is: row-major, or transposed (packs_transposed). */
+static const tcc_vx *gemm_operand(tcc_lower_ctx *lc, const tcc_vx *e, int64_t B, int64_t R, int64_t C,
+                                  tcc_dtype dt) {
+  tcc_program *p = lc->prog;
+  if (!packs_transposed(p, e, R, C)) {
+    int64_t sizes[3] = {B, R, C};
+    return pack_once(lc, e, sizes, dt);
+  }
+  const tcc_ix *sw[3] = {tcc_ix_var(p, 0), tcc_ix_var(p, 2), tcc_ix_var(p, 1)};
+  int64_t sizes[3] = {B, C, R};
+  const tcc_vx *t = pack_once(lc, tcc_vx_subst(p, e, 3, sw), sizes, dt);
+  return t ? tcc_vx_subst(p, t, 3, sw) : NULL;
+}
+
 /* Is the GEMM operand e over (b, k, n) a buffer stored [n, k] (k's
  * stride 1, n's at least K): nn.Linear's weight? */
 static int stored_n_by_k(const tcc_program *p, const tcc_vx *e, int64_t K, int64_t N) {
@@ -83,7 +174,7 @@ static const tcc_vx *gemm(tcc_lower_ctx *lc, const tcc_vx *a, const tcc_vx *bb, 
     const tcc_vx *ct = gemm(lc, tcc_vx_subst(p, bb, 3, sw), tcc_vx_subst(p, a, 3, sw), B, N, M, K, dt);
     return ct ? tcc_vx_subst(p, ct, 3, sw) : NULL;
   }
-  int64_t as[3] = {B, M, K}, bs[3] = {B, K, N}, cs[3] = {B, M, N};
+  int64_t cs[3] = {B, M, N};
   /* CUDA: float16/bfloat16 operands stay half (cuBLAS reads them and
    * accumulates in float32 into a float32 C); CPU computes in float32. */
   int cuda = lc->g->target.device == TCC__V1__DEVICE_TYPE__CUDA;
@@ -93,8 +184,8 @@ static const tcc_vx *gemm(tcc_lower_ctx *lc, const tcc_vx *a, const tcc_vx *bb, 
     od = a->dtype;
   a = tcc_vx_cast(p, a, od);
   bb = tcc_vx_cast(p, bb, od);
-  if (!blas_operand_ok(p, a, M, K) || (cuda && !cuda_batch_affine(p, a))) a = tcc_lower_materialize(lc, a, 3, as, od);
-  if (!blas_operand_ok(p, bb, K, N) || (cuda && !cuda_batch_affine(p, bb))) bb = tcc_lower_materialize(lc, bb, 3, bs, od);
+  if (!blas_operand_ok(p, a, M, K) || (cuda && !cuda_batch_affine(p, a))) a = gemm_operand(lc, a, B, M, K, od);
+  if (!blas_operand_ok(p, bb, K, N) || (cuda && !cuda_batch_affine(p, bb))) bb = gemm_operand(lc, bb, B, K, N, od);
   int id = tcc_lower_temp(lc, 3, cs, dt);
   const tcc_ix *idx[3];
   if (id < 0 || tcc_lower_identity_index(p, 3, idx)) return NULL;

@@ -863,3 +863,36 @@ def test_loop_order_tuning_config_reorders_a_transpose():
         loops[order] = re.findall(r"for \(int64_t i\d+ = 0; i\d+ < (\d+);", k.source)
     assert loops[0] == ["80", "96"], loops      # the store (80 x 96, row-major) innermost
     assert loops[1] == ["96", "80"], loops      # the transposed read innermost
+
+
+def test_attention_gradient_is_packed_once_for_both_gemms():
+    """BERT's backward: the query gradient of the attention, its heads
+    merged ([b, h, s, d] -> [tokens, features]), feeds the weight
+    gradient dW = dQ^T . X, the input gradient dQ . W^T and the bias
+    gradient (a sum over tokens). Both GEMMs read one pack of it, made
+    along its runs of d; before, the dW GEMM had a pack of its own,
+    [features, tokens], gathered at the head stride. Fresh inputs,
+    against float64."""
+    g = torch.Generator().manual_seed(SEED)
+    B, H, S, D, F = 2, 4, 16, 8, 24
+
+    def heads(t):      # a projection's [b * s, h * d] as [b, h, s, d], heads inner in memory
+        return A.permute.default(A.view.default(t, [B, S, H, D]), [0, 2, 1, 3])
+
+    def f(q, k, v, dout, x, w):
+        qh, kh, vh = heads(q), heads(k), heads(v)
+        out, lse = A._scaled_dot_product_flash_attention_for_cpu.default(qh, kh, vh)[:2]
+        dq = A._scaled_dot_product_flash_attention_for_cpu_backward.default(
+            heads(dout), qh, kh, vh, out, lse, 0.0, False)[0]
+        flat = A.view.default(A.permute.default(dq, [0, 2, 1, 3]), [B * S, H * D])
+        return (A.mm.default(A.permute.default(flat, [1, 0]), x), A.sum.dim_IntList(flat, [0]),
+                A.mm.default(flat, A.permute.default(w, [1, 0])))
+    ins = [torch.randn(B * S, H * D, generator=g) for _ in range(4)]
+    ins += [torch.randn(B * S, F, generator=g), torch.randn(F, H * D, generator=g)]
+    gm = tk.aten_graph(f, ins, decompose=False)
+    k = tk.compile_fx(gm, ins, keep_source=True)
+    want = f(*[t.double() for t in ins])
+    for got, ref in zip(k(*ins), want):
+        torch.testing.assert_close(got.double(), ref, rtol=1e-4, atol=1e-4)
+    packs = re.findall(rf"/\* k\d+: \w+ over \[1, {B * S}, {H * D}\]", k.source)
+    assert len(packs) == 1, k.source
