@@ -189,7 +189,12 @@ int tcc_lower_softmax(tcc_lower_ctx *lc, const tcc_node *n, tcc_error *err) {
   const tcc_vx *xr = tcc_vx_cast(p, row_body(lc, n->args[0].v, dim, &r2), cd);
   const tcc_vx *s = fold(p, TCC_RED_SUM, cd, UN(EXP, BIN(SUB, xr, mx)), &r2);
   int lg = n->op->id == TCC_OP_LOG_SOFTMAX || n->op->id == TCC_OP_LOG_SOFTMAX_INT;
-  const tcc_vx *y = lg ? BIN(SUB, BIN(SUB, xi, mx), UN(LOG, s)) : BIN(DIV, UN(EXP, BIN(SUB, xi, mx)), s);
+  /* As eager's kernels compute it (aten/src/ATen/native/cpu/SoftMaxKernel.cpp):
+   * the row's max + log(sum), or 1 / sum, once per row, so that each
+   * element costs a subtraction or a multiplication: a division per
+   * element made the softmax 1.3x slower than eager's (vdivps). */
+  const tcc_vx *y = lg ? BIN(SUB, xi, BIN(ADD, mx, UN(LOG, s)))
+                       : BIN(MUL, UN(EXP, BIN(SUB, xi, mx)), UN(RECIP, s));
   return tcc_lower_result(lc, n, 0, y, err);
 }
 
