@@ -765,6 +765,9 @@ static int emit_node(kernel_emit *ke, const tcc_vx *e, int indent) {
     tcc_buf_printf(b, "tcc_pick%s(0u - (uint%s_t)%s, %s, %s)", wide ? "64" : "32", wide ? "64" : "32", x, y, z);
   } else if (e->op == TCC_PRIM_EXP && e->dtype == TCC__V1__DTYPE__FLOAT32 && ke->ks->inline_exp) {
     tcc_buf_printf(b, "tcc_expf(%s)", x);
+  } else if (e->op == TCC_PRIM_ERF && e->dtype == TCC__V1__DTYPE__FLOAT32 &&
+             strcmp(ke->p->graph->target.isa, "x86-64-v4") == 0) {
+    tcc_buf_printf(b, "tcc_erff(%s)", x);   /* prelude.c: faster than libmvec's here */
   } else {
     tcc_dtype od = e->op == TCC_PRIM_WHERE ? e->b->dtype : e->a ? e->a->dtype : e->dtype;
     tcc_c_put_prim(D, b, e->op, e->dtype, od, x, y, z);

@@ -44,6 +44,41 @@ const char tcc_cpu_prelude[] =
   "  u += (uint32_t)(int32_t)n << 23;\n"
   "  float y; __builtin_memcpy(&y, &u, 4);\n"
   "  return x < -87.33654f ? 0.0f : x > 0x1.62e42ep+6f ? __builtin_inff() : x != x ? x : y;\n}\n"
+  /* erf for float32 on AVX-512 targets (emit.c): |a| <= 0.927734375 an
+   * odd polynomial, above 1 - exp(p(|a|)) with |a| clamped at 4 (erf is
+   * 1 in float from 3.92), so p lies in [-16.5, -0.9] and the exp needs
+   * no range checks; both computed and one picked, as a SIMD lane must.
+   * Coefficients: N. Juffa's erff; under 1.2 ulp against erf in double
+   * over every float (checked with and without FMA). On an AVX-512 Xeon
+   * it ran 1.3x faster than libmvec's _ZGVeN16v_erff (0.62 against 0.81
+   * ns an element, one thread, in cache); on AVX2 libmvec's was faster,
+   * so other targets keep erff. */
+  "#ifdef __FMA__\n#define TCC_FMAF(a, b, c) __builtin_fmaf(a, b, c)\n"
+  "#else\n#define TCC_FMAF(a, b, c) ((a) * (b) + (c))\n#endif\n"
+  "static inline float tcc_erff(float a) {\n"
+  "  const float t = __builtin_fabsf(a), s = a * a;\n"
+  "  float q = -5.96761703e-4f;\n"
+  "  q = TCC_FMAF(q, s, 4.99119423e-3f); q = TCC_FMAF(q, s, -2.67681349e-2f);\n"
+  "  q = TCC_FMAF(q, s, 1.12819925e-1f); q = TCC_FMAF(q, s, -3.76125336e-1f);\n"
+  "  q = TCC_FMAF(q, s, 1.28379166e-1f); q = TCC_FMAF(q, a, a);\n"
+  "  const float tc = t < 4.0f ? t : 4.0f, sc = tc * tc;\n"
+  "  float r = TCC_FMAF(-1.72853470e-5f, tc, 3.83197126e-4f);\n"
+  "  const float u = TCC_FMAF(-3.88396438e-3f, tc, 2.42546219e-2f);\n"
+  "  r = TCC_FMAF(r, sc, u); r = TCC_FMAF(r, tc, -1.06777877e-1f);\n"
+  "  r = TCC_FMAF(r, tc, -6.34846687e-1f); r = TCC_FMAF(r, tc, -1.28717512e-1f);\n"
+  "  r = TCC_FMAF(r, tc, -tc);\n"
+  "  const float n = __builtin_rintf(r * 1.44269504088896341f);\n"
+  "  const float y = TCC_FMAF(n, 2.12194440e-4f, TCC_FMAF(n, -0.693359375f, r));\n"
+  "  float p = 1.9875691500e-4f;\n"
+  "  p = TCC_FMAF(p, y, 1.3981999507e-3f); p = TCC_FMAF(p, y, 8.3334519073e-3f);\n"
+  "  p = TCC_FMAF(p, y, 4.1665795894e-2f); p = TCC_FMAF(p, y, 1.6666665459e-1f);\n"
+  "  p = TCC_FMAF(p, y, 5.0000001201e-1f);\n"
+  "  const float e = TCC_FMAF(p, y * y, y) + 1.0f;\n"
+  "  uint32_t bits; __builtin_memcpy(&bits, &e, 4);\n"
+  "  bits += (uint32_t)(int32_t)n << 23;\n"
+  "  float ex; __builtin_memcpy(&ex, &bits, 4);\n"
+  "  const float big = __builtin_copysignf(1.0f - ex, a);\n"
+  "  return t > 0.927734375f ? big : q;\n}\n"
   /* x is a NaN, by integer arithmetic alone: a max/min reduction's NaN
    * flag (emit.c). With a compare (x != x) gcc vectorized no element loop
    * around an unrolled pooling window (ResNet-50's stem ran scalar, 12x

@@ -896,3 +896,32 @@ def test_attention_gradient_is_packed_once_for_both_gemms():
         torch.testing.assert_close(got.double(), ref, rtol=1e-4, atol=1e-4)
     packs = re.findall(rf"/\* k\d+: \w+ over \[1, {B * S}, {H * D}\]", k.source)
     assert len(packs) == 1, k.source
+
+
+@pytest.mark.skipif(__import__("tccd.config", fromlist=["x"]).host_cpu_isa() != "x86-64-v4",
+                    reason="needs an AVX-512 (x86-64-v4) host to run v4 code")
+def test_erf_on_avx512_is_the_inline_one_and_within_2_ulp():
+    """On x86-64-v4 targets a float32 erf prints the prelude's tcc_erff
+    (faster there than libmvec's). Against erf in float64 on fresh
+    random inputs over its whole range, tiny ones, both branches' border
+    (|x| = 0.9277) and special values, within 2 ulp; gelu through it
+    against eager's float64."""
+    g = torch.Generator().manual_seed(SEED)
+    x = torch.cat([torch.randn(4096, generator=g) * 3, torch.randn(256, generator=g) * 1e-20,
+                   0.927734375 + torch.randn(256, generator=g) * 1e-3,
+                   torch.tensor([0.0, -0.0, 4.0, -4.0, 10.0, -10.0, float("inf"), float("-inf"), float("nan")])])
+
+    def f(x):
+        return A.erf.default(x), A.gelu.default(x)
+    gm = tk.aten_graph(f, [x], decompose=False)
+    k = tk.compile_fx(gm, [x], isa="x86-64-v4", keep_source=True)
+    assert "tcc_erff(" in k.source.split("#endif", 1)[1], k.source
+    erf, gelu = k(x)
+    want = torch.erf(x.double())
+    ulp = (torch.nextafter(want.float().abs(), torch.tensor(float("inf"))) - want.float().abs()).double()
+    finite = want.isfinite()
+    assert ((erf.double() - want).abs()[finite] <= 2 * ulp[finite]).all()
+    assert torch.equal(erf[~finite].isnan(), want[~finite].isnan())
+    torch.testing.assert_close(erf[x.isinf()], want[x.isinf()].float())
+    torch.testing.assert_close(gelu.double(), torch.nn.functional.gelu(x.double()), rtol=1e-6, atol=1e-7,
+                               equal_nan=True)
