@@ -43,7 +43,10 @@
  *      convolution's grad-input gather was computed three times in a
  *      ResNet backward).
  *   2. dead buffers: stores to temporaries nothing reads any more are
- *      dropped, and kernels left without stores die.
+ *      dropped, and kernels left without stores die. Then a CPU GEMM
+ *      step whose result only a plain copy reads, into an output of the
+ *      same contiguous layout, writes that output itself
+ *      (gemm_into_outputs): a weight gradient's copy.
  *   3. merging: a kernel joins the nearest earlier live kernel whose
  *      iteration space equals its own, or extends it or is extended by it
  *      in the prefix sense (the sizes other than 1 of the smaller space
@@ -411,6 +414,81 @@ static int remap_stores(tcc_program *p, tcc_kernel *S, const tcc_kernel *L) {
   return 0;
 }
 
+/* Is kernel K a plain copy, one store O[..] = T[..] with the same storage
+ * offset on both sides at every point, of contiguous buffers of one
+ * dtype and size? Returns T's buffer, or -1. */
+static int plain_copy(const tcc_program *p, const tcc_kernel *K) {
+  if (K->dead || K->kind != TCC_OPK_POINTWISE || K->nstores != 1) return -1;
+  const tcc_store *st = &K->stores[0];
+  const tcc_vx *v = st->value;
+  if (v->op != TCC_PRIM_LOAD) return -1;
+  const tcc_meta *O = &p->bufs[st->buf].layout, *T = &p->bufs[v->buf].layout;
+  if (O->dtype != T->dtype || v->dtype != O->dtype || O->numel != T->numel ||
+      !tcc_meta_is_contiguous(O) || !tcc_meta_is_contiguous(T))
+    return -1;
+  int64_t co[TCC_MAX_DIMS], ct[TCC_MAX_DIMS], c0, c1;
+  if (K->rank > TCC_MAX_DIMS ||
+      !tcc_linear_affine(O->rank, st->idx, O->strides, K->rank, co, &c0) ||
+      !tcc_linear_affine(T->rank, v->idx, T->strides, K->rank, ct, &c1) || c0 != c1 ||
+      memcmp(co, ct, sizeof(int64_t) * (size_t)K->rank) != 0)
+    return -1;
+  return v->buf;
+}
+
+/* A CPU GEMM step's result T copied as it is (plain_copy) into an output
+ * O, and read by nothing else: the GEMM writes O (its index the flat
+ * offset of T's, reshaped), the copy and T die. A training step's weight
+ * gradients came out of their GEMMs this way, a copy each (2% of BERT's
+ * backward kernels). Convolutions keep their copy: written straight into
+ * a fresh output, ResNet-50's training step ran slower (CHANGELOG
+ * 2026-11-27). reads/nreads: each live kernel's buffers read. */
+static int gemm_into_outputs(tcc_program *p, int **reads, const int *nreads) {
+  if (p->graph->target.device != TCC__V1__DEVICE_TYPE__CPU) return 0;
+  int nb = p->nbufs, nk = p->nkernels;
+  int *nreaders = tcc_arena_array(p->arena, (size_t)nb + 1, sizeof *nreaders);
+  int *writer = tcc_arena_array(p->arena, (size_t)nb + 1, sizeof *writer);
+  if (!nreaders || !writer) return -1;
+  for (int b = 0; b < nb; b++) writer[b] = -1;
+  for (int k = 0; k < nk; k++) {
+    const tcc_kernel *K = &p->kernels[k];
+    if (K->dead) continue;
+    for (int i = 0; i < nreads[k]; i++) nreaders[reads[k][i]]++;
+    for (int s = 0; s < K->nstores; s++) writer[K->stores[s].buf] = writer[K->stores[s].buf] == -1 ? k : -2;
+  }
+  for (int k = 0; k < nk; k++) {
+    tcc_kernel *K = &p->kernels[k];
+    int t = plain_copy(p, K);
+    if (t < 0) continue;
+    int o = K->stores[0].buf, e = writer[t];
+    if (p->bufs[o].kind != TCC_BUF_OUTPUT || p->bufs[t].kind != TCC_BUF_TEMP || nreaders[t] != 1 ||
+        writer[o] != k || e < 0 || e >= k)
+      continue;
+    tcc_kernel *E = &p->kernels[e];
+    const tcc_vx *call = E->stores[0].value;
+    if (E->kind != TCC_OPK_EXTERN || E->nstores != 1 || call->op != TCC_PRIM_EXTERN || call->i != TCC_EXT_GEMM)
+      continue;
+    /* E's store index over T, as a flat offset, split over O's dims */
+    const tcc_meta *T = &p->bufs[t].layout, *O = &p->bufs[o].layout;
+    const tcc_ix *flat = tcc_ix_const(p, 0), *idx[TCC_MAX_DIMS];
+    for (int d = 0; d < T->rank; d++)
+      flat = tcc_ix_add(p, flat, tcc_ix_mul(p, E->stores[0].idx[d], T->strides[d]));
+    for (int d = 0; d < O->rank; d++) {
+      const tcc_ix *q = O->strides[d] > 1 ? tcc_ix_div(p, flat, O->strides[d]) : flat;
+      idx[d] = d > 0 && O->sizes[d] > 0 ? tcc_ix_mod(p, q, O->sizes[d]) : q;
+    }
+    if (p->oom) return -1;
+    const tcc_ix **copy = tcc_arena_array(p->arena, (size_t)O->rank + 1, sizeof *copy);
+    if (!copy) return -1;
+    memcpy(copy, idx, sizeof(*copy) * (size_t)O->rank);
+    E->stores[0].buf = o;
+    E->stores[0].idx = copy;
+    K->dead = 1;
+    p->bufs[t].dead = 1;
+    writer[o] = e;
+  }
+  return 0;
+}
+
 int tcc_fuse(tcc_program *p, tcc_error *err) {
   fuse_ctx fc = {.p = p};
   int nb = p->nbufs, nk = p->nkernels;
@@ -515,6 +593,10 @@ int tcc_fuse(tcc_program *p, tcc_error *err) {
   }
   for (int b = 0; b < nb; b++)
     if (p->bufs[b].kind == TCC_BUF_TEMP && !needed[b]) p->bufs[b].dead = 1;
+
+  /* 2b. (before merging, which would hide the copies) a GEMM result
+   * copied as it is into an output is written there by the GEMM */
+  if (fuse_on && !p->graph->nsyms && gemm_into_outputs(p, reads, nreads)) goto oom;
 
   /* 3. merge kernels over equal iteration spaces */
   int nlive = 0;

@@ -925,3 +925,27 @@ def test_erf_on_avx512_is_the_inline_one_and_within_2_ulp():
     torch.testing.assert_close(erf[x.isinf()], want[x.isinf()].float())
     torch.testing.assert_close(gelu.double(), torch.nn.functional.gelu(x.double()), rtol=1e-6, atol=1e-7,
                                equal_nan=True)
+
+
+def test_gemm_writes_its_output_without_a_copy():
+    """A weight gradient, dW = dY^T . X, is a graph output: the GEMM step
+    writes it, with no copy kernel after (each weight gradient of a
+    training step had one). A GEMM result that another kernel also reads
+    (here through a relu) keeps its copy. Fresh inputs, against float64."""
+    g = torch.Generator().manual_seed(SEED)
+    dy, x, w = torch.randn(48, 40, generator=g), torch.randn(48, 24, generator=g), torch.randn(24, 40, generator=g)
+
+    def f(dy, x, w):
+        dw = A.mm.default(A.permute.default(dy, [1, 0]), x)
+        h = A.mm.default(x, w)
+        return dw, h, A.relu.default(h)
+    ins = [dy, x, w]
+    gm = tk.aten_graph(f, ins, decompose=False)
+    k = tk.compile_fx(gm, ins, keep_source=True)
+    want = f(*[t.double() for t in ins])
+    for got, ref in zip(k(*ins), want):
+        torch.testing.assert_close(got.double(), ref, rtol=1e-4, atol=1e-4)
+    heads = re.findall(r"/\* k\d+: (.*?) \*/", k.source)
+    # dW's GEMM alone; h's GEMM, then one kernel for h's copy and the relu
+    assert heads == ["extern gemm [40 x 24 x 48] x 1", "extern gemm [48 x 40 x 24] x 1",
+                     "pointwise over [48, 40], 1 loop"], heads
