@@ -42,6 +42,17 @@ torch.manual_seed(SEED)
 GEMM_ROAD = dict(os.environ, TCC_NO_ONEDNN="1")
 
 
+def compiled_against_f64(f, ins, tol=1e-4):
+    """f's ATen graph compiled (source kept), its outputs on `ins`
+    checked against f in float64 (rtol = atol = tol); returns the kernel."""
+    gm = tk.aten_graph(f, ins, decompose=False)
+    k = tk.compile_fx(gm, ins, keep_source=True)
+    want = f(*[t.double() for t in ins])
+    for got, ref in zip(k(*ins), want):
+        torch.testing.assert_close(got.double(), ref, rtol=tol, atol=tol)
+    return k
+
+
 def vectorize_report(tmp_path, source):
     """gcc's vectorizer report (-fopt-info-vec-optimized) for generated
     source, built with the flags compiler/cpu/build.c uses."""
@@ -666,11 +677,7 @@ def test_kept_producer_is_read_after_a_reduction_between():
         s = A.sum.dim_IntList(p, [0, 2, 3], True)
         return A.mul.Tensor(A.sub.Tensor(p, A.div.Tensor(s, N * H * H)), y), s
     ins = [x, y]
-    gm = tk.aten_graph(f, ins, decompose=False)
-    k = tk.compile_fx(gm, ins, keep_source=True)
-    want = f(*[t.double() for t in ins])
-    for got, ref in zip(k(*ins), want):
-        torch.testing.assert_close(got.double(), ref, rtol=1e-4, atol=1e-4)
+    k = compiled_against_f64(f, ins)
     calls = re.findall(r"tanhf\(", k.source.split("#endif", 1)[1])
     assert len(calls) == 1, k.source
 
@@ -889,11 +896,7 @@ def test_attention_gradient_is_packed_once_for_both_gemms():
                 A.mm.default(flat, A.permute.default(w, [1, 0])))
     ins = [torch.randn(B * S, H * D, generator=g) for _ in range(4)]
     ins += [torch.randn(B * S, F, generator=g), torch.randn(F, H * D, generator=g)]
-    gm = tk.aten_graph(f, ins, decompose=False)
-    k = tk.compile_fx(gm, ins, keep_source=True)
-    want = f(*[t.double() for t in ins])
-    for got, ref in zip(k(*ins), want):
-        torch.testing.assert_close(got.double(), ref, rtol=1e-4, atol=1e-4)
+    k = compiled_against_f64(f, ins)
     packs = re.findall(rf"/\* k\d+: \w+ over \[1, {B * S}, {H * D}\]", k.source)
     assert len(packs) == 1, k.source
 
@@ -940,11 +943,7 @@ def test_gemm_writes_its_output_without_a_copy():
         h = A.mm.default(x, w)
         return dw, h, A.relu.default(h)
     ins = [dy, x, w]
-    gm = tk.aten_graph(f, ins, decompose=False)
-    k = tk.compile_fx(gm, ins, keep_source=True)
-    want = f(*[t.double() for t in ins])
-    for got, ref in zip(k(*ins), want):
-        torch.testing.assert_close(got.double(), ref, rtol=1e-4, atol=1e-4)
+    k = compiled_against_f64(f, ins)
     heads = re.findall(r"/\* k\d+: (.*?) \*/", k.source)
     # dW's GEMM alone; h's GEMM, then one kernel for h's copy and the relu
     assert heads == ["extern gemm [40 x 24 x 48] x 1", "extern gemm [48 x 40 x 24] x 1",
