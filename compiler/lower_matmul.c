@@ -6,6 +6,7 @@
  * and attention.c use the same step.
  */
 #include "lower.h"
+#include "cpu/cpu_schedule.h"
 
 #include <string.h>
 
@@ -148,7 +149,9 @@ static int stored_n_by_k(const tcc_program *p, const tcc_vx *e, int64_t K, int64
  * oneDNN road: dnnl_sgemm runs C = A . W^T 1.6-2.5x slower than C^T =
  * W . A^T (an AVX-512 Xeon, 2 threads: 32 x 2048 x 8192 in 10.5 ms
  * against 4.3; 9 x 768 x 3072 in 519 us against 352; torch's MKL 7.0 ms
- * and 571 us), so the step computes C^T and C is read through it. */
+ * and 571 us), so the step computes C^T and C is read through it. Fewer
+ * rows on AVX2 and AVX-512 stream the weight's rows in a kernel of their
+ * own instead (tcc_cpu_gemm_stream_rows), faster than either. */
 #define FEW_ROWS_MAX 32
 
 static const tcc_vx *gemm(tcc_lower_ctx *lc, const tcc_vx *a, const tcc_vx *bb, int64_t B,
@@ -157,8 +160,26 @@ static const tcc_vx *gemm(tcc_lower_ctx *lc, const tcc_vx *a, const tcc_vx *bb, 
 static int transposed_product(const tcc_lower_ctx *lc, const tcc_vx *bb, int64_t M, int64_t N,
                               int64_t K, tcc_dtype dt) {
   return lc->g->target.device == TCC__V1__DEVICE_TYPE__CPU && dt == TCC__V1__DTYPE__FLOAT32 &&
-         tcc_onednn_enabled() && !lc->g->nsyms && M >= 2 && M <= FEW_ROWS_MAX && N >= 4 * M &&
+         tcc_onednn_enabled() && !lc->g->nsyms && M > tcc_cpu_gemm_stream_rows(lc->g->target.isa) &&
+         M >= 2 && M <= FEW_ROWS_MAX && N >= 4 * M &&
          bb->dtype == dt && stored_n_by_k(lc->prog, bb, K, N);
+}
+
+/* Does the CPU stream B's rows for this GEMM (cpu/schedule.c,
+ * plan_stream_rows): float32, one batch, few rows, B nn.Linear's weight?
+ * Its A must then be read along k in rows. */
+static int streams_rows(const tcc_lower_ctx *lc, const tcc_vx *bb, int64_t B, int64_t M, int64_t N, int64_t K,
+                        tcc_dtype dt) {
+  return lc->g->target.device == TCC__V1__DEVICE_TYPE__CPU && dt == TCC__V1__DTYPE__FLOAT32 && !lc->g->nsyms &&
+         B == 1 && M >= 2 && M <= tcc_cpu_gemm_stream_rows(lc->g->target.isa) && K >= 8 && bb &&
+         bb->dtype == dt && stored_n_by_k(lc->prog, bb, K, N);
+}
+
+/* Is operand e over (b, m, k) one load of rows along k (k's stride 1)? */
+static int rows_along_k(const tcc_program *p, const tcc_vx *e, int64_t K) {
+  int64_t coef[3], c0;
+  return e && e->op == TCC_PRIM_LOAD && p->bufs[e->buf].layout.dtype == e->dtype &&
+         tcc_gemm_operand_affine(p, e, coef, &c0) && coef[2] == 1 && coef[1] >= K;
 }
 
 /* Adds the GEMM C[b, m, n] = A[b, m, :] . B[b, :, n] as an EXTERN kernel;
@@ -184,7 +205,11 @@ static const tcc_vx *gemm(tcc_lower_ctx *lc, const tcc_vx *a, const tcc_vx *bb, 
     od = a->dtype;
   a = tcc_vx_cast(p, a, od);
   bb = tcc_vx_cast(p, bb, od);
-  if (!blas_operand_ok(p, a, M, K) || (cuda && !cuda_batch_affine(p, a))) a = gemm_operand(lc, a, B, M, K, od);
+  if (!blas_operand_ok(p, a, M, K) || (cuda && !cuda_batch_affine(p, a)) || (streams_rows(lc, bb, B, M, N, K, dt) &&
+                                                                             !rows_along_k(p, a, K))) {
+    int64_t sizes[3] = {B, M, K};
+    a = streams_rows(lc, bb, B, M, N, K, dt) ? pack_once(lc, a, sizes, od) : gemm_operand(lc, a, B, M, K, od);
+  }
   if (!blas_operand_ok(p, bb, K, N) || (cuda && !cuda_batch_affine(p, bb))) bb = gemm_operand(lc, bb, B, K, N, od);
   int id = tcc_lower_temp(lc, 3, cs, dt);
   const tcc_ix *idx[3];

@@ -58,7 +58,21 @@ typedef struct tcc_cpu_gemm {
   int by_rows;                /* slabs of C's rows (else columns) */
   int serial;                 /* oneDNN on one thread */
   int blas_threads;           /* OpenBLAS threads for the call (0: as set) */
+  /* Few rows against a weight stored [N, K] (nn.Linear's): a generated
+   * kernel reads stream_rows rows of the weight at a time, each once, and
+   * dots them with every row of A (tcc_cpu_gemm_stream_rows); 0: the
+   * library road above. */
+  int stream_rows;
+  int stream_width;           /* its vector width in floats (8: AVX2, 16: AVX-512) */
+  int stream_par;             /* its blocks of weight rows on the OpenMP threads */
 } tcc_cpu_gemm;
+
+/* The most rows of A for which a CPU float32 GEMM A[M, K] . W^T, W stored
+ * [N, K], streams W's rows rather than calling a library on the ISA
+ * ("x86-64-v3", "x86-64-v4"); 0 where it never does. From 2 rows to this
+ * many, oneDNN's dnnl_sgemm reads the weight at about half the memory's
+ * speed whichever way it is transposed (design.md, "Few rows"). */
+int tcc_cpu_gemm_stream_rows(const char *isa);
 
 #define TCC_CPU_MAX_GROUP 64   /* reductions sharing one loop */
 #define TCC_CPU_COL_BLOCK 128  /* most columns per block of column sums */

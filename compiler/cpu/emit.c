@@ -40,7 +40,9 @@
  * int64_t (tensors past 2^31 elements index correctly).
  *
  * EXTERN GEMM kernels call oneDNN's dnnl_sgemm or cblas_?gemm, threaded
- * as the schedule's plan_gemm says (emit_dnnl_gemm, emit_extern).
+ * as the schedule's plan_gemm says (emit_dnnl_gemm, emit_extern), or,
+ * few rows against nn.Linear's weight, stream its rows in a loop of
+ * their own (emit_stream_gemm).
  * Convolution EXTERNs (TCC_EXT_CONV_*) become a static tcc_dnnl_conv each
  * and one call of the oneDNN runtime that the source then carries
  * (runtime/onednn_conv.c; emit_conv_extern), with a destructor that frees
@@ -985,6 +987,62 @@ static int emit_dnnl_gemm(kernel_emit *ke) {
   return 0;
 }
 
+/* A float32 GEMM of few rows against a weight stored [N, K]
+ * (plan_stream_rows): each block of stream_rows weight rows is read once,
+ * in vectors along k, and dotted with every row of A, whose rows stay in
+ * cache; the block prefetches the next block's rows at the same k, so
+ * the memory keeps streaming while the FMAs run. Accumulators are
+ * stream_rows x M vectors, summed across lanes at the end; k's tail past
+ * the last whole vector is scalar. Returns 0. */
+static int emit_stream_gemm(kernel_emit *ke) {
+  const tcc_store *st = &ke->k->stores[0];
+  const tcc_vx *call = st->value, *A = call->a, *B = call->b;
+  const tcc_cpu_gemm *g = &ke->ks->gemm;
+  tcc_buf *b = ke->b;
+  int64_t M = call->idx[1]->c, N = call->idx[2]->c, K = call->idx[3]->c;
+  int R = g->stream_rows, W = g->stream_width;
+  int64_t lda = g->ld[0], ldb = g->ld[1], blocks = (N + R - 1) / R;
+  ke->vname[0] = ke->vname[1] = ke->vname[2] = "0";
+  tcc_buf_printf(b, "  const float *restrict pa = b%d + (", A->buf);
+  put_index(ke, A->buf, A->idx);
+  tcc_buf_printf(b, ");\n  const float *restrict pb = b%d + (", B->buf);
+  put_index(ke, B->buf, B->idx);
+  tcc_buf_printf(b, ");\n  float *restrict pc = b%d;\n"
+                    "  typedef float vec __attribute__((vector_size(%d), aligned(4)));\n"
+                    "  #pragma omp parallel for schedule(static) if(%d)\n"
+                    "  for (int64_t blk = 0; blk < %" PRId64 "; blk++) {\n"
+                    "    const int64_t n0 = blk * %d;\n"
+                    "    const int nr = %" PRId64 " - n0 < %d ? (int)(%" PRId64 " - n0) : %d;\n"
+                    "    const float *w = pb + n0 * %" PRId64 ";\n"
+                    "    const float *pf = pb + (n0 + %d < %" PRId64 " ? n0 + %d : n0) * %" PRId64 ";\n"
+                    "    vec acc[%d][%" PRId64 "];\n"
+                    "    for (int j = 0; j < %d; j++)\n"
+                    "      for (int m = 0; m < %" PRId64 "; m++) acc[j][m] = (vec){0};\n"
+                    "    int64_t k = 0;\n"
+                    "    for (; k + %d <= %" PRId64 "; k += %d) {\n"
+                    "      vec x[%d];\n"
+                    "      for (int j = 0; j < %d; j++) {\n"
+                    "        x[j] = *(const vec *)(w + (j < nr ? j : 0) * %" PRId64 " + k);\n"
+                    "        if (%d || (k & 15) == 0) __builtin_prefetch(pf + j * %" PRId64 " + k, 0, 3);\n"
+                    "      }\n"
+                    "      for (int m = 0; m < %" PRId64 "; m++) {\n"
+                    "        const vec a = *(const vec *)(pa + m * %" PRId64 " + k);\n"
+                    "        for (int j = 0; j < %d; j++) acc[j][m] += a * x[j];\n"
+                    "      }\n"
+                    "    }\n"
+                    "    for (int j = 0; j < nr; j++)\n"
+                    "      for (int m = 0; m < %" PRId64 "; m++) {\n"
+                    "        float s = 0;\n"
+                    "        for (int l = 0; l < %d; l++) s += acc[j][m][l];\n"
+                    "        for (int64_t t = k; t < %" PRId64 "; t++) s += pa[m * %" PRId64 " + t] * w[j * %" PRId64 " + t];\n"
+                    "        pc[m * %" PRId64 " + n0 + j] = s;\n"
+                    "      }\n"
+                    "  }\n  return 0;\n}\n",
+                 st->buf, W * 4, g->stream_par, blocks, R, N, R, N, R, ldb, R, N, R, ldb, R, M, R, M, W, K, W, R,
+                 R, ldb, W == 16, ldb, M, lda, R, M, W, K, lda, ldb, N);
+  return 0;
+}
+
 /* An EXTERN kernel: C[b] = A[b] . B[b] through oneDNN (float32, when
  * tcc_onednn_enabled) or cblas_?gemm (OpenBLAS). */
 static int emit_extern(kernel_emit *ke, int kno) {
@@ -1012,6 +1070,7 @@ static int emit_extern(kernel_emit *ke, int kno) {
     return 0;
   }
   const tcc_cpu_gemm *g = &ke->ks->gemm;
+  if (g->stream_rows) return emit_stream_gemm(ke);
   if (g->onednn) return emit_dnnl_gemm(ke);
   const int *trans = g->trans;
   const int64_t *ld = g->ld;

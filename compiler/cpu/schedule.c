@@ -72,7 +72,8 @@
  * clamps, so its loads are contiguous instead of gathers (find_peels).
  * Only unplanned (dim-order) nests: a planned nest's accesses are affine.
  *
- * GEMM steps: the library road and its threading (plan_gemm).
+ * GEMM steps: the library road and its threading (plan_gemm); few rows
+ * against nn.Linear's weight stream its rows instead (plan_stream_rows).
  */
 #include "cpu_schedule.h"
 
@@ -1027,6 +1028,37 @@ static int plan_kernel(planner *ke) {
   return 0;
 }
 
+int tcc_cpu_gemm_stream_rows(const char *isa) {
+  if (!isa) return 0;
+  if (strcmp(isa, "x86-64-v4") == 0) return 12;
+  if (strcmp(isa, "x86-64-v3") == 0) return 6;
+  return 0;
+}
+
+/* Few rows against nn.Linear's weight (tcc_cpu_gemm_stream_rows): a
+ * float32 GEMM of one batch whose A has unit-stride rows and whose B is
+ * stored [N, K] (k's stride 1) streams B's rows, as many a block as keep
+ * the block's accumulators (rows x M vectors) in registers: 24 of
+ * AVX-512's 32, 12 of AVX2's 16 (an AVX-512 Xeon, 2 threads, weights
+ * from memory: 9 x 768 x 3072 at 23 GB/s against dnnl_sgemm's 13; 16 rows
+ * no faster than oneDNN). Returns 1 when it does. */
+static int plan_stream_rows(const tcc_program *p, const tcc_vx *call, tcc_cpu_gemm *g,
+                            const tcc_kernel_config *cfg, int auto_par) {
+  int64_t Bt = call->idx[0]->c, M = call->idx[1]->c, N = call->idx[2]->c, K = call->idx[3]->c;
+  const char *isa = p->graph->target.isa;
+  int most = tcc_cpu_gemm_stream_rows(isa), width = most > 6 ? 16 : 8;
+  int64_t ca[3] = {0, 0, 0}, cb[3] = {0, 0, 0}, c0;
+  if (call->dtype != TCC__V1__DTYPE__FLOAT32 || p->graph->nsyms || Bt != 1 || M < 2 || M > most ||
+      N < 2 || K < width || g->trans[0] || !g->trans[1] || !tcc_gemm_operand_affine(p, call->a, ca, &c0) ||
+      !tcc_gemm_operand_affine(p, call->b, cb, &c0) || ca[2] != 1 || ca[1] < K || cb[1] != 1 || cb[2] < K)
+    return 0;
+  int rows = (most > 6 ? 24 : 12) / (int)M;
+  g->stream_rows = rows < 1 ? 1 : rows > 8 ? 8 : rows;
+  g->stream_width = width;
+  g->stream_par = cfg ? cfg->parallel > 0 : auto_par && N > g->stream_rows;
+  return 1;
+}
+
 /* The road and threading of an extern GEMM step, C[b] = A[b] . B[b]:
  * oneDNN's dnnl_sgemm for float32 (when tcc_onednn_enabled), else
  * cblas_?gemm. A tuning config may pin OpenBLAS's threads, or run the
@@ -1056,10 +1088,11 @@ static void plan_gemm(const tcc_program *p, const tcc_kernel *k, int kno, tcc_cp
       g->ld[o] = C == 1 ? mr : cc;
     }
   }
-  g->onednn = call->dtype == TCC__V1__DTYPE__FLOAT32 && tcc_onednn_enabled();
   const tcc_kernel_config *cfg = tcc_kernel_config_of(p, kno);
   int auto_par = !cfg && !p->graph->nsyms &&
                  2.0 * (double)M * (double)N * (double)K * (double)Bt >= TCC_GEMM_PARALLEL_FLOPS;
+  if (plan_stream_rows(p, call, g, cfg, auto_par)) return;
+  g->onednn = call->dtype == TCC__V1__DTYPE__FLOAT32 && tcc_onednn_enabled();
   g->batch_par = Bt > 1 && ((cfg && cfg->parallel > 0) || auto_par);
   if (g->onednn) {
     g->serial = cfg && cfg->parallel < 0;
@@ -1115,8 +1148,9 @@ int tcc_cpu_schedule_pass(tcc_program *p, tcc_error *err) {
       }
       plan_gemm(p, K, ks->kno, &ks->gemm);
       if (ks->gemm.onednn) s->has_dnnl_gemm = 1;
-      else s->has_cblas = 1;
-      if (ks->gemm.batch_par || ks->gemm.slab_par || (ks->gemm.onednn && !ks->gemm.serial)) s->threaded = 1;
+      else if (!ks->gemm.stream_rows) s->has_cblas = 1;
+      if (ks->gemm.batch_par || ks->gemm.slab_par || ks->gemm.stream_par || (ks->gemm.onednn && !ks->gemm.serial))
+        s->threaded = 1;
       continue;
     }
     planner ke = {.p = p, .k = K, .ks = ks, .acc = acc};
@@ -1157,6 +1191,9 @@ int tcc_cpu_schedule_check(const tcc_program *p, tcc_error *err) {
       const tcc_cpu_gemm *g = &ks->gemm;
       if ((g->slab_par && g->batch_par) || (g->onednn && (g->slab_par || g->blas_threads)))
         return tcc_error_set(err, TCC_E_INTERNAL, "k%d: GEMM threaded two ways", ks->kno);
+      if (g->stream_rows && (g->onednn || g->batch_par || g->slab_par || g->trans[0] || !g->trans[1] ||
+                             (g->stream_width != 8 && g->stream_width != 16)))
+        return tcc_error_set(err, TCC_E_INTERNAL, "k%d: a streamed GEMM on a library's road", ks->kno);
       continue;
     }
     const tcc_cpu_nest *pl = &ks->nest;
@@ -1231,6 +1268,12 @@ void tcc_cpu_schedule_dump(const tcc_program *p, tcc_buf *b) {
       }
       if (K->stores[0].value->i != TCC_EXT_GEMM) {
         tcc_buf_puts(b, " oneDNN convolution\n");
+        continue;
+      }
+      if (g->stream_rows) {
+        tcc_buf_printf(b, " GEMM streaming B's rows, %d a block, %d-float vectors, A ld %" PRId64
+                          ", B^T ld %" PRId64 "%s\n", g->stream_rows, g->stream_width, g->ld[0], g->ld[1],
+                       g->stream_par ? ", blocks in parallel" : "");
         continue;
       }
       tcc_buf_printf(b, " GEMM by %s, A%s ld %" PRId64 ", B%s ld %" PRId64 "%s%s%s", g->onednn ? "oneDNN" : "OpenBLAS",

@@ -1246,6 +1246,8 @@ def test_gemm_on_threads(dtype, la, lb):
     body = gemm_kernel(k.source)
     if "dnnl_sgemm(" in body:  # float32 on the oneDNN road: oneDNN splits it over the threads
         assert dtype == torch.float32 and "onednn/" in k.identity, body
+    elif "vector_size(" in body:  # 6 rows times a weight stored [N, K]: its rows streamed, blocks on the threads
+        assert dtype == torch.float32 and lb == "t" and "#pragma omp parallel for schedule(static) if(1)" in body, body
     else:
         assert "#pragma omp parallel" in body and "omp_get_thread_num" in body, body
     gm, ins = tk.op_graph(A.bmm.default, (x3, y3))
@@ -1300,13 +1302,14 @@ def test_empty_matmul():
     run_op(A.mm.default, (torch.randn(0, 3), torch.randn(3, 4)))
 
 
-@pytest.mark.parametrize("rows", [2, 9, 32, 33])
+@pytest.mark.parametrize("rows", [7, 32, 33])
 def test_few_rows_times_linear_weight_is_the_transposed_product(rows):
-    """float32 on the oneDNN road: few rows (2..32) times a weight stored
-    [N, K] (nn.Linear's) is computed as C^T = W . x^T, which dnnl_sgemm
-    runs 1.6-2.5x faster (lower_matmul.c, transposed_product), and the
-    epilogue (bias, gelu) reads C through it; 33 rows stay C = x . W^T.
-    Fresh inputs, against float64."""
+    """float32 on the oneDNN road: few rows (up to 32, past those that
+    stream the weight: 6 on x86-64-v3) times a weight stored [N, K]
+    (nn.Linear's) is computed as C^T = W . x^T, which dnnl_sgemm runs
+    1.6-2.5x faster (lower_matmul.c, transposed_product), and the epilogue
+    (bias, gelu) reads C through it; 33 rows stay C = x . W^T. Fresh
+    inputs, against float64."""
     g = gen(hash(("few rows", rows)) & 0xffff)
     x, w, b = rnd((rows, 96), torch.float32, g, -1, 1), rnd((400, 96), torch.float32, g, -1, 1), rnd((400,), torch.float32, g)
 
@@ -1321,6 +1324,39 @@ def test_few_rows_times_linear_weight_is_the_transposed_product(rows):
     assert "extern gemm " + head in k.source, re.findall(r"extern gemm \[[^\]]*\] x \d+", k.source)
     want = f(x.double(), w.double(), b.double())
     torch.testing.assert_close(k(x, w, b)[0].double(), want, rtol=1e-4, atol=1e-4)
+
+
+HOST_ISA = __import__("tccd.config", fromlist=["x"]).host_cpu_isa()
+
+
+@pytest.mark.parametrize("isa,rows,n,k", [("x86-64-v3", 2, 400, 96), ("x86-64-v3", 6, 401, 100),
+                                          ("x86-64-v4", 9, 768, 768), ("x86-64-v4", 12, 401, 100),
+                                          ("x86-64-v4", 5, 3, 17)])
+def test_few_rows_times_linear_weight_stream_its_rows(isa, rows, n, k):
+    """Few rows (2..6 on AVX2, ..12 on AVX-512) times a weight stored
+    [N, K] run a generated kernel that reads each weight row once
+    (cpu/schedule.c, plan_stream_rows; dnnl_sgemm read such weights at
+    half the memory's speed): no library call, C = x . W^T, and the
+    epilogue reads it. Shapes with a k tail past the last vector and N
+    not a multiple of the block's rows; x a transposed view (packed).
+    Fresh inputs, against float64."""
+    if isa == "x86-64-v4" and HOST_ISA != "x86-64-v4":
+        pytest.skip("the host has no AVX-512 (x86-64-v4)")
+    g = gen(hash(("stream rows", isa, rows, n, k)) & 0xffff)
+    x = rnd((k, rows), torch.float32, g, -1, 1).t()
+    w, b = rnd((n, k), torch.float32, g, -1, 1), rnd((n,), torch.float32, g)
+
+    def f(x, w, b):
+        return A.gelu.default(A.addmm.default(b, x, A.t.default(w)))
+    gm = tk.aten_graph(f, [x, w, b], decompose=False)
+    kern = tk.compile_fx(gm, [x, w, b], isa=isa, keep_source=True)
+    assert "extern gemm [%d x %d x %d] x 1" % (rows, n, k) in kern.source, \
+        re.findall(r"extern gemm \[[^\]]*\] x \d+", kern.source)
+    assert "dnnl_sgemm(" not in kern.source and "cblas_sgemm(" not in kern.source
+    assert "vector_size(%d)" % (64 if isa == "x86-64-v4" else 32) in kern.source
+    want = f(x.double(), w.double(), b.double())
+    for _ in range(2):
+        torch.testing.assert_close(kern(x, w, b)[0].double(), want, rtol=1e-4, atol=1e-4)
 
 
 # ------------------------------------------------------ convolution
