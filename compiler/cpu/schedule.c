@@ -1043,7 +1043,7 @@ int tcc_cpu_gemm_stream_rows(const char *isa) {
  * from memory: 9 x 768 x 3072 at 23 GB/s against dnnl_sgemm's 13; 16 rows
  * no faster than oneDNN). Returns 1 when it does. */
 static int plan_stream_rows(const tcc_program *p, const tcc_vx *call, tcc_cpu_gemm *g,
-                            const tcc_kernel_config *cfg, int auto_par) {
+                            const tcc_kernel_config *cfg) {
   int64_t Bt = call->idx[0]->c, M = call->idx[1]->c, N = call->idx[2]->c, K = call->idx[3]->c;
   const char *isa = p->graph->target.isa;
   int most = tcc_cpu_gemm_stream_rows(isa), width = most > 6 ? 16 : 8;
@@ -1055,7 +1055,10 @@ static int plan_stream_rows(const tcc_program *p, const tcc_vx *call, tcc_cpu_ge
   int rows = (most > 6 ? 24 : 12) / (int)M;
   g->stream_rows = rows < 1 ? 1 : rows > 8 ? 8 : rows;
   g->stream_width = width;
-  g->stream_par = cfg ? cfg->parallel > 0 : auto_par && N > g->stream_rows;
+  /* a tuning config's `par` decides; without one, the GEMM's size */
+  g->stream_par = cfg && cfg->parallel ? cfg->parallel > 0
+                                       : 2.0 * (double)M * (double)N * (double)K >= TCC_GEMM_PARALLEL_FLOPS &&
+                                             N > g->stream_rows;
   return 1;
 }
 
@@ -1091,7 +1094,7 @@ static void plan_gemm(const tcc_program *p, const tcc_kernel *k, int kno, tcc_cp
   const tcc_kernel_config *cfg = tcc_kernel_config_of(p, kno);
   int auto_par = !cfg && !p->graph->nsyms &&
                  2.0 * (double)M * (double)N * (double)K * (double)Bt >= TCC_GEMM_PARALLEL_FLOPS;
-  if (plan_stream_rows(p, call, g, cfg, auto_par)) return;
+  if (plan_stream_rows(p, call, g, cfg)) return;
   g->onednn = call->dtype == TCC__V1__DTYPE__FLOAT32 && tcc_onednn_enabled();
   g->batch_par = Bt > 1 && ((cfg && cfg->parallel > 0) || auto_par);
   if (g->onednn) {

@@ -1329,22 +1329,23 @@ def test_few_rows_times_linear_weight_is_the_transposed_product(rows):
 HOST_ISA = __import__("tccd.config", fromlist=["x"]).host_cpu_isa()
 
 
-@pytest.mark.parametrize("isa,rows,n,k", [("x86-64-v3", 2, 400, 96), ("x86-64-v3", 6, 401, 100),
-                                          ("x86-64-v4", 9, 768, 768), ("x86-64-v4", 12, 401, 100),
-                                          ("x86-64-v4", 5, 3, 17)])
-def test_few_rows_times_linear_weight_stream_its_rows(isa, rows, n, k):
+@pytest.mark.parametrize("isa,rows,n,k,ld", [("x86-64-v3", 2, 400, 96, 96), ("x86-64-v3", 6, 401, 100, 100),
+                                             ("x86-64-v3", 4, 300, 64, 71), ("x86-64-v4", 9, 768, 768, 768),
+                                             ("x86-64-v4", 12, 401, 100, 100), ("x86-64-v4", 5, 3, 17, 17)])
+def test_few_rows_times_linear_weight_stream_its_rows(isa, rows, n, k, ld):
     """Few rows (2..6 on AVX2, ..12 on AVX-512) times a weight stored
     [N, K] run a generated kernel that reads each weight row once
     (cpu/schedule.c, plan_stream_rows; dnnl_sgemm read such weights at
     half the memory's speed): no library call, C = x . W^T, and the
     epilogue reads it. Shapes with a k tail past the last vector and N
-    not a multiple of the block's rows; x a transposed view (packed).
-    Fresh inputs, against float64."""
+    not a multiple of the block's rows; a weight whose rows are further
+    apart than k (ld: a slice of a wider one); x a transposed view
+    (packed). Fresh inputs, against float64."""
     if isa == "x86-64-v4" and HOST_ISA != "x86-64-v4":
         pytest.skip("the host has no AVX-512 (x86-64-v4)")
-    g = gen(hash(("stream rows", isa, rows, n, k)) & 0xffff)
+    g = gen(hash(("stream rows", isa, rows, n, k, ld)) & 0xffff)
     x = rnd((k, rows), torch.float32, g, -1, 1).t()
-    w, b = rnd((n, k), torch.float32, g, -1, 1), rnd((n,), torch.float32, g)
+    w, b = rnd((n, ld), torch.float32, g, -1, 1)[:, :k], rnd((n,), torch.float32, g)
 
     def f(x, w, b):
         return A.gelu.default(A.addmm.default(b, x, A.t.default(w)))
