@@ -7,7 +7,8 @@
  *                levels: loop-invariant code motion), the parallel loop,
  *                SIMD and unrolling of the element loop, border peeling,
  *                column sums, unrolled windows, merged reduction loops;
- *                per GEMM step: the library road and its threading; the
+ *                per GEMM step: the library road and its threading, or
+ *                a kernel of its own that streams few rows' weight; the
  *                schedule's checker and dump
  *   emit.c       C for the scheduled program (printing only)
  *   prelude.c    the helpers every translation unit starts with
