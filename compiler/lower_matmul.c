@@ -205,10 +205,12 @@ static const tcc_vx *gemm(tcc_lower_ctx *lc, const tcc_vx *a, const tcc_vx *bb, 
     od = a->dtype;
   a = tcc_vx_cast(p, a, od);
   bb = tcc_vx_cast(p, bb, od);
-  if (!blas_operand_ok(p, a, M, K) || (cuda && !cuda_batch_affine(p, a)) || (streams_rows(lc, bb, B, M, N, K, dt) &&
-                                                                             !rows_along_k(p, a, K))) {
+  const int streams = streams_rows(lc, bb, B, M, N, K, dt);
+  if (streams && !rows_along_k(p, a, K)) {
     int64_t sizes[3] = {B, M, K};
-    a = streams_rows(lc, bb, B, M, N, K, dt) ? pack_once(lc, a, sizes, od) : gemm_operand(lc, a, B, M, K, od);
+    a = pack_once(lc, a, sizes, od);
+  } else if (!blas_operand_ok(p, a, M, K) || (cuda && !cuda_batch_affine(p, a))) {
+    a = gemm_operand(lc, a, B, M, K, od);
   }
   if (!blas_operand_ok(p, bb, K, N) || (cuda && !cuda_batch_affine(p, bb))) bb = gemm_operand(lc, bb, B, K, N, od);
   int id = tcc_lower_temp(lc, 3, cs, dt);
