@@ -219,6 +219,9 @@ static int put_prim_common(tcc_buf *b, tcc_prim op, tcc_dtype d, const char *T, 
   case TCC_PRIM_TAN: tcc_buf_printf(b, "tan%s(%s)", f, x); break;
   case TCC_PRIM_TANH: tcc_buf_printf(b, "tanh%s(%s)", f, x); break;
   case TCC_PRIM_ERF: tcc_buf_printf(b, "erf%s(%s)", f, x); break;
+  case TCC_PRIM_NDTR:
+    tcc_buf_printf(b, "((%s)0.5 * ((%s)1 + erf%s(%s * (%s)0.70710678118654752440)))", T, T, f, x, T);
+    break;
   case TCC_PRIM_SIGMOID: tcc_buf_printf(b, "(%s)1 / ((%s)1 + exp%s(-%s))", T, T, f, x); break;
   case TCC_PRIM_RELU: tcc_buf_printf(b, "(%s < 0 ? (%s)0 : %s)", x, T, x); break;
   case TCC_PRIM_FLOOR: tcc_buf_printf(b, "floor%s(%s)", f, x); break;

@@ -378,7 +378,7 @@ int tcc_lower_clamp(tcc_lower_ctx *lc, const tcc_node *n, tcc_error *err) {
   return tcc_lower_result(lc, n, 0, x, err);
 }
 
-/* gelu(x) = x/2 (1 + erf(x/sqrt 2)), or the tanh approximation */
+/* gelu(x) = x ndtr(x) = x/2 (1 + erf(x/sqrt 2)), or the tanh approximation */
 static const tcc_vx *gelu_of(tcc_program *p, const tcc_vx *x, int tanh_approx) {
   tcc_dtype d = x->dtype;
   const tcc_vx *half = tcc_lower_cst(p, d, 0.5), *one = tcc_lower_cst(p, d, 1.0);
@@ -387,7 +387,7 @@ static const tcc_vx *gelu_of(tcc_program *p, const tcc_vx *x, int tanh_approx) {
                               BIN(ADD, x, BIN(MUL, tcc_lower_cst(p, d, 0.044715), BIN(MUL, x, BIN(MUL, x, x)))));
     return BIN(MUL, BIN(MUL, half, x), BIN(ADD, one, UN(TANH, inner)));
   }
-  return BIN(MUL, BIN(MUL, x, half), BIN(ADD, one, UN(ERF, BIN(MUL, x, tcc_lower_cst(p, d, 0.70710678118654752440)))));
+  return BIN(MUL, x, UN(NDTR, x));
 }
 
 static int approx_tanh(const tcc_node *n, tcc_error *err, int *out) {
@@ -429,7 +429,7 @@ int tcc_lower_gelu_backward(tcc_lower_ctx *lc, const tcc_node *n, tcc_error *err
                            BIN(ADD, one, BIN(MUL, tcc_lower_cst(p, d, 3.0 * 0.044715), x2)));
     r = BIN(MUL, g, BIN(ADD, dl, dr));
   } else {
-    const tcc_vx *cdf = BIN(MUL, half, BIN(ADD, one, UN(ERF, BIN(MUL, x, tcc_lower_cst(p, d, 0.70710678118654752440)))));
+    const tcc_vx *cdf = UN(NDTR, x);
     const tcc_vx *pdf = BIN(MUL, UN(EXP, BIN(MUL, tcc_lower_cst(p, d, -0.5), BIN(MUL, x, x))),
                             tcc_lower_cst(p, d, 0.3989422804014327));
     r = BIN(MUL, g, BIN(ADD, cdf, BIN(MUL, x, pdf)));

@@ -602,6 +602,7 @@
   X(TANH, 1, "tanh")                                                                   \
   X(SIGMOID, 1, "sigmoid")                                                             \
   X(ERF, 1, "erf")                                                                     \
+  X(NDTR, 1, "ndtr")        /* the standard normal CDF: (1 + erf(x / sqrt 2)) / 2 */  \
   X(RELU, 1, "relu")                                                                   \
   X(FLOOR, 1, "floor")                                                                 \
   X(CEIL, 1, "ceil")                                                                   \

@@ -770,6 +770,8 @@ static int emit_node(kernel_emit *ke, const tcc_vx *e, int indent) {
   } else if (e->op == TCC_PRIM_ERF && e->dtype == TCC__V1__DTYPE__FLOAT32 &&
              strcmp(ke->p->graph->target.isa, "x86-64-v4") == 0) {
     tcc_buf_printf(b, "tcc_erff(%s)", x);   /* prelude.c: faster than libmvec's here */
+  } else if (e->op == TCC_PRIM_NDTR && e->dtype == TCC__V1__DTYPE__FLOAT32) {
+    tcc_buf_printf(b, "tcc_ndtrf(%s)", x);  /* prelude.c: GELU's, as PyTorch's CPU kernel computes it */
   } else {
     tcc_dtype od = e->op == TCC_PRIM_WHERE ? e->b->dtype : e->a ? e->a->dtype : e->dtype;
     tcc_c_put_prim(D, b, e->op, e->dtype, od, x, y, z);

@@ -35,10 +35,10 @@ const char tcc_cpu_prelude[] =
    * itself): half the polynomial's instructions. */
   "#ifdef __FMA__\n#define TCC_FMAF(a, b, c) __builtin_fmaf(a, b, c)\n"
   "#else\n#define TCC_FMAF(a, b, c) ((a) * (b) + (c))\n#endif\n"
-  "static inline float tcc_expf(float x) {\n"
-  "  const float xc = x < -87.33654f ? -87.33654f : x > 0x1.62e42ep+6f ? 0x1.62e42ep+6f : x;\n"
-  "  const float n = __builtin_rintf(xc * 1.44269504088896341f);\n"
-  "  const float r = TCC_FMAF(n, 2.12194440e-4f, TCC_FMAF(n, -0.693359375f, xc));\n"
+  /* exp(x) for x in [-87.33654, 88.72]: no checks */
+  "static inline float tcc_exp_in_range(float x) {\n"
+  "  const float n = __builtin_rintf(x * 1.44269504088896341f);\n"
+  "  const float r = TCC_FMAF(n, 2.12194440e-4f, TCC_FMAF(n, -0.693359375f, x));\n"
   "  float p = 1.9875691500e-4f;\n"
   "  p = TCC_FMAF(p, r, 1.3981999507e-3f); p = TCC_FMAF(p, r, 8.3334519073e-3f);\n"
   "  p = TCC_FMAF(p, r, 4.1665795894e-2f); p = TCC_FMAF(p, r, 1.6666665459e-1f);\n"
@@ -47,6 +47,10 @@ const char tcc_cpu_prelude[] =
   "  uint32_t u; __builtin_memcpy(&u, &e, 4);\n"
   "  u += (uint32_t)(int32_t)n << 23;\n"
   "  float y; __builtin_memcpy(&y, &u, 4);\n"
+  "  return y;\n}\n"
+  "static inline float tcc_expf(float x) {\n"
+  "  const float xc = x < -87.33654f ? -87.33654f : x > 0x1.62e42ep+6f ? 0x1.62e42ep+6f : x;\n"
+  "  const float y = tcc_exp_in_range(xc);\n"
   "  return x < -87.33654f ? 0.0f : x > 0x1.62e42ep+6f ? __builtin_inff() : x != x ? x : y;\n}\n"
   /* erf for float32 on AVX-512 targets (emit.c): |a| <= 0.927734375 an
    * odd polynomial, above 1 - exp(p(|a|)) with |a| clamped at 4 (erf is
@@ -69,18 +73,26 @@ const char tcc_cpu_prelude[] =
   "  r = TCC_FMAF(r, sc, u); r = TCC_FMAF(r, tc, -1.06777877e-1f);\n"
   "  r = TCC_FMAF(r, tc, -6.34846687e-1f); r = TCC_FMAF(r, tc, -1.28717512e-1f);\n"
   "  r = TCC_FMAF(r, tc, -tc);\n"
-  "  const float n = __builtin_rintf(r * 1.44269504088896341f);\n"
-  "  const float y = TCC_FMAF(n, 2.12194440e-4f, TCC_FMAF(n, -0.693359375f, r));\n"
-  "  float p = 1.9875691500e-4f;\n"
-  "  p = TCC_FMAF(p, y, 1.3981999507e-3f); p = TCC_FMAF(p, y, 8.3334519073e-3f);\n"
-  "  p = TCC_FMAF(p, y, 4.1665795894e-2f); p = TCC_FMAF(p, y, 1.6666665459e-1f);\n"
-  "  p = TCC_FMAF(p, y, 5.0000001201e-1f);\n"
-  "  const float e = TCC_FMAF(p, y * y, y) + 1.0f;\n"
-  "  uint32_t bits; __builtin_memcpy(&bits, &e, 4);\n"
-  "  bits += (uint32_t)(int32_t)n << 23;\n"
-  "  float ex; __builtin_memcpy(&ex, &bits, 4);\n"
-  "  const float big = __builtin_copysignf(1.0f - ex, a);\n"
+  "  const float big = __builtin_copysignf(1.0f - tcc_exp_in_range(r), a);\n"
   "  return t > 0.927734375f ? big : q;\n}\n"
+  /* The standard normal CDF for float32, GELU's (x ndtr(x)): PyTorch's
+   * CPU kernels compute GELU's erf by Abramowitz and Stegun 7.1.26,
+   * erfc(a) ~ t (a1 + t (a2 + ..)) exp(-a^2) with t = 1 / (1 + p a),
+   * absolute error under 1.5e-7; so does this, with the sign applied to
+   * erfc (no 1 - 1 cancellation below 0) and the exp taken over
+   * [-86, 0] (below it erfc is 0 in float): a NaN goes through t. One
+   * polynomial and a division instead of tcc_erff's two polynomials and
+   * a select: GELU in 0.46 against 0.60 ns an element (one thread, in
+   * cache, an AVX-512 Xeon; eager's 0.42). */
+  "static inline float tcc_ndtrf(float x) {\n"
+  "  const float z = x * 0.70710678118654752f, a = __builtin_fabsf(z);\n"
+  "  const float t = 1.0f / TCC_FMAF(0.3275911f, a, 1.0f);\n"
+  "  float r = TCC_FMAF(1.061405429f, t, -1.453152027f);\n"
+  "  r = TCC_FMAF(r, t, 1.421413741f); r = TCC_FMAF(r, t, -0.284496736f);\n"
+  "  r = TCC_FMAF(r, t, 0.254829592f);\n"
+  "  const float s = -(z * z);\n"
+  "  const float h = 0.5f * (r * t * tcc_exp_in_range(s < -86.0f ? -86.0f : s));   /* erfc(|z|) / 2 */\n"
+  "  return z < 0.0f ? h : 1.0f - h;\n}\n"
   /* x is a NaN, by integer arithmetic alone: a max/min reduction's NaN
    * flag (emit.c). With a compare (x != x) gcc vectorized no element loop
    * around an unrolled pooling window (ResNet-50's stem ran scalar, 12x

@@ -860,6 +860,7 @@ static int col_costly(const tcc_vx *e, tcc_ptrmap *seen) {
   case TCC_PRIM_EXP: case TCC_PRIM_EXP2: case TCC_PRIM_EXPM1: case TCC_PRIM_LOG: case TCC_PRIM_LOG1P:
   case TCC_PRIM_LOG2: case TCC_PRIM_SQRT: case TCC_PRIM_RSQRT: case TCC_PRIM_RECIP: case TCC_PRIM_SIN:
   case TCC_PRIM_COS: case TCC_PRIM_TAN: case TCC_PRIM_TANH: case TCC_PRIM_SIGMOID: case TCC_PRIM_ERF:
+  case TCC_PRIM_NDTR:
   case TCC_PRIM_DIV: case TCC_PRIM_POW: case TCC_PRIM_ATAN2: case TCC_PRIM_FMOD: case TCC_PRIM_REM:
   case TCC_PRIM_FLOORDIV: case TCC_PRIM_TRUNCDIV:
     costly = 1;

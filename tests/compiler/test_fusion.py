@@ -908,8 +908,12 @@ def test_erf_on_avx512_is_the_inline_one_and_within_2_ulp():
     """On x86-64-v4 targets a float32 erf prints the prelude's tcc_erff
     (faster there than libmvec's). Against erf in float64 on fresh
     random inputs over its whole range, tiny ones, both branches' border
-    (|x| = 0.9277) and special values, within 2 ulp; gelu through it
-    against eager's float64."""
+    (|x| = 0.9277) and special values, within 2 ulp. GELU is x ndtr(x)
+    (tcc_ndtrf: Abramowitz and Stegun's erfc, as PyTorch's CPU kernel
+    computes it): ndtr within 3e-7 of float64's (the formula's 7.5e-8
+    and float32's rounding of terms near 1/2; eager's float32 GELU is
+    4x further off), so GELU within 3e-7 |x| plus 4 ulp; the special
+    values are float64's (GELU of inf is inf; eager's float32 says NaN)."""
     g = torch.Generator().manual_seed(SEED)
     x = torch.cat([torch.randn(4096, generator=g) * 3, torch.randn(256, generator=g) * 1e-20,
                    0.927734375 + torch.randn(256, generator=g) * 1e-3,
@@ -919,16 +923,24 @@ def test_erf_on_avx512_is_the_inline_one_and_within_2_ulp():
         return A.erf.default(x), A.gelu.default(x)
     gm = tk.aten_graph(f, [x], decompose=False)
     k = tk.compile_fx(gm, [x], isa="x86-64-v4", keep_source=True)
-    assert "tcc_erff(" in k.source.split("#endif", 1)[1], k.source
+    body = k.source.split("#endif", 1)[1]
+    assert "tcc_erff(" in body and "tcc_ndtrf(" in body, k.source
     erf, gelu = k(x)
+
+    def ulp(v):
+        v = v.float().abs()
+        return (torch.nextafter(v, torch.tensor(float("inf"))) - v).double()
     want = torch.erf(x.double())
-    ulp = (torch.nextafter(want.float().abs(), torch.tensor(float("inf"))) - want.float().abs()).double()
     finite = want.isfinite()
-    assert ((erf.double() - want).abs()[finite] <= 2 * ulp[finite]).all()
+    assert ((erf.double() - want).abs()[finite] <= 2 * ulp(want)[finite]).all()
     assert torch.equal(erf[~finite].isnan(), want[~finite].isnan())
     torch.testing.assert_close(erf[x.isinf()], want[x.isinf()].float())
-    torch.testing.assert_close(gelu.double(), torch.nn.functional.gelu(x.double()), rtol=1e-6, atol=1e-7,
-                               equal_nan=True)
+    want = torch.nn.functional.gelu(x.double())
+    finite = want.isfinite()
+    err = (gelu.double() - want).abs()[finite]
+    bound = (3e-7 * x.double().abs() + 4 * ulp(want))[finite]
+    assert (err <= bound).all(), (err - bound).max()
+    torch.testing.assert_close(gelu[~finite], want[~finite].float(), equal_nan=True)
 
 
 def test_gemm_writes_its_output_without_a_copy():
