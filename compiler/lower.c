@@ -380,9 +380,9 @@ int tcc_lower_clamp(tcc_lower_ctx *lc, const tcc_node *n, tcc_error *err) {
 
 /* gelu(x) = x ndtr(x) = x/2 (1 + erf(x/sqrt 2)), or the tanh approximation */
 static const tcc_vx *gelu_of(tcc_program *p, const tcc_vx *x, int tanh_approx) {
-  tcc_dtype d = x->dtype;
-  const tcc_vx *half = tcc_lower_cst(p, d, 0.5), *one = tcc_lower_cst(p, d, 1.0);
   if (tanh_approx) {
+    tcc_dtype d = x->dtype;
+    const tcc_vx *half = tcc_lower_cst(p, d, 0.5), *one = tcc_lower_cst(p, d, 1.0);
     const tcc_vx *inner = BIN(MUL, tcc_lower_cst(p, d, 0.7978845608028654),
                               BIN(ADD, x, BIN(MUL, tcc_lower_cst(p, d, 0.044715), BIN(MUL, x, BIN(MUL, x, x)))));
     return BIN(MUL, BIN(MUL, half, x), BIN(ADD, one, UN(TANH, inner)));
@@ -418,8 +418,9 @@ int tcc_lower_gelu_backward(tcc_lower_ctx *lc, const tcc_node *n, tcc_error *err
   if (rc) return rc;
   tcc_dtype d = tcc_lower_compute_dt(m->dtype);
   const tcc_vx *g = tcc_lower_opnd(lc, n, ARG("grad_output"), d), *x = tcc_lower_opnd(lc, n, ARG("self"), d);
-  const tcc_vx *half = tcc_lower_cst(p, d, 0.5), *one = tcc_lower_cst(p, d, 1.0), *r;
+  const tcc_vx *r;
   if (t) {
+    const tcc_vx *half = tcc_lower_cst(p, d, 0.5), *one = tcc_lower_cst(p, d, 1.0);
     const tcc_vx *beta = tcc_lower_cst(p, d, 0.7978845608028654), *kappa = tcc_lower_cst(p, d, 0.044715);
     const tcc_vx *x2 = BIN(MUL, x, x), *x3 = BIN(MUL, x2, x);
     const tcc_vx *th = UN(TANH, BIN(MUL, beta, BIN(ADD, x, BIN(MUL, kappa, x3))));
