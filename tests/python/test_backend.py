@@ -559,3 +559,35 @@ def test_boolean_mask_assignment_compiles(daemon):
         fb = tccd.fallback_ops()
         assert sum(fb.values()) == fallbacks, (fn.__name__, fb)
         assert tccd.stats()["compiled_ops"] > 0, fn.__name__
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_activations_go_channels_last_on_the_cpu_only(device):
+    """The forward of a convolution network's training step saves its
+    activations channels last on the CPU (oneDNN reads them so); on CUDA
+    it keeps them NCHW: cuDNN would transpose them back and tccd's
+    per-channel reductions would read NHWC across their threads. The
+    graph is traced on fake tensors, so CUDA needs no GPU."""
+    import types
+    from torch._guards import TracingContext, tracing
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.proxy_tensor import make_fx
+    from tccd import dynamo
+
+    def fwd(x, w):       # (user output, saved activation, saved input)
+        y = torch.relu(torch.ops.aten.convolution.default(x, w, None, [1, 1], [1, 1], [1, 1],
+                                                          False, [0, 0], 1))
+        return y.sum(), y, x
+
+    mode = FakeTensorMode()
+    with mode:
+        gm = make_fx(fwd)(torch.empty(2, 3, 8, 8, device=device), torch.empty(4, 3, 3, 3, device=device))
+    tc = TracingContext(mode)
+    tc.fw_metadata = types.SimpleNamespace(tensors_saved_for_backwards_slice=slice(1, 3))
+    tc.output_strides = []
+    with tracing(tc):
+        chosen = dynamo._channels_last_activations(gm)
+    if device == "cpu":
+        assert chosen == (1,) and tc.output_strides[1] == (256, 1, 32, 4), (chosen, tc.output_strides)
+    else:
+        assert chosen == () and tc.output_strides == [], (chosen, tc.output_strides)

@@ -393,6 +393,35 @@ def test_traced_values_stand_in_for_propagation_only_for_the_traced_layouts():
     assert g_fast == g_slow
 
 
+def test_propagation_fakes_inputs_on_the_graphs_own_device():
+    """A CUDA graph whose ops name their device (a cross entropy's
+    scalar_tensor(..., device=cuda:0)) propagates on fake CUDA inputs when
+    its inputs are laid out otherwise than traced: faked on the CPU, its
+    where() mixed devices (ResNet-50 training on the H200, 2026-11-28).
+    Fake tensors need no GPU."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.proxy_tensor import make_fx
+    from tccd import graph as G
+
+    def f(x, target):      # the masking of a cross entropy with ignore_index
+        zero = torch.ops.aten.scalar_tensor.default(0.0, dtype=torch.float32, device=x.device)
+        return torch.where((target != -100).unsqueeze(1), x, zero) * 2
+
+    with FakeTensorMode():
+        x = torch.empty(8, 10, device="cuda")
+        target = torch.empty(8, dtype=torch.int64, device="cuda")
+        gm = make_fx(f)(x, target)
+    assert any("scalar_tensor" in str(n.target) for n in gm.graph.nodes), gm.graph
+    # a column-major x: not the traced layout, so the graph is run on fakes
+    other = [(torch.float32, (8, 10), (1, 8), 0), G.signature_of(target)]
+    assert G.traced_env(gm, other, {}) is None
+    g = G.build_graph(gm, other, device="cuda")[0]
+    assert len(g.nodes) >= 4
+    env = G.propagate(gm, other, {}, "cuda")
+    outs = [v for n, v in env.items() if n.op == "call_function" and isinstance(v, torch.Tensor)]
+    assert outs and all(v.device.type == "cuda" for v in outs)
+
+
 def test_large_vocabulary_embedding_backward_compiles(daemon):
     """embedding_dense_backward at a real vocabulary (the dense forms would
     cost rows x tokens x dims) compiles on the CPU as a scatter-add step:

@@ -1306,8 +1306,8 @@ _SAME_LAYOUT_VIEWS = (torch.ops.aten.detach.default, torch.ops.aten.alias.defaul
 
 
 def _channels_last_activations(gm):
-    """The forward graph of a training step of a convolution network
-    (one with a 2-D convolution): the outputs it saves for the backward
+    """The forward graph of a training step of a convolution network on
+    the CPU (one with a 2-D convolution): the outputs it saves for the backward
     that are 4-D floating activations it computes (not inputs, not views,
     not user-visible outputs), laid out channels last as Inductor's layout
     optimization does (a detach or alias of one too: it has the layout of
@@ -1321,6 +1321,14 @@ def _channels_last_activations(gm):
     tc = TracingContext.try_get()
     meta = getattr(tc, "fw_metadata", None)
     if meta is None or tc.output_strides is None or len(tc.output_strides):
+        return ()
+    if any(isinstance(v := G.meta_val(n), torch.Tensor) and v.device.type != "cpu"
+           for n in gm.graph.nodes if n.op == "placeholder"):
+        # CPU only: on CUDA the convolutions are cuDNN's, which then
+        # transposes the NHWC operands back, and tccd's per-channel
+        # reductions read NHWC across their threads' stride (ResNet-50
+        # training on the H200, 2026-11-28: batch-norm backward kernels
+        # with one element per 256-byte line).
         return ()
     if not any(n.op == "call_function" and n.target is torch.ops.aten.convolution.default
                and len(G.meta_val(n).shape) == 4 for n in gm.graph.nodes):

@@ -306,13 +306,13 @@ class _Recorder(torch.fx.Interpreter):
         super().__init__(gm, garbage_collect_values=False)
 
 
-def _fake_input(spec):
+def _fake_input(spec, device):
     dtype, sizes, strides, offset = spec[:4]
     if any(s == 0 for s in sizes):
         span = 0
     else:
         span = 1 + sum((s - 1) * abs(st) for s, st in zip(sizes, strides))
-    base = torch.empty(offset + span, dtype=dtype)
+    base = torch.empty(offset + span, dtype=dtype, device=device)
     return base.as_strided(sizes, strides, offset)
 
 
@@ -357,21 +357,25 @@ def traced_env(gm, input_specs, constants):
     return env
 
 
-def propagate(gm, input_specs, constants):
+def propagate(gm, input_specs, constants, device="cpu"):
     """{fx.Node: fake value} for every node of `gm` when its placeholders
     hold tensors with `input_specs` (signature_of tuples) and constants
-    ({placeholder index: real tensor})."""
+    ({placeholder index: real tensor}). Each input is faked on its traced
+    value's device (a CUDA graph's own ops name theirs: a cross entropy's
+    scalar_tensor(..., device=cuda:0)), else on `device`."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     mode = FakeTensorMode()
     with mode:
         args, it = [], iter(input_specs)
         placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-        for i, _ in enumerate(placeholders):
+        for i, n in enumerate(placeholders):
             if i in constants:
                 args.append(mode.from_tensor(constants[i]))
             else:
-                args.append(_fake_input(next(it)))
+                traced = meta_val(n)
+                on = traced.device if isinstance(traced, torch.Tensor) else device
+                args.append(_fake_input(next(it), on))
         interp = _Recorder(gm)
         interp.run(*args)
     return interp.env
@@ -459,7 +463,7 @@ def build_graph(gm, input_specs, constants=None, device="cpu"):
 
     env = traced_env(gm, input_specs, constants)
     if env is None:
-        env = propagate(gm, input_specs, constants)
+        env = propagate(gm, input_specs, constants, device)
     g = pb.Graph()
     fx_nodes = []         # the fx node behind each g.nodes entry
     names = {}            # fx.Node -> tensor value name
