@@ -59,7 +59,8 @@
  *              16 elements (a pooling window). Block size: the
  *              reduction extent rounded up to a power of two, 32..256,
  *              or 1024 for few long rows (schedule.c). Rows of at
- *              most 32 elements go one warp per row (8 rows per block of
+ *              most 32 elements, and many rows of at most 1024 (schedule.c:
+ *              WARP_MANY_ROWS), go one warp per row (8 rows per block of
  *              256): the same structure with the lane for the thread and
  *              a warp reduction (shuffles, lane 0's result broadcast),
  *              no shared memory and no __syncthreads.

@@ -14,7 +14,9 @@
  *              the extent rounded up to a power of two, 32..MAX_RED_BLOCK
  *              (MAX_LONG_ROW_BLOCK for at most FEW_ROWS rows of at least
  *              LONG_ROW elements), one block per row, or one warp per row
- *              (WARP_ROWS rows a block) for rows of at most 32 elements;
+ *              (WARP_ROWS rows a block) for rows of at most 32 elements,
+ *              and for at least WARP_MANY_ROWS rows of at most
+ *              WARP_ROW_MAX elements (attention softmaxes, layer norms);
  *              a reduction of at most SEQ_MAX_EXTENT elements is not
  *              cooperative (each thread folds its own). A tuning config
  *              (tcc_kernel_config: block, ipt, wrow, split, persist)
@@ -46,6 +48,15 @@
 #define MAX_GRID 65536
 #define MAX_RED_BLOCK 256
 #define WARP_ROWS 8
+/* Many rows of up to 1024 elements (ViT-B's 75,648 attention-softmax
+ * rows of 197, BERT's layer norms of 768) fold a warp each, with
+ * shuffles, as PyTorch's softmax and Inductor's persistent reductions
+ * do: one 256-thread block per row left a quarter of it idle on 197
+ * elements and paid three block-wide reductions (shared memory and
+ * barriers) per row; 169 us a softmax on the H200 against Inductor's 68
+ * (2026-11-28). With fewer rows a warp each would leave SMs idle. */
+#define WARP_MANY_ROWS 2048
+#define WARP_ROW_MAX 1024
 #define IDX32_LIMIT (INT64_C(1) << 30)
 #define FEW_ROWS 512
 #define LONG_ROW 8192
@@ -266,7 +277,8 @@ static int plan_kernel(const tcc_program *p, const tcc_kernel *k, fvctx *fc, tcc
   kp->inner = kp->rows ? kp->numel / kp->rows : 0;
   if (!kp->rows) kp->inner = 0;
   int64_t block, grid;
-  if (kp->reduction && kp->rows > 1 && (wrow > 0 || (wrow == 0 && kp->red_max <= 32))) {
+  int short_rows = kp->red_max <= 32 || (kp->rows >= WARP_MANY_ROWS && kp->red_max <= WARP_ROW_MAX);
+  if (kp->reduction && kp->rows > 1 && (wrow > 0 || (wrow == 0 && short_rows))) {
     /* short rows: a warp per row, WARP_ROWS rows per block */
     kp->warp_rows = cblock ? (int)(cblock / 32) : WARP_ROWS;
     block = 32 * (int64_t)kp->warp_rows;

@@ -576,8 +576,12 @@ static void one_kernel(const char *target, Tcc__V1__DType dt, int64_t R, int64_t
     tcc_artifact art;
     compile_checked(reqb_req(b), ARCHS[a], target, &art);
     ck_assert_int_eq(art.kernels, 1);
-    /* rows over 32: block reductions; else a warp per row */
-    ck_assert_ptr_nonnull(strstr(art.source, C > 32 ? "= tcc_block_reduce(a" : "= tcc_warp_reduce(a"));
+    /* a warp per row for rows of up to 32, and for many rows (2048 or
+     * more) of up to 1024; else block reductions */
+    int warp = C <= 32 || (R >= 2048 && C <= 1024);
+    ck_assert_msg(strstr(art.source, warp ? "= tcc_warp_reduce(a" : "= tcc_block_reduce(a") &&
+                      !strstr(art.source, warp ? "= tcc_block_reduce(a" : "= tcc_warp_reduce(a"),
+                  "%s [%lld, %lld]: want %s reductions", target, (long long)R, (long long)C, warp ? "warp" : "block");
     ck_assert_ptr_nonnull(strstr(art.source, "__shfl_down_sync"));
     tcc_artifact_free(&art);
     reqb_free(b);
@@ -590,6 +594,9 @@ START_TEST(softmax_is_one_kernel) {
   one_kernel("aten._softmax.default", TCC__V1__DTYPE__FLOAT16, 5, 4096);
   one_kernel("aten._softmax.default", TCC__V1__DTYPE__BFLOAT16, 5, 300);
   one_kernel("aten._softmax.default", TCC__V1__DTYPE__FLOAT32, 100, 17);   /* warp per row */
+  one_kernel("aten._softmax.default", TCC__V1__DTYPE__FLOAT32, 75648, 197); /* ViT-B's attention: warp */
+  one_kernel("aten._softmax.default", TCC__V1__DTYPE__FLOAT32, 2047, 197);  /* fewer rows: block */
+  one_kernel("aten._log_softmax.default", TCC__V1__DTYPE__FLOAT32, 4096, 1025); /* longer rows: block */
 }
 END_TEST
 
@@ -631,7 +638,8 @@ static void ln_or_reduce(int which, Tcc__V1__DType dt, int64_t R, int64_t C) {
     if (which == 0) ck_assert_int_eq(art.kernels, 1);
     int64_t red = which == 1 ? R : C;
     if (red > 16) {
-      ck_assert_ptr_nonnull(strstr(art.source, red > 32 ? "= tcc_block_reduce(a" : "= tcc_warp_reduce(a"));
+      int rows = which == 1 ? C : R, warp = red <= 32 || (rows >= 2048 && red <= 1024);
+      ck_assert_ptr_nonnull(strstr(art.source, warp ? "= tcc_warp_reduce(a" : "= tcc_block_reduce(a"));
     } else {
       /* at most 16 elements: each thread folds its own, no shuffles */
       ck_assert_ptr_null(strstr(art.source, "= tcc_block_reduce(a"));
@@ -645,6 +653,7 @@ static void ln_or_reduce(int which, Tcc__V1__DType dt, int64_t R, int64_t C) {
 
 START_TEST(layer_norm_and_dim_reductions) {
   ln_or_reduce(0, TCC__V1__DTYPE__FLOAT32, 16, 768);
+  ln_or_reduce(0, TCC__V1__DTYPE__FLOAT32, 6304, 768);   /* ViT-B's 32 x 197 tokens: a warp per row */
   ln_or_reduce(0, TCC__V1__DTYPE__BFLOAT16, 3, 100);
   ln_or_reduce(0, TCC__V1__DTYPE__FLOAT64, 2, 5);
   ln_or_reduce(1, TCC__V1__DTYPE__FLOAT32, 1000, 3);

@@ -10,7 +10,9 @@
  *               (x * 2 + 1); a 1-D tensor past the grid (grid-stride)
  *   reduction   softmax and log_softmax rows of 1, 33, 1000, 5000
  *               columns (one kernel: block reductions with warp
- *               shuffles); native_layer_norm (out, mean, rstd); sum over
+ *               shuffles), and 2048 rows of 197 (a warp per row);
+ *               native_layer_norm (out, mean, rstd; 19 and 2048 rows of
+ *               768: a block, a warp per row); sum over
  *               dim 0 (a column reduction); argmax with ties
  *   matmul      cuBLAS steps (float32 without TF32, float16/bfloat16 with
  *               float32 accumulation, float64) with bias/gelu epilogues,
@@ -277,12 +279,17 @@ START_TEST(softmax_rows) {
     softmax("aten._softmax.default", 37, cols[i]);
     softmax("aten._log_softmax.default", 5, cols[i]);
   }
+  softmax("aten._softmax.default", 2048, 197);        /* many rows: a warp each */
+  softmax("aten._log_softmax.default", 2048, 197);
 }
 END_TEST
 
 START_TEST(layer_norm_sum_argmax) {
   reqb *b = reqb_layer_norm(TCC__V1__DTYPE__FLOAT32, 19, 768, 1);
   run_and_compare(b, "native_layer_norm [19, 768]");
+  reqb_free(b);
+  b = reqb_layer_norm(TCC__V1__DTYPE__FLOAT32, 2048, 768, 1);
+  run_and_compare(b, "native_layer_norm [2048, 768] (a warp per row)");
   reqb_free(b);
   b = reqb_sum_and_squares(37, 3000);   /* two sums folded in one loop */
   run_and_compare(b, "sum and sum of squares [37, 3000]");
