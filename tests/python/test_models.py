@@ -332,8 +332,9 @@ def test_gpu_models_script_runs_on_the_cpu(tmp_path):
     """scripts/gpu-models, which the GPU machine runs from the bundle, on
     the CPU with 2-layer models (--device cpu --small): a GPT-2 decode step
     with a StaticCache (its update is an index_put) and a ResNet training
-    step (its loss's backward has a scatter) compile whole, match eager,
-    and the JSON holds every backend's figures."""
+    step (its loss's backward has a scatter) compile whole, match eager
+    (or, where eager is off, the float64 model), and the JSON holds every
+    backend's figures."""
     out = tmp_path / "gm.json"
     p = subprocess.run([sys.executable, os.path.join(SOURCE, "scripts", "gpu-models"), "--device", "cpu",
                         "--small", "--cases", "gpt2-decode,resnet50-train", "--dtypes", "fp32",
@@ -351,5 +352,13 @@ def test_gpu_models_script_runs_on_the_cpu(tmp_path):
             assert m[b]["ms"] > 0 and m[b]["first_s"] > 0, (case, b, m[b])
         for b in ("tccd", "tccd-ro"):
             assert m[b]["fallback_ops"] == 0, (case, b, m[b].get("fallback_detail"))
-            assert m[b]["max_rel_err"] < 1e-4, (case, b, m[b]["max_rel_err"])
+            # eager's float32 is a reference, not the truth: where tccd is
+            # off eager's, it must be within the bound of the float64
+            # model's (ResNet's conv gradients on an AMD EPYC: eager 5e-2
+            # off float64, tccd 6e-6)
+            err, err64 = m[b]["max_rel_err"], m[b].get("max_rel_err_f64")
+            assert err < 1e-4 or (err64 is not None and err64 < 1e-4), \
+                (case, b, "vs eager", err, "vs float64", err64,
+                 "eager vs float64", m["eager"].get("max_rel_err_f64"))
+    assert "max_rel_err_f64" in doc["results"]["resnet50-train/fp32"]["measure"]["eager"]
     assert "gpt2-decode" in p.stdout and "summary:" in p.stdout
