@@ -152,6 +152,10 @@ static inline int64_t tcc_cuda_reduce_extent(const tcc_vx *r) {
   return n;
 }
 
+/* schedule.c: how many of kp's cooperative reductions from coop[i] on
+ * fold in one loop (same extents, none reading another's result). */
+int tcc_cuda_coop_group_size(const tcc_cuda_kernel_plan *kp, int i);
+
 /* emit.c: CUDA C for the scheduled program (ABI 1: one extern "C"
  * __global__ k<j> per live kernel, each taking (inputs..., outputs...,
  * workspace), k<j>_split before split reductions; no code for GEMM

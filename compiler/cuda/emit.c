@@ -65,9 +65,10 @@
  *              a warp reduction (shuffles, lane 0's result broadcast),
  *              no shared memory and no __syncthreads.
  *   split      a cooperative reduction of >= SPLIT_MIN_EXTENT elements into
- *              <= SPLIT_MAX_ROWS rows: k<j>_split folds grid-stride
- *              slices into partials in the workspace, k<j> folds the
- *              partials (see SPLIT_* below).
+ *              <= SPLIT_MAX_ROWS rows, or siblings that fold in one loop:
+ *              k<j>_split folds grid-stride slices into partials in the
+ *              workspace (one set per reduction), k<j> folds each
+ *              reduction's partials (schedule.c: SPLIT_*).
  *   extern     (GEMM) no code: a step of the launch plan the client runs
  *              with cublasGemmStridedBatchedEx (describe_gemm maps the
  *              row-major C = A B onto cuBLAS's column-major C^T = B^T A^T;
@@ -93,6 +94,7 @@
  */
 #include "cuda_schedule.h"
 
+#include <assert.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -148,11 +150,11 @@ typedef struct cuda_emit {
   const char *I;           /* index type */
   int warp;                /* reductions by one warp (lane, 32) */
   int oom;
-  /* split reduction (plan split > 1): the reduction split_r folds the
-   * row's split_groups partials at ws + split_off (final stage), or a
-   * grid-stride slice into one partial (split stage) */
-  const tcc_vx *split_r;
-  int64_t split_groups, split_off;
+  /* split reduction (plan split > 1): each cooperative reduction c folds
+   * the row's split_groups partials at ws + split_off + c * split_slots
+   * * 8 (final stage), or a grid-stride slice into one partial (split
+   * stage) */
+  int64_t split_groups, split_off, split_slots;
   int split_stage;
   /* vectorized pointwise path (the plan's vacc[]) */
   int vec_width;           /* W elements per thread (0: off) */
@@ -384,19 +386,28 @@ static int emit_seq_reduce(cuda_emit *ce, const tcc_vx *r, int ind) {
 
 static int emit_coop_finish(cuda_emit *ce, const tcc_vx *r, int acc, int ind);
 
+/* The workspace offset of cooperative reduction r's split partials. */
+static int64_t split_partials(const cuda_emit *ce, const tcc_vx *r) {
+  int c = 0;
+  while (c < ce->kp->ncoop && ce->kp->coop[c] != r) c++;
+  assert(c < ce->kp->ncoop);
+  return ce->split_off + c * ce->split_slots * (int64_t)sizeof(double);
+}
+
 /* A REDUCE folded by the block (all threads reach this point). */
 static int emit_coop_reduce(cuda_emit *ce, const tcc_vx *r, int ind) {
   int acc = ce->naccs++;
   emit_acc_init(ce, r, acc, ind);
-  if (r == ce->split_r && !ce->split_stage) {
+  if (ce->split_groups > 1 && !ce->split_stage) {
     /* final stage of a split reduction: fold the row's partials */
     tcc_buf_printf(ce->b, "%*sfor (int j%d = threadIdx.x; j%d < %" PRId64 "; j%d += blockDim.x)\n", ind, "", acc,
                    acc, ce->split_groups, acc);
     tcc_buf_printf(ce->b, "%*s  a%d = %s(a%d, ((const %s *)(ws + %" PRId64 "))[(long long)row * %" PRId64
                           " + j%d]);\n",
-                   ind, "", acc, red_op(r), acc, tcc_cuda_ctype(r->dtype), ce->split_off, ce->split_groups, acc);
+                   ind, "", acc, red_op(r), acc, tcc_cuda_ctype(r->dtype), split_partials(ce, r),
+                   ce->split_groups, acc);
   } else {
-    int grid_stride = r == ce->split_r;   /* split stage: the grid's blocks share the row */
+    int grid_stride = ce->split_stage;   /* split stage: the grid's blocks share the row */
     tcc_buf_printf(ce->b, "%*sfor (%s j%d = %s; j%d < (%s)%" PRId64 "LL; j%d += %s) {\n", ind, "", ce->I,
                    acc, grid_stride ? "blockIdx.x * blockDim.x + threadIdx.x" : ce->warp ? "lane" : "threadIdx.x",
                    acc, ce->I, tcc_cuda_reduce_extent(r), acc,
@@ -426,8 +437,9 @@ static int emit_coop_group(cuda_emit *ce, const tcc_vx *const *rs, int n, int in
                  tcc_cuda_reduce_extent(rs[0]));
   for (int k = 0; k < n; k++) emit_acc_init(ce, rs[k], acc0 + k, ind);
   tcc_buf_printf(b, "%*sfor (%s j%d = %s; j%d < (%s)%" PRId64 "LL; j%d += %s) {\n", ind, "", ce->I, acc0,
-                 ce->warp ? "lane" : "threadIdx.x", acc0, ce->I, tcc_cuda_reduce_extent(rs[0]), acc0,
-                 ce->warp ? "32" : "blockDim.x");
+                 ce->split_stage ? "blockIdx.x * blockDim.x + threadIdx.x" : ce->warp ? "lane" : "threadIdx.x",
+                 acc0, ce->I, tcc_cuda_reduce_extent(rs[0]), acc0,
+                 ce->split_stage ? "gridDim.x * blockDim.x" : ce->warp ? "32" : "blockDim.x");
   char j[32];
   snprintf(j, sizeof j, "j%d", acc0);
   bind_reduce_vars(ce, rs[0], j, ind + 2);
@@ -443,53 +455,6 @@ static int emit_coop_group(cuda_emit *ce, const tcc_vx *const *rs, int n, int in
   for (int k = 0; k < n; k++)
     if (emit_coop_finish(ce, rs[k], acc0 + k, ind)) return -1;
   return 0;
-}
-
-/* Does expression e read the value of node r? (seen: visited nodes) */
-static int reads_node(const tcc_vx *e, const tcc_vx *r, tcc_ptrmap *seen);
-static int ix_reads_node(const tcc_ix *x, const tcc_vx *r, tcc_ptrmap *seen) {
-  if (!x) return 0;
-  if (x->kind == TCC_IX_VALUE && reads_node(x->v, r, seen)) return 1;
-  return ix_reads_node(x->a, r, seen) || ix_reads_node(x->b, r, seen);
-}
-static int reads_node(const tcc_vx *e, const tcc_vx *r, tcc_ptrmap *seen) {
-  if (!e) return 0;
-  if (e == r) return 1;
-  if (tcc_ptrmap_get(seen, e)) return 0;
-  tcc_ptrmap_put(seen, e, e);
-  if (e->op == TCC_PRIM_LOAD || e->op == TCC_PRIM_INDEX)
-    for (int d = 0; d < e->nidx; d++)
-      if (ix_reads_node(e->idx[d], r, seen)) return 1;
-  return reads_node(e->a, r, seen) || reads_node(e->b, r, seen) || reads_node(e->c, r, seen);
-}
-
-/* How many of the cooperative reductions from coop[i] on fold in one
- * loop (emit_coop_group): the run of reductions with coop[i]'s extents
- * that read none of the run's earlier results. 1 when out of memory. */
-static int coop_group_size(const tcc_cuda_kernel_plan *kp, int i) {
-  const tcc_vx *r0 = kp->coop[i];
-  int n = 1;
-  for (int k = i + 1; k < kp->ncoop; k++, n++) {
-    const tcc_vx *r = kp->coop[k];
-    int same = r->nidx == r0->nidx;
-    for (int d = 0; same && d < r->nidx; d++) same = r->idx[d]->c == r0->idx[d]->c;
-    /* its variables: r0's own, or ids no member binds (aliases of r0's) */
-    for (int q = i; same && q < k && r->buf != r0->buf; q++)
-      same = r->buf + r->nidx <= kp->coop[q]->buf || kp->coop[q]->buf + kp->coop[q]->nidx <= r->buf;
-    if (!same) break;
-    int reads = 0;
-    for (int q = i; q < k && !reads; q++) {
-      tcc_ptrmap seen;
-      if (tcc_ptrmap_init(&seen, 64)) {
-        tcc_ptrmap_free(&seen);
-        return 1;
-      }
-      reads = reads_node(r->a, kp->coop[q], &seen);
-      tcc_ptrmap_free(&seen);
-    }
-    if (reads) break;
-  }
-  return n;
 }
 
 /* After the per-thread folds of a cooperative REDUCE r into a<acc>: the
@@ -677,15 +642,17 @@ static int emit_kernel(const tcc_program *p, const tcc_cuda_step *st, tcc_buf *b
   int rc = -1;
   ce.I = kp->idx32 ? "int" : "long long";
   if (kp->split > 1) {
-    ce.split_r = kp->coop[0];
     ce.split_groups = kp->split;
+    ce.split_slots = kp->split * kp->rows;
   }
 
   if (split_stage) {
     tcc_buf_printf(b, "\n/* k%d_split: first stage of k%d's split reduction: grid (%" PRId64 ", %" PRId64
                       "), block %" PRId64 "; block (g, row) folds a grid-stride slice of row's %" PRId64
-                      " elements into partial [row * %" PRId64 " + g] at ws + %" PRId64 "; %s indices */\n",
-                   kno, kno, kp->split, kp->rows, kp->split_block, kp->red_max, kp->split, split_off, ce.I);
+                      " elements into partial [row * %" PRId64 " + g] of each of its %d reduction%s at ws + %" PRId64
+                      " (%" PRId64 " slots apart); %s indices */\n",
+                   kno, kno, kp->split, kp->rows, kp->split_block, kp->red_max, kp->split, kp->ncoop,
+                   kp->ncoop == 1 ? "" : "s", split_off, ce.split_slots, ce.I);
     tcc_buf_printf(b, "extern \"C\" __global__ void __launch_bounds__(%" PRId64 ") k%d_split(", kp->split_block,
                    kno);
   } else {
@@ -751,10 +718,13 @@ static int emit_kernel(const tcc_program *p, const tcc_cuda_step *st, tcc_buf *b
     tcc_buf_printf(b, "  for (%s row = blockIdx.y; row < (%s)%" PRId64 "LL; row += gridDim.y) {\n", ce.I, ce.I,
                    kp->rows);
     split_index(&ce, "row", 0, kp->row_rank, k->sizes, NULL, 4);
-    if (emit_coop_reduce(&ce, kp->coop[0], 4)) goto done;
-    tcc_buf_printf(b, "    if (threadIdx.x == 0) ((%s *)(ws + %" PRId64 "))[(long long)row * %" PRId64
-                      " + blockIdx.x] = a%d;\n  }\n}\n",
-                   tcc_cuda_ctype(kp->coop[0]->dtype), split_off, kp->split, ce.naccs - 1);
+    int acc0 = ce.naccs;   /* the schedule splits only reductions that fold in one loop */
+    if (emit_coop_group(&ce, (const tcc_vx *const *)kp->coop, kp->ncoop, 4)) goto done;
+    tcc_buf_puts(b, "    if (threadIdx.x == 0) {\n");
+    for (int c = 0; c < kp->ncoop; c++)
+      tcc_buf_printf(b, "      ((%s *)(ws + %" PRId64 "))[(long long)row * %" PRId64 " + blockIdx.x] = a%d;\n",
+                     tcc_cuda_ctype(kp->coop[c]->dtype), split_partials(&ce, kp->coop[c]), kp->split, acc0 + c);
+    tcc_buf_puts(b, "    }\n  }\n}\n");
   } else {
     ce.warp = kp->warp_rows > 0;
     if (ce.warp)
@@ -768,7 +738,7 @@ static int emit_kernel(const tcc_program *p, const tcc_cuda_step *st, tcc_buf *b
     split_index(&ce, "row", 0, kp->row_rank, k->sizes, NULL, 4);
     if (kp->nrc) emit_row_fill(&ce, 4);
     for (int i = 0, n; i < kp->ncoop; i += n) {
-      n = kp->split > 1 ? 1 : coop_group_size(kp, i);
+      n = kp->split > 1 ? 1 : tcc_cuda_coop_group_size(kp, i);
       if (emit_coop_group(&ce, kp->coop + i, n, 4)) goto done;
     }
     tcc_buf_printf(b, "    for (%s e = %s; e < (%s)%" PRId64 "LL; e += %s) {\n", ce.I,

@@ -21,8 +21,9 @@
  *              cooperative (each thread folds its own). A tuning config
  *              (tcc_kernel_config: block, ipt, wrow, split, persist)
  *              replaces the matching choice.
- *   split      a long cooperative reduction into few rows is folded in
- *              two launches (SPLIT_* below).
+ *   split      a long cooperative reduction into few rows, or siblings
+ *              that fold in one loop, is folded in two launches (SPLIT_*
+ *              below).
  *   persistent with the config's persist, inputs read more than once per
  *              row go to shared memory once per row (plan_row_cache).
  *   vector     pointwise kernels whose accesses are contiguous in the flat
@@ -64,8 +65,9 @@
 /* Split reductions: a cooperative reduction of at least SPLIT_MIN_EXTENT
  * elements per row, with at most SPLIT_MAX_ROWS rows, is folded in two
  * launches: k<j>_split, grid (groups, rows) of MAX_RED_BLOCK threads,
- * each block folding a grid-stride slice of its row into one partial in
- * the workspace (after the program's own, 256-byte aligned), then k<j>,
+ * each block folding a grid-stride slice of its row into one partial per
+ * reduction in the workspace (after the program's own, 256-byte aligned;
+ * reduction c's at c * groups * rows slots of 8 bytes), then k<j>,
  * one block per row, folding the row's partials in a fixed order (so the
  * result is deterministic) and running the rest of the kernel. groups =
  * extent / SPLIT_CHUNK, at most SPLIT_MAX_GROUPS. */
@@ -224,6 +226,53 @@ static int collect_coop_ix(fvctx *c, const tcc_ix *x, tcc_ptrmap *seen, node_lis
 
 
 
+/* Does expression e read the value of node r? (seen: visited nodes) */
+static int reads_node(const tcc_vx *e, const tcc_vx *r, tcc_ptrmap *seen);
+static int ix_reads_node(const tcc_ix *x, const tcc_vx *r, tcc_ptrmap *seen) {
+  if (!x) return 0;
+  if (x->kind == TCC_IX_VALUE && reads_node(x->v, r, seen)) return 1;
+  return ix_reads_node(x->a, r, seen) || ix_reads_node(x->b, r, seen);
+}
+static int reads_node(const tcc_vx *e, const tcc_vx *r, tcc_ptrmap *seen) {
+  if (!e) return 0;
+  if (e == r) return 1;
+  if (tcc_ptrmap_get(seen, e)) return 0;
+  tcc_ptrmap_put(seen, e, e);
+  if (e->op == TCC_PRIM_LOAD || e->op == TCC_PRIM_INDEX)
+    for (int d = 0; d < e->nidx; d++)
+      if (ix_reads_node(e->idx[d], r, seen)) return 1;
+  return reads_node(e->a, r, seen) || reads_node(e->b, r, seen) || reads_node(e->c, r, seen);
+}
+
+/* How many of the cooperative reductions from coop[i] on fold in one
+ * loop (emit.c's emit_coop_group): the run of reductions with coop[i]'s extents
+ * that read none of the run's earlier results. 1 when out of memory. */
+int tcc_cuda_coop_group_size(const tcc_cuda_kernel_plan *kp, int i) {
+  const tcc_vx *r0 = kp->coop[i];
+  int n = 1;
+  for (int k = i + 1; k < kp->ncoop; k++, n++) {
+    const tcc_vx *r = kp->coop[k];
+    int same = r->nidx == r0->nidx;
+    for (int d = 0; same && d < r->nidx; d++) same = r->idx[d]->c == r0->idx[d]->c;
+    /* its variables: r0's own, or ids no member binds (aliases of r0's) */
+    for (int q = i; same && q < k && r->buf != r0->buf; q++)
+      same = r->buf + r->nidx <= kp->coop[q]->buf || kp->coop[q]->buf + kp->coop[q]->nidx <= r->buf;
+    if (!same) break;
+    int reads = 0;
+    for (int q = i; q < k && !reads; q++) {
+      tcc_ptrmap seen;
+      if (tcc_ptrmap_init(&seen, 64)) {
+        tcc_ptrmap_free(&seen);
+        return 1;
+      }
+      reads = reads_node(r->a, kp->coop[q], &seen);
+      tcc_ptrmap_free(&seen);
+    }
+    if (reads) break;
+  }
+  return n;
+}
+
 /* The tuning config of kernel k (tune.c; NULL: the heuristic below). */
 static const tcc_kernel_config *kernel_config(const tcc_program *p, const tcc_kernel *k) {
   if (!p->kcfg) return NULL;
@@ -297,9 +346,15 @@ static int plan_kernel(const tcc_program *p, const tcc_kernel *k, fvctx *fc, tcc
     grid = (kp->numel + block * ipt - 1) / (block * ipt);
   }
   /* A very long reduction into few rows: one block per row would leave
-   * the GPU idle, so it is split (split_groups). */
-  if (kp->reduction && !kp->warp_rows && kp->ncoop == 1 && kp->rows >= 1 && kp->rows <= SPLIT_MAX_ROWS &&
-      kp->red_max >= SPLIT_MIN_EXTENT && kp->coop[0]->i != TCC_RED_ARGMAX && kp->coop[0]->i != TCC_RED_ARGMIN) {
+   * the GPU idle, so it is split (split_groups). So are sibling
+   * reductions that fold in one loop (a batch norm backward's two sums
+   * over 64 channels of 401,408: 64 blocks on 132 SMs), each with
+   * partials of its own. */
+  int splittable = kp->reduction && !kp->warp_rows && kp->ncoop >= 1 &&
+                   tcc_cuda_coop_group_size(kp, 0) == kp->ncoop;
+  for (int i = 0; splittable && i < kp->ncoop; i++)
+    splittable = kp->coop[i]->i != TCC_RED_ARGMAX && kp->coop[i]->i != TCC_RED_ARGMIN;
+  if (splittable && kp->rows >= 1 && kp->rows <= SPLIT_MAX_ROWS && kp->red_max >= SPLIT_MIN_EXTENT) {
     int64_t groups = (kp->red_max + SPLIT_CHUNK - 1) / SPLIT_CHUNK;
     if (groups > SPLIT_MAX_GROUPS) groups = SPLIT_MAX_GROUPS;
     if (cfg && cfg->split > 0) groups = cfg->split;
@@ -878,7 +933,7 @@ int tcc_cuda_schedule_pass(tcc_program *p, tcc_error *err) {
     const char *kind = kp->launch.reduction ? "reduction" : "pointwise";
     if (kp->split > 1) {
       int64_t off = align256(ws);
-      ws = off + kp->split * kp->rows * (int64_t)sizeof(double);
+      ws = off + kp->split * kp->rows * kp->ncoop * (int64_t)sizeof(double);
       tcc_cuda_step *sp = st;
       snprintf(sp->name, sizeof sp->name, "k%d_split", kno);
       sp->kind = "split-reduction";
@@ -945,7 +1000,8 @@ int tcc_cuda_schedule_check(const tcc_program *p, tcc_error *err) {
                            kp->warp_rows, kp->launch.block);
     if (st->split_stage != (kp->split > 1 && (i + 1 < s->n && s->steps[i + 1].kernel == st->kernel)))
       return tcc_error_set(err, TCC_E_INTERNAL, "step %s: split stage without its final step", st->name);
-    if (kp->split > 1 && (st->split_off % 256 || st->split_off + kp->split * kp->rows * 8 > s->workspace_bytes))
+    if (kp->split > 1 && (st->split_off % 256 || st->split_off + kp->split * kp->rows * kp->ncoop * 8 >
+                                                      s->workspace_bytes))
       return tcc_error_set(err, TCC_E_INTERNAL, "step %s: partials outside the workspace", st->name);
     if (kp->nrc && (kp->warp_rows || kp->split > 1 || !kp->reduction))
       return tcc_error_set(err, TCC_E_INTERNAL, "step %s: row caches outside a block-per-row kernel", st->name);

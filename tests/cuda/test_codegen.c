@@ -923,12 +923,17 @@ START_TEST(matmul_family) {
 END_TEST
 
 /* A sum over 2^24 float32 into one value: a split reduction (grid > 1
- * for the first stage), and cuobjdump lists both stages. */
+ * for the first stage), and cuobjdump lists both stages; sums of rows;
+ * two sibling sums (x and x^2, folded in one loop) split together, each
+ * with its own partials. */
 START_TEST(split_reduction) {
-  static const int64_t shapes[][2] = {{1, INT64_C(1) << 24}, {4, 200000}};
-  for (size_t s = 0; s < 2; s++) {
+  static const int64_t shapes[][2] = {{1, INT64_C(1) << 24}, {4, 200000}, {4, 200000}};
+  for (size_t s = 0; s < 3; s++) {
     reqb *b;
-    if (s == 0) {
+    int sums = s == 2 ? 2 : 1;
+    if (s == 2) {
+      b = reqb_sum_and_squares(shapes[s][0], shapes[s][1]);
+    } else if (s == 0) {
       b = reqb_new("");
       reqb_value(b, "x", TCC__V1__DTYPE__FLOAT32, 2, shapes[s], NULL, 0);
       reqb_value(b, "o", TCC__V1__DTYPE__FLOAT32, 0, NULL, NULL, 0);
@@ -948,11 +953,28 @@ START_TEST(split_reduction) {
     ck_assert_int_eq(m->kernels[0]->grid[1], shapes[s][0]);
     ck_assert_str_eq(m->kernels[1]->name, "k0");
     ck_assert_int_eq(m->kernels[1]->grid[0], shapes[s][0]);
-    ck_assert_int_ge(m->workspace_bytes, m->kernels[0]->grid[0] * shapes[s][0] * 4);
+    ck_assert_int_ge(m->workspace_bytes, m->kernels[0]->grid[0] * shapes[s][0] * 8 * sums);
     ck_assert_ptr_nonnull(strstr(src, "gridDim.x * blockDim.x"));
-    printf("  split sum [%lld, %lld]: %lld x %lld blocks, then %lld\n", (long long)shapes[s][0],
-           (long long)shapes[s][1], (long long)m->kernels[0]->grid[0], (long long)m->kernels[0]->grid[1],
-           (long long)m->kernels[1]->grid[0]);
+    /* the split stage writes one partial per reduction, the final stage
+     * folds each reduction's own */
+    const char *stage = strstr(src, "k0_split(");
+    ck_assert_ptr_nonnull(stage);
+    long long at[2] = {-1, -1};
+    int writes = 0;
+    for (const char *q = stage; (q = strstr(q, "+ blockIdx.x] = a")); q++) {
+      const char *w = q;
+      while (w > stage && strncmp(w, "(ws + ", 6)) w--;
+      if (writes < 2) at[writes] = strtoll(w + 6, NULL, 10);
+      writes++;
+    }
+    ck_assert_int_eq(writes, sums);
+    if (sums == 2) {
+      ck_assert_ptr_nonnull(strstr(src, "2 reductions over the same 200000 elements, folded in one loop"));
+      ck_assert_int_eq(at[1] - at[0], m->kernels[0]->grid[0] * shapes[s][0] * 8);
+    }
+    printf("  split %s [%lld, %lld]: %lld x %lld blocks, then %lld\n", sums == 2 ? "sum and sum of squares" : "sum",
+           (long long)shapes[s][0], (long long)shapes[s][1], (long long)m->kernels[0]->grid[0],
+           (long long)m->kernels[0]->grid[1], (long long)m->kernels[1]->grid[0]);
     free(src);
     tcc__v1__manifest__free_unpacked(m, NULL);
     reqb_free(b);

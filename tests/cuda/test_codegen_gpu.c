@@ -17,7 +17,8 @@
  *   matmul      cuBLAS steps (float32 without TF32, float16/bfloat16 with
  *               float32 accumulation, float64) with bias/gelu epilogues,
  *               against float64 references; split reductions (sum of
- *               2^24 values) against float64 sums
+ *               2^24 values; sums of x and x^2, split together) against
+ *               float64 sums
  *
  * Tolerances: float32 |gpu - cpu| <= 2e-5 + 2e-5 |cpu| (different
  * summation orders and device math within 2 ulp); half types one unit of
@@ -526,28 +527,34 @@ START_TEST(conv_vs_float64) {
 }
 END_TEST
 
-/* Split reductions: a sum of 2^24 float32 into one value, and 4 rows of
- * 200000, against float64 sums (float32 partials: |err| <= 1e-6 sum|x|). */
+/* Split reductions: a sum of 2^24 float32 into one value, 4 rows of
+ * 200000, and the sums of x and x^2 over 4 rows of 200000 (siblings split
+ * together), against float64 sums (float32 partials: |err| <= 1e-6
+ * sum|term|). */
 START_TEST(split_reduction_vs_float64) {
-  static const int64_t shapes[][2] = {{1, INT64_C(1) << 24}, {4, 200000}};
-  for (int s = 0; s < 2; s++) {
-    reqb *b = reqb_sum_rows(shapes[s][0], shapes[s][1]);
+  static const int64_t shapes[][2] = {{1, INT64_C(1) << 24}, {4, 200000}, {4, 200000}};
+  for (int s = 0; s < 3; s++) {
+    int sums = s == 2 ? 2 : 1;
+    reqb *b = sums == 2 ? reqb_sum_and_squares(shapes[s][0], shapes[s][1]) : reqb_sum_rows(shapes[s][0], shapes[s][1]);
     void **hin, **hout;
     Tcc__V1__Manifest *m = gpu_run(b, "split sum", &hin, &hout);
     ck_assert_str_eq(m->kernels[0]->kind, "split-reduction");
-    for (int64_t r = 0; r < shapes[s][0]; r++) {
-      double ref = 0, mag = 0;
-      for (int64_t j = 0; j < shapes[s][1]; j++) {
-        double v = elem(hin[0], TCC__V1__DTYPE__FLOAT32, (size_t)(r * shapes[s][1] + j));
-        ref += v;
-        mag += fabs(v);
+    for (int q = 0; q < sums; q++)
+      for (int64_t r = 0; r < shapes[s][0]; r++) {
+        double ref = 0, mag = 0;
+        for (int64_t j = 0; j < shapes[s][1]; j++) {
+          double v = elem(hin[0], TCC__V1__DTYPE__FLOAT32, (size_t)(r * shapes[s][1] + j));
+          v = q ? (double)((float)v * (float)v) : v;
+          ref += v;
+          mag += fabs(v);
+        }
+        double got = elem(hout[q], TCC__V1__DTYPE__FLOAT32, (size_t)r);
+        ck_assert_msg(fabs(got - ref) <= 1e-6 * mag, "sum %d row %lld: gpu %.9g, float64 %.9g (seed %u)", q,
+                      (long long)r, got, ref, seed);
       }
-      double got = elem(hout[0], TCC__V1__DTYPE__FLOAT32, (size_t)r);
-      ck_assert_msg(fabs(got - ref) <= 1e-6 * mag, "row %lld: gpu %.9g, float64 %.9g (seed %u)", (long long)r, got,
-                    ref, seed);
-    }
-    printf("  split sum [%lld, %lld]: %lld x %lld partial blocks, matches float64\n", (long long)shapes[s][0],
-           (long long)shapes[s][1], (long long)m->kernels[0]->grid[0], (long long)m->kernels[0]->grid[1]);
+    printf("  split %s [%lld, %lld]: %lld x %lld partial blocks, matches float64\n",
+           sums == 2 ? "sum and sum of squares" : "sum", (long long)shapes[s][0], (long long)shapes[s][1],
+           (long long)m->kernels[0]->grid[0], (long long)m->kernels[0]->grid[1]);
     free_all(hin, m->n_inputs);
     free_all(hout, m->n_outputs);
     tcc__v1__manifest__free_unpacked(m, NULL);
