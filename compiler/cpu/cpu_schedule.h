@@ -84,6 +84,23 @@ int tcc_cpu_gemm_stream_rows(const char *isa);
 #define TCC_CPU_COL_BYTES 65536  /* ... their arrays (on the caller's stack, 8 bytes
                                     an element counted) at most this big */
 
+#define TCC_CPU_PREFETCH 2      /* next-row prefetch streams per kernel */
+#define TCC_CPU_LINE 64         /* bytes per cache line (prefetch steps) */
+
+/* A stream the next-row prefetch touches (tcc_cpu_kernel_schedule):
+ * buffer buf's elements c + sum coef[t] * i<var[t]> + i<v>q for the
+ * prefetching loop's var v, step elements apart (one cache line). The
+ * form is a load of the first reduction's at the row after the current
+ * one; the row var's loop is guarded so that this row exists. */
+typedef struct tcc_cpu_prefetch {
+  int buf;
+  int64_t c;
+  int nterm;
+  int var[TCC_MAX_DIMS];
+  int64_t coef[TCC_MAX_DIMS];
+  int64_t step;
+} tcc_cpu_prefetch;
+
 /* How one kernel runs. */
 typedef struct tcc_cpu_kernel_schedule {
   int live;                   /* 0 for dead kernels (nothing else set) */
@@ -119,6 +136,17 @@ typedef struct tcc_cpu_kernel_schedule {
   int simd;                   /* the element loop runs `omp simd` */
   int simdlen;                /* its simdlen (0: the compiler's) */
   int unroll;                 /* else `GCC unroll` of the element loop (0: none) */
+  /* next-row prefetch: in a row kernel whose first reduction reads each
+   * row from memory and whose second one (prefetch_red, the same
+   * extent) reads it again from cache, the second's loop touches the
+   * next row's lines of the first's loads, a block at a time, so that
+   * memory works while the later passes compute (plan_row_prefetch);
+   * row_var's loop (size row_n) is the innermost around them; NULL: none */
+  const tcc_vx *prefetch_red;
+  int row_var;
+  int64_t row_n;
+  int nprefetch;
+  tcc_cpu_prefetch prefetch[TCC_CPU_PREFETCH];
   int inline_exp;             /* a float32 exp's argument holds a constant
                                  below -87 (a mask's -inf, finfo.min): its
                                  exps print tcc_expf (prelude.c) */

@@ -34,8 +34,9 @@
  * column sums (the element loop in blocks, sums in arrays, the row loop
  * around a SIMD loop over the block: emit_column_sums), pooling windows
  * (unrolled inside a SIMD element loop) and merged inner loops (one loop
- * over two reduction variables, affine loads indexed by it).
- * float16 values are _Float16, bfloat16
+ * over two reduction variables, affine loads indexed by it); a
+ * reduction loop the schedule marks touches the next row's lines first
+ * (put_row_prefetch). float16 values are _Float16, bfloat16
  * values their bits (uint16_t) converted through float. Indices are
  * int64_t (tensors past 2^31 elements index correctly).
  *
@@ -50,8 +51,8 @@
  *
  * Hygiene: nothing from the request reaches the source but numbers.
  * Identifiers are generated (k<n> kernels, b<n> buffers, c<n> constants,
- * t<n> temporaries, i<n> loop variables, i<n>b/e/c/m their blocks and
- * merged loops, a<n> accumulators); floats are printed exactly as
+ * t<n> temporaries, i<n> loop variables, i<n>b/e/c/m/q their blocks,
+ * merged loops and prefetch steps, a<n> accumulators); floats are printed exactly as
  * hexadecimal literals ("%a"), NaN and infinities via <math.h> macros.
  */
 #include "cpu_schedule.h"
@@ -450,6 +451,24 @@ static void open_sum_block(kernel_emit *ke, int v, const char *sfx, int64_t n, i
                  *ind, "", v, sfx, v, sfx, TCC_SUM_BLOCK, n, v, sfx, TCC_SUM_BLOCK, n);
 }
 
+/* The next-row prefetch (cpu_schedule.h) in reduction loop v's block
+ * [lo, hi): each stream's lines of the next row, when the row loop has
+ * one. */
+static void put_row_prefetch(kernel_emit *ke, const char *lo, const char *hi, int v, int ind) {
+  const tcc_cpu_kernel_schedule *ks = ke->ks;
+  tcc_buf *b = ke->b;
+  tcc_buf_printf(b, "%*sif (i%d + 1 < %" PRId64 ") {\n", ind, "", ks->row_var, ks->row_n);
+  for (int i = 0; i < ks->nprefetch; i++) {
+    const tcc_cpu_prefetch *f = &ks->prefetch[i];
+    tcc_buf_printf(b, "%*s  for (int64_t i%dq = %s; i%dq < %s; i%dq += %" PRId64 ")\n", ind, "", v, lo, v, hi, v,
+                   f->step);
+    tcc_buf_printf(b, "%*s    __builtin_prefetch(&b%d[%" PRId64, ind, "", f->buf, f->c);
+    for (int t = 0; t < f->nterm; t++) tcc_buf_printf(b, " + %" PRId64 " * i%d", f->coef[t], f->var[t]);
+    tcc_buf_printf(b, " + i%dq]);\n", v);
+  }
+  tcc_buf_printf(b, "%*s}\n", ind, "");
+}
+
 static void open_red_loop(kernel_emit *ke, int v, const char *sfx, int64_t n, int in_block, int *ind) {
   if (in_block)
     tcc_buf_printf(ke->b, "%*sfor (int64_t i%d%s = i%d%sb; i%d%s < i%d%se; i%d%s++) {\n", *ind, "", v, sfx, v,
@@ -569,8 +588,22 @@ static int emit_reduce_group(kernel_emit *ke, const tcc_vx *const *group, int ng
   const int v_last = r0->buf + last + merged;      /* a merged loop's var: i<v_last>m */
   const char *sfx = merged ? "m" : "";
   int blocked = partials && last >= 0 && n_last > TCC_SUM_BLOCK && !ke->p->graph->nsyms;
+  const int prefetch = r0 == ke->ks->prefetch_red && ke->walking && !merged && last == 0;
+  if (prefetch && !blocked) {
+    char n[24];
+    snprintf(n, sizeof n, "%" PRId64, n_last);
+    put_row_prefetch(ke, "0", n, v_last, ind);
+  }
   for (int r = 0; r <= last; r++) {
-    if (r == last && blocked) open_sum_block(ke, v_last, sfx, n_last, &ind);
+    if (r == last && blocked) {
+      open_sum_block(ke, v_last, sfx, n_last, &ind);
+      if (prefetch) {
+        char lo[24], hi[24];
+        snprintf(lo, sizeof lo, "i%db", v_last);
+        snprintf(hi, sizeof hi, "i%de", v_last);
+        put_row_prefetch(ke, lo, hi, v_last, ind);
+      }
+    }
     if (r == last)
       for (int g = 0; g < ng; g++)
         if (float_partial(group[g])) tcc_buf_printf(b, "%*sfloat a%dp = 0;\n", ind, "", acc[g]);

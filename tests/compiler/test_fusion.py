@@ -961,3 +961,63 @@ def test_gemm_writes_its_output_without_a_copy():
     # dW's GEMM alone; h's GEMM, then one kernel for h's copy and the relu
     assert heads == ["extern gemm [40 x 24 x 48] x 1", "extern gemm [48 x 40 x 24] x 1",
                      "pointwise over [48, 40], 1 loop"], heads
+
+
+def prefetches(source):
+    """The next-row prefetch loops of generated source: (row guard, buffer,
+    index) of each __builtin_prefetch."""
+    return re.findall(r"if \((i\d+ \+ 1 < \d+)\) \{\n(?:\s+for \(int64_t i\d+q = .*\n"
+                      r"\s+__builtin_prefetch\(&b\d+\[.*\]\);\n)+", source), \
+        re.findall(r"__builtin_prefetch\(&(b\d+)\[(.*)\]\);", source)
+
+
+def test_row_kernels_prefetch_the_next_row(tmp_path):
+    """Softmax, log-softmax and layer norm over long rows: the first
+    reduction over a row reads it from memory, the second from cache, and
+    the second's loop touches the next row's cache lines first
+    (__builtin_prefetch one row's stride on, guarded by the row loop), so
+    memory works while the later passes compute. Masked attention scores
+    prefetch their mask's rows too. Rows read at a stride, or shorter than
+    4 lines, prefetch nothing. Loops still vector code; fresh inputs
+    (non-contiguous and broadcast ones among them), against float64."""
+    g = torch.Generator().manual_seed(SEED)
+    R, C = 64, 1000
+    x = torch.randn(R, C, generator=g) * 4
+    for f in (lambda x: (A._softmax.default(x, -1, False),), lambda x: (A._log_softmax.default(x, -1, False),)):
+        k = compiled_against_f64(f, [x])
+        guards, streams = prefetches(k.source)
+        assert guards == [f"i0 + 1 < {R}"] and len(streams) == 1, k.source
+        assert re.fullmatch(rf"{C} \+ {C} \* i0 \+ i\d+q", streams[0][1]), streams
+        assert_vector_code(tmp_path, k.source)
+
+    w, b = torch.randn(2048, generator=g), torch.randn(2048, generator=g)
+    y = torch.randn(48, 2048, generator=g) * 2 + 1
+
+    def layer_norm(y, w, b):
+        return (A.native_layer_norm.default(y, [2048], w, b, 1e-5)[0],)
+    k = compiled_against_f64(layer_norm, [y, w, b])
+    guards, streams = prefetches(k.source)
+    assert guards == ["i0 + 1 < 48"] and [s[1].split(" + i")[0] for s in streams] == ["2048 + 2048 * i0"], k.source
+    assert_vector_code(tmp_path, k.source)
+
+    # masked attention scores [B, H, S, S] and a broadcast mask [S, S]
+    # (bool: 4 lines a row)
+    S = 256
+    s = torch.randn(2, 4, S, S, generator=g)
+    m = torch.rand(S, S, generator=g) > 0.2
+    m[:, 0] = True    # no row fully masked
+
+    def masked(s, m):
+        return (torch.softmax((s * 0.125).masked_fill(~m, float("-inf")), -1),)
+    k = tk.compile_fx(tk.aten_graph(masked, [s, m]), [s, m], keep_source=True)
+    torch.testing.assert_close(k(s, m)[0].double(), masked(s.double(), m)[0], rtol=1e-4, atol=1e-6)
+    guards, streams = prefetches(k.source)
+    assert guards == [f"i2 + 1 < {S}"] and len(streams) == 2, k.source
+    assert sorted(re.sub(r"i\d+q", "q", st[1]) for st in streams) == \
+        sorted([f"{S} + {S * S * 4} * i0 + {S * S} * i1 + {S} * i2 + q", f"{S} + {S} * i2 + q"]), streams
+    assert_vector_code(tmp_path, k.source)
+
+    # rows read at a stride of 2, rows of 3 lines: nothing to prefetch
+    for z in (torch.randn(R, 2 * C, generator=g)[:, ::2], torch.randn(4096, 48, generator=g)):
+        k = compiled_against_f64(lambda z: (A._softmax.default(z, -1, False),), [z])
+        assert prefetches(k.source) == ([], []), k.source
