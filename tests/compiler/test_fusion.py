@@ -165,14 +165,14 @@ def test_conv_bias_relu_is_pack_gemm_plus_one_kernel():
 
 def test_conv_and_gemm_steps_in_one_artifact():
     """A convolution (oneDNN's runtime, dnnl.h) and a float32 GEMM
-    (dnnl_sgemm: 8 images, past the rows that stream the weight) in one
+    (dnnl_sgemm: 16 images, past the rows that stream the weight) in one
     graph, as a CNN's stem and classifier: one source declares both once,
     builds, and matches eager."""
-    x, w, b = torch.randn(8, 3, 10, 10), torch.randn(8, 3, 3, 3), torch.randn(8)
+    x, w, b = torch.randn(16, 3, 10, 10), torch.randn(8, 3, 3, 3), torch.randn(8)
     fw, fb = torch.randn(5, 8 * 10 * 10), torch.randn(5)
     def f(x, w, b, fw, fb):
         y = A.relu.default(A.convolution.default(x, w, b, [1, 1], [1, 1], [1, 1], False, [0, 0], 1))
-        return A.addmm.default(fb, A.view.default(y, [8, 800]), A.t.default(fw))
+        return A.addmm.default(fb, A.view.default(y, [16, 800]), A.t.default(fw))
     gm = tk.aten_graph(f, [x, w, b, fw, fb], decompose=False)
     k = tk.compile_fx(gm, [x, w, b, fw, fb], keep_source=True)
     if "onednn/" not in k.identity:

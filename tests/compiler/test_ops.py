@@ -1271,7 +1271,7 @@ def test_gemm_roads(road, la, lb):
     env = dict(os.environ, TCC_NO_ONEDNN="1" if road == "openblas" else "0")
     tol = (2e-4, 1e-3)  # float32 sums of up to 768 products of values in [-3, 3]
     cases = [(A.mm.default, (rnd((1, 768), torch.float32, g, layout=la), rnd((768, 300), torch.float32, g, layout=lb))),
-             (A.mm.default, (rnd((9, 96), torch.float32, g, layout=la), rnd((96, 130), torch.float32, g, layout=lb))),
+             (A.mm.default, (rnd((13, 96), torch.float32, g, layout=la), rnd((96, 130), torch.float32, g, layout=lb))),
              (A.linear.default, (rnd((2, 9, 64), torch.float32, g, layout=la), rnd((200, 64), torch.float32, g, layout=lb),
                                  rnd((200,), torch.float32, g))),
              (A.bmm.default, (rnd((12, 9, 64), torch.float32, g, layout=la), rnd((12, 64, 9), torch.float32, g, layout=lb))),
@@ -1302,10 +1302,10 @@ def test_empty_matmul():
     run_op(A.mm.default, (torch.randn(0, 3), torch.randn(3, 4)))
 
 
-@pytest.mark.parametrize("rows", [7, 32, 33])
+@pytest.mark.parametrize("rows", [13, 32, 33])
 def test_few_rows_times_linear_weight_is_the_transposed_product(rows):
     """float32 on the oneDNN road: few rows (up to 32, past those that
-    stream the weight: 6 on x86-64-v3) times a weight stored [N, K]
+    stream the weight: 12 on x86-64-v3) times a weight stored [N, K]
     (nn.Linear's) is computed as C^T = W . x^T, which dnnl_sgemm runs
     1.6-2.5x faster (lower_matmul.c, transposed_product), and the epilogue
     (bias, gelu) reads C through it; 33 rows stay C = x . W^T. Fresh
@@ -1330,10 +1330,11 @@ HOST_ISA = __import__("tccd.config", fromlist=["x"]).host_cpu_isa()
 
 
 @pytest.mark.parametrize("isa,rows,n,k,ld", [("x86-64-v3", 2, 400, 96, 96), ("x86-64-v3", 6, 401, 100, 100),
-                                             ("x86-64-v3", 4, 300, 64, 71), ("x86-64-v4", 9, 768, 768, 768),
+                                             ("x86-64-v3", 4, 300, 64, 71), ("x86-64-v3", 9, 768, 768, 768),
+                                             ("x86-64-v3", 12, 401, 100, 100), ("x86-64-v4", 9, 768, 768, 768),
                                              ("x86-64-v4", 12, 401, 100, 100), ("x86-64-v4", 5, 3, 17, 17)])
 def test_few_rows_times_linear_weight_stream_its_rows(isa, rows, n, k, ld):
-    """Few rows (2..6 on AVX2, ..12 on AVX-512) times a weight stored
+    """Few rows (2..12, on AVX2 and AVX-512) times a weight stored
     [N, K] run a generated kernel that reads each weight row once
     (cpu/schedule.c, plan_stream_rows; dnnl_sgemm read such weights at
     half the memory's speed): no library call, C = x . W^T, and the
