@@ -862,7 +862,7 @@ static int row_load(void *ctx, const tcc_vx *load, const int64_t *coef, int64_t 
   tcc_cpu_prefetch f = {.buf = load->buf, .c = c + r->p->bufs[load->buf].layout.offset + coef[ks->row_var]};
   for (int v = 0; v < r->p->next_var; v++) {
     if (!coef[v] || v == r->inner) continue;
-    if (v >= TCC_MAX_DIMS || v >= r->ks->nest.nloops || pl->pos[v] >= r->level || f.nterm == TCC_MAX_DIMS) return 1;
+    if (v >= TCC_MAX_DIMS || v >= pl->nloops || pl->pos[v] >= r->level || f.nterm == TCC_MAX_DIMS) return 1;
     f.var[f.nterm] = v;
     f.coef[f.nterm++] = coef[v];
   }
@@ -890,9 +890,10 @@ static const tcc_vx *reduce_within(const tcc_vx *e, const tcc_vx *r, tcc_ptrmap 
  * an earlier group of r2's level (a layer norm's mean before its
  * variance), or one in r2's summand, computed before r2's loop (a
  * softmax's max before its sum). The rows of r1's loads must be at least
- * 4 lines long. On an AMD EPYC (AVX2) softmax over [1024, 4096] took
- * 3.3 ms with it against 4.1 ms, log_softmax 4.1 against 5.0. Returns 0
- * or -1 (out of memory). */
+ * 4 lines long. On an AMD EPYC (AVX2), rows from memory, softmax over
+ * [1024, 4096] took 4.02 ms with it against 4.38, log_softmax 4.32
+ * against 5.14 (docs/benchmarks.md, CPU kernels). Returns 0 or -1 (out
+ * of memory). */
 static int plan_row_prefetch(planner *ke) {
   const tcc_program *p = ke->p;
   tcc_cpu_kernel_schedule *ks = ke->ks;
@@ -1152,8 +1153,9 @@ int tcc_cpu_gemm_stream_rows(const char *isa) {
  * AVX-512's 32, 12 of AVX2's 16, one weight row a block from 7 rows on
  * AVX2 (an AVX-512 Xeon, 2 threads, weights from memory: 9 x 768 x 3072
  * at 23 GB/s against dnnl_sgemm's 13, 16 rows no faster than oneDNN; an
- * AMD EPYC with AVX2: 9 x 768 x 3072 in 0.81 ms against dnnl_sgemm's 1.34,
- * 9 x 3072 x 768 in 1.05 against 1.17). Returns 1 when it does. */
+ * AMD EPYC with AVX2: 9 x 768 x 3072 in 0.82 ms against dnnl_sgemm's 1.27,
+ * 9 x 3072 x 768 in 1.02 against 1.21, docs/benchmarks.md). Returns 1
+ * when it does. */
 static int plan_stream_rows(const tcc_program *p, const tcc_vx *call, tcc_cpu_gemm *g,
                             const tcc_kernel_config *cfg) {
   int64_t Bt = call->idx[0]->c, M = call->idx[1]->c, N = call->idx[2]->c, K = call->idx[3]->c;
