@@ -143,6 +143,9 @@ typedef struct tcc_cpu_kernel_schedule {
    * memory works while the later passes compute (plan_row_prefetch);
    * row_var's loop (size row_n) is the innermost around them; NULL: none */
   const tcc_vx *prefetch_red;
+  int prefetch_elem;          /* ... or, with no second reduction, the
+                                 element loop in blocks, each touching the
+                                 next row's block first (rms norm) */
   int row_var;
   int64_t row_n;
   int nprefetch;

@@ -1375,6 +1375,16 @@ static int emit_kernel(const tcc_program *p, const tcc_kernel *k, const tcc_cpu_
     }
     if (lv > 0) {
       int j = lv - 1;
+      int iv = pl->affine ? j : pl->dims[j][0];   /* dim order: loop j binds i<dim> */
+      const int blocks = j == pl->nloops - 1 && ks->prefetch_elem;   /* never the parallel loop */
+      if (blocks) {
+        /* the element loop in blocks, each touching the next row's first */
+        char lo[24], hi[24];
+        open_sum_block(&ke, iv, "", pl->size[j], &indent);
+        snprintf(lo, sizeof lo, "i%db", iv);
+        snprintf(hi, sizeof hi, "i%de", iv);
+        put_row_prefetch(&ke, lo, hi, iv, indent);
+      }
       if (j == par && ks->par_at_run_time) {
         tcc_buf_printf(b, "%*s#pragma omp parallel for schedule(static) reduction(|:bad) if(", indent, "");
         put_work_expr(b, k, nodes, nn);
@@ -1387,9 +1397,11 @@ static int emit_kernel(const tcc_program *p, const tcc_kernel *k, const tcc_cpu_
         tcc_buf_puts(b, "\n");
       } else if (j == pl->nloops - 1 && ks->unroll)
         tcc_buf_printf(b, "%*s#pragma GCC unroll %d\n", indent, "", ks->unroll);
-      int iv = pl->affine ? j : pl->dims[j][0];   /* dim order: loop j binds i<dim> */
-      tcc_buf_printf(b, "%*sfor (int64_t i%d = 0; i%d < %" PRId64 "; i%d++) {\n", indent, "", iv, iv,
-                     pl->size[j], iv);
+      if (blocks)
+        tcc_buf_printf(b, "%*sfor (int64_t i%d = i%db; i%d < i%de; i%d++) {\n", indent, "", iv, iv, iv, iv, iv);
+      else
+        tcc_buf_printf(b, "%*sfor (int64_t i%d = 0; i%d < %" PRId64 "; i%d++) {\n", indent, "", iv, iv,
+                       pl->size[j], iv);
       if (!pl->affine) ke.bound[iv] = 1;
       else
         for (int d = 0; d < pl->ndims[j]; d++) ke.bound[pl->dims[j][d]] = 1;
@@ -1405,6 +1417,10 @@ static int emit_kernel(const tcc_program *p, const tcc_kernel *k, const tcc_cpu_
   for (int j = pl->nloops - 1 - (pv >= 0 || ks->col_block); j >= 0; j--) {
     indent -= 2;
     tcc_buf_printf(b, "%*s}\n", indent, "");
+    if (j == pl->nloops - 1 && ks->prefetch_elem) {   /* its block loop */
+      indent -= 2;
+      tcc_buf_printf(b, "%*s}\n", indent, "");
+    }
   }
   tcc_buf_puts(b, "  return bad;\n}\n");
   rc = ke.oom || ke.fv.oom ? -1 : 0;

@@ -899,7 +899,7 @@ static int plan_row_prefetch(planner *ke) {
   tcc_cpu_kernel_schedule *ks = ke->ks;
   const tcc_cpu_nest *pl = &ks->nest;
   ks->prefetch_red = NULL;
-  ks->nprefetch = 0;
+  ks->nprefetch = ks->prefetch_elem = 0;
   if (p->graph->nsyms || pl->affine || ks->par < 0 || ks->inner_red || ks->col_block) return 0;
   const tcc_vx *r1 = NULL, *r2 = NULL;
   int first = -1, level = 0;
@@ -920,7 +920,20 @@ static int plan_row_prefetch(planner *ke) {
     }
     if (r1) r2 = e, level = ks->levels[i];
   }
-  if (!r2 || level < 1 || r1->i == TCC_RED_ARGMAX || r1->i == TCC_RED_ARGMIN) return 0;
+  /* no second reduction: the element loop reads the row again (rms
+   * norm's x * rsqrt(mean(x^2) + eps)) when it runs in SIMD lanes right
+   * inside the rows and has r1's extent */
+  const int elem = pl->nloops - 1;
+  for (int i = 0; i < ks->nnodes && !r2 && ks->simd && elem >= 1 && elem != ks->par && ks->peel_loop < 0; i++) {
+    const tcc_vx *e = ks->nodes[i];
+    if (ks->red_lead[i] == i && ks->levels[i] == elem && e->nidx == 1 && !ks->red_merged[i] &&
+        e->idx[0]->c == pl->size[elem])
+      r1 = e, level = elem, ks->prefetch_elem = 1, r2 = e;
+  }
+  if (!r2 || level < 1 || r1->i == TCC_RED_ARGMAX || r1->i == TCC_RED_ARGMIN) {
+    ks->prefetch_elem = 0;
+    return 0;
+  }
   int row_loop = level - 1;
   while (row_loop >= 0 && pl->size[row_loop] < 2) row_loop--;
   if (row_loop < 0) return 0;
@@ -937,7 +950,8 @@ static int plan_row_prefetch(planner *ke) {
   for (int i = 0; i < ks->nprefetch; i++)
     if (n >= 4 * ks->prefetch[i].step) ks->prefetch[keep++] = ks->prefetch[i];
   ks->nprefetch = keep;
-  if (keep) ks->prefetch_red = r2;
+  if (keep && !ks->prefetch_elem) ks->prefetch_red = r2;
+  if (!keep) ks->prefetch_elem = 0;
   return 0;
 }
 
@@ -1113,7 +1127,7 @@ static int plan_kernel(planner *ke) {
       if (ks->nodes[i]->op == TCC_PRIM_LOAD)
         for (int d = 0; d < ks->nodes[i]->nidx; d++) find_peels(ke, ks->nodes[i]->idx[d], pv);
   if (ks->npeel) ks->peel_loop = pv;
-  if (plan_column_sums(ke) || plan_row_prefetch(ke)) return -1;
+  if (plan_column_sums(ke)) return -1;
   /* pooling windows: reductions in the element loop of a few steps each
    * unroll, and the element loop runs in SIMD lanes (max-pool's backward
    * checks 2x2 windows per input element: a 2-lane SIMD loop before) */
@@ -1136,7 +1150,7 @@ static int plan_kernel(planner *ke) {
       ks->simd = 1;
     else if (cfg && cfg->unroll > 0) ks->unroll = cfg->unroll;
   }
-  return 0;
+  return plan_row_prefetch(ke);
 }
 
 int tcc_cpu_gemm_stream_rows(const char *isa) {
@@ -1359,11 +1373,14 @@ int tcc_cpu_schedule_check(const tcc_program *p, tcc_error *err) {
     for (int i = 0; i < ks->nnodes; i++)
       if (ks->red_merged[i] && (ks->nodes[i]->op != TCC_PRIM_REDUCE || ks->nodes[i]->nidx < 2))
         return tcc_error_set(err, TCC_E_INTERNAL, "k%d: node %d merges loops it does not have", ks->kno, i);
-    if (ks->prefetch_red && (ks->nprefetch < 1 || ks->nprefetch > TCC_CPU_PREFETCH || ks->row_var < 0 ||
+    if (ks->prefetch_elem && (ks->prefetch_red || !ks->simd || ks->peel_loop >= 0 || elem == ks->par))
+      return tcc_error_set(err, TCC_E_INTERNAL, "k%d: a blocked element loop that cannot be", ks->kno);
+    if ((ks->prefetch_red || ks->prefetch_elem) && (ks->nprefetch < 1 || ks->nprefetch > TCC_CPU_PREFETCH || ks->row_var < 0 ||
                              ks->row_var >= K->rank || ks->row_n != K->sizes[ks->row_var] || ks->row_n < 2 ||
-                             ks->prefetch_red->op != TCC_PRIM_REDUCE || ks->prefetch_red->nidx != 1))
+                             (ks->prefetch_red && (ks->prefetch_red->op != TCC_PRIM_REDUCE ||
+                                                   ks->prefetch_red->nidx != 1))))
       return tcc_error_set(err, TCC_E_INTERNAL, "k%d: a next-row prefetch without a row", ks->kno);
-    for (int i = 0; ks->prefetch_red && i < ks->nprefetch; i++)
+    for (int i = 0; i < ks->nprefetch; i++)
       if (ks->prefetch[i].buf < 0 || ks->prefetch[i].buf >= p->nbufs || ks->prefetch[i].step < 1)
         return tcc_error_set(err, TCC_E_INTERNAL, "k%d: prefetch stream %d", ks->kno, i);
     for (int st = 0; st < K->nstores; st++)
@@ -1430,8 +1447,9 @@ void tcc_cpu_schedule_dump(const tcc_program *p, tcc_buf *b) {
     if (ks->window_unrolled) tcc_buf_puts(b, " (windows unrolled)");
     if (ks->peel_loop >= 0) tcc_buf_printf(b, "; loop %d peeled around %d clamps", ks->peel_loop, ks->npeel);
     if (ks->inline_exp) tcc_buf_puts(b, "; masked exps inline");
-    if (ks->prefetch_red)
-      tcc_buf_printf(b, "; next row prefetched (%d stream%s)", ks->nprefetch, ks->nprefetch == 1 ? "" : "s");
+    if (ks->prefetch_red || ks->prefetch_elem)
+      tcc_buf_printf(b, "; next row prefetched (%d stream%s%s)", ks->nprefetch, ks->nprefetch == 1 ? "" : "s",
+                     ks->prefetch_elem ? ", element loop in blocks" : "");
     if (ks->kept_node) tcc_buf_puts(b, "; a sum's summands kept in the output");
     if (ks->ncol_vals) tcc_buf_printf(b, "; %d column value%s", ks->ncol_vals, ks->ncol_vals == 1 ? "" : "s");
     int merged = 0;

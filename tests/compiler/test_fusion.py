@@ -1017,6 +1017,18 @@ def test_row_kernels_prefetch_the_next_row(tmp_path):
         sorted([f"{S} + {S * S * 4} * i0 + {S * S} * i1 + {S} * i2 + q", f"{S} + {S} * i2 + q"]), streams
     assert_vector_code(tmp_path, k.source)
 
+    # rms norm: one reduction, then the element loop in blocks, each
+    # touching the next row's block first
+    def rms(y, w):
+        return (A.mul.Tensor(A.mul.Tensor(y, A.rsqrt.default(A.add.Tensor(
+            A.mean.dim(A.mul.Tensor(y, y), [-1], True), 1e-6))), w),)
+    k = compiled_against_f64(rms, [y, w])
+    guards, streams = prefetches(k.source)
+    assert guards == ["i0 + 1 < 48"] and len(streams) == 1, k.source
+    assert re.search(r"for \(int64_t i(\d+)b = 0;.*\n.*\n\s+if \(i0 \+ 1 < 48\)(.*\n){4}"
+                     r"\s+#pragma omp simd.*\n\s+for \(int64_t i\1 = i\1b; i\1 < i\1e;", k.source), k.source
+    assert_vector_code(tmp_path, k.source)
+
     # rows read at a stride of 2, rows of 3 lines: nothing to prefetch
     for z in (torch.randn(R, 2 * C, generator=g)[:, ::2], torch.randn(4096, 48, generator=g)):
         k = compiled_against_f64(lambda z: (A._softmax.default(z, -1, False),), [z])
