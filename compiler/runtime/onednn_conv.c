@@ -14,9 +14,12 @@
  * between convolutions so, conv.c) asks for a primitive on that layout
  * instead, and on its result's when that is channels last too, which
  * oneDNN's brgemm kernels read and write as they are, with no reorder
- * (format "any" is the fallback when oneDNN has none). The blocked
- * copies and oneDNN's scratchpad are allocated per call (user scratchpad
- * mode), so one step may run on several threads at once.
+ * (format "any" is the fallback when oneDNN has none, and when the one
+ * it offers there is a direct JIT kernel, as on AVX2). The blocked
+ * copies and oneDNN's scratchpad live in a block the kernel keeps
+ * between calls (user scratchpad mode; a call on another thread at the
+ * same time allocates its own), so one step may run on several threads
+ * at once.
  *
  * Roles of the operands a and b and the result c, per kind:
  *   0 forward           a = src (x),      b = weights,   c = dst (y)
@@ -35,6 +38,7 @@
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 typedef struct tcc_dnnl_conv {
   int kind;                          /* 0, 1, 2 as above */
@@ -206,6 +210,15 @@ static int tcc_dnnl_make(tcc_dnnl_conv *c, int prefer_user) {
     q[0] = dnnl_query_src_md, q[1] = dnnl_query_diff_dst_md, q[2] = dnnl_query_diff_weights_md;
     dims[0] = xd, dims[1] = yd, dims[2] = wd;
   }
+  /* channels-last activations as they are, but not into oneDNN's direct
+   * JIT kernels ("jit:avx2"; AVX-512 gets brgemm ones, and 1x1
+   * convolutions "jit_1x1"): on NHWC those ran ResNet-50's 3x3
+   * convolutions 1.1-1.9x slower (forward) and 1.1-1.5x (backward) than
+   * on nChw8c, more than the reorders in and out cost */
+  const char *impl = NULL;
+  if (prefer_user && !p[23] && cl &&
+      (dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) || !impl || strncmp(impl, "jit:", 4) == 0))
+    goto done;
   for (int r = 0; r < 3; r++) nds[r] = dims[r] == wd ? nw : nx;
   /* the result's strides: the TEMP's (sc), which for weights is
    * contiguous in PyTorch's dims ([Cin, Cout/G, k..] for the weights of
@@ -248,12 +261,49 @@ static void tcc_dnnl_release(tcc_dnnl_conv *c) {
   c->prim = c->reorder[0] = c->reorder[1] = c->reorder[2] = NULL;
 }
 
+static size_t tcc_dnnl_round(size_t n) { return (n + 63) & ~(size_t)63; }
+
+/* One block for the blocked copies and scratchpads of this kernel's
+ * steps, kept between calls and grown to the largest: a block of tens
+ * of MB allocated per call came fresh from mmap (14-170 thousand page
+ * faults a ResNet-50 training step). A step that finds it taken (a call
+ * on another thread) allocates its own. */
+static char *tcc_dnnl_kept;
+static size_t tcc_dnnl_kept_bytes;
+static int tcc_dnnl_kept_busy;
+
+static char *tcc_dnnl_block(size_t n, int *kept) {
+  char *p = NULL;
+  *kept = 0;
+  if (!__atomic_exchange_n(&tcc_dnnl_kept_busy, 1, __ATOMIC_ACQUIRE)) {
+    if (tcc_dnnl_kept_bytes < n) {
+      free(tcc_dnnl_kept);
+      tcc_dnnl_kept = NULL;
+      tcc_dnnl_kept_bytes = 0;
+      if (posix_memalign((void **)&tcc_dnnl_kept, 64, n) == 0) tcc_dnnl_kept_bytes = n;
+    }
+    if (tcc_dnnl_kept) {
+      *kept = 1;
+      return tcc_dnnl_kept;
+    }
+    __atomic_store_n(&tcc_dnnl_kept_busy, 0, __ATOMIC_RELEASE);
+  }
+  return posix_memalign((void **)&p, 64, n) ? NULL : p;
+}
+
+static void tcc_dnnl_unblock(char *p, int kept) {
+  if (kept) __atomic_store_n(&tcc_dnnl_kept_busy, 0, __ATOMIC_RELEASE);
+  else free(p);
+}
+
+/* at unload (the kernel's destructor) */
 static void tcc_dnnl_engine_release(void) {
   if (tcc_dnnl_engine) dnnl_engine_destroy(tcc_dnnl_engine);
   tcc_dnnl_engine = NULL;
+  free(tcc_dnnl_kept);
+  tcc_dnnl_kept = NULL;
+  tcc_dnnl_kept_bytes = 0;
 }
-
-static size_t tcc_dnnl_round(size_t n) { return (n + 63) & ~(size_t)63; }
 
 static int tcc_dnnl_conv_run(tcc_dnnl_conv *c, const float *a, const float *b, float *out) {
   if (__atomic_load_n(&c->state, __ATOMIC_ACQUIRE) == 0) {
@@ -279,7 +329,8 @@ static int tcc_dnnl_conv_run(tcc_dnnl_conv *c, const float *a, const float *b, f
   off[3] = total;
   total += tcc_dnnl_round(c->scratch_bytes);
   char *block = NULL;
-  if (total && posix_memalign((void **)&block, 64, total)) return 1;
+  int kept = 0;
+  if (total && !(block = tcc_dnnl_block(total, &kept))) return 1;
   void *user[3] = {(void *)a, (void *)b, out};
   dnnl_memory_t um[3] = {NULL, NULL, NULL}, mm[3] = {NULL, NULL, NULL}, scratch = NULL;
   dnnl_stream_t stream = NULL;
@@ -322,6 +373,6 @@ done:
   }
   if (scratch) dnnl_memory_destroy(scratch);
   if (stream) dnnl_stream_destroy(stream);
-  free(block);
+  if (block) tcc_dnnl_unblock(block, kept);
   return rc;
 }

@@ -1487,6 +1487,48 @@ def test_pointwise_convolution_is_one_batched_gemm(road):
     torch.testing.assert_close(k(*ins)[0].double(), want, rtol=1e-4, atol=1e-4)
 
 
+def test_channels_last_convolution_runs_on_brgemm_or_blocked(capfd):
+    """A convolution on channels-last activations runs oneDNN's
+    primitive on NHWC as it is unless that primitive is a direct JIT
+    kernel ("jit:avx2": 1.1-1.9x slower on NHWC than on nChw8c at
+    ResNet-50's 3x3 shapes), which runs on oneDNN's blocked layout with
+    reorders in and out (onednn_conv.c); oneDNN 2's AVX2 3x3 kernels are
+    such. The choice read from oneDNN's verbose log of the call; fresh
+    inputs against eager in float64 either way."""
+    import ctypes
+    import ctypes.util
+    g = gen(0xc1a5)
+    x = rnd((2, 16, 12, 12), torch.float32, g, -2, 2).contiguous(memory_format=torch.channels_last)
+    w = rnd((24, 16, 3, 3), torch.float32, g, -1, 1)
+    args = (x, w, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1)
+    gm, ins = tk.op_graph(A.convolution.default, args)
+    k = tk.compile_fx(gm, ins, keep_source=True)
+    if "onednn/" not in k.identity:
+        pytest.skip("tccd is built without oneDNN (meson -Donednn)")
+    assert "tcc_dnnl_conv_run(&k" in k.source
+    dnnl = ctypes.CDLL(ctypes.util.find_library("dnnl"))
+    libc = ctypes.CDLL(None)
+    capfd.readouterr()
+    dnnl.dnnl_set_verbose(2)
+    try:
+        got = k(*ins)[0]
+    finally:
+        dnnl.dnnl_set_verbose(0)
+        libc.fflush(None)
+    log = capfd.readouterr().out
+    convs = [ln.split(",") for ln in log.splitlines() if ",exec," in ln and ",convolution," in ln]
+    assert len(convs) == 1, log
+    f = convs[0]
+    impl, src = f[f.index("convolution") + 1], next(x for x in f if x.startswith("src"))
+    if "acdb" in src:
+        assert not impl.startswith("jit:"), (impl, src)
+    dnnl.dnnl_version.restype = ctypes.POINTER(ctypes.c_int)   # dnnl_version_t: major first
+    if dnnl.dnnl_version()[0] == 2 and HOST_ISA == "x86-64-v3":
+        assert "acdb" not in src and impl.startswith("jit:"), (impl, src)
+    want = A.convolution.default(*[t.double() if isinstance(t, torch.Tensor) else t for t in args])
+    torch.testing.assert_close(got.double(), want, rtol=1e-4, atol=1e-4)
+
+
 def test_convolution_steps_run_on_threads_at_once():
     """A freshly loaded kernel's oneDNN steps make their primitives on the
     first call: 4 threads making that first call together (and 5 more
