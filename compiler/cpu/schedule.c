@@ -924,16 +924,15 @@ static int plan_row_prefetch(planner *ke) {
    * norm's x * rsqrt(mean(x^2) + eps)) when it runs in SIMD lanes right
    * inside the rows and has r1's extent */
   const int elem = pl->nloops - 1;
-  for (int i = 0; i < ks->nnodes && !r2 && ks->simd && elem >= 1 && elem != ks->par && ks->peel_loop < 0; i++) {
-    const tcc_vx *e = ks->nodes[i];
-    if (ks->red_lead[i] == i && ks->levels[i] == elem && e->nidx == 1 && !ks->red_merged[i] &&
-        e->idx[0]->c == pl->size[elem])
-      r1 = e, level = elem, ks->prefetch_elem = 1, r2 = e;
-  }
-  if (!r2 || level < 1 || r1->i == TCC_RED_ARGMAX || r1->i == TCC_RED_ARGMIN) {
-    ks->prefetch_elem = 0;
-    return 0;
-  }
+  int in_elem = 0;   /* r1 alone, its row read again by the element loop */
+  if (!r2 && ks->simd && elem >= 1 && elem != ks->par && ks->peel_loop < 0)
+    for (int i = 0; i < ks->nnodes && !r1; i++) {
+      const tcc_vx *e = ks->nodes[i];
+      if (ks->red_lead[i] == i && ks->levels[i] == elem && e->nidx == 1 && !ks->red_merged[i] &&
+          e->idx[0]->c == pl->size[elem])
+        r1 = e, level = elem, in_elem = 1;
+    }
+  if (!(r2 || in_elem) || level < 1 || r1->i == TCC_RED_ARGMAX || r1->i == TCC_RED_ARGMIN) return 0;
   int row_loop = level - 1;
   while (row_loop >= 0 && pl->size[row_loop] < 2) row_loop--;
   if (row_loop < 0) return 0;
@@ -950,8 +949,8 @@ static int plan_row_prefetch(planner *ke) {
   for (int i = 0; i < ks->nprefetch; i++)
     if (n >= 4 * ks->prefetch[i].step) ks->prefetch[keep++] = ks->prefetch[i];
   ks->nprefetch = keep;
-  if (keep && !ks->prefetch_elem) ks->prefetch_red = r2;
-  if (!keep) ks->prefetch_elem = 0;
+  ks->prefetch_red = keep && !in_elem ? r2 : NULL;
+  ks->prefetch_elem = keep && in_elem;
   return 0;
 }
 
