@@ -64,8 +64,14 @@ typedef struct tcc_cpu_gemm {
    * dots them with every row of A (tcc_cpu_gemm_stream_rows); 0: the
    * library road above. */
   int stream_rows;
-  int stream_width;           /* its vector width in floats (8: AVX2, 16: AVX-512) */
+  int stream_width;           /* its (or split_k's) vector width in floats (8: AVX2, 16: AVX-512) */
   int stream_par;             /* its blocks of weight rows on the OpenMP threads */
+  /* One row against a weight stored [K, N] (GPT-2's Conv1D): each thread
+   * reads one contiguous run of the weight's rows and sums x[k] W[k, :]
+   * over it into a partial row of its own; the partial rows are added.
+   * split_k_par: on the OpenMP threads. */
+  int split_k;
+  int split_k_par;
 } tcc_cpu_gemm;
 
 /* The most rows of A for which a CPU float32 GEMM A[M, K] . W^T, W stored

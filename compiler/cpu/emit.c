@@ -43,7 +43,8 @@
  * EXTERN GEMM kernels call oneDNN's dnnl_sgemm or cblas_?gemm, threaded
  * as the schedule's plan_gemm says (emit_dnnl_gemm, emit_extern), or,
  * few rows against nn.Linear's weight, stream its rows in a loop of
- * their own (emit_stream_gemm).
+ * their own (emit_stream_gemm), or, one row against a weight stored
+ * [K, N], split K among the threads (emit_split_k_gemv).
  * Convolution EXTERNs (TCC_EXT_CONV_*) become a static tcc_dnnl_conv each
  * and one call of the oneDNN runtime that the source then carries
  * (runtime/onednn_conv.c; emit_conv_extern), with a destructor that frees
@@ -1022,6 +1023,23 @@ static int emit_dnnl_gemm(kernel_emit *ke) {
   return 0;
 }
 
+/* The operand pointers pa, pb and pc of a generated GEMM kernel
+ * (emit_stream_gemm, emit_split_k_gemv), the batch index 0, and its
+ * vector type of `width` floats. */
+static void put_gemm_operands(kernel_emit *ke, int width) {
+  const tcc_store *st = &ke->k->stores[0];
+  const tcc_vx *call = st->value;
+  tcc_buf *b = ke->b;
+  ke->vname[0] = ke->vname[1] = ke->vname[2] = "0";
+  tcc_buf_printf(b, "  const float *restrict pa = b%d + (", call->a->buf);
+  put_index(ke, call->a->buf, call->a->idx);
+  tcc_buf_printf(b, ");\n  const float *restrict pb = b%d + (", call->b->buf);
+  put_index(ke, call->b->buf, call->b->idx);
+  tcc_buf_printf(b, ");\n  float *restrict pc = b%d;\n"
+                    "  typedef float vec __attribute__((vector_size(%d), aligned(4)));\n",
+                 st->buf, width * 4);
+}
+
 /* A float32 GEMM of few rows against a weight stored [N, K]
  * (plan_stream_rows): each block of stream_rows weight rows is read once,
  * in vectors along k, and dotted with every row of A, whose rows stay in
@@ -1030,21 +1048,14 @@ static int emit_dnnl_gemm(kernel_emit *ke) {
  * stream_rows x M vectors, summed across lanes at the end; k's tail past
  * the last whole vector is scalar. Returns 0. */
 static int emit_stream_gemm(kernel_emit *ke) {
-  const tcc_store *st = &ke->k->stores[0];
-  const tcc_vx *call = st->value, *A = call->a, *B = call->b;
+  const tcc_vx *call = ke->k->stores[0].value;
   const tcc_cpu_gemm *g = &ke->ks->gemm;
   tcc_buf *b = ke->b;
   int64_t M = call->idx[1]->c, N = call->idx[2]->c, K = call->idx[3]->c;
   int R = g->stream_rows, W = g->stream_width;
   int64_t lda = g->ld[0], ldb = g->ld[1], blocks = (N + R - 1) / R;
-  ke->vname[0] = ke->vname[1] = ke->vname[2] = "0";
-  tcc_buf_printf(b, "  const float *restrict pa = b%d + (", A->buf);
-  put_index(ke, A->buf, A->idx);
-  tcc_buf_printf(b, ");\n  const float *restrict pb = b%d + (", B->buf);
-  put_index(ke, B->buf, B->idx);
-  tcc_buf_printf(b, ");\n  float *restrict pc = b%d;\n"
-                    "  typedef float vec __attribute__((vector_size(%d), aligned(4)));\n"
-                    "  #pragma omp parallel for schedule(static) if(%d)\n"
+  put_gemm_operands(ke, W);
+  tcc_buf_printf(b, "  #pragma omp parallel for schedule(static) if(%d)\n"
                     "  for (int64_t blk = 0; blk < %" PRId64 "; blk++) {\n"
                     "    const int64_t n0 = blk * %d;\n"
                     "    const int nr = %" PRId64 " - n0 < %d ? (int)(%" PRId64 " - n0) : %d;\n"
@@ -1073,8 +1084,69 @@ static int emit_stream_gemm(kernel_emit *ke) {
                     "        pc[m * %" PRId64 " + n0 + j] = s;\n"
                     "      }\n"
                     "  }\n  return 0;\n}\n",
-                 st->buf, W * 4, g->stream_par, blocks, R, N, R, N, R, ldb, R, N, R, ldb, R, M, R, M, W, K, W, R,
+                 g->stream_par, blocks, R, N, R, N, R, ldb, R, N, R, ldb, R, M, R, M, W, K, W, R,
                  R, ldb, W == 16, ldb, M, lda, R, M, W, K, lda, ldb, N);
+  return 0;
+}
+
+/* One float32 row against a weight stored [K, N] (plan_split_k): each
+ * of the U threads (at most 64) sums x[k] W[k, :] over its contiguous
+ * run of the weight's rows, eight rows a pass, into a partial row on its
+ * own stack; after a barrier each adds the partial rows over its share of
+ * the columns into C. A second barrier keeps every partial row alive
+ * until all are read (libgomp's workers leave the region's function, and
+ * free its stack frame, before the region's closing barrier). Returns 0. */
+static int emit_split_k_gemv(kernel_emit *ke) {
+  const tcc_vx *call = ke->k->stores[0].value;
+  const tcc_cpu_gemm *g = &ke->ks->gemm;
+  tcc_buf *b = ke->b;
+  int64_t N = call->idx[2]->c, K = call->idx[3]->c, ca[3] = {0, 0, 0}, c0;
+  tcc_gemm_operand_affine(ke->p, call->a, ca, &c0);
+  int W = g->stream_width;
+  int64_t sa = ca[2], ldb = g->ld[1];
+  put_gemm_operands(ke, W);
+  tcc_buf_printf(b, "  int omp_get_num_threads(void), omp_get_thread_num(void);\n"
+                    "  float *parts[64];\n"
+                    "  #pragma omp parallel if(%d)\n"
+                    "  {\n"
+                    "    const int T = omp_get_num_threads(), U = T < 64 ? T : 64, t = omp_get_thread_num();\n"
+                    "    float part[%" PRId64 "] __attribute__((aligned(64)));\n"
+                    "    if (t < U) {\n"
+                    "      parts[t] = part;\n"
+                    "      const int64_t k0 = %" PRId64 " * t / U, k1 = %" PRId64 " * (t + 1) / U;\n"
+                    "      for (int64_t n = 0; n < %" PRId64 "; n++) part[n] = 0;\n"
+                    "      int64_t k = k0;\n"
+                    "      for (; k + 8 <= k1; k += 8) {\n"
+                    "        const float *w = pb + k * %" PRId64 ";\n"
+                    "        vec x[8];\n"
+                    "        for (int j = 0; j < 8; j++) x[j] = (vec){0} + pa[(k + j) * %" PRId64 "];\n"
+                    "        int64_t n = 0;\n"
+                    "        for (; n + %d <= %" PRId64 "; n += %d) {\n"
+                    "          vec s = *(vec *)(part + n);\n"
+                    "          for (int j = 0; j < 8; j++) s += x[j] * *(const vec *)(w + j * %" PRId64 " + n);\n"
+                    "          *(vec *)(part + n) = s;\n"
+                    "        }\n"
+                    "        for (; n < %" PRId64 "; n++)\n"
+                    "          for (int j = 0; j < 8; j++) part[n] += x[j][0] * w[j * %" PRId64 " + n];\n"
+                    "      }\n"
+                    "      for (; k < k1; k++) {\n"
+                    "        const float *w0 = pb + k * %" PRId64 ";\n"
+                    "        const float x0 = pa[k * %" PRId64 "];\n"
+                    "        for (int64_t n = 0; n < %" PRId64 "; n++) part[n] += x0 * w0[n];\n"
+                    "      }\n"
+                    "    }\n"
+                    "    #pragma omp barrier\n"
+                    "    if (t < U) {\n"
+                    "      const int64_t n0 = %" PRId64 " * t / U, n1 = %" PRId64 " * (t + 1) / U;\n"
+                    "      for (int64_t n = n0; n < n1; n++) {\n"
+                    "        float s = 0;\n"
+                    "        for (int u = 0; u < U; u++) s += parts[u][n];\n"
+                    "        pc[n] = s;\n"
+                    "      }\n"
+                    "    }\n"
+                    "    #pragma omp barrier\n"
+                    "  }\n  return 0;\n}\n",
+                 g->split_k_par, N, K, K, N, ldb, sa, W, N, W, ldb, N, ldb, ldb, sa, N, N, N);
   return 0;
 }
 
@@ -1106,6 +1178,7 @@ static int emit_extern(kernel_emit *ke, int kno) {
   }
   const tcc_cpu_gemm *g = &ke->ks->gemm;
   if (g->stream_rows) return emit_stream_gemm(ke);
+  if (g->split_k) return emit_split_k_gemv(ke);
   if (g->onednn) return emit_dnnl_gemm(ke);
   const int *trans = g->trans;
   const int64_t *ld = g->ld;

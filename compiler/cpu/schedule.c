@@ -79,7 +79,9 @@
  * Only unplanned (dim-order) nests: a planned nest's accesses are affine.
  *
  * GEMM steps: the library road and its threading (plan_gemm); few rows
- * against nn.Linear's weight stream its rows instead (plan_stream_rows).
+ * against nn.Linear's weight stream its rows instead (plan_stream_rows),
+ * and one row against a weight stored [K, N] splits K among the threads
+ * (plan_split_k).
  */
 #include "cpu_schedule.h"
 
@@ -1190,6 +1192,29 @@ static int plan_stream_rows(const tcc_program *p, const tcc_vx *call, tcc_cpu_ge
   return 1;
 }
 
+/* One float32 row against a weight stored [K, N], unit stride along n
+ * (GPT-2's Conv1D in a decode step): oneDNN's GEMV splits such a weight
+ * among the threads by columns, so each thread reads a strided panel of
+ * every row; split by rows, each thread streams one contiguous run
+ * (emit_split_k_gemv). N is bounded so that each thread's partial row
+ * fits its stack. Returns 1 when it applies. */
+#define SPLIT_K_MAX_N 16384
+static int plan_split_k(const tcc_program *p, const tcc_vx *call, tcc_cpu_gemm *g, const tcc_kernel_config *cfg) {
+  int64_t Bt = call->idx[0]->c, M = call->idx[1]->c, N = call->idx[2]->c, K = call->idx[3]->c;
+  int64_t ca[3] = {0, 0, 0}, cb[3] = {0, 0, 0}, c0;
+  const char *isa = p->graph->target.isa;
+  if (call->dtype != TCC__V1__DTYPE__FLOAT32 || p->graph->nsyms || Bt != 1 || M != 1 || N < 8 ||
+      N > SPLIT_K_MAX_N || K < 8 || !isa || !tcc_cpu_gemm_stream_rows(isa) || g->trans[1] ||
+      !tcc_gemm_operand_affine(p, call->a, ca, &c0) || !tcc_gemm_operand_affine(p, call->b, cb, &c0) ||
+      cb[2] != 1 || cb[1] < N)
+    return 0;
+  g->split_k = 1;
+  g->stream_width = strcmp(isa, "x86-64-v4") == 0 ? 16 : 8;
+  g->split_k_par = cfg && cfg->parallel ? cfg->parallel > 0
+                                        : 2.0 * (double)N * (double)K >= TCC_GEMM_PARALLEL_FLOPS;
+  return 1;
+}
+
 /* The road and threading of an extern GEMM step, C[b] = A[b] . B[b]:
  * oneDNN's dnnl_sgemm for float32 (when tcc_onednn_enabled), else
  * cblas_?gemm. A tuning config may pin OpenBLAS's threads, or run the
@@ -1222,7 +1247,7 @@ static void plan_gemm(const tcc_program *p, const tcc_kernel *k, int kno, tcc_cp
   const tcc_kernel_config *cfg = tcc_kernel_config_of(p, kno);
   int auto_par = !cfg && !p->graph->nsyms &&
                  2.0 * (double)M * (double)N * (double)K * (double)Bt >= TCC_GEMM_PARALLEL_FLOPS;
-  if (plan_stream_rows(p, call, g, cfg)) return;
+  if (plan_stream_rows(p, call, g, cfg) || plan_split_k(p, call, g, cfg)) return;
   g->onednn = call->dtype == TCC__V1__DTYPE__FLOAT32 && tcc_onednn_enabled();
   g->batch_par = Bt > 1 && ((cfg && cfg->parallel > 0) || auto_par);
   if (g->onednn) {
@@ -1279,8 +1304,9 @@ int tcc_cpu_schedule_pass(tcc_program *p, tcc_error *err) {
       }
       plan_gemm(p, K, ks->kno, &ks->gemm);
       if (ks->gemm.onednn) s->has_dnnl_gemm = 1;
-      else if (!ks->gemm.stream_rows) s->has_cblas = 1;
-      if (ks->gemm.batch_par || ks->gemm.slab_par || ks->gemm.stream_par || (ks->gemm.onednn && !ks->gemm.serial))
+      else if (!ks->gemm.stream_rows && !ks->gemm.split_k) s->has_cblas = 1;
+      if (ks->gemm.batch_par || ks->gemm.slab_par || ks->gemm.stream_par || ks->gemm.split_k_par ||
+          (ks->gemm.onednn && !ks->gemm.serial))
         s->threaded = 1;
       continue;
     }

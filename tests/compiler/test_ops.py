@@ -1281,8 +1281,12 @@ def test_gemm_roads(road, la, lb):
         k = tk.compile_fx(gm, ins, env=env, keep_source=True)
         if road == "onednn" and "onednn/" not in k.identity:
             pytest.skip("tccd is built without oneDNN (meson -Donednn)")
-        assert ("dnnl_sgemm(" in k.source) == (road == "onednn"), k.source
-        assert ("cblas_sgemm(" in k.source) == (road == "openblas"), k.source
+        # one row against a weight stored [K, N] splits K on either road
+        # (test_one_row_times_kn_weight_splits_k)
+        split = op is A.mm.default and args[0].shape[0] == 1 and args[1].stride(1) == 1
+        assert ("dnnl_sgemm(" in k.source) == (road == "onednn" and not split), k.source
+        assert ("cblas_sgemm(" in k.source) == (road == "openblas" and not split), k.source
+        assert ("float *parts[64];" in k.source) == split, k.source
         want = op(*[a.double() if isinstance(a, torch.Tensor) else a for a in args]).float()
         check(k(*ins)[0], want, tol=tol)
         check(k(*ins)[0], want, tol=tol)  # a second call (oneDNN's kernels are made on the first)
@@ -1358,6 +1362,40 @@ def test_few_rows_times_linear_weight_stream_its_rows(isa, rows, n, k, ld):
     assert "vector_size(%d)" % (64 if isa == "x86-64-v4" else 32) in kern.source
     want = f(x.double(), w.double(), b.double())
     for _ in range(2):
+        torch.testing.assert_close(kern(x, w, b)[0].double(), want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("isa,k,n,ld,xstride", [("x86-64-v3", 768, 2304, 2304, 1), ("x86-64-v3", 3072, 770, 770, 1),
+                                                 ("x86-64-v3", 37, 300, 311, 3), ("x86-64-v3", 9, 8, 8, 1),
+                                                 ("x86-64-v4", 768, 2304, 2304, 1), ("x86-64-v4", 101, 35, 40, 2)])
+def test_one_row_times_kn_weight_splits_k(isa, k, n, ld, xstride):
+    """One row times a weight stored [K, N] (GPT-2's Conv1D in a decode
+    step: addmm(b, x, W)) runs a generated kernel in which each thread
+    reads one contiguous run of the weight's rows into a partial row and
+    the partial rows are added (cpu/schedule.c, plan_split_k; oneDNN's
+    GEMV split such weights by columns and read them slower): no library
+    call, and the epilogue reads the result. k not a multiple of the
+    eight rows a pass or of the threads, n past the last vector, a
+    weight whose rows are further apart than n (ld: a slice of a wider
+    one), x strided along k; parallel and serial sizes. Fresh inputs,
+    against float64."""
+    if isa == "x86-64-v4" and HOST_ISA != "x86-64-v4":
+        pytest.skip("the host has no AVX-512 (x86-64-v4)")
+    g = gen(hash(("split k", isa, k, n, ld, xstride)) & 0xffff)
+    x = rnd((1, k * xstride), torch.float32, g, -1, 1)[:, ::xstride]
+    w, b = rnd((k, ld), torch.float32, g, -1, 1)[:, :n], rnd((n,), torch.float32, g)
+
+    def f(x, w, b):
+        return A.gelu.default(A.addmm.default(b, x, w))
+    gm = tk.aten_graph(f, [x, w, b], decompose=False)
+    kern = tk.compile_fx(gm, [x, w, b], isa=isa, keep_source=True)
+    assert "extern gemm [1 x %d x %d] x 1" % (n, k) in kern.source, \
+        re.findall(r"extern gemm \[[^\]]*\] x \d+", kern.source)
+    assert "dnnl_sgemm(" not in kern.source and "cblas_sgemm(" not in kern.source
+    assert "float *parts[64];" in kern.source and "vector_size(%d)" % (64 if isa == "x86-64-v4" else 32) in kern.source
+    assert ("#pragma omp parallel if(1)" in kern.source) == (2 * k * n >= 1 << 19), kern.source
+    want = f(x.double(), w.double(), b.double())
+    for _ in range(50):  # every call: a thread that left early freed its partial row once
         torch.testing.assert_close(kern(x, w, b)[0].double(), want, rtol=1e-4, atol=1e-4)
 
 
