@@ -66,10 +66,11 @@ typedef struct tcc_cpu_gemm {
   int stream_rows;
   int stream_width;           /* its (or split_k's) vector width in floats (8: AVX2, 16: AVX-512) */
   int stream_par;             /* its blocks of weight rows on the OpenMP threads */
-  /* One row against a weight stored [K, N] (GPT-2's Conv1D): each thread
-   * reads one contiguous run of the weight's rows and sums x[k] W[k, :]
-   * over it into a partial row of its own; the partial rows are added.
-   * split_k_par: on the OpenMP threads. */
+  /* Up to 8 rows against a weight stored [K, N] (GPT-2's Conv1D): each
+   * thread reads one contiguous run of the weight's rows, split_k rows a
+   * pass, adding x[m, k] W[k, :] into partial rows of its own; the
+   * partial rows are added. 0: not split. split_k_par: on the OpenMP
+   * threads. */
   int split_k;
   int split_k_par;
 } tcc_cpu_gemm;

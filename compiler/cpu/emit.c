@@ -43,8 +43,8 @@
  * EXTERN GEMM kernels call oneDNN's dnnl_sgemm or cblas_?gemm, threaded
  * as the schedule's plan_gemm says (emit_dnnl_gemm, emit_extern), or,
  * few rows against nn.Linear's weight, stream its rows in a loop of
- * their own (emit_stream_gemm), or, one row against a weight stored
- * [K, N], split K among the threads (emit_split_k_gemv).
+ * their own (emit_stream_gemm), or, up to eight rows against a weight
+ * stored [K, N], split K among the threads (emit_split_k_gemv).
  * Convolution EXTERNs (TCC_EXT_CONV_*) become a static tcc_dnnl_conv each
  * and one call of the oneDNN runtime that the source then carries
  * (runtime/onednn_conv.c; emit_conv_extern), with a destructor that frees
@@ -1089,64 +1089,80 @@ static int emit_stream_gemm(kernel_emit *ke) {
   return 0;
 }
 
-/* One float32 row against a weight stored [K, N] (plan_split_k): each
- * of the U threads (at most 64) sums x[k] W[k, :] over its contiguous
- * run of the weight's rows, eight rows a pass, into a partial row on its
- * own stack; after a barrier each adds the partial rows over its share of
- * the columns into C. A second barrier keeps every partial row alive
- * until all are read (libgomp's workers leave the region's function, and
- * free its stack frame, before the region's closing barrier). Returns 0. */
+/* Up to eight float32 rows against a weight stored [K, N]
+ * (plan_split_k): each of the U threads (at most 64) adds x[m, k] W[k, :]
+ * over its contiguous run of the weight's rows, split_k rows a pass, into
+ * partial rows on its own stack; after a barrier each adds the partial
+ * rows over its share of the columns into C. A second barrier keeps every
+ * partial row alive until all are read (libgomp's workers leave the
+ * region's function, and free its stack frame, before the region's
+ * closing barrier). Returns 0. */
 static int emit_split_k_gemv(kernel_emit *ke) {
   const tcc_vx *call = ke->k->stores[0].value;
   const tcc_cpu_gemm *g = &ke->ks->gemm;
   tcc_buf *b = ke->b;
-  int64_t N = call->idx[2]->c, K = call->idx[3]->c, ca[3] = {0, 0, 0}, c0;
+  int64_t M = call->idx[1]->c, N = call->idx[2]->c, K = call->idx[3]->c, ca[3] = {0, 0, 0}, c0;
   tcc_gemm_operand_affine(ke->p, call->a, ca, &c0);
-  int W = g->stream_width;
-  int64_t sa = ca[2], ldb = g->ld[1];
+  int W = g->stream_width, R = g->split_k;
+  int64_t lda = ca[1], sa = ca[2], ldb = g->ld[1];
   put_gemm_operands(ke, W);
-  tcc_buf_printf(b, "  int omp_get_num_threads(void), omp_get_thread_num(void);\n"
+  /* serial: no region, so that a call from inside another team neither
+   * reads that team's size nor waits at its barriers */
+  const int par = g->split_k_par;
+  const char *barrier = par ? "    #pragma omp barrier\n" : "";
+  if (par)
+    tcc_buf_puts(b, "  int omp_get_num_threads(void), omp_get_thread_num(void);\n"
                     "  float *parts[64];\n"
-                    "  #pragma omp parallel if(%d)\n"
+                    "  #pragma omp parallel\n"
                     "  {\n"
-                    "    const int T = omp_get_num_threads(), U = T < 64 ? T : 64, t = omp_get_thread_num();\n"
-                    "    float part[%" PRId64 "] __attribute__((aligned(64)));\n"
+                    "    const int T = omp_get_num_threads(), U = T < 64 ? T : 64, t = omp_get_thread_num();\n");
+  else
+    tcc_buf_puts(b, "  float *parts[1];\n  {\n    const int U = 1, t = 0;\n");
+  tcc_buf_printf(b, "    float part[%" PRId64 "] __attribute__((aligned(64)));\n"
                     "    if (t < U) {\n"
                     "      parts[t] = part;\n"
                     "      const int64_t k0 = %" PRId64 " * t / U, k1 = %" PRId64 " * (t + 1) / U;\n"
-                    "      for (int64_t n = 0; n < %" PRId64 "; n++) part[n] = 0;\n"
+                    "      for (int64_t i = 0; i < %" PRId64 "; i++) part[i] = 0;\n"
                     "      int64_t k = k0;\n"
-                    "      for (; k + 8 <= k1; k += 8) {\n"
+                    "      for (; k + %d <= k1; k += %d) {\n"
                     "        const float *w = pb + k * %" PRId64 ";\n"
-                    "        vec x[8];\n"
-                    "        for (int j = 0; j < 8; j++) x[j] = (vec){0} + pa[(k + j) * %" PRId64 "];\n"
+                    "        vec x[%" PRId64 "][%d];\n"
+                    "        for (int m = 0; m < %" PRId64 "; m++)\n"
+                    "          for (int j = 0; j < %d; j++) x[m][j] = (vec){0} + pa[m * %" PRId64 " + (k + j) * %" PRId64 "];\n"
                     "        int64_t n = 0;\n"
                     "        for (; n + %d <= %" PRId64 "; n += %d) {\n"
-                    "          vec s = *(vec *)(part + n);\n"
-                    "          for (int j = 0; j < 8; j++) s += x[j] * *(const vec *)(w + j * %" PRId64 " + n);\n"
-                    "          *(vec *)(part + n) = s;\n"
+                    "          vec wv[%d];\n"
+                    "          for (int j = 0; j < %d; j++) wv[j] = *(const vec *)(w + j * %" PRId64 " + n);\n"
+                    "          for (int m = 0; m < %" PRId64 "; m++) {\n"
+                    "            vec s = *(vec *)(part + m * %" PRId64 " + n);\n"
+                    "            for (int j = 0; j < %d; j++) s += x[m][j] * wv[j];\n"
+                    "            *(vec *)(part + m * %" PRId64 " + n) = s;\n"
+                    "          }\n"
                     "        }\n"
                     "        for (; n < %" PRId64 "; n++)\n"
-                    "          for (int j = 0; j < 8; j++) part[n] += x[j][0] * w[j * %" PRId64 " + n];\n"
+                    "          for (int m = 0; m < %" PRId64 "; m++)\n"
+                    "            for (int j = 0; j < %d; j++) part[m * %" PRId64 " + n] += x[m][j][0] * w[j * %" PRId64 " + n];\n"
                     "      }\n"
-                    "      for (; k < k1; k++) {\n"
-                    "        const float *w0 = pb + k * %" PRId64 ";\n"
-                    "        const float x0 = pa[k * %" PRId64 "];\n"
-                    "        for (int64_t n = 0; n < %" PRId64 "; n++) part[n] += x0 * w0[n];\n"
-                    "      }\n"
+                    "      for (; k < k1; k++)\n"
+                    "        for (int m = 0; m < %" PRId64 "; m++) {\n"
+                    "          const float x0 = pa[m * %" PRId64 " + k * %" PRId64 "];\n"
+                    "          for (int64_t n = 0; n < %" PRId64 "; n++) part[m * %" PRId64 " + n] += x0 * pb[k * %" PRId64 " + n];\n"
+                    "        }\n"
                     "    }\n"
-                    "    #pragma omp barrier\n"
+                    "%s"
                     "    if (t < U) {\n"
                     "      const int64_t n0 = %" PRId64 " * t / U, n1 = %" PRId64 " * (t + 1) / U;\n"
-                    "      for (int64_t n = n0; n < n1; n++) {\n"
-                    "        float s = 0;\n"
-                    "        for (int u = 0; u < U; u++) s += parts[u][n];\n"
-                    "        pc[n] = s;\n"
-                    "      }\n"
+                    "      for (int m = 0; m < %" PRId64 "; m++)\n"
+                    "        for (int64_t n = n0; n < n1; n++) {\n"
+                    "          float s = 0;\n"
+                    "          for (int u = 0; u < U; u++) s += parts[u][m * %" PRId64 " + n];\n"
+                    "          pc[m * %" PRId64 " + n] = s;\n"
+                    "        }\n"
                     "    }\n"
-                    "    #pragma omp barrier\n"
+                    "%s"
                     "  }\n  return 0;\n}\n",
-                 g->split_k_par, N, K, K, N, ldb, sa, W, N, W, ldb, N, ldb, ldb, sa, N, N, N);
+                 M * N, K, K, M * N, R, R, ldb, M, R, M, R, lda, sa, W, N, W, R, R, ldb, M, N, R, N, N,
+                 M, R, N, ldb, M, lda, sa, N, N, ldb, barrier, N, N, M, N, N, barrier);
   return 0;
 }
 

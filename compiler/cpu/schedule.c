@@ -80,8 +80,8 @@
  *
  * GEMM steps: the library road and its threading (plan_gemm); few rows
  * against nn.Linear's weight stream its rows instead (plan_stream_rows),
- * and one row against a weight stored [K, N] splits K among the threads
- * (plan_split_k).
+ * and up to eight rows against a weight stored [K, N] split K among the
+ * threads (plan_split_k).
  */
 #include "cpu_schedule.h"
 
@@ -1192,26 +1192,30 @@ static int plan_stream_rows(const tcc_program *p, const tcc_vx *call, tcc_cpu_ge
   return 1;
 }
 
-/* One float32 row against a weight stored [K, N], unit stride along n
- * (GPT-2's Conv1D in a decode step): oneDNN's GEMV splits such a weight
- * among the threads by columns, so each thread reads a strided panel of
- * every row; split by rows, each thread streams one contiguous run
- * (emit_split_k_gemv). N is bounded so that each thread's partial row
- * fits its stack. Returns 1 when it applies. */
-#define SPLIT_K_MAX_N 16384
+/* One to SPLIT_K_MAX_ROWS float32 rows against a weight stored [K, N],
+ * unit stride along n (GPT-2's Conv1D in a decode step, one sequence or
+ * a batch): oneDNN's GEMV splits such a weight among the threads by
+ * columns, so each thread reads a strided panel of every row, and its
+ * GEMM packs it; split by rows, each thread streams one contiguous run
+ * (emit_split_k_gemv), SPLIT_K_PASS rows a pass. M x N is bounded so
+ * that each thread's partial rows fit its stack. Returns 1 when it
+ * applies. */
+#define SPLIT_K_MAX_ROWS 8
+#define SPLIT_K_MAX_ELEMS 32768 /* floats of partial rows: 128 KB of a thread's stack */
+#define SPLIT_K_PASS 8
 static int plan_split_k(const tcc_program *p, const tcc_vx *call, tcc_cpu_gemm *g, const tcc_kernel_config *cfg) {
   int64_t Bt = call->idx[0]->c, M = call->idx[1]->c, N = call->idx[2]->c, K = call->idx[3]->c;
   int64_t ca[3] = {0, 0, 0}, cb[3] = {0, 0, 0}, c0;
   const char *isa = p->graph->target.isa;
-  if (call->dtype != TCC__V1__DTYPE__FLOAT32 || p->graph->nsyms || Bt != 1 || M != 1 || N < 8 ||
-      N > SPLIT_K_MAX_N || K < 8 || !isa || !tcc_cpu_gemm_stream_rows(isa) || g->trans[1] ||
+  if (call->dtype != TCC__V1__DTYPE__FLOAT32 || p->graph->nsyms || Bt != 1 || M < 1 || M > SPLIT_K_MAX_ROWS ||
+      N < 8 || M * N > SPLIT_K_MAX_ELEMS || K < 8 || !isa || !tcc_cpu_gemm_stream_rows(isa) || g->trans[1] ||
       !tcc_gemm_operand_affine(p, call->a, ca, &c0) || !tcc_gemm_operand_affine(p, call->b, cb, &c0) ||
       cb[2] != 1 || cb[1] < N)
     return 0;
-  g->split_k = 1;
+  g->split_k = SPLIT_K_PASS;
   g->stream_width = strcmp(isa, "x86-64-v4") == 0 ? 16 : 8;
   g->split_k_par = cfg && cfg->parallel ? cfg->parallel > 0
-                                        : 2.0 * (double)N * (double)K >= TCC_GEMM_PARALLEL_FLOPS;
+                                        : 2.0 * (double)M * (double)N * (double)K >= TCC_GEMM_PARALLEL_FLOPS;
   return 1;
 }
 

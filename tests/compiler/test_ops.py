@@ -1246,6 +1246,8 @@ def test_gemm_on_threads(dtype, la, lb):
     body = gemm_kernel(k.source)
     if "dnnl_sgemm(" in body:  # float32 on the oneDNN road: oneDNN splits it over the threads
         assert dtype == torch.float32 and "onednn/" in k.identity, body
+    elif "float *parts[64];" in body:  # 6 rows times a weight stored [K, N]: K split among the threads
+        assert dtype == torch.float32 and b.stride(1) == 1 and "#pragma omp parallel\n" in body, body
     elif "vector_size(" in body:  # 6 rows times a weight stored [N, K]: its rows streamed, blocks on the threads
         assert dtype == torch.float32 and lb == "t" and "#pragma omp parallel for schedule(static) if(1)" in body, body
     else:
@@ -1281,12 +1283,12 @@ def test_gemm_roads(road, la, lb):
         k = tk.compile_fx(gm, ins, env=env, keep_source=True)
         if road == "onednn" and "onednn/" not in k.identity:
             pytest.skip("tccd is built without oneDNN (meson -Donednn)")
-        # one row against a weight stored [K, N] splits K on either road
-        # (test_one_row_times_kn_weight_splits_k)
-        split = op is A.mm.default and args[0].shape[0] == 1 and args[1].stride(1) == 1
+        # up to 8 rows against a weight stored [K, N] split K on either road
+        # (test_few_rows_times_kn_weight_split_k)
+        split = op is A.mm.default and args[0].shape[0] <= 8 and args[1].stride(1) == 1
         assert ("dnnl_sgemm(" in k.source) == (road == "onednn" and not split), k.source
         assert ("cblas_sgemm(" in k.source) == (road == "openblas" and not split), k.source
-        assert ("float *parts[64];" in k.source) == split, k.source
+        assert ("float *parts[" in k.source) == split, k.source
         want = op(*[a.double() if isinstance(a, torch.Tensor) else a for a in args]).float()
         check(k(*ins)[0], want, tol=tol)
         check(k(*ins)[0], want, tol=tol)  # a second call (oneDNN's kernels are made on the first)
@@ -1365,38 +1367,59 @@ def test_few_rows_times_linear_weight_stream_its_rows(isa, rows, n, k, ld):
         torch.testing.assert_close(kern(x, w, b)[0].double(), want, rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("isa,k,n,ld,xstride", [("x86-64-v3", 768, 2304, 2304, 1), ("x86-64-v3", 3072, 770, 770, 1),
-                                                 ("x86-64-v3", 37, 300, 311, 3), ("x86-64-v3", 9, 8, 8, 1),
-                                                 ("x86-64-v4", 768, 2304, 2304, 1), ("x86-64-v4", 101, 35, 40, 2)])
-def test_one_row_times_kn_weight_splits_k(isa, k, n, ld, xstride):
-    """One row times a weight stored [K, N] (GPT-2's Conv1D in a decode
-    step: addmm(b, x, W)) runs a generated kernel in which each thread
-    reads one contiguous run of the weight's rows into a partial row and
-    the partial rows are added (cpu/schedule.c, plan_split_k; oneDNN's
-    GEMV split such weights by columns and read them slower): no library
-    call, and the epilogue reads the result. k not a multiple of the
-    eight rows a pass or of the threads, n past the last vector, a
-    weight whose rows are further apart than n (ld: a slice of a wider
-    one), x strided along k; parallel and serial sizes. Fresh inputs,
-    against float64."""
+@pytest.mark.parametrize("isa,rows,k,n,ld,xstride", [("x86-64-v3", 1, 768, 2304, 2304, 1),
+                                                      ("x86-64-v3", 1, 3072, 770, 770, 1),
+                                                      ("x86-64-v3", 2, 37, 300, 311, 3),
+                                                      ("x86-64-v3", 5, 9, 8, 8, 1),
+                                                      ("x86-64-v3", 8, 768, 3072, 3072, 1),
+                                                      ("x86-64-v4", 1, 768, 2304, 2304, 1),
+                                                      ("x86-64-v4", 3, 101, 35, 40, 2),
+                                                      ("x86-64-v4", 8, 3072, 768, 768, 1)])
+def test_few_rows_times_kn_weight_split_k(isa, rows, k, n, ld, xstride):
+    """One to eight rows times a weight stored [K, N] (GPT-2's Conv1D in
+    a decode step, one sequence or a batch: addmm(b, x, W)) run a
+    generated kernel in which each thread reads one contiguous run of the
+    weight's rows into partial rows and the partial rows are added
+    (cpu/schedule.c, plan_split_k; oneDNN split such weights by columns
+    and read them slower): no library call, and the epilogue reads the
+    result. k not a multiple of the eight rows a pass or of the threads,
+    n past the last vector, a weight whose rows are further apart than n
+    (ld: a slice of a wider one), x strided along k; parallel and serial
+    sizes. Fresh inputs, against float64."""
     if isa == "x86-64-v4" and HOST_ISA != "x86-64-v4":
         pytest.skip("the host has no AVX-512 (x86-64-v4)")
-    g = gen(hash(("split k", isa, k, n, ld, xstride)) & 0xffff)
-    x = rnd((1, k * xstride), torch.float32, g, -1, 1)[:, ::xstride]
+    g = gen(hash(("split k", isa, rows, k, n, ld, xstride)) & 0xffff)
+    x = rnd((rows, k * xstride), torch.float32, g, -1, 1)[:, ::xstride]
     w, b = rnd((k, ld), torch.float32, g, -1, 1)[:, :n], rnd((n,), torch.float32, g)
 
     def f(x, w, b):
         return A.gelu.default(A.addmm.default(b, x, w))
     gm = tk.aten_graph(f, [x, w, b], decompose=False)
     kern = tk.compile_fx(gm, [x, w, b], isa=isa, keep_source=True)
-    assert "extern gemm [1 x %d x %d] x 1" % (n, k) in kern.source, \
+    assert "extern gemm [%d x %d x %d] x 1" % (rows, n, k) in kern.source, \
         re.findall(r"extern gemm \[[^\]]*\] x \d+", kern.source)
     assert "dnnl_sgemm(" not in kern.source and "cblas_sgemm(" not in kern.source
-    assert "float *parts[64];" in kern.source and "vector_size(%d)" % (64 if isa == "x86-64-v4" else 32) in kern.source
-    assert ("#pragma omp parallel if(1)" in kern.source) == (2 * k * n >= 1 << 19), kern.source
+    assert "float *parts[" in kern.source and "vector_size(%d)" % (64 if isa == "x86-64-v4" else 32) in kern.source
+    body = tk.kernel_text(kern.source, r"k\d+: extern gemm ")
+    assert ("#pragma omp parallel\n" in body) == (2 * rows * k * n >= 1 << 19), body
+    assert ("#pragma omp" in body) == (2 * rows * k * n >= 1 << 19), body  # serial: no region
     want = f(x.double(), w.double(), b.double())
-    for _ in range(50):  # every call: a thread that left early freed its partial row once
+    for _ in range(50):  # every call: a thread that left early freed its partial rows once
         torch.testing.assert_close(kern(x, w, b)[0].double(), want, rtol=1e-4, atol=1e-4)
+
+
+def test_nine_rows_times_kn_weight_stay_onednn():
+    """Nine rows times a weight stored [K, N] are past the rows that
+    split K (cpu/schedule.c, SPLIT_K_MAX_ROWS): dnnl_sgemm's on the oneDNN
+    road. Fresh inputs, against float64."""
+    g = gen(hash("nine rows kn") & 0xffff)
+    x, w = rnd((9, 64), torch.float32, g, -1, 1), rnd((64, 40), torch.float32, g, -1, 1)
+    gm, ins = tk.op_graph(A.mm.default, (x, w))
+    k = tk.compile_fx(gm, ins, keep_source=True)
+    if "onednn/" not in k.identity:
+        pytest.skip("tccd is built without oneDNN (meson -Donednn)")
+    assert "dnnl_sgemm(" in k.source and "float *parts[" not in k.source, k.source
+    check(k(*ins)[0], torch.mm(x.double(), w.double()).float(), tol=(1e-4, 1e-4))
 
 
 # ------------------------------------------------------ convolution
