@@ -44,7 +44,7 @@
  * as the schedule's plan_gemm says (emit_dnnl_gemm, emit_extern), or,
  * few rows against nn.Linear's weight, stream its rows in a loop of
  * their own (emit_stream_gemm), or, up to eight rows against a weight
- * stored [K, N], split K among the threads (emit_split_k_gemv).
+ * stored [K, N], split K among the threads (emit_split_k_gemm).
  * Convolution EXTERNs (TCC_EXT_CONV_*) become a static tcc_dnnl_conv each
  * and one call of the oneDNN runtime that the source then carries
  * (runtime/onednn_conv.c; emit_conv_extern), with a destructor that frees
@@ -1024,7 +1024,7 @@ static int emit_dnnl_gemm(kernel_emit *ke) {
 }
 
 /* The operand pointers pa, pb and pc of a generated GEMM kernel
- * (emit_stream_gemm, emit_split_k_gemv), the batch index 0, and its
+ * (emit_stream_gemm, emit_split_k_gemm), the batch index 0, and its
  * vector type of `width` floats. */
 static void put_gemm_operands(kernel_emit *ke, int width) {
   const tcc_store *st = &ke->k->stores[0];
@@ -1097,7 +1097,7 @@ static int emit_stream_gemm(kernel_emit *ke) {
  * partial row alive until all are read (libgomp's workers leave the
  * region's function, and free its stack frame, before the region's
  * closing barrier). Returns 0. */
-static int emit_split_k_gemv(kernel_emit *ke) {
+static int emit_split_k_gemm(kernel_emit *ke) {
   const tcc_vx *call = ke->k->stores[0].value;
   const tcc_cpu_gemm *g = &ke->ks->gemm;
   tcc_buf *b = ke->b;
@@ -1194,7 +1194,7 @@ static int emit_extern(kernel_emit *ke, int kno) {
   }
   const tcc_cpu_gemm *g = &ke->ks->gemm;
   if (g->stream_rows) return emit_stream_gemm(ke);
-  if (g->split_k) return emit_split_k_gemv(ke);
+  if (g->split_k) return emit_split_k_gemm(ke);
   if (g->onednn) return emit_dnnl_gemm(ke);
   const int *trans = g->trans;
   const int64_t *ld = g->ld;

@@ -1197,7 +1197,7 @@ static int plan_stream_rows(const tcc_program *p, const tcc_vx *call, tcc_cpu_ge
  * a batch): oneDNN's GEMV splits such a weight among the threads by
  * columns, so each thread reads a strided panel of every row, and its
  * GEMM packs it; split by rows, each thread streams one contiguous run
- * (emit_split_k_gemv), SPLIT_K_PASS rows a pass. M x N is bounded so
+ * (emit_split_k_gemm), SPLIT_K_PASS rows a pass. M x N is bounded so
  * that each thread's partial rows fit its stack. Returns 1 when it
  * applies. */
 #define SPLIT_K_MAX_ROWS 8
