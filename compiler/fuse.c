@@ -29,7 +29,16 @@
  *      packing reads each element once per kernel tap, so a batch-norm
  *      backward inlined into it ran 9 times per element. A broadcasting
  *      read is not amplified (its index ignores the loops it broadcasts
- *      over, and cpu/emit.c hoists the value out of them).
+ *      over, and cpu/emit.c hoists the value out of them) unless a loop
+ *      it ignores lies between two it reads (gap_runs: the kernel's dims,
+ *      then the bound variables of a reduction): nothing hoists the value
+ *      out of that one. A producer that computes something costly (a
+ *      division, square root or transcendental function) read across
+ *      such loops of TCC_AMPLIFIED_FACTOR iterations or more stays a
+ *      load: the torch.compile tutorial's numpy program sums an outer
+ *      product, einsum('ij,ik->ijk', xn, yn) over j and k, and divided
+ *      by yn's standard deviation 640 times per element of yn. Cheap
+ *      ones (an attention mask read across the query rows) stay inlined.
  *      A producer holding a reduction (REDUCE) is inlined only where the
  *      reduction stays computed once per element of its own result: the
  *      load reads it at plain loop variables of the consumer that form a
@@ -88,6 +97,9 @@ typedef struct fuse_ctx {
   int mark;                  /* its last call's */
   int **reads;               /* per kernel: the buffers it loads, before */
   int *nreads;               /*   fusion (step 1 reads its consumer's) */
+  const tcc_vx **bound;      /* per variable: the consumer's REDUCE that
+                                binds it, or NULL (gap_runs) */
+  int nbound;                /* its entries (p->next_var) */
 } fuse_ctx;
 
 static int same_space(const tcc_kernel *A, const tcc_kernel *B) {
@@ -143,6 +155,66 @@ static int amplified(const fuse_ctx *fc, int buf, const tcc_vx *load) {
   return varying >= TCC_AMPLIFIED_FACTOR * numel;
 }
 
+/* Notes in fc->bound the REDUCEs of e (the current consumer's). Returns
+ * 0 or -1 (out of memory). */
+static int note_reduces(fuse_ctx *fc, const tcc_vx *e, tcc_ptrmap *seen) {
+  if (!e || tcc_ptrmap_get(seen, e)) return 0;
+  if (tcc_ptrmap_put(seen, e, e)) return -1;
+  if (e->op == TCC_PRIM_EXTERN) return 0;
+  if (e->op == TCC_PRIM_REDUCE)
+    for (int r = 0; r < e->nidx; r++)
+      if (e->buf + r < fc->nbound) fc->bound[e->buf + r] = e;
+  if (note_reduces(fc, e->a, seen) || note_reduces(fc, e->b, seen)) return -1;
+  return note_reduces(fc, e->c, seen);
+}
+
+/* The bound variables index x reads, as bits by position in their REDUCE
+ * (*red); *red becomes NULL when x reads those of two REDUCEs. */
+static uint32_t bound_reads(const fuse_ctx *fc, const tcc_ix *x, const tcc_vx **red, int *mixed) {
+  if (!x || x->kind == TCC_IX_VALUE) return 0;
+  if (x->kind == TCC_IX_VAR) {
+    const tcc_vx *r = x->var >= TCC_FIRST_BOUND_VAR && x->var < fc->nbound ? fc->bound[x->var] : NULL;
+    if (!r) return 0;
+    if (*red && *red != r) *mixed = 1;
+    *red = r;
+    return 1u << (x->var - r->buf);
+  }
+  return bound_reads(fc, x->a, red, mixed) | bound_reads(fc, x->b, red, mixed);
+}
+
+/* How many times the current consumer computes a value read through
+ * `load` over loops it does not read that lie between loops it reads
+ * (cpu/emit.c hoists a value out of the loops inside the innermost one
+ * it reads, never out of one between two it reads). The loops, outermost
+ * first: the kernel's dims, then those of the REDUCE whose bound
+ * variables the index reads (1 when it reads two REDUCEs'). A value read
+ * at [i, k] in a kernel over [i, j, k] runs again for every j. */
+static double gap_runs(const fuse_ctx *fc, const tcc_vx *load) {
+  uint32_t kvars = 0, bvars = 0;
+  const tcc_vx *red = NULL;
+  int mixed = 0;
+  for (int d = 0; d < load->nidx; d++) {
+    kvars |= tcc_ix_kernel_vars(load->idx[d]);
+    bvars |= bound_reads(fc, load->idx[d], &red, &mixed);
+  }
+  if (mixed) return 1;
+  const int nk = fc->k->rank, n = nk + (red ? red->nidx : 0);
+  double runs = 1, pending = 1;
+  int seen = 0;
+  for (int l = 0; l < n; l++) {
+    int64_t size = l < nk ? fc->k->sizes[l] : red->idx[l - nk]->c;
+    int reads = l < nk ? (kvars >> l) & 1 : (bvars >> (l - nk)) & 1;
+    if (size <= 1) continue;
+    if (!reads) pending *= (double)size;
+    else {
+      if (seen) runs *= pending;
+      seen = 1;
+      pending = 1;
+    }
+  }
+  return runs;
+}
+
 /* Is store s of kernel k an identity write of its whole buffer? */
 static int identity_store(const tcc_program *p, const tcc_kernel *k, const tcc_store *s) {
   const tcc_meta *m = &p->bufs[s->buf].layout;
@@ -196,6 +268,17 @@ static int reduce_inline_ok(fuse_ctx *fc, const tcc_vx *prod, const tcc_vx *load
 }
 
 static const tcc_vx *inline_rec(fuse_ctx *fc, tcc_ptrmap *memo, const tcc_vx *e);
+
+static int costly(const tcc_vx *e) {
+  tcc_ptrmap memo;
+  if (tcc_ptrmap_init(&memo, 64)) {
+    tcc_ptrmap_free(&memo);
+    return 1;   /* out of memory: keep the load */
+  }
+  int c = tcc_vx_costly(e, &memo);
+  tcc_ptrmap_free(&memo);
+  return c;
+}
 
 /* Index e with the expressions inside its VALUE parts inlined. */
 static const tcc_ix *inline_ix(fuse_ctx *fc, tcc_ptrmap *memo, const tcc_ix *e) {
@@ -255,6 +338,7 @@ static const tcc_vx *inline_rec(fuse_ctx *fc, tcc_ptrmap *memo, const tcc_vx *e)
         !(fc->stored[e->buf] && prod->ops > TCC_MATERIALIZED_INLINE_OPS &&
           apart_from_producer(fc, e->buf)) &&
         !(prod->ops > TCC_AMPLIFIED_INLINE_OPS && amplified(fc, e->buf, r)) &&
+        !(gap_runs(fc, r) >= TCC_AMPLIFIED_FACTOR && costly(prod)) &&
         reduce_inline_ok(fc, prod, r)) {
       r = tcc_vx_subst(p, prod, r->nidx, r->idx);
       if (!r || tcc_kernel_add_nodes(p, fc->kid, fc->producer_kernel[e->buf])) return NULL;
@@ -508,6 +592,9 @@ int tcc_fuse(tcc_program *p, tcc_error *err) {
   fc.nreads = nreads;
   fc.stored = tcc_arena_alloc(p->arena, (size_t)nb + 1);
   fc.split = tcc_arena_alloc(p->arena, (size_t)nb + 1);
+  fc.nbound = p->next_var;
+  fc.bound = tcc_arena_array(p->arena, (size_t)fc.nbound + 1, sizeof *fc.bound);
+  if (!fc.bound) goto oom;
   int *first_reader = tcc_arena_array(p->arena, (size_t)nb + 1, sizeof *first_reader);
   int *externs_before = tcc_arena_array(p->arena, (size_t)nk + 1, sizeof *externs_before);
   if (!fc.readers || !fc.producer_kernel || !fc.stored || !fc.split || !first_reader ||
@@ -549,6 +636,17 @@ int tcc_fuse(tcc_program *p, tcc_error *err) {
     fc.k = K;
     fc.kid = k;
     tcc_ptrmap memo;
+    for (int v = 0; v < fc.nbound; v++) fc.bound[v] = NULL;
+    if (tcc_ptrmap_init(&memo, 64)) {
+      tcc_ptrmap_free(&memo);
+      goto oom;
+    }
+    for (int s = 0; s < K->nstores; s++)
+      if (note_reduces(&fc, K->stores[s].value, &memo)) {
+        tcc_ptrmap_free(&memo);
+        goto oom;
+      }
+    tcc_ptrmap_free(&memo);
     if (tcc_ptrmap_init(&memo, 64)) {
       tcc_ptrmap_free(&memo);
       goto oom;

@@ -971,32 +971,6 @@ static double kernel_work(const tcc_kernel *k, const tcc_vx *const *nodes, int n
 
 /* ---------------------------------------------------- column values */
 
-/* Does e compute something costly (a division, square root or
- * transcendental function) that a column value would do once per column
- * instead of once per element? */
-static const char costly_yes, costly_no;
-
-static int col_costly(const tcc_vx *e, tcc_ptrmap *seen) {
-  if (!e || e->op == TCC_PRIM_LOAD || e->op == TCC_PRIM_CONST) return 0;
-  const void *memo = tcc_ptrmap_get(seen, e);
-  if (memo) return memo == &costly_yes;
-  int costly;
-  switch (e->op) {
-  case TCC_PRIM_EXP: case TCC_PRIM_EXP2: case TCC_PRIM_EXPM1: case TCC_PRIM_LOG: case TCC_PRIM_LOG1P:
-  case TCC_PRIM_LOG2: case TCC_PRIM_SQRT: case TCC_PRIM_RSQRT: case TCC_PRIM_RECIP: case TCC_PRIM_SIN:
-  case TCC_PRIM_COS: case TCC_PRIM_TAN: case TCC_PRIM_TANH: case TCC_PRIM_SIGMOID: case TCC_PRIM_ERF:
-  case TCC_PRIM_NDTR:
-  case TCC_PRIM_DIV: case TCC_PRIM_POW: case TCC_PRIM_ATAN2: case TCC_PRIM_FMOD: case TCC_PRIM_REM:
-  case TCC_PRIM_FLOORDIV: case TCC_PRIM_TRUNCDIV:
-    costly = 1;
-    break;
-  default:
-    costly = col_costly(e->a, seen) || col_costly(e->b, seen) || col_costly(e->c, seen);
-  }
-  tcc_ptrmap_put(seen, e, costly ? &costly_yes : &costly_no);   /* a memo: out of memory costs walks */
-  return costly;
-}
-
 /* Does e vary along the element loop of a planned nest and nothing
  * else (dims of size 1 aside)? */
 static int col_only(planner *ke, const tcc_vx *e) {
@@ -1032,7 +1006,7 @@ static int plan_column_values(planner *ke) {
       const tcc_vx *a = ops[o];
       int known = 0;
       for (int c = 0; c < ks->ncol_vals; c++) known |= ks->col_vals[c] == a;
-      if (!a || known || !tcc_cpu_ctype(a->dtype) || !col_only(ke, a) || !col_costly(a, &seen)) continue;
+      if (!a || known || !tcc_cpu_ctype(a->dtype) || !col_only(ke, a) || !tcc_vx_costly(a, &seen)) continue;
       if ((ks->ncol_vals + 1) * pl->size[pl->nloops - 1] * 8 > TCC_CPU_COL_BYTES) break;
       ks->col_vals[ks->ncol_vals++] = a;
     }

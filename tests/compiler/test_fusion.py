@@ -683,6 +683,50 @@ def test_kept_producer_is_read_after_a_reduction_between():
     assert len(calls) == 1, k.source
 
 
+def _innermost_loops(source):
+    """The bodies of the innermost loops of generated C (no braces inside)."""
+    return re.findall(r"for \(int64_t i\d+ = [^;]*; [^;]*; [^)]*\) \{([^{}]*)\}", source)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_costly_producer_read_across_a_gap_is_stored(dtype):
+    """The torch.compile tutorial's numpy program sums an outer product
+    of two normalized matrices, einsum('ij,ik->ijk', xn, yn) summed over
+    j and k: yn[i, k] is read inside the loop over k, itself inside the
+    one over j, which it does not read. Inlined, its normalization (a
+    division) ran 640 times per element; it is stored once and loaded.
+    xn[i, j] is read outside the k loop: still inlined (hoisted there).
+    A cheap producer read across such a gap stays inlined. Fresh inputs
+    against float64."""
+    g = torch.Generator().manual_seed(SEED)
+    x = torch.randn(48, 40, generator=g, dtype=dtype)
+    y = torch.randn(48, 40, generator=g, dtype=dtype) * 3 + 1
+    c = torch.randn(48, 40, generator=g, dtype=dtype)
+
+    def f(x, y, c):
+        xn = A.div.Tensor(A.sub.Tensor(x, A.mean.dim(x, [0])), A.std.correction(x, [0], correction=0))
+        yn = A.div.Tensor(A.sub.Tensor(y, A.mean.dim(y, [0])), A.std.correction(y, [0], correction=0))
+        outer = A.mul.Tensor(A.unsqueeze.default(xn, 2), A.unsqueeze.default(yn, 1))
+        cheap = A.mul.Tensor(A.unsqueeze.default(x, 2), A.unsqueeze.default(A.add.Tensor(c, 1.0), 1))
+        return A.sum.dim_IntList(outer, [1, 2]), A.sum.dim_IntList(cheap, [1, 2])
+
+    ins = [x, y, c]
+    gm = tk.aten_graph(f, ins, decompose=False)
+    k = tk.compile_fx(gm, ins, keep_source=True)
+    want = f(*[t.double() for t in ins])
+    tol = 1e-9 if dtype == torch.float64 else 2e-4
+    for got, ref in zip(k(*ins), want):
+        torch.testing.assert_close(got.double(), ref, rtol=tol, atol=tol * ref.abs().max().item())
+    body = k.source.split("#endif", 1)[1]
+    sums = [b for b in _innermost_loops(body) if re.search(r"\ba\d+p? \+=", b)]
+    assert sums, body
+    # one division in the loop over k: xn's, which reads j only (gcc
+    # hoists it); yn's is not recomputed for every j
+    assert max(b.count(" / ") for b in sums) == 1, body
+    # the cheap one: c + 1 stays in the loop over k (not stored)
+    assert any(re.search(r" \+ (0x1p\+0|1\.0)", b) for b in sums), body
+
+
 def test_reduction_read_across_a_gemm_is_computed_once():
     """A reduction read by a kernel before a GEMM and by one after it
     (those cannot merge) is stored once and loaded, not run in both."""
