@@ -351,6 +351,18 @@ struct tcc_lower_ctx {
     const tcc_vx *packed;   /* its load over (b, r, c) */
   } gemm_packs[16];       /* the last 16: slot ngemm_packs % 16 is next */
   int ngemm_packs;        /* packs made */
+  /* Means lowered so far (lower_reduce.c), so that a graph's mean and the
+   * mean inside its var or std of the same value over the same dims are
+   * one REDUCE (bound variables and all): computed once, and the column
+   * sums' stages see the variance's mean among their sums */
+  struct tcc_mean_memo {
+    int v;                  /* the graph value averaged */
+    uint32_t mask;          /* over these dims */
+    int keepdim;
+    tcc_dtype dt;           /* in this dtype */
+    const tcc_vx *mean;
+  } means[16];            /* the last 16: slot nmeans % 16 is next */
+  int nmeans;             /* means made */
 };
 
 /* Lowers the canonical graph into p. Returns 0, TCC_E_UNIMPLEMENTED (a

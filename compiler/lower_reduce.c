@@ -59,6 +59,21 @@ static const tcc_vx *mean_of(tcc_program *p, const tcc_vx *body, const red_space
   return BIN(DIV, fold(p, TCC_RED_SUM, cd, body, rs), tcc_lower_cst(p, cd, (double)rs->count));
 }
 
+/* mean_of(body over rs) of graph value v over the dims in mask, or the
+ * one lowered before for the same (v, mask, keepdim, dtype) (lc->means):
+ * then rs's fresh variables go unused. */
+static const tcc_vx *shared_mean(tcc_lower_ctx *lc, int v, uint32_t mask, int keepdim, const tcc_vx *body,
+                                 const red_space *rs, tcc_dtype cd) {
+  int n = lc->nmeans < 16 ? lc->nmeans : 16;
+  for (int i = 0; i < n; i++) {
+    const struct tcc_mean_memo *m = &lc->means[i];
+    if (m->v == v && m->mask == mask && m->keepdim == keepdim && m->dt == cd) return m->mean;
+  }
+  const tcc_vx *mean = mean_of(lc->prog, body, rs, cd);
+  if (mean) lc->means[lc->nmeans++ % 16] = (struct tcc_mean_memo){v, mask, keepdim, cd, mean};
+  return mean;
+}
+
 static const tcc_vx *var_of(tcc_program *p, const tcc_vx *body, const tcc_vx *mean,
                             const red_space *rs, tcc_dtype cd, double correction) {
   const tcc_vx *dx = BIN(SUB, tcc_vx_cast(p, body, cd), mean);
@@ -92,7 +107,7 @@ int tcc_lower_reduce(tcc_lower_ctx *lc, const tcc_node *n, tcc_error *err) {
   case TCC_OP_PROD: case TCC_OP_PROD_DIM:
     return tcc_lower_result(lc, n, 0, fold(p, TCC_RED_PROD, cd, body, &rs), err);
   case TCC_OP_MEAN: case TCC_OP_MEAN_DIM:
-    return tcc_lower_result(lc, n, 0, mean_of(p, body, &rs, cd), err);
+    return tcc_lower_result(lc, n, 0, shared_mean(lc, n->args[0].v, mask, keepdim, body, &rs, cd), err);
   case TCC_OP_AMAX: case TCC_OP_MAX:
     return tcc_lower_result(lc, n, 0, fold(p, TCC_RED_MAX, cd, body, &rs), err);
   case TCC_OP_AMIN: case TCC_OP_MIN:
@@ -115,7 +130,7 @@ int tcc_lower_reduce(tcc_lower_ctx *lc, const tcc_node *n, tcc_error *err) {
   case TCC_OP_VAR: case TCC_OP_STD: case TCC_OP_VAR_MEAN: {
     const tcc_arg *c = ARG("correction");
     double corr = c->kind == TCC_ARG_NONE ? 1.0 : c->kind == TCC_ARG_FLOAT ? c->f : (double)c->i;
-    const tcc_vx *mean = mean_of(p, body, &rs, xd);
+    const tcc_vx *mean = shared_mean(lc, n->args[0].v, mask, keepdim, body, &rs, xd);
     red_space r2;   /* a second pass over fresh bound vars */
     const tcc_vx *body2 = red_body(lc, n->args[0].v, mask, keepdim, &r2);
     const tcc_vx *var = var_of(p, body2, mean, &r2, xd, corr);

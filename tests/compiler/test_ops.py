@@ -930,8 +930,11 @@ def test_column_sums(rows, cols, dtype):
     gradient over a 3-D input (dims 0 and 1), a fused summand, layer
     norm's weight and bias gradients (two sums of one loop, per-row mean
     and rstd read once per row), column counts that leave a partial block,
-    runs over 256 rows (float partials), and a transposed input (its rows
-    are unit-stride: no column sums). Against float64."""
+    runs over 256 rows (float partials), a transposed input (its rows
+    are unit-stride: no column sums), and a column mean with the std of
+    the same columns (two graph nodes: one mean, lowered once, which the
+    variance's stage reads; the torch.compile FAQ's numpy program).
+    Against float64."""
     g = gen(hash(("colsum", rows, cols, str(dtype))) & 0xffff)
     tol = RED_TOL[dtype]
     x, y = rnd((rows, cols), dtype, g, -2, 2), rnd((rows, cols), dtype, g, -2, 2)
@@ -947,9 +950,13 @@ def test_column_sums(rows, cols, dtype):
     def bias_grad_3d(x):
         return A.sum.dim_IntList(x, [0, 1])
 
+    def col_stats(x):
+        return A.mean.dim(x, [0]), A.std.correction(x, [0], correction=0)
+
     x3 = rnd((2, rows, cols), dtype, g, -2, 2)
     for fn, ins, strided in [(bias_grad, [x, y], True), (norm_grads, [x, y, mean, rstd], True),
-                             (bias_grad_3d, [x3], True), (bias_grad, [x.t().contiguous().t(), y], False)]:
+                             (bias_grad_3d, [x3], True), (bias_grad, [x.t().contiguous().t(), y], False),
+                             (col_stats, [x], True)]:
         gm = tk.aten_graph(fn, ins, decompose=False)
         k = tk.compile_fx(gm, ins, keep_source=True)
         assert (COLUMN_SUMS.search(k.source) is not None) == strided, (fn.__name__, k.source[-2500:])
