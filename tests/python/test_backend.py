@@ -561,6 +561,39 @@ def test_boolean_mask_assignment_compiles(daemon):
         assert tccd.stats()["compiled_ops"] > 0, fn.__name__
 
 
+def test_numpy_faq_program_compiles_whole(daemon):
+    """The torch.compile FAQ's numpy program (numpy arrays in and out):
+    column mean and std, X_std[X_std == 0] = 1, standardize, the outer
+    product einsum('ij,ik->ijk') summed over the last two dims. Fresh
+    random inputs, one constant column in each call (its std is 0, so the
+    mask's branch is taken), against numpy itself in float64; every op
+    compiled."""
+    import numpy as np
+
+    def numpy_fn(X, Y):
+        X_mean, X_std = X.mean(axis=0), X.std(axis=0)
+        Y_mean, Y_std = Y.mean(axis=0), Y.std(axis=0)
+        X_std[X_std == 0] = 1
+        Y_std[Y_std == 0] = 1
+        X_normalized = (X - X_mean) / X_std
+        Y_normalized = (Y - Y_mean) / Y_std
+        return np.einsum("ij,ik->ijk", X_normalized, Y_normalized).sum(axis=(-2, -1))
+
+    torch._dynamo.reset()
+    tccd.reset_stats()
+    opt = torch.compile(numpy_fn, backend="tccd")
+    rng = np.random.default_rng()
+    for _ in range(2):
+        X, Y = rng.standard_normal((96, 40)) * 3 + 1, rng.standard_normal((96, 40))
+        X[:, rng.integers(40)] = 2.5
+        want = numpy_fn(X.copy(), Y.copy())
+        got = opt(X, Y)
+        assert isinstance(got, np.ndarray) and got.dtype == np.float64, type(got)
+        np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-10 * np.abs(want).max())
+    assert sum(tccd.fallback_ops().values()) == 0, tccd.fallback_ops()
+    assert tccd.stats()["compiled_ops"] > 0
+
+
 @pytest.mark.parametrize("device", ["cpu", "cuda"])
 def test_activations_go_channels_last_on_the_cpu_only(device):
     """The forward of a convolution network's training step saves its
