@@ -169,7 +169,7 @@ static int note_reduces(fuse_ctx *fc, const tcc_vx *e, tcc_ptrmap *seen) {
 }
 
 /* The bound variables index x reads, as bits by position in their REDUCE
- * (*red); *red becomes NULL when x reads those of two REDUCEs. */
+ * (*red); *mixed is set when x reads those of two REDUCEs. */
 static uint32_t bound_reads(const fuse_ctx *fc, const tcc_ix *x, const tcc_vx **red, int *mixed) {
   if (!x || x->kind == TCC_IX_VALUE) return 0;
   if (x->kind == TCC_IX_VAR) {
