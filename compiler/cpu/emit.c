@@ -1095,8 +1095,13 @@ static int emit_stream_gemm(kernel_emit *ke) {
 /* Up to eight float32 rows against a weight stored [K, N]
  * (plan_split_k): each of the U threads (at most 64) adds x[m, k] W[k, :]
  * over its contiguous run of the weight's rows, split_k rows a pass, into
- * partial rows on its own stack; after a barrier each adds the partial
- * rows over its share of the columns into C. A second barrier keeps every
+ * partial rows on its own stack, and prefetches the next pass's rows at
+ * the same n into L2 (prefetcht2; on an AMD EPYC with AVX-512 (Zen 4),
+ * weights from memory, GPT-2's one-row GEMMs ran 1.1-1.2x faster and
+ * eight rows 1.4-1.7x, reading at 0.94-1.0x and 0.74-0.91x the rate of a
+ * plain sum of the same bytes; a prefetch into L1 was slower than none,
+ * one two or four passes ahead no faster); after a barrier each adds the
+ * partial rows over its share of the columns into C. A second barrier keeps every
  * partial row alive until all are read (libgomp's workers leave the
  * region's function, and free its stack frame, before the region's
  * closing barrier). Returns 0. */
@@ -1135,7 +1140,10 @@ static int emit_split_k_gemm(kernel_emit *ke) {
                     "        int64_t n = 0;\n"
                     "        for (; n + %d <= %" PRId64 "; n += %d) {\n"
                     "          vec wv[%d];\n"
-                    "          for (int j = 0; j < %d; j++) wv[j] = *(const vec *)(w + j * %" PRId64 " + n);\n"
+                    "          for (int j = 0; j < %d; j++) {\n"
+                    "            wv[j] = *(const vec *)(w + j * %" PRId64 " + n);\n"
+                    "            if (%d || (n & 15) == 0) __builtin_prefetch(w + (%d + j) * %" PRId64 " + n, 0, 1);\n"
+                    "          }\n"
                     "          for (int m = 0; m < %" PRId64 "; m++) {\n"
                     "            vec s = *(vec *)(part + m * %" PRId64 " + n);\n"
                     "            for (int j = 0; j < %d; j++) s += x[m][j] * wv[j];\n"
@@ -1164,7 +1172,7 @@ static int emit_split_k_gemm(kernel_emit *ke) {
                     "    }\n"
                     "%s"
                     "  }\n  return 0;\n}\n",
-                 M * N, K, K, M * N, R, R, ldb, M, R, M, R, lda, sa, W, N, W, R, R, ldb, M, N, R, N, N,
+                 M * N, K, K, M * N, R, R, ldb, M, R, M, R, lda, sa, W, N, W, R, R, ldb, W == 16, R, ldb, M, N, R, N, N,
                  M, R, N, ldb, M, lda, sa, N, N, ldb, barrier, N, N, M, N, N, barrier);
   return 0;
 }
