@@ -1036,8 +1036,26 @@ static void put_gemm_operands(kernel_emit *ke, int width) {
   tcc_buf_printf(b, ");\n  const float *restrict pb = b%d + (", call->b->buf);
   put_index(ke, call->b->buf, call->b->idx);
   tcc_buf_printf(b, ");\n  float *restrict pc = b%d;\n"
-                    "  typedef float vec __attribute__((vector_size(%d), aligned(4)));\n",
+                    "  typedef float vec __attribute__((vector_size(%d), aligned(4)));\n"
+                    "  typedef float vec8 __attribute__((vector_size(32)));\n"
+                    "  typedef float vec4 __attribute__((vector_size(16)));\n",
                  st->buf, width * 4);
+}
+
+/* Declares `float s` at indent ind: the sum of vec v's `width` lanes (16
+ * or 8) as a tree, halving the vector each step, so each accumulator
+ * costs a few shuffles and adds rather than width - 1 dependent scalar
+ * adds after as many lane extractions. */
+static void put_vec_sum(tcc_buf *b, int ind, const char *v, int width) {
+  if (width == 16)
+    tcc_buf_printf(b, "%*sconst vec8 h_ = __builtin_shufflevector(%s, %s, 0, 1, 2, 3, 4, 5, 6, 7) +\n"
+                      "%*s                 __builtin_shufflevector(%s, %s, 8, 9, 10, 11, 12, 13, 14, 15);\n",
+                   ind, "", v, v, ind, "", v, v);
+  else
+    tcc_buf_printf(b, "%*sconst vec8 h_ = %s;\n", ind, "", v);
+  tcc_buf_printf(b, "%*sconst vec4 q_ = __builtin_shufflevector(h_, h_, 0, 1, 2, 3) + __builtin_shufflevector(h_, h_, 4, 5, 6, 7);\n"
+                    "%*sfloat s = (q_[0] + q_[2]) + (q_[1] + q_[3]);\n",
+                 ind, "", ind, "");
 }
 
 /* A float32 GEMM of few rows against a weight stored [N, K]
@@ -1080,15 +1098,15 @@ static int emit_stream_gemm(kernel_emit *ke) {
                     "      }\n"
                     "    }\n"
                     "    for (int j = 0; j < nr; j++)\n"
-                    "      for (int m = 0; m < %" PRId64 "; m++) {\n"
-                    "        float s = 0;\n"
-                    "        for (int l = 0; l < %d; l++) s += acc[j][m][l];\n"
-                    "        for (int64_t t = k; t < %" PRId64 "; t++) s += pa[m * %" PRId64 " + t] * w[j * %" PRId64 " + t];\n"
+                    "      for (int m = 0; m < %" PRId64 "; m++) {\n",
+                 g->stream_par, blocks, R, N, R, N, R, ldb, R, N, R, ldb, R, M, R, M, W, K, W, R,
+                 R, ldb, W == 16, ldb, M, lda, R, M);
+  put_vec_sum(b, 8, "acc[j][m]", W);
+  tcc_buf_printf(b, "        for (int64_t t = k; t < %" PRId64 "; t++) s += pa[m * %" PRId64 " + t] * w[j * %" PRId64 " + t];\n"
                     "        pc[m * %" PRId64 " + n0 + j] = s;\n"
                     "      }\n"
                     "  }\n  return 0;\n}\n",
-                 g->stream_par, blocks, R, N, R, N, R, ldb, R, N, R, ldb, R, M, R, M, W, K, W, R,
-                 R, ldb, W == 16, ldb, M, lda, R, M, W, K, lda, ldb, N);
+                 K, lda, ldb, N);
   return 0;
 }
 
