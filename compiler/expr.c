@@ -473,23 +473,26 @@ int tcc_vx_has_reduce(const tcc_vx *e) {
 
 static const char costly_yes, costly_no;
 
-int tcc_vx_costly(const tcc_vx *e, tcc_ptrmap *memo) {
-  if (!e || e->op == TCC_PRIM_LOAD || e->op == TCC_PRIM_CONST) return 0;
-  const void *known = tcc_ptrmap_get(memo, e);
-  if (known) return known == &costly_yes;
-  int costly;
-  switch (e->op) {
+int tcc_prim_costly(tcc_prim op) {
+  switch (op) {
   case TCC_PRIM_EXP: case TCC_PRIM_EXP2: case TCC_PRIM_EXPM1: case TCC_PRIM_LOG: case TCC_PRIM_LOG1P:
   case TCC_PRIM_LOG2: case TCC_PRIM_SQRT: case TCC_PRIM_RSQRT: case TCC_PRIM_RECIP: case TCC_PRIM_SIN:
   case TCC_PRIM_COS: case TCC_PRIM_TAN: case TCC_PRIM_TANH: case TCC_PRIM_SIGMOID: case TCC_PRIM_ERF:
   case TCC_PRIM_NDTR:
   case TCC_PRIM_DIV: case TCC_PRIM_POW: case TCC_PRIM_ATAN2: case TCC_PRIM_FMOD: case TCC_PRIM_REM:
   case TCC_PRIM_FLOORDIV: case TCC_PRIM_TRUNCDIV:
-    costly = 1;
-    break;
+    return 1;
   default:
-    costly = tcc_vx_costly(e->a, memo) || tcc_vx_costly(e->b, memo) || tcc_vx_costly(e->c, memo);
+    return 0;
   }
+}
+
+int tcc_vx_costly(const tcc_vx *e, tcc_ptrmap *memo) {
+  if (!e || e->op == TCC_PRIM_LOAD || e->op == TCC_PRIM_CONST) return 0;
+  const void *known = tcc_ptrmap_get(memo, e);
+  if (known) return known == &costly_yes;
+  int costly = tcc_prim_costly(e->op) ||
+               tcc_vx_costly(e->a, memo) || tcc_vx_costly(e->b, memo) || tcc_vx_costly(e->c, memo);
   tcc_ptrmap_put(memo, e, costly ? &costly_yes : &costly_no);   /* out of memory costs walks */
   return costly;
 }

@@ -198,9 +198,11 @@ uint32_t tcc_vx_kernel_vars(const tcc_vx *e);
 uint32_t tcc_ix_kernel_vars(const tcc_ix *e);
 /* Does e contain a REDUCE (outside index values)? */
 int tcc_vx_has_reduce(const tcc_vx *e);
-/* Does e compute something costly: a division, square root or
- * transcendental function (not looking past loads)? memo: a map the
- * caller owns, shared across calls. */
+/* Is op itself costly: a division, square root or transcendental
+ * function? */
+int tcc_prim_costly(tcc_prim op);
+/* Does e compute something costly (tcc_prim_costly; not looking past
+ * loads)? memo: a map the caller owns, shared across calls. */
 int tcc_vx_costly(const tcc_vx *e, tcc_ptrmap *memo);
 
 /* e with its operands replaced (same op, dtype, load indices, literal). */

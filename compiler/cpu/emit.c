@@ -411,6 +411,54 @@ static const char *acc_ctype(const tcc_vx *r) {
 /* The longest run of a float32 sum's innermost loop summed in float. */
 #define TCC_SUM_BLOCK 256
 
+/* Lane accumulators: a float sum's innermost loop, vectorised, adds into
+ * one vector register, so a cheap summand (a row's sum of squares, a
+ * product of two loads) waits on the add's latency, 3-4 cycles an
+ * iteration. With TCC_SUM_VECTORS vectors of lanes (an array a<acc>q
+ * indexed by the position in a chunk of that many elements) the adds of
+ * a chunk are independent; the lanes are added together after the loop.
+ * The loop over a chunk is marked `GCC ivdep`, not `omp simd`: gcc kept
+ * the lanes in memory, not in registers, under `omp simd reduction(|:bad)`
+ * (gcc 12), and it vectorises the loop without the pragma, as no lane
+ * reads another's.
+ * Returns the chunk's length in elements when every REDUCE of the group
+ * is a float32 or float64 sum of one dtype whose innermost loop (static,
+ * not merged, vectorised) is a whole number of chunks and whose summand
+ * is cheap (tcc_vx_costly: an exp or a division is not waiting on the
+ * add, and its library call would spill the lanes), else 0. */
+#define TCC_SUM_VECTORS 4
+
+/* Does computing e at each step of loop variable v divide, take a root
+ * or call a transcendental function (tcc_prim_costly)? Parts that do not
+ * read v are computed once outside that loop (emit_hoistable, or gcc's
+ * invariant motion), a row's mean among them; a nested REDUCE is a loop
+ * of its own. */
+static int costly_in_loop(kernel_emit *ke, const tcc_vx *e, int v) {
+  if (!e || e->op == TCC_PRIM_LOAD || e->op == TCC_PRIM_CONST) return 0;
+  const tcc_varset *fv = tcc_cpu_fv_vx(&ke->fv, e);
+  int reads_v = 0;
+  for (int i = 0; i < fv->n && !reads_v; i++) reads_v = fv->v[i] == v;
+  if (!reads_v) return 0;
+  return e->op == TCC_PRIM_REDUCE || tcc_prim_costly(e->op) || costly_in_loop(ke, e->a, v) ||
+         costly_in_loop(ke, e->b, v) || costly_in_loop(ke, e->c, v);
+}
+
+static int sum_lanes(kernel_emit *ke, const tcc_vx *const *group, int ng, int simd, int merged,
+                     int last, int64_t n_last) {
+  const char *isa = ke->p->graph->target.isa;
+  int vbytes = !isa ? 16 : strcmp(isa, "x86-64-v4") == 0 ? 64 : strcmp(isa, "x86-64-v3") == 0 ? 32 : 16;
+  if (!simd || merged || last < 0 || ke->in_simd_element || ke->p->graph->nsyms) return 0;
+  for (int g = 0; g < ng; g++)
+    if (group[g]->i != TCC_RED_SUM || group[g]->dtype != group[0]->dtype ||
+        (group[g]->dtype != TCC__V1__DTYPE__FLOAT32 && group[g]->dtype != TCC__V1__DTYPE__FLOAT64))
+      return 0;
+  int lanes = TCC_SUM_VECTORS * vbytes / (group[0]->dtype == TCC__V1__DTYPE__FLOAT32 ? 4 : 8);
+  if (n_last < lanes || n_last % lanes || TCC_SUM_BLOCK % lanes) return 0;
+  int costly = 0;
+  for (int g = 0; g < ng && !costly; g++) costly = costly_in_loop(ke, group[g]->a, group[g]->buf + last);
+  return costly ? 0 : lanes;
+}
+
 /* Emits (once) every part of e that can be computed at this point,
  * i.e. whose free vars are all bound: what a reduction loop hoists. */
 static int emit_hoistable(kernel_emit *ke, const tcc_vx *e, tcc_ptrmap *seen, int indent) {
@@ -515,17 +563,43 @@ static void drop_scoped(kernel_emit *ke, int mark) {
   ke->nscoped = mark;
 }
 
+/* Declares group member q's lanes a<acc>q (sum_lanes), zero. */
+static void put_lanes(kernel_emit *ke, const tcc_vx *q, int acc, int lanes, int ind) {
+  tcc_buf_printf(ke->b, "%*s%s a%dq[%d] __attribute__((aligned(64))) = {0};\n", ind, "", tcc_cpu_ctype(q->dtype),
+                 acc, lanes);
+}
+
+/* Adds group member q's lanes a<acc>q (sum_lanes) into its accumulator:
+ * the TCC_SUM_VECTORS vectors into one, then that vector's lanes. */
+static void fold_lanes(kernel_emit *ke, const tcc_vx *q, int acc, int lanes, int ind) {
+  const int w = lanes / TCC_SUM_VECTORS;
+  tcc_buf_printf(ke->b, "%*s{\n%*s  #pragma omp simd\n%*s  for (int l = 0; l < %d; l++)\n"
+                        "%*s    a%dq[l] = (a%dq[l] + a%dq[l + %d]) + (a%dq[l + %d] + a%dq[l + %d]);\n"
+                        "%*s  %s s = 0;\n%*s  #pragma omp simd reduction(+:s)\n"
+                        "%*s  for (int l = 0; l < %d; l++) s += a%dq[l];\n%*s  a%d += s;\n%*s}\n",
+                 ind, "", ind, "", ind, "", w, ind, "", acc, acc, acc, w, acc, 2 * w, acc, 3 * w, ind, "",
+                 tcc_cpu_ctype(q->dtype), ind, "", ind, "", w, acc, ind, "", acc, ind, "");
+}
+
 /* Closes the reduction loops 0..last that open_red_loop opened for a
  * group (and the sum block around the innermost, when blocked), folding
  * each float-run partial into its accumulator after the innermost loop:
- * a scalar a<acc>p, or (cb > 0, column sums) an array of cb. */
+ * a scalar a<acc>p, or (cb > 0, column sums) an array of cb. With lanes
+ * (sum_lanes), the chunk loop closes too, and the lanes are folded after
+ * each block, or (lanes_per_row) once after the whole innermost loop. */
 static void close_red_loops(kernel_emit *ke, const tcc_vx *const *group, int ng, const int *acc, int last,
-                            int blocked, int cb, int *ind) {
+                            int blocked, int cb, int lanes, int lanes_per_row, int *ind) {
   tcc_buf *b = ke->b;
   for (int r = last; r >= 0; r--) {
     *ind -= 2;
     tcc_buf_printf(b, "%*s}\n", *ind, "");
-    if (r == last)
+    if (r == last && lanes) {
+      *ind -= 2;
+      tcc_buf_printf(b, "%*s}\n", *ind, "");
+      if (!lanes_per_row)
+        for (int g = 0; g < ng; g++) fold_lanes(ke, group[g], acc[g], lanes, *ind);
+    }
+    if (r == last && !lanes)
       for (int g = 0; g < ng; g++) {
         if (!float_partial(group[g])) continue;
         if (cb) tcc_buf_printf(b, "%*sfor (int q = 0; q < %d; q++) a%d[q] += a%dp[q];\n", *ind, "", cb, acc[g], acc[g]);
@@ -535,6 +609,8 @@ static void close_red_loops(kernel_emit *ke, const tcc_vx *const *group, int ng,
       *ind -= 2;
       tcc_buf_printf(b, "%*s}\n", *ind, "");
     }
+    if (r == last && lanes_per_row)
+      for (int g = 0; g < ng; g++) fold_lanes(ke, group[g], acc[g], lanes, *ind);
   }
 }
 
@@ -589,6 +665,10 @@ static int emit_reduce_group(kernel_emit *ke, const tcc_vx *const *group, int ng
   const int v_last = r0->buf + last + merged;      /* a merged loop's var: i<v_last>m */
   const char *sfx = merged ? "m" : "";
   int blocked = partials && last >= 0 && n_last > TCC_SUM_BLOCK && !ke->p->graph->nsyms;
+  const int lanes = sum_lanes(ke, group, ng, simd && total > 1, merged, last, n_last);
+  /* float32 lanes each sum n_last / lanes elements in float: across the
+   * blocks, folded once, while that is at most a block's length */
+  const int lanes_per_row = lanes && (!blocked || n_last / lanes <= TCC_SUM_BLOCK);
   const int prefetch = r0 == ke->ks->prefetch_red && ke->walking && !merged && last == 0;
   if (prefetch && !blocked) {
     char n[24];
@@ -596,6 +676,8 @@ static int emit_reduce_group(kernel_emit *ke, const tcc_vx *const *group, int ng
     put_row_prefetch(ke, "0", n, v_last, ind);
   }
   for (int r = 0; r <= last; r++) {
+    if (r == last && lanes_per_row)
+      for (int g = 0; g < ng; g++) put_lanes(ke, group[g], acc[g], lanes, ind);
     if (r == last && blocked) {
       open_sum_block(ke, v_last, sfx, n_last, &ind);
       if (prefetch) {
@@ -606,8 +688,25 @@ static int emit_reduce_group(kernel_emit *ke, const tcc_vx *const *group, int ng
       }
     }
     if (r == last)
-      for (int g = 0; g < ng; g++)
-        if (float_partial(group[g])) tcc_buf_printf(b, "%*sfloat a%dp = 0;\n", ind, "", acc[g]);
+      for (int g = 0; g < ng; g++) {
+        if (lanes && !lanes_per_row) put_lanes(ke, group[g], acc[g], lanes, ind);
+        else if (!lanes && float_partial(group[g])) tcc_buf_printf(b, "%*sfloat a%dp = 0;\n", ind, "", acc[g]);
+      }
+    if (r == last && lanes) { /* chunks of `lanes` elements, each lane its own accumulator */
+      if (blocked)
+        tcc_buf_printf(b, "%*sfor (int64_t i%do = i%db; i%do < i%de; i%do += %d) {\n", ind, "", v_last, v_last,
+                       v_last, v_last, v_last, lanes);
+      else
+        tcc_buf_printf(b, "%*sfor (int64_t i%do = 0; i%do < %" PRId64 "; i%do += %d) {\n", ind, "", v_last,
+                       v_last, n_last, v_last, lanes);
+      ind += 2;
+      tcc_buf_printf(b, "%*s#pragma GCC ivdep\n"
+                        "%*sfor (int64_t i%dl = 0; i%dl < %d; i%dl++) {\n"
+                        "%*s  const int64_t i%d = i%do + i%dl;\n",
+                     ind, "", ind, "", v_last, v_last, lanes, v_last, ind, "", v_last, v_last, v_last);
+      ind += 2;
+      continue;
+    }
     if (ke->in_simd_element) tcc_buf_printf(b, "%*s#pragma GCC unroll %d\n", ind, "", TCC_CPU_WINDOW);
     else if (r == last && simd && total > 1) {
       tcc_buf_printf(b, "%*s#pragma omp simd reduction(|:bad)", ind, "");
@@ -655,6 +754,7 @@ static int emit_reduce_group(kernel_emit *ke, const tcc_vx *const *group, int ng
     switch ((tcc_reduce_kind)q->i) {
     case TCC_RED_SUM:
       if (q->dtype == TCC__V1__DTYPE__BOOL) tcc_buf_printf(b, "%*sa%d |= %s;\n", ind, "", a, t);
+      else if (lanes) tcc_buf_printf(b, "%*sa%dq[i%dl] += %s;\n", ind, "", a, v_last, t);
       else if (float_partial(q)) tcc_buf_printf(b, "%*sa%dp += %s;\n", ind, "", a, t);
       else if (tcc_dtype_is_float(q->dtype)) tcc_buf_printf(b, "%*sa%d += %s;\n", ind, "", a, t);
       else tcc_buf_printf(b, "%*sa%d = (%s)((%s)a%d + (%s)%s);\n", ind, "", a, tcc_cpu_ctype(q->dtype), tcc_utype(q->dtype), a, tcc_utype(q->dtype), t);
@@ -690,7 +790,7 @@ static int emit_reduce_group(kernel_emit *ke, const tcc_vx *const *group, int ng
   drop_scoped(ke, mark);
   ke->nmerge = 0;
   bind_red_vars(ke, group, ng, ind, 0);
-  close_red_loops(ke, group, ng, acc, last, blocked, 0, &ind);
+  close_red_loops(ke, group, ng, acc, last, blocked, 0, lanes, lanes_per_row, &ind);
   for (int g = 0; g < ng; g++) {
     const tcc_vx *q = group[g];
     int t;
@@ -1413,7 +1513,7 @@ static int emit_column_sums(kernel_emit *ke, int lv, int indent, const tcc_vx **
     drop_scoped(ke, mark);
     tcc_buf_printf(b, "%*s}\n", ind, "");
     bind_red_vars(ke, group, ng, ind, 0);
-    close_red_loops(ke, group, ng, gacc, last, blocked, cb, &ind);
+    close_red_loops(ke, group, ng, gacc, last, blocked, cb, 0, 0, &ind);
     first = end;
   }
   tcc_buf_printf(b, "%*s#pragma omp simd reduction(|:bad)\n", ind, "");
@@ -1608,11 +1708,15 @@ static int has_token(const char *text, const char *name) {
 
 /* Copies text to out, renaming each token b<I> whose I is in from[0..n)
  * to b<j> (its position), and each loop variable i<V> made past the
- * dims (V >= TCC_MAX_DIMS: a reduction's, a blocked loop's i<V>b and
- * i<V>e) to i<TCC_MAX_DIMS + k>, k numbering them by first appearance:
+ * dims (V >= TCC_MAX_DIMS: a reduction's, and the loops and bounds
+ * derived from it, i<V> with up to two of LOOP_VAR_SUFFIXES: a block's
+ * i<V>b and i<V>e, a merged loop's i<V>m and i<V>mb, a prefetch's i<V>q,
+ * column sums' i<V>c, lane chunks' i<V>o and i<V>l) to
+ * i<TCC_MAX_DIMS + k>, k numbering them by first appearance:
  * those ids are numbered program-wide, so one layer's kernel would
  * otherwise differ from the next's. Dims (i0, i1, ...) and other tokens
  * (b3_data, int64_t, ib, t0, ...) stay. Returns -1 when out of memory. */
+#define LOOP_VAR_SUFFIXES "bcelmoq"
 static int rename_tokens(tcc_buf *out, const char *text, const int *from, int n) {
   int *vars = NULL, nvars = 0, cap = 0;
   const char *q = text;
@@ -1621,8 +1725,9 @@ static int rename_tokens(tcc_buf *out, const char *text, const int *from, int n)
       const char *e = q + 1;
       int v = 0;
       while (*e >= '0' && *e <= '9' && v < 100000000) v = v * 10 + (*e++ - '0');
-      char suffix = 0;
-      if (*q == 'i' && (*e == 'b' || *e == 'e') && !is_ident(e[1])) suffix = *e++;
+      char suffix[2];
+      int nsuffix = 0;
+      while (*q == 'i' && nsuffix < 2 && *e && strchr(LOOP_VAR_SUFFIXES, *e)) suffix[nsuffix++] = *e++;
       if (!is_ident(*e)) {
         int j = -1;
         if (*q == 'b') {
@@ -1648,7 +1753,7 @@ static int rename_tokens(tcc_buf *out, const char *text, const int *from, int n)
         }
         if (j >= 0) {
           tcc_buf_printf(out, "%c%d", *q, j);
-          if (suffix) tcc_buf_put(out, &suffix, 1);
+          tcc_buf_put(out, suffix, (size_t)nsuffix);
           q = e;
           continue;
         }

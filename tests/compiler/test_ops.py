@@ -902,6 +902,8 @@ def test_reductions(dims, keepdim, dtype):
 
 @pytest.mark.parametrize("shape,dims", [((8, 16, 16, 16), [0, 2, 3]),   # batch norm's statistics
                                         ((16, 20000), [1]),               # long rows
+                                        ((16, 8192), [1]),                # lanes folded once a row
+                                        ((4, 65536), [1]),                # lanes folded each block
                                         ((4096, 32), [0])])               # columns
 def test_float32_sums_as_accurate_as_eager(shape, dims):
     """float32 sums against the float64 sum: tccd's error is at most 3x
@@ -916,6 +918,52 @@ def test_float32_sums_as_accurate_as_eager(shape, dims):
     err = (got.double() - ref).abs().max().item()
     eager_err = (x.sum(dims).double() - ref).abs().max().item()
     assert err <= 3 * eager_err, f"sum over {dims} of {shape}: |error| {err:.3g}, eager's {eager_err:.3g}"
+
+
+LANE_SUMS = re.compile(r"a\d+q\[i\d+l\] \+= ")
+
+
+@pytest.mark.parametrize("isa", ["x86-64-v2", "x86-64-v3", "x86-64-v4"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_sums_in_lane_accumulators(isa, dtype):
+    """A float sum whose innermost loop is a whole number of chunks of
+    four vectors and whose summand is cheap adds into one accumulator per
+    lane of the chunk (cpu/emit.c, sum_lanes), folded after the row (or
+    after each block of a float32 row longer than 256 elements a lane):
+    row sums, layer norm's mean and variance over 768, the numpy FAQ's
+    sum of an outer product over two dims (the chunks in the inner one),
+    a long row. Not taken: a row of 999 (no whole chunks), a sum of exp
+    (the summand is not cheap). Fresh inputs against float64."""
+    if isa == "x86-64-v4" and HOST_ISA != "x86-64-v4":
+        pytest.skip("the host has no AVX-512 (x86-64-v4)")
+    g = gen(hash(("lanes", isa, str(dtype))) & 0xffff)
+    tol = RED_TOL[dtype]
+    w, b = rnd((768,), dtype, g), rnd((768,), dtype, g)
+
+    def row_sum(x):
+        return A.sum.dim_IntList(x, [1])
+
+    def layer_norm(x, w, b):
+        return A.native_layer_norm.default(x, [768], w, b, 1e-5)[0]
+
+    def outer_sum(x, y):
+        return A.sum.dim_IntList(A.mul.Tensor(A.unsqueeze.default(x, 2), A.unsqueeze.default(y, 1)), [1, 2])
+
+    def exp_sum(x):
+        return A.sum.dim_IntList(A.exp.default(x), [1])
+
+    for fn, ins, lanes in [(row_sum, [rnd((37, 4096), dtype, g)], True),
+                           (row_sum, [rnd((3, 65536), dtype, g)], True),
+                           (layer_norm, [rnd((20, 768), dtype, g), w, b], True),
+                           (outer_sum, [rnd((9, 96), dtype, g), rnd((9, 128), dtype, g)], True),
+                           (row_sum, [rnd((5, 999), dtype, g)], False),
+                           (exp_sum, [rnd((6, 1024), dtype, g, -2, 2)], False)]:
+        gm = tk.aten_graph(fn, ins, decompose=False)
+        k = tk.compile_fx(gm, ins, isa=isa, keep_source=True)
+        assert (LANE_SUMS.search(k.source) is not None) == lanes, (fn.__name__, ins[0].shape, k.source[-2500:])
+        want = fn(*[t.double() for t in ins])
+        n = ins[0].shape[-1] * (ins[1].shape[-1] if fn is outer_sum else 1)
+        torch.testing.assert_close(k(*ins)[0].double(), want, rtol=tol[0], atol=tol[1] * n ** 0.5)
 
 
 COLUMN_SUMS = re.compile(r"for \(int64_t i\d+c = 0; ")
