@@ -87,6 +87,8 @@ int tcc_cpu_gemm_stream_rows(const char *isa);
 #define TCC_CPU_COL_SUMS 8     /* at most this many sums per block */
 #define TCC_CPU_WINDOW 16      /* reductions of at most this many steps unroll */
 #define TCC_CPU_MERGE_BELOW 64 /* innermost reduction loops shorter than this merge */
+#define TCC_CPU_EXP_MASKED 1   /* inline_exp: why a kernel's exps print tcc_expf */
+#define TCC_CPU_EXP_ALL 2
 #define TCC_CPU_COL_VALUES 16  /* column values per kernel (tcc_cpu_kernel_schedule) */
 #define TCC_CPU_COL_BYTES 65536  /* ... their arrays (on the caller's stack, 8 bytes
                                     an element counted) at most this big */
@@ -157,9 +159,10 @@ typedef struct tcc_cpu_kernel_schedule {
   int64_t row_n;
   int nprefetch;
   tcc_cpu_prefetch prefetch[TCC_CPU_PREFETCH];
-  int inline_exp;             /* a float32 exp's argument holds a constant
-                                 below -87 (a mask's -inf, finfo.min): its
-                                 exps print tcc_expf (prelude.c) */
+  int inline_exp;             /* its float32 exps print tcc_expf (prelude.c):
+                                 TCC_CPU_EXP_MASKED, an argument holds a
+                                 constant below -87 (a mask's -inf,
+                                 finfo.min); TCC_CPU_EXP_ALL, x86-64-v4 */
   /* a sum whose summand the store's value holds as well (softmax: exp(x -
    * max) / sum(exp(x - max))): its loop stores each summand into the
    * store's buffer (kept_idx: the store's index at the reduction's bound

@@ -35,9 +35,10 @@
  * touches the next row's cache lines of the first's loads, a block at a
  * time, with __builtin_prefetch (plan_row_prefetch).
  *
- * Masked exps. A kernel whose float32 exp takes an argument holding a
- * constant below -87 (a mask's -inf) prints the prelude's inline
- * tcc_expf instead of libmvec's (plan_inline_exp).
+ * Inline exps. A kernel whose float32 exp takes an argument holding a
+ * constant below -87 (a mask's -inf), or any float32 exp on x86-64-v4,
+ * prints the prelude's inline tcc_expf instead of libmvec's
+ * (plan_inline_exp).
  *
  * Parallelism and vectors. The outermost loop of size > 1 runs `omp
  * parallel for` when the kernel's work passes TCC_PARALLEL_WORK (dynamic
@@ -180,25 +181,34 @@ static int holds_huge_negative(const tcc_vx *e, tcc_ptrmap *seen) {
   return r;
 }
 
-/* Does a float32 exp in e take such an argument? */
-static int masked_exp(const tcc_vx *e, tcc_ptrmap *visited, tcc_ptrmap *seen) {
+/* Does a float32 exp in e take such an argument (masked), or any (!masked)? */
+static int float32_exp(const tcc_vx *e, int masked, tcc_ptrmap *visited, tcc_ptrmap *seen) {
   if (tcc_ptrmap_get(visited, e)) return 0;
   tcc_ptrmap_put(visited, e, e);
-  if (e->op == TCC_PRIM_EXP && e->dtype == TCC__V1__DTYPE__FLOAT32 && holds_huge_negative(e->a, seen)) return 1;
-  return (e->a && masked_exp(e->a, visited, seen)) || (e->b && masked_exp(e->b, visited, seen)) ||
-         (e->c && masked_exp(e->c, visited, seen));
+  if (e->op == TCC_PRIM_EXP && e->dtype == TCC__V1__DTYPE__FLOAT32 && (!masked || holds_huge_negative(e->a, seen)))
+    return 1;
+  return (e->a && float32_exp(e->a, masked, visited, seen)) || (e->b && float32_exp(e->b, masked, visited, seen)) ||
+         (e->c && float32_exp(e->c, masked, visited, seen));
 }
 
-/* Whether kernel k's float32 exps print the prelude's inline tcc_expf.
- * glibc's vector expf (libmvec) leaves its fast path for all lanes when
- * one argument is below about -87.3, as masked attention scores are
- * (-inf, or finfo.min added); tcc_expf has no such path but is ~15%
- * slower on ordinary arguments, so only these kernels use it. */
-static int plan_inline_exp(const tcc_kernel *k, int *out) {
+/* Whether kernel k's float32 exps print the prelude's inline tcc_expf
+ * (TCC_CPU_EXP_MASKED, TCC_CPU_EXP_ALL) or libmvec's expf (0). glibc's
+ * vector expf leaves its fast path for all lanes when one argument is
+ * below about -87.3, as masked attention scores are (-inf, or finfo.min
+ * added): such kernels use tcc_expf on every target. On x86-64-v4 every
+ * float32 exp does: on an AMD EPYC with AVX-512 (Zen 4) tcc_expf, whose
+ * polynomial runs in fused multiply-adds, took 0.60-0.68x libmvec's
+ * _ZGVeN16v_expf's time for an elementwise exp over 1024 x 4096 floats
+ * and 0.73-0.86x in a softmax; built for AVX2 on that CPU it was slower
+ * than libmvec's elementwise (1.18x), so x86-64-v3 keeps libmvec. */
+static int plan_inline_exp(const tcc_program *p, const tcc_kernel *k, int *out) {
   tcc_ptrmap visited = {0}, seen = {0};
+  const char *isa = p->graph->target.isa;
+  const int all = isa && strcmp(isa, "x86-64-v4") == 0;
   *out = 0;
   int rc = tcc_ptrmap_init(&visited, 64) || tcc_ptrmap_init(&seen, 64) ? -1 : 0;
-  for (int st = 0; st < k->nstores && !*out && !rc; st++) *out = masked_exp(k->stores[st].value, &visited, &seen);
+  for (int st = 0; st < k->nstores && !*out && !rc; st++)
+    *out = float32_exp(k->stores[st].value, !all, &visited, &seen) ? (all ? TCC_CPU_EXP_ALL : TCC_CPU_EXP_MASKED) : 0;
   tcc_ptrmap_free(&visited);
   tcc_ptrmap_free(&seen);
   return rc;
@@ -1070,7 +1080,7 @@ static int plan_kernel(planner *ke) {
     }
     ks->store_levels[s] = lv;
   }
-  if (ke->fv.oom || group_reductions(p, ks, pl->nloops + 1) || plan_inline_exp(k, &ks->inline_exp) ||
+  if (ke->fv.oom || group_reductions(p, ks, pl->nloops + 1) || plan_inline_exp(p, k, &ks->inline_exp) ||
       plan_merged_reductions(ke) || plan_column_values(ke))
     return -1;
   ks->par = ks->peel_loop = -1;
@@ -1449,7 +1459,7 @@ void tcc_cpu_schedule_dump(const tcc_program *p, tcc_buf *b) {
     if (ks->col_block) tcc_buf_printf(b, " (column sums, blocks of %d)", ks->col_block);
     if (ks->window_unrolled) tcc_buf_puts(b, " (windows unrolled)");
     if (ks->peel_loop >= 0) tcc_buf_printf(b, "; loop %d peeled around %d clamps", ks->peel_loop, ks->npeel);
-    if (ks->inline_exp) tcc_buf_puts(b, "; masked exps inline");
+    if (ks->inline_exp) tcc_buf_puts(b, ks->inline_exp == TCC_CPU_EXP_MASKED ? "; masked exps inline" : "; exps inline");
     if (ks->prefetch_red || ks->prefetch_elem)
       tcc_buf_printf(b, "; next row prefetched (%d stream%s%s)", ks->nprefetch, ks->nprefetch == 1 ? "" : "s",
                      ks->prefetch_elem ? ", element loop in blocks" : "");
