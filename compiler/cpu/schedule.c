@@ -195,12 +195,12 @@ static int float32_exp(const tcc_vx *e, int masked, tcc_ptrmap *visited, tcc_ptr
  * (TCC_CPU_EXP_MASKED, TCC_CPU_EXP_ALL) or libmvec's expf (0). glibc's
  * vector expf leaves its fast path for all lanes when one argument is
  * below about -87.3, as masked attention scores are (-inf, or finfo.min
- * added): such kernels use tcc_expf on every target. On x86-64-v4 every
- * float32 exp does: on an AMD EPYC with AVX-512 (Zen 4) tcc_expf, whose
- * polynomial runs in fused multiply-adds, took 0.60-0.68x libmvec's
- * _ZGVeN16v_expf's time for an elementwise exp over 1024 x 4096 floats
- * and 0.73-0.86x in a softmax; built for AVX2 on that CPU it was slower
- * than libmvec's elementwise (1.18x), so x86-64-v3 keeps libmvec. */
+ * added): such kernels use tcc_expf_ftz (0 below FLT_MIN) on every
+ * target. On x86-64-v4 every other float32 exp prints tcc_expf
+ * (subnormals rounded), whose polynomial runs in fused multiply-adds:
+ * on an AMD EPYC with AVX-512 (Zen 4) faster than libmvec's
+ * _ZGVeN16v_expf (docs/design.md); built for AVX2 on that CPU the
+ * inline exp was slower than libmvec's, so x86-64-v3 keeps libmvec. */
 static int plan_inline_exp(const tcc_program *p, const tcc_kernel *k, int *out) {
   tcc_ptrmap visited = {0}, seen = {0};
   const char *isa = p->graph->target.isa;
@@ -208,7 +208,12 @@ static int plan_inline_exp(const tcc_program *p, const tcc_kernel *k, int *out) 
   *out = 0;
   int rc = tcc_ptrmap_init(&visited, 64) || tcc_ptrmap_init(&seen, 64) ? -1 : 0;
   for (int st = 0; st < k->nstores && !*out && !rc; st++)
-    *out = float32_exp(k->stores[st].value, !all, &visited, &seen) ? (all ? TCC_CPU_EXP_ALL : TCC_CPU_EXP_MASKED) : 0;
+    if (float32_exp(k->stores[st].value, 1, &visited, &seen)) *out = TCC_CPU_EXP_MASKED;
+  tcc_ptrmap_free(&visited);
+  visited = (tcc_ptrmap){0};
+  rc = rc || tcc_ptrmap_init(&visited, 64) ? -1 : 0;
+  for (int st = 0; st < k->nstores && all && !*out && !rc; st++)
+    if (float32_exp(k->stores[st].value, 0, &visited, &seen)) *out = TCC_CPU_EXP_ALL;
   tcc_ptrmap_free(&visited);
   tcc_ptrmap_free(&seen);
   return rc;
