@@ -209,11 +209,13 @@ static int plan_inline_exp(const tcc_program *p, const tcc_kernel *k, int *out) 
   int rc = tcc_ptrmap_init(&visited, 64) || tcc_ptrmap_init(&seen, 64) ? -1 : 0;
   for (int st = 0; st < k->nstores && !*out && !rc; st++)
     if (float32_exp(k->stores[st].value, 1, &visited, &seen)) *out = TCC_CPU_EXP_MASKED;
-  tcc_ptrmap_free(&visited);
-  visited = (tcc_ptrmap){0};
-  rc = rc || tcc_ptrmap_init(&visited, 64) ? -1 : 0;
-  for (int st = 0; st < k->nstores && all && !*out && !rc; st++)
-    if (float32_exp(k->stores[st].value, 0, &visited, &seen)) *out = TCC_CPU_EXP_ALL;
+  if (all && !*out && !rc) { /* a second walk: the first marked every node visited */
+    tcc_ptrmap_free(&visited);
+    visited = (tcc_ptrmap){0};
+    rc = tcc_ptrmap_init(&visited, 64) ? -1 : 0;
+    for (int st = 0; st < k->nstores && !*out && !rc; st++)
+      if (float32_exp(k->stores[st].value, 0, &visited, &seen)) *out = TCC_CPU_EXP_ALL;
+  }
   tcc_ptrmap_free(&visited);
   tcc_ptrmap_free(&seen);
   return rc;
