@@ -100,7 +100,8 @@ int tcc_cpu_gemm_stream_rows(const char *isa);
  * buffer buf's elements c + sum coef[t] * i<var[t]> + i<v>q for the
  * prefetching loop's var v, step elements apart (one cache line). The
  * form is a load of the first reduction's at the row after the current
- * one; the row var's loop is guarded so that this row exists. */
+ * one (the row var's loop is guarded so that this row exists), or a
+ * store of the element loop's at the current row. */
 typedef struct tcc_cpu_prefetch {
   int buf;
   int64_t c;
@@ -159,6 +160,16 @@ typedef struct tcc_cpu_kernel_schedule {
   int64_t row_n;
   int nprefetch;
   tcc_cpu_prefetch prefetch[TCC_CPU_PREFETCH];
+  /* ... and the current row's lines of the element loop's stores, for
+   * writing, touched a block at a time by the loop of the pass before it
+   * (store_prefetch_red: prefetch_red, or the first reduction when the
+   * element loop is the second pass), so that the stores' reads for
+   * ownership do not stall a final pass that computes little (log
+   * softmax, layer norm); not the stores a reduction's loop writes first
+   * (kept_red) */
+  const tcc_vx *store_prefetch_red;
+  int nstore_prefetch;
+  tcc_cpu_prefetch store_prefetch[TCC_CPU_PREFETCH];
   int inline_exp;             /* its float32 exps print tcc_expf (prelude.c):
                                  TCC_CPU_EXP_MASKED, an argument holds a
                                  constant below -87 (a mask's -inf,

@@ -36,7 +36,8 @@
  * (unrolled inside a SIMD element loop) and merged inner loops (one loop
  * over two reduction variables, affine loads indexed by it); a
  * reduction loop the schedule marks touches the next row's lines first
- * (put_row_prefetch). float16 values are _Float16, bfloat16
+ * (put_row_prefetch), and the current row's lines of the element loop's
+ * stores (put_prefetches, for writing). float16 values are _Float16, bfloat16
  * values their bits (uint16_t) converted through float. Indices are
  * int64_t (tensors past 2^31 elements index correctly).
  *
@@ -500,22 +501,29 @@ static void open_sum_block(kernel_emit *ke, int v, const char *sfx, int64_t n, i
                  *ind, "", v, sfx, v, sfx, TCC_SUM_BLOCK, n, v, sfx, TCC_SUM_BLOCK, n);
 }
 
-/* The next-row prefetch (cpu_schedule.h) in reduction loop v's block
- * [lo, hi): each stream's lines of the next row, when the row loop has
- * one. */
+/* Prefetch streams (cpu_schedule.h) in loop v's block [lo, hi): each
+ * one's lines, for writing when `write` (prefetchw where the ISA has it,
+ * else prefetcht0). */
+static void put_prefetches(kernel_emit *ke, const tcc_cpu_prefetch *fs, int n, int write, const char *lo,
+                           const char *hi, int v, int ind) {
+  tcc_buf *b = ke->b;
+  for (int i = 0; i < n; i++) {
+    const tcc_cpu_prefetch *f = &fs[i];
+    tcc_buf_printf(b, "%*sfor (int64_t i%dq = %s; i%dq < %s; i%dq += %" PRId64 ")\n", ind, "", v, lo, v, hi, v,
+                   f->step);
+    tcc_buf_printf(b, "%*s  __builtin_prefetch(&b%d[%" PRId64, ind, "", f->buf, f->c);
+    for (int t = 0; t < f->nterm; t++) tcc_buf_printf(b, " + %" PRId64 " * i%d", f->coef[t], f->var[t]);
+    tcc_buf_printf(b, " + i%dq]%s);\n", v, write ? ", 1, 3" : "");
+  }
+}
+
+/* The next-row prefetch (cpu_schedule.h) in loop v's block [lo, hi):
+ * each stream's lines of the next row, when the row loop has one. */
 static void put_row_prefetch(kernel_emit *ke, const char *lo, const char *hi, int v, int ind) {
   const tcc_cpu_kernel_schedule *ks = ke->ks;
-  tcc_buf *b = ke->b;
-  tcc_buf_printf(b, "%*sif (i%d + 1 < %" PRId64 ") {\n", ind, "", ks->row_var, ks->row_n);
-  for (int i = 0; i < ks->nprefetch; i++) {
-    const tcc_cpu_prefetch *f = &ks->prefetch[i];
-    tcc_buf_printf(b, "%*s  for (int64_t i%dq = %s; i%dq < %s; i%dq += %" PRId64 ")\n", ind, "", v, lo, v, hi, v,
-                   f->step);
-    tcc_buf_printf(b, "%*s    __builtin_prefetch(&b%d[%" PRId64, ind, "", f->buf, f->c);
-    for (int t = 0; t < f->nterm; t++) tcc_buf_printf(b, " + %" PRId64 " * i%d", f->coef[t], f->var[t]);
-    tcc_buf_printf(b, " + i%dq]);\n", v);
-  }
-  tcc_buf_printf(b, "%*s}\n", ind, "");
+  tcc_buf_printf(ke->b, "%*sif (i%d + 1 < %" PRId64 ") {\n", ind, "", ks->row_var, ks->row_n);
+  put_prefetches(ke, ks->prefetch, ks->nprefetch, 0, lo, hi, v, ind + 2);
+  tcc_buf_printf(ke->b, "%*s}\n", ind, "");
 }
 
 static void open_red_loop(kernel_emit *ke, int v, const char *sfx, int64_t n, int in_block, int *ind) {
@@ -670,22 +678,23 @@ static int emit_reduce_group(kernel_emit *ke, const tcc_vx *const *group, int ng
    * blocks, folded once, while that is at most a block's length */
   const int lanes_per_row = lanes && (!blocked || n_last / lanes <= TCC_SUM_BLOCK);
   const int prefetch = r0 == ke->ks->prefetch_red && ke->walking && !merged && last == 0;
-  if (prefetch && !blocked) {
+  const int store_prefetch = r0 == ke->ks->store_prefetch_red && ke->walking && !merged && last == 0;
+  if ((prefetch || store_prefetch) && !blocked) {
     char n[24];
     snprintf(n, sizeof n, "%" PRId64, n_last);
-    put_row_prefetch(ke, "0", n, v_last, ind);
+    if (prefetch) put_row_prefetch(ke, "0", n, v_last, ind);
+    if (store_prefetch) put_prefetches(ke, ke->ks->store_prefetch, ke->ks->nstore_prefetch, 1, "0", n, v_last, ind);
   }
   for (int r = 0; r <= last; r++) {
     if (r == last && lanes_per_row)
       for (int g = 0; g < ng; g++) put_lanes(ke, group[g], acc[g], lanes, ind);
     if (r == last && blocked) {
       open_sum_block(ke, v_last, sfx, n_last, &ind);
-      if (prefetch) {
-        char lo[24], hi[24];
-        snprintf(lo, sizeof lo, "i%db", v_last);
-        snprintf(hi, sizeof hi, "i%de", v_last);
-        put_row_prefetch(ke, lo, hi, v_last, ind);
-      }
+      char lo[24], hi[24];
+      snprintf(lo, sizeof lo, "i%db", v_last);
+      snprintf(hi, sizeof hi, "i%de", v_last);
+      if (prefetch) put_row_prefetch(ke, lo, hi, v_last, ind);
+      if (store_prefetch) put_prefetches(ke, ke->ks->store_prefetch, ke->ks->nstore_prefetch, 1, lo, hi, v_last, ind);
     }
     if (r == last)
       for (int g = 0; g < ng; g++) {

@@ -33,7 +33,9 @@
  * reduction over a row reads it from memory and the later passes from
  * cache, so memory idles while they compute; the second reduction's loop
  * touches the next row's cache lines of the first's loads, a block at a
- * time, with __builtin_prefetch (plan_row_prefetch).
+ * time, with __builtin_prefetch (plan_row_prefetch); the last pass
+ * before the element loop touches, for writing, the current row's lines
+ * of the stores the element loop is first to write (plan_store_prefetch).
  *
  * Inline exps. A kernel whose float32 exp takes an argument holding a
  * constant below -87 (a mask's -inf), or any float32 exp on x86-64-v4,
@@ -903,6 +905,59 @@ static const tcc_vx *reduce_within(const tcc_vx *e, const tcc_vx *r, tcc_ptrmap 
   return f;
 }
 
+/* The stores' prefetch (cpu_schedule.h) in the loop of `carrier`, the
+ * pass before the element loop, at loop level `level`: the element
+ * loop's stores (unless a reduction's loop writes one first: kept_red)
+ * that run along the element loop at unit stride over the row's extent
+ * n, move with the row var and read no var but those and the loops'
+ * around `level`. On an AMD EPYC with AVX-512 (Zen 4), [1024, 4096]
+ * float32 rows from memory: log_softmax 1.2x faster, layer norm 1.18x,
+ * rms norm 1.1x (one process, interleaved rounds, a C harness of the
+ * kernels). A softmax's stores, first written by its sum's loop, gained
+ * nothing from a prefetch in its max's loop. Returns 0 or -1 (out of
+ * memory). */
+static int plan_store_prefetch(planner *ke, const tcc_vx *carrier, int level, int64_t n) {
+  const tcc_program *p = ke->p;
+  const tcc_kernel *k = ke->k;
+  tcc_cpu_kernel_schedule *ks = ke->ks;
+  const tcc_cpu_nest *pl = &ks->nest;
+  const int elem = pl->nloops - 1;
+  ks->store_prefetch_red = NULL;
+  ks->nstore_prefetch = 0;
+  if (ks->kept_red || elem < 1 || pl->ndims[elem] != 1 || pl->size[elem] != n) return 0;
+  const int ev = pl->dims[elem][0];
+  int64_t *coef = malloc(sizeof *coef * (size_t)(p->next_var + 1));
+  if (!coef) return -1;
+  for (int s = 0; s < k->nstores && ks->nstore_prefetch < TCC_CPU_PREFETCH; s++) {
+    const tcc_store *st = &k->stores[s];
+    const tcc_meta *m = &p->bufs[st->buf].layout;
+    int64_t c;
+    if (ks->store_levels[s] != pl->nloops ||
+        !tcc_linear_affine(m->rank, st->idx, m->strides, p->next_var, coef, &c) || coef[ev] != 1 ||
+        coef[ks->row_var] <= 0)
+      continue;
+    tcc_cpu_prefetch f = {.buf = st->buf, .c = c + m->offset};
+    int ok = 1;
+    for (int i = 0; i < ks->nstore_prefetch; i++)
+      if (ks->store_prefetch[i].buf == st->buf) ok = 0;
+    for (int v = 0; v < p->next_var && ok; v++) {
+      if (!coef[v] || v == ev) continue;
+      if (v >= TCC_MAX_DIMS || v >= pl->nloops || pl->pos[v] >= level || f.nterm == TCC_MAX_DIMS) {
+        ok = 0;
+      } else {
+        f.var[f.nterm] = v;
+        f.coef[f.nterm++] = coef[v];
+      }
+    }
+    int64_t size = tcc_dtype_size(m->dtype);
+    f.step = size > 0 && size <= TCC_CPU_LINE ? TCC_CPU_LINE / size : 1;
+    if (ok && n >= 4 * f.step) ks->store_prefetch[ks->nstore_prefetch++] = f;
+  }
+  free(coef);
+  if (ks->nstore_prefetch) ks->store_prefetch_red = carrier;
+  return 0;
+}
+
 /* Next-row prefetch (cpu_schedule.h): static dim-order row kernels on
  * the OpenMP threads with a kernel-level reduction r2 over one var whose
  * row an earlier reduction r1 of the same extent has read: the leader of
@@ -970,7 +1025,7 @@ static int plan_row_prefetch(planner *ke) {
   ks->nprefetch = keep;
   ks->prefetch_red = keep && !in_elem ? r2 : NULL;
   ks->prefetch_elem = keep && in_elem;
-  return 0;
+  return keep ? plan_store_prefetch(ke, in_elem ? r1 : r2, level, n) : 0;
 }
 
 /* Work estimate: elements times (1 + reduction extents). */
@@ -1403,6 +1458,13 @@ int tcc_cpu_schedule_check(const tcc_program *p, tcc_error *err) {
     for (int i = 0; i < ks->nprefetch; i++)
       if (ks->prefetch[i].buf < 0 || ks->prefetch[i].buf >= p->nbufs || ks->prefetch[i].step < 1)
         return tcc_error_set(err, TCC_E_INTERNAL, "k%d: prefetch stream %d", ks->kno, i);
+    if ((ks->store_prefetch_red != NULL) != (ks->nstore_prefetch > 0) || ks->nstore_prefetch > TCC_CPU_PREFETCH ||
+        (ks->store_prefetch_red && (!(ks->prefetch_red || ks->prefetch_elem) || ks->kept_red ||
+                                    ks->store_prefetch_red->op != TCC_PRIM_REDUCE || ks->store_prefetch_red->nidx != 1)))
+      return tcc_error_set(err, TCC_E_INTERNAL, "k%d: a stores' prefetch without a row pass", ks->kno);
+    for (int i = 0; i < ks->nstore_prefetch; i++)
+      if (ks->store_prefetch[i].buf < 0 || ks->store_prefetch[i].buf >= p->nbufs || ks->store_prefetch[i].step < 1)
+        return tcc_error_set(err, TCC_E_INTERNAL, "k%d: store prefetch stream %d", ks->kno, i);
     for (int st = 0; st < K->nstores; st++)
       if (ks->store_levels[st] < 0 || ks->store_levels[st] > pl->nloops)
         return tcc_error_set(err, TCC_E_INTERNAL, "k%d: store %d at loop level %d of %d", ks->kno, st,
@@ -1470,6 +1532,8 @@ void tcc_cpu_schedule_dump(const tcc_program *p, tcc_buf *b) {
     if (ks->prefetch_red || ks->prefetch_elem)
       tcc_buf_printf(b, "; next row prefetched (%d stream%s%s)", ks->nprefetch, ks->nprefetch == 1 ? "" : "s",
                      ks->prefetch_elem ? ", element loop in blocks" : "");
+    if (ks->nstore_prefetch)
+      tcc_buf_printf(b, "; stores prefetched (%d stream%s)", ks->nstore_prefetch, ks->nstore_prefetch == 1 ? "" : "s");
     if (ks->kept_node) tcc_buf_puts(b, "; a sum's summands kept in the output");
     if (ks->ncol_vals) tcc_buf_printf(b, "; %d column value%s", ks->ncol_vals, ks->ncol_vals == 1 ? "" : "s");
     int merged = 0;

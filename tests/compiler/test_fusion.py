@@ -1077,3 +1077,57 @@ def test_row_kernels_prefetch_the_next_row(tmp_path):
     for z in (torch.randn(R, 2 * C, generator=g)[:, ::2], torch.randn(4096, 48, generator=g)):
         k = compiled_against_f64(lambda z: (A._softmax.default(z, -1, False),), [z])
         assert prefetches(k.source) == ([], []), k.source
+
+
+def store_prefetches(source):
+    """The stores' prefetches of generated source (__builtin_prefetch for
+    writing): (buffer, index) of each."""
+    return re.findall(r"__builtin_prefetch\(&(b\d+)\[(.*)\], 1, 3\);", source)
+
+
+def test_row_kernels_prefetch_their_stores(tmp_path):
+    """A row kernel whose element loop is the first to write its output
+    row (log-softmax, layer norm, rms norm) touches that row's lines for
+    writing in the pass before it, a block at a time, so the stores' reads
+    for ownership do not stall the last pass. A softmax's output row is
+    first written by its sum's loop: no store prefetch. Loops still
+    vector code; fresh inputs (a strided and a broadcast one among them),
+    against float64."""
+    g = torch.Generator().manual_seed(SEED)
+    R, C = 48, 2048
+    w, b = torch.randn(C, generator=g), torch.randn(C, generator=g)
+
+    def log_softmax(x):
+        return (A._log_softmax.default(x, -1, False),)
+
+    def layer_norm(y, w, b):
+        return (A.native_layer_norm.default(y, [C], w, b, 1e-5)[0],)
+
+    def rms(y, w):
+        return (A.mul.Tensor(A.mul.Tensor(y, A.rsqrt.default(A.add.Tensor(
+            A.mean.dim(A.mul.Tensor(y, y), [-1], True), 1e-6))), w),)
+    x = torch.randn(R, C, generator=g) * 3 + 1
+    for f, ins, carrier in ((log_softmax, [x], r"float a\d+p = 0;"),
+                            (layer_norm, [x, w, b], r"a\d+q\[i\d+l\] \+= t\d+;"),
+                            (rms, [x, w[None, :].expand(R, C)], r"a\d+q\[i\d+l\] \+= t\d+;")):
+        k = compiled_against_f64(f, ins)
+        stores = store_prefetches(k.source)
+        out = re.search(r"\n\s+float \*restrict (b\d+) = ", k.source).group(1)
+        assert len(stores) == 1 and stores[0][0] == out, k.source
+        assert re.fullmatch(rf"0 \+ {C} \* i0 \+ i(\d+)q", stores[0][1]), stores
+        v = re.fullmatch(rf"0 \+ {C} \* i0 \+ i(\d+)q", stores[0][1]).group(1)
+        # in a block of the pass before the element loop, whose loop
+        # (i<v>) it follows
+        body = k.source[k.source.index(f"for (int64_t i{v}b = 0;"):]
+        prefetch_at = body.index(", 1, 3);")
+        assert re.search(carrier, body[prefetch_at:]), body
+        assert prefetch_at < body.index(f"{out}[0 + {C} * i0 + 1 * i"), body   # the element loop's store
+        assert body.index(f"for (int64_t i{v}q = i{v}b; i{v}q < i{v}e; i{v}q += 16)") < prefetch_at, body
+        assert_vector_code(tmp_path, k.source)
+    # the strided row (every second column): a row read at a stride has no
+    # next-row prefetch to ride along, and so no store prefetch either
+    z = torch.randn(R, 2 * C, generator=g)[:, ::2]
+    k = compiled_against_f64(log_softmax, [z])
+    assert store_prefetches(k.source) == [], k.source
+    k = compiled_against_f64(lambda x: (A._softmax.default(x, -1, False),), [x])
+    assert prefetches(k.source)[1] and store_prefetches(k.source) == [], k.source
