@@ -178,9 +178,16 @@ const char tcc_cpu_prelude[] =
  * all follow it), whichever the median of its last 3 calls says is
  * faster. Call 0 is a warm-up (thread start, oneDNN's JIT) and is not
  * counted; calls 1-2 sample mode 0 and 3-4 mode 1; after that the other
- * mode is probed once every 32 x (its median / the best's) calls, so a
- * probe costs about 1/32 of a call whichever mode wins, and a freed core
- * is found within two probes. With one OpenMP thread, or with
+ * mode is probed once every g x (its median / the best's) calls, g = 4,
+ * 8, 16 for the first three probes and 32 after, so a probe costs about
+ * 1/32 of a call whichever mode wins. A probe faster than the best
+ * mode's median is followed by another on the next call, and two such
+ * make the other mode's median the faster: a freed core, or a start
+ * whose samples a noisy neighbour slowed, is found within one gap
+ * (before, a second probe a whole gap later: one GPT-2 decode process in
+ * six ran its steady state on one thread, 2x slow, after two slow
+ * samples at the start). tcc_gov_begin returns the mode, plus 2 for a
+ * probe (tcc_gov_end's argument). With one OpenMP thread, or with
  * TCC_NO_GOVERNOR set in the process (a debug switch), it does nothing.
  * State is per artifact; concurrent calls race only on statistics
  * (relaxed atomics). */
@@ -188,7 +195,7 @@ const char tcc_cpu_governor[] =
   "#include <time.h>\n"
   "int omp_get_max_threads(void); void omp_set_num_threads(int);\n"
   "static int64_t tcc_gov_ns[2][3];  /* per mode: the last 3 call times (ns; 0: none) */\n"
-  "static int64_t tcc_gov_calls, tcc_gov_probe_at, tcc_gov_slot[2];\n"
+  "static int64_t tcc_gov_calls, tcc_gov_probe_at, tcc_gov_slot[2], tcc_gov_probes;\n"
   "static int64_t tcc_gov_now(void) {\n"
   "  struct timespec t; timespec_get(&t, TIME_UTC);\n"
   "  return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;\n}\n"
@@ -217,15 +224,22 @@ const char tcc_cpu_governor[] =
   "    mode = best;\n"
   "    if (c >= __atomic_load_n(&tcc_gov_probe_at, __ATOMIC_RELAXED)) {\n"
   "      int64_t mb = best ? m1 : m0, mo = other ? m1 : m0;\n"
+  "      int64_t k = __atomic_fetch_add(&tcc_gov_probes, 1, __ATOMIC_RELAXED);\n"
   "      double r = mb > 0 && mo > 0 ? (double)mo / (double)mb : 1.0;\n"
-  "      int64_t gap = (int64_t)(32.0 * (r < 1.0 ? 1.0 : r > 32.0 ? 32.0 : r));\n"
+  "      int64_t gap = (int64_t)((k < 3 ? 4 << k : 32) * (r < 1.0 ? 1.0 : r > 32.0 ? 32.0 : r));\n"
   "      __atomic_store_n(&tcc_gov_probe_at, c + gap, __ATOMIC_RELAXED);\n"
-  "      mode = other;\n    }\n  }\n"
-  "  if (mode == 1) omp_set_num_threads(1);\n  return mode;\n}\n"
+  "      mode = other | 2;\n    }\n  }\n"
+  "  if ((mode & 1) == 1) omp_set_num_threads(1);\n  return mode;\n}\n"
   "static void tcc_gov_end(int mode, int saved, int64_t t0) {\n"
   "  if (mode < 0) return;\n"
+  "  const int probe = mode & 2;\n"
+  "  mode &= 1;\n"
   "  if (mode == 1) omp_set_num_threads(saved);\n"
   "  int64_t dt = tcc_gov_now() - t0;\n"
-  "  if (__atomic_load_n(&tcc_gov_calls, __ATOMIC_RELAXED) <= 1 || dt <= 0) return;  /* the warm-up */\n"
+  "  int64_t c = __atomic_load_n(&tcc_gov_calls, __ATOMIC_RELAXED);\n"
+  "  if (c <= 1 || dt <= 0) return;  /* the warm-up */\n"
   "  int64_t i = __atomic_fetch_add(&tcc_gov_slot[mode], 1, __ATOMIC_RELAXED) % 3;\n"
-  "  __atomic_store_n(&tcc_gov_ns[mode][i], dt, __ATOMIC_RELAXED);\n}\n";
+  "  __atomic_store_n(&tcc_gov_ns[mode][i], dt, __ATOMIC_RELAXED);\n"
+  "  int64_t mb = tcc_gov_median(!mode);\n"
+  "  if (probe && dt < mb && tcc_gov_median(mode) >= mb)  /* not yet the best: confirm next call */\n"
+  "    __atomic_store_n(&tcc_gov_probe_at, c, __ATOMIC_RELAXED);\n}\n";

@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "compiler.h"
+#include "cpu_schedule.h"
 #include "tcc_dtype.h"
 #include "tcctest.h"
 
@@ -476,6 +477,78 @@ START_TEST(thread_governor) {
   dlclose(gomp);
   unbuild(&bt);
   tg_free(t);
+}
+END_TEST
+
+/* The governor's choices (cpu/prelude.c's tcc_cpu_governor, compiled
+ * into a driver with a stand-in OpenMP whose thread count it reads):
+ * each scenario gives a call's time on all threads (t0) and on one (t1),
+ * and the driver prints the mode of each of 600 calls ('0' all threads,
+ * '1' one) and 'X' where a call leaves the thread count changed. */
+static const char governor_driver[] =
+    "static int threads = 2;\n"
+    "int omp_get_max_threads(void) { return threads; }\n"
+    "void omp_set_num_threads(int n) { threads = n; }\n"
+    "%s\n"
+    "#include <stdio.h>\n"
+    "int main(int argc, char **argv) {\n"
+    "  int scenario = argv[1][0] - '0';\n"
+    "  for (int call = 0; call < 600; call++) {\n"
+    "    int saved, mode = tcc_gov_begin(&saved), one = threads == 1;\n"
+    "    int64_t t0 = 1000000, t1 = 2000000;   /* quiet: all threads 2x faster */\n"
+    "    if (scenario == 1 && (call == 1 || call == 2)) t0 = 5000000;   /* noisy start */\n"
+    "    if (scenario == 2 || (scenario == 3 && call < 200)) t0 = 4000000;   /* a busy core */\n"
+    "    tcc_gov_end(mode, saved, tcc_gov_now() - (one ? t1 : t0));\n"
+    "    putchar(threads != 2 ? 'X' : one ? '1' : '0');\n"
+    "  }\n"
+    "  return 0;\n"
+    "}\n";
+
+static int count_char(const char *s, int from, int to, char c) {
+  int n = 0;
+  for (int i = from; i < to; i++) n += s[i] == c;
+  return n;
+}
+
+START_TEST(thread_governor_choices) {
+  char *dir = make_tmpdir(), src[300], bin[300], cmd[700];
+  snprintf(src, sizeof src, "%s/gov.c", dir);
+  snprintf(bin, sizeof bin, "%s/gov", dir);
+  FILE *f = fopen(src, "w");
+  ck_assert_ptr_nonnull(f);
+  fprintf(f, "#include <stdint.h>\n");
+  fprintf(f, governor_driver, tcc_cpu_governor);
+  fclose(f);
+  snprintf(cmd, sizeof cmd, "cc -std=c11 -O1 -o %s %s", bin, src);
+  ck_assert_int_eq(system(cmd), 0);
+  char modes[4][601];
+  for (int sc = 0; sc < 4; sc++) {
+    snprintf(cmd, sizeof cmd, "%s %d", bin, sc);
+    FILE *p = popen(cmd, "r");
+    ck_assert_ptr_nonnull(p);
+    size_t n = fread(modes[sc], 1, 600, p);
+    modes[sc][n] = 0;
+    ck_assert_int_eq(pclose(p), 0);
+    ck_assert_uint_eq(n, 600);
+    ck_assert_ptr_null(strchr(modes[sc], 'X'));   /* the thread count restored */
+    ck_assert_int_eq(strncmp(modes[sc], "00011", 5), 0);   /* the samples */
+  }
+  /* quiet: all threads but for the probes (at most 1 call in 16 after the
+   * samples, 1 in 50 from call 100) */
+  ck_assert_int_le(count_char(modes[0], 5, 600, '1'), 595 / 16);
+  ck_assert_int_le(count_char(modes[0], 100, 600, '1'), 500 / 50);
+  /* a noisy start (calls 1-2 slowed 5x) makes one thread look faster; the
+   * first probe of all threads and its confirmation right after undo that
+   * (a probe a whole gap later left calls 6-84 on one thread) */
+  ck_assert_int_le(count_char(modes[1], 5, 40, '1'), 3);
+  ck_assert_int_le(count_char(modes[1], 40, 600, '1'), 560 / 50);
+  /* a busy core (all threads 2x slower than one): one thread but for the
+   * probes */
+  ck_assert_int_le(count_char(modes[2], 5, 600, '0'), 595 / 16);
+  ck_assert_int_le(count_char(modes[2], 100, 600, '0'), 500 / 50);
+  /* the core freed at call 200: all threads again within 80 calls */
+  ck_assert_int_le(count_char(modes[3], 100, 200, '0'), 100 / 25);
+  ck_assert_int_le(count_char(modes[3], 280, 600, '1'), 320 / 25);
 }
 END_TEST
 
@@ -1024,6 +1097,7 @@ int main(void) {
   return tt_run_tests("compile", 240, 0, (const TTest *[]){
       sin_cos,
       thread_governor,
+      thread_governor_choices,
       chain_f32,
       chain_f64,
       broadcast,
