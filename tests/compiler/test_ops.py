@@ -1348,10 +1348,12 @@ def test_gemm_roads(road, la, lb):
         if road == "onednn" and "onednn/" not in k.identity:
             pytest.skip("tccd is built without oneDNN (meson -Donednn)")
         # up to 8 rows against a weight stored [K, N] split K on either road
-        # (test_few_rows_times_kn_weight_split_k)
+        # (test_few_rows_times_kn_weight_split_k), up to 12 against one
+        # stored [N, K] stream its rows (test_few_rows_times_linear_weight_stream_its_rows)
         split = op is A.mm.default and args[0].shape[0] <= 8 and args[1].stride(1) == 1
-        assert ("dnnl_sgemm(" in k.source) == (road == "onednn" and not split), k.source
-        assert ("cblas_sgemm(" in k.source) == (road == "openblas" and not split), k.source
+        stream = op is A.mm.default and args[0].shape[0] <= 12 and lb == "t"
+        assert ("dnnl_sgemm(" in k.source) == (road == "onednn" and not split and not stream), k.source
+        assert ("cblas_sgemm(" in k.source) == (road == "openblas" and not split and not stream), k.source
         assert ("float *parts[" in k.source) == split, k.source
         want = op(*[a.double() if isinstance(a, torch.Tensor) else a for a in args]).float()
         check(k(*ins)[0], want, tol=tol)
@@ -1399,12 +1401,13 @@ def test_few_rows_times_linear_weight_is_the_transposed_product(rows):
 HOST_ISA = __import__("tccd.config", fromlist=["x"]).host_cpu_isa()
 
 
-@pytest.mark.parametrize("isa,rows,n,k,ld", [("x86-64-v3", 2, 400, 96, 96), ("x86-64-v3", 6, 401, 100, 100),
+@pytest.mark.parametrize("isa,rows,n,k,ld", [("x86-64-v3", 1, 401, 100, 100), ("x86-64-v4", 1, 2000, 768, 800),
+                                             ("x86-64-v3", 2, 400, 96, 96), ("x86-64-v3", 6, 401, 100, 100),
                                              ("x86-64-v3", 4, 300, 64, 71), ("x86-64-v3", 9, 768, 768, 768),
                                              ("x86-64-v3", 12, 401, 100, 100), ("x86-64-v4", 9, 768, 768, 768),
                                              ("x86-64-v4", 12, 401, 100, 100), ("x86-64-v4", 5, 3, 17, 17)])
 def test_few_rows_times_linear_weight_stream_its_rows(isa, rows, n, k, ld):
-    """Few rows (2..12, on AVX2 and AVX-512) times a weight stored
+    """Few rows (1..12, on AVX2 and AVX-512) times a weight stored
     [N, K] run a generated kernel that reads each weight row once
     (cpu/schedule.c, plan_stream_rows; dnnl_sgemm read such weights at
     half the memory's speed): no library call, C = x . W^T, and the
