@@ -873,23 +873,33 @@ typedef struct row_loads {
   int inner, level;           /* the reduction's var; its loop level */
 } row_loads;
 
+/* The stream of buffer buf's access c + sum coef[v] * i<v> along var
+ * `along` (dropped: the prefetching loop's i<v>q takes its place), or 0
+ * when it reads a var not bound at loop level `level`. */
+static int prefetch_stream(const tcc_program *p, const tcc_cpu_kernel_schedule *ks, int buf, const int64_t *coef,
+                           int64_t c, int along, int level, tcc_cpu_prefetch *f) {
+  const tcc_cpu_nest *pl = &ks->nest;
+  *f = (tcc_cpu_prefetch){.buf = buf, .c = c + p->bufs[buf].layout.offset};
+  for (int v = 0; v < p->next_var; v++) {
+    if (!coef[v] || v == along) continue;
+    if (v >= TCC_MAX_DIMS || v >= pl->nloops || pl->pos[v] >= level || f->nterm == TCC_MAX_DIMS) return 0;
+    f->var[f->nterm] = v;
+    f->coef[f->nterm++] = coef[v];
+  }
+  int64_t size = tcc_dtype_size(p->bufs[buf].layout.dtype);
+  f->step = size > 0 && size <= TCC_CPU_LINE ? TCC_CPU_LINE / size : 1;
+  return 1;
+}
+
 static int row_load(void *ctx, const tcc_vx *load, const int64_t *coef, int64_t c, int affine) {
   row_loads *r = ctx;
   tcc_cpu_kernel_schedule *ks = r->ks;
-  const tcc_cpu_nest *pl = &ks->nest;
   if (!affine || coef[r->inner] != 1 || coef[ks->row_var] <= 0 || ks->nprefetch == TCC_CPU_PREFETCH) return 1;
   for (int i = 0; i < ks->nprefetch; i++)
     if (ks->prefetch[i].buf == load->buf) return 1;
-  tcc_cpu_prefetch f = {.buf = load->buf, .c = c + r->p->bufs[load->buf].layout.offset + coef[ks->row_var]};
-  for (int v = 0; v < r->p->next_var; v++) {
-    if (!coef[v] || v == r->inner) continue;
-    if (v >= TCC_MAX_DIMS || v >= pl->nloops || pl->pos[v] >= r->level || f.nterm == TCC_MAX_DIMS) return 1;
-    f.var[f.nterm] = v;
-    f.coef[f.nterm++] = coef[v];
-  }
-  int64_t size = tcc_dtype_size(r->p->bufs[load->buf].layout.dtype);
-  f.step = size > 0 && size <= TCC_CPU_LINE ? TCC_CPU_LINE / size : 1;
-  ks->prefetch[ks->nprefetch++] = f;
+  tcc_cpu_prefetch f;   /* the next row: one row var step on */
+  if (prefetch_stream(r->p, ks, load->buf, coef, c + coef[ks->row_var], r->inner, r->level, &f))
+    ks->prefetch[ks->nprefetch++] = f;
   return 1;
 }
 
@@ -936,22 +946,12 @@ static int plan_store_prefetch(planner *ke, const tcc_vx *carrier, int level, in
         !tcc_linear_affine(m->rank, st->idx, m->strides, p->next_var, coef, &c) || coef[ev] != 1 ||
         coef[ks->row_var] <= 0)
       continue;
-    tcc_cpu_prefetch f = {.buf = st->buf, .c = c + m->offset};
     int ok = 1;
     for (int i = 0; i < ks->nstore_prefetch; i++)
       if (ks->store_prefetch[i].buf == st->buf) ok = 0;
-    for (int v = 0; v < p->next_var && ok; v++) {
-      if (!coef[v] || v == ev) continue;
-      if (v >= TCC_MAX_DIMS || v >= pl->nloops || pl->pos[v] >= level || f.nterm == TCC_MAX_DIMS) {
-        ok = 0;
-      } else {
-        f.var[f.nterm] = v;
-        f.coef[f.nterm++] = coef[v];
-      }
-    }
-    int64_t size = tcc_dtype_size(m->dtype);
-    f.step = size > 0 && size <= TCC_CPU_LINE ? TCC_CPU_LINE / size : 1;
-    if (ok && n >= 4 * f.step) ks->store_prefetch[ks->nstore_prefetch++] = f;
+    tcc_cpu_prefetch f;
+    if (ok && prefetch_stream(p, ks, st->buf, coef, c, ev, level, &f) && n >= 4 * f.step)
+      ks->store_prefetch[ks->nstore_prefetch++] = f;
   }
   free(coef);
   if (ks->nstore_prefetch) ks->store_prefetch_red = carrier;
