@@ -89,6 +89,7 @@ int tcc_cpu_gemm_stream_rows(const char *isa);
 #define TCC_CPU_MERGE_BELOW 64 /* innermost reduction loops shorter than this merge */
 #define TCC_CPU_EXP_MASKED 1   /* inline_exp: why a kernel's exps print tcc_expf */
 #define TCC_CPU_EXP_ALL 2
+#define TCC_CPU_EXP_LE0 8      /* exps known <= 0 a kernel notes (exp_le0) */
 #define TCC_CPU_COL_VALUES 16  /* column values per kernel (tcc_cpu_kernel_schedule) */
 #define TCC_CPU_COL_BYTES 65536  /* ... their arrays (on the caller's stack, 8 bytes
                                     an element counted) at most this big */
@@ -174,6 +175,11 @@ typedef struct tcc_cpu_kernel_schedule {
                                  TCC_CPU_EXP_MASKED, an argument holds a
                                  constant below -87 (a mask's -inf,
                                  finfo.min); TCC_CPU_EXP_ALL, x86-64-v4 */
+  /* ... and those of them whose argument is x - max(x) (a softmax's: <= 0
+   * or NaN) print tcc_expf_le0 / tcc_expf_ftz_le0, without the clamp and
+   * the select for an argument above 88.7 */
+  int nexp_le0;
+  const tcc_vx *exp_le0[TCC_CPU_EXP_LE0];
   /* a sum whose summand the store's value holds as well (softmax: exp(x -
    * max) / sum(exp(x - max))): its loop stores each summand into the
    * store's buffer (kept_idx: the store's index at the reduction's bound

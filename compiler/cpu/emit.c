@@ -909,7 +909,10 @@ static int emit_node(kernel_emit *ke, const tcc_vx *e, int indent) {
     int wide = e->dtype == TCC__V1__DTYPE__FLOAT64;
     tcc_buf_printf(b, "tcc_pick%s(0u - (uint%s_t)%s, %s, %s)", wide ? "64" : "32", wide ? "64" : "32", x, y, z);
   } else if (e->op == TCC_PRIM_EXP && e->dtype == TCC__V1__DTYPE__FLOAT32 && ke->ks->inline_exp) {
-    tcc_buf_printf(b, "%s(%s)", ke->ks->inline_exp == TCC_CPU_EXP_MASKED ? "tcc_expf_ftz" : "tcc_expf", x);
+    int le0 = 0;
+    for (int i = 0; i < ke->ks->nexp_le0; i++) le0 |= ke->ks->exp_le0[i] == e;
+    tcc_buf_printf(b, "%s%s(%s)", ke->ks->inline_exp == TCC_CPU_EXP_MASKED ? "tcc_expf_ftz" : "tcc_expf",
+                   le0 ? "_le0" : "", x);
   } else if (e->op == TCC_PRIM_ERF && e->dtype == TCC__V1__DTYPE__FLOAT32 &&
              strcmp(ke->p->graph->target.isa, "x86-64-v4") == 0) {
     tcc_buf_printf(b, "tcc_erff(%s)", x);   /* prelude.c: faster than libmvec's here */

@@ -68,6 +68,16 @@ const char tcc_cpu_prelude[] =
   "  const int32_t h = n >> 1;\n"
   "  const float y = tcc_times_pow2(e, n - h) * tcc_times_pow2(1.0f, h);\n"
   "  return x < -103.972084f ? 0.0f : x > 0x1.62e42ep+6f ? __builtin_inff() : x != x ? x : y;\n}\n"
+  /* the same for an argument known <= 0 or NaN (x - max(x): schedule.c,
+   * plan_exp_le0): no clamp and no select above */
+  "static inline float tcc_expf_ftz_le0(float x) {\n"
+  "  const float y = tcc_exp_in_range(x < -87.33654f ? -87.33654f : x);\n"
+  "  return x < -87.33654f ? 0.0f : x != x ? x : y;\n}\n"
+  "static inline float tcc_expf_le0(float x) {\n"
+  "  int32_t n; const float e = tcc_exp_poly(x < -103.972084f ? -103.972084f : x, &n);\n"
+  "  const int32_t h = n >> 1;\n"
+  "  const float y = tcc_times_pow2(e, n - h) * tcc_times_pow2(1.0f, h);\n"
+  "  return x < -103.972084f ? 0.0f : x != x ? x : y;\n}\n"
   /* erf for float32 on AVX-512 targets (emit.c): |a| <= 0.927734375 an
    * odd polynomial, above 1 - exp(p(|a|)) with |a| clamped at 4 (erf is
    * 1 in float from 3.92), so p lies in [-16.5, -0.9] and the exp needs

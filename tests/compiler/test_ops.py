@@ -854,6 +854,69 @@ def test_softmax_computes_each_exp_once():
     run_op(A._log_softmax.default, (rnd((5, 9, 4), torch.float32, g), -1, False))
 
 
+@pytest.mark.parametrize("isa", ["x86-64-v3", "x86-64-v4"])
+def test_softmax_exp_drops_its_upper_check(isa):
+    """An inline exp whose argument is x - max(x) (<= 0, or NaN) prints
+    tcc_expf_le0 / tcc_expf_ftz_le0, without the clamp above 88.7
+    (cpu/schedule.c: plan_exp_le0): softmax, log_softmax and a masked
+    softmax, with rows holding +inf, NaN, all -inf and a 1e30 spread
+    (results flushed or subnormal), against float64. An exp of x minus
+    the max of a part of the row, of another tensor or of logsumexp's
+    guarded max keeps the checks, and its overflow is inf."""
+    if isa == "x86-64-v4" and HOST_ISA != "x86-64-v4":
+        pytest.skip("the host has no AVX-512 (x86-64-v4)")
+    from torch.fx.experimental.proxy_tensor import make_fx
+    g = gen(421)
+    x = rnd((5, 6, 37), torch.float32, g, -30.0, 30.0)
+    x[0, 1, 4] = float("inf")
+    x[0, 2, 5] = float("nan")
+    x[1, 3, :] = float("-inf")
+    x[2, 4, 7] = 1e30
+    x[2, 5, 8] = -1e30
+    x[3, 0, :] = torch.linspace(-140.0, 0.0, 37)      # exps down into the subnormals
+    body = lambda k: tk.kernel_text(k.source, "k0: ")  # noqa: E731
+
+    def close(got, want, tol):
+        assert torch.equal(torch.isnan(got), torch.isnan(want))
+        ok = ~torch.isnan(want)
+        assert torch.equal(torch.isinf(got[ok]), torch.isinf(want[ok]))
+        fin = ok & torch.isfinite(want)
+        assert (got.double()[fin] - want[fin]).abs().max().item() <= tol
+
+    cases = [(lambda x: torch.softmax(x, -1), lambda x: torch.softmax(x.double(), -1), "_le0(", 2e-7),
+             (lambda x: torch.log_softmax(x, -1), lambda x: torch.log_softmax(x.double(), -1), "_le0(", 2e-5),
+             (lambda x: torch.softmax(x, 1), lambda x: torch.softmax(x.double(), 1), "_le0(", 2e-7)]
+    for fn, ref, mark, tol in cases:
+        k = tk.compile_fx(make_fx(fn)(x), [x], isa=isa, keep_source=True)
+        if isa == "x86-64-v4":
+            assert mark in body(k), body(k)
+        else:                     # libmvec's expf: no inline exp to change
+            assert "_le0(" not in body(k)
+        close(k(x)[0], ref(x), tol)
+    # masked scores (-inf): tcc_expf_ftz_le0 on every target
+    m = torch.rand(1, 6, 37, generator=g) > 0.25
+    xm = x.nan_to_num(posinf=50.0, neginf=-50.0)
+    mfn = lambda s, m: torch.softmax(torch.where(m, s * 0.125, float("-inf")), -1)   # noqa: E731
+    k = tk.compile_fx(make_fx(mfn)(xm, m), [xm, m], isa=isa, keep_source=True)
+    assert "tcc_expf_ftz_le0(" in body(k), body(k)
+    want = torch.softmax((xm.double() * 0.125).masked_fill(~m, float("-inf")), -1)
+    close(k(xm, m)[0], torch.where(want < torch.finfo(torch.float32).tiny, 0.0, want), 2e-7)
+    # the max of part of the row, of another tensor, logsumexp: above 0 possible
+    y = rnd((5, 6, 37), torch.float32, g, -30.0, 30.0)
+    y[:, :, 30] = 95.0                 # exp(95 - max(first 8)) overflows to inf
+    others = [lambda y: torch.exp(y - y[..., :8].amax(-1, keepdim=True)),
+              lambda y: torch.exp(y - (y * 0.5).amax(-1, keepdim=True)),
+              lambda y: torch.exp(torch.logsumexp(y * 0.5, -1))]
+    for fn in others:
+        k = tk.compile_fx(make_fx(fn)(y), [y], isa=isa, keep_source=True)
+        assert "_le0(" not in k.source.split("end of preamble")[1], body(k)
+        want = fn(y.double())
+        got = k(y)[0]
+        assert torch.equal(torch.isinf(got), torch.isinf(want) | (want > torch.finfo(torch.float32).max))
+        fin = torch.isfinite(got)
+        assert ((got.double()[fin] - want[fin]).abs() / want[fin].abs().clamp(min=1e-30)).max().item() < 1e-5
+
+
 def test_out_of_range_index_is_an_error():
     x = torch.randn(3, 4)
     gm, ins = tk.op_graph(A.index_select.default, (x, 0, torch.tensor([0, 3])))
