@@ -1,6 +1,7 @@
 """Small real models shared by test_models.py and scripts/bench-torch:
 an MLP, a CNN of ResNet basic blocks, nn.TransformerEncoderLayer and a
-GPT-style decoder block. Each entry: (constructor, input maker, loss)."""
+GPT-style decoder block (and CachedAttention, one decode step over a
+static KV cache, for test_backend.py and test_aot_cache.py). Each entry: (constructor, input maker, loss)."""
 import math
 
 import torch
@@ -16,6 +17,26 @@ class MLP(nn.Module):
 
     def forward(self, x):
         return self.net(x)
+
+
+class CachedAttention(nn.Module):
+    """One decode step of attention over a static KV cache written with
+    index_copy_, as transformers' StaticCache writes it."""
+
+    def __init__(self, d=16, heads=2, length=24):
+        super().__init__()
+        self.h, self.e = heads, d // heads
+        self.q, self.kv = nn.Linear(d, d), nn.Linear(d, 2 * d)
+        self.register_buffer("k", torch.randn(1, heads, length, d // heads))
+        self.register_buffer("v", torch.randn(1, heads, length, d // heads))
+
+    def forward(self, x, pos):
+        q = self.q(x).view(1, 1, self.h, self.e).transpose(1, 2)
+        k, v = self.kv(x).view(1, 1, 2, self.h, self.e).permute(2, 0, 3, 1, 4)
+        self.k.index_copy_(2, pos, k)
+        self.v.index_copy_(2, pos, v)
+        att = torch.softmax(q @ self.k.transpose(-1, -2) * self.e ** -0.5, -1)
+        return (att @ self.v).transpose(1, 2).reshape(1, 1, -1)
 
 
 class BasicBlock(nn.Module):

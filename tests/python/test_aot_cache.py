@@ -11,6 +11,8 @@ import torch
 
 import tccd
 
+from models import CachedAttention
+
 TOL = dict(rtol=1e-4, atol=1e-5)
 
 
@@ -318,6 +320,35 @@ def test_reload_runs_from_the_saved_recipe(daemon, aot_dir, monkeypatch):
     # the deprecated names (until 0.2) say the same
     assert stats["aot_plan_hits"] == stats["aot_recipe_hits"]
     assert all(g["planned"] for g in details)
+
+
+def test_cache_written_in_place_from_the_recipe(daemon, aot_dir):
+    """A decode step whose KV cache is written in place (an eager
+    index_put_ between partitions: partition.write_in_place) saves its
+    recipe, and a reload runs from it: the same writes, outputs and caches
+    equal to eager's step after step."""
+    torch.manual_seed(3)
+    ref = CachedAttention()
+    mod = CachedAttention()
+    mod.load_state_dict(ref.state_dict())
+
+    def steps(positions):
+        opt = torch.compile(mod, backend="tccd")
+        with torch.no_grad():
+            for p in positions:
+                x, pos = torch.randn(1, 1, 16), torch.tensor([p])
+                torch.testing.assert_close(opt(x, pos), ref(x, pos), rtol=1e-4, atol=1e-5)
+                torch.testing.assert_close(mod.k, ref.k, rtol=1e-4, atol=1e-5)
+                torch.testing.assert_close(mod.v, ref.v, rtol=1e-4, atol=1e-5)
+
+    steps([0, 1])
+    assert [p.name.rsplit("-", 1)[1] for p in _recipe_files(aot_dir)] == ["inference.recipe"]
+    torch._dynamo.reset()
+    restored = _recipe_hits()
+    steps([2, 3, 7])
+    assert _recipe_hits() == restored + 1
+    (g,) = [g for g in tccd.stats()["graphs_detail"] if g.get("from_recipe")]
+    assert g["writes_in_place"] == 2 and g["fallback_ops"] == 0, g
 
 
 def test_inputs_the_recipe_never_saw_partition_again(daemon, aot_dir, monkeypatch):

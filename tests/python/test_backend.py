@@ -16,6 +16,8 @@ import torch
 import tccd
 from tccd._proto import tcc_pb2 as pb
 
+from models import CachedAttention
+
 F64 = dict(rtol=1e-5, atol=1e-6)
 F32 = dict(rtol=1e-4, atol=1e-5)
 
@@ -190,6 +192,57 @@ def test_inplace_ops_and_input_mutation(daemon):
     ref = g(a_ref)
     torch.testing.assert_close(out.double(), ref, **F64)
     torch.testing.assert_close(a.double(), a_ref, **F64)   # the input was mutated the same way
+
+
+def test_cache_rows_written_in_place(daemon):
+    """The graph's functional index_put of each cache becomes index_put_
+    on the cache itself (partition.write_in_place): no step copies a
+    whole cache, nothing falls back, and outputs and caches match eager
+    step after step, in the same storage. A cache also read elsewhere in
+    the graph, and an index_put of an input the graph does not mutate,
+    stay functional (and right)."""
+    torch.manual_seed(0)
+    ref = CachedAttention()
+    mod = CachedAttention()
+    mod.load_state_dict(ref.state_dict())
+    opt = torch.compile(mod, backend="tccd")
+    ptr = mod.k.data_ptr()
+    with torch.no_grad():
+        for step in (3, 4, 5, 11):
+            x, pos = torch.randn(1, 1, 16), torch.tensor([step])
+            torch.testing.assert_close(opt(x, pos), ref(x, pos), **F32)
+            torch.testing.assert_close(mod.k, ref.k, **F32)
+            torch.testing.assert_close(mod.v, ref.v, **F32)
+    assert mod.k.data_ptr() == ptr
+    (g,) = tccd.stats()["graphs_detail"]
+    assert g["writes_in_place"] == 2 and g["fallback_ops"] == 0, g
+
+    def reads_old(c, i, rows):
+        before = c.sum(-1)              # the old cache, read after the write in a reordered graph
+        c.index_copy_(0, i, rows)
+        return before, c * 2
+
+    c = torch.randn(6, 5)
+    c_ref = c.clone()
+    i, rows = torch.tensor([2, 4]), torch.randn(2, 5)
+    with torch.no_grad():
+        got = torch.compile(reads_old, backend="tccd")(c, i, rows)
+        want = reads_old(c_ref, i, rows)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, **F32)
+    torch.testing.assert_close(c, c_ref, **F32)
+
+    def functional(c, i, rows):
+        return c.index_put((i,), rows) + 1
+
+    c2 = torch.randn(6, 5)
+    c2_before = c2.clone()
+    with torch.no_grad():
+        out = torch.compile(functional, backend="tccd")(c2, i, rows)
+    torch.testing.assert_close(out, functional(c2_before, i, rows), **F32)
+    assert torch.equal(c2, c2_before)
+    details = tccd.stats()["graphs_detail"]
+    assert [d["writes_in_place"] for d in details] == [2, 0, 0], details
 
 
 def test_requires_grad_inputs(daemon):

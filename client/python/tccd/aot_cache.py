@@ -55,7 +55,7 @@ from torch._inductor.output_code import OutputCode
 from . import _stats
 from . import recipe
 
-ENTRY_VERSION = 4               # bump when what an entry means to tccd changes
+ENTRY_VERSION = 5               # bump when what an entry means to tccd changes
 
 _current = threading.local()    # .cfg, .tag, .key of the tccd compile in progress
 _make_graph = None              # the graph factory (set_graph_factory)

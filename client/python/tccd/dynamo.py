@@ -740,9 +740,11 @@ class _CompiledGraph:
             elif n.op == "call_function" and not G.is_getitem(n):
                 # an op that runs eagerly, or size arithmetic (dynamic
                 # shapes): the recipe calls it as the graph does; no op that
-                # mutates (an unforeseen call runs the graph again from the top)
+                # mutates (an unforeseen call runs the graph again from the
+                # top) but write_in_place's, which writes the same rows again
+                # into a cache nothing before it reads
                 if isinstance(n.target, torch._ops.OpOverload):
-                    if n.target._schema.is_mutable:
+                    if n.target._schema.is_mutable and not P.writes_in_place(n):
                         return None
                 elif getattr(n.target, "__module__", None) not in ("_operator", "math"):
                     return None
@@ -825,7 +827,7 @@ class _CompiledGraph:
         # from here on the graph changes
         self.reasons = {}
         for n, (ok, why) in verdict.items():
-            if not ok and not G.is_getitem(n):
+            if not ok and not G.is_getitem(n) and not P.writes_in_place(n):
                 self.reasons.setdefault(why, set()).add(str(n.target))
         for name, sub in P.fuse(gm, parts):
             self.partitions.append(self._install(name, sub))
@@ -852,6 +854,7 @@ class _CompiledGraph:
         live = [p for p in self.partitions if p.eager_reason is None]
         self.record = dict(id=self.id, kind=self.kind, ops=self.n_ops, compiled_ops=compiled,
                            fallback_ops=fallback, partitions=len(live), eager=False,
+                           writes_in_place=P.count_writes_in_place(gm),
                            fallback=dict(names),
                            reasons={k: sorted(v) for k, v in reasons.items()})
         _count_record(self.record)
@@ -1259,6 +1262,8 @@ def compile_graph(gm, example_inputs, cfg):
             cl = _channels_last_activations(fx_gm) if kind == "forward" else ()
             if kind == "backward":
                 _restride_placeholders(fx_gm, _example_inputs)
+            if kind == "inference":
+                P.write_in_place(fx_gm, _data_mutations())
             return _CompiledGraph(fx_gm, kind, cfg, dynamic, fullgraph, recipe_path=path,
                                   channels_last_outputs=cl)
         compile_one.__name__ = f"tccd_{kind}"
@@ -1281,6 +1286,22 @@ def compile_graph(gm, example_inputs, cfg):
 
             stack.enter_context(sdpa_kernel([SDPBackend.MATH]))
         return _aot_autograd(gm, example_inputs, **compilers)
+
+
+def _data_mutations():
+    """(graph output, input) pairs of the graph AOTAutograd is compiling:
+    the inputs whose data only it mutates (its epilogue copies the output
+    into the input), from the tracing context; [] without one."""
+    ctx = torch._guards.TracingContext.try_get()
+    meta = getattr(ctx, "fw_metadata", None)
+    if meta is None:
+        return []
+    out = []
+    for k, i in enumerate(meta.mutated_inp_runtime_indices):
+        info = meta.input_info[i]
+        if info.mutates_data and not info.mutates_metadata and not info.mutates_storage_metadata:
+            out.append((k, i))
+    return out
 
 
 def _channels_last_strides(shape):

@@ -428,16 +428,81 @@ def fuse(gm, parts):
             if n.op == "call_module" and n.target.startswith(PREFIX)]
 
 
+def write_in_place(gm, mutations):
+    """Makes an inference graph write its new cache rows into the cache.
+
+    A KV cache updated with index_copy_ (transformers' StaticCache)
+    reaches an AOTAutograd graph functionalized: index_put(cache, idx,
+    rows) makes a whole new cache, the attention reads that, and
+    AOTAutograd's epilogue copies it back into the input -- two copies of
+    the whole cache a step, where eager writes the new rows. For each
+    mutated input (`mutations`: (graph output, placeholder index) pairs,
+    the output being the input's new value, data mutated only) whose one
+    use is such an index_put (accumulate off) returned as its new value,
+    the index_put becomes index_put_ on the input itself: every reader of
+    the new value reads the input, written in place, and the epilogue's
+    copy_ of the input onto itself is a no-op (copy_ of the same data).
+    The write runs eagerly between partitions, where it is ordered after
+    the rows it writes and before every read of the cache. Returns how
+    many it rewrote."""
+    outs = list(gm.graph.output_node().args[0])
+    phs = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    done = 0
+    for k, i in mutations:
+        if k >= len(outs) or i >= len(phs):
+            continue
+        u, ph = outs[k], phs[i]
+        if not (isinstance(u, torch.fx.Node) and u.op == "call_function"
+                and u.target is torch.ops.aten.index_put.default):
+            continue
+        acc = u.args[3] if len(u.args) > 3 else u.kwargs.get("accumulate", False)
+        if acc or u.args[0] is not ph or len(ph.users) != 1 or ph in _flat_nodes((u.args[1:], u.kwargs)):
+            continue
+        new, old = G.meta_val(u), G.meta_val(ph)
+        if not (isinstance(new, torch.Tensor) and isinstance(old, torch.Tensor)) or (
+                new.shape, new.stride(), new.dtype) != (old.shape, old.stride(), old.dtype):
+            continue
+        with gm.graph.inserting_after(u):
+            w = gm.graph.call_function(torch.ops.aten.index_put_.default, u.args, u.kwargs)
+        w.meta = dict(u.meta)
+        u.replace_all_uses_with(w)
+        gm.graph.erase_node(u)
+        done += 1
+    if done:
+        gm.graph.lint()
+        gm.recompile()
+    return done
+
+
+def _flat_nodes(tree):
+    out = []
+    torch.fx.node.map_arg(tree, lambda n: out.append(n) or n)
+    return out
+
+
+def writes_in_place(node):
+    """Is `node` one of write_in_place's index_put_ (eager, not an op
+    that falls back: it stands for the epilogue's copy_)?"""
+    return (node.op == "call_function" and node.target is torch.ops.aten.index_put_.default
+            and isinstance(node.args[0], torch.fx.Node) and node.args[0].op == "placeholder")
+
+
 def count_ops(gm):
-    """Call_function nodes (getitem excluded): the graph's ops."""
-    return sum(1 for n in gm.graph.nodes if n.op == "call_function" and not G.is_getitem(n))
+    """Call_function nodes (getitem and in-place writes excluded): the
+    graph's ops."""
+    return sum(1 for n in gm.graph.nodes if n.op == "call_function" and not G.is_getitem(n)
+               and not writes_in_place(n))
+
+
+def count_writes_in_place(gm):
+    return sum(1 for n in gm.graph.nodes if writes_in_place(n))
 
 
 def op_names(gm):
     """{target name: count} of gm's ops."""
     out = {}
     for n in gm.graph.nodes:
-        if n.op == "call_function" and not G.is_getitem(n):
+        if n.op == "call_function" and not G.is_getitem(n) and not writes_in_place(n):
             k = str(n.target) if isinstance(n.target, OpOverload) else getattr(
                 n.target, "__name__", str(n.target))
             out[k] = out.get(k, 0) + 1
