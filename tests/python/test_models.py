@@ -191,6 +191,47 @@ def test_bert_random_init(daemon, fresh_state):
     assert s["fallback_ops"] == 0, tccd.fallback_ops()
 
 
+@pytest.mark.skipif(importlib.util.find_spec("transformers") is None,
+                    reason="transformers is not installed in the test venv")
+def test_gpt2_decode_with_a_static_cache(daemon, fresh_state):
+    """GPT-2 from transformers (random-initialised small config) decoding
+    token by token in a StaticCache, the serving loop: each step's logits
+    and the cache match eager's, the cache's rows are written in place
+    (two writes per layer, nothing falls back) and the cache tensors stay
+    the same storage."""
+    from transformers import GPT2Config, GPT2LMHeadModel, StaticCache
+
+    cfg = GPT2Config(vocab_size=256, n_embd=64, n_layer=2, n_head=4, n_positions=64,
+                     resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+    torch.manual_seed(fresh_state)
+    lm = GPT2LMHeadModel(cfg).eval()
+    ref = copy.deepcopy(lm)
+    caches = [StaticCache(config=cfg, max_cache_len=24) for _ in range(2)]
+    prompt = torch.randint(0, 256, (1, 6))
+    with torch.no_grad():
+        for m, c in zip((lm, ref), caches):
+            m(input_ids=prompt, past_key_values=c, use_cache=True, cache_position=torch.arange(6))
+
+    def step(m, c, tok, pos):
+        return m(input_ids=tok, past_key_values=c, position_ids=pos[None], cache_position=pos,
+                 use_cache=True).logits
+
+    cstep = torch.compile(step, backend="tccd")
+    keys = [layer.keys for layer in caches[0].layers]
+    ptrs = [k.data_ptr() for k in keys]
+    with torch.no_grad():
+        for p in range(6, 11):
+            tok, pos = torch.randint(0, 256, (1, 1)), torch.tensor([p])
+            torch.testing.assert_close(cstep(lm, caches[0], tok, pos), step(ref, caches[1], tok, pos), **TOL)
+            for a, b in zip(caches[0].layers, caches[1].layers):
+                torch.testing.assert_close(a.keys, b.keys, **TOL)
+                torch.testing.assert_close(a.values, b.values, **TOL)
+    assert [layer.keys.data_ptr() for layer in caches[0].layers] == ptrs
+    details = tccd.stats()["graphs_detail"]
+    assert sum(g.get("writes_in_place", 0) for g in details) == 2 * cfg.n_layer, details
+    assert tccd.stats()["fallback_ops"] == 0, tccd.fallback_ops()
+
+
 class _DropNet(torch.nn.Module):
     """fc -> relu -> dropout -> fc, returning the dropout's output too (its
     zeros are the mask wherever relu let a value through)."""
