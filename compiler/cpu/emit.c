@@ -429,8 +429,14 @@ static const char *acc_ctype(const tcc_vx *r) {
  * add, and its library call would spill the lanes), else 0. */
 #define TCC_SUM_VECTORS 4
 
+/* Does exp node e print the prelude's inline tcc_expf (plan_inline_exp)? */
+static int inline_exp(const kernel_emit *ke, const tcc_vx *e) {
+  return e->op == TCC_PRIM_EXP && e->dtype == TCC__V1__DTYPE__FLOAT32 && ke->ks->inline_exp;
+}
+
 /* Does computing e at each step of loop variable v divide, take a root
- * or call a transcendental function (tcc_prim_costly)? Parts that do not
+ * or call a transcendental function (tcc_prim_costly; not an inline exp,
+ * whose polynomial runs in the lanes like any arithmetic)? Parts that do not
  * read v are computed once outside that loop (emit_hoistable, or gcc's
  * invariant motion), a row's mean among them; a nested REDUCE is a loop
  * of its own. */
@@ -440,8 +446,8 @@ static int costly_in_loop(kernel_emit *ke, const tcc_vx *e, int v) {
   int reads_v = 0;
   for (int i = 0; i < fv->n && !reads_v; i++) reads_v = fv->v[i] == v;
   if (!reads_v) return 0;
-  return e->op == TCC_PRIM_REDUCE || tcc_prim_costly(e->op) || costly_in_loop(ke, e->a, v) ||
-         costly_in_loop(ke, e->b, v) || costly_in_loop(ke, e->c, v);
+  return e->op == TCC_PRIM_REDUCE || (tcc_prim_costly(e->op) && !inline_exp(ke, e)) ||
+         costly_in_loop(ke, e->a, v) || costly_in_loop(ke, e->b, v) || costly_in_loop(ke, e->c, v);
 }
 
 static int sum_lanes(kernel_emit *ke, const tcc_vx *const *group, int ng, int simd, int merged,
@@ -908,7 +914,7 @@ static int emit_node(kernel_emit *ke, const tcc_vx *e, int indent) {
   } else if (invariant_select(ke, e)) {
     int wide = e->dtype == TCC__V1__DTYPE__FLOAT64;
     tcc_buf_printf(b, "tcc_pick%s(0u - (uint%s_t)%s, %s, %s)", wide ? "64" : "32", wide ? "64" : "32", x, y, z);
-  } else if (e->op == TCC_PRIM_EXP && e->dtype == TCC__V1__DTYPE__FLOAT32 && ke->ks->inline_exp) {
+  } else if (inline_exp(ke, e)) {
     int le0 = 0;
     for (int i = 0; i < ke->ks->nexp_le0; i++) le0 |= ke->ks->exp_le0[i] == e;
     tcc_buf_printf(b, "%s%s(%s)", ke->ks->inline_exp == TCC_CPU_EXP_MASKED ? "tcc_expf_ftz" : "tcc_expf",
