@@ -459,8 +459,11 @@ def write_in_place(gm, mutations):
         if acc or u.args[0] is not ph or len(ph.users) != 1 or ph in _flat_nodes((u.args[1:], u.kwargs)):
             continue
         new, old = G.meta_val(u), G.meta_val(ph)
-        if not (isinstance(new, torch.Tensor) and isinstance(old, torch.Tensor)) or (
-                new.shape, new.stride(), new.dtype) != (old.shape, old.stride(), old.dtype):
+        if not (isinstance(new, torch.Tensor) and isinstance(old, torch.Tensor)):
+            continue
+        layouts = (tuple(new.shape), new.stride(), tuple(old.shape), old.stride())
+        if not all(type(x) is int for t in layouts for x in t) or (   # no symbolic sizes
+                layouts[:2] != layouts[2:] or new.dtype != old.dtype):
             continue
         with gm.graph.inserting_after(u):
             w = gm.graph.call_function(torch.ops.aten.index_put_.default, u.args, u.kwargs)
