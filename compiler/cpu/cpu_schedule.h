@@ -96,6 +96,8 @@ int tcc_cpu_gemm_stream_rows(const char *isa);
 
 #define TCC_CPU_PREFETCH 2      /* next-row prefetch streams per kernel */
 #define TCC_CPU_LINE 64         /* bytes per cache line (prefetch steps) */
+#define TCC_CPU_PREFETCH_AHEAD 4096 /* the next-row prefetch reads the first
+                                 row at least this many bytes on */
 
 /* A stream the next-row prefetch touches (tcc_cpu_kernel_schedule):
  * buffer buf's elements c + sum coef[t] * i<var[t]> + i<v>q for the
@@ -152,13 +154,16 @@ typedef struct tcc_cpu_kernel_schedule {
    * extent) reads it again from cache, the second's loop touches the
    * next row's lines of the first's loads, a block at a time, so that
    * memory works while the later passes compute (plan_row_prefetch);
-   * row_var's loop (size row_n) is the innermost around them; NULL: none */
+   * row_var's loop (size row_n) is the innermost around them; "next" is
+   * row_ahead rows on, the first at least TCC_CPU_PREFETCH_AHEAD bytes
+   * away (a short row's next one is too near for its lines to come in
+   * time); NULL: none */
   const tcc_vx *prefetch_red;
   int prefetch_elem;          /* ... or, with no second reduction, the
                                  element loop in blocks, each touching the
                                  next row's block first (rms norm) */
   int row_var;
-  int64_t row_n;
+  int64_t row_n, row_ahead;
   int nprefetch;
   tcc_cpu_prefetch prefetch[TCC_CPU_PREFETCH];
   /* ... and the current row's lines of the element loop's stores, for

@@ -524,10 +524,11 @@ static void put_prefetches(kernel_emit *ke, const tcc_cpu_prefetch *fs, int n, i
 }
 
 /* The next-row prefetch (cpu_schedule.h) in loop v's block [lo, hi):
- * each stream's lines of the next row, when the row loop has one. */
+ * each stream's lines of the row row_ahead on, when the row loop has it. */
 static void put_row_prefetch(kernel_emit *ke, const char *lo, const char *hi, int v, int ind) {
   const tcc_cpu_kernel_schedule *ks = ke->ks;
-  tcc_buf_printf(ke->b, "%*sif (i%d + 1 < %" PRId64 ") {\n", ind, "", ks->row_var, ks->row_n);
+  tcc_buf_printf(ke->b, "%*sif (i%d + %" PRId64 " < %" PRId64 ") {\n", ind, "", ks->row_var, ks->row_ahead,
+                 ks->row_n);
   put_prefetches(ke, ks->prefetch, ks->nprefetch, 0, lo, hi, v, ind + 2);
   tcc_buf_printf(ke->b, "%*s}\n", ind, "");
 }

@@ -959,6 +959,7 @@ typedef struct row_loads {
   const tcc_program *p;
   tcc_cpu_kernel_schedule *ks;
   int inner, level;           /* the reduction's var; its loop level */
+  int64_t row_step[TCC_CPU_PREFETCH]; /* each stream's row stride */
 } row_loads;
 
 /* The stream of buffer buf's access c + sum coef[v] * i<v> along var
@@ -985,9 +986,11 @@ static int row_load(void *ctx, const tcc_vx *load, const int64_t *coef, int64_t 
   if (!affine || coef[r->inner] != 1 || coef[ks->row_var] <= 0 || ks->nprefetch == TCC_CPU_PREFETCH) return 1;
   for (int i = 0; i < ks->nprefetch; i++)
     if (ks->prefetch[i].buf == load->buf) return 1;
-  tcc_cpu_prefetch f;   /* the next row: one row var step on */
-  if (prefetch_stream(r->p, ks, load->buf, coef, c + coef[ks->row_var], r->inner, r->level, &f))
+  tcc_cpu_prefetch f;   /* the next row: one row var step on (row_ahead moves it) */
+  if (prefetch_stream(r->p, ks, load->buf, coef, c + coef[ks->row_var], r->inner, r->level, &f)) {
+    r->row_step[ks->nprefetch] = coef[ks->row_var];
     ks->prefetch[ks->nprefetch++] = f;
+  }
   return 1;
 }
 
@@ -1106,11 +1109,24 @@ static int plan_row_prefetch(planner *ke) {
     if (first >= 0 && g != first && ks->red_lead[g] == first && each_load(p, &ks->nodes[g]->a, 1, row_load, &r) < 0)
       return -1;
   /* rows of fewer than 4 lines are not worth a loop of their own */
-  int64_t n = r1->idx[0]->c;
+  int64_t n = r1->idx[0]->c, row_bytes = 0;
   int keep = 0;
   for (int i = 0; i < ks->nprefetch; i++)
-    if (n >= 4 * ks->prefetch[i].step) ks->prefetch[keep++] = ks->prefetch[i];
+    if (n >= 4 * ks->prefetch[i].step) {
+      int64_t bytes = n * (TCC_CPU_LINE / ks->prefetch[i].step);
+      if (bytes > row_bytes) row_bytes = bytes;
+      r.row_step[keep] = r.row_step[i];
+      ks->prefetch[keep++] = ks->prefetch[i];
+    }
   ks->nprefetch = keep;
+  /* the row TCC_CPU_PREFETCH_AHEAD bytes on: masked attention scores'
+   * rows of 256 float32 (1 KB), prefetched 1 row ahead, took 1.2-1.25x
+   * the time of 2-8 rows ahead (Zen 5, one process, interleaved rounds,
+   * the generated C in a harness); rows of 16 were slower again */
+  ks->row_ahead = row_bytes ? (TCC_CPU_PREFETCH_AHEAD + row_bytes - 1) / row_bytes : 1;
+  if (ks->row_ahead > ks->row_n - 1) ks->row_ahead = ks->row_n - 1;
+  if (ks->row_ahead < 1) ks->row_ahead = 1;
+  for (int i = 0; i < keep; i++) ks->prefetch[i].c += r.row_step[i] * (ks->row_ahead - 1);
   ks->prefetch_red = keep && !in_elem ? r2 : NULL;
   ks->prefetch_elem = keep && in_elem;
   return keep ? plan_store_prefetch(ke, in_elem ? r1 : r2, level, n) : 0;
@@ -1544,6 +1560,7 @@ int tcc_cpu_schedule_check(const tcc_program *p, tcc_error *err) {
       return tcc_error_set(err, TCC_E_INTERNAL, "k%d: a blocked element loop that cannot be", ks->kno);
     if ((ks->prefetch_red || ks->prefetch_elem) && (ks->nprefetch < 1 || ks->nprefetch > TCC_CPU_PREFETCH || ks->row_var < 0 ||
                              ks->row_var >= K->rank || ks->row_n != K->sizes[ks->row_var] || ks->row_n < 2 ||
+                             ks->row_ahead < 1 || ks->row_ahead >= ks->row_n ||
                              (ks->prefetch_red && (ks->prefetch_red->op != TCC_PRIM_REDUCE ||
                                                    ks->prefetch_red->nidx != 1))))
       return tcc_error_set(err, TCC_E_INTERNAL, "k%d: a next-row prefetch without a row", ks->kno);
@@ -1629,8 +1646,8 @@ void tcc_cpu_schedule_dump(const tcc_program *p, tcc_buf *b) {
     if (ks->inline_exp) tcc_buf_puts(b, ks->inline_exp == TCC_CPU_EXP_MASKED ? "; masked exps inline" : "; exps inline");
     if (ks->nexp_le0) tcc_buf_printf(b, " (%d of x - max(x))", ks->nexp_le0);
     if (ks->prefetch_red || ks->prefetch_elem)
-      tcc_buf_printf(b, "; next row prefetched (%d stream%s%s)", ks->nprefetch, ks->nprefetch == 1 ? "" : "s",
-                     ks->prefetch_elem ? ", element loop in blocks" : "");
+      tcc_buf_printf(b, "; row %" PRId64 " on prefetched (%d stream%s%s)", ks->row_ahead, ks->nprefetch,
+                     ks->nprefetch == 1 ? "" : "s", ks->prefetch_elem ? ", element loop in blocks" : "");
     if (ks->nstore_prefetch)
       tcc_buf_printf(b, "; stores prefetched (%d stream%s)", ks->nstore_prefetch, ks->nstore_prefetch == 1 ? "" : "s");
     if (ks->kept_node) tcc_buf_puts(b, "; a sum's summands kept in the output");

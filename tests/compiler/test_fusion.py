@@ -1010,7 +1010,7 @@ def test_gemm_writes_its_output_without_a_copy():
 def prefetches(source):
     """The next-row prefetch loops of generated source: (row guard, buffer,
     index) of each __builtin_prefetch."""
-    return re.findall(r"if \((i\d+ \+ 1 < \d+)\) \{\n(?:\s+for \(int64_t i\d+q = .*\n"
+    return re.findall(r"if \((i\d+ \+ \d+ < \d+)\) \{\n(?:\s+for \(int64_t i\d+q = .*\n"
                       r"\s+__builtin_prefetch\(&b\d+\[.*\]\);\n)+", source), \
         re.findall(r"__builtin_prefetch\(&(b\d+)\[(.*)\]\);", source)
 
@@ -1019,9 +1019,10 @@ def test_row_kernels_prefetch_the_next_row(tmp_path):
     """Softmax, log-softmax and layer norm over long rows: the first
     reduction over a row reads it from memory, the second from cache, and
     the second's loop touches the next row's cache lines first
-    (__builtin_prefetch one row's stride on, guarded by the row loop), so
-    memory works while the later passes compute. Masked attention scores
-    prefetch their mask's rows too. Rows read at a stride, or shorter than
+    (__builtin_prefetch of the first row at least 4 KB on, guarded by the
+    row loop), so memory works while the later passes compute. Masked
+    attention scores (1 KB rows: 4 rows on) prefetch their mask's rows
+    too. Rows read at a stride, or shorter than
     4 lines, prefetch nothing. Loops still vector code; fresh inputs
     (non-contiguous and broadcast ones among them), against float64."""
     g = torch.Generator().manual_seed(SEED)
@@ -1030,8 +1031,8 @@ def test_row_kernels_prefetch_the_next_row(tmp_path):
     for f in (lambda x: (A._softmax.default(x, -1, False),), lambda x: (A._log_softmax.default(x, -1, False),)):
         k = compiled_against_f64(f, [x])
         guards, streams = prefetches(k.source)
-        assert guards == [f"i0 + 1 < {R}"] and len(streams) == 1, k.source
-        assert re.fullmatch(rf"{C} \+ {C} \* i0 \+ i\d+q", streams[0][1]), streams
+        assert guards == [f"i0 + 2 < {R}"] and len(streams) == 1, k.source   # 4000-byte rows
+        assert re.fullmatch(rf"{2 * C} \+ {C} \* i0 \+ i\d+q", streams[0][1]), streams
         assert_vector_code(tmp_path, k.source)
 
     w, b = torch.randn(2048, generator=g), torch.randn(2048, generator=g)
@@ -1056,9 +1057,9 @@ def test_row_kernels_prefetch_the_next_row(tmp_path):
     k = tk.compile_fx(tk.aten_graph(masked, [s, m]), [s, m], keep_source=True)
     torch.testing.assert_close(k(s, m)[0].double(), masked(s.double(), m)[0], rtol=1e-4, atol=1e-6)
     guards, streams = prefetches(k.source)
-    assert guards == [f"i2 + 1 < {S}"] and len(streams) == 2, k.source
+    assert guards == [f"i2 + 4 < {S}"] and len(streams) == 2, k.source
     assert sorted(re.sub(r"i\d+q", "q", st[1]) for st in streams) == \
-        sorted([f"{S} + {S * S * 4} * i0 + {S * S} * i1 + {S} * i2 + q", f"{S} + {S} * i2 + q"]), streams
+        sorted([f"{4 * S} + {S * S * 4} * i0 + {S * S} * i1 + {S} * i2 + q", f"{4 * S} + {S} * i2 + q"]), streams
     assert_vector_code(tmp_path, k.source)
 
     # rms norm: one reduction, then the element loop in blocks, each

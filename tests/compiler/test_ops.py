@@ -883,9 +883,11 @@ def test_softmax_exp_drops_its_upper_check(isa):
         fin = ok & torch.isfinite(want)
         assert (got.double()[fin] - want[fin]).abs().max().item() <= tol
 
-    cases = [(lambda x: torch.softmax(x, -1), lambda x: torch.softmax(x.double(), -1), "_le0(", 2e-7),
+    # softmax: the exp's ulp, the sum's, 1 / sum and the product: up to 3
+    # ulp of results near 1.0 (2.2e-7 seen on Zen 5 with libmvec's expf)
+    cases = [(lambda x: torch.softmax(x, -1), lambda x: torch.softmax(x.double(), -1), "_le0(", 4e-7),
              (lambda x: torch.log_softmax(x, -1), lambda x: torch.log_softmax(x.double(), -1), "_le0(", 2e-5),
-             (lambda x: torch.softmax(x, 1), lambda x: torch.softmax(x.double(), 1), "_le0(", 2e-7)]
+             (lambda x: torch.softmax(x, 1), lambda x: torch.softmax(x.double(), 1), "_le0(", 4e-7)]
     for fn, ref, mark, tol in cases:
         k = tk.compile_fx(make_fx(fn)(x), [x], isa=isa, keep_source=True)
         if isa == "x86-64-v4":
@@ -900,7 +902,7 @@ def test_softmax_exp_drops_its_upper_check(isa):
     k = tk.compile_fx(make_fx(mfn)(xm, m), [xm, m], isa=isa, keep_source=True)
     assert "tcc_expf_ftz_le0(" in body(k), body(k)
     want = torch.softmax((xm.double() * 0.125).masked_fill(~m, float("-inf")), -1)
-    close(k(xm, m)[0], torch.where(want < torch.finfo(torch.float32).tiny, 0.0, want), 2e-7)
+    close(k(xm, m)[0], torch.where(want < torch.finfo(torch.float32).tiny, 0.0, want), 4e-7)
     # the max of part of the row, of another tensor, logsumexp: above 0 possible
     y = rnd((5, 6, 37), torch.float32, g, -30.0, 30.0)
     y[:, :, 30] = 95.0                 # exp(95 - max(first 8)) overflows to inf
