@@ -1122,7 +1122,7 @@ static int plan_row_prefetch(planner *ke) {
   /* the row TCC_CPU_PREFETCH_AHEAD bytes on: masked attention scores'
    * rows of 256 float32 (1 KB), prefetched 1 row ahead, took 1.2-1.25x
    * the time of 2-8 rows ahead (Zen 5, one process, interleaved rounds,
-   * the generated C in a harness); rows of 16 were slower again */
+   * the generated C in a harness); 16 rows ahead was slower again */
   ks->row_ahead = row_bytes ? (TCC_CPU_PREFETCH_AHEAD + row_bytes - 1) / row_bytes : 1;
   if (ks->row_ahead > ks->row_n - 1) ks->row_ahead = ks->row_n - 1;
   if (ks->row_ahead < 1) ks->row_ahead = 1;
