@@ -959,7 +959,6 @@ typedef struct row_loads {
   const tcc_program *p;
   tcc_cpu_kernel_schedule *ks;
   int inner, level;           /* the reduction's var; its loop level */
-  int64_t row_step[TCC_CPU_PREFETCH]; /* each stream's row stride */
 } row_loads;
 
 /* The stream of buffer buf's access c + sum coef[v] * i<v> along var
@@ -986,11 +985,9 @@ static int row_load(void *ctx, const tcc_vx *load, const int64_t *coef, int64_t 
   if (!affine || coef[r->inner] != 1 || coef[ks->row_var] <= 0 || ks->nprefetch == TCC_CPU_PREFETCH) return 1;
   for (int i = 0; i < ks->nprefetch; i++)
     if (ks->prefetch[i].buf == load->buf) return 1;
-  tcc_cpu_prefetch f;   /* the next row: one row var step on (row_ahead moves it) */
-  if (prefetch_stream(r->p, ks, load->buf, coef, c + coef[ks->row_var], r->inner, r->level, &f)) {
-    r->row_step[ks->nprefetch] = coef[ks->row_var];
+  tcc_cpu_prefetch f;   /* the next row: one row var step on (row_ahead moves it on) */
+  if (prefetch_stream(r->p, ks, load->buf, coef, c + coef[ks->row_var], r->inner, r->level, &f))
     ks->prefetch[ks->nprefetch++] = f;
-  }
   return 1;
 }
 
@@ -1113,9 +1110,8 @@ static int plan_row_prefetch(planner *ke) {
   int keep = 0;
   for (int i = 0; i < ks->nprefetch; i++)
     if (n >= 4 * ks->prefetch[i].step) {
-      int64_t bytes = n * (TCC_CPU_LINE / ks->prefetch[i].step);
+      int64_t bytes = n * tcc_dtype_size(p->bufs[ks->prefetch[i].buf].layout.dtype);
       if (bytes > row_bytes) row_bytes = bytes;
-      r.row_step[keep] = r.row_step[i];
       ks->prefetch[keep++] = ks->prefetch[i];
     }
   ks->nprefetch = keep;
@@ -1126,7 +1122,9 @@ static int plan_row_prefetch(planner *ke) {
   ks->row_ahead = row_bytes ? (TCC_CPU_PREFETCH_AHEAD + row_bytes - 1) / row_bytes : 1;
   if (ks->row_ahead > ks->row_n - 1) ks->row_ahead = ks->row_n - 1;
   if (ks->row_ahead < 1) ks->row_ahead = 1;
-  for (int i = 0; i < keep; i++) ks->prefetch[i].c += r.row_step[i] * (ks->row_ahead - 1);
+  for (int i = 0; i < keep; i++)   /* the row var's term holds its stride */
+    for (int t = 0; t < ks->prefetch[i].nterm; t++)
+      if (ks->prefetch[i].var[t] == ks->row_var) ks->prefetch[i].c += ks->prefetch[i].coef[t] * (ks->row_ahead - 1);
   ks->prefetch_red = keep && !in_elem ? r2 : NULL;
   ks->prefetch_elem = keep && in_elem;
   return keep ? plan_store_prefetch(ke, in_elem ? r1 : r2, level, n) : 0;
