@@ -66,6 +66,11 @@ typedef struct tcc_cpu_gemm {
   int stream_rows;
   int stream_width;           /* its (or split_k's) vector width in floats (8: AVX2, 16: AVX-512) */
   int stream_par;             /* its blocks of weight rows on the OpenMP threads */
+  /* k in chunks of this many floats (a multiple of 64) where A's rows
+   * would not stay in L1 (TCC_CPU_STREAM_L1): each group of
+   * TCC_CPU_STREAM_GROUP blocks runs chunk by chunk, adding into C; 0:
+   * one pass over k. */
+  int64_t stream_kc;
   /* Up to 8 rows against a weight stored [K, N] (GPT-2's Conv1D): each
    * thread reads one contiguous run of the weight's rows, split_k rows a
    * pass, adding x[m, k] W[k, :] into partial rows of its own; the
@@ -74,6 +79,15 @@ typedef struct tcc_cpu_gemm {
   int split_k;
   int split_k_par;
 } tcc_cpu_gemm;
+
+/* A's rows in a streamed GEMM are read once for each block of weight
+ * rows: when they exceed TCC_CPU_STREAM_L1 bytes they come from L2 on
+ * every block, so k runs in chunks whose slice of A takes about
+ * TCC_CPU_STREAM_A_BYTES; a group of TCC_CPU_STREAM_GROUP blocks reads
+ * each chunk of A into L1 once. */
+#define TCC_CPU_STREAM_L1 32768
+#define TCC_CPU_STREAM_A_BYTES 18432
+#define TCC_CPU_STREAM_GROUP 8
 
 /* The most rows of A for which a CPU float32 GEMM A[M, K] . W^T, W stored
  * [N, K], streams W's rows rather than calling a library on the ISA

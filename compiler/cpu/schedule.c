@@ -1313,8 +1313,10 @@ int tcc_cpu_gemm_stream_rows(const char *isa) {
 /* Few rows against nn.Linear's weight (tcc_cpu_gemm_stream_rows): a
  * float32 GEMM of one batch whose A has unit-stride rows and whose B is
  * stored [N, K] (k's stride 1) streams B's rows, as many a block as keep
- * the block's accumulators (rows x M vectors) in registers: 24 of
- * AVX-512's 32, 12 of AVX2's 16, one weight row a block from 7 rows on
+ * the block's accumulators (rows x M vectors) in registers: with the
+ * rows' vectors and A's in AVX-512's 32 (3 rows a block for 9 rows of A,
+ * since codegen 59: 2 before, whose loop read each vector of A from
+ * memory twice), 12 of AVX2's 16, one weight row a block from 7 rows on
  * AVX2 (an AVX-512 Xeon, 2 threads, weights from memory: 9 x 768 x 3072
  * at 23 GB/s against dnnl_sgemm's 13, 16 rows no faster than oneDNN; an
  * AMD EPYC with AVX2: 9 x 768 x 3072 in 0.82 ms against dnnl_sgemm's 1.27,
@@ -1322,7 +1324,8 @@ int tcc_cpu_gemm_stream_rows(const char *isa) {
  * on an AMD EPYC with AVX-512 (Zen 4), weights from memory, GPT-2's tied
  * LM head (1 x 768 x 50257) in 6.3 ms against dnnl_sgemm's 8.1, a Llama
  * decoder's 2048-wide GEMMs 0.86-0.94x its time (built for AVX2 on the
- * same CPU: 0.74x, and 0.93-1.01x). Returns 1 when it does. */
+ * same CPU: 0.74x, and 0.93-1.01x). A's rows past TCC_CPU_STREAM_L1
+ * bytes run k in chunks (stream_kc). Returns 1 when it does. */
 static int plan_stream_rows(const tcc_program *p, const tcc_vx *call, tcc_cpu_gemm *g,
                             const tcc_kernel_config *cfg) {
   int64_t Bt = call->idx[0]->c, M = call->idx[1]->c, N = call->idx[2]->c, K = call->idx[3]->c;
@@ -1334,9 +1337,16 @@ static int plan_stream_rows(const tcc_program *p, const tcc_vx *call, tcc_cpu_ge
       N < 2 || K < width || g->trans[0] || !g->trans[1] || !tcc_gemm_operand_affine(p, call->a, ca, &c0) ||
       !tcc_gemm_operand_affine(p, call->b, cb, &c0) || ca[2] != 1 || (M > 1 && ca[1] < K) || cb[1] != 1 || cb[2] < K)
     return 0;
-  int rows = (v4 ? 24 : 12) / (int)M;
+  /* AVX-512: rows x M accumulators, the rows' vectors and A's vector in
+   * 32 registers; AVX2: rows x M accumulators in 12 of its 16 */
+  int rows = v4 ? 31 / ((int)M + 1) : 12 / (int)M;
   g->stream_rows = rows < 1 ? 1 : rows > 8 ? 8 : rows;
   g->stream_width = width;
+  g->stream_kc = 0;
+  if (M * K * 4 > TCC_CPU_STREAM_L1) {
+    int64_t kc = TCC_CPU_STREAM_A_BYTES / (4 * M) / 64 * 64;
+    g->stream_kc = kc < 64 ? 64 : kc;
+  }
   /* a tuning config's `par` decides; without one, the GEMM's size */
   g->stream_par = cfg && cfg->parallel ? cfg->parallel > 0
                                        : 2.0 * (double)M * (double)N * (double)K >= TCC_GEMM_PARALLEL_FLOPS &&
@@ -1505,7 +1515,8 @@ int tcc_cpu_schedule_check(const tcc_program *p, tcc_error *err) {
       if ((g->slab_par && g->batch_par) || (g->onednn && (g->slab_par || g->blas_threads)))
         return tcc_error_set(err, TCC_E_INTERNAL, "k%d: GEMM threaded two ways", ks->kno);
       if (g->stream_rows && (g->onednn || g->batch_par || g->slab_par || g->trans[0] || !g->trans[1] ||
-                             (g->stream_width != 8 && g->stream_width != 16)))
+                             (g->stream_width != 8 && g->stream_width != 16) || g->stream_kc < 0 ||
+                             g->stream_kc % 64))
         return tcc_error_set(err, TCC_E_INTERNAL, "k%d: a streamed GEMM on a library's road", ks->kno);
       continue;
     }
@@ -1609,8 +1620,11 @@ void tcc_cpu_schedule_dump(const tcc_program *p, tcc_buf *b) {
       }
       if (g->stream_rows) {
         tcc_buf_printf(b, " GEMM streaming B's rows, %d a block, %d-float vectors, A ld %" PRId64
-                          ", B^T ld %" PRId64 "%s\n", g->stream_rows, g->stream_width, g->ld[0], g->ld[1],
+                          ", B^T ld %" PRId64 "%s", g->stream_rows, g->stream_width, g->ld[0], g->ld[1],
                        g->stream_par ? ", blocks in parallel" : "");
+        if (g->stream_kc)
+          tcc_buf_printf(b, ", k in chunks of %" PRId64 " for %d blocks", g->stream_kc, TCC_CPU_STREAM_GROUP);
+        tcc_buf_puts(b, "\n");
         continue;
       }
       tcc_buf_printf(b, " GEMM by %s, A%s ld %" PRId64 ", B%s ld %" PRId64 "%s%s%s", g->onednn ? "oneDNN" : "OpenBLAS",

@@ -1473,7 +1473,9 @@ HOST_ISA = __import__("tccd.config", fromlist=["x"]).host_cpu_isa()
                                              ("x86-64-v3", 2, 400, 96, 96), ("x86-64-v3", 6, 401, 100, 100),
                                              ("x86-64-v3", 4, 300, 64, 71), ("x86-64-v3", 9, 768, 768, 768),
                                              ("x86-64-v3", 12, 401, 100, 100), ("x86-64-v4", 9, 768, 768, 768),
-                                             ("x86-64-v4", 12, 401, 100, 100), ("x86-64-v4", 5, 3, 17, 17)])
+                                             ("x86-64-v4", 12, 401, 100, 100), ("x86-64-v4", 5, 3, 17, 17),
+                                             ("x86-64-v3", 9, 77, 3000, 3000), ("x86-64-v4", 9, 770, 3000, 3010),
+                                             ("x86-64-v4", 3, 50, 3100, 3100)])
 def test_few_rows_times_linear_weight_stream_its_rows(isa, rows, n, k, ld):
     """Few rows (1..12, on AVX2 and AVX-512) times a weight stored
     [N, K] run a generated kernel that reads each weight row once
@@ -1482,7 +1484,8 @@ def test_few_rows_times_linear_weight_stream_its_rows(isa, rows, n, k, ld):
     epilogue reads it. Shapes with a k tail past the last vector and N
     not a multiple of the block's rows; a weight whose rows are further
     apart than k (ld: a slice of a wider one); x a transposed view
-    (packed). Fresh inputs, against float64."""
+    (packed); x's rows over 32 KB, whose k runs in chunks (the last one
+    short, with the tail). Fresh inputs, against float64."""
     if isa == "x86-64-v4" and HOST_ISA != "x86-64-v4":
         pytest.skip("the host has no AVX-512 (x86-64-v4)")
     g = gen(hash(("stream rows", isa, rows, n, k, ld)) & 0xffff)
@@ -1497,6 +1500,7 @@ def test_few_rows_times_linear_weight_stream_its_rows(isa, rows, n, k, ld):
         re.findall(r"extern gemm \[[^\]]*\] x \d+", kern.source)
     assert "dnnl_sgemm(" not in kern.source and "cblas_sgemm(" not in kern.source
     assert "vector_size(%d)" % (64 if isa == "x86-64-v4" else 32) in kern.source
+    assert ("for (int64_t k0 = 0;" in kern.source) == (rows * k * 4 > 32768)  # k in chunks
     want = f(x.double(), w.double(), b.double())
     for _ in range(2):
         torch.testing.assert_close(kern(x, w, b)[0].double(), want, rtol=1e-4, atol=1e-4)
