@@ -185,38 +185,50 @@ const char tcc_cpu_prelude[] =
  * governor times each call of tcc_entry and runs it either on the
  * OpenMP threads (mode 0) or on the calling thread alone (mode 1, by
  * omp_set_num_threads(1) for the call: loops, oneDNN and GEMM batches
- * all follow it), whichever the median of its last 3 calls says is
- * faster. Call 0 is a warm-up (thread start, oneDNN's JIT) and is not
- * counted; calls 1-2 sample mode 0 and 3-4 mode 1; after that the other
- * mode is probed once every g x (its median / the best's) calls, g = 4,
- * 8, 16 for the first three probes and 32 after, so a probe costs about
- * 1/32 of a call whichever mode wins. A probe faster than the best
- * mode's median is followed by another on the next call, and two such
- * make the other mode's median the faster: a freed core, or a start
- * whose samples a noisy neighbour slowed, is found within one gap
- * (before, a second probe a whole gap later: one GPT-2 decode process in
- * six ran its steady state on one thread, 2x slow, after two slow
- * samples at the start). tcc_gov_begin returns the mode, plus 2 for a
- * probe (tcc_gov_end's argument). With one OpenMP thread, or with
- * TCC_NO_GOVERNOR set in the process (a debug switch), it does nothing.
- * State is per artifact; concurrent calls race only on statistics
- * (relaxed atomics). */
+ * all follow it), whichever mode's cost over its last 8 calls is lower.
+ * A mode's cost is the median of those calls, or their mean where two or
+ * more took over twice the median: with a neighbour on a core, most
+ * calls on all threads finish as fast as on a quiet machine and one in
+ * three to five waits 4-100 ms for a time slice (a GPT-2 decode step's
+ * 1 ms artifacts: 0.7-0.8 ms on most calls, 1.1 on one thread), which a
+ * median hides and a mean counts; a quiet machine's lone hiccup (about
+ * 1 call in 130) moves neither. Call 0 is a warm-up
+ * (thread start, oneDNN's JIT) and is not counted; calls 1-2 sample mode
+ * 0 and 3-4 mode 1; after that the other mode is probed once every g x
+ * (its cost / the best's) calls, g = 4, 8, 16 for the first three probes
+ * and 32 after, so a probe costs about 1/32 of a call whichever mode
+ * wins. A probe faster than the best mode's cost is followed by another
+ * on the next call until the probed mode's cost is the lower or a probe
+ * is slow: a freed core, or a start whose samples a noisy neighbour
+ * slowed, is found in one run of probes (before, a second probe a whole
+ * gap later: one GPT-2 decode process in six ran its steady state on one
+ * thread, 2x slow, after two slow samples at the start).
+ * tcc_gov_begin returns the mode, plus 2 for a probe (tcc_gov_end's
+ * argument). With one OpenMP thread, or with TCC_NO_GOVERNOR set in the
+ * process (a debug switch), it does nothing. State is per artifact;
+ * concurrent calls race only on statistics (relaxed atomics). */
 const char tcc_cpu_governor[] =
   "#include <time.h>\n"
   "int omp_get_max_threads(void); void omp_set_num_threads(int);\n"
-  "static int64_t tcc_gov_ns[2][3];  /* per mode: the last 3 call times (ns; 0: none) */\n"
+  "static int64_t tcc_gov_ns[2][8];  /* per mode: the last 8 call times (ns; 0: none) */\n"
   "static int64_t tcc_gov_calls, tcc_gov_probe_at, tcc_gov_slot[2], tcc_gov_probes;\n"
   "static int64_t tcc_gov_now(void) {\n"
   "  struct timespec t; timespec_get(&t, TIME_UTC);\n"
   "  return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;\n}\n"
-  "static int64_t tcc_gov_median(int m) {\n"
-  "  int64_t v[3]; int n = 0;\n"
-  "  for (int i = 0; i < 3; i++) {\n"
+  "/* Mode m's cost: the median of its last calls (the lower middle), or\n"
+  " * their mean where two or more took over twice the median; 0: none. */\n"
+  "static int64_t tcc_gov_cost(int m) {\n"
+  "  int64_t v[8], sum = 0; int n = 0;\n"
+  "  for (int i = 0; i < 8; i++) {\n"
   "    int64_t x = __atomic_load_n(&tcc_gov_ns[m][i], __ATOMIC_RELAXED);\n"
-  "    if (x > 0) v[n++] = x;\n  }\n"
-  "  if (n == 0) return 0;\n  if (n < 3) return v[0] < v[n - 1] ? v[0] : v[n - 1];\n"
-  "  int64_t lo = v[0] < v[1] ? v[0] : v[1], hi = v[0] < v[1] ? v[1] : v[0];\n"
-  "  return v[2] < lo ? lo : v[2] > hi ? hi : v[2];\n}\n"
+  "    if (x <= 0) continue;\n"
+  "    int j = n++;\n"
+  "    for (; j > 0 && v[j - 1] > x; j--) v[j] = v[j - 1];\n"
+  "    v[j] = x; sum += x;\n  }\n"
+  "  if (n == 0) return 0;\n"
+  "  int64_t med = v[(n - 1) / 2]; int slow = 0;\n"
+  "  for (int i = 0; i < n; i++) slow += v[i] > 2 * med;\n"
+  "  return slow >= 2 ? sum / n : med;\n}\n"
   "/* The mode of this call (-1: one thread anyway); sets the threads. */\n"
   "static int tcc_gov_begin(int *saved) {\n"
   "  static int off = -1;  /* TCC_NO_GOVERNOR (a debug switch): always all threads */\n"
@@ -229,7 +241,7 @@ const char tcc_cpu_governor[] =
   "  int mode;\n"
   "  if (c < 5) mode = c >= 3;\n"
   "  else {\n"
-  "    int64_t m0 = tcc_gov_median(0), m1 = tcc_gov_median(1);\n"
+  "    int64_t m0 = tcc_gov_cost(0), m1 = tcc_gov_cost(1);\n"
   "    int best = m1 > 0 && m1 < m0, other = !best;\n"
   "    mode = best;\n"
   "    if (c >= __atomic_load_n(&tcc_gov_probe_at, __ATOMIC_RELAXED)) {\n"
@@ -248,8 +260,8 @@ const char tcc_cpu_governor[] =
   "  int64_t dt = tcc_gov_now() - t0;\n"
   "  int64_t c = __atomic_load_n(&tcc_gov_calls, __ATOMIC_RELAXED);\n"
   "  if (c <= 1 || dt <= 0) return;  /* the warm-up */\n"
-  "  int64_t i = __atomic_fetch_add(&tcc_gov_slot[mode], 1, __ATOMIC_RELAXED) % 3;\n"
+  "  int64_t i = __atomic_fetch_add(&tcc_gov_slot[mode], 1, __ATOMIC_RELAXED) % 8;\n"
   "  __atomic_store_n(&tcc_gov_ns[mode][i], dt, __ATOMIC_RELAXED);\n"
-  "  int64_t mb = tcc_gov_median(!mode);\n"
-  "  if (probe && dt < mb && tcc_gov_median(mode) >= mb)  /* not yet the best: confirm next call */\n"
+  "  int64_t mb = tcc_gov_cost(!mode);\n"
+  "  if (probe && dt < mb && tcc_gov_cost(mode) >= mb)  /* not yet the best: probe again next call */\n"
   "    __atomic_store_n(&tcc_gov_probe_at, c, __ATOMIC_RELAXED);\n}\n";

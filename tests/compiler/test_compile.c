@@ -482,7 +482,9 @@ END_TEST
 
 /* The governor's choices (cpu/prelude.c's tcc_cpu_governor, compiled
  * into a driver with a stand-in OpenMP whose thread count it reads):
- * each scenario gives a call's time on all threads (t0) and on one (t1),
+ * each scenario gives a call's time on all threads (t0) and on one (t1):
+ * quiet, a noisy start, a busy core, a core freed, a neighbour's time
+ * slices, a quiet machine's hiccups;
  * and the driver prints the mode of each of 600 calls ('0' all threads,
  * '1' one) and 'X' where a call leaves the thread count changed. */
 static const char governor_driver[] =
@@ -498,6 +500,8 @@ static const char governor_driver[] =
     "    int64_t t0 = 1000000, t1 = 2000000;   /* quiet: all threads 2x faster */\n"
     "    if (scenario == 1 && (call == 1 || call == 2)) t0 = 5000000;   /* noisy start */\n"
     "    if (scenario == 2 || (scenario == 3 && call < 200)) t0 = 4000000;   /* a busy core */\n"
+    "    if (scenario == 4) t0 = call %% 4 == 1 ? 40000000 : 800000, t1 = 1100000;   /* waits for a slice */\n"
+    "    if (scenario == 5 && call %% 150 == 0 && call) t0 = 40000000;   /* a quiet machine's hiccups */\n"
     "    tcc_gov_end(mode, saved, tcc_gov_now() - (one ? t1 : t0));\n"
     "    putchar(threads != 2 ? 'X' : one ? '1' : '0');\n"
     "  }\n"
@@ -521,8 +525,8 @@ START_TEST(thread_governor_choices) {
   fclose(f);
   snprintf(cmd, sizeof cmd, "cc -std=c11 -O1 -o %s %s", bin, src);
   ck_assert_int_eq(system(cmd), 0);
-  char modes[4][601];
-  for (int sc = 0; sc < 4; sc++) {
+  char modes[6][601];
+  for (int sc = 0; sc < 6; sc++) {
     snprintf(cmd, sizeof cmd, "%s %d", bin, sc);
     FILE *p = popen(cmd, "r");
     ck_assert_ptr_nonnull(p);
@@ -549,6 +553,13 @@ START_TEST(thread_governor_choices) {
   /* the core freed at call 200: all threads again within 80 calls */
   ck_assert_int_le(count_char(modes[3], 100, 200, '0'), 100 / 25);
   ck_assert_int_le(count_char(modes[3], 280, 600, '1'), 320 / 25);
+  /* a neighbour's time slices: on all threads most calls are faster than
+   * on one (0.8 against 1.1 ms) but one in four waits 40 ms: one thread
+   * but for the probes (a median of all threads' calls chose them) */
+  ck_assert_int_le(count_char(modes[4], 20, 600, '0'), 580 / 50);
+  /* a quiet machine's lone hiccups (40 ms at calls 150, 300, 450) leave
+   * all threads on */
+  ck_assert_int_le(count_char(modes[5], 100, 600, '1'), 500 / 50);
 }
 END_TEST
 
