@@ -197,7 +197,9 @@ const char tcc_cpu_prelude[] =
  * 0 and 3-4 mode 1; after that the other mode is probed once every g x
  * (its cost / the best's) calls, g = 4, 8, 16 for the first three probes
  * and 32 after, so a probe costs about 1/32 of a call whichever mode
- * wins. A probe faster than the best mode's cost is followed by another
+ * wins; a mode that stops being the best is first probed a whole gap
+ * later (a probe already due would meet the neighbour's next wait). A
+ * probe faster than the best mode's cost is followed by another
  * on the next call until the probed mode's cost is the lower or a probe
  * is slow: a freed core, or a start whose samples a noisy neighbour
  * slowed, is found in one run of probes (before, a second probe a whole
@@ -229,6 +231,12 @@ const char tcc_cpu_governor[] =
   "  int64_t med = v[(n - 1) / 2]; int slow = 0;\n"
   "  for (int i = 0; i < n; i++) slow += v[i] > 2 * med;\n"
   "  return slow >= 2 ? sum / n : med;\n}\n"
+  "/* Schedules the next probe of a mode that costs mo against the best's\n"
+  " * mb, k probes made so far. */\n"
+  "static void tcc_gov_plan_probe(int64_t c, int64_t k, int64_t mb, int64_t mo) {\n"
+  "  double r = mb > 0 && mo > 0 ? (double)mo / (double)mb : 1.0;\n"
+  "  int64_t gap = (int64_t)((k < 3 ? 4 << k : 32) * (r < 1.0 ? 1.0 : r > 32.0 ? 32.0 : r));\n"
+  "  __atomic_store_n(&tcc_gov_probe_at, c + gap, __ATOMIC_RELAXED);\n}\n"
   "/* The mode of this call (-1: one thread anyway); sets the threads. */\n"
   "static int tcc_gov_begin(int *saved) {\n"
   "  static int off = -1;  /* TCC_NO_GOVERNOR (a debug switch): always all threads */\n"
@@ -246,10 +254,7 @@ const char tcc_cpu_governor[] =
   "    mode = best;\n"
   "    if (c >= __atomic_load_n(&tcc_gov_probe_at, __ATOMIC_RELAXED)) {\n"
   "      int64_t mb = best ? m1 : m0, mo = other ? m1 : m0;\n"
-  "      int64_t k = __atomic_fetch_add(&tcc_gov_probes, 1, __ATOMIC_RELAXED);\n"
-  "      double r = mb > 0 && mo > 0 ? (double)mo / (double)mb : 1.0;\n"
-  "      int64_t gap = (int64_t)((k < 3 ? 4 << k : 32) * (r < 1.0 ? 1.0 : r > 32.0 ? 32.0 : r));\n"
-  "      __atomic_store_n(&tcc_gov_probe_at, c + gap, __ATOMIC_RELAXED);\n"
+  "      tcc_gov_plan_probe(c, __atomic_fetch_add(&tcc_gov_probes, 1, __ATOMIC_RELAXED), mb, mo);\n"
   "      mode = other | 2;\n    }\n  }\n"
   "  if ((mode & 1) == 1) omp_set_num_threads(1);\n  return mode;\n}\n"
   "static void tcc_gov_end(int mode, int saved, int64_t t0) {\n"
@@ -262,6 +267,8 @@ const char tcc_cpu_governor[] =
   "  if (c <= 1 || dt <= 0) return;  /* the warm-up */\n"
   "  int64_t i = __atomic_fetch_add(&tcc_gov_slot[mode], 1, __ATOMIC_RELAXED) % 8;\n"
   "  __atomic_store_n(&tcc_gov_ns[mode][i], dt, __ATOMIC_RELAXED);\n"
-  "  int64_t mb = tcc_gov_cost(!mode);\n"
-  "  if (probe && dt < mb && tcc_gov_cost(mode) >= mb)  /* not yet the best: probe again next call */\n"
-  "    __atomic_store_n(&tcc_gov_probe_at, c, __ATOMIC_RELAXED);\n}\n";
+  "  int64_t mb = tcc_gov_cost(!mode), mc = tcc_gov_cost(mode);\n"
+  "  if (probe && dt < mb && mc >= mb)  /* not yet the best: probe again next call */\n"
+  "    __atomic_store_n(&tcc_gov_probe_at, c, __ATOMIC_RELAXED);\n"
+  "  else if (!probe && c >= 5 && mb > 0 && mc > mb)  /* the best no more: its first probe a gap on */\n"
+  "    tcc_gov_plan_probe(c, __atomic_load_n(&tcc_gov_probes, __ATOMIC_RELAXED), mb, mc);\n}\n";

@@ -484,7 +484,7 @@ END_TEST
  * into a driver with a stand-in OpenMP whose thread count it reads):
  * each scenario gives a call's time on all threads (t0) and on one (t1):
  * quiet, a noisy start, a busy core, a core freed, a neighbour's time
- * slices, a quiet machine's hiccups;
+ * slices from the start and from call 30, a quiet machine's hiccups;
  * and the driver prints the mode of each of 600 calls ('0' all threads,
  * '1' one) and 'X' where a call leaves the thread count changed. */
 static const char governor_driver[] =
@@ -502,6 +502,8 @@ static const char governor_driver[] =
     "    if (scenario == 2 || (scenario == 3 && call < 200)) t0 = 4000000;   /* a busy core */\n"
     "    if (scenario == 4) t0 = call %% 4 == 1 ? 40000000 : 800000, t1 = 1100000;   /* waits for a slice */\n"
     "    if (scenario == 5 && call %% 150 == 0 && call) t0 = 40000000;   /* a quiet machine's hiccups */\n"
+    "    if (scenario == 6)   /* slices from call 30, three calls in ten at random */\n"
+    "      t0 = call >= 30 && ((unsigned)call * 2654435761u >> 13) %% 10 < 3 ? 40000000 : 800000, t1 = 1100000;\n"
     "    tcc_gov_end(mode, saved, tcc_gov_now() - (one ? t1 : t0));\n"
     "    putchar(threads != 2 ? 'X' : one ? '1' : '0');\n"
     "  }\n"
@@ -525,8 +527,8 @@ START_TEST(thread_governor_choices) {
   fclose(f);
   snprintf(cmd, sizeof cmd, "cc -std=c11 -O1 -o %s %s", bin, src);
   ck_assert_int_eq(system(cmd), 0);
-  char modes[6][601];
-  for (int sc = 0; sc < 6; sc++) {
+  char modes[7][601];
+  for (int sc = 0; sc < 7; sc++) {
     snprintf(cmd, sizeof cmd, "%s %d", bin, sc);
     FILE *p = popen(cmd, "r");
     ck_assert_ptr_nonnull(p);
@@ -560,6 +562,10 @@ START_TEST(thread_governor_choices) {
   /* a quiet machine's lone hiccups (40 ms at calls 150, 300, 450) leave
    * all threads on */
   ck_assert_int_le(count_char(modes[5], 100, 600, '1'), 500 / 50);
+  /* the slices from call 30, three calls in ten, after a quiet start:
+   * one thread but for the probes (leaving all threads puts off their
+   * next probe by a whole gap) */
+  ck_assert_int_le(count_char(modes[6], 40, 600, '0'), 560 / 50);
 }
 END_TEST
 
