@@ -1623,7 +1623,8 @@ void tcc_cpu_schedule_dump(const tcc_program *p, tcc_buf *b) {
                           ", B^T ld %" PRId64 "%s", g->stream_rows, g->stream_width, g->ld[0], g->ld[1],
                        g->stream_par ? ", blocks in parallel" : "");
         if (g->stream_kc)
-          tcc_buf_printf(b, ", k in chunks of %" PRId64 " for %d blocks", g->stream_kc, TCC_CPU_STREAM_GROUP);
+          tcc_buf_printf(b, ", k in chunks of %" PRId64 " through groups of %d blocks", g->stream_kc,
+                         TCC_CPU_STREAM_GROUP);
         tcc_buf_puts(b, "\n");
         continue;
       }
