@@ -1339,8 +1339,8 @@ static int plan_stream_rows(const tcc_program *p, const tcc_vx *call, tcc_cpu_ge
     return 0;
   /* AVX-512: rows x M accumulators, the rows' vectors and A's vector in
    * 32 registers, at most 4 rows (on the Zen 5 VM, weights from memory,
-   * one thread: 1 x 8192 x 2048 1.10-1.16x faster than with 8, 4 rows of
-   * A 1.1x faster than with 6; two threads alike); AVX2: rows x M
+   * one thread: 1 x 8192 x 2048 1.10-1.16x faster than with 8, 4 x 2048
+   * x 8192 1.1x faster than with 6; two threads alike); AVX2: rows x M
    * accumulators in 12 of its 16, at most 8 */
   int rows = v4 ? 31 / ((int)M + 1) : 12 / (int)M, most_rows = v4 ? 4 : 8;
   g->stream_rows = rows < 1 ? 1 : rows > most_rows ? most_rows : rows;
