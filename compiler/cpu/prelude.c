@@ -192,19 +192,19 @@ const char tcc_cpu_prelude[] =
  * three to five waits 4-100 ms for a time slice (a GPT-2 decode step's
  * 1 ms artifacts: 0.7-0.8 ms on most calls, 1.1 on one thread), which a
  * median hides and a mean counts; a quiet machine's lone hiccup (about
- * 1 call in 130) moves neither. Call 0 is a warm-up
- * (thread start, oneDNN's JIT) and is not counted; calls 1-2 sample mode
- * 0 and 3-4 mode 1; after that the other mode is probed once every g x
- * (its cost / the best's) calls, g = 4, 8, 16 for the first three probes
- * and 32 after, so a probe costs about 1/32 of a call whichever mode
- * wins; a mode that stops being the best is first probed a whole gap
- * later (a probe already due would meet the neighbour's next wait). A
- * probe faster than the best mode's cost is followed by another
- * on the next call until the probed mode's cost is the lower or a probe
- * is slow: a freed core, or a start whose samples a noisy neighbour
- * slowed, is found in one run of probes (before, a second probe a whole
- * gap later: one GPT-2 decode process in six ran its steady state on one
- * thread, 2x slow, after two slow samples at the start).
+ * 1 call in 130) moves neither. Call 0 is a warm-up (thread start,
+ * oneDNN's JIT) and is not counted; calls 1-2 sample mode 0 and 3-4
+ * mode 1; after that the other mode is probed once every g x (its cost /
+ * the best's) calls, g = 4, 8, 16 for the first three probes and 32
+ * after, so a probe costs about 1/32 of a call whichever mode wins; a
+ * mode that stops being the best is first probed a whole gap later (a
+ * probe already due would meet the neighbour's next wait). A probe
+ * faster than the best mode's cost is followed by another on the next
+ * call until the probed mode's cost is the lower or a probe is slow: a
+ * freed core, or a start whose samples a noisy neighbour slowed, is
+ * found in one run of probes (before, a second probe a whole gap later:
+ * one GPT-2 decode process in six ran its steady state on one thread,
+ * 2x slow, after two slow samples at the start).
  * tcc_gov_begin returns the mode, plus 2 for a probe (tcc_gov_end's
  * argument). With one OpenMP thread, or with TCC_NO_GOVERNOR set in the
  * process (a debug switch), it does nothing. State is per artifact;
