@@ -39,16 +39,20 @@ const char tcc_cpu_prelude[] =
    * integer steps fewer: a softmax of masked scores ran 1.1x faster). */
   "#ifdef __FMA__\n#define TCC_FMAF(a, b, c) __builtin_fmaf(a, b, c)\n"
   "#else\n#define TCC_FMAF(a, b, c) ((a) * (b) + (c))\n#endif\n"
-  /* exp(x) = e * 2^n, e in [0.7, 1.42]: n and e's bits */
-  "static inline float tcc_exp_poly(float x, int32_t *n) {\n"
-  "  const float nf = __builtin_rintf(x * 1.44269504088896341f);\n"
+  /* exp(x) = e * 2^n, e in [0.7, 1.42]: e, and n + 1.5 * 2^23 as a
+   * float's bits in *k (n = x log2(e) rounded by adding 1.5 * 2^23, for
+   * |x| < 2^21: no rounding or float-to-int instructions; the low 9 bits
+   * of 1.5 * 2^23 are 0, so k << 23 is n << 23) */
+  "static inline float tcc_exp_poly(float x, uint32_t *k) {\n"
+  "  const float t = TCC_FMAF(x, 1.44269504088896341f, 0x1.8p23f), nf = t - 0x1.8p23f;\n"
   "  const float r = TCC_FMAF(nf, 2.12194440e-4f, TCC_FMAF(nf, -0.693359375f, x));\n"
   "  float p = 1.9875691500e-4f;\n"
   "  p = TCC_FMAF(p, r, 1.3981999507e-3f); p = TCC_FMAF(p, r, 8.3334519073e-3f);\n"
   "  p = TCC_FMAF(p, r, 4.1665795894e-2f); p = TCC_FMAF(p, r, 1.6666665459e-1f);\n"
   "  p = TCC_FMAF(p, r, 5.0000001201e-1f);\n"
-  "  *n = (int32_t)nf;\n"
+  "  __builtin_memcpy(k, &t, 4);\n"
   "  return TCC_FMAF(p, r * r, r) + 1.0f;\n}\n"
+  "static inline int32_t tcc_exp_n(uint32_t k) { return (int32_t)(k - 0x4b400000u); }\n"
   "static inline float tcc_times_pow2(float e, int32_t n) {\n"
   "  uint32_t u; __builtin_memcpy(&u, &e, 4);\n"
   "  u += (uint32_t)n << 23;\n"
@@ -56,28 +60,39 @@ const char tcc_cpu_prelude[] =
   "  return y;\n}\n"
   /* exp(x) for x in [-87.33654, 88.72]: no checks */
   "static inline float tcc_exp_in_range(float x) {\n"
-  "  int32_t n; const float e = tcc_exp_poly(x, &n);\n"
-  "  return tcc_times_pow2(e, n);\n}\n"
+  "  uint32_t k; const float e = tcc_exp_poly(x, &k);\n"
+  "  return tcc_times_pow2(e, (int32_t)k);\n}\n"
   "static inline float tcc_expf_ftz(float x) {\n"
   "  const float xc = x < -87.33654f ? -87.33654f : x > 0x1.62e42ep+6f ? 0x1.62e42ep+6f : x;\n"
   "  const float y = tcc_exp_in_range(xc);\n"
   "  return x < -87.33654f ? 0.0f : x > 0x1.62e42ep+6f ? __builtin_inff() : x != x ? x : y;\n}\n"
   "static inline float tcc_expf(float x) {\n"
   "  const float xc = x < -103.972084f ? -103.972084f : x > 0x1.62e42ep+6f ? 0x1.62e42ep+6f : x;\n"
-  "  int32_t n; const float e = tcc_exp_poly(xc, &n);\n"
-  "  const int32_t h = n >> 1;\n"
+  "  uint32_t k; const float e = tcc_exp_poly(xc, &k);\n"
+  "  const int32_t n = tcc_exp_n(k), h = n >> 1;\n"
   "  const float y = tcc_times_pow2(e, n - h) * tcc_times_pow2(1.0f, h);\n"
   "  return x < -103.972084f ? 0.0f : x > 0x1.62e42ep+6f ? __builtin_inff() : x != x ? x : y;\n}\n"
   /* the same for an argument known <= 0 or NaN (x - max(x): schedule.c,
-   * plan_exp_le0): no clamp and no select above */
+   * plan_exp_le0). No clamp: where x is below the cut, e and n are
+   * garbage (NaN for -inf) that the last select drops. 2^n is applied by
+   * multiplying by 2^m (m <= 0, made from its exponent bits: 0, a power
+   * of 2 or inf for garbage, never a subnormal or a NaN), so a NaN
+   * argument stays NaN through e, with no select for it: a NaN's
+   * payload added to the bits could have made it a number. (With that
+   * select, the masked softmax took 1.2x as long on Zen 5.) */
+  "static inline float tcc_pow2_le0(int32_t m) {\n"
+  "  const uint32_t b = ((uint32_t)m << 23) + 0x3f800000u;\n"
+  "  float y; __builtin_memcpy(&y, &b, 4);\n"
+  "  return y;\n}\n"
   "static inline float tcc_expf_ftz_le0(float x) {\n"
-  "  const float y = tcc_exp_in_range(x < -87.33654f ? -87.33654f : x);\n"
-  "  return x < -87.33654f ? 0.0f : x != x ? x : y;\n}\n"
+  "  uint32_t k; const float e = tcc_exp_poly(x, &k);\n"
+  "  const float y = e * tcc_pow2_le0((int32_t)k);\n"
+  "  return x < -87.33654f ? 0.0f : y;\n}\n"
   "static inline float tcc_expf_le0(float x) {\n"
-  "  int32_t n; const float e = tcc_exp_poly(x < -103.972084f ? -103.972084f : x, &n);\n"
-  "  const int32_t h = n >> 1;\n"
-  "  const float y = tcc_times_pow2(e, n - h) * tcc_times_pow2(1.0f, h);\n"
-  "  return x < -103.972084f ? 0.0f : x != x ? x : y;\n}\n"
+  "  uint32_t k; const float e = tcc_exp_poly(x, &k);\n"
+  "  const int32_t n = tcc_exp_n(k), h = n >> 1;\n"
+  "  const float y = e * tcc_pow2_le0(n - h) * tcc_pow2_le0(h);\n"
+  "  return x < -103.972084f ? 0.0f : y;\n}\n"
   /* erf for float32 on AVX-512 targets (emit.c): |a| <= 0.927734375 an
    * odd polynomial, above 1 - exp(p(|a|)) with |a| clamped at 4 (erf is
    * 1 in float from 3.92), so p lies in [-16.5, -0.9] and the exp needs

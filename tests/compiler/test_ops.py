@@ -859,7 +859,8 @@ def test_softmax_exp_drops_its_upper_check(isa):
     """An inline exp whose argument is x - max(x) (<= 0, or NaN) prints
     tcc_expf_le0 / tcc_expf_ftz_le0, without the clamp above 88.7
     (cpu/schedule.c: plan_exp_le0): softmax, log_softmax and a masked
-    softmax, with rows holding +inf, NaN, all -inf and a 1e30 spread
+    softmax, with rows holding +inf, NaN (payloads with low bits set:
+    no select keeps them, the arithmetic does), all -inf and a 1e30 spread
     (results flushed or subnormal), against float64. An exp of x minus
     the max of a part of the row, of another tensor or of logsumexp's
     guarded max keeps the checks, and its overflow is inf."""
@@ -870,6 +871,8 @@ def test_softmax_exp_drops_its_upper_check(isa):
     x = rnd((5, 6, 37), torch.float32, g, -30.0, 30.0)
     x[0, 1, 4] = float("inf")
     x[0, 2, 5] = float("nan")
+    x.view(torch.int32)[4, 2, 9] = 0x7fc00001     # a NaN whose payload's low bits, added to
+    x.view(torch.int32)[4, 3, 0] = -0x3fff        # an exponent, would make a number (0xffffc001)
     x[1, 3, :] = float("-inf")
     x[2, 4, 7] = 1e30
     x[2, 5, 8] = -1e30
@@ -887,7 +890,10 @@ def test_softmax_exp_drops_its_upper_check(isa):
     # ulp of results near 1.0 (2.2e-7 seen on Zen 5 with libmvec's expf)
     cases = [(lambda x: torch.softmax(x, -1), lambda x: torch.softmax(x.double(), -1), "_le0(", 4e-7),
              (lambda x: torch.log_softmax(x, -1), lambda x: torch.log_softmax(x.double(), -1), "_le0(", 2e-5),
-             (lambda x: torch.softmax(x, 1), lambda x: torch.softmax(x.double(), 1), "_le0(", 4e-7)]
+             (lambda x: torch.softmax(x, 1), lambda x: torch.softmax(x.double(), 1), "_le0(", 4e-7),
+             # the exps themselves: a NaN lane is NaN by its own arithmetic
+             (lambda x: torch.exp(x - x.amax(-1, keepdim=True)),
+              lambda x: torch.exp(x.double() - x.double().amax(-1, keepdim=True)), "_le0(", 2e-7)]
     for fn, ref, mark, tol in cases:
         k = tk.compile_fx(make_fx(fn)(x), [x], isa=isa, keep_source=True)
         if isa == "x86-64-v4":
@@ -898,11 +904,18 @@ def test_softmax_exp_drops_its_upper_check(isa):
     # masked scores (-inf): tcc_expf_ftz_le0 on every target
     m = torch.rand(1, 6, 37, generator=g) > 0.25
     xm = x.nan_to_num(posinf=50.0, neginf=-50.0)
+    xm.view(torch.int32)[4, 2, 9] = 0x7fc00001
     mfn = lambda s, m: torch.softmax(torch.where(m, s * 0.125, float("-inf")), -1)   # noqa: E731
     k = tk.compile_fx(make_fx(mfn)(xm, m), [xm, m], isa=isa, keep_source=True)
     assert "tcc_expf_ftz_le0(" in body(k), body(k)
     want = torch.softmax((xm.double() * 0.125).masked_fill(~m, float("-inf")), -1)
     close(k(xm, m)[0], torch.where(want < torch.finfo(torch.float32).tiny, 0.0, want), 4e-7)
+    m[0, 2, 9] = True                                  # the payload NaN's lane
+    mexp = lambda s, m: torch.exp(torch.where(m, s, float("-inf")) - torch.where(m, s, float("-inf")).amax(-1, keepdim=True))   # noqa: E731
+    k = tk.compile_fx(make_fx(mexp)(xm, m), [xm, m], isa=isa, keep_source=True)
+    assert "tcc_expf_ftz_le0(" in body(k), body(k)
+    want = mexp(xm.double(), m)
+    close(k(xm, m)[0], torch.where(want < torch.finfo(torch.float32).tiny, 0.0, want), 2e-7)
     # the max of part of the row, of another tensor, logsumexp: above 0 possible
     y = rnd((5, 6, 37), torch.float32, g, -30.0, 30.0)
     y[:, :, 30] = 95.0                 # exp(95 - max(first 8)) overflows to inf
