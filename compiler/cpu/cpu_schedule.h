@@ -206,6 +206,15 @@ typedef struct tcc_cpu_kernel_schedule {
    * computing it again; NULL: none */
   const tcc_vx *kept_red, *kept_node;
   const tcc_ix *const *kept_idx;
+  /* a row staged in the output (plan_staged_row: masked scores read by a
+   * max's loop and a sum's): before staged_red's loop, a loop stores its
+   * argument staged_red_node into the store's buffer (staged_idx: the
+   * store's index at its bound variable); staged_red's loop loads it back,
+   * so does the next reduction's loop (staged_next_node, at
+   * staged_next_idx), and the element loop (staged_node, at the store's
+   * index; NULL where a kept summand overwrote it); NULL: none */
+  const tcc_vx *staged_red, *staged_red_node, *staged_next_node, *staged_node;
+  const tcc_ix *const *staged_idx, *const *staged_next_idx;
   /* column sums (a bias's gradient: a matrix summed over its rows):
    * the element loop runs in blocks of this many columns, each block's
    * sums in arrays, the reduction loops outside a SIMD loop over the

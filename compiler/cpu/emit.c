@@ -119,6 +119,8 @@ typedef struct kernel_emit {
                                 schedule's peel[] clamps print unclamped */
   int col_prologue;          /* printing the column values' loop: they are
                                 computed, not loaded (emit_column_values) */
+  int staging;              /* printing a staged row's loop: its value is
+                                computed, not loaded (emit_staging_loop) */
   int oom;
 } kernel_emit;
 
@@ -629,6 +631,31 @@ static void close_red_loops(kernel_emit *ke, const tcc_vx *const *group, int ng,
   }
 }
 
+/* A staged row (schedule.c, plan_staged_row): reduction r's argument
+ * stored where the element loop stores, one SIMD loop before r's. */
+static int emit_staging_loop(kernel_emit *ke, const tcc_vx *r, int indent) {
+  const tcc_store *st = &ke->k->stores[0];
+  const int v = r->buf;
+  tcc_buf_printf(ke->b, "%*s#pragma omp simd reduction(|:bad)\n", indent, "");
+  int ind = indent;
+  open_red_loop(ke, v, "", r->idx[0]->c, 0, &ind);
+  if (v < ke->nvars) ke->bound[v] = 1;
+  int mark = ke->nscoped;
+  ke->staging = 1;
+  int rc = emit_node(ke, r->a, ind);
+  ke->staging = 0;
+  if (rc) return -1;
+  char t[96];
+  operand_text(ke, r->a, t, sizeof t);
+  tcc_buf_printf(ke->b, "%*sb%d[", ind, "", st->buf);
+  put_index(ke, st->buf, ke->ks->staged_idx);
+  tcc_buf_printf(ke->b, "] = %s;\n", t);
+  drop_scoped(ke, mark);
+  if (v < ke->nvars) ke->bound[v] = 0;
+  tcc_buf_printf(ke->b, "%*s}\n", indent, "");
+  return 0;
+}
+
 static int emit_reduce_group(kernel_emit *ke, const tcc_vx *const *group, int ng, int indent) {
   tcc_buf *b = ke->b;
   const tcc_vx *r0 = group[0];
@@ -643,6 +670,8 @@ static int emit_reduce_group(kernel_emit *ke, const tcc_vx *const *group, int ng
       return -1;
     }
   tcc_ptrmap_free(&seen);
+  for (int g = 0; g < ng; g++)
+    if (group[g] == ke->ks->staged_red && ke->walking && emit_staging_loop(ke, group[g], indent)) return -1;
   int acc[64], simd = 1;
   for (int g = 0; g < ng; g++) {
     const tcc_vx *r = group[g];
@@ -887,6 +916,19 @@ static int emit_node(kernel_emit *ke, const tcc_vx *e, int indent) {
     if (define_temp(ke, e, &t)) return -1;
     tcc_buf_printf(ke->b, "%*sconst %s t%d = b%d[", indent, "", tcc_cpu_ctype(e->dtype), t, st->buf);
     put_index(ke, st->buf, st->idx);
+    tcc_buf_puts(ke->b, "];\n");
+    return 0;
+  }
+  const tcc_cpu_kernel_schedule *ks = ke->ks;
+  if (ks->staged_red && ke->walking && !ke->staging &&
+      (e == ks->staged_red_node || e == ks->staged_next_node || e == ks->staged_node)) {
+    /* the staging loop stored it where this element is stored */
+    const tcc_store *st = &ke->k->stores[0];
+    int t;
+    if (define_temp(ke, e, &t)) return -1;
+    tcc_buf_printf(ke->b, "%*sconst %s t%d = b%d[", indent, "", tcc_cpu_ctype(e->dtype), t, st->buf);
+    put_index(ke, st->buf, e == ks->staged_red_node ? ks->staged_idx
+                           : e == ks->staged_next_node ? ks->staged_next_idx : st->idx);
     tcc_buf_puts(ke->b, "];\n");
     return 0;
   }

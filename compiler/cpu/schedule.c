@@ -342,6 +342,28 @@ static int find_reductions(const tcc_vx *e, tcc_ptrmap *seen, const tcc_vx **out
          (e->c && find_reductions(e->c, seen, out, n, cap));
 }
 
+/* The kernel-level reductions of the one store of a float32 or float64
+ * row (a dim-order nest of a static program, the store's index reading
+ * no tensor values), at most cap of them: their count, 0 when the kernel
+ * is no such row, -1 when out of memory. */
+static int row_reductions(planner *ke, const tcc_vx **reds, int cap) {
+  const tcc_program *p = ke->p;
+  const tcc_kernel *k = ke->k;
+  const tcc_cpu_nest *pl = &ke->ks->nest;
+  if (k->nstores != 1 || pl->affine || pl->permuted || pl->nloops < 1 || p->graph->nsyms) return 0;
+  const tcc_store *st = &k->stores[0];
+  tcc_dtype dt = p->bufs[st->buf].layout.dtype;
+  if (dt != TCC__V1__DTYPE__FLOAT32 && dt != TCC__V1__DTYPE__FLOAT64) return 0;
+  for (int d = 0; d < p->bufs[st->buf].layout.rank; d++)
+    if (ix_reads_value(st->idx[d])) return 0;
+  int n = 0;
+  tcc_ptrmap seen;
+  if (tcc_ptrmap_init(&seen, 64)) return -1;
+  find_reductions(st->value, &seen, reds, &n, cap);
+  tcc_ptrmap_free(&seen);
+  return n;
+}
+
 /* Softmax computes exp(x - max) twice, in the sum's loop and for the
  * output. When the one store's value holds, as a node of its own, the
  * summand of a one-variable SUM over the element loop's dim (that summand
@@ -358,19 +380,13 @@ static int plan_kept_summand(planner *ke) {
   const tcc_cpu_nest *pl = &ks->nest;
   ks->kept_red = ks->kept_node = NULL;
   ks->kept_idx = NULL;
-  if (k->nstores != 1 || pl->affine || pl->permuted || pl->nloops < 1 || p->graph->nsyms) return 0;
+  const tcc_vx *reds[16];
+  int nred = row_reductions(ke, reds, 16);
+  if (nred <= 0) return nred;
   const tcc_store *st = &k->stores[0];
   tcc_dtype dt = p->bufs[st->buf].layout.dtype;
-  if (dt != TCC__V1__DTYPE__FLOAT32 && dt != TCC__V1__DTYPE__FLOAT64) return 0;
-  for (int d = 0; d < p->bufs[st->buf].layout.rank; d++)
-    if (ix_reads_value(st->idx[d])) return 0;
   int de = pl->dims[pl->nloops - 1][0];   /* the element loop's kernel dim */
-  const tcc_vx *reds[16];
-  int nred = 0;
   tcc_ptrmap seen;
-  if (tcc_ptrmap_init(&seen, 64)) return -1;
-  find_reductions(st->value, &seen, reds, &nred, 16);
-  tcc_ptrmap_free(&seen);
   for (int r = 0; r < nred; r++) {
     const tcc_vx *R = reds[r];
     if (R->i != TCC_RED_SUM || R->nidx != 1 || R->idx[0]->c != pl->size[pl->nloops - 1] ||
@@ -406,6 +422,106 @@ static int plan_kept_summand(planner *ke) {
     ks->kept_red = R;
     ks->kept_node = S;
     ks->kept_idx = idx;
+    return 0;
+  }
+  return 0;
+}
+
+/* Does e read (outside REDUCE bodies) a load of elements narrower than
+ * `size` bytes? Memoized in seen. */
+static int reads_narrower(const tcc_vx *e, int size, tcc_ptrmap *seen) {
+  if (e->op == TCC_PRIM_REDUCE || e->op == TCC_PRIM_CONST || tcc_ptrmap_get(seen, e)) return 0;
+  tcc_ptrmap_put(seen, e, e);
+  if (e->op == TCC_PRIM_LOAD && (int)tcc_dtype_size(e->dtype) < size) return 1;
+  return (e->a && reads_narrower(e->a, size, seen)) || (e->b && reads_narrower(e->b, size, seen)) ||
+         (e->c && reads_narrower(e->c, size, seen));
+}
+
+/* e with bound variable `from` read as variable `to`. */
+static const tcc_vx *rename_var(const tcc_program *p, const tcc_vx *e, int from, int to) {
+  int nv = (from > to ? from : to) + 1;
+  const tcc_ix **sub = tcc_arena_array(p->arena, (size_t)nv, sizeof *sub);
+  if (!sub) return NULL;
+  for (int v = 0; v < nv; v++) sub[v] = tcc_ix_var((tcc_program *)p, v);
+  sub[from] = tcc_ix_var((tcc_program *)p, to);
+  return tcc_vx_subst((tcc_program *)p, e, nv, sub);
+}
+
+/* The store's index with the element loop's variable `de` read as `v`. */
+static const tcc_ix *const *store_index_at(const tcc_program *p, const tcc_store *st, int de, int v) {
+  const tcc_meta *m = &p->bufs[st->buf].layout;
+  const tcc_ix **idx = tcc_arena_array(p->arena, (size_t)m->rank + 1, sizeof *idx);
+  int nv = (de > v ? de : v) + 1;
+  const tcc_ix **back = tcc_arena_array(p->arena, (size_t)nv, sizeof *back);
+  if (!idx || !back) return NULL;
+  for (int u = 0; u < nv; u++) back[u] = tcc_ix_var((tcc_program *)p, u);
+  back[de] = tcc_ix_var((tcc_program *)p, v);
+  for (int d = 0; d < m->rank; d++)
+    if (!(idx[d] = tcc_ix_subst((tcc_program *)p, st->idx[d], nv, back))) return NULL;
+  return idx;
+}
+
+/* Masked attention scores, softmax(where(mask, x * s, -inf)), compute
+ * their argument where(mask, x * s, -inf) in the max's loop and again in
+ * the sum's. With a one-byte mask and float scores in one loop, gcc
+ * vectorizes it 64 lanes wide and the max's compare and select become
+ * chains of mask-register shifts and merges (70 instructions a 64-element
+ * step). So when a kernel's store row has two one-variable reductions
+ * over the element loop's extent, the second's argument reading the
+ * first's result and holding the first's whole argument A, and A (of the
+ * store's float dtype) reads elements narrower than that dtype, a loop
+ * before the first reduction's stores A where the element loop will
+ * store, and both reductions (and the element loop, unless a kept
+ * summand has overwritten A there) load it back: three float-only loops
+ * after a select-and-store loop. Same nests as plan_kept_summand. */
+static int plan_staged_row(planner *ke) {
+  const tcc_program *p = ke->p;
+  const tcc_kernel *k = ke->k;
+  tcc_cpu_kernel_schedule *ks = ke->ks;
+  const tcc_cpu_nest *pl = &ks->nest;
+  ks->staged_red = ks->staged_red_node = ks->staged_node = ks->staged_next_node = NULL;
+  ks->staged_idx = ks->staged_next_idx = NULL;
+  const tcc_vx *reds[16];
+  int nred = row_reductions(ke, reds, 16);
+  if (nred <= 0) return nred;
+  const tcc_store *st = &k->stores[0];
+  tcc_dtype dt = p->bufs[st->buf].layout.dtype;
+  int de = pl->dims[pl->nloops - 1][0];
+  tcc_ptrmap seen;
+  if (nred != 2) return 0;
+  for (int r = 0; r < 2; r++) {
+    const tcc_vx *R = reds[r];
+    if (R->nidx != 1 || R->idx[0]->c != pl->size[pl->nloops - 1] || (tcc_vx_kernel_vars(R) >> de & 1))
+      return 0;
+    const tcc_varset *fv = tcc_cpu_fv_vx(&ke->fv, R);
+    if (!fv) return -1;
+    if (level_of(ke, fv) != pl->nloops - 1) return 0;
+  }
+  for (int r = 0; r < 2; r++) {
+    const tcc_vx *R1 = reds[r], *R2 = reds[1 - r];
+    const tcc_vx *A1 = R1->a;
+    if (A1->dtype != dt || A1->op == TCC_PRIM_LOAD || A1->op == TCC_PRIM_CONST) continue;
+    if (tcc_ptrmap_init(&seen, 64)) return -1;
+    int after = holds_node(R2->a, R1, &seen);       /* R2's argument reads R1's result */
+    tcc_ptrmap_free(&seen);
+    if (!after) continue;
+    if (tcc_ptrmap_init(&seen, 64)) return -1;
+    int narrow = reads_narrower(A1, (int)tcc_dtype_size(dt), &seen);
+    tcc_ptrmap_free(&seen);
+    if (!narrow) continue;
+    const tcc_vx *A2 = rename_var(p, A1, R1->buf, R2->buf), *A = rename_var(p, A1, R1->buf, de);
+    if (!A2 || !A) return -1;
+    if (tcc_ptrmap_init(&seen, 64)) return -1;
+    int held = holds_node(R2->a, A2, &seen);
+    tcc_ptrmap_free(&seen);
+    if (!held || (ks->kept_red && ks->kept_red != R2)) continue;
+    ks->staged_idx = store_index_at(p, st, de, R1->buf);
+    ks->staged_next_idx = store_index_at(p, st, de, R2->buf);
+    if (!ks->staged_idx || !ks->staged_next_idx) return -1;
+    ks->staged_red = R1;
+    ks->staged_red_node = A1;
+    ks->staged_next_node = A2;
+    ks->staged_node = ks->kept_red ? NULL : A;   /* a kept summand overwrites A */
     return 0;
   }
   return 0;
@@ -729,7 +845,8 @@ static int collect_nodes(planner *ke, const tcc_vx *e, tcc_ptrmap *seen, const t
                          int *n, int *cap) {
   if (e->op == TCC_PRIM_CONST || tcc_ptrmap_get(seen, e)) return 0;
   if (tcc_ptrmap_put(seen, e, e)) return -1;
-  if (e->op != TCC_PRIM_REDUCE && e != ke->ks->kept_node) {   /* a kept summand is loaded */
+  /* a kept summand, a staged row's value: loaded */
+  if (e->op != TCC_PRIM_REDUCE && e != ke->ks->kept_node && e != ke->ks->staged_node) {
     if (e->a && collect_nodes(ke, e->a, seen, list, n, cap)) return -1;
     if (e->b && collect_nodes(ke, e->b, seen, list, n, cap)) return -1;
     if (e->c && collect_nodes(ke, e->c, seen, list, n, cap)) return -1;
@@ -1199,7 +1316,7 @@ static int plan_kernel(planner *ke) {
   tcc_cpu_kernel_schedule *ks = ke->ks;
   const tcc_kernel_config *cfg = p->graph->nsyms ? NULL : tcc_kernel_config_of(p, ks->kno);
   ke->loop_order = cfg ? cfg->order : 0;
-  if (plan_loops(ke) || plan_kept_summand(ke)) return -1;
+  if (plan_loops(ke) || plan_kept_summand(ke) || plan_staged_row(ke)) return -1;
   tcc_cpu_nest *pl = &ks->nest;
   /* the nodes outside reductions, the buffers, the loop levels */
   const tcc_vx **list = NULL;
@@ -1667,6 +1784,7 @@ void tcc_cpu_schedule_dump(const tcc_program *p, tcc_buf *b) {
     if (ks->nstore_prefetch)
       tcc_buf_printf(b, "; stores prefetched (%d stream%s)", ks->nstore_prefetch, ks->nstore_prefetch == 1 ? "" : "s");
     if (ks->kept_node) tcc_buf_puts(b, "; a sum's summands kept in the output");
+    if (ks->staged_red) tcc_buf_puts(b, "; a reduction's argument staged in the output");
     if (ks->ncol_vals) tcc_buf_printf(b, "; %d column value%s", ks->ncol_vals, ks->ncol_vals == 1 ? "" : "s");
     int merged = 0;
     for (int i = 0; i < ks->nnodes; i++) merged += ks->red_merged[i];

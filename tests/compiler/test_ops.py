@@ -854,6 +854,15 @@ def test_softmax_computes_each_exp_once():
     run_op(A._log_softmax.default, (rnd((5, 9, 4), torch.float32, g), -1, False))
 
 
+def close_nan_inf(got, want, tol):
+    """NaNs and infinities where want has them; the finite values within tol."""
+    assert torch.equal(torch.isnan(got), torch.isnan(want))
+    ok = ~torch.isnan(want)
+    assert torch.equal(torch.isinf(got[ok]), torch.isinf(want[ok]))
+    fin = ok & torch.isfinite(want)
+    assert (got.double()[fin] - want[fin]).abs().max().item() <= tol
+
+
 @pytest.mark.parametrize("isa", ["x86-64-v3", "x86-64-v4"])
 def test_softmax_exp_drops_its_upper_check(isa):
     """An inline exp whose argument is x - max(x) (<= 0, or NaN) prints
@@ -879,13 +888,6 @@ def test_softmax_exp_drops_its_upper_check(isa):
     x[3, 0, :] = torch.linspace(-140.0, 0.0, 37)      # exps down into the subnormals
     body = lambda k: tk.kernel_text(k.source, "k0: ")  # noqa: E731
 
-    def close(got, want, tol):
-        assert torch.equal(torch.isnan(got), torch.isnan(want))
-        ok = ~torch.isnan(want)
-        assert torch.equal(torch.isinf(got[ok]), torch.isinf(want[ok]))
-        fin = ok & torch.isfinite(want)
-        assert (got.double()[fin] - want[fin]).abs().max().item() <= tol
-
     # softmax: the exp's ulp, the sum's, 1 / sum and the product: up to 3
     # ulp of results near 1.0 (2.2e-7 seen on Zen 5 with libmvec's expf)
     cases = [(lambda x: torch.softmax(x, -1), lambda x: torch.softmax(x.double(), -1), "_le0(", 4e-7),
@@ -900,7 +902,7 @@ def test_softmax_exp_drops_its_upper_check(isa):
             assert mark in body(k), body(k)
         else:                     # libmvec's expf: no inline exp to change
             assert "_le0(" not in body(k)
-        close(k(x)[0], ref(x), tol)
+        close_nan_inf(k(x)[0], ref(x), tol)
     # masked scores (-inf): tcc_expf_ftz_le0 on every target
     m = torch.rand(1, 6, 37, generator=g) > 0.25
     xm = x.nan_to_num(posinf=50.0, neginf=-50.0)
@@ -909,13 +911,13 @@ def test_softmax_exp_drops_its_upper_check(isa):
     k = tk.compile_fx(make_fx(mfn)(xm, m), [xm, m], isa=isa, keep_source=True)
     assert "tcc_expf_ftz_le0(" in body(k), body(k)
     want = torch.softmax((xm.double() * 0.125).masked_fill(~m, float("-inf")), -1)
-    close(k(xm, m)[0], torch.where(want < torch.finfo(torch.float32).tiny, 0.0, want), 4e-7)
+    close_nan_inf(k(xm, m)[0], torch.where(want < torch.finfo(torch.float32).tiny, 0.0, want), 4e-7)
     m[0, 2, 9] = True                                  # the payload NaN's lane
     mexp = lambda s, m: torch.exp(torch.where(m, s, float("-inf")) - torch.where(m, s, float("-inf")).amax(-1, keepdim=True))   # noqa: E731
     k = tk.compile_fx(make_fx(mexp)(xm, m), [xm, m], isa=isa, keep_source=True)
     assert "tcc_expf_ftz_le0(" in body(k), body(k)
     want = mexp(xm.double(), m)
-    close(k(xm, m)[0], torch.where(want < torch.finfo(torch.float32).tiny, 0.0, want), 2e-7)
+    close_nan_inf(k(xm, m)[0], torch.where(want < torch.finfo(torch.float32).tiny, 0.0, want), 2e-7)
     # the max of part of the row, of another tensor, logsumexp: above 0 possible
     y = rnd((5, 6, 37), torch.float32, g, -30.0, 30.0)
     y[:, :, 30] = 95.0                 # exp(95 - max(first 8)) overflows to inf
@@ -930,6 +932,43 @@ def test_softmax_exp_drops_its_upper_check(isa):
         assert torch.equal(torch.isinf(got), torch.isinf(want) | (want > torch.finfo(torch.float32).max))
         fin = torch.isfinite(got)
         assert ((got.double()[fin] - want[fin]).abs() / want[fin].abs().clamp(min=1e-30)).max().item() < 1e-5
+
+
+@pytest.mark.parametrize("isa", ["x86-64-v3", "x86-64-v4"])
+def test_masked_scores_are_staged_in_the_output(isa):
+    """Masked attention scores, softmax(where(mask, x * s, -inf)) with a
+    bool mask: the select's values are stored in the output row once, by
+    a loop of their own, and the max's and the sum's loops read them back
+    as floats (cpu/schedule.c: plan_staged_row), so the kernel reads the
+    mask once per element (twice before); log_softmax's element loop
+    reads them too. A float mask (an additive one) has nothing narrow to
+    stage and keeps its code. Rows fully masked (NaN, as eager), rows
+    with a NaN score, a broadcast mask; against float64."""
+    if isa == "x86-64-v4" and HOST_ISA != "x86-64-v4":
+        pytest.skip("the host has no AVX-512 (x86-64-v4)")
+    from torch.fx.experimental.proxy_tensor import make_fx
+    g = gen(431)
+    x = rnd((3, 5, 40, 72), torch.float32, g, -20.0, 20.0)
+    m = torch.rand(40, 72, generator=g) > 0.3
+    m[7, :] = False                                   # a fully masked row
+    x[1, 2, 9, 30] = float("nan")
+    body = lambda k: tk.kernel_text(k.source, "k0: ")  # noqa: E731
+
+    cases = [(lambda x, m: torch.softmax(torch.where(~m, float("-inf"), x * 0.125), -1), torch.softmax, 4e-7),
+             (lambda x, m: torch.log_softmax(torch.where(m, x * 0.125, float("-inf")), -1), torch.log_softmax, 2e-5)]
+    for fn, ref, tol in cases:
+        k = tk.compile_fx(make_fx(fn)(x, m), [x, m], isa=isa, keep_source=True)
+        text = body(k)
+        assert text.count("= b1[") == 1, text                  # the mask, loaded once
+        want = ref((x.double() * 0.125).masked_fill(~m, float("-inf")), -1)
+        if ref is torch.softmax:
+            want = torch.where(want < torch.finfo(torch.float32).tiny, 0.0, want)   # flushed (tcc_expf_ftz)
+        close_nan_inf(k(x, m)[0], want, tol)
+    fm = torch.where(m, 0.0, torch.finfo(torch.float32).min)
+    fadd = lambda x, fm: torch.softmax(x * 0.125 + fm, -1)     # noqa: E731
+    k = tk.compile_fx(make_fx(fadd)(x, fm), [x, fm], isa=isa, keep_source=True)
+    assert body(k).count("= b1[") == 2, body(k)
+    close_nan_inf(k(x, fm)[0], torch.softmax(x.double() * 0.125 + fm.double(), -1), 4e-7)
 
 
 def test_out_of_range_index_is_an_error():
