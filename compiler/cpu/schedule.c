@@ -1687,6 +1687,10 @@ int tcc_cpu_schedule_check(const tcc_program *p, tcc_error *err) {
         return tcc_error_set(err, TCC_E_INTERNAL, "k%d: node %d merges loops it does not have", ks->kno, i);
     if (ks->prefetch_elem && (ks->prefetch_red || !ks->simd || ks->peel_loop >= 0 || elem == ks->par))
       return tcc_error_set(err, TCC_E_INTERNAL, "k%d: a blocked element loop that cannot be", ks->kno);
+    if (ks->staged_red && (ks->staged_red->op != TCC_PRIM_REDUCE || ks->staged_red->nidx != 1 ||
+                           ks->staged_red_node != ks->staged_red->a || !ks->staged_idx || !ks->staged_next_node ||
+                           !ks->staged_next_idx || K->nstores != 1 || (ks->kept_red && ks->staged_node)))
+      return tcc_error_set(err, TCC_E_INTERNAL, "k%d: a staged row that cannot be", ks->kno);
     if ((ks->prefetch_red || ks->prefetch_elem) && (ks->nprefetch < 1 || ks->nprefetch > TCC_CPU_PREFETCH || ks->row_var < 0 ||
                              ks->row_var >= K->rank || ks->row_n != K->sizes[ks->row_var] || ks->row_n < 2 ||
                              ks->row_ahead < 1 || ks->row_ahead >= ks->row_n ||
