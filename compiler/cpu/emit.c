@@ -885,6 +885,19 @@ static int invariant_select(kernel_emit *ke, const tcc_vx *e) {
   return 1;
 }
 
+/* Value e as a temporary loaded from the one store's buffer at idx,
+ * where an earlier loop of the kernel stored it (a kept summand, a
+ * staged row). */
+static int load_from_store(kernel_emit *ke, const tcc_vx *e, const tcc_ix *const *idx, int indent) {
+  const tcc_store *st = &ke->k->stores[0];
+  int t;
+  if (define_temp(ke, e, &t)) return -1;
+  tcc_buf_printf(ke->b, "%*sconst %s t%d = b%d[", indent, "", tcc_cpu_ctype(e->dtype), t, st->buf);
+  put_index(ke, st->buf, idx);
+  tcc_buf_puts(ke->b, "];\n");
+  return 0;
+}
+
 static int emit_node(kernel_emit *ke, const tcc_vx *e, int indent) {
   if (ke->oom) return -1;
   if (e->op == TCC_PRIM_CONST || tcc_ptrmap_get(&ke->temps, e)) return 0;
@@ -909,29 +922,15 @@ static int emit_node(kernel_emit *ke, const tcc_vx *e, int indent) {
                      ke->ks->nest.nloops - 1);
       return 0;
     }
-  if (e == ke->ks->kept_node && ke->walking) {
-    /* a sum's loop stored it where this element is stored */
-    const tcc_store *st = &ke->k->stores[0];
-    int t;
-    if (define_temp(ke, e, &t)) return -1;
-    tcc_buf_printf(ke->b, "%*sconst %s t%d = b%d[", indent, "", tcc_cpu_ctype(e->dtype), t, st->buf);
-    put_index(ke, st->buf, st->idx);
-    tcc_buf_puts(ke->b, "];\n");
-    return 0;
-  }
   const tcc_cpu_kernel_schedule *ks = ke->ks;
+  const tcc_store *st = &ke->k->stores[0];
+  if (e == ks->kept_node && ke->walking)         /* a sum's loop stored it there */
+    return load_from_store(ke, e, st->idx, indent);
   if (ks->staged_red && ke->walking && !ke->staging &&
-      (e == ks->staged_red_node || e == ks->staged_next_node || e == ks->staged_node)) {
-    /* the staging loop stored it where this element is stored */
-    const tcc_store *st = &ke->k->stores[0];
-    int t;
-    if (define_temp(ke, e, &t)) return -1;
-    tcc_buf_printf(ke->b, "%*sconst %s t%d = b%d[", indent, "", tcc_cpu_ctype(e->dtype), t, st->buf);
-    put_index(ke, st->buf, e == ks->staged_red_node ? ks->staged_idx
-                           : e == ks->staged_next_node ? ks->staged_next_idx : st->idx);
-    tcc_buf_puts(ke->b, "];\n");
-    return 0;
-  }
+      (e == ks->staged_red_node || e == ks->staged_next_node || e == ks->staged_node))
+    /* the staging loop stored it there */
+    return load_from_store(ke, e, e == ks->staged_red_node ? ks->staged_idx
+                                  : e == ks->staged_next_node ? ks->staged_next_idx : st->idx, indent);
   if (e->op == TCC_PRIM_LOAD || e->op == TCC_PRIM_INDEX)
     for (int d = 0; d < e->nidx; d++)
       if (emit_ix_values(ke, e->idx[d], indent)) return -1;
