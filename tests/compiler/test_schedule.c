@@ -132,6 +132,29 @@ START_TEST(cpu_large_is_parallel) {
 }
 END_TEST
 
+/* A few long rows (BERT's layer norm on a 9-token sentence): the row
+ * statistics run once a row, so the work is 9 x 768 elements plus 9 x 768
+ * reduction steps, below TCC_PARALLEL_WORK, and the kernel runs serial
+ * rather than paying for a parallel region per call. */
+START_TEST(cpu_few_rows_is_serial) {
+  scheduled s;
+  reqb *b = rows_request(9, 768);
+  schedule(&s, b, 0);
+  tcc_cpu_kernel_schedule *ks = cpu_reduction(&s);
+  ck_assert_ptr_nonnull(ks);
+  ck_assert_int_eq(ks->par, -1);
+  unschedule(&s);
+  reqb_free(b);
+  b = rows_request(128, 768);                /* 14 x the work: parallel */
+  schedule(&s, b, 0);
+  ks = cpu_reduction(&s);
+  ck_assert_ptr_nonnull(ks);
+  ck_assert_int_eq(ks->par, 0);
+  unschedule(&s);
+  reqb_free(b);
+}
+END_TEST
+
 START_TEST(cpu_checker_refuses) {
   scheduled s;
   reqb *b = rows_request(1024, 512);
@@ -188,6 +211,7 @@ int main(void) {
   return tt_run_tests("schedule", 0, 0, (const TTest *[]){
       cpu_small_is_serial_and_simd,
       cpu_large_is_parallel,
+      cpu_few_rows_is_serial,
       cpu_checker_refuses,
       cuda_geometry_and_checker,
       NULL});
