@@ -132,26 +132,26 @@ START_TEST(cpu_large_is_parallel) {
 }
 END_TEST
 
+/* The parallel loop (-1: none) of the row reduction of rows_request. */
+static int reduction_par(int64_t rows, int64_t cols) {
+  scheduled s;
+  reqb *b = rows_request(rows, cols);
+  schedule(&s, b, 0);
+  tcc_cpu_kernel_schedule *ks = cpu_reduction(&s);
+  ck_assert_ptr_nonnull(ks);
+  int par = ks->par;
+  unschedule(&s);
+  reqb_free(b);
+  return par;
+}
+
 /* A few long rows (BERT's layer norm on a 9-token sentence): the row
  * statistics run once a row, so the work is 9 x 768 elements plus 9 x 768
  * reduction steps, below TCC_PARALLEL_WORK, and the kernel runs serial
  * rather than paying for a parallel region per call. */
 START_TEST(cpu_few_rows_is_serial) {
-  scheduled s;
-  reqb *b = rows_request(9, 768);
-  schedule(&s, b, 0);
-  tcc_cpu_kernel_schedule *ks = cpu_reduction(&s);
-  ck_assert_ptr_nonnull(ks);
-  ck_assert_int_eq(ks->par, -1);
-  unschedule(&s);
-  reqb_free(b);
-  b = rows_request(128, 768);                /* 14 x the work: parallel */
-  schedule(&s, b, 0);
-  ks = cpu_reduction(&s);
-  ck_assert_ptr_nonnull(ks);
-  ck_assert_int_eq(ks->par, 0);
-  unschedule(&s);
-  reqb_free(b);
+  ck_assert_int_eq(reduction_par(9, 768), -1);
+  ck_assert_int_eq(reduction_par(128, 768), 0);   /* 14 x the work: parallel */
 }
 END_TEST
 
