@@ -274,7 +274,8 @@ static void put_index(kernel_emit *ke, int buf, const tcc_ix *const *idx) {
   }
   const tcc_meta *m = &ke->p->bufs[buf].layout;
   int64_t c;
-  if (ke->nmerge && tcc_linear_affine(m->rank, idx, m->strides, ke->nvars, ke->coef, &c)) {
+  const int affine = tcc_linear_affine(m->rank, idx, m->strides, ke->nvars, ke->coef, &c);
+  if (ke->nmerge && affine) {
     /* in a merged reduction loop: outer * n + inner reads as the merged var */
     int ok = 1;
     for (int i = 0; i < ke->nmerge && ok; i++)
@@ -305,8 +306,7 @@ static void put_index(kernel_emit *ke, int buf, const tcc_ix *const *idx) {
    * span (clamped, or checked to), so where the span fits an int32 the
    * index is computed as before and read as one; affine indices stay
    * int64, which gcc sees through to contiguous and strided loads. */
-  const int narrow = !ke->p->graph->nsyms && m->span <= INT32_MAX &&
-                     !tcc_linear_affine(m->rank, idx, m->strides, ke->nvars, ke->coef, &c);
+  const int narrow = !ke->p->graph->nsyms && m->span <= INT32_MAX && !affine;
   tcc_buf_printf(b, "%s%" PRId64, narrow ? "(int32_t)(" : "", m->offset);
   for (int d = 0; d < m->rank; d++) {
     if (idx[d]->kind == TCC_IX_CONST && idx[d]->c == 0) continue;
@@ -1235,12 +1235,12 @@ static void put_vec_sum(tcc_buf *b, int ind, const char *v, int width) {
  * in vectors along k, and dotted with every row of A, whose rows stay in
  * cache; the block prefetches the next block's rows at the same k, so
  * the memory keeps streaming while the FMAs run, non-temporal
- * (prefetchnta; locality 0): a weight read once a step need not push the
- * step's activations and Python's objects out of L2 and L3 (BERT-base
- * with 9 tokens on the Zen 5 VM, 32 interleaved rounds: 10.1 ms a step
- * against 11.1 into L2 with prefetcht2, where the GEMMs alone read
- * alike in scripts/bench-gemm --cold-weights; into L1 with prefetcht0
- * the loop read 1.04-1.4x slower on Zen 4). Accumulators are stream_rows
+ * (prefetchnta; locality 0): BERT-base with 9 tokens on the Zen 5 VM,
+ * 32 interleaved rounds, 10.1 ms a step against 11.1 into L2 with
+ * prefetcht2, though the GEMMs alone read alike in scripts/bench-gemm
+ * --cold-weights and the Python around the step stays as cache-cold
+ * (docs/benchmarks.md); into L1 with prefetcht0 the loop read
+ * 1.04-1.4x slower on Zen 4. Accumulators are stream_rows
  * x M vectors, summed across lanes at the end; k's tail past the last
  * whole vector is scalar. Where A's rows would not stay in L1
  * (stream_kc), each group of blocks runs k in chunks, adding each
