@@ -233,31 +233,34 @@ static void lead_index(tcc_program *p, const pool_geom *pg, const tcc_ix **idx) 
 
 /* The input element of output (oh, ow) at tap (a, b), clamped into the
  * input (the caller masks what lies outside: *ok). */
+/* The input row and column (unclamped) of output (oh, ow)'s tap (a, b). */
+static void tap_at(tcc_program *p, const pool_geom *pg, const tcc_ix *a, const tcc_ix *b,
+                   const tcc_ix **h, const tcc_ix **w) {
+  int L = pg->lead;
+  *h = tcc_ix_add(p, tcc_ix_add(p, tcc_ix_mul(p, tcc_ix_var(p, L), pg->sh), tcc_ix_const(p, -pg->ph)),
+                  tcc_ix_mul(p, a, pg->dh));
+  *w = tcc_ix_add(p, tcc_ix_add(p, tcc_ix_mul(p, tcc_ix_var(p, L + 1), pg->sw), tcc_ix_const(p, -pg->pw)),
+                  tcc_ix_mul(p, b, pg->dw));
+}
+
 static const tcc_vx *tap(tcc_lower_ctx *lc, int xv, const pool_geom *pg, const tcc_ix *a,
-                         const tcc_ix *b, tcc_dtype cd, const tcc_vx **ok) {
+                         const tcc_ix *b, tcc_dtype cd, const tcc_vx **ok_h, const tcc_vx **ok_w) {
   tcc_program *p = lc->prog;
-  const tcc_ix *idx[TCC_MAX_DIMS];
+  const tcc_ix *idx[TCC_MAX_DIMS], *h, *w;
   lead_index(p, pg, idx);
   int L = pg->lead;
-  const tcc_ix *h = tcc_ix_add(p, tcc_ix_add(p, tcc_ix_mul(p, idx[L], pg->sh), tcc_ix_const(p, -pg->ph)),
-                               tcc_ix_mul(p, a, pg->dh));
-  const tcc_ix *w = tcc_ix_add(p, tcc_ix_add(p, tcc_ix_mul(p, idx[L + 1], pg->sw), tcc_ix_const(p, -pg->pw)),
-                               tcc_ix_mul(p, b, pg->dw));
-  *ok = tcc_vx_pred(p, TCC_PRIM_AND, in_range(p, h, pg->H), in_range(p, w, pg->W));
+  tap_at(p, pg, a, b, &h, &w);
+  *ok_h = in_range(p, h, pg->H);
+  *ok_w = in_range(p, w, pg->W);
   idx[L] = tcc_ix_clamp(p, h, pg->H);
   idx[L + 1] = tcc_ix_clamp(p, w, pg->W);
   return read(lc, xv, idx, cd);
 }
 
 /* The input-plane flat index (h * W + w) of output (oh, ow)'s tap at
- * row-major tap position t (an int64 value): a = t / kw, b = t % kw,
- * mirrored when `reversed`. */
-static const tcc_vx *tap_index(tcc_program *p, const pool_geom *pg, const tcc_vx *t, int reversed) {
+ * row-major tap position t (an int64 value): a = t / kw, b = t % kw. */
+static const tcc_vx *tap_index(tcc_program *p, const pool_geom *pg, const tcc_vx *t) {
   const tcc_vx *a = BIN(FLOORDIV, t, icst(p, pg->kw)), *b = BIN(REM, t, icst(p, pg->kw));
-  if (reversed) {
-    a = BIN(SUB, icst(p, pg->kh - 1), a);
-    b = BIN(SUB, icst(p, pg->kw - 1), b);
-  }
   const tcc_vx *oh = ival(p, tcc_ix_var(p, pg->lead)), *ow = ival(p, tcc_ix_var(p, pg->lead + 1));
   const tcc_vx *h = BIN(ADD, BIN(SUB, BIN(MUL, oh, icst(p, pg->sh)), icst(p, pg->ph)),
                         BIN(MUL, a, icst(p, pg->dh)));
@@ -277,15 +280,15 @@ static const tcc_ix *first_inside(tcc_program *p, const tcc_ix *o, int64_t strid
 }
 
 /* What both forwards start with: the geometry, the compute dtype and
- * the input's value at tap (r, r + 1) of the output element (*ok: the tap
- * lies inside the input). */
+ * the input's value at tap (r, r + 1) of the output element (ok_h, ok_w:
+ * the tap's row, its column lies inside the input). */
 typedef struct pool_fwd {
   pool_geom pg;
   int xv;                        /* the input value */
   tcc_dtype cd;
   int64_t taps[2];
   int r;
-  const tcc_vx *v, *ok;
+  const tcc_vx *v, *ok_h, *ok_w;
 } pool_fwd;
 
 static int pool_fwd_of(tcc_lower_ctx *lc, const tcc_node *n, int is_max, pool_fwd *f,
@@ -300,8 +303,17 @@ static int pool_fwd_of(tcc_lower_ctx *lc, const tcc_node *n, int is_max, pool_fw
   f->taps[0] = f->pg.kh;
   f->taps[1] = f->pg.kw;
   f->r = tcc_program_fresh_vars(p, 2);
-  f->v = tap(lc, f->xv, &f->pg, tcc_ix_var(p, f->r), tcc_ix_var(p, f->r + 1), f->cd, &f->ok);
+  f->v = tap(lc, f->xv, &f->pg, tcc_ix_var(p, f->r), tcc_ix_var(p, f->r + 1), f->cd, &f->ok_h, &f->ok_w);
   return 0;
+}
+
+/* The tap's value, `fill` outside the input: a select per dim, so that
+ * the row's (or in channels-last loops both) does not vary along the
+ * SIMD element loop and prints as a mask (emit.c, invariant_select). As
+ * one select on `ok_h && ok_w` gcc split it by the row's test and left
+ * the loop scalar (a max pool's indices without a relu before it). */
+static const tcc_vx *masked_tap(tcc_program *p, const pool_fwd *f, const tcc_vx *fill) {
+  return tcc_vx_where(p, f->ok_h, tcc_vx_where(p, f->ok_w, f->v, fill), fill);
 }
 
 int tcc_lower_max_pool2d(tcc_lower_ctx *lc, const tcc_node *n, tcc_error *err) {
@@ -312,23 +324,23 @@ int tcc_lower_max_pool2d(tcc_lower_ctx *lc, const tcc_node *n, tcc_error *err) {
   const pool_geom *pg = &f.pg;
   tcc_dtype cd = f.cd;
   const tcc_vx *ninf = fcst(p, cd, -INFINITY);
-  const tcc_vx *body = tcc_vx_where(p, f.ok, f.v, ninf);
+  const tcc_vx *body = masked_tap(p, &f, ninf);
   const tcc_vx *mx = tcc_vx_reduce(p, TCC_RED_MAX, cd, body, f.r, 2, f.taps);
   if ((rc = put(lc, n, 0, mx, err))) return rc;
   if (n->nout < 2 || n->outs[1] < 0) return 0;
 
   /* the first maximum */
   const tcc_vx *am = tcc_vx_reduce(p, TCC_RED_ARGMAX, I64, body, f.r, 2, f.taps);
-  const tcc_vx *first = tap_index(p, pg, am, 0);
-  /* the last NaN: the first NaN over the taps in reverse order */
-  int q = tcc_program_fresh_vars(p, 2);
-  const tcc_vx *okr;
-  const tcc_ix *ra = tcc_ix_add(p, tcc_ix_const(p, pg->kh - 1), tcc_ix_mul(p, tcc_ix_var(p, q), -1));
-  const tcc_ix *rb = tcc_ix_add(p, tcc_ix_const(p, pg->kw - 1), tcc_ix_mul(p, tcc_ix_var(p, q + 1), -1));
-  const tcc_vx *vr = tap(lc, f.xv, pg, ra, rb, cd, &okr);
-  const tcc_vx *isnan = tcc_vx_pred(p, TCC_PRIM_AND, okr, tcc_vx_pred(p, TCC_PRIM_ISNAN, vr, NULL));
-  const tcc_vx *lastnan =
-      tap_index(p, pg, tcc_vx_reduce(p, TCC_RED_ARGMAX, I64, isnan, q, 2, f.taps), 1);
+  const tcc_vx *first = tap_index(p, pg, am);
+  /* the last NaN: the largest input index of a NaN tap (the taps inside
+   * the input run in increasing index order), as a MAX of int64 values
+   * over the same masked taps: gcc vectorized no element loop around an
+   * argmax of bools, nor around `ok && isnan(v)` */
+  const tcc_ix *th, *tw;
+  tap_at(p, pg, tcc_ix_var(p, f.r), tcc_ix_var(p, f.r + 1), &th, &tw);
+  const tcc_vx *is_nan = tcc_vx_pred(p, TCC_PRIM_ISNAN, body, NULL);
+  const tcc_vx *nan_at = tcc_vx_where(p, is_nan, ival(p, tcc_ix_add(p, tcc_ix_mul(p, th, pg->W), tw)), icst(p, -1));
+  const tcc_vx *lastnan = tcc_vx_reduce(p, TCC_RED_MAX, I64, nan_at, f.r, 2, f.taps);
   /* every value -inf: the first tap inside the input */
   const tcc_ix *h0 = first_inside(p, tcc_ix_var(p, pg->lead), pg->sh, pg->ph, pg->dh);
   const tcc_ix *w0 = first_inside(p, tcc_ix_var(p, pg->lead + 1), pg->sw, pg->pw, pg->dw);
@@ -365,7 +377,7 @@ int tcc_lower_avg_pool2d(tcc_lower_ctx *lc, const tcc_node *n, tcc_error *err) {
   pool_fwd f;
   int rc = pool_fwd_of(lc, n, 0, &f, err);
   if (rc) return rc;
-  const tcc_vx *inside = tcc_vx_where(p, f.ok, f.v, fcst(p, f.cd, 0));
+  const tcc_vx *inside = masked_tap(p, &f, fcst(p, f.cd, 0));
   const tcc_vx *sum = tcc_vx_reduce(p, TCC_RED_SUM, f.cd, inside, f.r, 2, f.taps);
   const tcc_vx *div = avg_divisor(p, n, &f.pg, tcc_ix_var(p, f.pg.lead), tcc_ix_var(p, f.pg.lead + 1),
                                   f.cd);

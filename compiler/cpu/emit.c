@@ -362,6 +362,22 @@ static int all_bound(kernel_emit *ke, const tcc_vx *e) {
 
 static int emit_node(kernel_emit *ke, const tcc_vx *e, int indent);
 
+/* x / c or x % c (FLOORDIV, REM) of an argmax or argmin position x
+ * (0 <= x < its window's size <= INT32_MAX) by a constant c > 0: as int32
+ * division, which gcc vectorizes where int64 division has no SIMD form
+ * (a max pool's index, decoded from its window position, kept the
+ * element loop scalar). */
+static int window_position_division(const tcc_vx *e) {
+  if (e->op != TCC_PRIM_FLOORDIV && e->op != TCC_PRIM_REM) return 0;
+  const tcc_vx *x = e->a, *c = e->b;
+  if (x->op != TCC_PRIM_REDUCE || (x->i != TCC_RED_ARGMAX && x->i != TCC_RED_ARGMIN)) return 0;
+  if (c->op != TCC_PRIM_CONST || tcc_dtype_is_float(c->dtype) || c->i <= 0 || c->i > INT32_MAX) return 0;
+  int64_t n = 1;
+  for (int r = 0; r < x->nidx; r++)
+    if ((n *= x->idx[r]->c) > INT32_MAX) return 0;
+  return 1;
+}
+
 static int define_temp(kernel_emit *ke, const void *key, int *t) {
   *t = ke->ntemps++;
   if (tcc_ptrmap_put(&ke->temps, key, (void *)(intptr_t)(*t + 1))) return -1;
@@ -832,14 +848,30 @@ static int emit_reduce_group(kernel_emit *ke, const tcc_vx *const *group, int ng
     }
     case TCC_RED_ARGMAX:
     case TCC_RED_ARGMIN: {
+      /* the first extreme, else the first NaN. In a SIMD element loop
+       * (an unrolled window's argmax) branch-free, the NaN tests by
+       * integer arithmetic (tcc_nan_bit): with `if (t > v || t != t ...)`
+       * gcc kept a max pool's element loop scalar, 9x slower. */
       const char *cmp = q->i == TCC_RED_ARGMAX ? ">" : "<";
-      tcc_buf_printf(b, "%*sif (%s %s a%dv || (%s != %s && a%dv == a%dv)) { a%dv = %s; a%d = ", ind, "",
-                     t, cmp, a, t, t, a, a, a, t, a);
+      const tcc_dtype vd = q->a->dtype;
+      const char *bits = vd == TCC__V1__DTYPE__FLOAT64 ? "64" : vd == TCC__V1__DTYPE__FLOAT32 ? "32" : NULL;
+      const int branch = !ke->in_simd_element || (!bits && tcc_dtype_is_float(vd));
+      if (branch)
+        tcc_buf_printf(b, "%*sif (%s %s a%dv || (%s != %s && a%dv == a%dv)) { a%dv = %s; a%d = ", ind, "",
+                       t, cmp, a, t, t, a, a, a, t, a);
+      else if (bits)
+        tcc_buf_printf(b, "%*s{ const int u = (%s %s a%dv) | (tcc_nan_bit%s(%s) & (tcc_nan_bit%s(a%dv) ^ 1));"
+                          " a%dv = u ? %s : a%dv; a%d = u ? ",
+                       ind, "", t, cmp, a, bits, t, bits, a, a, t, a, a);
+      else
+        tcc_buf_printf(b, "%*s{ const int u = %s %s a%dv; a%dv = u ? %s : a%dv; a%d = u ? ", ind, "", t, cmp, a,
+                       a, t, a, a);
       for (int r = 0; r < q->nidx; r++) tcc_buf_puts(b, "(");
       tcc_buf_puts(b, "0");
       for (int r = 0; r < q->nidx; r++)
         tcc_buf_printf(b, " * %" PRId64 " + i%d)", q->idx[r]->c, q->buf + r);
-      tcc_buf_puts(b, "; }\n");
+      if (branch) tcc_buf_puts(b, "; }\n");
+      else tcc_buf_printf(b, " : a%d; }\n", a);
       break;
     }
     }
@@ -968,6 +1000,9 @@ static int emit_node(kernel_emit *ke, const tcc_vx *e, int indent) {
   } else if (invariant_select(ke, e)) {
     int wide = e->dtype == TCC__V1__DTYPE__FLOAT64;
     tcc_buf_printf(b, "tcc_pick%s(0u - (uint%s_t)%s, %s, %s)", wide ? "64" : "32", wide ? "64" : "32", x, y, z);
+  } else if (window_position_division(e)) {
+    tcc_buf_printf(b, "(%s)((int32_t)%s %s (int32_t)%s)", tcc_cpu_ctype(e->dtype), x,
+                   e->op == TCC_PRIM_FLOORDIV ? "/" : "%", y);
   } else if (inline_exp(ke, e)) {
     int le0 = 0;
     for (int i = 0; i < ke->ks->nexp_le0; i++) le0 |= ke->ks->exp_le0[i] == e;
