@@ -231,8 +231,6 @@ static void lead_index(tcc_program *p, const pool_geom *pg, const tcc_ix **idx) 
   for (int d = 0; d < pg->lead + 2; d++) idx[d] = tcc_ix_var(p, d);
 }
 
-/* The input element of output (oh, ow) at tap (a, b), clamped into the
- * input (the caller masks what lies outside: *ok). */
 /* The input row and column (unclamped) of output (oh, ow)'s tap (a, b). */
 static void tap_at(tcc_program *p, const pool_geom *pg, const tcc_ix *a, const tcc_ix *b,
                    const tcc_ix **h, const tcc_ix **w) {
@@ -243,6 +241,9 @@ static void tap_at(tcc_program *p, const pool_geom *pg, const tcc_ix *a, const t
                   tcc_ix_mul(p, b, pg->dw));
 }
 
+/* The input element of output (oh, ow) at tap (a, b), clamped into the
+ * input (the caller masks what lies outside: *ok_h for the row, *ok_w
+ * for the column). */
 static const tcc_vx *tap(tcc_lower_ctx *lc, int xv, const pool_geom *pg, const tcc_ix *a,
                          const tcc_ix *b, tcc_dtype cd, const tcc_vx **ok_h, const tcc_vx **ok_w) {
   tcc_program *p = lc->prog;
@@ -339,7 +340,8 @@ int tcc_lower_max_pool2d(tcc_lower_ctx *lc, const tcc_node *n, tcc_error *err) {
   const tcc_ix *th, *tw;
   tap_at(p, pg, tcc_ix_var(p, f.r), tcc_ix_var(p, f.r + 1), &th, &tw);
   const tcc_vx *is_nan = tcc_vx_pred(p, TCC_PRIM_ISNAN, body, NULL);
-  const tcc_vx *nan_at = tcc_vx_where(p, is_nan, ival(p, tcc_ix_add(p, tcc_ix_mul(p, th, pg->W), tw)), icst(p, -1));
+  const tcc_vx *at = ival(p, tcc_ix_add(p, tcc_ix_mul(p, th, pg->W), tw));
+  const tcc_vx *nan_at = tcc_vx_where(p, is_nan, at, icst(p, -1));
   const tcc_vx *lastnan = tcc_vx_reduce(p, TCC_RED_MAX, I64, nan_at, f.r, 2, f.taps);
   /* every value -inf: the first tap inside the input */
   const tcc_ix *h0 = first_inside(p, tcc_ix_var(p, pg->lead), pg->sh, pg->ph, pg->dh);
