@@ -1269,13 +1269,14 @@ static void put_vec_sum(tcc_buf *b, int ind, const char *v, int width) {
  * (plan_stream_rows): each block of stream_rows weight rows is read once,
  * in vectors along k, and dotted with every row of A, whose rows stay in
  * cache; the block prefetches the next block's rows at the same k, so
- * the memory keeps streaming while the FMAs run, non-temporal
- * (prefetchnta; locality 0): BERT-base with 9 tokens on the Zen 5 VM,
- * 32 interleaved rounds, 10.1 ms a step against 11.1 into L2 with
- * prefetcht2, though the GEMMs alone read alike in scripts/bench-gemm
- * --cold-weights and the Python around the step stays as cache-cold
- * (docs/benchmarks.md); into L1 with prefetcht0 the loop read
- * 1.04-1.4x slower on Zen 4. Accumulators are stream_rows
+ * the memory keeps streaming while the FMAs run, into L2 (prefetcht2;
+ * locality 1). Non-temporal (prefetchnta, codegen 66-68) put the lines
+ * in L1 alone on an Intel Xeon with AVX-512 and AMX, where the next
+ * block's lines are evicted before the loop reaches them: the GEMMs
+ * read the weights 3x slower there (scripts/bench-gemm --cold-weights),
+ * where on the Zen 5 VM it had made BERT-base's step 10% faster
+ * (design.md); into L1
+ * with prefetcht0 the loop read 1.04-1.4x slower on Zen 4. Accumulators are stream_rows
  * x M vectors, summed across lanes at the end; k's tail past the last
  * whole vector is scalar. Where A's rows would not stay in L1
  * (stream_kc), each group of blocks runs k in chunks, adding each
@@ -1315,7 +1316,7 @@ static int emit_stream_gemm(kernel_emit *ke) {
                     "      vec x[%d];\n"
                     "      for (int j = 0; j < %d; j++) {\n"
                     "        x[j] = *(const vec *)(w + (j < nr ? j : 0) * %" PRId64 " + k);\n"
-                    "        if (%d || (k & 15) == 0) __builtin_prefetch(pf + j * %" PRId64 " + k, 0, 0);\n"
+                    "        if (%d || (k & 15) == 0) __builtin_prefetch(pf + j * %" PRId64 " + k, 0, 1);\n"
                     "      }\n"
                     "      for (int m = 0; m < %" PRId64 "; m++) {\n"
                     "        vec a = *(const vec *)(pa + m * %" PRId64 " + k);\n"
@@ -1340,13 +1341,11 @@ static int emit_stream_gemm(kernel_emit *ke) {
  * (plan_split_k): each of the U threads (at most 64) adds x[m, k] W[k, :]
  * over its contiguous run of the weight's rows, split_k rows a pass, into
  * partial rows on its own stack, and prefetches the next pass's rows at
- * the same n, non-temporal as emit_stream_gemm's (into L2 with
- * prefetcht2 on an AMD EPYC with AVX-512 (Zen 4), weights from memory,
- * GPT-2's one-row GEMMs ran 1.1-1.2x faster than with none and eight
- * rows 1.4-1.7x; prefetchnta alike on Zen 5, and GPT-2 with one token
- * 10.7 ms a step against 11.3 over 12 interleaved rounds; into L1 with
- * prefetcht0 slower than none, one two or four passes ahead no
- * faster); after a barrier each adds the partial rows over its share of
+ * the same n into L2 as emit_stream_gemm's (on an AMD EPYC with
+ * AVX-512 (Zen 4), weights from memory, GPT-2's one-row GEMMs ran
+ * 1.1-1.2x faster than with none and eight rows 1.4-1.7x; non-temporal
+ * 2.1x slower on an Intel Xeon; into L1 with prefetcht0 slower than
+ * none on Zen 4, one two or four passes ahead no faster); after a barrier each adds the partial rows over its share of
  * the columns into C. A second barrier keeps every partial row alive
  * until all are read (libgomp's workers leave the
  * region's function, and free its stack frame, before the region's
@@ -1388,7 +1387,7 @@ static int emit_split_k_gemm(kernel_emit *ke) {
                     "          vec wv[%d];\n"
                     "          for (int j = 0; j < %d; j++) {\n"
                     "            wv[j] = *(const vec *)(w + j * %" PRId64 " + n);\n"
-                    "            if (%d || (n & 15) == 0) __builtin_prefetch(w + (%d + j) * %" PRId64 " + n, 0, 0);\n"
+                    "            if (%d || (n & 15) == 0) __builtin_prefetch(w + (%d + j) * %" PRId64 " + n, 0, 1);\n"
                     "          }\n"
                     "          for (int m = 0; m < %" PRId64 "; m++) {\n"
                     "            vec s = *(vec *)(part + m * %" PRId64 " + n);\n"

@@ -1553,8 +1553,9 @@ def test_few_rows_times_linear_weight_stream_its_rows(isa, rows, n, k, ld):
     assert "dnnl_sgemm(" not in kern.source and "cblas_sgemm(" not in kern.source
     assert "vector_size(%d)" % (64 if isa == "x86-64-v4" else 32) in kern.source
     assert ("for (int64_t k0 = 0;" in kern.source) == (rows * k * 4 > 32768)  # k in chunks
-    # the weight's rows prefetched non-temporal (prefetchnta: locality 0)
-    assert re.search(r"__builtin_prefetch\(pf \+ [^;]*, 0, 0\);", kern.source), kern.source
+    # the weight's rows prefetched into L2 (prefetcht2: locality 1; not
+    # non-temporal, which an Intel Xeon puts in L1 alone)
+    assert re.search(r"__builtin_prefetch\(pf \+ [^;]*, 0, 1\);", kern.source), kern.source
     want = f(x.double(), w.double(), b.double())
     for _ in range(2):
         torch.testing.assert_close(kern(x, w, b)[0].double(), want, rtol=1e-4, atol=1e-4)
@@ -1596,7 +1597,7 @@ def test_few_rows_times_kn_weight_split_k(isa, rows, k, n, ld, xstride):
     body = tk.kernel_text(kern.source, r"k\d+: extern gemm ")
     assert ("#pragma omp parallel\n" in body) == (2 * rows * k * n >= 1 << 19), body
     assert ("#pragma omp" in body) == (2 * rows * k * n >= 1 << 19), body  # serial: no region
-    assert re.search(r"__builtin_prefetch\(w \+ [^;]*, 0, 0\);", body), body   # non-temporal
+    assert re.search(r"__builtin_prefetch\(w \+ [^;]*, 0, 1\);", body), body   # into L2
     want = f(x.double(), w.double(), b.double())
     for _ in range(50):  # every call: a thread that left early freed its partial rows once
         torch.testing.assert_close(kern(x, w, b)[0].double(), want, rtol=1e-4, atol=1e-4)
