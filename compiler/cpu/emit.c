@@ -1270,15 +1270,15 @@ static void put_vec_sum(tcc_buf *b, int ind, const char *v, int width) {
  * in vectors along k, and dotted with every row of A, whose rows stay in
  * cache; the block prefetches the next block's rows at the same k, so
  * the memory keeps streaming while the FMAs run, into L2 (prefetcht2;
- * locality 1). Non-temporal (prefetchnta, codegen 66-68) put the lines
+ * locality 1). Non-temporal (prefetchnta, codegen 66-68) puts the lines
  * in L1 alone on an Intel Xeon with AVX-512 and AMX, where the next
  * block's lines are evicted before the loop reaches them: the GEMMs
  * read the weights 3x slower there (scripts/bench-gemm --cold-weights),
- * where on the Zen 5 VM it had made BERT-base's step 10% faster
- * (design.md); into L1
- * with prefetcht0 the loop read 1.04-1.4x slower on Zen 4. Accumulators are stream_rows
- * x M vectors, summed across lanes at the end; k's tail past the last
- * whole vector is scalar. Where A's rows would not stay in L1
+ * though on the Zen 5 VM it had made BERT-base's step 10% faster
+ * (docs/design.md); into L1 with prefetcht0 the loop read 1.04-1.4x
+ * slower on Zen 4. Accumulators are stream_rows x M vectors, summed
+ * across lanes at the end; k's tail past the last whole vector is
+ * scalar. Where A's rows would not stay in L1
  * (stream_kc), each group of blocks runs k in chunks, adding each
  * chunk's dots into C, so that the chunk of A is read from L1. Returns
  * 0. */
@@ -1345,8 +1345,9 @@ static int emit_stream_gemm(kernel_emit *ke) {
  * AVX-512 (Zen 4), weights from memory, GPT-2's one-row GEMMs ran
  * 1.1-1.2x faster than with none and eight rows 1.4-1.7x; non-temporal
  * 2.1x slower on an Intel Xeon; into L1 with prefetcht0 slower than
- * none on Zen 4, one two or four passes ahead no faster); after a barrier each adds the partial rows over its share of
- * the columns into C. A second barrier keeps every partial row alive
+ * none on Zen 4, one two or four passes ahead no faster); after a
+ * barrier each adds the partial rows over its share of the columns
+ * into C. A second barrier keeps every partial row alive
  * until all are read (libgomp's workers leave the
  * region's function, and free its stack frame, before the region's
  * closing barrier). Returns 0. */
