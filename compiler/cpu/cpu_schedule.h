@@ -22,6 +22,8 @@
 
 #define TCC_CPU_MAX_ACCESS 4096
 #define TCC_CPU_MAX_PEEL 16
+#define TCC_CPU_MAX_RANGES 64    /* most ranges of a range-split loop */
+#define TCC_CPU_PAR_RANGES 8     /* ... of the parallel loop (a region each) */
 /* Parallelize the outermost loop of size > 1 above this much work. */
 #define TCC_PARALLEL_WORK 65536.0
 /* A GEMM step (all of its batch) of at least this many flops runs on the
@@ -228,6 +230,17 @@ typedef struct tcc_cpu_kernel_schedule {
    * loaded from it there; at most TCC_CPU_COL_VALUES of them */
   const tcc_vx *col_vals[TCC_CPU_COL_VALUES];
   int ncol_vals;
+  /* range split (plan_range_split): a loop of a dim-order nest whose
+   * var the kernel compares with constants (a concatenation's "which
+   * input": i1 < 128 ? x : i1 < 160 ? y : ...) runs as consecutive loops
+   * over the ranges between them, range r over [range_at[r],
+   * range_at[r + 1]); inside each the comparisons are constants, a select
+   * on one is its chosen operand alone, and a clamp that range keeps in
+   * bounds is dropped (cpu/emit.c), so an element loads one input
+   * instead of every input */
+  int range_loop;             /* -1: none */
+  int nranges;
+  int64_t range_at[TCC_CPU_MAX_RANGES + 1];
   int peel_loop;              /* loop run in three ranges (-1: none) */
   int npeel;
   const tcc_ix *peel[TCC_CPU_MAX_PEEL];  /* clamps its middle range drops */
@@ -287,6 +300,12 @@ const tcc_ix *tcc_cpu_clamp_parts(const tcc_ix *e, int64_t *lo, int64_t *hi);
 /* x's coefficients when it is c + 1 * v plus outer loop vars (v the
  * element loop's var); 0 otherwise. */
 int tcc_cpu_peelable(const tcc_ix *x, int v, int64_t *coef, int64_t *c);
+
+/* Range split: is e a comparison (i_v + c) op C of a kernel var's index
+ * with a constant, op one of < <= > >=? Then *var = v, and *at the
+ * point where it changes: it holds for i_v < *at when *below, for
+ * i_v >= *at otherwise. */
+int tcc_cpu_range_pred(const tcc_vx *e, int *var, int64_t *at, int *below);
 
 /* emit.c: C for the scheduled program (compiler.h's tcc_entry ABI). */
 int tcc_cpu_emit(const tcc_program *p, tcc_buf *src, tcc_error *err);

@@ -25,8 +25,10 @@
  * schedule's: its loops (planned nests index with the accesses' affine
  * forms, dim-order nests through the index expressions), each value
  * printed at its loop level (a row statistic's own reduction loop placed
- * where it is first needed), the parallel-for, simd and unroll pragmas
- * and the peeled element loop where the schedule put them, and each
+ * where it is first needed), the parallel-for, simd and unroll pragmas,
+ * the peeled element loop and the range-split loop (once per range, the
+ * comparisons it decides constant: emit_ranges) where the schedule put
+ * them, and each
  * group of sibling reductions (the schedule's red_lead: var and mean of
  * one row) in one shared loop. Reduction loops carry
  * `#pragma omp simd reduction(...)` so the C compiler vectorizes them
@@ -117,6 +119,12 @@ typedef struct kernel_emit {
   int64_t *coef;             /* nvars + 1 scratch coefficients */
   int peeling;               /* printing the peeled loop's middle range: the
                                 schedule's peel[] clamps print unclamped */
+  /* printing one range of the schedule's range split: its loop's var
+   * range_var runs over [range_lo, range_hi), and only the nodes in
+   * range_live print (-1: not in one) */
+  int range_var;
+  int64_t range_lo, range_hi;
+  tcc_ptrmap range_live;
   int col_prologue;          /* printing the column values' loop: they are
                                 computed, not loaded (emit_column_values) */
   int staging;              /* printing a staged row's loop: its value is
@@ -202,6 +210,86 @@ static void put_peel_range(kernel_emit *ke, int v, int64_t n, int indent) {
                  n, n, indent, "");
 }
 
+/* ---------------------------------------------------- range split
+ *
+ * The schedule's range_loop prints once per range between the constants
+ * its var is compared with (plan_range_split). Inside a range each such
+ * comparison has one value (range_decides), a select on it is its chosen
+ * operand, nodes only the unchosen operands need do not print
+ * (range_live), and a clamp whose argument the range keeps within its
+ * bounds prints as the argument (range_interval): a concatenation's
+ * element reads its one input, unit-stride. */
+
+/* 1 or 0: comparison e's value throughout the range being printed; -1:
+ * not one it decides. */
+static int range_decides(const kernel_emit *ke, const tcc_vx *e) {
+  int v, below;
+  int64_t at;
+  if (ke->range_var < 0 || !tcc_cpu_range_pred(e, &v, &at, &below) || v != ke->range_var) return -1;
+  if (at <= ke->range_lo) return !below;
+  if (at >= ke->range_hi) return below;
+  return -1;
+}
+
+/* [*lo, *hi]: the values affine index e takes in the range being
+ * printed (the kernel's vars over their sizes, the range's over the
+ * range). 0 when e is not affine in the kernel's vars. */
+static int range_interval(const kernel_emit *ke, const tcc_ix *e, int64_t *lo, int64_t *hi) {
+  int64_t coef[TCC_MAX_DIMS], c;
+  if (!tcc_ix_affine(e, TCC_MAX_DIMS, coef, &c)) return 0;
+  *lo = *hi = c;
+  for (int d = 0; d < TCC_MAX_DIMS; d++) {
+    if (!coef[d]) continue;
+    if (d >= ke->k->rank) return 0;
+    int64_t a = d == ke->range_var ? ke->range_lo : 0;
+    int64_t z = d == ke->range_var ? ke->range_hi - 1 : ke->k->sizes[d] - 1, x, y;
+    if (__builtin_mul_overflow(coef[d], a, &x) || __builtin_mul_overflow(coef[d], z, &y)) return 0;
+    if (x > y) {
+      int64_t t = x;
+      x = y;
+      y = t;
+    }
+    if (__builtin_add_overflow(*lo, x, lo) || __builtin_add_overflow(*hi, y, hi)) return 0;
+  }
+  return 1;
+}
+
+/* Clamp e's argument when the range being printed keeps it within the
+ * clamp's bounds (the clamp is the identity there), else NULL. */
+static const tcc_ix *range_unclamped(const kernel_emit *ke, const tcc_ix *e) {
+  int64_t lo, hi, a, z;
+  const tcc_ix *x = ke->range_var >= 0 ? tcc_cpu_clamp_parts(e, &lo, &hi) : NULL;
+  return x && range_interval(ke, x, &a, &z) && a >= lo && z <= hi ? x : NULL;
+}
+
+static void range_live_ix(kernel_emit *ke, const tcc_ix *x);
+
+/* Marks e and what it needs in the range being printed in range_live. */
+static void range_live_vx(kernel_emit *ke, const tcc_vx *e) {
+  if (!e || tcc_ptrmap_get(&ke->range_live, e)) return;
+  if (tcc_ptrmap_put(&ke->range_live, e, e)) {
+    ke->oom = 1;
+    return;
+  }
+  int pick = e->op == TCC_PRIM_WHERE ? range_decides(ke, e->a) : -1;
+  if (pick >= 0) {
+    range_live_vx(ke, pick ? e->b : e->c);
+    return;
+  }
+  if (e->op == TCC_PRIM_LOAD || e->op == TCC_PRIM_INDEX)
+    for (int d = 0; d < e->nidx; d++) range_live_ix(ke, e->idx[d]);
+  range_live_vx(ke, e->a);
+  range_live_vx(ke, e->b);
+  range_live_vx(ke, e->c);
+}
+
+static void range_live_ix(kernel_emit *ke, const tcc_ix *x) {
+  if (!x) return;
+  if (x->kind == TCC_IX_VALUE) range_live_vx(ke, x->v);
+  range_live_ix(ke, x->a);
+  range_live_ix(ke, x->b);
+}
+
 /* Index expressions are non-negative wherever DIV and MOD appear, so C's
  * truncating / and % are floor division and modulo there. */
 static void put_ix(kernel_emit *ke, const tcc_ix *e) {
@@ -227,7 +315,7 @@ static void put_ix(kernel_emit *ke, const tcc_ix *e) {
     break;
   case TCC_IX_MIN:
   case TCC_IX_MAX: {
-    const tcc_ix *unclamped = ke->peeling ? peeled_inner(ke, e) : NULL;
+    const tcc_ix *unclamped = ke->peeling ? peeled_inner(ke, e) : range_unclamped(ke, e);
     if (unclamped) {
       put_ix(ke, unclamped);   /* in range here: the clamp is the identity */
       break;
@@ -950,6 +1038,25 @@ static int emit_node(kernel_emit *ke, const tcc_vx *e, int indent) {
     int ng = reduce_group(ke, e, group);
     return emit_reduce_group(ke, group, ng, indent);
   }
+  if (ke->range_var >= 0 && !tcc_ptrmap_get(&ke->range_live, e)) return 0;   /* not needed in this range */
+  int decided = range_decides(ke, e);
+  if (decided >= 0) {
+    int t;
+    if (define_temp(ke, e, &t)) return -1;
+    tcc_buf_printf(ke->b, "%*sconst uint8_t t%d = %d;\n", indent, "", t, decided);
+    return 0;
+  }
+  int pick = e->op == TCC_PRIM_WHERE ? range_decides(ke, e->a) : -1;
+  if (pick >= 0) {
+    /* a select on a comparison this range decides: its chosen operand */
+    const tcc_vx *x = pick ? e->b : e->c;
+    char o[96];
+    int t;
+    if (emit_node(ke, x, indent) || define_temp(ke, e, &t)) return -1;
+    operand_text(ke, x, o, sizeof o);
+    tcc_buf_printf(ke->b, "%*sconst %s t%d = %s;\n", indent, "", tcc_cpu_ctype(e->dtype), t, o);
+    return 0;
+  }
   if (ke->peeling && peel_implies(ke, e)) {
     /* a range check of a peeled clamp's argument: true in the middle range */
     int t;
@@ -1654,10 +1761,85 @@ static int emit_column_sums(kernel_emit *ke, int lv, int indent, const tcc_vx **
   return 0;
 }
 
+/* The pragma line of loop j, if any: parallel, simd or unrolled as the
+ * schedule says. */
+static void put_loop_pragma(kernel_emit *ke, int j, int indent) {
+  const tcc_cpu_kernel_schedule *ks = ke->ks;
+  tcc_buf *b = ke->b;
+  if (j == ks->par && ks->par_at_run_time) {
+    tcc_buf_printf(b, "%*s#pragma omp parallel for schedule(static) reduction(|:bad) if(", indent, "");
+    put_work_expr(b, ke->k, ks->nodes, ks->nnodes);
+    tcc_buf_puts(b, " >= 65536.0)\n");
+  } else if (j == ks->par)
+    put_parallel_pragma(b, indent, ks);
+  else if (j == ks->nest.nloops - 1 && ks->simd) {
+    tcc_buf_printf(b, "%*s#pragma omp simd reduction(|:bad)", indent, "");
+    if (ks->simdlen) tcc_buf_printf(b, " simdlen(%d)", ks->simdlen);
+    tcc_buf_puts(b, "\n");
+  } else if (j == ks->nest.nloops - 1 && ks->unroll)
+    tcc_buf_printf(b, "%*s#pragma GCC unroll %d\n", indent, "", ks->unroll);
+}
+
+/* The range-split loop (opened at level lv) and the loops inside it,
+ * once per range: each with the nodes its stores need there
+ * (range_live), its comparisons constant and its temporaries its own. */
+static int emit_ranges(kernel_emit *ke, int lv, int indent) {
+  const tcc_cpu_kernel_schedule *ks = ke->ks;
+  const tcc_cpu_nest *pl = &ks->nest;
+  const tcc_kernel *k = ke->k;
+  tcc_buf *b = ke->b;
+  const int j0 = lv - 1;
+  char *bound = malloc((size_t)ke->nvars + 1);
+  if (!bound) return -1;
+  memcpy(bound, ke->bound, (size_t)ke->nvars + 1);
+  int rc = 0;
+  for (int r = 0; r < ks->nranges && !rc; r++) {
+    tcc_ptrmap_free(&ke->range_live);
+    if (tcc_ptrmap_init(&ke->range_live, 64)) {
+      rc = -1;
+      break;
+    }
+    ke->range_var = pl->dims[j0][0];
+    ke->range_lo = ks->range_at[r];
+    ke->range_hi = ks->range_at[r + 1];
+    for (int s = 0; s < k->nstores; s++) {
+      range_live_vx(ke, k->stores[s].value);
+      for (int d = 0; d < ke->p->bufs[k->stores[s].buf].layout.rank; d++) range_live_ix(ke, k->stores[s].idx[d]);
+    }
+    int mark = ke->nscoped, ind = indent;
+    for (int l = lv; l <= pl->nloops && !rc; l++) {
+      const int j = l - 1, iv = pl->dims[j][0];
+      put_loop_pragma(ke, j, ind);
+      if (j == j0)
+        tcc_buf_printf(b, "%*sfor (int64_t i%d = %" PRId64 "; i%d < %" PRId64 "; i%d++) {   /* range %d */\n",
+                       ind, "", iv, ke->range_lo, iv, ke->range_hi, iv, r);
+      else
+        tcc_buf_printf(b, "%*sfor (int64_t i%d = 0; i%d < %" PRId64 "; i%d++) {\n", ind, "", iv, iv,
+                       pl->size[j], iv);
+      ke->bound[iv] = 1;
+      ind += 2;
+      ke->in_simd_element = l == pl->nloops && ks->simd;
+      rc = emit_level(ke, l, ind, ks->nodes, ks->nnodes, ks->levels, ks->store_levels) || ke->oom;
+    }
+    for (int l = pl->nloops; l >= lv; l--) {
+      ind -= 2;
+      tcc_buf_printf(b, "%*s}\n", ind, "");
+    }
+    /* this range's temporaries are its own */
+    for (int i = mark; i < ke->nscoped; i++) tcc_ptrmap_put(&ke->temps, ke->scoped[i], NULL);
+    ke->nscoped = mark;
+    memcpy(ke->bound, bound, (size_t)ke->nvars + 1);
+  }
+  ke->range_var = -1;
+  tcc_ptrmap_free(&ke->range_live);
+  free(bound);
+  return rc ? -1 : 0;
+}
+
 static int emit_kernel(const tcc_program *p, const tcc_kernel *k, const tcc_cpu_kernel_schedule *ks,
                        tcc_buf *b) {
   const int kno = ks->kno;
-  kernel_emit ke = {.p = p, .k = k, .ks = ks, .b = b};
+  kernel_emit ke = {.p = p, .k = k, .ks = ks, .b = b, .range_var = -1};
   int rc = -1;
   if (tcc_ptrmap_init(&ke.temps, 64) || tcc_cpu_fv_init(&ke.fv, p->arena)) goto done;
   ke.nvars = p->next_var > TCC_MAX_DIMS ? p->next_var : TCC_MAX_DIMS;
@@ -1673,7 +1855,7 @@ static int emit_kernel(const tcc_program *p, const tcc_kernel *k, const tcc_cpu_
   const tcc_cpu_nest *pl = &ks->nest;
   const tcc_vx **nodes = ks->nodes;
   const int *levels = ks->levels, *slevels = ks->store_levels;
-  const int nn = ks->nnodes, par = ks->par, pv = ks->peel_loop;
+  const int nn = ks->nnodes, pv = ks->peel_loop;
   int has_red = 0;
   for (int i = 0; i < nn; i++) has_red |= nodes[i]->op == TCC_PRIM_REDUCE;
   tcc_buf_printf(b, "\n/* k%d: %s over [", kno, has_red ? "reduction" : "pointwise");
@@ -1731,18 +1913,11 @@ static int emit_kernel(const tcc_program *p, const tcc_kernel *k, const tcc_cpu_
         snprintf(hi, sizeof hi, "i%de", iv);
         put_row_prefetch(&ke, lo, hi, iv, indent);
       }
-      if (j == par && ks->par_at_run_time) {
-        tcc_buf_printf(b, "%*s#pragma omp parallel for schedule(static) reduction(|:bad) if(", indent, "");
-        put_work_expr(b, k, nodes, nn);
-        tcc_buf_puts(b, " >= 65536.0)\n");
-      } else if (j == par)
-        put_parallel_pragma(b, indent, ks);
-      else if (j == pl->nloops - 1 && ks->simd) {
-        tcc_buf_printf(b, "%*s#pragma omp simd reduction(|:bad)", indent, "");
-        if (ks->simdlen) tcc_buf_printf(b, " simdlen(%d)", ks->simdlen);
-        tcc_buf_puts(b, "\n");
-      } else if (j == pl->nloops - 1 && ks->unroll)
-        tcc_buf_printf(b, "%*s#pragma GCC unroll %d\n", indent, "", ks->unroll);
+      if (j == ks->range_loop) {
+        if (emit_ranges(&ke, lv, indent)) goto done_walking;
+        break;
+      }
+      put_loop_pragma(&ke, j, indent);
       if (blocks)
         tcc_buf_printf(b, "%*sfor (int64_t i%d = i%db; i%d < i%de; i%d++) {\n", indent, "", iv, iv, iv, iv, iv);
       else
@@ -1760,7 +1935,8 @@ static int emit_kernel(const tcc_program *p, const tcc_kernel *k, const tcc_cpu_
     if (emit_level(&ke, lv, indent, nodes, nn, levels, slevels)) goto done_walking;
     if (lv == 0 && emit_column_values(&ke, indent)) goto done_walking;
   }
-  for (int j = pl->nloops - 1 - (pv >= 0 || ks->col_block); j >= 0; j--) {
+  const int opened = ks->range_loop >= 0 ? ks->range_loop : pl->nloops - (pv >= 0 || ks->col_block);
+  for (int j = opened - 1; j >= 0; j--) {
     indent -= 2;
     tcc_buf_printf(b, "%*s}\n", indent, "");
     if (j == pl->nloops - 1 && ks->prefetch_elem) {   /* its block loop */

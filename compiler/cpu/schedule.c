@@ -82,6 +82,16 @@
  * clamps, so its loads are contiguous instead of gathers (find_peels).
  * Only unplanned (dim-order) nests: a planned nest's accesses are affine.
  *
+ * Range split. A kernel without reductions that compares a loop's var
+ * with constants (a concatenation: element i1 of cat([x, y, z], 1) is
+ * i1 < 128 ? x[..] : i1 < 160 ? y[..] : z[..], every input read through
+ * a clamp that keeps the unchosen reads in bounds) runs that loop as one
+ * loop per range between the constants, in which each comparison is a
+ * constant (plan_range_split; cpu/emit.c prints each range with the
+ * chosen operands alone and the clamps dropped). Selecting among all
+ * inputs made every element of a DenseNet block's concatenation load all
+ * of them: a 13-input one ran at a tenth of the memory's speed.
+ *
  * GEMM steps: the library road and its threading (plan_gemm); few rows
  * against nn.Linear's weight stream its rows instead (plan_stream_rows),
  * and up to eight rows against a weight stored [K, N] split K among the
@@ -716,6 +726,95 @@ static void find_peels(planner *ke, const tcc_ix *e, int v) {
   find_peels(ke, e->b, v);
 }
 
+
+/* ------------------------------------------------------ range split */
+
+int tcc_cpu_range_pred(const tcc_vx *e, int *var, int64_t *at, int *below) {
+  if ((e->op != TCC_PRIM_LT && e->op != TCC_PRIM_LE && e->op != TCC_PRIM_GT && e->op != TCC_PRIM_GE) ||
+      !e->a || !e->b || e->a->op != TCC_PRIM_INDEX || e->b->op != TCC_PRIM_CONST ||
+      tcc_dtype_is_float(e->b->dtype))
+    return 0;
+  int64_t coef[TCC_MAX_DIMS], c0, t;
+  if (!tcc_ix_affine(e->a->idx[0], TCC_MAX_DIMS, coef, &c0)) return 0;
+  int v = -1;
+  for (int d = 0; d < TCC_MAX_DIMS; d++)
+    if (coef[d]) {
+      if (coef[d] != 1 || v >= 0) return 0;
+      v = d;
+    }
+  /* i_v + c0 < C holds below C - c0; <= below C - c0 + 1; > and >= the
+   * other way round */
+  int strict = e->op == TCC_PRIM_LT || e->op == TCC_PRIM_GE;
+  if (v < 0 || __builtin_sub_overflow(e->b->i, c0, &t) || (!strict && __builtin_add_overflow(t, 1, &t)))
+    return 0;
+  *var = v;
+  *at = t;
+  *below = e->op == TCC_PRIM_LT || e->op == TCC_PRIM_LE;
+  return 1;
+}
+
+/* Would a range split of the peeled element loop drop every clamp the
+ * peeling drops? Those whose argument reads no outer var: the ranges
+ * bound it (a concatenation along the last dim); one that does (an
+ * im2col pack's row + tap) needs the peeling's bounds computed per row. */
+static int peels_split(const tcc_cpu_kernel_schedule *ks) {
+  for (int i = 0; i < ks->npeel; i++) {
+    int64_t lo, hi, coef[TCC_MAX_DIMS], c;
+    const tcc_ix *x = tcc_cpu_clamp_parts(ks->peel[i], &lo, &hi);
+    if (!tcc_cpu_peelable(x, ks->peel_loop, coef, &c)) return 0;
+    for (int d = 0; d < ks->peel_loop; d++)
+      if (coef[d]) return 0;
+  }
+  return 1;
+}
+
+/* The loop of a dim-order nest whose var the most comparisons cut
+ * (tcc_cpu_range_pred), at most TCC_CPU_MAX_RANGES ranges (the parallel
+ * loop, each range a parallel region of its own: TCC_CPU_PAR_RANGES);
+ * none in kernels with reductions, blocked element loops, or symbols.
+ * It replaces the element loop's peeling where it drops the same clamps
+ * (peels_split), and yields to it elsewhere. */
+static void plan_range_split(planner *ke) {
+  const tcc_program *p = ke->p;
+  tcc_cpu_kernel_schedule *ks = ke->ks;
+  const tcc_cpu_nest *pl = &ks->nest;
+  ks->range_loop = -1;
+  ks->nranges = 0;
+  if (p->graph->nsyms || pl->affine || ks->col_block || ks->prefetch_elem || ks->prefetch_red || ks->inner_red)
+    return;
+  for (int i = 0; i < ks->nnodes; i++)
+    if (ks->nodes[i]->op == TCC_PRIM_REDUCE) return;
+  int64_t cut[TCC_CPU_MAX_RANGES + 1];
+  for (int j = 0; j < pl->nloops; j++) {
+    if (pl->ndims[j] != 1 || (ks->peel_loop >= 0 && (j != ks->peel_loop || !peels_split(ks)))) continue;
+    const int most = j == ks->par ? TCC_CPU_PAR_RANGES : TCC_CPU_MAX_RANGES;
+    int ncut = 0, over = 0;
+    for (int i = 0; i < ks->nnodes && !over; i++) {
+      int v, below;
+      int64_t at;
+      if (!tcc_cpu_range_pred(ks->nodes[i], &v, &at, &below) || v != pl->dims[j][0] || at <= 0 ||
+          at >= pl->size[j])
+        continue;
+      int x = 0;
+      while (x < ncut && cut[x] < at) x++;
+      if (x < ncut && cut[x] == at) continue;
+      if (ncut + 1 >= most) {
+        over = 1;
+        break;
+      }
+      memmove(cut + x + 1, cut + x, sizeof *cut * (size_t)(ncut - x));
+      cut[x] = at;
+      ncut++;
+    }
+    if (over || ncut == 0 || ncut + 1 <= ks->nranges) continue;
+    ks->range_loop = j;
+    ks->nranges = ncut + 1;
+    ks->range_at[0] = 0;
+    memcpy(ks->range_at + 1, cut, sizeof *cut * (size_t)ncut);
+    ks->range_at[ncut + 1] = pl->size[j];
+  }
+  if (ks->range_loop >= 0 && ks->peel_loop >= 0) ks->peel_loop = -1, ks->npeel = 0;
+}
 
 /* In a planned (affine) nest: does every store of the kernel move with
  * loop j, so that its iterations write distinct elements? */
@@ -1375,7 +1474,7 @@ static int plan_kernel(planner *ke) {
       plan_exp_le0(p, k, ks) ||
       plan_merged_reductions(ke) || plan_column_values(ke))
     return -1;
-  ks->par = ks->peel_loop = -1;
+  ks->par = ks->peel_loop = ks->range_loop = -1;
   int64_t numel = 1;
   for (int d = 0; d < k->rank; d++) numel *= k->sizes[d];   /* checked in prepare */
   if (numel == 0) return 0;                                  /* no loops run */
@@ -1427,7 +1526,9 @@ static int plan_kernel(planner *ke) {
       ks->simd = 1;
     else if (cfg && cfg->unroll > 0) ks->unroll = cfg->unroll;
   }
-  return plan_row_prefetch(ke);
+  if (plan_row_prefetch(ke)) return -1;
+  plan_range_split(ke);
+  return 0;
 }
 
 int tcc_cpu_gemm_stream_rows(const char *isa) {
@@ -1577,7 +1678,7 @@ int tcc_cpu_schedule_pass(tcc_program *p, tcc_error *err) {
     tcc_cpu_kernel_schedule *ks = &s->kernels[k];
     ks->live = 1;
     ks->kno = kno++;
-    ks->par = ks->peel_loop = -1;
+    ks->par = ks->peel_loop = ks->range_loop = -1;
     if (K->kind == TCC_OPK_EXTERN) {
       const tcc_store *st = &K->stores[0];
       const tcc_vx *call = st->value;
@@ -1682,6 +1783,15 @@ int tcc_cpu_schedule_check(const tcc_program *p, tcc_error *err) {
       return tcc_error_set(err, TCC_E_INTERNAL, "k%d: column sums with another element-loop plan", ks->kno);
     if (ks->peel_loop >= 0 && (ks->peel_loop != elem || ks->peel_loop == ks->par || !ks->npeel || pl->affine))
       return tcc_error_set(err, TCC_E_INTERNAL, "k%d: peeling loop %d", ks->kno, ks->peel_loop);
+    if (ks->range_loop >= 0) {
+      int j = ks->range_loop, ok = j < pl->nloops && !pl->affine && pl->ndims[j] == 1 && ks->nranges >= 2 &&
+                                 ks->nranges <= (j == ks->par ? TCC_CPU_PAR_RANGES : TCC_CPU_MAX_RANGES) &&
+                                 ks->peel_loop < 0 && !ks->col_block && !ks->prefetch_elem && !ks->inner_red &&
+                                 ks->range_at[0] == 0 && ks->range_at[ks->nranges] == pl->size[j];
+      for (int r = 0; ok && r < ks->nranges; r++) ok = ks->range_at[r] < ks->range_at[r + 1];
+      for (int i = 0; ok && i < ks->nnodes; i++) ok = ks->nodes[i]->op != TCC_PRIM_REDUCE;
+      if (!ok) return tcc_error_set(err, TCC_E_INTERNAL, "k%d: range split of loop %d in %d ranges", ks->kno, j, ks->nranges);
+    }
     for (int i = 0; i < ks->nnodes; i++)
       if (ks->levels[i] < 0 || ks->levels[i] > pl->nloops + 1)
         return tcc_error_set(err, TCC_E_INTERNAL, "k%d: a node at loop level %d of %d", ks->kno, ks->levels[i],
@@ -1790,6 +1900,7 @@ void tcc_cpu_schedule_dump(const tcc_program *p, tcc_buf *b) {
     if (ks->col_block) tcc_buf_printf(b, " (column sums, blocks of %d)", ks->col_block);
     if (ks->window_unrolled) tcc_buf_puts(b, " (windows unrolled)");
     if (ks->peel_loop >= 0) tcc_buf_printf(b, "; loop %d peeled around %d clamps", ks->peel_loop, ks->npeel);
+    if (ks->range_loop >= 0) tcc_buf_printf(b, "; loop %d in %d ranges", ks->range_loop, ks->nranges);
     if (ks->inline_exp) tcc_buf_puts(b, ks->inline_exp == TCC_CPU_EXP_MASKED ? "; masked exps inline" : "; exps inline");
     if (ks->nexp_le0) tcc_buf_printf(b, " (%d of x - max(x))", ks->nexp_le0);
     if (ks->prefetch_red || ks->prefetch_elem)
