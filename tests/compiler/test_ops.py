@@ -666,6 +666,40 @@ def test_cat_pad_index():
     run_op(A.embedding.default, (w, ids))
 
 
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.int64, torch.bool])
+def test_cat_random(dtype, seed):
+    """Concatenations of random rank, dim, input count (1-12, some empty
+    along the dim) and layouts, alone and nested, some large enough for
+    the parallel loop: the CPU schedule runs the concatenated dim's loop
+    in ranges (one per input, cpu/schedule.c) or keeps the selects (more
+    ranges than it takes); either way eager's values exactly."""
+    g = gen(4001 + seed * 7 + [torch.float32, torch.float16, torch.bfloat16, torch.int64, torch.bool].index(dtype))
+    rank = 1 + int(torch.randint(0, 4, (), generator=g))
+    shape = [1 + int(torch.randint(0, 5, (), generator=g)) for _ in range(rank)]
+    if seed >= 4:
+        shape[0] = 64 * (seed - 3)   # past the parallel loop's threshold
+    dim = int(torch.randint(-rank, rank, (), generator=g))
+    n = 1 + int(torch.randint(0, 12, (), generator=g))
+    parts = []
+    for j in range(n):
+        sz = list(shape)
+        sz[dim] = int(torch.randint(0, 4, (), generator=g))
+        layout = ["contig", "t", "slice", "expand"][int(torch.randint(0, 4, (), generator=g))]
+        if layout != "contig" and (rank < 2 or 0 in sz or (layout == "expand" and dim % rank == 0)):
+            layout = "contig"
+        parts.append(rnd(sz, dtype, g, layout=layout))
+    if all(p.shape[dim] == 0 for p in parts):
+        parts[0] = rnd(shape, dtype, g)
+    run_op(A.cat.default, (parts, dim))
+    half = max(1, n // 2)
+
+    def nested(*t):
+        return (A.cat.default([A.cat.default(list(t[:half]), dim)] + list(t[half:]), dim),)
+    gm = tk.aten_graph(nested, parts, decompose=False)
+    check(tk.compile_fx(gm, parts)(*parts)[0], nested(*parts)[0])
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bool, torch.int64])
 def test_advanced_index(dtype):
     """aten.index.Tensor: index tensors in adjacent dims (None before them),
