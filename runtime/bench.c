@@ -19,8 +19,9 @@
  * same values for every candidate), runs every kernel once per set to
  * warm up, then times REPS rounds of every kernel, each round on the next
  * input set (rotating, so no candidate wins by finding its inputs in
- * cache), and reports the median per kernel on stdout, with
- * OMP_WAIT_POLICY=PASSIVE unless the environment sets it. Last, it
+ * cache), and reports the median per kernel on stdout, with OpenBLAS on
+ * one thread (as the client loads it) unless the environment sets
+ * OPENBLAS_NUM_THREADS, and libgomp at its default wait policy. Last, it
  * zero-fills the outputs, runs tcc_entry on input set 0 and writes every
  * output's storage, in order, to OUTFILE for the output check.
  *
@@ -398,12 +399,15 @@ int main(int argc, char **argv) {
     fprintf(stderr, "tccd-bench: cannot read the manifest %s\n", argv[2]);
     return 2;
   }
-  /* idle OpenMP threads sleep instead of spinning (unless the daemon's
-   * environment says otherwise): spinning workers of one kernel would
-   * steal the cores of the next (OpenBLAS's threads, or libgomp's in
-   * the next parallel loop) and the timings would measure that fight.
-   * libgomp reads it when the candidate pulls it in, at the dlopen. */
-  setenv("OMP_WAIT_POLICY", "PASSIVE", 0);
+  /* Kernels run as in the client's process: OpenBLAS on one thread (the
+   * client loads it so; GEMM slabs run on the OpenMP threads), libgomp's
+   * idle threads spinning a while before they sleep. Passive waits
+   * would time the wake of sleeping threads at every parallel region,
+   * 40-90 us a region on a VM, and favour serial candidates the client
+   * then runs slower than the parallel ones (docs/autotuning.md). Both
+   * libraries read these when the candidate pulls them in, at the
+   * dlopen. */
+  setenv("OPENBLAS_NUM_THREADS", "1", 0);
   if (m->target && strncmp(m->target, "cuda:", 5) == 0) {
     int rc = cuda_bench(m, argv[1], argv[3], seed, reps, sets, candidate, argc == 9 ? atoi(argv[8]) : 0);
     tcc__v1__manifest__free_unpacked(m, NULL);

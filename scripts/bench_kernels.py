@@ -22,10 +22,12 @@ import tempfile
 import time
 
 os.environ.setdefault("TORCHINDUCTOR_FORCE_DISABLE_CACHES", "1")
-# PyTorch's OpenMP runtime and the kernels' (libgomp) share the cores: with
-# spinning idle threads they preempt each other in scheduler quanta and
-# timings turn to multiples of 4 ms. Passive waiting applies to both.
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# PyTorch's ops, Inductor's kernels and tccd's share one OpenMP runtime
+# (the libgomp.so.1 torch loads), left at its default wait policy as in a
+# model's process: idle threads spin a while, then sleep. Passive waits
+# (OMP_WAIT_POLICY=PASSIVE in the environment) wake threads through the
+# kernel at every parallel region, tens of microseconds a region on a VM
+# (docs/benchmarks.md#cpu-gemms).
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
@@ -251,7 +253,7 @@ def main():
     reps = a.reps or (10 if a.quick else 50)
     triad = stream_triad_gbs(1 << (22 if a.quick else 25))
     print(f"STREAM triad: {triad:.1f} GB/s   torch {torch.__version__}, {torch.get_num_threads()} threads, "
-          f"tccd target cpu:{ISA}")
+          f"tccd target cpu:{ISA}, OMP_WAIT_POLICY {os.environ.get('OMP_WAIT_POLICY', 'default')}")
     results = []
     for c in cases(a.quick):
         if a.cases and c["name"] not in a.cases.split(","):
@@ -270,7 +272,8 @@ def main():
         print(f"\ngeomean speedup of tccd (fused) vs Inductor: {geo:.2f}x   vs eager: {geo_e:.2f}x")
     if a.json:
         with open(a.json, "w") as f:
-            json.dump({"stream_triad_gbs": triad, "tccd_target": f"cpu:{ISA}", "cases": results,
+            json.dump({"stream_triad_gbs": triad, "tccd_target": f"cpu:{ISA}",
+                       "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "default"), "cases": results,
                        "summary": {"geomean_vs_inductor": geo, "geomean_vs_eager": geo_e,
                                    "cases": len(results), "failed": len(results) - len(ok)}}, f, indent=1)
 
