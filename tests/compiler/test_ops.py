@@ -10,6 +10,7 @@ Tolerances (|got - want| <= atol + rtol * |want|, NaNs equal):
 """
 import os
 import re
+import subprocess
 import sys
 import time
 
@@ -1590,9 +1591,32 @@ def test_few_rows_times_linear_weight_stream_its_rows(isa, rows, n, k, ld):
     # the weight's rows prefetched into L2 (prefetcht2: locality 1; not
     # non-temporal, which an Intel Xeon puts in L1 alone)
     assert re.search(r"__builtin_prefetch\(pf \+ [^;]*, 0, 1\);", kern.source), kern.source
+    assert_gemm_fuses_madds(kern)
     want = f(x.double(), w.double(), b.double())
     for _ in range(2):
         torch.testing.assert_close(kern(x, w, b)[0].double(), want, rtol=1e-4, atol=1e-4)
+
+
+def assert_gemm_fuses_madds(kern):
+    """The few-row GEMM kernel, and it alone, is built with its
+    multiply-adds contracted into FMAs (cpu/emit.c: the build's
+    -ffp-contract=off holds everywhere else): the pragmas wrap its body,
+    and the body's object code (its OpenMP part too) holds packed FMAs."""
+    source = kern.source
+    push = '#pragma GCC optimize("fp-contract=fast")'
+    assert source.count(push) == 1, source
+    gemm = source.index("extern gemm [")          # the kernel's comment
+    start = source.index(push)
+    end = source.index("#pragma GCC pop_options", start)
+    body = source[start:end]
+    kernel_comment = re.compile(r"/\* k\d+: ")
+    assert gemm < start and not kernel_comment.search(source, gemm, start), source
+    assert "TCC_BODY int tcc_b" in body and not kernel_comment.search(body), source
+    name = re.search(r"TCC_BODY int (tcc_b[0-9a-f]+)\(", body).group(1)
+    dis = subprocess.run(["objdump", "-d", "--no-show-raw-insn", kern.lib._name],
+                         capture_output=True, text=True, check=True).stdout
+    code = [f for f in re.split(r"\n(?=[0-9a-f]+ <)", dis) if re.match(r"[0-9a-f]+ <%s[.>]" % name, f)]
+    assert code and any(re.search(r"vfmadd\w*ps\s[^\n]*%[yz]mm", f) for f in code), re.findall(r"<[^>]+>:", dis)
 
 
 @pytest.mark.parametrize("isa,rows,k,n,ld,xstride", [("x86-64-v3", 1, 768, 2304, 2304, 1),
@@ -1632,6 +1656,7 @@ def test_few_rows_times_kn_weight_split_k(isa, rows, k, n, ld, xstride):
     assert ("#pragma omp parallel\n" in body) == (2 * rows * k * n >= 1 << 19), body
     assert ("#pragma omp" in body) == (2 * rows * k * n >= 1 << 19), body  # serial: no region
     assert re.search(r"__builtin_prefetch\(w \+ [^;]*, 0, 1\);", body), body   # into L2
+    assert_gemm_fuses_madds(kern)
     want = f(x.double(), w.double(), b.double())
     for _ in range(50):  # every call: a thread that left early freed its partial rows once
         torch.testing.assert_close(kern(x, w, b)[0].double(), want, rtol=1e-4, atol=1e-4)
