@@ -151,7 +151,8 @@ static int stored_n_by_k(const tcc_program *p, const tcc_vx *e, int64_t K, int64
  * against 4.3; 9 x 768 x 3072 in 519 us against 352; torch's MKL 7.0 ms
  * and 571 us), so the step computes C^T and C is read through it. Fewer
  * rows on AVX2 and AVX-512 stream the weight's rows in a kernel of their
- * own instead (tcc_cpu_gemm_stream_rows), faster than either. */
+ * own instead (tcc_cpu_gemm_stream_rows), faster than either, and so do
+ * 13-64 rows on AVX-512 (tcc_cpu_gemm_narrow), writing C itself. */
 #define FEW_ROWS_MAX 32
 
 static const tcc_vx *gemm(tcc_lower_ctx *lc, const tcc_vx *a, const tcc_vx *bb, int64_t B,
@@ -161,6 +162,7 @@ static int transposed_product(const tcc_lower_ctx *lc, const tcc_vx *bb, int64_t
                               int64_t K, tcc_dtype dt) {
   return lc->g->target.device == TCC__V1__DEVICE_TYPE__CPU && dt == TCC__V1__DTYPE__FLOAT32 &&
          tcc_onednn_enabled() && !lc->g->nsyms && M > tcc_cpu_gemm_stream_rows(lc->g->target.isa) &&
+         !tcc_cpu_gemm_narrow(lc->g->target.isa, M, N, K) &&
          M >= 2 && M <= FEW_ROWS_MAX && N >= 4 * M &&
          bb->dtype == dt && stored_n_by_k(lc->prog, bb, K, N);
 }

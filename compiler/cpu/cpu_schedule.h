@@ -80,6 +80,24 @@ typedef struct tcc_cpu_gemm {
    * threads. */
   int split_k;
   int split_k_par;
+  /* 9 to 32 rows against a weight stored [K, N] on AVX-512: K split as
+   * above, each thread's run in passes of split_k_tiled rows through
+   * register tiles of 8 rows x 48 columns into partial rows of its own
+   * (from the heap); split_k_par threads it. 0: not. */
+  int split_k_tiled;
+  /* One side narrow (13 to 64 rows or columns; AVX-512,
+   * tcc_cpu_gemm_narrow): the narrow operand is packed into vectors of
+   * narrow_vecs x 16 floats a k, and the wide one's rows along k are
+   * streamed narrow_rows a block, each element broadcast against those
+   * vectors, so that each is read once: 13-64 rows against nn.Linear's
+   * weight (narrow_b: B is the streamed one, stored [N, K], and C is
+   * stored from the tiles transposed), or many rows against 13-64
+   * columns. 0: not narrow. narrow_par: its blocks on the OpenMP
+   * threads. */
+  int narrow_rows;
+  int narrow_vecs;
+  int narrow_b;
+  int narrow_par;
 } tcc_cpu_gemm;
 
 /* A's rows in a streamed GEMM are read once for each block of weight
@@ -97,6 +115,12 @@ typedef struct tcc_cpu_gemm {
  * many, oneDNN's dnnl_sgemm reads the weight at about half the memory's
  * speed whichever way it is transposed (design.md, "Few rows"). */
 int tcc_cpu_gemm_stream_rows(const char *isa);
+
+/* Does a float32 GEMM of one batch with `narrow` rows (or columns)
+ * against `wide` columns (or rows) over k run the narrow road on the ISA
+ * (plan_narrow: AVX-512, 13-64 narrow, at least 64 and 4 x narrow wide,
+ * k at least 16), given the wide operand's rows run along k? */
+int tcc_cpu_gemm_narrow(const char *isa, int64_t narrow, int64_t wide, int64_t K);
 
 #define TCC_CPU_MAX_GROUP 64   /* reductions sharing one loop */
 #define TCC_CPU_COL_BLOCK 128  /* most columns per block of column sums */

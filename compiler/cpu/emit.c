@@ -47,7 +47,10 @@
  * as the schedule's plan_gemm says (emit_dnnl_gemm, emit_extern), or,
  * few rows against nn.Linear's weight, stream its rows in a loop of
  * their own (emit_stream_gemm), or, up to eight rows against a weight
- * stored [K, N], split K among the threads (emit_split_k_gemm).
+ * stored [K, N], split K among the threads (emit_split_k_gemm; 9-32
+ * rows on AVX-512 through register tiles, emit_split_k_tiled_gemm), or,
+ * with one side of 13-64 rows or columns, stream the other's rows
+ * against it packed (emit_narrow_gemm).
  * Convolution EXTERNs (TCC_EXT_CONV_*) become a static tcc_dnnl_conv each
  * and one call of the oneDNN runtime that the source then carries
  * (runtime/onednn_conv.c; emit_conv_extern), with a destructor that frees
@@ -1530,6 +1533,183 @@ static int emit_split_k_gemm(kernel_emit *ke) {
   return 0;
 }
 
+/* 9 to 32 rows against a weight stored [K, N] (plan_split_k_tiled):
+ * each of the U threads (at most 64) takes a contiguous run of the
+ * weight's rows, as emit_split_k_gemm's, and walks it in passes of P
+ * rows: for each 48 columns, each block of 8 rows of A loads its partial
+ * tile (24 vectors), adds the pass's x[m, k] W[k, n:n+48] with the A
+ * element broadcast, and stores it back; the pass's first reads come
+ * from memory while every block prefetches its share of the next pass's
+ * lines at the same columns into L2. Partial rows are the thread's own,
+ * from the heap (M x N floats); after a barrier each thread adds them
+ * over its share of the columns into C, and after a second one frees
+ * its own. Columns past the last 48 are scalar. Returns 0 (the kernel
+ * returns 1 when a thread's partial rows cannot be allocated). */
+static int emit_split_k_tiled_gemm(kernel_emit *ke) {
+  const tcc_vx *call = ke->k->stores[0].value;
+  const tcc_cpu_gemm *g = &ke->ks->gemm;
+  tcc_buf *b = ke->b;
+  int64_t M = call->idx[1]->c, N = call->idx[2]->c, K = call->idx[3]->c, ca[3] = {0, 0, 0}, c0;
+  tcc_gemm_operand_affine(ke->p, call->a, ca, &c0);
+  const int P = g->split_k_tiled, nq = (int)((M + 7) / 8);
+  const int64_t lda = ca[1], sa = ca[2], ldb = g->ld[1], bytes = (M * N * 4 + 63) / 64 * 64;
+  put_gemm_operands(ke, 16);
+  tcc_buf_printf(b, "  int omp_get_num_threads(void), omp_get_thread_num(void);\n"
+                    "  void *aligned_alloc(__SIZE_TYPE__, __SIZE_TYPE__), free(void *);\n"
+                    "  float *parts[64];\n"
+                    "  int fail = 0;\n"
+                    "  #pragma omp parallel if(%d)\n"
+                    "  {\n"
+                    "    const int T = omp_get_num_threads(), U = T < 64 ? T : 64, t = omp_get_thread_num();\n"
+                    "    float *part = t < U ? aligned_alloc(64, %" PRId64 ") : 0;\n"
+                    "    if (t < U) parts[t] = part;\n"
+                    "    if (t < U && !part) {\n"
+                    "      #pragma omp atomic write\n"
+                    "      fail = 1;\n"
+                    "    }\n"
+                    "    #pragma omp barrier\n"
+                    "    int failed;\n"
+                    "    #pragma omp atomic read\n"
+                    "    failed = fail;\n"
+                    "    if (!failed && t < U) {\n"
+                    "      const int64_t k0 = %" PRId64 " * t / U, k1 = %" PRId64 " * (t + 1) / U;\n"
+                    "      if (k0 == k1)\n"
+                    "        for (int64_t i = 0; i < %" PRId64 "; i++) part[i] = 0;\n"
+                    "      for (int64_t kb = k0; kb < k1; kb += %d) {\n"
+                    "        const int64_t ke = kb + %d < k1 ? kb + %d : k1;\n"
+                    "        int64_t n0 = 0;\n"
+                    "        for (; n0 + 48 <= %" PRId64 "; n0 += 48)\n"
+                    "          for (int64_t m0 = 0; m0 < %" PRId64 "; m0 += 8) {\n"
+                    "            const int mr = %" PRId64 " - m0 < 8 ? (int)(%" PRId64 " - m0) : 8;\n"
+                    "            const float *ar[8];\n"
+                    "            for (int i = 0; i < 8; i++) ar[i] = pa + (m0 + i < %" PRId64 " ? m0 + i : %" PRId64 ") * %" PRId64 ";\n"
+                    "            vec acc[8][3];\n"
+                    "            for (int i = 0; i < 8; i++)\n"
+                    "              for (int j = 0; j < 3; j++)\n"
+                    "                acc[i][j] = kb == k0 || i >= mr ? (vec){0} : *(const vec *)(part + (m0 + i) * %" PRId64 " + n0 + j * 16);\n"
+                    "            const int q = (int)(m0 / 8);\n"
+                    "            for (int l = q * %d / %d; l < (q + 1) * %d / %d; l++)\n"
+                    "              if (ke + l / 3 < k1) __builtin_prefetch(pb + (ke + l / 3) * %" PRId64 " + n0 + (l %% 3) * 16, 0, 1);\n"
+                    "            for (int64_t k = kb; k < ke; k++) {\n"
+                    "              const float *w = pb + k * %" PRId64 " + n0;\n"
+                    "              vec x[3];\n"
+                    "              for (int j = 0; j < 3; j++) x[j] = *(const vec *)(w + j * 16);\n"
+                    "              #pragma GCC unroll 8\n"
+                    "              for (int i = 0; i < 8; i++) {\n"
+                    "                const float s = ar[i][k * %" PRId64 "];\n"
+                    "                for (int j = 0; j < 3; j++) acc[i][j] += s * x[j];\n"
+                    "              }\n"
+                    "            }\n"
+                    "            for (int i = 0; i < mr; i++)\n"
+                    "              for (int j = 0; j < 3; j++) *(vec *)(part + (m0 + i) * %" PRId64 " + n0 + j * 16) = acc[i][j];\n"
+                    "          }\n"
+                    "        for (; n0 < %" PRId64 "; n0++)\n"
+                    "          for (int64_t m = 0; m < %" PRId64 "; m++) {\n"
+                    "            float s = kb == k0 ? 0.0f : part[m * %" PRId64 " + n0];\n"
+                    "            for (int64_t k = kb; k < ke; k++) s += pa[m * %" PRId64 " + k * %" PRId64 "] * pb[k * %" PRId64 " + n0];\n"
+                    "            part[m * %" PRId64 " + n0] = s;\n"
+                    "          }\n"
+                    "      }\n"
+                    "    }\n"
+                    "    #pragma omp barrier\n"
+                    "    if (!failed && t < U) {\n"
+                    "      const int64_t n0 = %" PRId64 " * t / U, n1 = %" PRId64 " * (t + 1) / U;\n"
+                    "      for (int64_t m = 0; m < %" PRId64 "; m++)\n"
+                    "        for (int64_t n = n0; n < n1; n++) {\n"
+                    "          float s = 0;\n"
+                    "          for (int u = 0; u < U; u++) s += parts[u][m * %" PRId64 " + n];\n"
+                    "          pc[m * %" PRId64 " + n] = s;\n"
+                    "        }\n"
+                    "    }\n"
+                    "    #pragma omp barrier\n"
+                    "    free(part);\n"
+                    "  }\n"
+                    "  return fail;\n}\n",
+                 g->split_k_par, bytes, K, K, M * N, P, P, P, N, M, M, M, M, M - 1, lda, N, P * 3, nq, P * 3, nq,
+                 ldb, ldb, sa, N, N, M, N, lda, sa, ldb, N, N, N, M, N, N);
+  return 0;
+}
+
+/* One narrow side (plan_narrow): the narrow operand's K x n elements
+ * (B's, or A's with narrow_b) are packed into a zero-padded [K][V x 16]
+ * array (the threads share the pack), then each block of R rows of the
+ * wide operand (A's rows, or B's stored [N, K]) is streamed once along
+ * k, every element broadcast against the V vectors at its k into R x V
+ * accumulators, while the next block's rows are prefetched at the same
+ * k into L2 (one line each every 16 k, as emit_stream_gemm's); rows past
+ * the last in the last block read the last row and are not stored. A's
+ * rows store C's rows, the last vector's lanes past N one by one; B's
+ * rows (narrow_b) store C's columns: the tile goes through a small array
+ * and each row of C gets the block's run. Returns 0 (the kernel returns
+ * 1 when the pack cannot be allocated). */
+static int emit_narrow_gemm(kernel_emit *ke) {
+  const tcc_vx *call = ke->k->stores[0].value;
+  const tcc_cpu_gemm *g = &ke->ks->gemm;
+  tcc_buf *b = ke->b;
+  int64_t M = call->idx[1]->c, N = call->idx[2]->c, K = call->idx[3]->c, ca[3] = {0, 0, 0}, cb[3] = {0, 0, 0}, c0;
+  tcc_gemm_operand_affine(ke->p, call->a, ca, &c0);
+  tcc_gemm_operand_affine(ke->p, call->b, cb, &c0);
+  const int R = g->narrow_rows, V = g->narrow_vecs, tb = g->narrow_b;
+  const int64_t wide = tb ? N : M, narrow = tb ? M : N, lds = tb ? cb[2] : ca[1];
+  const int64_t pk = tb ? ca[2] : cb[1], pt = tb ? ca[1] : cb[2]; /* the packed one's k and narrow strides */
+  const int64_t blocks = (wide + R - 1) / R, full = narrow / 16;
+  put_gemm_operands(ke, 16);
+  tcc_buf_printf(b, "  const float *restrict ps = %s, *restrict pn = %s;\n"
+                    "  void *aligned_alloc(__SIZE_TYPE__, __SIZE_TYPE__), free(void *);\n"
+                    "  float *restrict bt = aligned_alloc(64, %" PRId64 " * 64);\n"
+                    "  if (!bt) return 1;\n"
+                    "  #pragma omp parallel if(%d)\n"
+                    "  {\n"
+                    "  #pragma omp for schedule(static)\n"
+                    "  for (int64_t k = 0; k < %" PRId64 "; k++)\n"
+                    "    for (int64_t n = 0; n < %d; n++)\n"
+                    "      bt[k * %d + n] = n < %" PRId64 " ? pn[k * %" PRId64 " + n * %" PRId64 "] : 0.0f;\n"
+                    "  #pragma omp for schedule(static)\n"
+                    "  for (int64_t blk = 0; blk < %" PRId64 "; blk++) {\n"
+                    "    const int64_t s0 = blk * %d;\n"
+                    "    const int sr = %" PRId64 " - s0 < %d ? (int)(%" PRId64 " - s0) : %d;\n"
+                    "    const float *ar[%d], *pf[%d];\n"
+                    "    for (int i = 0; i < %d; i++) {\n"
+                    "      const int64_t r = s0 + i < %" PRId64 " ? s0 + i : %" PRId64 ";\n"
+                    "      const int64_t q = s0 + %d + i < %" PRId64 " ? s0 + %d + i : %" PRId64 ";\n"
+                    "      ar[i] = ps + r * %" PRId64 ";\n"
+                    "      pf[i] = ps + q * %" PRId64 ";\n"
+                    "    }\n"
+                    "    vec acc[%d][%d];\n"
+                    "    for (int i = 0; i < %d; i++)\n"
+                    "      for (int j = 0; j < %d; j++) acc[i][j] = (vec){0};\n"
+                    "    for (int64_t k = 0; k < %" PRId64 "; k++) {\n"
+                    "      vec x[%d];\n"
+                    "      for (int j = 0; j < %d; j++) x[j] = *(const vec *)(bt + k * %d + j * 16);\n"
+                    "      if ((k & 15) == 0)\n"
+                    "        for (int i = 0; i < %d; i++) __builtin_prefetch(pf[i] + k, 0, 1);\n"
+                    "      #pragma GCC unroll %d\n"
+                    "      for (int i = 0; i < %d; i++) {\n"
+                    "        const float s = ar[i][k];\n"
+                    "        for (int j = 0; j < %d; j++) acc[i][j] += s * x[j];\n"
+                    "      }\n"
+                    "    }\n",
+                 tb ? "pb" : "pa", tb ? "pa" : "pb", K * V, g->narrow_par, K, V * 16, V * 16, narrow, pk, pt, blocks,
+                 R, wide, R, wide, R, R, R, R, wide, wide - 1, R, wide, R, wide - 1, lds, lds, R, V, R, V, K, V, V,
+                 V * 16, R, R, R, V);
+  if (!tb)
+    tcc_buf_printf(b, "    for (int i = 0; i < sr; i++) {\n"
+                      "      float *c = pc + (s0 + i) * %" PRId64 ";\n"
+                      "      for (int j = 0; j < %" PRId64 "; j++) *(vec *)(c + j * 16) = acc[i][j];\n"
+                      "      for (int64_t n = %" PRId64 "; n < %" PRId64 "; n++) c[n] = acc[i][%" PRId64 "][n - %" PRId64 "];\n"
+                      "    }\n",
+                   N, full, full * 16, N, full < V ? full : 0, full * 16);
+  else
+    tcc_buf_printf(b, "    float tile[%d][%d] __attribute__((aligned(64)));\n"
+                      "    for (int i = 0; i < %d; i++)\n"
+                      "      for (int j = 0; j < %d; j++) *(vec *)(tile[i] + j * 16) = acc[i][j];\n"
+                      "    for (int64_t m = 0; m < %" PRId64 "; m++)\n"
+                      "      for (int i = 0; i < sr; i++) pc[m * %" PRId64 " + s0 + i] = tile[i][m];\n",
+                   R, V * 16, R, V, M, N);
+  tcc_buf_puts(b, "  }\n  }\n  free(bt);\n  return 0;\n}\n");
+  return 0;
+}
+
 /* An EXTERN kernel: C[b] = A[b] . B[b] through oneDNN (float32, when
  * tcc_onednn_enabled) or cblas_?gemm (OpenBLAS). */
 static int emit_extern(kernel_emit *ke, int kno) {
@@ -1559,6 +1739,8 @@ static int emit_extern(kernel_emit *ke, int kno) {
   const tcc_cpu_gemm *g = &ke->ks->gemm;
   if (g->stream_rows) return emit_stream_gemm(ke);
   if (g->split_k) return emit_split_k_gemm(ke);
+  if (g->split_k_tiled) return emit_split_k_tiled_gemm(ke);
+  if (g->narrow_rows) return emit_narrow_gemm(ke);
   if (g->onednn) return emit_dnnl_gemm(ke);
   const int *trans = g->trans;
   const int64_t *ld = g->ld;
@@ -2124,7 +2306,8 @@ static int put_source(tcc_buf *srcs, const char *src, const char *end, int j) {
   return 0;
 }
 
-/* The streamed GEMMs (emit_stream_gemm, emit_split_k_gemm) are built
+/* The streamed GEMMs (emit_stream_gemm, emit_split_k_gemm,
+ * emit_split_k_tiled_gemm, emit_narrow_gemm) are built
  * with their multiply-adds contracted into FMAs, which the build's
  * -ffp-contract=off keeps out of every other kernel: a GEMM's sums
  * follow no eager order anyway (the libraries use FMAs too), and with
@@ -2138,7 +2321,8 @@ static const char fma_push[] = "#if defined(__GNUC__) && !defined(__clang__)\n#p
 static const char fma_pop[] = "#if defined(__GNUC__) && !defined(__clang__)\n#pragma GCC pop_options\n#endif\n";
 
 static int contracts_madds(const tcc_kernel *k, const tcc_cpu_kernel_schedule *ks) {
-  return k->kind == TCC_OPK_EXTERN && (ks->gemm.stream_rows || ks->gemm.split_k);
+  return k->kind == TCC_OPK_EXTERN &&
+         (ks->gemm.stream_rows || ks->gemm.split_k || ks->gemm.split_k_tiled || ks->gemm.narrow_rows);
 }
 
 /* Appends kernel text kt (one kernel as emit_kernel wrote it) to b as a

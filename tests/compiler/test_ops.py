@@ -1662,10 +1662,93 @@ def test_few_rows_times_kn_weight_split_k(isa, rows, k, n, ld, xstride):
         torch.testing.assert_close(kern(x, w, b)[0].double(), want, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("rows,n,k,ld", [(32, 3072, 768, 768), (13, 400, 96, 96), (20, 130, 70, 75),
+                                          (64, 700, 40, 70), (17, 300, 33, 33)])
+def test_few_rows_times_linear_weight_narrow(rows, n, k, ld):
+    """On AVX-512 13-64 rows times nn.Linear's weight run a generated
+    kernel that streams the weight's rows, each element once, against x
+    packed into vectors and writes C = x . W^T from the tiles transposed
+    (cpu/schedule.c, plan_narrow; oneDNN's road computes C^T = W . x^T,
+    test_few_rows_times_linear_weight_is_the_transposed_product); so
+    does any GEMM of at least 64 rows against 13-64 columns (700 rows of
+    x times a [40, 64] W), whose tiles are C's rows. Rows or columns not
+    a multiple of the block's, a narrow side past the last whole vector,
+    a weight slice whose rows are further apart than k (ld), parallel
+    and serial sizes. Fresh inputs, against float64."""
+    if HOST_ISA != "x86-64-v4":
+        pytest.skip("the host has no AVX-512 (x86-64-v4)")
+    g = gen(hash(("narrow", rows, n, k, ld)) & 0xffff)
+    if rows <= 32:
+        x, w = rnd((rows, k), torch.float32, g, -1, 1), rnd((n, ld), torch.float32, g, -1, 1)[:, :k]
+        b = rnd((n,), torch.float32, g)
+
+        def f(x, w, b):
+            return A.gelu.default(A.addmm.default(b, x, A.t.default(w)))
+        head = "extern gemm [%d x %d x %d] x 1" % (rows, n, k)   # C itself, not C^T
+    else:   # x [n, k] . W [k, rows]: rows columns, W a slice of a [k, ld] weight
+        x, w = rnd((n, k), torch.float32, g, -1, 1), rnd((k, ld), torch.float32, g, -1, 1)[:, :rows]
+        b = rnd((rows,), torch.float32, g)
+
+        def f(x, w, b):
+            return A.gelu.default(A.addmm.default(b, x, w))
+        head = "extern gemm [%d x %d x %d] x 1" % (n, rows, k)
+    gm = tk.aten_graph(f, [x, w, b], decompose=False)
+    kern = tk.compile_fx(gm, [x, w, b], isa="x86-64-v4", keep_source=True)
+    assert head in kern.source, re.findall(r"extern gemm \[[^\]]*\] x \d+", kern.source)
+    body = tk.kernel_text(kern.source, r"k\d+: extern gemm ")
+    assert "dnnl_sgemm(" not in body and "cblas_sgemm(" not in body, body
+    assert "float *restrict bt = aligned_alloc(64," in body and "vector_size(64)" in body, body
+    par = 2 * rows * n * k >= 1 << 19   # TCC_GEMM_PARALLEL_FLOPS
+    assert ("#pragma omp parallel if(1)" in body) == par, body
+    assert re.search(r"__builtin_prefetch\(pf\[i\] \+ k, 0, 1\);", body), body   # next block's rows into L2
+    assert_gemm_fuses_madds(kern)
+    want = f(x.double(), w.double(), b.double())
+    for _ in range(3):
+        torch.testing.assert_close(kern(x, w, b)[0].double(), want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("rows,k,n,ld,xstride", [(9, 768, 3072, 3072, 1), (32, 768, 2304, 2304, 1),
+                                                 (32, 3072, 768, 768, 1), (13, 100, 50, 60, 2),
+                                                 (20, 37, 97, 97, 1), (17, 9000, 48, 48, 1)])
+def test_rows_times_kn_weight_split_k_tiled(rows, k, n, ld, xstride):
+    """On AVX-512 9 to 32 rows times a weight stored [K, N] (GPT-2's
+    Conv1D over a prompt) split K too, each thread's run in passes
+    through 8 x 48 register tiles into partial rows from the heap
+    (cpu/schedule.c, plan_split_k_tiled; oneDNN and MKL packed such
+    weights): no library call. Rows not a multiple of 8, k not a
+    multiple of the pass or the threads, columns past the last 48 (and
+    none: 48), a weight slice (ld), x strided along k, a serial size.
+    Fresh inputs, against float64."""
+    if HOST_ISA != "x86-64-v4":
+        pytest.skip("the host has no AVX-512 (x86-64-v4)")
+    g = gen(hash(("split k tiled", rows, k, n, ld, xstride)) & 0xffff)
+    x = rnd((rows, k * xstride), torch.float32, g, -1, 1)[:, ::xstride]
+    w, b = rnd((k, ld), torch.float32, g, -1, 1)[:, :n], rnd((n,), torch.float32, g)
+
+    def f(x, w, b):
+        return A.gelu.default(A.addmm.default(b, x, w))
+    gm = tk.aten_graph(f, [x, w, b], decompose=False)
+    kern = tk.compile_fx(gm, [x, w, b], isa="x86-64-v4", keep_source=True)
+    assert "extern gemm [%d x %d x %d] x 1" % (rows, n, k) in kern.source, \
+        re.findall(r"extern gemm \[[^\]]*\] x \d+", kern.source)
+    body = tk.kernel_text(kern.source, r"k\d+: extern gemm ")
+    assert "dnnl_sgemm(" not in body and "cblas_sgemm(" not in body, body
+    assert "float *parts[64];" in body and "vec acc[8][3];" in body, body
+    par = 2 * rows * k * n >= 1 << 19   # TCC_GEMM_PARALLEL_FLOPS
+    assert ("#pragma omp parallel if(1)" in body) == par, body
+    assert ("for (; n0 < %d; n0++)" % n) in body and re.search(r"__builtin_prefetch\(pb \+ [^;]*, 0, 1\);", body), body
+    assert_gemm_fuses_madds(kern)
+    want = f(x.double(), w.double(), b.double())
+    for _ in range(20):  # every call: a thread that left early freed its partial rows once
+        torch.testing.assert_close(kern(x, w, b)[0].double(), want, rtol=1e-4, atol=2e-4)
+
+
 def test_nine_rows_times_kn_weight_stay_onednn():
     """Nine rows times a weight stored [K, N] are past the rows that
-    split K (cpu/schedule.c, SPLIT_K_MAX_ROWS): dnnl_sgemm's on the oneDNN
-    road. Fresh inputs, against float64."""
+    split K (cpu/schedule.c, SPLIT_K_MAX_ROWS) with vectors of x: on
+    AVX2 dnnl_sgemm's on the oneDNN road (AVX-512 tiles them,
+    test_rows_times_kn_weight_split_k_tiled). Fresh inputs, against
+    float64."""
     g = gen(hash("nine rows kn") & 0xffff)
     x, w = rnd((9, 64), torch.float32, g, -1, 1), rnd((64, 40), torch.float32, g, -1, 1)
     gm, ins = tk.op_graph(A.mm.default, (x, w))
