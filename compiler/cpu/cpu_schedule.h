@@ -119,7 +119,7 @@ int tcc_cpu_gemm_stream_rows(const char *isa);
 /* Does a float32 GEMM of one batch with `narrow` rows (or columns)
  * against `wide` columns (or rows) over k run the narrow road on the ISA
  * (plan_narrow: AVX-512, 13-64 narrow, at least 64 and 4 x narrow wide,
- * k at least 16), given the wide operand's rows run along k? */
+ * k at least 32), given the wide operand's rows run along k? */
 int tcc_cpu_gemm_narrow(const char *isa, int64_t narrow, int64_t wide, int64_t K);
 
 #define TCC_CPU_MAX_GROUP 64   /* reductions sharing one loop */
