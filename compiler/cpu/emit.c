@@ -1447,6 +1447,23 @@ static int emit_stream_gemm(kernel_emit *ke) {
   return 0;
 }
 
+/* The last step of a split-K GEMM (emit_split_k_gemm,
+ * emit_split_k_tiled_gemm): inside the region, where `when` holds, each
+ * of the U threads adds the partial rows parts[0..U) over its share of
+ * C's M x N columns into pc. */
+static void put_partial_sum(tcc_buf *b, const char *when, int64_t M, int64_t N) {
+  tcc_buf_printf(b, "    if (%s) {\n"
+                    "      const int64_t n0 = %" PRId64 " * t / U, n1 = %" PRId64 " * (t + 1) / U;\n"
+                    "      for (int m = 0; m < %" PRId64 "; m++)\n"
+                    "        for (int64_t n = n0; n < n1; n++) {\n"
+                    "          float s = 0;\n"
+                    "          for (int u = 0; u < U; u++) s += parts[u][m * %" PRId64 " + n];\n"
+                    "          pc[m * %" PRId64 " + n] = s;\n"
+                    "        }\n"
+                    "    }\n",
+                 when, N, N, M, N, N);
+}
+
 /* Up to eight float32 rows against a weight stored [K, N]
  * (plan_split_k): each of the U threads (at most 64) adds x[m, k] W[k, :]
  * over its contiguous run of the weight's rows, split_k rows a pass, into
@@ -1516,20 +1533,11 @@ static int emit_split_k_gemm(kernel_emit *ke) {
                     "          for (int64_t n = 0; n < %" PRId64 "; n++) part[m * %" PRId64 " + n] += x0 * pb[k * %" PRId64 " + n];\n"
                     "        }\n"
                     "    }\n"
-                    "%s"
-                    "    if (t < U) {\n"
-                    "      const int64_t n0 = %" PRId64 " * t / U, n1 = %" PRId64 " * (t + 1) / U;\n"
-                    "      for (int m = 0; m < %" PRId64 "; m++)\n"
-                    "        for (int64_t n = n0; n < n1; n++) {\n"
-                    "          float s = 0;\n"
-                    "          for (int u = 0; u < U; u++) s += parts[u][m * %" PRId64 " + n];\n"
-                    "          pc[m * %" PRId64 " + n] = s;\n"
-                    "        }\n"
-                    "    }\n"
-                    "%s"
-                    "  }\n  return 0;\n}\n",
+                    "%s",
                  M * N, K, K, M * N, R, R, ldb, M, R, M, R, lda, sa, W, N, W, R, R, ldb, W == 16, R, ldb, M, N, R, N, N,
-                 M, R, N, ldb, M, lda, sa, N, N, ldb, barrier, N, N, M, N, N, barrier);
+                 M, R, N, ldb, M, lda, sa, N, N, ldb, barrier);
+  put_partial_sum(b, "t < U", M, N);
+  tcc_buf_printf(b, "%s  }\n  return 0;\n}\n", barrier);
   return 0;
 }
 
@@ -1611,22 +1619,14 @@ static int emit_split_k_tiled_gemm(kernel_emit *ke) {
                     "          }\n"
                     "      }\n"
                     "    }\n"
-                    "    #pragma omp barrier\n"
-                    "    if (!failed && t < U) {\n"
-                    "      const int64_t n0 = %" PRId64 " * t / U, n1 = %" PRId64 " * (t + 1) / U;\n"
-                    "      for (int64_t m = 0; m < %" PRId64 "; m++)\n"
-                    "        for (int64_t n = n0; n < n1; n++) {\n"
-                    "          float s = 0;\n"
-                    "          for (int u = 0; u < U; u++) s += parts[u][m * %" PRId64 " + n];\n"
-                    "          pc[m * %" PRId64 " + n] = s;\n"
-                    "        }\n"
-                    "    }\n"
-                    "    #pragma omp barrier\n"
-                    "    free(part);\n"
-                    "  }\n"
-                    "  return fail;\n}\n",
+                    "    #pragma omp barrier\n",
                  g->split_k_par, bytes, K, K, M * N, P, P, P, N, M, M, M, M, M - 1, lda, N, P * 3, nq, P * 3, nq,
-                 ldb, ldb, sa, N, N, M, N, lda, sa, ldb, N, N, N, M, N, N);
+                 ldb, ldb, sa, N, N, M, N, lda, sa, ldb, N);
+  put_partial_sum(b, "!failed && t < U", M, N);
+  tcc_buf_puts(b, "    #pragma omp barrier\n"
+                  "    free(part);\n"
+                  "  }\n"
+                  "  return fail;\n}\n");
   return 0;
 }
 

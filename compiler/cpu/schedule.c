@@ -95,9 +95,9 @@
  * GEMM steps: the library road and its threading (plan_gemm); few rows
  * against nn.Linear's weight stream its rows instead (plan_stream_rows),
  * up to 32 rows against a weight stored [K, N] split K among the
- * threads (plan_split_k, plan_split_k_tiled), and 13-64 rows against nn.Linear's weight,
- * or many rows against 13-64 columns, stream the wide operand's rows
- * against the narrow one packed (plan_narrow).
+ * threads (plan_split_k, plan_split_k_tiled), and 13-64 rows against
+ * nn.Linear's weight, or many rows against 13-64 columns, stream the
+ * wide operand's rows against the narrow one packed (plan_narrow).
  */
 #include "cpu_schedule.h"
 
@@ -1679,7 +1679,6 @@ static int plan_split_k_tiled(const tcc_program *p, const tcc_vx *call, tcc_cpu_
       cb[2] != 1 || cb[1] < N)
     return 0;
   g->split_k_tiled = SPLIT_K_TILED_PASS;
-  g->stream_width = 16;
   g->split_k_par = cfg && cfg->parallel ? cfg->parallel > 0
                                         : 2.0 * (double)M * (double)N * (double)K >= TCC_GEMM_PARALLEL_FLOPS;
   return 1;
