@@ -10,8 +10,11 @@
  *      broadcasting reads become index arithmetic). A producer stays a
  *      load when its expression is deeper than TCC_MAX_EXPR_DEPTH / 2
  *      (which bounds expression depth), or when several kernels read it
- *      and it has more than TCC_MAX_SHARED_INLINE_OPS operations (compute
- *      once, read many), or when its buffer is stored anyway (a graph
+ *      and it has more than TCC_MAX_SHARED_INLINE_OPS operations or loads
+ *      more than TCC_MAX_SHARED_INLINE_STREAMS buffers of at least half
+ *      its size (compute once, read many: a pre-LN transformer's residual
+ *      stream x + y1 + y2 + ... was recomputed whole in every later layer
+ *      norm, in each of its passes), or when its buffer is stored anyway (a graph
  *      output, read by an EXTERN step such as a GEMM, or by a kernel
  *      that kept its load), its expression
  *      has more than TCC_MATERIALIZED_INLINE_OPS operations and the
@@ -269,6 +272,45 @@ static int reduce_inline_ok(fuse_ctx *fc, const tcc_vx *prod, const tcc_vx *load
 
 static const tcc_vx *inline_rec(fuse_ctx *fc, tcc_ptrmap *memo, const tcc_vx *e);
 
+/* The buffers of at least `numel` / 2 elements that e loads, added to
+ * set[0..*n) (at most cap; a select adds its condition's and its larger
+ * branch's: each element reads one branch). Index values (gathers) are
+ * not counted. Returns *n, or cap + 1 when the set overflows. */
+static int streams(const tcc_program *p, const tcc_vx *e, double numel, int *set, int *n, int cap) {
+  if (!e || *n > cap || e->op == TCC_PRIM_EXTERN) return *n;
+  if (e->op == TCC_PRIM_LOAD) {
+    if ((double)p->bufs[e->buf].layout.numel * 2 < numel) return *n;
+    for (int i = 0; i < *n; i++)
+      if (set[i] == e->buf) return *n;
+    if (*n == cap) return *n = cap + 1;
+    set[(*n)++] = e->buf;
+    return *n;
+  }
+  streams(p, e->a, numel, set, n, cap);
+  if (e->op != TCC_PRIM_WHERE) {
+    streams(p, e->b, numel, set, n, cap);
+    return streams(p, e->c, numel, set, n, cap);
+  }
+  int sb[TCC_MAX_SHARED_INLINE_STREAMS + 1], nb = *n, sc[TCC_MAX_SHARED_INLINE_STREAMS + 1], nc = *n;
+  if (*n > cap) return *n;
+  memcpy(sb, set, sizeof *set * (size_t)*n);
+  memcpy(sc, set, sizeof *set * (size_t)*n);
+  streams(p, e->b, numel, sb, &nb, cap);
+  streams(p, e->c, numel, sc, &nc, cap);
+  const int *win = nb >= nc ? sb : sc;
+  *n = nb >= nc ? nb : nc;
+  if (*n <= cap) memcpy(set, win, sizeof *set * (size_t)*n);
+  return *n;
+}
+
+/* Does producer `prod` of buffer `buf` stream more buffers than one read
+ * by several kernels may recompute (TCC_MAX_SHARED_INLINE_STREAMS)? */
+static int many_streams(const fuse_ctx *fc, int buf, const tcc_vx *prod) {
+  int set[TCC_MAX_SHARED_INLINE_STREAMS + 1], n = 0;
+  return streams(fc->p, prod, (double)fc->p->bufs[buf].layout.numel, set, &n,
+                 TCC_MAX_SHARED_INLINE_STREAMS) > TCC_MAX_SHARED_INLINE_STREAMS;
+}
+
 static int costly(const tcc_vx *e) {
   tcc_ptrmap memo;
   if (tcc_ptrmap_init(&memo, 64)) {
@@ -334,7 +376,8 @@ static const tcc_vx *inline_rec(fuse_ctx *fc, tcc_ptrmap *memo, const tcc_vx *e)
     }
     const tcc_vx *prod = e->op == TCC_PRIM_LOAD ? fc->producer[e->buf] : NULL;
     if (prod && prod->depth <= TCC_MAX_EXPR_DEPTH / 2 &&
-        (fc->readers[e->buf] <= 1 || prod->ops <= TCC_MAX_SHARED_INLINE_OPS) &&
+        (fc->readers[e->buf] <= 1 ||
+         (prod->ops <= TCC_MAX_SHARED_INLINE_OPS && !many_streams(fc, e->buf, prod))) &&
         !(fc->stored[e->buf] && prod->ops > TCC_MATERIALIZED_INLINE_OPS &&
           apart_from_producer(fc, e->buf)) &&
         !(prod->ops > TCC_AMPLIFIED_INLINE_OPS && amplified(fc, e->buf, r)) &&

@@ -416,6 +416,11 @@ const tcc_vx *tcc_lower_gemm(tcc_lower_ctx *lc, const tcc_vx *a, const tcc_vx *b
  * while its expression has at most this many operations; beyond, it is
  * computed once into a buffer (TorchInductor's realize heuristics). */
 #define TCC_MAX_SHARED_INLINE_OPS 64
+/* ... and while it streams at most this many buffers of at least half its
+ * own size (a select counts its larger branch): a pre-LN transformer's
+ * residual stream, x + y1 + y2 + ..., was re-read whole by every layer
+ * norm after it (fuse.c: streams). */
+#define TCC_MAX_SHARED_INLINE_STREAMS 2
 /* ... and one stored anyway is recomputed in a consumer that cannot merge
  * with it only up to this many operations (fuse.c). */
 #define TCC_MATERIALIZED_INLINE_OPS 8

@@ -397,6 +397,36 @@ int tcc_lower_batch_norm(tcc_lower_ctx *lc, const tcc_node *n, tcc_error *err) {
   return rc;
 }
 
+/* A channel's mean and biased variance over the dims in mask (all but
+ * dim 1 of x), in one pass: sums of d = x - s and of d * d, with s the
+ * channel's first element, give mean = s + S1 / n and var = S2 / n -
+ * (S1 / n)^2. The two sums read nothing of each other, so they fold in
+ * one loop (and split together over few long rows on CUDA), where a mean
+ * and then a variance of (x - mean)^2 read the data twice, one after the
+ * other: ResNet-50's first batch norm (64 channels of 401,408) took 328
+ * us on the H200 for 2 x 103 MB. The shift keeps the cancellation of
+ * E[d^2] - E[d]^2 to the spread of the data around one of its own
+ * values (the shifted-data algorithm), not around zero. */
+static int shifted_stats(tcc_lower_ctx *lc, int v, uint32_t mask, tcc_dtype cd, const tcc_vx **mean,
+                         const tcc_vx **var, double *count) {
+  tcc_program *p = lc->prog;
+  const tcc_meta *x = &lc->g->values[v].meta;
+  const tcc_ix *first[TCC_MAX_DIMS];
+  for (int d = 0; d < x->rank; d++)
+    if (!(first[d] = (mask & (1u << d)) ? tcc_ix_const(p, 0) : tcc_ix_var(p, 0))) return -1;
+  const tcc_vx *shift = tcc_vx_cast(p, tcc_lower_body_at(lc, v, first), cd);
+  red_space r1, r2;
+  const tcc_vx *d1 = BIN(SUB, tcc_vx_cast(p, red_body(lc, v, mask, 0, &r1), cd), shift);
+  const tcc_vx *d2 = BIN(SUB, tcc_vx_cast(p, red_body(lc, v, mask, 0, &r2), cd), shift);
+  const tcc_vx *n = tcc_lower_cst(p, cd, (double)r1.count);
+  const tcc_vx *m1 = BIN(DIV, fold(p, TCC_RED_SUM, cd, d1, &r1), n);
+  const tcc_vx *m2 = BIN(DIV, fold(p, TCC_RED_SUM, cd, BIN(MUL, d2, d2), &r2), n);
+  *mean = BIN(ADD, shift, m1);
+  *var = BIN(MAX, BIN(SUB, m2, BIN(MUL, m1, m1)), tcc_lower_cst(p, cd, 0));
+  *count = (double)r1.count;
+  return *mean && *var ? 0 : -1;
+}
+
 /* A per-channel statistic (over output index i0 = channel) as a value
  * the big kernel can read: node output o when it is kept, else a
  * temporary. Returns its body read at channel index `c`. */
@@ -435,11 +465,10 @@ int tcc_lower_batch_norm_train(tcc_lower_ctx *lc, const tcc_node *n, tcc_error *
     uint32_t mask = 0;
     for (int d = 0; d < x->rank; d++)
       if (d != 1) mask |= 1u << d;
-    red_space r1, r2;
-    const tcc_vx *mean = mean_of(p, red_body(lc, xa->v, mask, 0, &r1), &r1, cd);
-    const tcc_vx *var = var_of(p, red_body(lc, xa->v, mask, 0, &r2), mean, &r2, cd, 0);
+    const tcc_vx *mean, *var;
+    double cnt;
+    if (shifted_stats(lc, xa->v, mask, cd, &mean, &var, &cnt)) return OOM();
     const tcc_vx *rstd = UN(RSQRT, BIN(ADD, var, tcc_lower_cst(p, cd, eps)));
-    double cnt = (double)r1.count;
     const tcc_vx *m = tcc_lower_cst(p, cd, mom), *one_m = tcc_lower_cst(p, cd, 1 - mom);
     const tcc_vx *unbiased = BIN(MUL, var, tcc_lower_cst(p, cd, cnt > 1 ? cnt / (cnt - 1) : INFINITY));
     if (n->nout > 3 && (rc = tcc_lower_result(lc, n, 3, BIN(ADD, BIN(MUL, one_m, rm), BIN(MUL, m, mean)), err))) return rc;

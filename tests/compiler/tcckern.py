@@ -87,10 +87,11 @@ def kernel_text(src, comment_re):
                   src, re.S)
     if not m:
         raise AssertionError(f"no kernel /* {comment_re} in the source")
-    runs = re.search(r"runs (tcc_body\d+) \*/", m.group(0))
-    if not runs or ("static int " + runs.group(1) + "(") in m.group(0):
+    runs = re.search(r"runs (tcc_b\w+) \*/", m.group(0))
+    body_re = r"(?:static|TCC_BODY) int " + (runs.group(1) if runs else "") + r"\(void \*const \*P\) \{.*?\n}\n"
+    if not runs or re.search(body_re, m.group(0), re.S):
         return m.group(0)
-    body = re.search(r"static int " + runs.group(1) + r"\(void \*const \*P\) \{.*?\n}\n", src, re.S)
+    body = re.search(body_re, src, re.S)
     return m.group(0) + "\n" + body.group(0)
 
 

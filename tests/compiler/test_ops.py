@@ -2180,3 +2180,24 @@ def test_large_offsets_use_64bit_indexing():
     gm, ins = tk.op_graph(A.add.Tensor, (x, x))
     k = tk.compile_fx(gm, ins, keep_source=True)
     assert "int64_t i0" in k.source and "int32_t i" not in k.source
+
+
+@pytest.mark.parametrize("offset,scale", [(0.0, 1.0), (100.0, 1.0), (1e4, 1.0), (1e3, 0.1)])
+def test_batch_norm_statistics_far_from_zero(offset, scale):
+    """Training batch norm's one-pass statistics (sums of x - s and
+    (x - s)^2 with s a channel's own first element) stay as close to
+    float64 as eager's Welford statistics when the mean is far from
+    zero and the spread small, where sums of x and x^2 would cancel."""
+    g = gen(123)
+    x = torch.randn(16, 8, 14, 14, generator=g) * scale + offset
+    w, b = torch.randn(8, generator=g), torch.randn(8, generator=g)
+    rm, rv = torch.randn(8, generator=g), torch.rand(8, generator=g) + 0.5
+    args = (x, w, b, rm, rv, True, 0.1, 1e-5)
+    gm, ins = tk.op_graph(A._native_batch_norm_legit_functional.default, args, nout=5)
+    got = tk.compile_fx(gm, ins)(*ins)
+    ref = A._native_batch_norm_legit_functional.default(*[a.double() if torch.is_tensor(a) else a for a in args])
+    eager = A._native_batch_norm_legit_functional.default(*args)
+    for i in range(5):   # output, mean, rstd, running mean, running var
+        err = (got[i].double() - ref[i]).abs().max().item()
+        err_eager = (eager[i].double() - ref[i]).abs().max().item()
+        assert err <= max(4 * err_eager, 2e-6 * (ref[i].abs().max().item() + scale)), (i, err, err_eager)

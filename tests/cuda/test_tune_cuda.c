@@ -56,6 +56,18 @@ static const char *kernel_comment(const char *src, const char *name) {
   return strstr(src, want);
 }
 
+/* The elements each thread of kernel name takes at once: W of its
+ * vector loop's tcc_vec<T, W>, or 1 (schedule.c's vector_grid). */
+static int vector_width(const char *src, const char *name) {
+  const char *c = kernel_comment(src, name);
+  if (!c) return 1;
+  const char *end = strstr(c + 1, "\n/* k");
+  const char *v = strstr(c, "tcc_vec<");
+  if (!v || (end && v > end)) return 1;
+  const char *comma = strchr(v, ',');
+  return comma ? (int)strtol(comma + 1, NULL, 10) : 1;
+}
+
 /* Checks one candidate's artifact against its config; returns the number
  * of kernel launches checked. */
 static int check_candidate(const char *what, const tcc_kernel_config *cfg, const tcc_artifact *a) {
@@ -76,7 +88,7 @@ static int check_candidate(const char *what, const tcc_kernel_config *cfg, const
       ck_assert_msg(block == cfg->block, "%s: %s block %lld, config %d", what, k->name, (long long)block,
                     cfg->block);
     if (!strcmp(k->kind, "pointwise")) {
-      int64_t per = block * (cfg->ipt ? cfg->ipt : 1);
+      int64_t per = block * (cfg->ipt ? cfg->ipt : 1) * vector_width(a->source, k->name);
       int64_t want = (k->numel + per - 1) / per;
       if (want > MAX_GRID) want = MAX_GRID;
       if (want < 1) want = 1;
