@@ -10,11 +10,12 @@
  *      broadcasting reads become index arithmetic). A producer stays a
  *      load when its expression is deeper than TCC_MAX_EXPR_DEPTH / 2
  *      (which bounds expression depth), or when several kernels read it
- *      and it has more than TCC_MAX_SHARED_INLINE_OPS operations or loads
- *      more than TCC_MAX_SHARED_INLINE_STREAMS buffers of at least half
- *      its size (compute once, read many: a pre-LN transformer's residual
- *      stream x + y1 + y2 + ... was recomputed whole in every later layer
- *      norm, in each of its passes), or when its buffer is stored anyway (a graph
+ *      and it has more than TCC_MAX_SHARED_INLINE_OPS operations or, of
+ *      TCC_STREAM_MIN_ELEMENTS elements or more, loads more than
+ *      TCC_MAX_SHARED_INLINE_STREAMS buffers of at least half its size
+ *      (compute once, read many: a pre-LN transformer's residual stream
+ *      x + y1 + y2 + ... was recomputed whole in every later layer norm,
+ *      in each of its passes), or when its buffer is stored anyway (a graph
  *      output, read by an EXTERN step such as a GEMM, or by a kernel
  *      that kept its load), its expression
  *      has more than TCC_MATERIALIZED_INLINE_OPS operations and the
@@ -303,12 +304,15 @@ static int streams(const tcc_program *p, const tcc_vx *e, double numel, int *set
   return *n;
 }
 
-/* Does producer `prod` of buffer `buf` stream more buffers than one read
- * by several kernels may recompute (TCC_MAX_SHARED_INLINE_STREAMS)? */
+/* Does producer `prod` of buffer `buf`, one of at least
+ * TCC_STREAM_MIN_ELEMENTS, stream more buffers than one read by several
+ * kernels may recompute (TCC_MAX_SHARED_INLINE_STREAMS)? */
 static int many_streams(const fuse_ctx *fc, int buf, const tcc_vx *prod) {
   int set[TCC_MAX_SHARED_INLINE_STREAMS + 1], n = 0;
-  return streams(fc->p, prod, (double)fc->p->bufs[buf].layout.numel, set, &n,
-                 TCC_MAX_SHARED_INLINE_STREAMS) > TCC_MAX_SHARED_INLINE_STREAMS;
+  const int64_t numel = fc->p->bufs[buf].layout.numel;
+  return numel >= TCC_STREAM_MIN_ELEMENTS &&
+         streams(fc->p, prod, (double)numel, set, &n, TCC_MAX_SHARED_INLINE_STREAMS) >
+             TCC_MAX_SHARED_INLINE_STREAMS;
 }
 
 static int costly(const tcc_vx *e) {

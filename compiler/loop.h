@@ -416,11 +416,16 @@ const tcc_vx *tcc_lower_gemm(tcc_lower_ctx *lc, const tcc_vx *a, const tcc_vx *b
  * while its expression has at most this many operations; beyond, it is
  * computed once into a buffer (TorchInductor's realize heuristics). */
 #define TCC_MAX_SHARED_INLINE_OPS 64
-/* ... and while it streams at most this many buffers of at least half its
- * own size (a select counts its larger branch): a pre-LN transformer's
- * residual stream, x + y1 + y2 + ..., was re-read whole by every layer
- * norm after it (fuse.c: streams). */
+/* ... and, when it has at least TCC_STREAM_MIN_ELEMENTS elements, while it
+ * streams at most TCC_MAX_SHARED_INLINE_STREAMS buffers of at least half
+ * its own size (a select counts its larger branch): a pre-LN
+ * transformer's residual stream, x + y1 + y2 + ..., was re-read whole by
+ * every layer norm after it (fuse.c: streams). Smaller buffers (4 MB of
+ * float32, twice a core's L2 on the Xeon VM) are re-read from cache,
+ * where a kernel more costs more than the re-reading (a decode step's
+ * rows; GPT-2's training step at 512 rows). */
 #define TCC_MAX_SHARED_INLINE_STREAMS 2
+#define TCC_STREAM_MIN_ELEMENTS (1 << 20)
 /* ... and one stored anyway is recomputed in a consumer that cannot merge
  * with it only up to this many operations (fuse.c). */
 #define TCC_MATERIALIZED_INLINE_OPS 8
