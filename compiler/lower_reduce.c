@@ -412,9 +412,13 @@ static int shifted_stats(tcc_lower_ctx *lc, int v, uint32_t mask, tcc_dtype cd, 
   tcc_program *p = lc->prog;
   const tcc_meta *x = &lc->g->values[v].meta;
   const tcc_ix *first[TCC_MAX_DIMS];
-  for (int d = 0; d < x->rank; d++)
+  int64_t per_channel = 1;
+  for (int d = 0; d < x->rank; d++) {
+    if (mask & (1u << d)) per_channel *= x->sizes[d];
     if (!(first[d] = (mask & (1u << d)) ? tcc_ix_const(p, 0) : tcc_ix_var(p, 0))) return -1;
-  const tcc_vx *shift = tcc_vx_cast(p, tcc_lower_body_at(lc, v, first), cd);
+  }
+  /* an empty channel has no first element to read: no shift */
+  const tcc_vx *shift = per_channel ? tcc_vx_cast(p, tcc_lower_body_at(lc, v, first), cd) : tcc_lower_cst(p, cd, 0);
   red_space r1, r2;
   const tcc_vx *d1 = BIN(SUB, tcc_vx_cast(p, red_body(lc, v, mask, 0, &r1), cd), shift);
   const tcc_vx *d2 = BIN(SUB, tcc_vx_cast(p, red_body(lc, v, mask, 0, &r2), cd), shift);
