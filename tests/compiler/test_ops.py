@@ -2201,3 +2201,18 @@ def test_batch_norm_statistics_far_from_zero(offset, scale):
         err = (got[i].double() - ref[i]).abs().max().item()
         err_eager = (eager[i].double() - ref[i]).abs().max().item()
         assert err <= max(4 * err_eager, 2e-6 * (ref[i].abs().max().item() + scale)), (i, err, err_eager)
+
+
+def test_batch_norm_training_on_an_empty_batch():
+    """An empty batch (eager refuses it) compiles and reads no element:
+    the statistics are 0/0 (NaN), the running ones follow them, and the
+    shift of the one-pass statistics reads nothing of the empty input."""
+    g = gen(124)
+    x = torch.empty(0, 3, 4, 4)
+    w, b, rm, rv = rnd((3,), torch.float32, g), rnd((3,), torch.float32, g), rnd((3,), torch.float32, g), \
+        rnd((3,), torch.float32, g, 0.5, 2)
+    args = (x, w, b, rm, rv, True, 0.1, 1e-5)
+    gm, ins = tk.op_graph(A._native_batch_norm_legit_functional.default, args, nout=5)
+    out = tk.compile_fx(gm, ins)(*ins)
+    assert out[0].shape == (0, 3, 4, 4)
+    assert torch.isnan(out[1]).all() and torch.isnan(out[3]).all(), out
