@@ -411,17 +411,15 @@ static int shifted_stats(tcc_lower_ctx *lc, int v, uint32_t mask, tcc_dtype cd, 
                          const tcc_vx **var, double *count) {
   tcc_program *p = lc->prog;
   const tcc_meta *x = &lc->g->values[v].meta;
-  const tcc_ix *first[TCC_MAX_DIMS];
-  int64_t per_channel = 1;
-  for (int d = 0; d < x->rank; d++) {
-    if (mask & (1u << d)) per_channel *= x->sizes[d];
-    if (!(first[d] = (mask & (1u << d)) ? tcc_ix_const(p, 0) : tcc_ix_var(p, 0))) return -1;
-  }
-  /* an empty channel has no first element to read: no shift */
-  const tcc_vx *shift = per_channel ? tcc_vx_cast(p, tcc_lower_body_at(lc, v, first), cd) : tcc_lower_cst(p, cd, 0);
   red_space r1, r2;
-  const tcc_vx *d1 = BIN(SUB, tcc_vx_cast(p, red_body(lc, v, mask, 0, &r1), cd), shift);
-  const tcc_vx *d2 = BIN(SUB, tcc_vx_cast(p, red_body(lc, v, mask, 0, &r2), cd), shift);
+  const tcc_vx *x1 = red_body(lc, v, mask, 0, &r1), *x2 = red_body(lc, v, mask, 0, &r2);
+  const tcc_ix *first[TCC_MAX_DIMS];
+  for (int d = 0; d < x->rank; d++)
+    if (!(first[d] = (mask & (1u << d)) ? tcc_ix_const(p, 0) : tcc_ix_var(p, 0))) return -1;
+  /* an empty channel has no first element to read: no shift */
+  const tcc_vx *shift = r1.count ? tcc_vx_cast(p, tcc_lower_body_at(lc, v, first), cd) : tcc_lower_cst(p, cd, 0);
+  const tcc_vx *d1 = BIN(SUB, tcc_vx_cast(p, x1, cd), shift);
+  const tcc_vx *d2 = BIN(SUB, tcc_vx_cast(p, x2, cd), shift);
   const tcc_vx *n = tcc_lower_cst(p, cd, (double)r1.count);
   const tcc_vx *m1 = BIN(DIV, fold(p, TCC_RED_SUM, cd, d1, &r1), n);
   const tcc_vx *m2 = BIN(DIV, fold(p, TCC_RED_SUM, cd, BIN(MUL, d2, d2), &r2), n);
