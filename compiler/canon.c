@@ -11,7 +11,9 @@
  *   - nodes: depth-first post-order from the graph outputs (in output
  *     order), each node's tensor arguments visited in schema order.
  *     Nodes no output depends on are dropped (they compute nothing the
- *     caller can see; ATen ops in these graphs are functional).
+ *     caller can see; ATen ops in these graphs are functional), but for
+ *     writes into a graph input (index_put_), walked from after the
+ *     outputs in request order.
  *   - values: graph inputs first (0..ninputs-1, call order, used or not),
  *     then constants and node outputs in order of first use / definition
  *     along the node order; a constant returned directly comes last.
@@ -168,6 +170,38 @@ static void number(int *remap, int *next, int v) {
   if (remap[v] < 0) remap[v] = (*next)++;
 }
 
+/* Appends to order[*norder..] the nodes `root` depends on that are not
+ * placed yet, then root: depth-first post-order. cursor[n] is where n's
+ * walk over its tensor references (schema order) stands, so each
+ * reference is looked at once: a node with 64k inputs costs 64k steps,
+ * not 64k^2. */
+static void post_order(const tcc_graph *in, int root, char *state, int *stack, arg_cursor *cursor,
+                       int *order, int *norder) {
+  if (state[root]) return;
+  int sp = 0;
+  stack[sp++] = root;
+  state[root] = 1;
+  cursor[root] = (arg_cursor){0, 0};
+  while (sp) {
+    int n = stack[sp - 1];
+    int v, pushed = 0;
+    while (!pushed && (v = next_tensor_ref(&in->nodes[n], &cursor[n])) >= 0) {
+      const tcc_value *val = &in->values[v];
+      if (val->kind == TCC_VAL_NODE && state[val->def] == 0) {
+        state[val->def] = 1;
+        cursor[val->def] = (arg_cursor){0, 0};
+        stack[sp++] = val->def;
+        pushed = 1;
+      }
+    }
+    if (!pushed) {
+      state[n] = 2;
+      order[(*norder)++] = n;
+      sp--;
+    }
+  }
+}
+
 int tcc_canonicalize(const tcc_graph *in, tcc_graph *out, tcc_error *err) {
   tcc_arena scratch;
   tcc_arena_init(&scratch);
@@ -183,36 +217,15 @@ int tcc_canonicalize(const tcc_graph *in, tcc_graph *out, tcc_error *err) {
   int *remap = tcc_arena_array(&scratch, (size_t)nv + 1, sizeof *remap);
   if (!order || !state || !stack || !cursor || !remap) goto oom;
 
-  /* Depth-first post-order from the outputs. cursor[n] is where n's walk
-   * over its tensor references (schema order) stands, so each reference
-   * is looked at once: a node with 64k inputs costs 64k steps, not 64k^2. */
+  /* Depth-first post-order from the outputs, then from each node that
+   * writes into a graph input (index_put_) that no output depends on. */
   int norder = 0;
   for (int oi = 0; oi < in->noutputs; oi++) {
     const tcc_value *ov = &in->values[in->outputs[oi]];
-    if (ov->kind != TCC_VAL_NODE || state[ov->def]) continue;
-    int sp = 0;
-    stack[sp++] = ov->def;
-    state[ov->def] = 1;
-    cursor[ov->def] = (arg_cursor){0, 0};
-    while (sp) {
-      int n = stack[sp - 1];
-      int v, pushed = 0;
-      while (!pushed && (v = next_tensor_ref(&in->nodes[n], &cursor[n])) >= 0) {
-        const tcc_value *val = &in->values[v];
-        if (val->kind == TCC_VAL_NODE && state[val->def] == 0) {
-          state[val->def] = 1;
-          cursor[val->def] = (arg_cursor){0, 0};
-          stack[sp++] = val->def;
-          pushed = 1;
-        }
-      }
-      if (!pushed) {
-        state[n] = 2;
-        order[norder++] = n;
-        sp--;
-      }
-    }
+    if (ov->kind == TCC_VAL_NODE) post_order(in, ov->def, state, stack, cursor, order, &norder);
   }
+  for (int k = 0; k < nn; k++)
+    if (tcc_op_writes_input(in->nodes[k].op)) post_order(in, k, state, stack, cursor, order, &norder);
 
   /* Renumber values. */
   for (int v = 0; v < nv; v++) remap[v] = -1;

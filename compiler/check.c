@@ -292,9 +292,10 @@ int tcc_check_program(const tcc_program *p, tcc_error *err) {
       const tcc_store *st = &K->stores[s];
       rc = check_index(&c, st->buf, st->buf >= 0 && st->buf < p->nbufs ? p->bufs[st->buf].layout.rank : -1,
                        st->idx, "store");
+      for (int d = 0; !rc && d < p->bufs[st->buf].layout.rank; d++) rc = check_ix_values(&c, st->idx[d]);
       if (rc) break;
       const tcc_buffer *B = &p->bufs[st->buf];
-      if (B->kind == TCC_BUF_INPUT || B->kind == TCC_BUF_CONST)
+      if ((B->kind == TCC_BUF_INPUT && !B->written_in_place) || B->kind == TCC_BUF_CONST)
         rc = tcc_error_set(err, TCC_E_INTERNAL, "kernel %d: stores into read-only buffer %d", k, st->buf);
       else if (st->value->dtype != B->layout.dtype)
         rc = tcc_error_set(err, TCC_E_INTERNAL, "kernel %d: stores %s into %s buffer %d", k,

@@ -263,3 +263,18 @@ static int put_prim_common(tcc_buf *b, tcc_prim op, tcc_dtype d, const char *T, 
   }
   return 1;
 }
+
+void tcc_c_put_store_guard(tcc_buf *b, const tcc_ix *const *idx, int rank, tcc_operand_text_fn *text, void *ctx) {
+  int any = 0;
+  for (int d = 0; d < rank; d++) {
+    const tcc_ix *vals[TCC_MAX_DIMS];
+    int nv = tcc_ix_values(idx[d], vals, TCC_MAX_DIMS);
+    for (int i = 0; i < nv; i++, any = 1) {
+      char v[96];
+      text(ctx, vals[i]->v, v, sizeof v);
+      tcc_buf_printf(b, "%s(uint64_t)(int64_t)(%s) < (uint64_t)INT64_C(%" PRId64 ")", any ? " && " : "if (", v,
+                     vals[i]->c);
+    }
+  }
+  if (any) tcc_buf_puts(b, ") ");
+}

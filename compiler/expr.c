@@ -411,6 +411,16 @@ int tcc_program_fresh_vars(tcc_program *p, int n) {
   return v;
 }
 
+int tcc_ix_values(const tcc_ix *x, const tcc_ix **out, int cap) {
+  if (!x || cap <= 0) return 0;
+  if (x->kind == TCC_IX_VALUE) {
+    out[0] = x;
+    return 1;
+  }
+  int n = tcc_ix_values(x->a, out, cap);
+  return n + tcc_ix_values(x->b, out + n, cap - n);
+}
+
 uint32_t tcc_ix_kernel_vars(const tcc_ix *e) {
   if (!e) return 0;
   switch (e->kind) {

@@ -71,7 +71,8 @@
  *      it summarizes), never an unrelated total into a large kernel: the
  *      CUDA target folds a kernel's reductions by row, so a 0-d sum merged
  *      into a batch norm left it one block for the whole tensor. EXTERN
- *      kernels never merge.
+ *      kernels never merge, nor kernels that store at an index read from
+ *      a tensor (index_put_ into a graph input).
  * Outputs stay stored exactly once.
  *
  * With the environment variable TCC_NO_FUSION set (benchmarks: each op
@@ -105,6 +106,22 @@ typedef struct fuse_ctx {
                                 binds it, or NULL (gap_runs) */
   int nbound;                /* its entries (p->next_var) */
 } fuse_ctx;
+
+static int has_value_ix(const tcc_ix *e) {
+  if (!e) return 0;
+  if (e->kind == TCC_IX_VALUE) return 1;
+  return has_value_ix(e->a) || has_value_ix(e->b);
+}
+
+/* Does K store at an index read from a tensor (index_put_ into an
+ * input)? Such a kernel merges with no other: its stores are guarded
+ * (cpu/emit.c, cuda/emit.c) in the plain element loop it keeps. */
+static int stores_at_values(const tcc_program *p, const tcc_kernel *K) {
+  for (int s = 0; s < K->nstores; s++)
+    for (int d = 0; d < p->bufs[K->stores[s].buf].layout.rank; d++)
+      if (has_value_ix(K->stores[s].idx[d])) return 1;
+  return 0;
+}
 
 static int same_space(const tcc_kernel *A, const tcc_kernel *B) {
   if (A->rank != B->rank) return 0;
@@ -354,12 +371,6 @@ static const tcc_ix *inline_ix(fuse_ctx *fc, tcc_ptrmap *memo, const tcc_ix *e) 
   }
 }
 
-static int has_value_ix(const tcc_ix *e) {
-  if (!e) return 0;
-  if (e->kind == TCC_IX_VALUE) return 1;
-  return has_value_ix(e->a) || has_value_ix(e->b);
-}
-
 static const tcc_vx *inline_rec(fuse_ctx *fc, tcc_ptrmap *memo, const tcc_vx *e) {
   tcc_program *p = fc->p;
   const tcc_vx *hit = tcc_ptrmap_get(memo, e);
@@ -445,11 +456,15 @@ static int kernel_reads(tcc_program *p, const tcc_kernel *k, int *stamp, int mar
     return -1;
   }
   *n = 0;
-  for (int s = 0; s < k->nstores; s++)
-    if (collect_reads(k->stores[s].value, &seen, stamp, mark, tmp, n)) {
+  for (int s = 0; s < k->nstores; s++) {
+    int fail = collect_reads(k->stores[s].value, &seen, stamp, mark, tmp, n);
+    for (int d = 0; d < p->bufs[k->stores[s].buf].layout.rank && !fail; d++)
+      fail = collect_ix_reads(k->stores[s].idx[d], &seen, stamp, mark, tmp, n);  /* index_put_'s */
+    if (fail) {
       tcc_ptrmap_free(&seen);
       return -1;
     }
+  }
   tcc_ptrmap_free(&seen);
   *out = tcc_arena_array(p->arena, (size_t)*n + 1, sizeof **out);
   if (!*out) return -1;
@@ -765,7 +780,7 @@ int tcc_fuse(tcc_program *p, tcc_error *err) {
        * block of 32 threads for 25.7M elements (329 ms of a ResNet-50
        * step) */
       if (I->kind == TCC_OPK_POINTWISE && J->kind == TCC_OPK_POINTWISE &&
-          prefix_compatible(I, J) &&
+          !stores_at_values(p, I) && !stores_at_values(p, J) && prefix_compatible(I, J) &&
           (same_space(I, J) || shares_read(reads[k], nreads[k], reads[live[li]], nreads[live[li]]))) {
         target = li;
         break;

@@ -167,6 +167,11 @@ typedef struct tcc_op {
 int tcc_ops_init(tcc_error *err);
 /* The op with this overload name, or NULL. tcc_ops_init first. */
 const tcc_op *tcc_op_find(const char *name);
+/* Does op write into its first argument (a "Tensor(a!)" self, index_put_)?
+ * Such a node is never dropped as unused (canon.c). */
+static inline int tcc_op_writes_input(const tcc_op *op) {
+  return op->schema.nparams > 0 && op->schema.params[0].mutates;
+}
 /* Row `id` (0..TCC_OP_COUNT-1). tcc_ops_init first. */
 const tcc_op *tcc_op_get(int id);
 /* 1 when extern op `id` runs on the CUDA target (cuBLAS GEMMs), else 0. */

@@ -752,6 +752,25 @@ int tcc_infer_index(const tcc_graph *g, const tcc_node *n, tcc_meta *out, tcc_er
   return finish(g, out, err);
 }
 
+/* index_put's integer form: one 1-D index tensor mm at dim pos of self
+ * (m), values v broadcastable to the indexed shape (self's sizes with
+ * dim pos's replaced by the index's length). */
+static int integer_index_form(const tcc_meta *m, const tcc_meta *mm, const tcc_meta *v, int pos,
+                              tcc_error *err) {
+  if (!index_dtype_ok(mm)) return BAD("index_put: indices must be bool, int32 or int64");
+  if (mm->rank != 1)
+    return tcc_error_set(err, TCC_E_UNIMPLEMENTED, "index_put with a %d-D index tensor", mm->rank);
+  if (v->rank > m->rank) return BAD("index_put: values of rank %d for a tensor of rank %d", v->rank, m->rank);
+  for (int dv = 0; dv < v->rank; dv++) {
+    int d = dv + m->rank - v->rank;
+    int64_t want = d == pos ? mm->sizes[0] : m->sizes[d];
+    if (v->sizes[dv] != 1 && v->sizes[dv] != want)
+      return BAD("index_put: values' size %" PRId64 " in dim %d does not broadcast to %" PRId64,
+                 v->sizes[dv], dv, want);
+  }
+  return 0;
+}
+
 /* index_put with one boolean mask over self's leading dims and a value
  * of one element (x[x == 0] = 1, the masked assignment numpy programs
  * write): out = mask ? value : self (accumulate: self + value), a
@@ -793,21 +812,54 @@ int tcc_infer_index_put(const tcc_graph *g, const tcc_node *n, tcc_meta *out, tc
       return tcc_error_set(err, TCC_E_UNIMPLEMENTED, "index_put of %" PRId64 " values (one value per "
                            "selected element: which goes where depends on the mask)", v->numel);
   } else {
-    if (!index_dtype_ok(mm)) return BAD("index_put: indices must be bool, int32 or int64");
-    if (mm->rank != 1)
-      return tcc_error_set(err, TCC_E_UNIMPLEMENTED, "index_put with a %d-D index tensor", mm->rank);
+    int rc = integer_index_form(m, mm, v, pos, err);
+    if (rc) return rc;
     if (mm->sizes[0] > TCC_INDEX_PUT_MAX)
       return tcc_error_set(err, TCC_E_UNIMPLEMENTED, "index_put of %" PRId64 " positions (a select "
                            "compiles up to %d)", mm->sizes[0], TCC_INDEX_PUT_MAX);
-    if (v->rank > m->rank) return BAD("index_put: values of rank %d for a tensor of rank %d", v->rank, m->rank);
-    for (int dv = 0; dv < v->rank; dv++) {
-      int d = dv + m->rank - v->rank;
-      int64_t want = d == pos ? mm->sizes[0] : m->sizes[d];
-      if (v->sizes[dv] != 1 && v->sizes[dv] != want)
-        return BAD("index_put: values' size %" PRId64 " in dim %d does not broadcast to %" PRId64,
-                   v->sizes[dv], dv, want);
-    }
   }
+  *out = *m;
+  return finish(g, out, err);
+}
+
+/* index_put_ into a graph input, written where it lies (a StaticCache's
+ * index_copy_ at the decoded position, the client's write_in_place):
+ * one 1-D integer index tensor, any number of positions, no
+ * accumulate, and self read by nothing else in the graph -- its one use
+ * is this node, whose result every reader of the new contents reads, so
+ * program order on that value orders the write before them and no
+ * reader can see the write early or late (lower.c). The rest runs
+ * eagerly: UNIMPLEMENTED. */
+int tcc_infer_index_put_input(const tcc_graph *g, const tcc_node *n, tcc_meta *out, tcc_error *err) {
+  const tcc_meta *m = tensor_meta(g, &n->args[0]), *v = tensor_meta(g, ARG("values"));
+  const tcc_arg *ix = ARG("indices"), *acc = ARG("accumulate");
+  if (!m || !v) return BAD("index_put_: self and values must be tensors");
+  int self = n->args[0].v;
+  if (g->values[self].kind != TCC_VAL_INPUT)
+    return tcc_error_set(err, TCC_E_UNIMPLEMENTED, "index_put_ writes in place only into a graph input");
+  int uses = 0;
+  for (int k = 0; k < g->nnodes; k++) FOR_EACH_TENSOR_ARG(&g->nodes[k], a, { uses += a == self; })
+  for (int i = 0; i < g->noutputs; i++) uses += g->outputs[i] == self;
+  if (uses != 1)
+    return tcc_error_set(err, TCC_E_UNIMPLEMENTED, "index_put_: the graph reads the input it writes "
+                         "elsewhere too (%d uses)", uses);
+  if (acc && acc->i) return tcc_error_set(err, TCC_E_UNIMPLEMENTED, "index_put_ with accumulate=True");
+  if (ix->n > m->rank) return BAD("index_put_: %d indices for a tensor of rank %d", ix->n, m->rank);
+  int pos = -1;
+  for (int k = 0; k < ix->n; k++) {
+    if (ix->vals[k] < 0) continue;
+    if (pos >= 0) return tcc_error_set(err, TCC_E_UNIMPLEMENTED, "index_put_: more than one index tensor");
+    pos = k;
+  }
+  if (pos < 0) return BAD("index_put_: no index tensor (all None)");
+  const tcc_meta *mm = &g->values[ix->vals[pos]].meta;
+  if (mm->dtype == TCC__V1__DTYPE__BOOL)
+    return tcc_error_set(err, TCC_E_UNIMPLEMENTED, "index_put_ with a boolean mask");
+  int rc = integer_index_form(m, mm, v, pos, err);
+  if (rc) return rc;
+  if (m->sizes[pos] == 0)
+    return mm->sizes[0] ? BAD("index_put_: index into dim %d of size 0", pos)
+                        : tcc_error_set(err, TCC_E_UNIMPLEMENTED, "index_put_ of nothing into an empty dim");
   *out = *m;
   return finish(g, out, err);
 }

@@ -196,6 +196,9 @@ int tcc_program_fresh_vars(tcc_program *p, int n);
 /* Bit d set when e reads kernel variable i<d> (d < TCC_MAX_DIMS) free. */
 uint32_t tcc_vx_kernel_vars(const tcc_vx *e);
 uint32_t tcc_ix_kernel_vars(const tcc_ix *e);
+/* The VALUE nodes of index x (not those inside their expressions), at
+ * most cap of them into out; returns how many. */
+int tcc_ix_values(const tcc_ix *x, const tcc_ix **out, int cap);
 /* Does e contain a REDUCE (outside index values)? */
 int tcc_vx_has_reduce(const tcc_vx *e);
 /* Is op itself costly: a division, square root or transcendental
@@ -253,6 +256,8 @@ typedef struct tcc_buffer {
   size_t data_len;
   int value;                /* graph value held (for dumps), -1 none */
   int64_t ws_offset;        /* TEMP: byte offset in the workspace (place.c) */
+  int written_in_place;     /* INPUT: index_put_ stores into it (the
+                               caller's tensor, written where it lies) */
   int dead;                 /* removed by a pass */
 } tcc_buffer;
 
@@ -498,6 +503,13 @@ void tcc_c_put_literal(const tcc_dialect *D, tcc_buf *b, const tcc_vx *e);
 const char *tcc_c_int_limit(tcc_dtype d, int high);
 /* Constant buffer B as the array b<id>_data with its elements. */
 void tcc_c_put_constant(const tcc_dialect *D, tcc_buf *b, const tcc_buffer *B, int id);
+/* The guard of a store at indices idx[0..rank) read from tensors
+ * (index_put_ into an input): "if (v0 < n0 && ...) " over the raw index
+ * values, each printed by text(ctx, value, ...), or nothing when no
+ * index reads one. The checked index falls back to 0 out of range, which
+ * a load may read but a store must not write. */
+typedef void tcc_operand_text_fn(void *ctx, const tcc_vx *e, char *out, size_t cap);
+void tcc_c_put_store_guard(tcc_buf *b, const tcc_ix *const *idx, int rank, tcc_operand_text_fn *text, void *ctx);
 /* Primitive op of result dtype d over operand texts x, y, z whose
  * operand dtype is od. */
 void tcc_c_put_prim(const tcc_dialect *D, tcc_buf *b, tcc_prim op, tcc_dtype d, tcc_dtype od, const char *x,

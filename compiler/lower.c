@@ -1020,6 +1020,50 @@ int tcc_lower_index_put(tcc_lower_ctx *lc, const tcc_node *n, tcc_error *err) {
   return tcc_lower_result(lc, n, 0, out, err);
 }
 
+/* index_put_ into a graph input (tcc_infer_index_put_input checked the
+ * form: one 1-D integer index tensor ix of J entries at dim k, the
+ * input read by nothing else): a kernel over the indexed shape (self's
+ * sizes with dim k's replaced by J) stores v[.., j, ..] at self[.., ix[j],
+ * ..] in the input's own buffer, and the node's value is that buffer,
+ * read after the write by whatever kernel uses it (they all come later in
+ * program order, and fuse.c moves no kernel past one that writes what it
+ * reads). ix[j] counts from the end when negative; out of range it sets
+ * the kernel's error flag (CPU) and the store is skipped (both targets'
+ * emitters guard stores at indices read from tensors), so an index out
+ * of range writes nothing. Equal indices: one of their values wins,
+ * unspecified which, as in PyTorch. */
+int tcc_lower_index_put_input(tcc_lower_ctx *lc, const tcc_node *n, tcc_error *err) {
+  const tcc_meta *m = tcc_lower_out_meta(lc, n, 0);
+  if (!m) return 0;
+  tcc_program *p = lc->prog;
+  const tcc_arg *ix = ARG("indices");
+  int pos = 0;
+  while (ix->vals[pos] < 0) pos++;
+  int self = n->args[0].v, home = -1;
+  for (int b = 0; b < p->nbufs; b++)
+    if (p->bufs[b].value == self && p->bufs[b].kind == TCC_BUF_INPUT) home = b;
+  if (home < 0) return tcc_error_set(err, TCC_E_INTERNAL, "index_put_: no buffer for the input");
+  const tcc_meta *vm = tcc_lower_arg_meta(lc, ARG("values"));
+  int64_t sizes[TCC_MAX_DIMS];
+  memcpy(sizes, m->sizes, sizeof sizes);
+  sizes[pos] = lc->g->values[ix->vals[pos]].meta.sizes[0];
+  const tcc_ix *at[TCC_MAX_DIMS], *in[TCC_MAX_DIMS], *jj[1] = {tcc_ix_var(p, pos)};
+  for (int d = 0; d < m->rank; d++)
+    at[d] = d == pos ? index_from(lc, ix->vals[pos], jj, m->sizes[pos], 1) : tcc_ix_var(p, d);
+  for (int dv = 0; dv < vm->rank; dv++) {
+    int d = dv + m->rank - vm->rank;
+    in[dv] = vm->sizes[dv] == 1 ? tcc_ix_const(p, 0) : tcc_ix_var(p, d);
+  }
+  /* the value is cast to self's dtype first, as PyTorch does */
+  const tcc_vx *v = tcc_vx_cast(p, tcc_lower_body_at(lc, ARG("values")->v, in), m->dtype);
+  int k = tcc_program_add_kernel(p, m->rank, sizes);
+  if (k < 0 || !v || !at[pos] || tcc_kernel_add_store(p, k, home, at, v)) return OOM();
+  p->bufs[home].written_in_place = 1;
+  const tcc_ix *idx[TCC_MAX_DIMS];
+  if (tcc_lower_identity_index(p, m->rank, idx)) return OOM();
+  return set_view(lc, n, 0, tcc_vx_load(p, home, m->rank, idx), err);
+}
+
 /* scatter.value: out[i] = value where some j has index[i with i_dim = j]
  * == i_dim (i inside index's extent in the other dims), else self[i]. */
 int tcc_lower_scatter(tcc_lower_ctx *lc, const tcc_node *n, tcc_error *err) {

@@ -369,6 +369,9 @@
   X(INDEX_PUT, "aten.index_put.default",                                                \
     "index_put(Tensor self, Tensor?[] indices, Tensor values, bool accumulate=False) -> Tensor", \
     POINTWISE, index_put, index_put, NONE)                                              \
+  X(INDEX_PUT_, "aten.index_put_.default",                                              \
+    "index_put_(Tensor(a!) self, Tensor?[] indices, Tensor values, bool accumulate=False) -> Tensor(a!)", \
+    POINTWISE, index_put_input, index_put_input, NONE)                                  \
   X(SCATTER_VALUE, "aten.scatter.value",                                                \
     "scatter.value(Tensor self, int dim, Tensor index, Scalar value) -> Tensor",        \
     POINTWISE, scatter, scatter, NONE)                                                  \

@@ -595,21 +595,11 @@ static int emit_hoistable(kernel_emit *ke, const tcc_vx *e, tcc_ptrmap *seen, in
   if (all_bound(ke, e)) return emit_node(ke, e, indent);
   if (e->op == TCC_PRIM_LOAD || e->op == TCC_PRIM_INDEX)
     for (int d = 0; d < e->nidx; d++) {
-      const tcc_ix *x = e->idx[d];
       /* values inside indices: hoist their hoistable parts */
-      const tcc_ix *stack[64];
-      int sp = 0;
-      stack[sp++] = x;
-      while (sp) {
-        const tcc_ix *y = stack[--sp];
-        if (!y) continue;
-        if (y->kind == TCC_IX_VALUE) {
-          if (emit_hoistable(ke, y->v, seen, indent)) return -1;
-        } else if (sp < 62) {
-          stack[sp++] = y->a;
-          stack[sp++] = y->b;
-        }
-      }
+      const tcc_ix *vals[TCC_MAX_DIMS];
+      int nv = tcc_ix_values(e->idx[d], vals, TCC_MAX_DIMS);
+      for (int i = 0; i < nv; i++)
+        if (emit_hoistable(ke, vals[i]->v, seen, indent)) return -1;
     }
   if (e->a && emit_hoistable(ke, e->a, seen, indent)) return -1;
   if (e->b && emit_hoistable(ke, e->b, seen, indent)) return -1;
@@ -1144,8 +1134,8 @@ static void declare_buffers(kernel_emit *ke, const int *bufs, int nb) {
     const tcc_buffer *B = &p->bufs[bi];
     const char *t = tcc_cpu_ctype(B->layout.dtype);
     switch (B->kind) {
-    case TCC_BUF_INPUT:
-      tcc_buf_printf(b, "  const %s *restrict b%d = (const %s *)in[%d];\n", t, bi, t, B->pos);
+    case TCC_BUF_INPUT:   /* written: index_put_ into the caller's tensor */
+      tcc_buf_printf(b, "  %s%s *restrict b%d = (%s *)in[%d];\n", written ? "" : "const ", t, bi, t, B->pos);
       break;
     case TCC_BUF_CONST:
       tcc_buf_printf(b, "  const %s *restrict b%d = b%d_data;\n", t, bi, B->value >= 0 ? bi : bi);
@@ -1797,6 +1787,11 @@ static int emit_extern(kernel_emit *ke, int kno) {
 }
 
 /* The nodes and stores of loop level lv. */
+/* operand_text for tcc_c_put_store_guard */
+static void operand_text_of(void *ctx, const tcc_vx *e, char *out, size_t cap) {
+  operand_text((kernel_emit *)ctx, e, out, cap);
+}
+
 static int emit_level(kernel_emit *ke, int lv, int indent, const tcc_vx **nodes, int nn, const int *levels,
                       const int *slevels) {
   const tcc_kernel *k = ke->k;
@@ -1815,7 +1810,9 @@ static int emit_level(kernel_emit *ke, int lv, int indent, const tcc_vx **nodes,
     for (int d = 0; d < m->rank; d++)
       if (emit_ix_values(ke, st->idx[d], indent)) return -1;
     operand_text(ke, st->value, x, sizeof x);
-    tcc_buf_printf(ke->b, "%*sb%d[", indent, "", st->buf);
+    tcc_buf_printf(ke->b, "%*s", indent, "");
+    tcc_c_put_store_guard(ke->b, st->idx, m->rank, operand_text_of, ke);
+    tcc_buf_printf(ke->b, "b%d[", st->buf);
     put_index(ke, st->buf, st->idx);
     tcc_buf_printf(ke->b, "] = %s;\n", x);
   }

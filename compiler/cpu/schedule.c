@@ -972,6 +972,17 @@ static void add_buf(int *used, int *nused, int buf) {
   (*nused)++;
 }
 
+static int used_buffers(const tcc_vx *e, tcc_ptrmap *seen, int *used, int *nused);
+
+/* The buffers the values inside index x load. */
+static int used_buffers_ix(const tcc_ix *x, tcc_ptrmap *seen, int *used, int *nused) {
+  const tcc_ix *vals[TCC_MAX_DIMS];
+  int nv = tcc_ix_values(x, vals, TCC_MAX_DIMS);
+  for (int i = 0; i < nv; i++)
+    if (used_buffers(vals[i]->v, seen, used, nused)) return -1;
+  return 0;
+}
+
 /* Every buffer a kernel touches (loads anywhere, including inside
  * reductions and index values, and stores). */
 static int used_buffers(const tcc_vx *e, tcc_ptrmap *seen, int *used, int *nused) {
@@ -979,21 +990,8 @@ static int used_buffers(const tcc_vx *e, tcc_ptrmap *seen, int *used, int *nused
   if (tcc_ptrmap_put(seen, e, e)) return -1;
   if (e->op == TCC_PRIM_LOAD) add_buf(used, nused, e->buf);
   if (e->op == TCC_PRIM_LOAD || e->op == TCC_PRIM_INDEX)
-    for (int d = 0; d < e->nidx; d++) {
-      const tcc_ix *stack[64];
-      int sp = 0;
-      stack[sp++] = e->idx[d];
-      while (sp) {
-        const tcc_ix *y = stack[--sp];
-        if (!y) continue;
-        if (y->kind == TCC_IX_VALUE) {
-          if (used_buffers(y->v, seen, used, nused)) return -1;
-        } else if (sp < 62) {
-          stack[sp++] = y->a;
-          stack[sp++] = y->b;
-        }
-      }
-    }
+    for (int d = 0; d < e->nidx; d++)
+      if (used_buffers_ix(e->idx[d], seen, used, nused)) return -1;
   if (e->a && used_buffers(e->a, seen, used, nused)) return -1;
   if (e->b && used_buffers(e->b, seen, used, nused)) return -1;
   if (e->c && used_buffers(e->c, seen, used, nused)) return -1;
@@ -1447,7 +1445,11 @@ static int plan_kernel(planner *ke) {
     free(list);
     return -1;
   }
-  for (int s = 0; s < k->nstores && !fail; s++) fail = used_buffers(k->stores[s].value, &seen, used, &nused);
+  for (int s = 0; s < k->nstores && !fail; s++) {
+    fail = used_buffers(k->stores[s].value, &seen, used, &nused);
+    for (int d = 0; d < p->bufs[k->stores[s].buf].layout.rank && !fail; d++)
+      fail = used_buffers_ix(k->stores[s].idx[d], &seen, used, &nused);
+  }
   tcc_ptrmap_free(&seen);
   ks->nodes = tcc_arena_array(p->arena, (size_t)nn + 1, sizeof *ks->nodes);
   ks->levels = tcc_arena_array(p->arena, (size_t)nn + 1, sizeof *ks->levels);

@@ -518,6 +518,11 @@ static int emit_node(cuda_emit *ce, const tcc_vx *e, int ind) {
   return 0;
 }
 
+/* operand_text for tcc_c_put_store_guard */
+static void operand_text_of(void *ctx, const tcc_vx *e, char *out, size_t cap) {
+  operand_text((cuda_emit *)ctx, e, out, cap);
+}
+
 static int emit_stores(cuda_emit *ce, int ind) {
   const tcc_kernel *k = ce->k;
   for (int s = 0; s < k->nstores; s++) {
@@ -532,7 +537,9 @@ static int emit_stores(cuda_emit *ce, int ind) {
       tcc_buf_printf(ce->b, "%*sv%d.v[l] = %s;\n", ind, "", s, x);
       continue;
     }
-    tcc_buf_printf(ce->b, "%*sb%d[", ind, "", st->buf);
+    tcc_buf_printf(ce->b, "%*s", ind, "");
+    tcc_c_put_store_guard(ce->b, st->idx, m->rank, operand_text_of, ce);
+    tcc_buf_printf(ce->b, "b%d[", st->buf);
     put_index(ce, st->buf, st->idx);
     tcc_buf_printf(ce->b, "] = %s;\n", x);
   }
@@ -684,8 +691,8 @@ static int emit_kernel(const tcc_program *p, const tcc_cuda_step *st, tcc_buf *b
     for (int s = 0; s < k->nstores; s++) written |= k->stores[s].buf == bi;
     const char *t = tcc_cuda_ctype(B->layout.dtype), *c = written ? "" : "const ";
     switch (B->kind) {
-    case TCC_BUF_INPUT:
-      tcc_buf_printf(b, "  const %s *__restrict__ b%d = (const %s *)in%d;\n", t, bi, t, B->pos);
+    case TCC_BUF_INPUT:   /* written: index_put_ into the caller's tensor */
+      tcc_buf_printf(b, "  %s%s *__restrict__ b%d = (%s *)in%d;\n", c, t, bi, t, B->pos);
       break;
     case TCC_BUF_CONST: tcc_buf_printf(b, "  const %s *__restrict__ b%d = b%d_data;\n", t, bi, bi); break;
     case TCC_BUF_OUTPUT:

@@ -818,6 +818,83 @@ def test_index_put_refusals():
         assert e.value.code == code and "aten.index_put.default" in e.value.message, str(e.value)
 
 
+def _write_rows_graph(dim, read_twice=False, accumulate=False, self_computed=False, mask=False):
+    """cache.index_put_(idx at dim, rows), then the new cache read by a
+    pointwise op and a row sum (the attention reading a KV cache after
+    its update): (gm, eager function)."""
+    def f(cache, idx, rows):
+        base = cache * 1.5 if self_computed else cache
+        ix = [None] * dim + [idx]
+        other = cache.sum() if read_twice else None
+        w = A.index_put_.default(base, ix, rows, accumulate)
+        outs = (w * 2.0, w.sum(-1))
+        return outs + ((other,) if read_twice else ())
+    g = torch.fx.Graph()
+    c, i, r = g.placeholder("cache"), g.placeholder("idx"), g.placeholder("rows")
+    base = g.call_function(A.mul.Tensor, (c, 1.5)) if self_computed else c
+    w = g.call_function(A.index_put_.default, (base, [None] * dim + [i], r, accumulate))
+    outs = [g.call_function(A.mul.Tensor, (w, 2.0)), g.call_function(A.sum.dim_IntList, (w, [-1]))]
+    if read_twice:
+        outs.append(g.call_function(A.sum.default, (c,)))
+    g.output(tuple(outs))
+    return torch.fx.GraphModule(torch.nn.Module(), g), f
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+@pytest.mark.parametrize("layout", ["contig", "t"])
+def test_index_put_into_an_input(dtype, layout):
+    """aten.index_put_ into a graph input (a StaticCache's update, as
+    the client's write_in_place sends it): the rows land in the caller's
+    tensor, where it lies, and the graph's readers see them; positions not
+    written keep their values bit for bit; values broadcast; negative
+    indices count from the end; several positions at once."""
+    g = gen(351 + FLOATS.index(dtype))
+    for dim, idx, rows_shape in ((2, torch.tensor([9]), (2, 3, 1, 4)),
+                                 (2, torch.tensor([0, -1, 5]), (3, 4)),           # broadcast rows
+                                 (0, torch.tensor([1], dtype=torch.int32), (1, 3, 16, 4))):
+        cache = rnd((2, 3, 16, 4), dtype, g, layout=layout)
+        rows = rnd(rows_shape, dtype, g)
+        gm, f = _write_rows_graph(dim)
+        k = tk.compile_fx(gm, [cache, idx, rows])
+        want_cache = cache.clone()
+        want = f(want_cache, idx, rows)
+        got_cache = cache.clone() if layout == "contig" else cache.transpose(-1, -2).clone().transpose(-1, -2)
+        assert got_cache.stride() == cache.stride()
+        got = k(got_cache, idx, rows)
+        assert torch.equal(got_cache, want_cache), (dim, idx)    # a copy, bit for bit
+        for o, w in zip(got, want):
+            check(o, w)
+
+
+def test_index_put_into_an_input_out_of_range_writes_nothing():
+    """An index outside the cache is the kernel's error, and no row is
+    written: not at the bad position's fallback (row 0), nor anywhere."""
+    cache = torch.randn(6, 5)
+    gm, _ = _write_rows_graph(0)
+    k = tk.compile_fx(gm, [cache, torch.tensor([2]), torch.randn(1, 5)])
+    before = cache.clone()
+    for bad in (torch.tensor([6]), torch.tensor([-7])):
+        with pytest.raises(RuntimeError, match="index out of range"):
+            k(cache, bad, torch.randn(1, 5))
+        assert torch.equal(cache, before)
+
+
+def test_index_put_into_an_input_refusals():
+    """index_put_ compiles only into a graph input read by nothing else
+    in the graph, with integer indices and no accumulate; the rest is
+    UNIMPLEMENTED naming the op, so the client runs it eagerly."""
+    cache, idx, rows = torch.randn(6, 5), torch.tensor([2]), torch.randn(1, 5)
+    for kw in (dict(read_twice=True), dict(accumulate=True), dict(self_computed=True)):
+        gm, _ = _write_rows_graph(0, **kw)
+        with pytest.raises(tk.CompileError) as e:
+            tk.compile_fx(gm, [cache, idx, rows])
+        assert e.value.code == -12 and "aten.index_put_.default" in e.value.message, (kw, str(e.value))
+    gm, ins = tk.op_graph(A.index_put_.default, (cache.clone(), [cache > 0], torch.tensor(1.0)))
+    with pytest.raises(tk.CompileError) as e:
+        tk.compile_fx(gm, ins)
+    assert e.value.code == -12 and "boolean mask" in e.value.message, str(e.value)
+
+
 @pytest.mark.parametrize("isa", ["x86-64-v3", "x86-64-v4"])
 def test_masked_exp_is_inline_and_exact(isa):
     """A float32 exp whose argument holds a constant below -87 (a mask's

@@ -30,6 +30,14 @@ def f_index(cache, k, pos, target, base):
     return upd * 2, onehot
 
 
+def f_write_rows(cache, k, pos):
+    """TCC_CHILD_GRAPH=write: a StaticCache's update written into the
+    cache itself (index_put_, as partition.write_in_place sends it), read
+    after the write."""
+    new = torch.ops.aten.index_put_.default(cache, [None, None, pos], k)
+    return new * 2, new.sum(-1)
+
+
 def f_conv(x, w, b):
     """TCC_CHILD_GRAPH=conv: a grouped, strided convolution with bias and
     a relu (a cuDNN step, then the epilogue kernel)."""
@@ -41,6 +49,10 @@ with FakeTensorMode(allow_non_fake_inputs=False):
         args = (torch.empty(2, 8, 9, 9, device="cuda"), torch.empty(12, 4, 3, 3, device="cuda"),
                 torch.empty(12, device="cuda"))
         gm = make_fx(f_conv)(*args)
+    elif os.environ.get("TCC_CHILD_GRAPH") == "write":
+        args = (torch.empty(2, 3, 16, 4, device="cuda"), torch.empty(2, 3, 1, 4, device="cuda"),
+                torch.empty(1, dtype=torch.int64, device="cuda"))
+        gm = make_fx(f_write_rows)(*args)
     elif os.environ.get("TCC_CHILD_GRAPH") == "index":
         args = (torch.empty(2, 3, 16, 4, device="cuda"), torch.empty(2, 3, 1, 4, device="cuda"),
                 torch.empty(1, dtype=torch.int64, device="cuda"),

@@ -196,9 +196,10 @@ def test_inplace_ops_and_input_mutation(daemon):
 
 def test_cache_rows_written_in_place(daemon):
     """The graph's functional index_put of each cache becomes index_put_
-    on the cache itself (partition.write_in_place): no step copies a
-    whole cache, nothing falls back, and outputs and caches match eager
-    step after step, in the same storage. A cache also read elsewhere in
+    on the cache itself (partition.write_in_place), compiled in the one
+    partition that reads the cache: no step copies a whole cache,
+    nothing falls back, and outputs and caches match eager step after
+    step, in the same storage. A cache also read elsewhere in
     the graph, and an index_put of an input the graph does not mutate,
     stay functional (and right)."""
     torch.manual_seed(0)
@@ -216,6 +217,7 @@ def test_cache_rows_written_in_place(daemon):
     assert mod.k.data_ptr() == ptr
     (g,) = tccd.stats()["graphs_detail"]
     assert g["writes_in_place"] == 2 and g["fallback_ops"] == 0, g
+    assert g["eager_writes_in_place"] == 0 and g["partitions"] == 1, g   # compiled with the attention
 
     def reads_old(c, i, rows):
         before = c.sum(-1)              # the old cache, read after the write in a reordered graph

@@ -116,6 +116,20 @@ def test_index_put_and_scatter_compile_for_cuda(daemon):
 
 
 @pytest.mark.skipif(not os.path.exists(FAKE_CUDA), reason="fake libcuda not built")
+def test_rows_written_into_an_input_compile_for_cuda(daemon):
+    """index_put_ into a graph input (a KV cache's update written where
+    it lies) compiles for sm_90 in the partition that reads the cache
+    (NVRTC: the store guarded, the input's pointer written), its kernel
+    launched first on the cache's own pointer."""
+    r = run_fake_cuda_child(daemon, 6, TCC_CHILD_GRAPH="write")
+    assert r["target"] == "sm_90" and r["partitions"] == 1, r
+    (k,) = r["kernels"]
+    launches = [e for e in k["events"] if e.startswith("launch ")]
+    assert len(launches) == len(k["kinds"]) >= 2, k
+    assert k["inputs"][0] in launches[0], (k["inputs"], launches)
+
+
+@pytest.mark.skipif(not os.path.exists(FAKE_CUDA), reason="fake libcuda not built")
 def test_convolution_is_a_cudnn_step_with_its_workspace(daemon):
     """A convolution compiles for sm_90 into a cuDNN step and its epilogue
     kernel; the package sizes the workspace as the loaded plan asks (the

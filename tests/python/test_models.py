@@ -197,8 +197,8 @@ def test_gpt2_decode_with_a_static_cache(daemon, fresh_state):
     """GPT-2 from transformers (random-initialised small config) decoding
     token by token in a StaticCache, the serving loop: each step's logits
     and the cache match eager's, the cache's rows are written in place
-    (two writes per layer, nothing falls back) and the cache tensors stay
-    the same storage."""
+    (two writes per layer, compiled into the step's one partition; nothing
+    falls back) and the cache tensors stay the same storage."""
     from transformers import GPT2Config, GPT2LMHeadModel, StaticCache
 
     cfg = GPT2Config(vocab_size=256, n_embd=64, n_layer=2, n_head=4, n_positions=64,
@@ -229,6 +229,9 @@ def test_gpt2_decode_with_a_static_cache(daemon, fresh_state):
     assert [layer.keys.data_ptr() for layer in caches[0].layers] == ptrs
     details = tccd.stats()["graphs_detail"]
     assert sum(g.get("writes_in_place", 0) for g in details) == 2 * cfg.n_layer, details
+    # written by the kernels, in the one partition that reads the cache
+    assert sum(g.get("eager_writes_in_place", 0) for g in details) == 0, details
+    assert [g["partitions"] for g in details if g["ops"]] == [1], details
     assert tccd.stats()["fallback_ops"] == 0, tccd.fallback_ops()
 
 

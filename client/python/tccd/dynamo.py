@@ -854,7 +854,11 @@ class _CompiledGraph:
         live = [p for p in self.partitions if p.eager_reason is None]
         self.record = dict(id=self.id, kind=self.kind, ops=self.n_ops, compiled_ops=compiled,
                            fallback_ops=fallback, partitions=len(live), eager=False,
-                           writes_in_place=P.count_writes_in_place(gm),
+                           writes_in_place=P.count_writes_in_place(gm) + sum(
+                               P.count_writes_in_place(p.sub_gm) for p in live),
+                           eager_writes_in_place=P.count_writes_in_place(gm) + sum(
+                               P.count_writes_in_place(p.sub_gm) for p in self.partitions
+                               if p.eager_reason is not None),
                            fallback=dict(names),
                            reasons={k: sorted(v) for k, v in reasons.items()})
         _count_record(self.record)

@@ -249,7 +249,7 @@ def static_verdict(node, table, device="cpu"):
     target = node.target
     if not isinstance(target, OpOverload):
         return None, "not an ATen overload"
-    if target._schema.is_mutable:
+    if target._schema.is_mutable and not writes_in_place(node):
         return None, "mutates an input"
     outs = _tensors(G.meta_val(node))
     if outs is None:
@@ -440,11 +440,15 @@ def write_in_place(gm, mutations):
     the output being the input's new value, data mutated only) whose one
     use is such an index_put (accumulate off) returned as its new value,
     the index_put becomes index_put_ on the input itself: every reader of
-    the new value reads the input, written in place, and the epilogue's
-    copy_ of the input onto itself is a no-op (copy_ of the same data).
-    The write runs eagerly between partitions, where it is ordered after
-    the rows it writes and before every read of the cache. Returns how
-    many it rewrote."""
+    the new value reads the index_put_'s result, the input written in
+    place, and the graph returns the input as its new value, so that the
+    epilogue's copy_ of the input onto itself is a no-op (copy_ of the
+    same data). A daemon that compiles aten.index_put_ (into a graph
+    input read by nothing else: compiler/infer.c) writes the rows inside
+    the partition that reads them, ordered by that result; elsewhere the
+    write runs eagerly between partitions, where it is ordered after the
+    rows it writes and before every read of the cache. Returns how many
+    it rewrote."""
     outs = list(gm.graph.output_node().args[0])
     phs = [n for n in gm.graph.nodes if n.op == "placeholder"]
     done = 0
@@ -470,8 +474,11 @@ def write_in_place(gm, mutations):
         w.meta = dict(u.meta)
         u.replace_all_uses_with(w)
         gm.graph.erase_node(u)
+        outs[k] = ph
         done += 1
     if done:
+        out = gm.graph.output_node()
+        out.args = (type(out.args[0])(outs),) + tuple(out.args[1:])
         gm.graph.lint()
         gm.recompile()
     return done
