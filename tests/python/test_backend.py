@@ -247,6 +247,50 @@ def test_cache_rows_written_in_place(daemon):
     assert [d["writes_in_place"] for d in details] == [2, 0, 0], details
 
 
+def _anon_huge_kb(ptr):
+    """AnonHugePages of the mapping of this process that holds ptr."""
+    inside = False
+    for line in open("/proc/self/smaps"):
+        head = line.split()[0] if line.strip() else ""
+        if "-" in head and ":" not in head:
+            lo, hi = (int(v, 16) for v in head.split("-"))
+            inside = lo <= ptr < hi
+        elif inside and line.startswith("AnonHugePages:"):
+            return int(line.split()[1])
+    return 0
+
+
+def test_inference_weights_collapsed_into_huge_pages(daemon):
+    """An inference graph's first call collapses its parameters' storages
+    (16 MB each here) into 2 MB pages where they lie (hugepages.py): the
+    weights' mapping then holds huge pages, the outputs match eager, the
+    addresses are the same, and later calls and huge_pages=False collapse
+    nothing."""
+    from tccd import hugepages
+    torch.manual_seed(0)
+
+    def mlp():
+        return torch.nn.Sequential(torch.nn.Linear(1024, 4096), torch.nn.GELU(),
+                                   torch.nn.Linear(4096, 1024)).eval()
+    m, x = mlp(), torch.randn(3, 1024)
+    ptr = m[0].weight.data_ptr()
+    before = tccd.stats()
+    with torch.no_grad():
+        y = torch.compile(m, backend="tccd")(x)
+        torch.testing.assert_close(y, m(x), **F32)
+    after = tccd.stats()
+    if hugepages._off or (after["huge_page_bytes"] == before["huge_page_bytes"] and after["huge_page_failures"] > before["huge_page_failures"]):
+        pytest.skip("this kernel collapses no pages now (no MADV_COLLAPSE, or no free huge page)")
+    assert after["huge_page_bytes"] - before["huge_page_bytes"] >= 2 * 12 * (1 << 20), (before, after)
+    assert _anon_huge_kb(ptr) >= 12 * 1024 and m[0].weight.data_ptr() == ptr
+    with torch.no_grad():
+        torch.compile(m, backend="tccd")(torch.randn(3, 1024))      # the same storages: not again
+        m2 = mlp()
+        torch.compile(m2, backend="tccd", options={"huge_pages": False})(x)
+    assert tccd.stats()["huge_page_bytes"] == after["huge_page_bytes"]
+    assert _anon_huge_kb(m2[0].weight.data_ptr()) == 0
+
+
 def test_requires_grad_inputs(daemon):
     def f(x, y):
         return (torch.sin(x) * torch.sigmoid(y) + torch.exp(-x * x)).sum()

@@ -16,6 +16,7 @@ and the environment.
 | cuda               | TCCD_CUDA                | "compile": graphs on CUDA tensors are compiled for the device's arch (NVRTC cubin) and launched on the current stream; "eager": they run eagerly |
 | aot_cache          | TCCD_AOT_CACHE           | True: AOTAutograd's result is cached on this node (torch's AOTAutogradCache, in TORCHINDUCTOR_CACHE_DIR), so a warm process skips the re-trace; 0/False: always trace |
 | plans              | TCCD_PLANS               | True (with aot_cache): a graph's AOTAutograd result and partitioning go to the daemon as a signed plan (plan.py), and a process whose node has no entry starts from the daemon's plan; 0/False: this node's cache only |
+| huge_pages         | TCCD_HUGE_PAGES          | True: on an inference graph's first call on CPU, the storages of its nn.Parameter arguments (4 MB and up) are collapsed into 2 MB pages in place (hugepages.py); 0/False: left as they are |
 | eager_guard        | TCCD_EAGER_GUARD         | on in the max-autotune modes, off otherwise: on its first call each partition's kernel is timed against the partition's own ops run eagerly on the same inputs, and a kernel slower than eager gives way (dynamo.py, "the eager guard") |
 
 The environment is read when a backend is made (tccd.backend(...)) or,
@@ -104,6 +105,7 @@ class Config:
     cuda: str = "compile"
     aot_cache: bool = True
     plans: bool = True
+    huge_pages: bool = True
     eager_guard: bool = False
 
     @staticmethod
@@ -136,6 +138,7 @@ class Config:
             cuda=kw.pop("cuda", None) or os.environ.get("TCCD_CUDA") or "compile",
             aot_cache=_bool_option("aot_cache", kw.pop("aot_cache", None), "TCCD_AOT_CACHE"),
             plans=_bool_option("plans", kw.pop("plans", None), "TCCD_PLANS"),
+            huge_pages=_bool_option("huge_pages", kw.pop("huge_pages", None), "TCCD_HUGE_PAGES"),
         )
         if cfg.mode not in MODES:
             raise ValueError(f"tccd: unknown mode {cfg.mode!r}; expected one of {', '.join(MODES)}")

@@ -56,7 +56,7 @@ except ImportError:                  # a torch without it: partitions key every 
     _TensorGuards = None
 
 from . import _stats
-from . import aot_cache, targets
+from . import aot_cache, hugepages, targets
 from . import graph as G
 from . import partition as P
 from . import recipe
@@ -535,6 +535,8 @@ class _CompiledGraph:
     def __call__(self, args):
         run = self._run
         if run is None:
+            if self.kind == "inference" and self.cfg.huge_pages:
+                hugepages.collapse(args)      # the weights it streams, once
             run = self._setup()
         return run(args)
 
