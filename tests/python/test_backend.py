@@ -261,11 +261,11 @@ def _anon_huge_kb(ptr):
 
 
 def test_inference_weights_collapsed_into_huge_pages(daemon):
-    """An inference graph's first call collapses its parameters' storages
-    (16 MB each here) into 2 MB pages where they lie (hugepages.py): the
-    weights' mapping then holds huge pages, the outputs match eager, the
-    addresses are the same, and later calls and huge_pages=False collapse
-    nothing."""
+    """An inference graph's first call has its parameters' storages (16 MB
+    each here) collapsed into 2 MB pages where they lie, on a thread of
+    their own (hugepages.py): the weights' mapping then holds huge pages,
+    the outputs match eager before and after, the addresses are the same,
+    and later calls and huge_pages=False collapse nothing."""
     from tccd import hugepages
     torch.manual_seed(0)
 
@@ -278,6 +278,9 @@ def test_inference_weights_collapsed_into_huge_pages(daemon):
     with torch.no_grad():
         y = torch.compile(m, backend="tccd")(x)
         torch.testing.assert_close(y, m(x), **F32)
+    assert hugepages.wait(120)              # the collapsing thread runs beside the calls
+    with torch.no_grad():
+        torch.testing.assert_close(torch.compile(m, backend="tccd")(x), m(x), **F32)
     after = tccd.stats()
     if hugepages._off or (after["huge_page_bytes"] == before["huge_page_bytes"] and after["huge_page_failures"] > before["huge_page_failures"]):
         pytest.skip("this kernel collapses no pages now (no MADV_COLLAPSE, or no free huge page)")
@@ -287,6 +290,7 @@ def test_inference_weights_collapsed_into_huge_pages(daemon):
         torch.compile(m, backend="tccd")(torch.randn(3, 1024))      # the same storages: not again
         m2 = mlp()
         torch.compile(m2, backend="tccd", options={"huge_pages": False})(x)
+    assert hugepages.wait(120)
     assert tccd.stats()["huge_page_bytes"] == after["huge_page_bytes"]
     assert _anon_huge_kb(m2[0].weight.data_ptr()) == 0
 

@@ -37,7 +37,8 @@ guarded_ops       ops of partitions whose kernel lost to eager for some
                   they compile, they are just slower)
 huge_page_bytes   inference weights' bytes collapsed into 2 MB pages
                   (hugepages.py; Config.huge_pages)
-huge_page_failures storages the kernel would not collapse then (EAGAIN, ENOMEM)
+huge_page_failures 2 MB pages the kernel would not collapse then (EAGAIN, ENOMEM)
+huge_page_seconds the collapsing thread's time (it runs beside the calls)
 """
 import collections
 import threading
@@ -48,7 +49,8 @@ _ZERO = dict(graphs=0, eager_graphs=0, ops=0, compiled_ops=0, fallback_ops=0, pa
              cache_coalesced=0, cache_remote_hit=0, compile_seconds=0.0, setup_seconds=0.0, aot_save_seconds=0.0,
              aot_cache_hits=0, aot_recipe_hits=0, plan_hits=0, plan_misses=0, plans_refused=0,
              plans_sent=0, plan_save_seconds=0.0, plan_load_seconds=0.0,
-             guard_checks=0, guard_seconds=0.0, guarded_ops=0, huge_page_bytes=0, huge_page_failures=0)
+             guard_checks=0, guard_seconds=0.0, guarded_ops=0, huge_page_bytes=0, huge_page_failures=0,
+             huge_page_seconds=0.0)
 _counters = dict(_ZERO)
 _fallback = collections.Counter()
 _graphs = []

@@ -16,7 +16,7 @@ and the environment.
 | cuda               | TCCD_CUDA                | "compile": graphs on CUDA tensors are compiled for the device's arch (NVRTC cubin) and launched on the current stream; "eager": they run eagerly |
 | aot_cache          | TCCD_AOT_CACHE           | True: AOTAutograd's result is cached on this node (torch's AOTAutogradCache, in TORCHINDUCTOR_CACHE_DIR), so a warm process skips the re-trace; 0/False: always trace |
 | plans              | TCCD_PLANS               | True (with aot_cache): a graph's AOTAutograd result and partitioning go to the daemon as a signed plan (plan.py), and a process whose node has no entry starts from the daemon's plan; 0/False: this node's cache only |
-| huge_pages         | TCCD_HUGE_PAGES          | True: on an inference graph's first call on CPU, the storages of its nn.Parameter arguments (4 MB and up) are collapsed into 2 MB pages in place (hugepages.py); 0/False: left as they are |
+| huge_pages         | TCCD_HUGE_PAGES          | True: from an inference graph's first call on CPU, the storages of its nn.Parameter arguments (4 MB and up) are collapsed into 2 MB pages in place, on a thread beside the calls (hugepages.py); 0/False: left as they are |
 | eager_guard        | TCCD_EAGER_GUARD         | on in the max-autotune modes, off otherwise: on its first call each partition's kernel is timed against the partition's own ops run eagerly on the same inputs, and a kernel slower than eager gives way (dynamo.py, "the eager guard") |
 
 The environment is read when a backend is made (tccd.backend(...)) or,
