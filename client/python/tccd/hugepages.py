@@ -8,16 +8,18 @@ transparent huge pages only when THP_MEM_ALLOC_ENABLE=1 (and the kernel's
 THP mode is "madvise" on Debian and most distributions), so a model's
 parameters are usually on 4 KB pages.
 
-On the first call of an inference graph on CPU tensors, the package asks
+After the first call of an inference graph on CPU tensors, the package asks
 the kernel to collapse the parameters' memory into 2 MB pages in place
 (madvise MADV_COLLAPSE, Linux 6.1 and later): the storage of each
 nn.Parameter argument of at least MIN_BYTES, over the 2 MB-aligned part
 of it, once per storage. The data and the addresses stay as they are.
-The collapse runs on a thread of its own, one 2 MB page at a time, so the
-first call does not wait for it: the kernel copies each page, at 0.3-0.4
-GB/s on the 2-core VMs of docs/benchmarks.md (BERT-base's 340 MB in 0.7
-s, a 1B-class decoder's 1.2 GB in 3.2 s), and calls meanwhile read the
-weights as they were. A kernel without MADV_COLLAPSE (EINVAL) turns the
+The collapse runs on a thread of its own, one 2 MB page at a time, so no
+call waits for it: the kernel copies each page, at 0.3-0.4 GB/s on the
+2-core VMs of docs/benchmarks.md (BERT-base's 340 MB in 0.7 s, a
+1B-class decoder's 1.2 GB in 3.2 s), and calls meanwhile read the
+weights as they were. It starts once the first call has returned: it
+takes the page tables' lock, and the first call's page faults (new
+outputs, loaded kernels) had waited behind it, 0.4-0.6 s on BERT-base. A kernel without MADV_COLLAPSE (EINVAL) turns the
 collapse off for the process; memory it cannot collapse now (EAGAIN,
 ENOMEM: no free huge page) stays on small pages.
 
