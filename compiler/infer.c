@@ -825,24 +825,16 @@ int tcc_infer_index_put(const tcc_graph *g, const tcc_node *n, tcc_meta *out, tc
 /* index_put_ into a graph input, written where it lies (a StaticCache's
  * index_copy_ at the decoded position, the client's write_in_place):
  * one 1-D integer index tensor, any number of positions, no
- * accumulate, and self read by nothing else in the graph -- its one use
- * is this node, whose result every reader of the new contents reads, so
- * program order on that value orders the write before them and no
- * reader can see the write early or late (lower.c). The rest runs
- * eagerly: UNIMPLEMENTED. */
+ * accumulate, and self a graph input read by nothing else in the graph
+ * (verify.c) -- its one use is this node, whose result every reader of
+ * the new contents reads, so program order on that value orders the
+ * write before them and no reader can see the write early or late
+ * (lower.c). The rest runs eagerly: UNIMPLEMENTED. */
 int tcc_infer_index_put_input(const tcc_graph *g, const tcc_node *n, tcc_meta *out, tcc_error *err) {
   const tcc_meta *m = tensor_meta(g, &n->args[0]), *v = tensor_meta(g, ARG("values"));
   const tcc_arg *ix = ARG("indices"), *acc = ARG("accumulate");
   if (!m || !v) return BAD("index_put_: self and values must be tensors");
-  int self = n->args[0].v;
-  if (g->values[self].kind != TCC_VAL_INPUT)
-    return tcc_error_set(err, TCC_E_UNIMPLEMENTED, "index_put_ writes in place only into a graph input");
-  int uses = 0;
-  for (int k = 0; k < g->nnodes; k++) FOR_EACH_TENSOR_ARG(&g->nodes[k], a, { uses += a == self; })
-  for (int i = 0; i < g->noutputs; i++) uses += g->outputs[i] == self;
-  if (uses != 1)
-    return tcc_error_set(err, TCC_E_UNIMPLEMENTED, "index_put_: the graph reads the input it writes "
-                         "elsewhere too (%d uses)", uses);
+  /* self: a graph input read nowhere else (verify.c checked) */
   if (acc && acc->i) return tcc_error_set(err, TCC_E_UNIMPLEMENTED, "index_put_ with accumulate=True");
   if (ix->n > m->rank) return BAD("index_put_: %d indices for a tensor of rank %d", ix->n, m->rank);
   int pos = -1;

@@ -21,7 +21,9 @@
  *   7. no cycles. Nodes may be listed in any order: they are sorted
  *      topologically here (Kahn), and a cycle is reported with the node
  *      that closes it
- *   8. shapes and dtypes: each node's declared output meta must be what
+ *   8. a node that writes into its input (index_put_) writes into a graph
+ *      input that nothing else in the graph reads (else UNIMPLEMENTED)
+ *   9. shapes and dtypes: each node's declared output meta must be what
  *      the op produces (infer.c)
  *
  * Messages name what is wrong and where: "node 3 (aten.add.Tensor):
@@ -882,7 +884,30 @@ int tcc_verify(const Tcc__V1__CompileRequest *req, tcc_arena *A, tcc_graph *g,
   if (!order) return tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "out of memory");
   if ((rc = topo_sort(vc, order))) return rc;
 
-  /* 8. shapes and dtypes, in topological order */
+  /* 8. writes into graph inputs (index_put_): into an input the graph
+   * reads nowhere else, so that program order on the write's result
+   * orders every reader of the new contents after it (lower.c); anything
+   * else runs eagerly. One pass counts every value's uses. */
+  int *uses = NULL;
+  for (int k = 0; k < nn; k++) {
+    const tcc_node *n = &g->nodes[order[k]];
+    if (!tcc_op_writes_input(n->op)) continue;
+    if (!uses) {
+      uses = tcc_arena_array(A, (size_t)g->nvalues + 1, sizeof *uses);
+      if (!uses) return tcc_error_set(err, TCC_E_RESOURCE_EXHAUSTED, "out of memory");
+      for (int j = 0; j < nn; j++) FOR_EACH_TENSOR_ARG(&g->nodes[j], v, { uses[v]++; })
+      for (int i = 0; i < g->noutputs; i++) uses[g->outputs[i]]++;
+    }
+    int self = n->args[0].kind == TCC_ARG_TENSOR ? n->args[0].v : -1;
+    if (self < 0 || g->values[self].kind != TCC_VAL_INPUT)
+      return tcc_error_set(err, TCC_E_UNIMPLEMENTED, "node %d (%s): writes in place only into a graph input",
+                           n->src_index, n->op->name);
+    if (uses[self] != 1)
+      return tcc_error_set(err, TCC_E_UNIMPLEMENTED, "node %d (%s): the graph reads the input it writes "
+                           "elsewhere too (%d uses)", n->src_index, n->op->name, uses[self]);
+  }
+
+  /* 9. shapes and dtypes, in topological order */
   tcc_meta inferred[TCC_SCHEMA_MAX_RETURNS];
   for (int k = 0; k < nn; k++) {
     const tcc_node *n = &g->nodes[order[k]];
@@ -915,7 +940,7 @@ int tcc_verify(const Tcc__V1__CompileRequest *req, tcc_arena *A, tcc_graph *g,
     }
   }
 
-  /* 9. dynamic shapes: the symbolic input dims */
+  /* 10. dynamic shapes: the symbolic input dims */
   if (g->dynamic) return tcc_dyn_verify(req, A, g, err);
   return 0;
 }

@@ -291,8 +291,8 @@ def test_inference_weights_collapsed_into_huge_pages(daemon):
         m2 = mlp()
         torch.compile(m2, backend="tccd", options={"huge_pages": False})(x)
     assert hugepages.wait(120)
-    assert tccd.stats()["huge_page_bytes"] == after["huge_page_bytes"]
-    assert _anon_huge_kb(m2[0].weight.data_ptr()) == 0
+    assert tccd.stats()["huge_page_bytes"] == after["huge_page_bytes"]   # (m2's memory may be reused
+    # pages an earlier test's collapse left huge: its mapping says nothing here)
 
 
 def test_requires_grad_inputs(daemon):
