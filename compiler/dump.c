@@ -237,6 +237,7 @@ void tcc_dump_program(const tcc_program *p, tcc_buf *b) {
     if (B->kind == TCC_BUF_TEMP && p->planned && !B->dead)
       tcc_buf_printf(b, " ws+%" PRId64, B->ws_offset);
     if (B->value >= 0) tcc_buf_printf(b, "  (v%d)", B->value);
+    if (B->written_in_place) tcc_buf_puts(b, "  written in place");
     tcc_buf_puts(b, B->dead ? "  dead\n" : "\n");
   }
   for (int k = 0; k < p->nkernels; k++) {
