@@ -859,13 +859,15 @@ class _CompiledGraph:
                     names[k] = names.get(k, 0) + v
                 reasons.setdefault(p.eager_reason, set()).update(sub_names)
         live = [p for p in self.partitions if p.eager_reason is None]
+        # write_in_place's writes: between partitions (eager), or inside
+        # them (compiled, unless the partition runs eagerly)
+        between = P.count_writes_in_place(gm)
+        inside = [(p, P.count_writes_in_place(p.sub_gm)) for p in self.partitions]
         self.record = dict(id=self.id, kind=self.kind, ops=self.n_ops, compiled_ops=compiled,
                            fallback_ops=fallback, partitions=len(live), eager=False,
-                           writes_in_place=P.count_writes_in_place(gm) + sum(
-                               P.count_writes_in_place(p.sub_gm) for p in live),
-                           eager_writes_in_place=P.count_writes_in_place(gm) + sum(
-                               P.count_writes_in_place(p.sub_gm) for p in self.partitions
-                               if p.eager_reason is not None),
+                           writes_in_place=between + sum(n for _, n in inside),
+                           eager_writes_in_place=between + sum(n for p, n in inside
+                                                               if p.eager_reason is not None),
                            fallback=dict(names),
                            reasons={k: sorted(v) for k, v in reasons.items()})
         _count_record(self.record)

@@ -444,7 +444,7 @@ def write_in_place(gm, mutations):
     place, and the graph returns the input as its new value, so that the
     epilogue's copy_ of the input onto itself is a no-op (copy_ of the
     same data). A daemon that compiles aten.index_put_ (into a graph
-    input read by nothing else: compiler/infer.c) writes the rows inside
+    input read by nothing else: compiler/verify.c) writes the rows inside
     the partition that reads them, ordered by that result; elsewhere the
     write runs eagerly between partitions, where it is ordered after the
     rows it writes and before every read of the cache. Returns how many
