@@ -108,6 +108,9 @@ typedef struct tcc_cpu_gemm {
 #define TCC_CPU_STREAM_L1 32768
 #define TCC_CPU_STREAM_A_BYTES 18432
 #define TCC_CPU_STREAM_GROUP 8
+/* A split-K GEMM's chunk for the helper thread (share.c): about this
+ * many bytes of the weight's rows (at least one pass). */
+#define TCC_CPU_SPLIT_K_CHUNK 131072
 
 /* The most rows of A for which a CPU float32 GEMM A[M, K] . W^T, W stored
  * [N, K], streams W's rows rather than calling a library on the ISA
@@ -345,6 +348,11 @@ void tcc_cpu_emit_bench_hooks(tcc_buf *src, int nkernels);
 #define TCC_BODY_ID_HEX 16
 extern const char tcc_cpu_prelude[];
 extern const char tcc_cpu_governor[];   /* prelude.c: tcc_gov_begin/_end */
+/* share.c: the helper thread of streamed GEMMs on a busy machine; its
+ * declarations go in the preamble (before the governor), its
+ * definitions after it, in the artifact's own translation unit. */
+extern const char tcc_cpu_share_decls[];
+extern const char tcc_cpu_share_defs[];
 /* The runtime of oneDNN convolution steps (runtime/onednn_conv.c, as
  * text): emit.c copies it into sources that have such steps. */
 extern const char tcc_onednn_conv_runtime[];

@@ -220,9 +220,12 @@ const char tcc_cpu_prelude[] =
  * found in one run of probes (before, a second probe a whole gap later:
  * one GPT-2 decode process in six ran its steady state on one thread,
  * 2x slow, after two slow samples at the start).
- * tcc_gov_begin returns the mode, plus 2 for a probe (tcc_gov_end's
- * argument). With one OpenMP thread, or with TCC_NO_GOVERNOR set in the
- * process (a debug switch), it does nothing. State is per artifact;
+ * In mode 1 a call also holds the artifact's helper thread, which takes
+ * chunks of its streamed GEMMs and never makes the caller wait
+ * (share.c). tcc_gov_begin returns the mode, plus 2 for a probe
+ * (tcc_gov_end's argument). With one OpenMP thread, or with
+ * TCC_NO_GOVERNOR set in the process (a debug switch), it does nothing;
+ * TCC_ONE_THREAD (tests, benchmarks) runs every call in mode 1. State is per artifact;
  * concurrent calls race only on statistics (relaxed atomics). */
 const char tcc_cpu_governor[] =
   "#include <time.h>\n"
@@ -258,11 +261,16 @@ const char tcc_cpu_governor[] =
   "  if (__atomic_load_n(&off, __ATOMIC_RELAXED) < 0) {\n"
   "    char *getenv(const char *);\n"
   "    __atomic_store_n(&off, getenv(\"TCC_NO_GOVERNOR\") != 0, __ATOMIC_RELAXED);\n  }\n"
+  "  static int one = -1;  /* TCC_ONE_THREAD (tests, benchmarks): always the calling thread */\n"
+  "  if (__atomic_load_n(&one, __ATOMIC_RELAXED) < 0) {\n"
+  "    char *getenv(const char *), *e = getenv(\"TCC_ONE_THREAD\");\n"
+  "    __atomic_store_n(&one, e && e[0] && !(e[0] == '0' && !e[1]), __ATOMIC_RELAXED);\n  }\n"
   "  *saved = omp_get_max_threads();\n"
   "  if (*saved <= 1 || __atomic_load_n(&off, __ATOMIC_RELAXED)) return -1;\n"
   "  int64_t c = __atomic_fetch_add(&tcc_gov_calls, 1, __ATOMIC_RELAXED);\n"
   "  int mode;\n"
-  "  if (c < 5) mode = c >= 3;\n"
+  "  if (__atomic_load_n(&one, __ATOMIC_RELAXED)) mode = 1;\n"
+  "  else if (c < 5) mode = c >= 3;\n"
   "  else {\n"
   "    int64_t m0 = tcc_gov_cost(0), m1 = tcc_gov_cost(1);\n"
   "    int best = m1 > 0 && m1 < m0, other = !best;\n"
@@ -271,12 +279,21 @@ const char tcc_cpu_governor[] =
   "      int64_t mb = best ? m1 : m0, mo = other ? m1 : m0;\n"
   "      tcc_gov_plan_probe(c, __atomic_fetch_add(&tcc_gov_probes, 1, __ATOMIC_RELAXED), mb, mo);\n"
   "      mode = other | 2;\n    }\n  }\n"
-  "  if ((mode & 1) == 1) omp_set_num_threads(1);\n  return mode;\n}\n"
+  "  if ((mode & 1) == 1) {\n"
+  "    omp_set_num_threads(1);\n"
+  "#ifdef TCC_SHARE\n"
+  "    tcc_share_enter();   /* streamed GEMMs share chunks with the helper (share.c) */\n"
+  "#endif\n"
+  "  }\n  return mode;\n}\n"
   "static void tcc_gov_end(int mode, int saved, int64_t t0) {\n"
   "  if (mode < 0) return;\n"
   "  const int probe = mode & 2;\n"
   "  mode &= 1;\n"
-  "  if (mode == 1) omp_set_num_threads(saved);\n"
+  "  if (mode == 1) {\n"
+  "#ifdef TCC_SHARE\n"
+  "    tcc_share_leave();\n"
+  "#endif\n"
+  "    omp_set_num_threads(saved);\n  }\n"
   "  int64_t dt = tcc_gov_now() - t0;\n"
   "  int64_t c = __atomic_load_n(&tcc_gov_calls, __ATOMIC_RELAXED);\n"
   "  if (c <= 1 || dt <= 0) return;  /* the warm-up */\n"

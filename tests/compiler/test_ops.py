@@ -1544,8 +1544,8 @@ def test_gemm_on_threads(dtype, la, lb):
         assert dtype == torch.float32 and "onednn/" in k.identity, body
     elif "float *parts[64];" in body:  # 6 rows times a weight stored [K, N]: K split among the threads
         assert dtype == torch.float32 and b.stride(1) == 1 and "#pragma omp parallel\n" in body, body
-    elif "vector_size(" in body:  # 6 rows times a weight stored [N, K]: its rows streamed, blocks on the threads
-        assert dtype == torch.float32 and lb == "t" and "#pragma omp parallel for schedule(static) if(1)" in body, body
+    elif "vector_size(" in body:  # 6 rows times a weight stored [N, K]: its rows streamed, groups of blocks on the threads (or chunks shared with the helper thread)
+        assert dtype == torch.float32 and lb == "t" and "#pragma omp parallel for schedule(static) if(1 && !tl)" in body, body
     else:
         assert "#pragma omp parallel" in body and "omp_get_thread_num" in body, body
     gm, ins = tk.op_graph(A.bmm.default, (x3, y3))

@@ -118,3 +118,65 @@ if __name__ == "__main__":
     print(f"test_parallel: seed {SEED} (TCC_TEST_SEED={SEED} replays), "
           f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}")
     print(f"{sys.argv[1]}: {stress(sys.argv[1])} parallel loops, {RUNS} runs each, identical")
+
+
+HOST_ISA = __import__("tccd.config", fromlist=["x"]).host_cpu_isa()
+
+
+@pytest.mark.parametrize("rows,n,k,layout", [(9, 3072, 768, "nk"), (9, 770, 3000, "nk"), (1, 2050, 1000, "nk"),
+                                             (1, 3072, 768, "kn"), (8, 770, 1001, "kn")])
+def test_few_row_gemm_shares_chunks_with_the_helper_thread(rows, n, k, layout, monkeypatch):
+    """On the calling thread alone (the thread governor's mode on a busy
+    machine; TCC_ONE_THREAD=1 forces it), a streamed GEMM shares its
+    chunks with the artifact's helper thread (compiler/cpu/share.c), which
+    the scheduler may preempt with a chunk half done: the caller takes
+    such chunks back and never waits for it. Weights stored [N, K]
+    (nn.Linear's, streamed by rows: k in one pass, k in chunks (rows over
+    32 KB), one row with N past the last whole group and a k tail) and
+    [K, N] (GPT-2's Conv1D, split along k: each thread's committed
+    chunks summed apart, the sums stored at the job's end; a k tail past
+    the last pass). Every call's output matches float64 on fresh inputs,
+    quiet and while a spinning process takes time slices from the
+    threads (chunks taken back); the helper stored chunks; unloading the
+    artifact stops and joins the helper."""
+    if (os.cpu_count() or 1) < 2:
+        pytest.skip("one CPU: the governor runs every call on the calling thread, without the helper")
+    import _ctypes
+    import ctypes
+    A = torch.ops.aten
+    monkeypatch.setenv("TCC_ONE_THREAD", "1")
+    g = torch.Generator().manual_seed((SEED ^ hash((rows, n, k))) & 0xffffffff)
+    w = torch.rand((n, k) if layout == "nk" else (k, n), generator=g) * 2 - 1
+    b, x = torch.rand(n, generator=g) * 2 - 1, torch.rand(rows, k, generator=g) * 2 - 1
+
+    def f(x, w, b):
+        return A.gelu.default(A.addmm.default(b, x, A.t.default(w) if layout == "nk" else w))
+    gm = tk.aten_graph(f, [x, w, b], decompose=False)
+    kern = tk.compile_fx(gm, [x, w, b], isa=HOST_ISA if HOST_ISA in ("x86-64-v3", "x86-64-v4") else "x86-64-v3",
+                         keep_source=True)
+    assert "tcc_share_run(TCC_SELF, P, TCC_NP," in kern.source
+    counts = (ctypes.c_int64 * 3).in_dll(kern.lib, "tcc_share_counts")
+
+    def check(calls):
+        for _ in range(calls):
+            x.copy_(torch.rand(rows, k, generator=g) * 2 - 1)
+            torch.testing.assert_close(kern(x, w, b)[0].double(), f(x.double(), w.double(), b.double()),
+                                       rtol=1e-4, atol=1e-4)
+    check(20)
+    for _ in range(200):   # the helper wakes within microseconds on a quiet machine
+        if counts[1] > 0:
+            break
+        check(1)
+    assert counts[0] >= 20 and counts[1] > 0, list(counts)
+    spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        time.sleep(0.2)
+        check(150)
+    finally:
+        spinner.kill()
+        spinner.wait()
+    tasks = len(os.listdir("/proc/self/task"))
+    handle = kern.lib._handle
+    del counts, kern
+    _ctypes.dlclose(handle)
+    assert len(os.listdir("/proc/self/task")) == tasks - 1   # the helper joined
