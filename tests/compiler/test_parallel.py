@@ -136,9 +136,10 @@ def test_few_row_gemm_shares_chunks_with_the_helper_thread(rows, n, k, layout, m
     [K, N] (GPT-2's Conv1D, split along k: each thread's committed
     chunks summed apart, the sums stored at the job's end; a k tail past
     the last pass). Every call's output matches float64 on fresh inputs,
-    quiet and while a spinning process takes time slices from the
-    threads (chunks taken back); the helper stored chunks; unloading the
-    artifact stops and joins the helper."""
+    quiet, while a spinning process takes time slices from the threads
+    (chunks taken back), and from two threads calling at once; the
+    helper stored chunks, in the process and in a forked child (its
+    own helper); unloading the artifact stops and joins the helper."""
     if (os.cpu_count() or 1) < 2:
         pytest.skip("one CPU: the governor runs every call on the calling thread, without the helper")
     import _ctypes
@@ -175,6 +176,49 @@ def test_few_row_gemm_shares_chunks_with_the_helper_thread(rows, n, k, layout, m
     finally:
         spinner.kill()
         spinner.wait()
+    # two threads at once: one holds the helper, the other runs alone
+    import threading
+    errors = []
+
+    def caller(seed):
+        gl = torch.Generator().manual_seed(seed)
+        outs, ws = kern.alloc_outputs(), kern.alloc_workspace()
+        try:
+            for _ in range(40):
+                xl = torch.rand(rows, k, generator=gl) * 2 - 1
+                torch.testing.assert_close(kern(xl, w, b, outs=outs, ws=ws)[0].double(),
+                                           f(xl.double(), w.double(), b.double()), rtol=1e-4, atol=1e-4)
+        except Exception as e:   # reported by the test's thread
+            errors.append(e)
+    threads = [threading.Thread(target=caller, args=(SEED + i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[0]
+    # a forked child starts a helper of its own
+    before = counts[1]
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            # the child has no OpenMP team: torch's ops run with one
+            # thread, the kernel with two, each call on the calling thread
+            gomp = ctypes.CDLL("libgomp.so.1")
+            for _ in range(200):
+                gomp.omp_set_num_threads(1)
+                x.copy_(torch.rand(rows, k, generator=g) * 2 - 1)
+                want = f(x.double(), w.double(), b.double())
+                gomp.omp_set_num_threads(2)
+                got = kern(x, w, b)[0]
+                gomp.omp_set_num_threads(1)
+                torch.testing.assert_close(got.double(), want, rtol=1e-4, atol=1e-4)
+                if counts[1] > before:
+                    code = 0
+                    break
+        finally:
+            os._exit(code)
+    assert os.waitpid(pid, 0)[1] == 0, "the forked child's calls failed or its helper stored nothing"
     tasks = len(os.listdir("/proc/self/task"))
     handle = kern.lib._handle
     del counts, kern
