@@ -38,8 +38,10 @@
  *
  *   cc <flags> -ffunction-sections -fdata-sections -c kernel.c
  *      -DTCC_HAVE_B<id>...       (bodies the cache holds: not compiled)
- *   objcopy -w --keep-global-symbol='tcc_b*' kernel.o  ->  the cache
- *      (when it compiled new bodies: their object, everything else local)
+ *   objcopy -w --keep-global-symbol='tcc_b*' --keep-global-symbol='tcc_share*'
+ *      kernel.o  ->  the cache
+ *      (when it compiled new bodies: their object, everything but the
+ *      bodies and the GEMM helper's runtime (cpu/share.c, weak) local)
  *   cc -shared kernel.o <cached objects> -Wl,--gc-sections -lm ...
  *      (the linker keeps what is reachable from tcc_entry)
  *
@@ -333,7 +335,8 @@ static void objcache_store(objcache *oc, const char *obj_path, const char *build
   snprintf(shared, sizeof shared, "%s/share.o", build_dir);
   snprintf(index_dir, sizeof index_dir, "%s/index", oc->dir);
   if ((mkdir(oc->dir, 0700) != 0 && errno != EEXIST) || (mkdir(index_dir, 0700) != 0 && errno != EEXIST)) return;
-  const char *argv[] = {"objcopy", "-w", "--keep-global-symbol=tcc_b*", obj_path, shared, NULL};
+  const char *argv[] = {"objcopy", "-w", "--keep-global-symbol=tcc_b*", "--keep-global-symbol=tcc_share*", obj_path,
+                        shared, NULL};
   char *output = NULL;
   tcc_error err;
   int rc = tcc_run_tool(argv, timeout, &output, &err);

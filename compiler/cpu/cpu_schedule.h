@@ -348,9 +348,9 @@ void tcc_cpu_emit_bench_hooks(tcc_buf *src, int nkernels);
 #define TCC_BODY_ID_HEX 16
 extern const char tcc_cpu_prelude[];
 extern const char tcc_cpu_governor[];   /* prelude.c: tcc_gov_begin/_end */
-/* share.c: the helper thread of streamed GEMMs on a busy machine; its
- * declarations go in the preamble (before the governor), its
- * definitions after it, in the artifact's own translation unit. */
+/* share.c: the helper thread of streamed GEMMs on a busy machine, in
+ * the preamble before the governor: declarations, then (weak)
+ * definitions. */
 extern const char tcc_cpu_share_decls[];
 extern const char tcc_cpu_share_defs[];
 /* The runtime of oneDNN convolution steps (runtime/onednn_conv.c, as

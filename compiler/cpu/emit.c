@@ -2523,6 +2523,7 @@ int tcc_cpu_emit(const tcc_program *p, tcc_buf *b, tcc_error *err) {
   tcc_buf_puts(b, tcc_cpu_prelude);
   if (governed) {
     tcc_buf_puts(b, tcc_cpu_share_decls);
+    tcc_buf_puts(b, tcc_cpu_share_defs);
     tcc_buf_puts(b, tcc_cpu_governor);
   }
   if (has_conv) tcc_buf_puts(b, tcc_onednn_conv_runtime);
@@ -2534,7 +2535,6 @@ int tcc_cpu_emit(const tcc_program *p, tcc_buf *b, tcc_error *err) {
   if (has_dnnl_gemm && !has_conv) /* the convolution runtime includes it already */
     tcc_buf_puts(b, "#include <oneapi/dnnl/dnnl.h> /* dnnl_sgemm */\n");
   tcc_buf_puts(b, TCC_CPU_PREAMBLE_END); /* shared bodies are compiled in what comes before (build.c) */
-  if (governed) tcc_buf_puts(b, tcc_cpu_share_defs);   /* once, in this translation unit */
   for (int bi = 0; bi < p->nbufs; bi++)
     if (p->bufs[bi].kind == TCC_BUF_CONST && !p->bufs[bi].dead) {
       /* only constants some live kernel reads get emitted (fuse keeps them) */

@@ -66,16 +66,23 @@ const char tcc_cpu_share_decls[] =
   "TCC_HIDDEN void tcc_share_enter(void);\n"
   "TCC_HIDDEN void tcc_share_leave(void);\n";
 
-/* After the preamble, in the artifact's own translation unit only. */
+/* The definitions, in the preamble too: a shared body compiled for one
+ * artifact is linked into later ones from the object cache (build.c),
+ * an object whose symbols but the bodies and these are made local.
+ * Every object defines them weak, the link keeps one of each, and every
+ * body, cached or not, calls the one runtime of the .so and its state.
+ * The static functions are copies of the same code over that state; the
+ * destructor of each copy runs, and the first stops the helper. */
 const char tcc_cpu_share_defs[] =
   "#include <pthread.h>\n#include <signal.h>\n#include <sys/syscall.h>\n#include <linux/futex.h>\n"
   "long syscall(long, ...); int getpid(void); int sched_getcpu(void);\n"
   "enum { TCC_SHARE_MAX = 8192, TCC_SHARE_MAXP = 256, TCC_SHARE_TILE = 32768 };\n"
   "enum { TCC_FREE, TCC_COMMITTING, TCC_DONE, TCC_STOLEN };\n"
-  "TCC_HIDDEN __thread const tcc_share_rq *tcc_share_rq_now;\n"
-  "TCC_HIDDEN __thread int tcc_share_mine;\n"
-  "__attribute__((visibility(\"default\"))) int64_t tcc_share_counts[3];  /* jobs, helper's chunks, taken back */\n"
-  "static struct {\n"
+  "#define TCC_ONE __attribute__((weak)) TCC_HIDDEN   /* one in the .so (share.c) */\n"
+  "TCC_ONE __thread const tcc_share_rq *tcc_share_rq_now;\n"
+  "TCC_ONE __thread int tcc_share_mine;\n"
+  "__attribute__((weak, visibility(\"default\"))) int64_t tcc_share_counts[3];  /* jobs, helper's chunks, taken back */\n"
+  "typedef struct tcc_share_state {\n"
   "  uint32_t gen;       /* the job's generation (never 0); the helper sleeps on it */\n"
   "  uint32_t sleeping;  /* the helper waits on gen */\n"
   "  uint32_t busy;      /* the helper is in a job: 1; 2: and the caller waits */\n"
@@ -92,7 +99,8 @@ const char tcc_cpu_share_defs[] =
   "  void *P[TCC_SHARE_MAXP];\n"
   "  uint64_t state[TCC_SHARE_MAX];   /* gen << 2 | TCC_FREE ... */\n"
   "  pthread_t thread;\n"
-  "} tcc_share;\n"
+  "} tcc_share_state;\n"
+  "TCC_ONE tcc_share_state tcc_share;\n"
   "#define TCC_LD(x, o) __atomic_load_n(&(x), __ATOMIC_##o)\n"
   "#define TCC_ST(x, v, o) __atomic_store_n(&(x), (v), __ATOMIC_##o)\n"
   "static void tcc_futex(uint32_t *w, int op, uint32_t v) { syscall(SYS_futex, w, op, v, (void *)0, (void *)0, 0); }\n"
@@ -169,8 +177,8 @@ const char tcc_cpu_share_defs[] =
   "  tcc_share.pid = pid;\n"
   "  return 1;\n"
   "}\n"
-  "TCC_HIDDEN int tcc_share_run(int (*fn)(void *const *), void *const *P, int np, int64_t chunks, int64_t tile,\n"
-  "                             int sums) {\n"
+  "TCC_ONE int tcc_share_run(int (*fn)(void *const *), void *const *P, int np, int64_t chunks, int64_t tile,\n"
+  "                          int sums) {\n"
   "  if (chunks < 2 || chunks > TCC_SHARE_MAX || np > TCC_SHARE_MAXP || tile > TCC_SHARE_TILE ||\n"
   "      tcc_share_rq_now || !tcc_share_ready())\n"
   "    return -1;\n"
@@ -228,13 +236,13 @@ const char tcc_cpu_share_defs[] =
   "  tcc_share_rq_now = 0;\n"
   "  return bad;\n"
   "}\n"
-  "TCC_HIDDEN void tcc_share_enter(void) {\n"
+  "TCC_ONE void tcc_share_enter(void) {\n"
   "  int free_ = 0;\n"
   "  tcc_share_mine = __atomic_compare_exchange_n(&tcc_share.owner, &free_, 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED);\n"
   "}\n"
   /* a call that took chunks back waits until the helper has left the
    * job: it may still read their operands */
-  "TCC_HIDDEN void tcc_share_leave(void) {\n"
+  "TCC_ONE void tcc_share_leave(void) {\n"
   "  if (!tcc_share_mine) return;\n"
   "  if (tcc_share.stole) {\n"
   "    uint32_t b = TCC_LD(tcc_share.busy, SEQ_CST);\n"

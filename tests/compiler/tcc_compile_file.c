@@ -6,9 +6,11 @@
  *   tcc-compile-file REQUEST.pb OUT.so [SOURCE.c]
  *
  * Prints one JSON line on stdout: {"kernels": N, "kinds": [...],
- * "workspace": BYTES, "compile_ms": MS, "hash": "...", "groups": [...],
- * "identity": "..."} (identity: tcc_toolchain_identity's, which names
- * the convolution road)
+ * "workspace": BYTES, "compile_ms": MS, "hash": "...", "bodies_reused":
+ * N, "groups": [...], "identity": "..."} (identity:
+ * tcc_toolchain_identity's, which names the convolution road;
+ * bodies_reused: kernel bodies taken from the object cache in
+ * $TCC_OBJECT_DIR, when set)
  * where groups lists each kernel after fusion as [kind, [names of the
  * graph values it stores ("" for temporaries)]] (the scheduler's golden
  * tests compare it). On failure
@@ -73,7 +75,9 @@ int main(int argc, char **argv) {
     }
     for (ncfg = 1; ncfg < 256; ncfg++) cfgs[ncfg] = cfgs[0];
   }
-  if (ncfg ? tcc_compile_tuned(p, NULL, cfgs, ncfg, 0, &art, &err) : tcc_compile(p, NULL, &art, &err)) {
+  /* TCC_OBJECT_DIR: the object cache of kernel bodies (cpu/build.c) */
+  tcc_build_options opts = {.object_dir = getenv("TCC_OBJECT_DIR"), .identity = identity};
+  if (ncfg ? tcc_compile_tuned(p, &opts, cfgs, ncfg, 0, &art, &err) : tcc_compile(p, &opts, &art, &err)) {
     tcc_prepared_free(p);
     return fail(err.code, err.msg);
   }
@@ -99,8 +103,8 @@ int main(int argc, char **argv) {
     printf("%s", k ? ", " : "");
     json_str(m->kernels[k]->kind);
   }
-  printf("], \"workspace\": %lld, \"compile_ms\": %.3f, \"hash\": \"%s\", \"groups\": [",
-         m ? (long long)m->workspace_bytes : -1LL, art.compile_ms, p->hash_hex);
+  printf("], \"workspace\": %lld, \"compile_ms\": %.3f, \"hash\": \"%s\", \"bodies_reused\": %d, \"groups\": [",
+         m ? (long long)m->workspace_bytes : -1LL, art.compile_ms, p->hash_hex, art.bodies_reused);
   int first = 1;
   for (int k = 0; !grc && k < prog.nkernels; k++) {
     const tcc_kernel *K = &prog.kernels[k];

@@ -49,6 +49,7 @@ class Kernel:
         self.kernels = info["kernels"]
         self.kinds = info["kinds"]
         self.compile_ms = info["compile_ms"]
+        self.bodies_reused = info.get("bodies_reused", 0)   # from $TCC_OBJECT_DIR's object cache
         self.workspace = info["workspace"]
         self.groups = info.get("groups", [])
         self.identity = info.get("identity", "")   # "... onednn/2.6 ..." on the oneDNN road

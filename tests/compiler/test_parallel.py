@@ -224,3 +224,38 @@ def test_few_row_gemm_shares_chunks_with_the_helper_thread(rows, n, k, layout, m
     del counts, kern
     _ctypes.dlclose(handle)
     assert len(os.listdir("/proc/self/task")) == tasks - 1   # the helper joined
+
+
+def test_gemm_body_from_the_object_cache_shares_with_the_helper(tmp_path, monkeypatch):
+    """A GEMM body compiled for one artifact and linked into another from
+    the object cache (compiler/cpu/build.c) calls the helper runtime of
+    the .so it is linked into: the runtime is defined weak in every
+    object and kept global by the cache, so the second artifact's body
+    still shares its chunks (a cached object with the runtime made local
+    would keep the body on a runtime of its own that no call enables)."""
+    if (os.cpu_count() or 1) < 2:
+        pytest.skip("one CPU: the governor runs every call on the calling thread, without the helper")
+    import ctypes
+    A = torch.ops.aten
+    monkeypatch.setenv("TCC_ONE_THREAD", "1")
+    env = dict(os.environ, TCC_OBJECT_DIR=str(tmp_path / "objects"))
+    g = torch.Generator().manual_seed(SEED & 0xffffffff)
+    w, b = torch.rand(3072, 768, generator=g) * 2 - 1, torch.rand(3072, generator=g) * 2 - 1
+    x = torch.rand(9, 768, generator=g) * 2 - 1
+    isa = HOST_ISA if HOST_ISA in ("x86-64-v3", "x86-64-v4") else "x86-64-v3"
+    first = tk.compile_fx(tk.aten_graph(lambda x, w, b: A.gelu.default(A.addmm.default(b, x, A.t.default(w))),
+                                        [x, w, b], decompose=False), [x, w, b], isa=isa, env=env)
+    assert first.bodies_reused == 0
+
+    def f(x, w, b):
+        return A.relu.default(A.addmm.default(b, x, A.t.default(w)))
+    kern = tk.compile_fx(tk.aten_graph(f, [x, w, b], decompose=False), [x, w, b], isa=isa, env=env)
+    assert kern.bodies_reused >= 1   # the GEMM's body, from the first artifact's object
+    counts = (ctypes.c_int64 * 3).in_dll(kern.lib, "tcc_share_counts")
+    for _ in range(200):
+        x.copy_(torch.rand(9, 768, generator=g) * 2 - 1)
+        torch.testing.assert_close(kern(x, w, b)[0].double(), f(x.double(), w.double(), b.double()),
+                                   rtol=1e-4, atol=1e-4)
+        if counts[1] > 0:
+            break
+    assert counts[0] >= 1 and counts[1] > 0, list(counts)
