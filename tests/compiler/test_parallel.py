@@ -196,29 +196,42 @@ def test_few_row_gemm_shares_chunks_with_the_helper_thread(rows, n, k, layout, m
     for t in threads:
         t.join()
     assert not errors, errors[0]
-    # a forked child starts a helper of its own
-    before = counts[1]
+    # a forked child starts a helper of its own; it runs nothing but the
+    # kernel (MKL's allocator, which torch's float64 reference calls,
+    # can hang in a child forked from a threaded process) and sends its
+    # outputs back through a pipe
+    xs = [torch.rand(rows, k, generator=g) * 2 - 1 for _ in range(30)]
+    wants = [f(xi.double(), w.double(), b.double()) for xi in xs]
+    outs, before = kern.alloc_outputs(), counts[1]
+    rfd, wfd = os.pipe()
     pid = os.fork()
     if pid == 0:
         code = 1
         try:
-            # the child has no OpenMP team: torch's ops run with one
-            # thread, the kernel with two, each call on the calling thread
-            gomp = ctypes.CDLL("libgomp.so.1")
-            for _ in range(200):
-                gomp.omp_set_num_threads(1)
-                x.copy_(torch.rand(rows, k, generator=g) * 2 - 1)
-                want = f(x.double(), w.double(), b.double())
-                gomp.omp_set_num_threads(2)
-                got = kern(x, w, b)[0]
-                gomp.omp_set_num_threads(1)
-                torch.testing.assert_close(got.double(), want, rtol=1e-4, atol=1e-4)
+            import signal
+            signal.alarm(120)   # a hang fails the test (SIGALRM ends the child) instead of stalling it
+            os.close(rfd)
+            for xi in xs:
+                data = kern(xi, w, b, outs=outs)[0].contiguous().numpy().tobytes()
+                while data:
+                    data = data[os.write(wfd, data):]
+            for _ in range(300):   # until the helper, started in this process, stores a chunk
                 if counts[1] > before:
-                    code = 0
                     break
+                kern(xs[0], w, b, outs=outs)
+            os.write(wfd, b"H" if counts[1] > before else b"-")
+            code = 0
         finally:
             os._exit(code)
-    assert os.waitpid(pid, 0)[1] == 0, "the forked child's calls failed or its helper stored nothing"
+    os.close(wfd)
+    with os.fdopen(rfd, "rb") as pipe:
+        got = pipe.read()
+    assert os.waitpid(pid, 0)[1] == 0, "the forked child's calls failed"
+    size = wants[0].numel() * 4
+    assert len(got) == len(xs) * size + 1 and got[-1:] == b"H", "the forked child's helper stored nothing"
+    for i, want in enumerate(wants):
+        out = torch.frombuffer(bytearray(got[i * size:(i + 1) * size]), dtype=torch.float32).reshape(want.shape)
+        torch.testing.assert_close(out.double(), want, rtol=1e-4, atol=1e-4)
     tasks = len(os.listdir("/proc/self/task"))
     handle = kern.lib._handle
     del counts, kern
