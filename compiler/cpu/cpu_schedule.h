@@ -348,11 +348,9 @@ void tcc_cpu_emit_bench_hooks(tcc_buf *src, int nkernels);
 #define TCC_BODY_ID_HEX 16
 extern const char tcc_cpu_prelude[];
 extern const char tcc_cpu_governor[];   /* prelude.c: tcc_gov_begin/_end */
-/* share.c: the helper thread of streamed GEMMs on a busy machine, in
- * the preamble before the governor: declarations, then (weak)
- * definitions. */
-extern const char tcc_cpu_share_decls[];
-extern const char tcc_cpu_share_defs[];
+/* share.c: the helper thread of streamed GEMMs on a busy machine (weak
+ * definitions), in the preamble before the governor. */
+extern const char tcc_cpu_share[];
 /* The runtime of oneDNN convolution steps (runtime/onednn_conv.c, as
  * text): emit.c copies it into sources that have such steps. */
 extern const char tcc_onednn_conv_runtime[];

@@ -1365,6 +1365,20 @@ static void put_vec_sum(tcc_buf *b, int ind, const char *v, int width) {
                  ind, "", ind, "");
 }
 
+/* The start of a GEMM body that shares its chunks with the helper
+ * thread (share.c): on the calling thread, with the helper held, the
+ * job runs there; the body goes on (under the #if) for a chunk's call,
+ * rq set. */
+static void put_share_entry(tcc_buf *b, int64_t chunks, int64_t tile, int sums) {
+  tcc_buf_printf(b, "#if defined(TCC_SELF) && defined(TCC_SHARE)\n"
+                    "  const tcc_share_rq *rq = tcc_share_rq_now;\n"
+                    "  if (!rq && tcc_share_mine) {\n"
+                    "    const int r = tcc_share_run(TCC_SELF, P, TCC_NP, %" PRId64 ", %" PRId64 ", %d);\n"
+                    "    if (r >= 0) return r;\n"
+                    "  }\n",
+                 chunks, tile, sums);
+}
+
 /* A float32 GEMM of few rows against a weight stored [N, K]
  * (plan_stream_rows): each block of stream_rows weight rows is read once,
  * in vectors along k, and dotted with every row of A, whose rows stay in
@@ -1395,14 +1409,9 @@ static int emit_stream_gemm(kernel_emit *ke) {
   /* a group of blocks is a chunk the helper thread may take (share.c):
    * in a chunk's call it is computed into the tile (C's rows, cw
    * columns apart), or the tile stored */
-  if (g->stream_par)
-    tcc_buf_printf(b, "#if defined(TCC_SELF) && defined(TCC_SHARE)\n"
-                      "  const tcc_share_rq *rq = tcc_share_rq_now;\n"
-                      "  if (!rq && tcc_share_mine) {\n"
-                      "    const int r = tcc_share_run(TCC_SELF, P, TCC_NP, %" PRId64 ", %" PRId64 ", 0);\n"
-                      "    if (r >= 0) return r;\n"
-                      "  }\n"
-                      "  if (rq && rq->phase == 1) {\n"
+  if (g->stream_par) {
+    put_share_entry(b, groups, M * cw, 0);
+    tcc_buf_printf(b, "  if (rq && rq->phase == 1) {\n"
                       "    const int64_t n0 = rq->c * %" PRId64 ", nn = %" PRId64 " - n0 < %" PRId64 " ? %" PRId64 " - n0 : %" PRId64 ";\n"
                       "    for (int m = 0; m < %" PRId64 "; m++)\n"
                       "      for (int64_t n = 0; n < nn; n++) pc[m * %" PRId64 " + n0 + n] = rq->tile[m * %" PRId64 " + n];\n"
@@ -1411,7 +1420,8 @@ static int emit_stream_gemm(kernel_emit *ke) {
                       "  float *const tl = rq ? rq->tile : 0;\n"
                       "  const int64_t g0 = rq ? rq->c : 0, g1 = rq ? rq->c + 1 : %" PRId64 ";\n"
                       "#else\n",
-                   groups, M * cw, cw, N, cw, N, cw, M, N, cw, groups);
+                   cw, N, cw, N, cw, M, N, cw, groups);
+  }
   tcc_buf_printf(b, "  float *const tl = 0;\n"
                     "  const int64_t g0 = 0, g1 = %" PRId64 ";\n", groups);
   if (g->stream_par) tcc_buf_puts(b, "#endif\n");
@@ -1564,13 +1574,8 @@ static int emit_split_k_gemm(kernel_emit *ke) {
     int64_t kc = TCC_CPU_SPLIT_K_CHUNK / (4 * N) / R * R;
     if (kc < R) kc = R;
     const int64_t chunks = (K + kc - 1) / kc;
-    tcc_buf_printf(b, "#if defined(TCC_SELF) && defined(TCC_SHARE)\n"
-                      "  const tcc_share_rq *rq = tcc_share_rq_now;\n"
-                      "  if (!rq && tcc_share_mine) {\n"
-                      "    const int r = tcc_share_run(TCC_SELF, P, TCC_NP, %" PRId64 ", %" PRId64 ", 1);\n"
-                      "    if (r >= 0) return r;\n"
-                      "  }\n"
-                      "  if (rq && rq->phase == 1) {\n"
+    put_share_entry(b, chunks, M * N, 1);
+    tcc_buf_printf(b, "  if (rq && rq->phase == 1) {\n"
                       "    for (int64_t i = 0; i < %" PRId64 "; i++) rq->sum[i] += rq->tile[i];\n"
                       "    return 0;\n"
                       "  }\n"
@@ -1582,7 +1587,7 @@ static int emit_split_k_gemm(kernel_emit *ke) {
                       "    float *const part = rq->tile;\n"
                       "    {\n"
                       "      const int64_t k0 = rq->c * %" PRId64 ", k1 = k0 + %" PRId64 " < %" PRId64 " ? k0 + %" PRId64 " : %" PRId64 ";\n",
-                   chunks, M * N, M * N, M * N, kc, kc, K, kc, K);
+                   M * N, M * N, kc, kc, K, kc, K);
     put_split_k_rows(b, M, N, R, W, lda, sa, ldb);
     tcc_buf_puts(b, "    }\n    return 0;\n  }\n#endif\n");
     tcc_buf_puts(b, "  int omp_get_num_threads(void), omp_get_thread_num(void);\n"
@@ -2522,8 +2527,7 @@ int tcc_cpu_emit(const tcc_program *p, tcc_buf *b, tcc_error *err) {
   if (has_conv || governed) tcc_buf_puts(b, "#define _POSIX_C_SOURCE 200809L   /* pthreads, posix_memalign */\n");
   tcc_buf_puts(b, tcc_cpu_prelude);
   if (governed) {
-    tcc_buf_puts(b, tcc_cpu_share_decls);
-    tcc_buf_puts(b, tcc_cpu_share_defs);
+    tcc_buf_puts(b, tcc_cpu_share);
     tcc_buf_puts(b, tcc_cpu_governor);
   }
   if (has_conv) tcc_buf_puts(b, tcc_onednn_conv_runtime);

@@ -49,38 +49,27 @@
  */
 #include "cpu_schedule.h"
 
-/* In the preamble: what kernel bodies and the governor call. */
-const char tcc_cpu_share_decls[] =
+/* In the preamble, before the governor: what kernel bodies and the
+ * governor call. A shared body compiled for one artifact is linked into
+ * later ones from the object cache (build.c), an object whose symbols
+ * but the bodies and these are made local: every object defines them
+ * weak, the link keeps one of each, and every body, cached or not,
+ * calls the one runtime of the .so and its state. The static functions
+ * are copies of the same code over that state; the destructor of each
+ * copy runs, and the first stops the helper. */
+const char tcc_cpu_share[] =
   "#define TCC_SHARE 1\n"
   "#define TCC_HIDDEN __attribute__((visibility(\"hidden\")))\n"
   "/* chunk c: phase 0 computes it into tile, 1 commits the tile (stores it,\n"
   " * or adds it into sum), 2 (sums) stores sum + sum2 into C */\n"
   "typedef struct tcc_share_rq { int64_t c; float *tile; int phase; float *sum, *sum2; } tcc_share_rq;\n"
-  "extern TCC_HIDDEN __thread const tcc_share_rq *tcc_share_rq_now;  /* a chunk's call */\n"
-  "extern TCC_HIDDEN __thread int tcc_share_mine;   /* this thread's call holds the helper */\n"
-  "/* Runs body fn's `chunks` chunks (tiles of `tile` floats; sums: each thread\n"
-  " * adds its tiles into sums of its own, stored at the end) with the helper:\n"
-  " * fn's return values or'ed, or -1 when it cannot (run it alone). */\n"
-  "TCC_HIDDEN int tcc_share_run(int (*fn)(void *const *), void *const *P, int np, int64_t chunks, int64_t tile,\n"
-  "                             int sums);\n"
-  "TCC_HIDDEN void tcc_share_enter(void);\n"
-  "TCC_HIDDEN void tcc_share_leave(void);\n";
-
-/* The definitions, in the preamble too: a shared body compiled for one
- * artifact is linked into later ones from the object cache (build.c),
- * an object whose symbols but the bodies and these are made local.
- * Every object defines them weak, the link keeps one of each, and every
- * body, cached or not, calls the one runtime of the .so and its state.
- * The static functions are copies of the same code over that state; the
- * destructor of each copy runs, and the first stops the helper. */
-const char tcc_cpu_share_defs[] =
   "#include <pthread.h>\n#include <signal.h>\n#include <sys/syscall.h>\n#include <linux/futex.h>\n"
   "long syscall(long, ...); int getpid(void); int sched_getcpu(void);\n"
   "enum { TCC_SHARE_MAX = 8192, TCC_SHARE_MAXP = 256, TCC_SHARE_TILE = 32768 };\n"
   "enum { TCC_FREE, TCC_COMMITTING, TCC_DONE, TCC_STOLEN };\n"
   "#define TCC_ONE __attribute__((weak)) TCC_HIDDEN   /* one in the .so (share.c) */\n"
-  "TCC_ONE __thread const tcc_share_rq *tcc_share_rq_now;\n"
-  "TCC_ONE __thread int tcc_share_mine;\n"
+  "TCC_ONE __thread const tcc_share_rq *tcc_share_rq_now;  /* a chunk's call */\n"
+  "TCC_ONE __thread int tcc_share_mine;   /* this thread's call holds the helper */\n"
   "__attribute__((weak, visibility(\"default\"))) int64_t tcc_share_counts[3];  /* jobs, helper's chunks, taken back */\n"
   "typedef struct tcc_share_state {\n"
   "  uint32_t gen;       /* the job's generation (never 0); the helper sleeps on it */\n"
@@ -177,6 +166,9 @@ const char tcc_cpu_share_defs[] =
   "  tcc_share.pid = pid;\n"
   "  return 1;\n"
   "}\n"
+  "/* Runs body fn's `chunks` chunks (tiles of `tile` floats; sums: each thread\n"
+  " * adds its tiles into sums of its own, stored at the end) with the helper:\n"
+  " * fn's return values or'ed, or -1 when it cannot (run it alone). */\n"
   "TCC_ONE int tcc_share_run(int (*fn)(void *const *), void *const *P, int np, int64_t chunks, int64_t tile,\n"
   "                          int sums) {\n"
   "  if (chunks < 2 || chunks > TCC_SHARE_MAX || np > TCC_SHARE_MAXP || tile > TCC_SHARE_TILE ||\n"
