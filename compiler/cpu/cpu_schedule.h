@@ -111,6 +111,12 @@ typedef struct tcc_cpu_gemm {
 /* A split-K GEMM's chunk for the helper thread (share.c): about this
  * many bytes of the weight's rows (at least one pass). */
 #define TCC_CPU_SPLIT_K_CHUNK 131072
+/* A split-K-tiled GEMM's chunk for the helper thread: up to this many
+ * runs of 48 of C's columns over all of K, fewer where that leaves C
+ * fewer than 4 chunks (with one run, 192 bytes of each weight row a
+ * pass, GPT-2's 32-row GEMMs shared no faster than the calling thread
+ * alone ran them: design.md). */
+#define TCC_CPU_SPLIT_K_TILED_STRIPS 8
 
 /* The most rows of A for which a CPU float32 GEMM A[M, K] . W^T, W stored
  * [N, K], streams W's rows rather than calling a library on the ISA

@@ -1609,27 +1609,96 @@ static int emit_split_k_gemm(kernel_emit *ke) {
   return 0;
 }
 
+/* The passes of a split-K-tiled GEMM (emit_split_k_tiled_gemm) over k
+ * in [k0, k1) and C's columns [nlo, nhi), into the partial tile `part`
+ * (row stride ldp, C's column nlo at its column 0), variables of the
+ * text around it: P rows of W a pass; for each 48 columns, each block of
+ * 8 rows of A loads its partial tile (24 vectors; zeros in the first
+ * pass), adds the pass's x[m, k] W[k, n:n+48] with the A element
+ * broadcast, and stores it back; every block prefetches its share of
+ * the next pass's lines at the same columns into L2. Columns past the
+ * last 48 are scalar. */
+static void put_split_k_tiled_rows(tcc_buf *b, int64_t M, int P, int64_t lda, int64_t sa, int64_t ldb) {
+  const int nq = (int)((M + 7) / 8);
+  tcc_buf_printf(b, "      for (int64_t kb = k0; kb < k1; kb += %d) {\n"
+                    "        const int64_t ke = kb + %d < k1 ? kb + %d : k1;\n"
+                    "        int64_t n0 = nlo;\n"
+                    "        for (; n0 + 48 <= nhi; n0 += 48)\n"
+                    "          for (int64_t m0 = 0; m0 < %" PRId64 "; m0 += 8) {\n"
+                    "            const int mr = %" PRId64 " - m0 < 8 ? (int)(%" PRId64 " - m0) : 8;\n"
+                    "            const float *ar[8];\n"
+                    "            for (int i = 0; i < 8; i++) ar[i] = pa + (m0 + i < %" PRId64 " ? m0 + i : %" PRId64 ") * %" PRId64 ";\n"
+                    "            float *const pt = part + m0 * ldp + n0 - nlo;\n"
+                    "            vec acc[8][3];\n"
+                    "            for (int i = 0; i < 8; i++)\n"
+                    "              for (int j = 0; j < 3; j++)\n"
+                    "                acc[i][j] = kb == k0 || i >= mr ? (vec){0} : *(const vec *)(pt + i * ldp + j * 16);\n"
+                    "            const int q = (int)(m0 / 8);\n"
+                    "            for (int l = q * %d / %d; l < (q + 1) * %d / %d; l++)\n"
+                    "              if (ke + l / 3 < k1) __builtin_prefetch(pb + (ke + l / 3) * %" PRId64 " + n0 + (l %% 3) * 16, 0, 1);\n"
+                    "            for (int64_t k = kb; k < ke; k++) {\n"
+                    "              const float *w = pb + k * %" PRId64 " + n0;\n"
+                    "              vec x[3];\n"
+                    "              for (int j = 0; j < 3; j++) x[j] = *(const vec *)(w + j * 16);\n"
+                    "              #pragma GCC unroll 8\n"
+                    "              for (int i = 0; i < 8; i++) {\n"
+                    "                const float s = ar[i][k * %" PRId64 "];\n"
+                    "                for (int j = 0; j < 3; j++) acc[i][j] += s * x[j];\n"
+                    "              }\n"
+                    "            }\n"
+                    "            for (int i = 0; i < mr; i++)\n"
+                    "              for (int j = 0; j < 3; j++) *(vec *)(pt + i * ldp + j * 16) = acc[i][j];\n"
+                    "          }\n"
+                    "        for (; n0 < nhi; n0++)\n"
+                    "          for (int64_t m = 0; m < %" PRId64 "; m++) {\n"
+                    "            float s = kb == k0 ? 0.0f : part[m * ldp + n0 - nlo];\n"
+                    "            for (int64_t k = kb; k < ke; k++) s += pa[m * %" PRId64 " + k * %" PRId64 "] * pb[k * %" PRId64 " + n0];\n"
+                    "            part[m * ldp + n0 - nlo] = s;\n"
+                    "          }\n"
+                    "      }\n",
+                 P, P, P, M, M, M, M, M - 1, lda, P * 3, nq, P * 3, nq, ldb, ldb, sa, M, lda, sa, ldb);
+}
+
 /* 9 to 32 rows against a weight stored [K, N] (plan_split_k_tiled):
  * each of the U threads (at most 64) takes a contiguous run of the
  * weight's rows, as emit_split_k_gemm's, and walks it in passes of P
- * rows: for each 48 columns, each block of 8 rows of A loads its partial
- * tile (24 vectors), adds the pass's x[m, k] W[k, n:n+48] with the A
- * element broadcast, and stores it back; the pass's first reads come
- * from memory while every block prefetches its share of the next pass's
- * lines at the same columns into L2. Partial rows are the thread's own,
- * from the heap (M x N floats); after a barrier each thread adds them
- * over its share of the columns into C, and after a second one frees
- * its own. Columns past the last 48 are scalar. Returns 0 (the kernel
- * returns 1 when a thread's partial rows cannot be allocated). */
+ * rows through 8 x 48 register tiles (put_split_k_tiled_rows); the
+ * pass's first reads come from memory while every block prefetches the
+ * next pass's lines. Partial rows are the thread's own, from the heap
+ * (M x N floats); after a barrier each thread adds them over its share
+ * of the columns into C, and after a second one frees its own. With the
+ * helper thread (share.c), a chunk is 1 to TCC_CPU_SPLIT_K_TILED_STRIPS
+ * runs of 48 of C's columns (the last chunk to N) over all of K, computed
+ * into the tile and stored into its columns of C: no sums, where a chunk
+ * of k would add an M x N tile into them. Returns 0 (the kernel returns 1
+ * when a thread's partial rows cannot be allocated). */
 static int emit_split_k_tiled_gemm(kernel_emit *ke) {
   const tcc_vx *call = ke->k->stores[0].value;
   const tcc_cpu_gemm *g = &ke->ks->gemm;
   tcc_buf *b = ke->b;
   int64_t M = call->idx[1]->c, N = call->idx[2]->c, K = call->idx[3]->c, ca[3] = {0, 0, 0}, c0;
   tcc_gemm_operand_affine(ke->p, call->a, ca, &c0);
-  const int P = g->split_k_tiled, nq = (int)((M + 7) / 8);
+  const int P = g->split_k_tiled;
   const int64_t lda = ca[1], sa = ca[2], ldb = g->ld[1], bytes = (M * N * 4 + 63) / 64 * 64;
   put_gemm_operands(ke, 16);
+  if (g->split_k_par) {
+    const int64_t runs = N / 48 / 4 < 1 ? 1 : N / 48 / 4 > TCC_CPU_SPLIT_K_TILED_STRIPS ? TCC_CPU_SPLIT_K_TILED_STRIPS : N / 48 / 4;
+    const int64_t cw = 48 * runs, chunks = N / cw > 0 ? N / cw : 1;
+    const int64_t last = N - (chunks - 1) * cw; /* the widest chunk's columns */
+    put_share_entry(b, chunks, M * last, 0);
+    tcc_buf_printf(b, "  if (rq) {\n"
+                      "    const int64_t ldp = %" PRId64 ", nlo = rq->c * %" PRId64 ", nhi = rq->c == %" PRId64 " ? %" PRId64 " : nlo + %" PRId64 ";\n"
+                      "    float *const part = rq->tile;\n"
+                      "    if (rq->phase == 1) {\n"
+                      "      for (int m = 0; m < %" PRId64 "; m++)\n"
+                      "        for (int64_t n = nlo; n < nhi; n++) pc[m * %" PRId64 " + n] = part[m * ldp + n - nlo];\n"
+                      "      return 0;\n"
+                      "    }\n"
+                      "    const int64_t k0 = 0, k1 = %" PRId64 ";\n",
+                   last, cw, chunks - 1, N, cw, M, N, K);
+    put_split_k_tiled_rows(b, M, P, lda, sa, ldb);
+    tcc_buf_puts(b, "    return 0;\n  }\n#endif\n");
+  }
   tcc_buf_printf(b, "  int omp_get_num_threads(void), omp_get_thread_num(void);\n"
                     "  void *aligned_alloc(__SIZE_TYPE__, __SIZE_TYPE__), free(void *);\n"
                     "  float *parts[64];\n"
@@ -1649,47 +1718,13 @@ static int emit_split_k_tiled_gemm(kernel_emit *ke) {
                     "    failed = fail;\n"
                     "    if (!failed && t < U) {\n"
                     "      const int64_t k0 = %" PRId64 " * t / U, k1 = %" PRId64 " * (t + 1) / U;\n"
+                    "      const int64_t ldp = %" PRId64 ", nlo = 0, nhi = %" PRId64 ";\n"
                     "      if (k0 == k1)\n"
-                    "        for (int64_t i = 0; i < %" PRId64 "; i++) part[i] = 0;\n"
-                    "      for (int64_t kb = k0; kb < k1; kb += %d) {\n"
-                    "        const int64_t ke = kb + %d < k1 ? kb + %d : k1;\n"
-                    "        int64_t n0 = 0;\n"
-                    "        for (; n0 + 48 <= %" PRId64 "; n0 += 48)\n"
-                    "          for (int64_t m0 = 0; m0 < %" PRId64 "; m0 += 8) {\n"
-                    "            const int mr = %" PRId64 " - m0 < 8 ? (int)(%" PRId64 " - m0) : 8;\n"
-                    "            const float *ar[8];\n"
-                    "            for (int i = 0; i < 8; i++) ar[i] = pa + (m0 + i < %" PRId64 " ? m0 + i : %" PRId64 ") * %" PRId64 ";\n"
-                    "            vec acc[8][3];\n"
-                    "            for (int i = 0; i < 8; i++)\n"
-                    "              for (int j = 0; j < 3; j++)\n"
-                    "                acc[i][j] = kb == k0 || i >= mr ? (vec){0} : *(const vec *)(part + (m0 + i) * %" PRId64 " + n0 + j * 16);\n"
-                    "            const int q = (int)(m0 / 8);\n"
-                    "            for (int l = q * %d / %d; l < (q + 1) * %d / %d; l++)\n"
-                    "              if (ke + l / 3 < k1) __builtin_prefetch(pb + (ke + l / 3) * %" PRId64 " + n0 + (l %% 3) * 16, 0, 1);\n"
-                    "            for (int64_t k = kb; k < ke; k++) {\n"
-                    "              const float *w = pb + k * %" PRId64 " + n0;\n"
-                    "              vec x[3];\n"
-                    "              for (int j = 0; j < 3; j++) x[j] = *(const vec *)(w + j * 16);\n"
-                    "              #pragma GCC unroll 8\n"
-                    "              for (int i = 0; i < 8; i++) {\n"
-                    "                const float s = ar[i][k * %" PRId64 "];\n"
-                    "                for (int j = 0; j < 3; j++) acc[i][j] += s * x[j];\n"
-                    "              }\n"
-                    "            }\n"
-                    "            for (int i = 0; i < mr; i++)\n"
-                    "              for (int j = 0; j < 3; j++) *(vec *)(part + (m0 + i) * %" PRId64 " + n0 + j * 16) = acc[i][j];\n"
-                    "          }\n"
-                    "        for (; n0 < %" PRId64 "; n0++)\n"
-                    "          for (int64_t m = 0; m < %" PRId64 "; m++) {\n"
-                    "            float s = kb == k0 ? 0.0f : part[m * %" PRId64 " + n0];\n"
-                    "            for (int64_t k = kb; k < ke; k++) s += pa[m * %" PRId64 " + k * %" PRId64 "] * pb[k * %" PRId64 " + n0];\n"
-                    "            part[m * %" PRId64 " + n0] = s;\n"
-                    "          }\n"
-                    "      }\n"
-                    "    }\n"
-                    "    #pragma omp barrier\n",
-                 g->split_k_par, bytes, K, K, M * N, P, P, P, N, M, M, M, M, M - 1, lda, N, P * 3, nq, P * 3, nq,
-                 ldb, ldb, sa, N, N, M, N, lda, sa, ldb, N);
+                    "        for (int64_t i = 0; i < %" PRId64 "; i++) part[i] = 0;\n",
+                 g->split_k_par, bytes, K, K, N, N, M * N);
+  put_split_k_tiled_rows(b, M, P, lda, sa, ldb);
+  tcc_buf_puts(b, "    }\n"
+                  "    #pragma omp barrier\n");
   put_partial_sum(b, "!failed && t < U", M, N);
   tcc_buf_puts(b, "    #pragma omp barrier\n"
                   "    free(part);\n"

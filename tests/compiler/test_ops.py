@@ -1813,7 +1813,7 @@ def test_rows_times_kn_weight_split_k_tiled(rows, k, n, ld, xstride):
     assert "float *parts[64];" in body and "vec acc[8][3];" in body, body
     par = 2 * rows * k * n >= 1 << 19   # TCC_GEMM_PARALLEL_FLOPS
     assert ("#pragma omp parallel if(1)" in body) == par, body
-    assert ("for (; n0 < %d; n0++)" % n) in body and re.search(r"__builtin_prefetch\(pb \+ [^;]*, 0, 1\);", body), body
+    assert ("nlo = 0, nhi = %d;" % n) in body and "for (; n0 < nhi; n0++)" in body and re.search(r"__builtin_prefetch\(pb \+ [^;]*, 0, 1\);", body), body
     assert_gemm_fuses_madds(kern)
     want = f(x.double(), w.double(), b.double())
     for _ in range(20):  # every call: a thread that left early freed its partial rows once
