@@ -125,7 +125,7 @@ HOST_ISA = __import__("tccd.config", fromlist=["x"]).host_cpu_isa()
 
 @pytest.mark.parametrize("rows,n,k,layout", [(9, 3072, 768, "nk"), (9, 770, 3000, "nk"), (1, 2050, 1000, "nk"),
                                              (1, 3072, 768, "kn"), (8, 770, 1001, "kn"),
-                                             (32, 2304, 768, "kn"), (17, 100, 1000, "kn")])
+                                             (32, 2304, 768, "kn"), (17, 500, 1000, "kn")])
 def test_few_row_gemm_shares_chunks_with_the_helper_thread(rows, n, k, layout, monkeypatch):
     """On the calling thread alone (the thread governor's mode on a busy
     machine; TCC_ONE_THREAD=1 forces it), a streamed GEMM shares its
@@ -136,8 +136,8 @@ def test_few_row_gemm_shares_chunks_with_the_helper_thread(rows, n, k, layout, m
     32 KB), one row with N past the last whole group and a k tail) and
     [K, N] (GPT-2's Conv1D, split along k: each thread's committed
     chunks summed apart, the sums stored at the job's end; a k tail past
-    the last pass; 9-32 rows on AVX-512, split-K tiled: a chunk is 48 of
-    C's columns over all of K, the last one with N's tail past them and
+    the last pass; 9-32 rows on AVX-512, split-K tiled: a chunk is runs
+    of 48 of C's columns over all of K, the last one with N's tail, and
     k's past the last pass). Every call's output matches float64 on fresh inputs,
     quiet, while a spinning process takes time slices from the threads
     (chunks taken back), and from two threads calling at once; the
