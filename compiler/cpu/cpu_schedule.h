@@ -116,7 +116,7 @@ typedef struct tcc_cpu_gemm {
  * fewer than 4 chunks (with one run, 192 bytes of each weight row a
  * pass, GPT-2's 32-row GEMMs shared no faster than the calling thread
  * alone ran them: design.md). */
-#define TCC_CPU_SPLIT_K_TILED_STRIPS 8
+#define TCC_CPU_SPLIT_K_TILED_RUNS 8
 
 /* The most rows of A for which a CPU float32 GEMM A[M, K] . W^T, W stored
  * [N, K], streams W's rows rather than calling a library on the ISA

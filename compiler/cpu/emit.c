@@ -1667,7 +1667,7 @@ static void put_split_k_tiled_rows(tcc_buf *b, int64_t M, int P, int64_t lda, in
  * next pass's lines. Partial rows are the thread's own, from the heap
  * (M x N floats); after a barrier each thread adds them over its share
  * of the columns into C, and after a second one frees its own. With the
- * helper thread (share.c), a chunk is 1 to TCC_CPU_SPLIT_K_TILED_STRIPS
+ * helper thread (share.c), a chunk is 1 to TCC_CPU_SPLIT_K_TILED_RUNS
  * runs of 48 of C's columns (the last chunk to N) over all of K, computed
  * into the tile and stored into its columns of C: no sums, where a chunk
  * of k would add an M x N tile into them. Returns 0 (the kernel returns 1
@@ -1682,7 +1682,9 @@ static int emit_split_k_tiled_gemm(kernel_emit *ke) {
   const int64_t lda = ca[1], sa = ca[2], ldb = g->ld[1], bytes = (M * N * 4 + 63) / 64 * 64;
   put_gemm_operands(ke, 16);
   if (g->split_k_par) {
-    const int64_t runs = N / 48 / 4 < 1 ? 1 : N / 48 / 4 > TCC_CPU_SPLIT_K_TILED_STRIPS ? TCC_CPU_SPLIT_K_TILED_STRIPS : N / 48 / 4;
+    int64_t runs = N / 48 / 4; /* 4 chunks or more where N allows */
+    if (runs < 1) runs = 1;
+    if (runs > TCC_CPU_SPLIT_K_TILED_RUNS) runs = TCC_CPU_SPLIT_K_TILED_RUNS;
     const int64_t cw = 48 * runs, chunks = N / cw > 0 ? N / cw : 1;
     const int64_t last = N - (chunks - 1) * cw; /* the widest chunk's columns */
     put_share_entry(b, chunks, M * last, 0);
