@@ -42,16 +42,20 @@
  * the body which chunk to compute into which tile, or to store a tile.
  * One caller at a time holds the helper (tcc_share_enter: the first of
  * concurrent calls; the others run alone). The helper is started at
- * the first job of each process (a fork's child starts its own), sleeps
- * on a futex between jobs, blocks every signal, and is stopped and
+ * the first job of each process (a fork's child starts its own), waits
+ * for the next job spinning for up to TCC_SHARE_SPIN_NS (a layer's
+ * GEMMs come microseconds apart, and each wake-up had cost the caller a
+ * futex call and the helper the scheduler's latency), then sleeping on
+ * a futex, blocks every signal, and is stopped and
  * joined when the artifact is unloaded. At each job it leaves the
  * caller's CPU out of its affinity (once per CPU the caller moves to):
  * with a neighbour spinning on one of two cores, the scheduler woke the
  * helper on the caller's core about half the time, where it only took
  * the caller's time slices (GPT-2's busy decode step 27-37 ms, bimodal;
- * 28-29 pinned off). It does not spin for the next job: spinning on the
- * caller's core had slowed the caller's other kernels (BERT-base's busy
- * step 30-35 ms against 24-29), and pinned off it, it gained nothing.
+ * 28-29 pinned off). It spins no longer: spinning until the next job
+ * on the caller's core had slowed the caller's other kernels (BERT-base's
+ * busy step 30-35 ms against 24-29), and pinned off it, it gained
+ * nothing (design.md has the 20 µs spin's figures).
  *
  * tcc_share_counts (exported, for tests and benchmarks): jobs shared,
  * chunks the helper stored, chunks taken back.
@@ -72,9 +76,9 @@ const char tcc_cpu_share[] =
   "/* chunk c: phase 0 computes it into tile, 1 commits the tile (stores it,\n"
   " * or adds it into sum), 2 (sums) stores sum + sum2 into C */\n"
   "typedef struct tcc_share_rq { int64_t c; float *tile; int phase; float *sum, *sum2; } tcc_share_rq;\n"
-  "#include <pthread.h>\n#include <signal.h>\n#include <sys/syscall.h>\n#include <linux/futex.h>\n"
+  "#include <pthread.h>\n#include <signal.h>\n#include <time.h>\n#include <sys/syscall.h>\n#include <linux/futex.h>\n"
   "long syscall(long, ...); int getpid(void); int sched_getcpu(void);\n"
-  "enum { TCC_SHARE_MAX = 8192, TCC_SHARE_MAXP = 256, TCC_SHARE_TILE = 32768 };\n"
+  "enum { TCC_SHARE_MAX = 8192, TCC_SHARE_MAXP = 256, TCC_SHARE_TILE = 32768, TCC_SHARE_SPIN_NS = 20000 };\n"
   "enum { TCC_FREE, TCC_COMMITTING, TCC_DONE, TCC_STOLEN };\n"
   "#define TCC_ONE __attribute__((weak)) TCC_HIDDEN   /* one in the .so (share.c) */\n"
   "TCC_ONE __thread const tcc_share_rq *tcc_share_rq_now;  /* a chunk's call */\n"
@@ -124,6 +128,14 @@ const char tcc_cpu_share[] =
   "    const uint32_t g = TCC_LD(tcc_share.gen, ACQUIRE);\n"
   "    if (TCC_LD(tcc_share.stop, ACQUIRE)) return 0;\n"
   "    if (g == seen) {\n"
+  "      struct timespec t0, t;\n"
+  "      clock_gettime(CLOCK_MONOTONIC, &t0);\n"
+  "      do {\n"
+  "        __builtin_ia32_pause();\n"
+  "        if (TCC_LD(tcc_share.gen, ACQUIRE) != seen || TCC_LD(tcc_share.stop, ACQUIRE)) break;\n"
+  "        clock_gettime(CLOCK_MONOTONIC, &t);\n"
+  "      } while ((t.tv_sec - t0.tv_sec) * 1000000000L + (t.tv_nsec - t0.tv_nsec) < TCC_SHARE_SPIN_NS);\n"
+  "      if (TCC_LD(tcc_share.gen, ACQUIRE) != seen || TCC_LD(tcc_share.stop, ACQUIRE)) continue;\n"
   "      TCC_ST(tcc_share.sleeping, 1, SEQ_CST);\n"
   "      if (TCC_LD(tcc_share.gen, SEQ_CST) == seen && !TCC_LD(tcc_share.stop, SEQ_CST))\n"
   "        tcc_futex(&tcc_share.gen, FUTEX_WAIT_PRIVATE, seen);\n"
