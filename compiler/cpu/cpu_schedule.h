@@ -98,6 +98,10 @@ typedef struct tcc_cpu_gemm {
   int narrow_vecs;
   int narrow_b;
   int narrow_par;
+  /* oneDNN's GEMMs on a busy machine (share.c): blocks of share_rows x
+   * share_cols of each batch entry's C are the chunks the helper thread
+   * may take, each a one-thread dnnl_sgemm into a tile; 0: not shared. */
+  int64_t share_rows, share_cols;
 } tcc_cpu_gemm;
 
 /* A's rows in a streamed GEMM are read once for each block of weight
@@ -117,6 +121,16 @@ typedef struct tcc_cpu_gemm {
  * pass, GPT-2's 32-row GEMMs shared no faster than the calling thread
  * alone ran them: design.md). */
 #define TCC_CPU_SPLIT_K_TILED_RUNS 8
+/* The largest tile of a chunk shared with the helper thread, in floats
+ * (share.c's TCC_SHARE_TILE). */
+#define TCC_CPU_SHARE_TILE 131072
+#define TCC_CPU_SHARE_MAX 8192   /* the most chunks of a job */
+/* A oneDNN GEMM step of at least this many flops shares blocks of C with
+ * the helper, each of about TCC_CPU_SHARE_BLOCK_FLOPS (at most
+ * TCC_CPU_SHARE_COLS columns, TCC_CPU_SHARE_TILE floats): design.md. */
+#define TCC_CPU_SHARE_FLOPS 4194304.0
+#define TCC_CPU_SHARE_BLOCK_FLOPS 201326592.0
+#define TCC_CPU_SHARE_COLS 512
 
 /* The most rows of A for which a CPU float32 GEMM A[M, K] . W^T, W stored
  * [N, K], streams W's rows rather than calling a library on the ISA

@@ -1293,6 +1293,20 @@ static int emit_index_add_rows(kernel_emit *ke, int kno) {
   return 0;
 }
 
+/* The start of a GEMM body that shares its chunks with the helper
+ * thread (share.c): on the calling thread, with the helper held, the
+ * job runs there; the body goes on (under the #if) for a chunk's call,
+ * rq set. */
+static void put_share_entry(tcc_buf *b, int64_t chunks, int64_t tile, int sums) {
+  tcc_buf_printf(b, "#if defined(TCC_SELF) && defined(TCC_SHARE)\n"
+                    "  const tcc_share_rq *rq = tcc_share_rq_now;\n"
+                    "  if (!rq && tcc_share_mine) {\n"
+                    "    const int r = tcc_share_run(TCC_SELF, P, TCC_NP, %" PRId64 ", %" PRId64 ", %d);\n"
+                    "    if (r >= 0) return r;\n"
+                    "  }\n",
+                 chunks, tile, sums);
+}
+
 /* A float32 GEMM step through oneDNN's dnnl_sgemm (row-major, the
  * cblas_sgemm convention): its JIT kernels are chosen by the ISA features
  * the CPU reports (AVX2, AVX-512, AMX), never by its model name, and it
@@ -1311,6 +1325,36 @@ static int emit_dnnl_gemm(kernel_emit *ke) {
   const int64_t *ld = g->ld;
   const int batch_par = g->batch_par, serial = g->serial;
   tcc_buf_puts(b, "  int bad = 0;\n");
+  if (g->share_rows) {
+    /* on a busy machine, blocks of C are chunks the helper may take */
+    const int64_t mb = g->share_rows, nb = g->share_cols, rb = (M + mb - 1) / mb, cb = (N + nb - 1) / nb;
+    put_share_entry(b, Bt * rb * cb, mb * nb, 0);
+    tcc_buf_printf(b, "  if (rq) {   /* chunk c: GEMM ib's rows from m0 and columns from n0, into the tile */\n"
+                      "    const int64_t ib = rq->c / %" PRId64 ", m0 = rq->c %% %" PRId64 " * %" PRId64
+                      ", n0 = rq->c / %" PRId64 " %% %" PRId64 " * %" PRId64 ";\n"
+                      "    const int64_t mm = %" PRId64 " - m0 < %" PRId64 " ? %" PRId64 " - m0 : %" PRId64
+                      ", nn = %" PRId64 " - n0 < %" PRId64 " ? %" PRId64 " - n0 : %" PRId64 ";\n"
+                      "    float *const pc = b%d + ib * %" PRId64 " + m0 * %" PRId64 " + n0;\n"
+                      "    if (rq->phase == 1) {\n"
+                      "      if (!rq->own)\n"
+                      "        for (int64_t m = 0; m < mm; m++)\n"
+                      "          for (int64_t n = 0; n < nn; n++) pc[m * %" PRId64 " + n] = rq->tile[m * nn + n];\n"
+                      "      return 0;\n"
+                      "    }\n"
+                      "    if (omp_get_max_threads() != 1) omp_set_num_threads(1);   /* the helper's own */\n",
+                   rb * cb, rb, mb, rb, cb, nb, M, mb, M, mb, N, nb, N, nb, st->buf, M * N, N, N);
+    ke->vname[0] = "ib";
+    ke->vname[1] = ke->vname[2] = "0";
+    tcc_buf_printf(b, "    const float *pa = b%d + (", A->buf);
+    put_index(ke, A->buf, A->idx);
+    tcc_buf_printf(b, ") + m0 * %" PRId64 ";\n    const float *pb = b%d + (", trans[0] ? INT64_C(1) : ld[0], B->buf);
+    put_index(ke, B->buf, B->idx);
+    tcc_buf_printf(b, ") + n0 * %" PRId64 ";\n"
+                      "    return dnnl_sgemm('%c', '%c', mm, nn, %" PRId64 ", 1.0f, pa, %" PRId64
+                      ", pb, %" PRId64 ", 0.0f, rq->own ? pc : rq->tile, rq->own ? %" PRId64 " : nn) != 0;\n"
+                      "  }\n#endif\n",
+                   trans[1] ? ld[1] : INT64_C(1), trans[0] ? 'T' : 'N', trans[1] ? 'T' : 'N', K, ld[0], ld[1], N);
+  }
   if (serial)
     tcc_buf_puts(b, "  int omp_get_max_threads(void); void omp_set_num_threads(int);\n"
                     "  int saved_threads = omp_get_max_threads();\n  omp_set_num_threads(1);\n");
@@ -1363,20 +1407,6 @@ static void put_vec_sum(tcc_buf *b, int ind, const char *v, int width) {
   tcc_buf_printf(b, "%*sconst vec4 q_ = __builtin_shufflevector(h_, h_, 0, 1, 2, 3) + __builtin_shufflevector(h_, h_, 4, 5, 6, 7);\n"
                     "%*sfloat s = (q_[0] + q_[2]) + (q_[1] + q_[3]);\n",
                  ind, "", ind, "");
-}
-
-/* The start of a GEMM body that shares its chunks with the helper
- * thread (share.c): on the calling thread, with the helper held, the
- * job runs there; the body goes on (under the #if) for a chunk's call,
- * rq set. */
-static void put_share_entry(tcc_buf *b, int64_t chunks, int64_t tile, int sums) {
-  tcc_buf_printf(b, "#if defined(TCC_SELF) && defined(TCC_SHARE)\n"
-                    "  const tcc_share_rq *rq = tcc_share_rq_now;\n"
-                    "  if (!rq && tcc_share_mine) {\n"
-                    "    const int r = tcc_share_run(TCC_SELF, P, TCC_NP, %" PRId64 ", %" PRId64 ", %d);\n"
-                    "    if (r >= 0) return r;\n"
-                    "  }\n",
-                 chunks, tile, sums);
 }
 
 /* A float32 GEMM of few rows against a weight stored [N, K]

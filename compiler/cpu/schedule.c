@@ -1686,6 +1686,28 @@ static int plan_split_k_tiled(const tcc_program *p, const tcc_vx *call, tcc_cpu_
   return 1;
 }
 
+/* Blocks of C that a oneDNN GEMM step shares with the helper thread
+ * of a busy machine (share.c): on one thread, while another process
+ * holds the other core, oneDNN's GEMMs (BERT-base's at 8 x 128 tokens)
+ * had run on the calling thread alone. A block takes up to
+ * TCC_CPU_SHARE_COLS of C's columns and as many rows as keep it near
+ * TCC_CPU_SHARE_BLOCK_FLOPS and within the helper's tile (16 rows at
+ * least, in 16s); chunks run a batch entry's blocks down each block
+ * column, so a thread's next block reads the columns of B in its cache.
+ * Not shared below TCC_CPU_SHARE_FLOPS or with fewer than 2 blocks. */
+static void plan_dnnl_share(tcc_cpu_gemm *g, int64_t Bt, int64_t M, int64_t N, int64_t K) {
+  if (2.0 * (double)M * (double)N * (double)K * (double)Bt < TCC_CPU_SHARE_FLOPS) return;
+  const int64_t cols = N < TCC_CPU_SHARE_COLS ? N : TCC_CPU_SHARE_COLS;
+  int64_t rows = (int64_t)(TCC_CPU_SHARE_BLOCK_FLOPS / (2.0 * (double)cols * (double)K));
+  if (rows > TCC_CPU_SHARE_TILE / cols) rows = TCC_CPU_SHARE_TILE / cols;
+  rows = rows < 16 ? 16 : rows / 16 * 16;
+  if (rows >= M) rows = M;
+  const int64_t chunks = Bt * ((M + rows - 1) / rows) * ((N + cols - 1) / cols);
+  if (rows * cols > TCC_CPU_SHARE_TILE || chunks < 2 || chunks > TCC_CPU_SHARE_MAX) return;
+  g->share_rows = rows;
+  g->share_cols = cols;
+}
+
 /* The road and threading of an extern GEMM step, C[b] = A[b] . B[b]:
  * oneDNN's dnnl_sgemm for float32 (when tcc_onednn_enabled), else
  * cblas_?gemm. A tuning config may pin OpenBLAS's threads, or run the
@@ -1725,6 +1747,7 @@ static void plan_gemm(const tcc_program *p, const tcc_kernel *k, int kno, tcc_cp
   g->batch_par = Bt > 1 && ((cfg && cfg->parallel > 0) || auto_par);
   if (g->onednn) {
     g->serial = cfg && cfg->parallel < 0;
+    if (!g->serial && !p->graph->nsyms) plan_dnnl_share(g, Bt, M, N, K);
     return;
   }
   g->slab_par = Bt == 1 && auto_par && (M > 1 || N > 1);
@@ -1832,6 +1855,10 @@ int tcc_cpu_schedule_check(const tcc_program *p, tcc_error *err) {
                              g->narrow_vecs < 1 || g->narrow_vecs > NARROW_MAX / 16 ||
                              g->narrow_rows * g->narrow_vecs > 24))
         return tcc_error_set(err, TCC_E_INTERNAL, "k%d: a narrow GEMM on another road", ks->kno);
+      if ((g->share_rows || g->share_cols) &&
+          (!g->onednn || g->serial || g->share_rows < 1 || g->share_cols < 1 ||
+           g->share_rows * g->share_cols > TCC_CPU_SHARE_TILE))
+        return tcc_error_set(err, TCC_E_INTERNAL, "k%d: a shared GEMM off oneDNN's road", ks->kno);
       continue;
     }
     const tcc_cpu_nest *pl = &ks->nest;
@@ -1972,6 +1999,8 @@ void tcc_cpu_schedule_dump(const tcc_program *p, tcc_buf *b) {
                      g->slab_par ? (g->by_rows ? ", row slabs per thread" : ", column slabs per thread") : "",
                      g->serial ? ", one thread" : "");
       if (g->blas_threads) tcc_buf_printf(b, ", %d BLAS thread%s", g->blas_threads, g->blas_threads == 1 ? "" : "s");
+      if (g->share_rows)
+        tcc_buf_printf(b, ", shared busy in %" PRId64 " x %" PRId64 " blocks", g->share_rows, g->share_cols);
       tcc_buf_puts(b, "\n");
       continue;
     }

@@ -62,6 +62,9 @@
  */
 #include "cpu_schedule.h"
 
+#define STR_(x) #x
+#define STR(x) STR_(x)
+
 /* In the preamble, before the governor: what kernel bodies and the
  * governor call. A shared body compiled for one artifact is linked into
  * later ones from the object cache (build.c), an object whose symbols
@@ -74,11 +77,14 @@ const char tcc_cpu_share[] =
   "#define TCC_SHARE 1\n"
   "#define TCC_HIDDEN __attribute__((visibility(\"hidden\")))\n"
   "/* chunk c: phase 0 computes it into tile, 1 commits the tile (stores it,\n"
-  " * or adds it into sum), 2 (sums) stores sum + sum2 into C */\n"
-  "typedef struct tcc_share_rq { int64_t c; float *tile; int phase; float *sum, *sum2; } tcc_share_rq;\n"
+  " * or adds it into sum), 2 (sums) stores sum + sum2 into C; own: the\n"
+  " * caller's call, whose phase 0 may store into C straight (its phase 1\n"
+  " * then stores nothing) */\n"
+  "typedef struct tcc_share_rq { int64_t c; float *tile; int phase; float *sum, *sum2; int own; } tcc_share_rq;\n"
   "#include <pthread.h>\n#include <signal.h>\n#include <time.h>\n#include <sys/syscall.h>\n#include <linux/futex.h>\n"
   "long syscall(long, ...); int getpid(void); int sched_getcpu(void);\n"
-  "enum { TCC_SHARE_MAX = 8192, TCC_SHARE_MAXP = 256, TCC_SHARE_TILE = 32768, TCC_SHARE_SPIN_NS = 20000 };\n"
+  "enum { TCC_SHARE_MAX = " STR(TCC_CPU_SHARE_MAX) ", TCC_SHARE_MAXP = 256, TCC_SHARE_TILE = " STR(TCC_CPU_SHARE_TILE)
+  ", TCC_SHARE_SPIN_NS = 20000 };\n"
   "enum { TCC_FREE, TCC_COMMITTING, TCC_DONE, TCC_STOLEN };\n"
   "#define TCC_ONE __attribute__((weak)) TCC_HIDDEN   /* one in the .so (share.c) */\n"
   "TCC_ONE __thread const tcc_share_rq *tcc_share_rq_now;  /* a chunk's call */\n"
@@ -164,11 +170,11 @@ const char tcc_cpu_share[] =
   "      const uint64_t free_ = (uint64_t)g << 2 | TCC_FREE;\n"
   "      if (TCC_LD(tcc_share.state[c], SEQ_CST) != free_ || !fn || np > TCC_SHARE_MAXP || tn > TCC_SHARE_TILE)\n"
   "        continue;   /* taken back, and the fields may be a later job's */\n"
-  "      tcc_share_rq rq = {c, tcc_share.tile_h, 0, tcc_share.sum_h, 0};\n"
+  "      tcc_share_rq rq = {c, tcc_share.tile_h, 0, tcc_share.sum_h, 0, 0};\n"
   "      tcc_share_rq_now = &rq;\n"
-  "      fn(P);\n"
   "      uint64_t s = free_;\n"
-  "      if (__atomic_compare_exchange_n(&tcc_share.state[c], &s, (uint64_t)g << 2 | TCC_COMMITTING, 0,\n"
+  "      if (fn(P) == 0 &&   /* a chunk that fails is left to the caller, who meets the error */\n"
+  "          __atomic_compare_exchange_n(&tcc_share.state[c], &s, (uint64_t)g << 2 | TCC_COMMITTING, 0,\n"
   "                                      __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {\n"
   "        rq.phase = 1;\n"
   "        fn(P);\n"
@@ -224,7 +230,7 @@ const char tcc_cpu_share[] =
   "  TCC_ST(tcc_share.gen, g, SEQ_CST);\n"
   "  if (TCC_LD(tcc_share.sleeping, SEQ_CST)) tcc_futex(&tcc_share.gen, FUTEX_WAKE_PRIVATE, 1);\n"
   "  __atomic_fetch_add(&tcc_share_counts[0], 1, __ATOMIC_RELAXED);\n"
-  "  tcc_share_rq rq = {0, tcc_share.tile_c, 0, tcc_share.sum_c, 0};\n"
+  "  tcc_share_rq rq = {0, tcc_share.tile_c, 0, tcc_share.sum_c, 0, 1};\n"
   "  int bad = 0;\n"
   "  tcc_share_rq_now = &rq;\n"
   "  for (;;) {\n"

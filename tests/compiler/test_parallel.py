@@ -138,34 +138,61 @@ def test_few_row_gemm_shares_chunks_with_the_helper_thread(rows, n, k, layout, m
     chunks summed apart, the sums stored at the job's end; a k tail past
     the last pass; 9-32 rows on AVX-512, split-K tiled: a chunk is runs
     of 48 of C's columns over all of K, the last one with N's tail, and
-    k's past the last pass). Every call's output matches float64 on fresh inputs,
-    quiet, while a spinning process takes time slices from the threads
-    (chunks taken back), and from two threads calling at once; the
-    helper stored chunks, in the process and in a forked child (its
-    own helper); unloading the artifact stops and joins the helper."""
-    if (os.cpu_count() or 1) < 2:
-        pytest.skip("one CPU: the governor runs every call on the calling thread, without the helper")
+    k's past the last pass). See check_shared_gemm for what is checked."""
     if layout == "kn" and rows > 8 and HOST_ISA != "x86-64-v4":
         pytest.skip("9-32 rows against [K, N] run the split-K-tiled GEMM on AVX-512 alone")
+    check_shared_gemm(rows, n, k, layout, monkeypatch)
+
+
+@pytest.mark.parametrize("rows,n,k,layout", [(300, 700, 300, "nk"), (270, 1100, 250, "kn"),
+                                             (600, 600, 200, "t"), (100, 130, 120, "bmm")])
+def test_onednn_gemm_shares_blocks_with_the_helper_thread(rows, n, k, layout, monkeypatch):
+    """oneDNN's GEMMs (many rows: BERT-base at 8 x 128 tokens) share
+    blocks of C with the helper thread as the streamed ones share their
+    chunks: each block a one-thread dnnl_sgemm, the helper's into a tile
+    it stores when it wins the block, the caller's straight into C.
+    Weights [N, K] and [K, N], A transposed (a weight gradient's
+    operand), and a batch whose entries are the blocks; row and column
+    tails. See check_shared_gemm for what is checked."""
+    check_shared_gemm(rows, n, k, layout, monkeypatch)
+
+
+def check_shared_gemm(rows, n, k, layout, monkeypatch):
+    """Every call's output matches float64 on fresh inputs, quiet, while
+    a spinning process takes time slices from the threads (chunks taken
+    back), and from two threads calling at once; the helper stored
+    chunks, in the process and in a forked child (its own helper);
+    unloading the artifact stops and joins the helper. Layouts: "nk"
+    x . w^T + b, "kn" x . w + b, "t" x^T . w + b (x stored [k, rows]),
+    "bmm" x[i] . w[i] + b for 3 entries; GELU after."""
+    if (os.cpu_count() or 1) < 2:
+        pytest.skip("one CPU: the governor runs every call on the calling thread, without the helper")
     import _ctypes
     import ctypes
     A = torch.ops.aten
     monkeypatch.setenv("TCC_ONE_THREAD", "1")
-    g = torch.Generator().manual_seed((SEED ^ hash((rows, n, k))) & 0xffffffff)
-    w = torch.rand((n, k) if layout == "nk" else (k, n), generator=g) * 2 - 1
-    b, x = torch.rand(n, generator=g) * 2 - 1, torch.rand(rows, k, generator=g) * 2 - 1
+    g = torch.Generator().manual_seed((SEED ^ hash((rows, n, k, layout))) & 0xffffffff)
+    xshape = {"t": (k, rows), "bmm": (3, rows, k)}.get(layout, (rows, k))
+    w = torch.rand({"nk": (n, k), "bmm": (3, k, n)}.get(layout, (k, n)), generator=g) * 2 - 1
+    b, x = torch.rand(n, generator=g) * 2 - 1, torch.rand(xshape, generator=g) * 2 - 1
 
     def f(x, w, b):
-        return A.gelu.default(A.addmm.default(b, x, A.t.default(w) if layout == "nk" else w))
+        if layout == "bmm":
+            return A.gelu.default(A.add.Tensor(A.bmm.default(x, w), b))
+        return A.gelu.default(A.addmm.default(b, A.t.default(x) if layout == "t" else x,
+                                              A.t.default(w) if layout == "nk" else w))
     gm = tk.aten_graph(f, [x, w, b], decompose=False)
     kern = tk.compile_fx(gm, [x, w, b], isa=HOST_ISA if HOST_ISA in ("x86-64-v3", "x86-64-v4") else "x86-64-v3",
                          keep_source=True)
+    if rows > 64 and "onednn/" not in kern.identity:
+        pytest.skip("oneDNN is not on this build's road (TCC_NO_ONEDNN, or built without it)")
     assert "tcc_share_run(TCC_SELF, P, TCC_NP," in kern.source
+    assert rows <= 64 or "dnnl_sgemm(" in kern.source
     counts = (ctypes.c_int64 * 3).in_dll(kern.lib, "tcc_share_counts")
 
     def check(calls):
         for _ in range(calls):
-            x.copy_(torch.rand(rows, k, generator=g) * 2 - 1)
+            x.copy_(torch.rand(xshape, generator=g) * 2 - 1)
             torch.testing.assert_close(kern(x, w, b)[0].double(), f(x.double(), w.double(), b.double()),
                                        rtol=1e-4, atol=1e-4)
     check(20)
@@ -190,7 +217,7 @@ def test_few_row_gemm_shares_chunks_with_the_helper_thread(rows, n, k, layout, m
         outs, ws = kern.alloc_outputs(), kern.alloc_workspace()
         try:
             for _ in range(40):
-                xl = torch.rand(rows, k, generator=gl) * 2 - 1
+                xl = torch.rand(xshape, generator=gl) * 2 - 1
                 torch.testing.assert_close(kern(xl, w, b, outs=outs, ws=ws)[0].double(),
                                            f(xl.double(), w.double(), b.double()), rtol=1e-4, atol=1e-4)
         except Exception as e:   # reported by the test's thread
@@ -205,7 +232,7 @@ def test_few_row_gemm_shares_chunks_with_the_helper_thread(rows, n, k, layout, m
     # kernel (MKL's allocator, which torch's float64 reference calls,
     # can hang in a child forked from a threaded process) and sends its
     # outputs back through a pipe
-    xs = [torch.rand(rows, k, generator=g) * 2 - 1 for _ in range(30)]
+    xs = [torch.rand(xshape, generator=g) * 2 - 1 for _ in range(30)]
     wants = [f(xi.double(), w.double(), b.double()) for xi in xs]
     outs, before = kern.alloc_outputs(), counts[1]
     rfd, wfd = os.pipe()
