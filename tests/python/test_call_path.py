@@ -115,3 +115,62 @@ def test_signature_runner_of_a_kernel(daemon):
     assert run(shifted, y) is None
     assert run(x.double(), y) is None                  # dtype
     c.close()
+
+
+def test_large_outputs_reuse_a_free_storage(daemon):
+    """An output of tccd.client.LARGE_OUTPUT_BYTES or more lands in the
+    storage of the call before when nothing holds that storage any more
+    (glibc maps blocks over 32 MB afresh on each allocation, every page
+    faulted in again), and in a new one while a result, a view of it or
+    autograd's saved tensor still holds it: those keep their values.
+    Through the signature runner (one output) and the general path (an
+    output and a view of it)."""
+    from tccd.client import LARGE_OUTPUT_BYTES
+    n = LARGE_OUTPUT_BYTES // 4 + 1024   # float32 elements: just over the bound
+    g = torch.Generator().manual_seed(torch.seed() & 0xffffffff)
+
+    def twice(x):
+        return x * 2 + 1
+
+    def with_view(x):
+        y = x * 3 - 1
+        return y, y[::2]
+
+    for fn, check in ((twice, lambda x, out: torch.testing.assert_close(out.double(), x.double() * 2 + 1, **F64)),
+                      (with_view, lambda x, out: (torch.testing.assert_close(out[0].double(), x.double() * 3 - 1, **F64),
+                                                  torch.testing.assert_close(out[1], out[0][::2], rtol=0, atol=0)))):
+        opt = torch.compile(fn, backend="tccd", dynamic=False)
+        ptr = lambda out: (out[0] if isinstance(out, tuple) else out).data_ptr()
+        for _ in range(3):   # compiled, then past the first calls
+            x = torch.rand(n, generator=g) - 0.5
+            check(x, opt(x))
+        x = torch.rand(n, generator=g) - 0.5
+        first = ptr(opt(x))                 # dropped at once: its storage is free
+        x = torch.rand(n, generator=g) - 0.5
+        kept = opt(x)
+        check(x, kept)
+        assert ptr(kept) == first, "a free large storage was not reused"
+        x2 = torch.rand(n, generator=g) - 0.5
+        other = opt(x2)                     # `kept` holds the storage: a new one
+        check(x2, other)
+        assert ptr(other) != ptr(kept)
+        check(x, kept)                      # untouched by the call after
+        del other
+        view = kept[0][1:] if isinstance(kept, tuple) else kept[1:]
+        before = view.clone()
+        del kept
+        x3 = torch.rand(n, generator=g) - 0.5
+        check(x3, opt(x3))                  # a view alone still holds the storage
+        assert torch.equal(view, before)
+    assert tccd.stats()["fallback_ops"] == 0
+
+    # autograd: a forward's large output saved for its backward is not
+    # reused by the forward after it while that backward is still to run
+    w = (torch.rand(n, generator=g) - 0.5).requires_grad_()
+    opt = torch.compile(lambda w, x: ((w * x).exp() * x).sum(), backend="tccd", dynamic=False)
+    for _ in range(3):
+        x1, x2 = torch.rand(n, generator=g) - 0.5, torch.rand(n, generator=g) - 0.5
+        w.grad = None
+        (opt(w, x1) + opt(w, x2)).backward()
+        want = sum((w.double() * x.double()).exp() * x.double() * x.double() for x in (x1, x2))
+        torch.testing.assert_close(w.grad.double(), want, rtol=1e-5, atol=1e-6)

@@ -252,6 +252,50 @@ except ImportError:
     _empty_strided_cpu = _empty_strided_cpu_py
 
 
+# Outputs of at least this many bytes keep their storage for the next
+# call (_LargeOutput). glibc's malloc maps any block over 32 MB afresh on
+# every allocation (its mmap threshold stops growing there), so without
+# this each call of a kernel with such an output faulted its pages in
+# again: BERT-base training's logits and its vocabulary-sized weight
+# gradients, 350 MB of zeroed pages a step.
+LARGE_OUTPUT_BYTES = 32 << 20
+
+
+class _LargeOutput:
+    """A kernel output of LARGE_OUTPUT_BYTES or more: each call gets a new
+    tensor on the storage of the call before when no tensor holds that
+    storage any more (its use count is this object's alone; a view, an
+    autograd saved tensor or a caller's reference keeps it), else on a
+    new one, kept for the next call. So a training step's large outputs
+    land in the pages of the step before, already mapped. The kernel
+    writes every element of its outputs, as it does into a new tensor."""
+
+    def __init__(self, size, stride, dtype):
+        self.size, self.stride, self.dtype = tuple(size), tuple(stride), dtype
+        self.storage = None
+        self.lock = threading.Lock()   # two threads never get one storage
+
+    def __call__(self):
+        with self.lock:
+            st = self.storage
+            if st is not None and _storage_use_count(st._cdata) == 1:
+                return torch.empty(0, dtype=self.dtype).set_(st, 0, self.size, self.stride)
+            t = _empty_strided_cpu(self.size, self.stride, self.dtype)
+            self.storage = t.untyped_storage()
+            return t
+
+
+_storage_use_count = getattr(torch._C, "_storage_Use_Count", None)
+
+
+def _output_allocator(size, stride, dtype):
+    """What allocates an output of these sizes, strides and dtype on each
+    call: a _LargeOutput for the large ones, else None (a new tensor)."""
+    n = 1 + sum((d - 1) * st for d, st in zip(size, stride)) if all(d > 0 for d in size) else 0
+    nbytes = n * torch.empty(0, dtype=dtype).element_size()
+    return _LargeOutput(size, stride, dtype) if _storage_use_count and nbytes >= LARGE_OUTPUT_BYTES else None
+
+
 _scratch = threading.local()
 
 
@@ -294,6 +338,8 @@ class Kernel:
                                       status="INVALID_ARGUMENT", addr=addr, what="load")
             specs.append((tuple(m.sizes), tuple(m.strides), PB_TO_TORCH[m.dtype]))
         self.output_specs = specs
+        self._large = [_output_allocator(*spec) for spec in specs]   # per output: a _LargeOutput or None
+        self._any_large = any(self._large)
         self.input_specs = [(tuple(m.sizes), tuple(m.strides), int(m.storage_offset),
                              PB_TO_TORCH.get(m.dtype)) for m in manifest.inputs]
         # ABI 2 (dynamic shapes): layouts are polynomials over symbols bound
@@ -393,7 +439,10 @@ class Kernel:
             self.check_inputs(inputs)
         if self._cuda:
             return self._run_cuda(inputs)
-        outs = [_empty_strided_cpu(s, st, dt) for s, st, dt in self.output_specs]
+        if self._any_large:
+            outs = [lg() if lg else _empty_strided_cpu(*spec) for lg, spec in zip(self._large, self.output_specs)]
+        else:
+            outs = [_empty_strided_cpu(s, st, dt) for s, st, dt in self.output_specs]
         # the storage offsets are the manifest's (checked above, or by the
         # caller's signature)
         ins = self._in_t(*[t.data_ptr() - o for t, o in zip(inputs, self._in_offset_bytes)])
@@ -427,7 +476,9 @@ class Kernel:
         src = [f"def run({', '.join(ins)}):",
                f"    if not ({' and '.join(cond)}):",
                f"        return {'miss(' + ', '.join(ins) + ')' if miss else 'None'}"]
-        src += [f"    o{j} = empty(S[{j}], T[{j}], D[{j}])" for j in range(self.n_outputs)]
+        large = self._large
+        src += [f"    o{j} = large[{j}]()" if large[j] else f"    o{j} = empty(S[{j}], T[{j}], D[{j}])"
+                for j in range(self.n_outputs)]
         # The pointer arrays are the calling thread's own (frame()), written
         # in place: the kernel runs with the GIL released, so another thread
         # may be in this runner at the same time.
@@ -451,7 +502,7 @@ class Kernel:
             mine.frame = f = (p, base, base + ctypes.sizeof(ctypes.c_void_p) * n_in, err.ptr, err)
             return f
 
-        env = {"check": check, "miss": miss, "empty": _empty_strided_cpu, "mine": mine, "frame": frame,
+        env = {"check": check, "miss": miss, "empty": _empty_strided_cpu, "large": large, "mine": mine, "frame": frame,
                "entry": _lib.run_by_address(), "h": self._h, "workspace": _workspace,
                "W": self.workspace_bytes, "fail": self._fail, "kernel": self,   # kept alive
                "S": [s for s, _, _ in self.output_specs], "T": [t for _, t, _ in self.output_specs],
