@@ -100,7 +100,7 @@
 
 /* Bump whenever generated code or the key encoding changes: every cache
  * entry made by an older codegen then misses. */
-#define TCC_CODEGEN_VERSION 80
+#define TCC_CODEGEN_VERSION 81
 
 typedef struct tcc_graph tcc_graph;  /* the canonical IR (graph.h) */
 

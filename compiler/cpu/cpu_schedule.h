@@ -127,7 +127,9 @@ typedef struct tcc_cpu_gemm {
 #define TCC_CPU_SHARE_MAX 8192   /* the most chunks of a job */
 /* A oneDNN GEMM step of at least this many flops shares blocks of C with
  * the helper, each of about TCC_CPU_SHARE_BLOCK_FLOPS (at most
- * TCC_CPU_SHARE_COLS columns, TCC_CPU_SHARE_TILE floats): design.md. */
+ * TCC_CPU_SHARE_COLS columns, TCC_CPU_SHARE_TILE floats): design.md; a
+ * convolution step (forward, backward data) its images
+ * (runtime/onednn_conv.c). */
 #define TCC_CPU_SHARE_FLOPS 4194304.0
 #define TCC_CPU_SHARE_BLOCK_FLOPS 201326592.0
 #define TCC_CPU_SHARE_COLS 512

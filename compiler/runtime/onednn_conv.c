@@ -40,16 +40,23 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* A primitive for the step over a minibatch of some images: the whole
+ * call's, or one image's (the helper's share, below) */
+typedef struct tcc_dnnl_prim {
+  dnnl_primitive_t prim;
+  dnnl_primitive_t reorder[3];       /* a, b in; c out; NULL: used as it is */
+  int differs[3];                    /* the operand's layout is not the primitive's */
+  dnnl_memory_desc_t user[3], mine[3];
+  size_t scratch_bytes;
+} tcc_dnnl_prim;
+
 typedef struct tcc_dnnl_conv {
   int kind;                          /* 0, 1, 2 as above */
   int64_t prm[24];                   /* TCC_CONV_* (compiler/loop.h) */
   int64_t sa[5], sb[5], sc[5];       /* element strides of a, b and the result c */
   pthread_mutex_t lock;
-  int state;                         /* 0 not made yet, 1 ready, -1 refused */
-  dnnl_primitive_t prim;
-  dnnl_primitive_t reorder[3];       /* a, b in; c out; NULL: used as it is */
-  dnnl_memory_desc_t user[3], mine[3];
-  size_t scratch_bytes;
+  int state, one_state;              /* all, one: 0 not made yet, 1 ready, -1 refused */
+  tcc_dnnl_prim all, one;            /* the whole minibatch; one image */
 } tcc_dnnl_conv;
 
 static dnnl_engine_t tcc_dnnl_engine;
@@ -60,10 +67,11 @@ static void tcc_dnnl_engine_make(void) {
 }
 
 /* dims of x ([N, Cin, in..]), w ([G, Cog, Cig, k..] or [Cout, Cig, k..])
- * and y ([N, Cout, o..]); returns the rank of w. */
-static int tcc_dnnl_dims(const int64_t *p, dnnl_dims_t x, dnnl_dims_t w, dnnl_dims_t y) {
+ * and y ([N, Cout, o..]) for a minibatch of N images; returns the rank
+ * of w. */
+static int tcc_dnnl_dims(const int64_t *p, int64_t N, dnnl_dims_t x, dnnl_dims_t w, dnnl_dims_t y) {
   int S = (int)p[0], g = p[4] > 1, r = 0;
-  x[0] = y[0] = p[1];
+  x[0] = y[0] = N;
   x[1] = p[2];
   y[1] = p[3];
   if (g) w[r++] = p[4];
@@ -132,14 +140,17 @@ static int tcc_dnnl_channels_last(int nd, const dnnl_dims_t d, const int64_t *st
   return d[1] > 1;
 }
 
-/* prefer_user: a forward step asks first for a primitive on the
- * channels-last layouts of its activations (tcc_dnnl_conv_run makes it
- * again without when oneDNN has none) */
-static int tcc_dnnl_make(tcc_dnnl_conv *c, int prefer_user) {
+/* Makes s, the step's primitive over N images (the operands' first
+ * N), and its reorders. prefer_user: a forward step asks first for a
+ * primitive on the channels-last layouts of its activations
+ * (tcc_dnnl_make_step makes it again without when oneDNN has none);
+ * commit: a reorder of the result even where its layout is the
+ * primitive's (a copy: the helper's commit). */
+static int tcc_dnnl_make(const tcc_dnnl_conv *c, tcc_dnnl_prim *s, int64_t N, int prefer_user, int commit) {
   const int64_t *p = c->prm;
   int S = (int)p[0], nx = 2 + S;
   dnnl_dims_t xd, wd, yd, strides, dil, pl, pr;
-  int nw = tcc_dnnl_dims(p, xd, wd, yd);
+  int nw = tcc_dnnl_dims(p, N, xd, wd, yd);
   for (int d = 0; d < S; d++) {
     strides[d] = p[14 + d];
     pl[d] = p[17 + d];
@@ -234,18 +245,19 @@ static int tcc_dnnl_make(tcc_dnnl_conv *c, int prefer_user) {
   }
   const int64_t *ust[3] = {c->sa, c->sb, cs};
   for (int r = 0; r < 3; r++) {
-    if (tcc_dnnl_user_md(&c->user[r], nds[r], dims[r], ust[r], dims[r] == wd, p)) goto done;
-    c->mine[r] = *dnnl_primitive_desc_query_md(pd, q[r], 0);
-    if (dnnl_memory_desc_equal(&c->user[r], &c->mine[r])) continue;
+    if (tcc_dnnl_user_md(&s->user[r], nds[r], dims[r], ust[r], dims[r] == wd, p)) goto done;
+    s->mine[r] = *dnnl_primitive_desc_query_md(pd, q[r], 0);
+    s->differs[r] = !dnnl_memory_desc_equal(&s->user[r], &s->mine[r]);
+    if (!s->differs[r] && !(commit && r == 2)) continue;
     dnnl_primitive_desc_t rpd;
-    const dnnl_memory_desc_t *from = r < 2 ? &c->user[r] : &c->mine[r], *to = r < 2 ? &c->mine[r] : &c->user[r];
+    const dnnl_memory_desc_t *from = r < 2 ? &s->user[r] : &s->mine[r], *to = r < 2 ? &s->mine[r] : &s->user[r];
     if (dnnl_reorder_primitive_desc_create(&rpd, from, tcc_dnnl_engine, to, tcc_dnnl_engine, NULL)) goto done;
-    dnnl_status_t st = dnnl_primitive_create(&c->reorder[r], rpd);
+    dnnl_status_t st = dnnl_primitive_create(&s->reorder[r], rpd);
     dnnl_primitive_desc_destroy(rpd);
     if (st) goto done;
   }
-  c->scratch_bytes = dnnl_memory_desc_get_size(dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0));
-  if (dnnl_primitive_create(&c->prim, pd)) goto done;
+  s->scratch_bytes = dnnl_memory_desc_get_size(dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0));
+  if (dnnl_primitive_create(&s->prim, pd)) goto done;
   rc = 0;
 done:
   if (fwd) dnnl_primitive_desc_destroy(fwd);
@@ -254,11 +266,35 @@ done:
   return rc;
 }
 
-static void tcc_dnnl_release(tcc_dnnl_conv *c) {
+static void tcc_dnnl_release_prim(tcc_dnnl_prim *s) {
   for (int r = 0; r < 3; r++)
-    if (c->reorder[r]) dnnl_primitive_destroy(c->reorder[r]);
-  if (c->prim) dnnl_primitive_destroy(c->prim);
-  c->prim = c->reorder[0] = c->reorder[1] = c->reorder[2] = NULL;
+    if (s->reorder[r]) dnnl_primitive_destroy(s->reorder[r]);
+  if (s->prim) dnnl_primitive_destroy(s->prim);
+  s->prim = s->reorder[0] = s->reorder[1] = s->reorder[2] = NULL;
+}
+
+static void tcc_dnnl_release(tcc_dnnl_conv *c) {
+  tcc_dnnl_release_prim(&c->all);
+  tcc_dnnl_release_prim(&c->one);
+}
+
+/* s made once (*state: 0 not yet, 1 ready, -1 refused), on the
+ * channels-last layouts first; returns whether it is ready */
+static int tcc_dnnl_make_step(tcc_dnnl_conv *c, tcc_dnnl_prim *s, int *state, int64_t N, int commit) {
+  if (__atomic_load_n(state, __ATOMIC_ACQUIRE) == 0) {
+    pthread_mutex_lock(&c->lock);
+    if (*state == 0) {
+      int ok = tcc_dnnl_make(c, s, N, 1, commit) == 0;
+      if (!ok) {
+        tcc_dnnl_release_prim(s);
+        ok = tcc_dnnl_make(c, s, N, 0, commit) == 0;
+        if (!ok) tcc_dnnl_release_prim(s);
+      }
+      __atomic_store_n(state, ok ? 1 : -1, __ATOMIC_RELEASE);
+    }
+    pthread_mutex_unlock(&c->lock);
+  }
+  return __atomic_load_n(state, __ATOMIC_ACQUIRE) > 0;
 }
 
 static size_t tcc_dnnl_round(size_t n) { return (n + 63) & ~(size_t)63; }
@@ -271,6 +307,10 @@ static size_t tcc_dnnl_round(size_t n) { return (n + 63) & ~(size_t)63; }
 static char *tcc_dnnl_kept;
 static size_t tcc_dnnl_kept_bytes;
 static int tcc_dnnl_kept_busy;
+#ifdef TCC_SHARE
+static char *tcc_dnnl_helper_kept;   /* the helper's (below) */
+static size_t tcc_dnnl_helper_kept_bytes;
+#endif
 
 static char *tcc_dnnl_block(size_t n, int *kept) {
   char *p = NULL;
@@ -303,46 +343,35 @@ static void tcc_dnnl_engine_release(void) {
   free(tcc_dnnl_kept);
   tcc_dnnl_kept = NULL;
   tcc_dnnl_kept_bytes = 0;
+#ifdef TCC_SHARE
+  free(tcc_dnnl_helper_kept);
+  tcc_dnnl_helper_kept = NULL;
+  tcc_dnnl_helper_kept_bytes = 0;
+#endif
 }
 
-static int tcc_dnnl_conv_run(tcc_dnnl_conv *c, const float *a, const float *b, float *out) {
-  if (__atomic_load_n(&c->state, __ATOMIC_ACQUIRE) == 0) {
-    pthread_mutex_lock(&c->lock);
-    if (c->state == 0) {
-      int ok = tcc_dnnl_make(c, 1) == 0;
-      if (!ok) {
-        tcc_dnnl_release(c);
-        ok = tcc_dnnl_make(c, 0) == 0;
-        if (!ok) tcc_dnnl_release(c);
-      }
-      __atomic_store_n(&c->state, ok ? 1 : -1, __ATOMIC_RELEASE);
-    }
-    pthread_mutex_unlock(&c->lock);
-  }
-  if (c->state < 0) return 1;
-  /* one allocation: the blocked copies, then the scratchpad */
-  size_t off[4], total = 0;
-  for (int r = 0; r < 3; r++) {
-    off[r] = total;
-    if (c->reorder[r]) total += tcc_dnnl_round(dnnl_memory_desc_get_size(&c->mine[r]));
-  }
-  off[3] = total;
-  total += tcc_dnnl_round(c->scratch_bytes);
-  char *block = NULL;
-  int kept = 0;
-  if (total && !(block = tcc_dnnl_block(total, &kept))) return 1;
-  void *user[3] = {(void *)a, (void *)b, out};
-  dnnl_memory_t um[3] = {NULL, NULL, NULL}, mm[3] = {NULL, NULL, NULL}, scratch = NULL;
+/* Runs s on the operands at user[0..2] (the step's a, b and c):
+ * where copy[r] is set, an operand is (r < 2) reordered into copy[r]
+ * first, or (r = 2) computed there and reordered into user[2] after
+ * unless keep; without one it is in s's layout already (where that is
+ * not its own: the weights reordered before). scratch: s's scratchpad. */
+static int tcc_dnnl_exec(const tcc_dnnl_prim *s, int kind, void *const user[3], char *const copy[3], char *scratch,
+                         int keep) {
+  dnnl_memory_t um[3] = {NULL, NULL, NULL}, mm[3] = {NULL, NULL, NULL}, sm = NULL;
   dnnl_stream_t stream = NULL;
   int rc = 1;
   if (dnnl_stream_create(&stream, tcc_dnnl_engine, dnnl_stream_default_flags)) goto done;
   for (int r = 0; r < 3; r++) {
-    if (dnnl_memory_create(&um[r], &c->user[r], tcc_dnnl_engine, user[r])) goto done;
-    if (!c->reorder[r]) continue;
-    if (dnnl_memory_create(&mm[r], &c->mine[r], tcc_dnnl_engine, block + off[r])) goto done;
+    if (!copy[r]) {
+      if (dnnl_memory_create(&mm[r], &s->mine[r], tcc_dnnl_engine, user[r])) goto done;
+      continue;
+    }
+    if (dnnl_memory_create(&um[r], &s->user[r], tcc_dnnl_engine, user[r]) ||
+        dnnl_memory_create(&mm[r], &s->mine[r], tcc_dnnl_engine, copy[r]))
+      goto done;
     if (r == 2) continue;
     dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, um[r]}, {DNNL_ARG_TO, mm[r]}};
-    if (dnnl_primitive_execute(c->reorder[r], stream, 2, args)) goto done;
+    if (dnnl_primitive_execute(s->reorder[r], stream, 2, args)) goto done;
   }
   {
     static const int roles[3][3] = {{DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST},
@@ -350,20 +379,20 @@ static int tcc_dnnl_conv_run(tcc_dnnl_conv *c, const float *a, const float *b, f
                                     {DNNL_ARG_SRC, DNNL_ARG_DIFF_DST, DNNL_ARG_DIFF_WEIGHTS}};
     dnnl_exec_arg_t args[4];
     int n = 0;
-    for (int r = 0; r < 3; r++) args[n++] = (dnnl_exec_arg_t){roles[c->kind][r], mm[r] ? mm[r] : um[r]};
+    for (int r = 0; r < 3; r++) args[n++] = (dnnl_exec_arg_t){roles[kind][r], mm[r]};
     dnnl_memory_desc_t smd;
-    dnnl_dims_t sdims = {(int64_t)c->scratch_bytes};
-    if (c->scratch_bytes) {
+    dnnl_dims_t sdims = {(int64_t)s->scratch_bytes};
+    if (s->scratch_bytes) {
       if (dnnl_memory_desc_init_by_tag(&smd, 1, sdims, dnnl_u8, dnnl_a) ||
-          dnnl_memory_create(&scratch, &smd, tcc_dnnl_engine, block + off[3]))
+          dnnl_memory_create(&sm, &smd, tcc_dnnl_engine, scratch))
         goto done;
-      args[n++] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, scratch};
+      args[n++] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, sm};
     }
-    if (dnnl_primitive_execute(c->prim, stream, n, args)) goto done;
+    if (dnnl_primitive_execute(s->prim, stream, n, args)) goto done;
   }
-  if (c->reorder[2]) {
+  if (copy[2] && !keep) {
     dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, mm[2]}, {DNNL_ARG_TO, um[2]}};
-    if (dnnl_primitive_execute(c->reorder[2], stream, 2, args)) goto done;
+    if (dnnl_primitive_execute(s->reorder[2], stream, 2, args)) goto done;
   }
   rc = dnnl_stream_wait(stream) != dnnl_success;
 done:
@@ -371,8 +400,131 @@ done:
     if (um[r]) dnnl_memory_destroy(um[r]);
     if (mm[r]) dnnl_memory_destroy(mm[r]);
   }
-  if (scratch) dnnl_memory_destroy(scratch);
+  if (sm) dnnl_memory_destroy(sm);
   if (stream) dnnl_stream_destroy(stream);
+  return rc;
+}
+
+/* One reorder of s (r: 1 the weights in, from user; 2 the result out,
+ * from) from `from` into `to` */
+static int tcc_dnnl_reorder(const tcc_dnnl_prim *s, int r, const void *from, void *to) {
+  dnnl_memory_t m[2] = {NULL, NULL};
+  dnnl_stream_t stream = NULL;
+  const dnnl_memory_desc_t *md[2] = {r < 2 ? &s->user[r] : &s->mine[r], r < 2 ? &s->mine[r] : &s->user[r]};
+  int rc = 1;
+  if (dnnl_stream_create(&stream, tcc_dnnl_engine, dnnl_stream_default_flags) ||
+      dnnl_memory_create(&m[0], md[0], tcc_dnnl_engine, (void *)from) ||
+      dnnl_memory_create(&m[1], md[1], tcc_dnnl_engine, to))
+    goto done;
+  dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, m[0]}, {DNNL_ARG_TO, m[1]}};
+  if (dnnl_primitive_execute(s->reorder[r], stream, 2, args)) goto done;
+  rc = dnnl_stream_wait(stream) != dnnl_success;
+done:
+  if (m[0]) dnnl_memory_destroy(m[0]);
+  if (m[1]) dnnl_memory_destroy(m[1]);
+  if (stream) dnnl_stream_destroy(stream);
+  return rc;
+}
+
+#ifdef TCC_SHARE
+/* THE HELPER'S SHARE (a busy machine; cpu/share.c). A forward or
+ * backward-data step on the calling thread alone, with the helper held,
+ * runs each image of the minibatch as a chunk: a primitive made for one
+ * image (c->one, its weights reordered once by the caller before the
+ * job), the caller's chunks straight into c, the helper's into a result
+ * copy of its own, reordered into c when it wins the chunk (a copy where
+ * the layouts are the same). Each thread's image copies and scratchpad
+ * come after the weights in the caller's kept block, in the helper's
+ * own block (tcc_dnnl_helper_kept, kept between calls; only the helper
+ * thread touches it). */
+/* where one image's copies of a and c and the scratchpad lie in a
+ * thread's block, and its size (off[3]) */
+static void tcc_dnnl_image_offsets(const tcc_dnnl_prim *s, size_t off[4]) {
+  off[0] = 0;
+  off[1] = s->differs[0] ? tcc_dnnl_round(dnnl_memory_desc_get_size(&s->mine[0])) : 0;
+  off[2] = off[1] + tcc_dnnl_round(dnnl_memory_desc_get_size(&s->mine[2]));
+  off[3] = off[2] + tcc_dnnl_round(s->scratch_bytes);
+}
+
+/* chunk rq->c of a job: image c. P: the step, a, b in c->one's layout,
+ * c, the caller's block for its image copies */
+static int tcc_dnnl_conv_image(void *const *P) {
+  const tcc_share_rq *rq = tcc_share_rq_now;
+  const tcc_dnnl_conv *c = P[0];
+  const tcc_dnnl_prim *s = &c->one;
+  size_t off[4];
+  tcc_dnnl_image_offsets(s, off);
+  char *block = P[4];
+  if (!rq->own) {
+    if (tcc_dnnl_helper_kept_bytes < off[3]) {
+      free(tcc_dnnl_helper_kept);
+      tcc_dnnl_helper_kept_bytes = 0;
+      if (posix_memalign((void **)&tcc_dnnl_helper_kept, 64, off[3])) tcc_dnnl_helper_kept = NULL;
+      else tcc_dnnl_helper_kept_bytes = off[3];
+    }
+    if (!(block = tcc_dnnl_helper_kept)) return 1;
+  }
+  /* the image's a and c: an image is dim 0 of both */
+  float *a = (float *)P[1] + rq->c * c->sa[0], *out = (float *)P[3] + rq->c * c->sc[0];
+  if (rq->phase == 1) return rq->own ? 0 : tcc_dnnl_reorder(s, 2, block + off[1], out);
+  int omp_get_max_threads(void);
+  void omp_set_num_threads(int);
+  if (omp_get_max_threads() != 1) omp_set_num_threads(1); /* the helper's own */
+  void *user[3] = {a, P[2], out};
+  char *copy[3] = {s->differs[0] ? block : NULL, NULL, rq->own && !s->differs[2] ? NULL : block + off[1]};
+  return tcc_dnnl_exec(s, c->kind, user, copy, block + off[2], !rq->own);
+}
+
+/* Runs the step with the helper; -1: it cannot (run it whole) */
+static int tcc_dnnl_conv_shared(tcc_dnnl_conv *c, const float *a, const float *b, float *out) {
+  const int64_t *p = c->prm;
+  double flops = 2.0 * (double)p[1] * (double)p[3] * (double)(p[2] / p[4]);
+  for (int d = 0; d < p[0]; d++) flops *= (double)p[8 + d] * (double)p[11 + d];
+  if (c->kind > 1 || p[23] || p[1] < 2 || p[1] > TCC_SHARE_MAX || flops < TCC_SHARE_MIN_FLOPS ||
+      !tcc_dnnl_make_step(c, &c->one, &c->one_state, 1, 1))
+    return -1;
+  const tcc_dnnl_prim *s = &c->one;
+  size_t off[4];
+  tcc_dnnl_image_offsets(s, off);
+  const size_t wbytes = s->differs[1] ? tcc_dnnl_round(dnnl_memory_desc_get_size(&s->mine[1])) : 0;
+  int kept = 0;
+  char *block = tcc_dnnl_block(wbytes + off[3], &kept);
+  if (!block) return 1;
+  int rc = s->differs[1] ? tcc_dnnl_reorder(s, 1, b, block) : 0;
+  if (rc == 0) {
+    void *const P[5] = {c, (void *)a, s->differs[1] ? (void *)block : (void *)b, out, block + wbytes};
+    rc = tcc_share_run(tcc_dnnl_conv_image, P, 5, p[1], 0, 0);
+    tcc_share_wait(); /* a chunk taken back may still be read by the helper */
+  }
+  tcc_dnnl_unblock(block, kept);
+  return rc;
+}
+#endif
+
+static int tcc_dnnl_conv_run(tcc_dnnl_conv *c, const float *a, const float *b, float *out) {
+#ifdef TCC_SHARE
+  if (tcc_share_mine && !tcc_share_rq_now) {
+    const int rc = tcc_dnnl_conv_shared(c, a, b, out);
+    if (rc >= 0) return rc;
+  }
+#endif
+  if (!tcc_dnnl_make_step(c, &c->all, &c->state, c->prm[1], 0)) return 1;
+  const tcc_dnnl_prim *s = &c->all;
+  /* one allocation: the blocked copies, then the scratchpad */
+  size_t off[4], total = 0;
+  for (int r = 0; r < 3; r++) {
+    off[r] = total;
+    if (s->reorder[r]) total += tcc_dnnl_round(dnnl_memory_desc_get_size(&s->mine[r]));
+  }
+  off[3] = total;
+  total += tcc_dnnl_round(s->scratch_bytes);
+  char *block = NULL;
+  int kept = 0;
+  if (total && !(block = tcc_dnnl_block(total, &kept))) return 1;
+  void *user[3] = {(void *)a, (void *)b, out};
+  char *copy[3];
+  for (int r = 0; r < 3; r++) copy[r] = s->reorder[r] ? block + off[r] : NULL;
+  const int rc = tcc_dnnl_exec(s, c->kind, user, copy, block + off[3], 0);
   if (block) tcc_dnnl_unblock(block, kept);
   return rc;
 }

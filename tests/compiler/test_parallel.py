@@ -138,7 +138,7 @@ def test_few_row_gemm_shares_chunks_with_the_helper_thread(rows, n, k, layout, m
     chunks summed apart, the sums stored at the job's end; a k tail past
     the last pass; 9-32 rows on AVX-512, split-K tiled: a chunk is runs
     of 48 of C's columns over all of K, the last one with N's tail, and
-    k's past the last pass). See check_shared_gemm for what is checked."""
+    k's past the last pass). See check_helper for what is checked."""
     if layout == "kn" and rows > 8 and HOST_ISA != "x86-64-v4":
         pytest.skip("9-32 rows against [K, N] run the split-K-tiled GEMM on AVX-512 alone")
     check_shared_gemm(rows, n, k, layout, monkeypatch)
@@ -153,22 +153,70 @@ def test_onednn_gemm_shares_blocks_with_the_helper_thread(rows, n, k, layout, mo
     it stores when it wins the block, the caller's straight into C.
     Weights [N, K] and [K, N], A transposed (a weight gradient's
     operand), and a batch whose entries are the blocks; row and column
-    tails. See check_shared_gemm for what is checked."""
+    tails. See check_helper for what is checked."""
     check_shared_gemm(rows, n, k, layout, monkeypatch)
 
 
-def check_shared_gemm(rows, n, k, layout, monkeypatch):
-    """Every call's output matches float64 on fresh inputs, quiet, while
-    a spinning process takes time slices from the threads (chunks taken
-    back), and from two threads calling at once; the helper stored
-    chunks, in the process and in a forked child (its own helper);
-    unloading the artifact stops and joins the helper. Layouts: "nk"
-    x . w^T + b, "kn" x . w + b, "t" x^T . w + b (x stored [k, rows]),
-    "bmm" x[i] . w[i] + b for 3 entries; GELU after."""
+@pytest.mark.parametrize("case", ["nchw", "nhwc", "depthwise", "concat", "backward-data"])
+def test_onednn_conv_shares_images_with_the_helper_thread(case, monkeypatch):
+    """On the calling thread alone, a oneDNN convolution (forward or
+    backward data) shares the images of its minibatch with the helper
+    thread (compiler/runtime/onednn_conv.c): each image a primitive made
+    for one, the weights reordered once before the job, the helper's
+    result into a copy of its own reordered into place when it wins the
+    image. Activations NCHW (reorders in and out of oneDNN's blocked
+    layout) and channels last (none: the helper's commit is a copy), a
+    depthwise convolution with stride 2, a result stored into its slice
+    of a concatenation, and the gradient of the input. See check_helper
+    for what is checked."""
     if (os.cpu_count() or 1) < 2:
         pytest.skip("one CPU: the governor runs every call on the calling thread, without the helper")
-    import _ctypes
-    import ctypes
+    A = torch.ops.aten
+    monkeypatch.setenv("TCC_ONE_THREAD", "1")
+    g = torch.Generator().manual_seed((SEED ^ hash(case)) & 0xffffffff)
+    n, cin, cout, hw, k, stride, groups = {"nchw": (8, 32, 48, 20, 3, 1, 1), "nhwc": (8, 64, 96, 28, 1, 2, 1),
+                                           "depthwise": (8, 64, 64, 56, 3, 2, 64),
+                                           "concat": (6, 24, 40, 24, 3, 1, 1),
+                                           "backward-data": (8, 48, 32, 20, 3, 1, 1)}[case]
+    pad = k // 2
+    out_hw = (hw + 2 * pad - k) // stride + 1
+    w = (torch.rand(cout, cin // groups, k, k, generator=g) * 2 - 1) / (cin // groups * k * k) ** 0.5
+    b = torch.rand(cout, generator=g) * 2 - 1
+    geometry = ([stride, stride], [pad, pad], [1, 1], False, [0, 0], groups)
+    if case == "backward-data":
+        xshape, x_in = (n, cout, out_hw, out_hw), torch.rand(n, cin, hw, hw, generator=g)
+        rest = (x_in, w)
+
+        def f(gy, x, w):
+            return A.convolution_backward.default(gy, x, w, [cout], *geometry, [True, True, True])[0]
+    else:
+        xshape, rest = (n, cin, hw, hw), (w, b)
+
+        def f(x, w, b):
+            y = A.convolution.default(x, w, b, *geometry)
+            if case == "concat":
+                return A.relu.default(A.cat.default([y, A.mul.Tensor(x, 2.0)], 1))
+            return A.relu.default(y)
+
+    def draw(gen):
+        x = torch.rand(xshape, generator=gen) * 2 - 1
+        return x.contiguous(memory_format=torch.channels_last) if case == "nhwc" else x
+    x = draw(g)
+    gm = tk.aten_graph(f, [x, *rest], decompose=False)
+    kern = tk.compile_fx(gm, [x, *rest], isa=HOST_ISA if HOST_ISA in ("x86-64-v3", "x86-64-v4") else "x86-64-v3",
+                         keep_source=True)
+    if "tcc_dnnl_conv_run(&k" not in kern.source:
+        pytest.skip("oneDNN is not on this build's road (TCC_NO_ONEDNN, or built without it)")
+    assert "#define TCC_SHARE 1" in kern.source
+    check_helper(kern, f, draw, rest, g, 1e-4)
+
+
+def check_shared_gemm(rows, n, k, layout, monkeypatch):
+    """Every call's output matches float64 on fresh inputs (check_helper);
+    layouts: "nk" x . w^T + b, "kn" x . w + b, "t" x^T . w + b (x stored
+    [k, rows]), "bmm" x[i] . w[i] + b for 3 entries; GELU after."""
+    if (os.cpu_count() or 1) < 2:
+        pytest.skip("one CPU: the governor runs every call on the calling thread, without the helper")
     A = torch.ops.aten
     monkeypatch.setenv("TCC_ONE_THREAD", "1")
     g = torch.Generator().manual_seed((SEED ^ hash((rows, n, k, layout))) & 0xffffffff)
@@ -188,13 +236,26 @@ def check_shared_gemm(rows, n, k, layout, monkeypatch):
         pytest.skip("oneDNN is not on this build's road (TCC_NO_ONEDNN, or built without it)")
     assert "tcc_share_run(TCC_SELF, P, TCC_NP," in kern.source
     assert rows <= 64 or "dnnl_sgemm(" in kern.source
+    check_helper(kern, f, lambda gen: torch.rand(xshape, generator=gen) * 2 - 1, (w, b), g, 1e-4)
+
+
+def check_helper(kern, f, draw, rest, g, tol):
+    """kern (f's graph, compiled; run in mode 1 by TCC_ONE_THREAD) on
+    inputs (x, *rest), x drawn fresh by draw(generator) for each call,
+    matches f in float64 (rtol and atol tol): quiet, while a spinning
+    process takes time slices from the threads (chunks taken back), and
+    from two threads calling at once; the helper stored chunks, in the
+    process and in a forked child (its own helper); unloading the
+    artifact stops and joins the helper."""
+    import _ctypes
+    import ctypes
     counts = (ctypes.c_int64 * 3).in_dll(kern.lib, "tcc_share_counts")
+    want_of = lambda xi: f(xi.double(), *(r.double() for r in rest))  # noqa: E731
 
     def check(calls):
         for _ in range(calls):
-            x.copy_(torch.rand(xshape, generator=g) * 2 - 1)
-            torch.testing.assert_close(kern(x, w, b)[0].double(), f(x.double(), w.double(), b.double()),
-                                       rtol=1e-4, atol=1e-4)
+            x = draw(g)
+            torch.testing.assert_close(kern(x, *rest)[0].double(), want_of(x), rtol=tol, atol=tol)
     check(20)
     for _ in range(200):   # the helper wakes within microseconds on a quiet machine
         if counts[1] > 0:
@@ -217,9 +278,9 @@ def check_shared_gemm(rows, n, k, layout, monkeypatch):
         outs, ws = kern.alloc_outputs(), kern.alloc_workspace()
         try:
             for _ in range(40):
-                xl = torch.rand(xshape, generator=gl) * 2 - 1
-                torch.testing.assert_close(kern(xl, w, b, outs=outs, ws=ws)[0].double(),
-                                           f(xl.double(), w.double(), b.double()), rtol=1e-4, atol=1e-4)
+                xl = draw(gl)
+                torch.testing.assert_close(kern(xl, *rest, outs=outs, ws=ws)[0].double(), want_of(xl),
+                                           rtol=tol, atol=tol)
         except Exception as e:   # reported by the test's thread
             errors.append(e)
     threads = [threading.Thread(target=caller, args=(SEED + i,)) for i in range(2)]
@@ -232,8 +293,8 @@ def check_shared_gemm(rows, n, k, layout, monkeypatch):
     # kernel (MKL's allocator, which torch's float64 reference calls,
     # can hang in a child forked from a threaded process) and sends its
     # outputs back through a pipe
-    xs = [torch.rand(xshape, generator=g) * 2 - 1 for _ in range(30)]
-    wants = [f(xi.double(), w.double(), b.double()) for xi in xs]
+    xs = [draw(g) for _ in range(30)]
+    wants = [want_of(xi) for xi in xs]
     outs, before = kern.alloc_outputs(), counts[1]
     rfd, wfd = os.pipe()
     pid = os.fork()
@@ -244,13 +305,13 @@ def check_shared_gemm(rows, n, k, layout, monkeypatch):
             signal.alarm(120)   # a hang fails the test (SIGALRM ends the child) instead of stalling it
             os.close(rfd)
             for xi in xs:
-                data = kern(xi, w, b, outs=outs)[0].contiguous().numpy().tobytes()
+                data = kern(xi, *rest, outs=outs)[0].numpy().tobytes()   # C order by numpy: no torch threads in a child
                 while data:
                     data = data[os.write(wfd, data):]
             for _ in range(300):   # until the helper, started in this process, stores a chunk
                 if counts[1] > before:
                     break
-                kern(xs[0], w, b, outs=outs)
+                kern(xs[0], *rest, outs=outs)
             os.write(wfd, b"H" if counts[1] > before else b"-")
             code = 0
         finally:
@@ -263,7 +324,7 @@ def check_shared_gemm(rows, n, k, layout, monkeypatch):
     assert len(got) == len(xs) * size + 1 and got[-1:] == b"H", "the forked child's helper stored nothing"
     for i, want in enumerate(wants):
         out = torch.frombuffer(bytearray(got[i * size:(i + 1) * size]), dtype=torch.float32).reshape(want.shape)
-        torch.testing.assert_close(out.double(), want, rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(out.double(), want.contiguous(), rtol=tol, atol=tol)
     tasks = len(os.listdir("/proc/self/task"))
     handle = kern.lib._handle
     del counts, kern
