@@ -3,9 +3,10 @@
  * copies into CPU sources: while another process holds one of the
  * cores, the thread governor (prelude.c) runs a call on the calling
  * thread alone, and a GEMM (emit.c's stream, split-K and split-K-tiled
- * GEMMs of few rows; oneDNN's, in blocks of C) then shares its chunks
- * with one helper thread of the artifact's own, which takes whatever
- * time slices the scheduler gives it.
+ * GEMMs of few rows; oneDNN's, in blocks of C) or a oneDNN convolution
+ * (its images; runtime/onednn_conv.c) then shares its chunks with one
+ * helper thread of the artifact's own, which takes whatever time slices
+ * the scheduler gives it.
  *
  * Nothing ever waits for the helper inside a call: an OpenMP region
  * ends in a barrier, so a team with one thread on the taken core waits

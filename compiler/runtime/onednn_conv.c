@@ -19,7 +19,8 @@
  * copies and oneDNN's scratchpad live in a block the kernel keeps
  * between calls (user scratchpad mode; a call on another thread at the
  * same time allocates its own), so one step may run on several threads
- * at once.
+ * at once. On a busy machine a forward or backward-data step shares its
+ * images with the helper thread (below, "THE HELPER'S SHARE").
  *
  * Roles of the operands a and b and the result c, per kind:
  *   0 forward           a = src (x),      b = weights,   c = dst (y)
